@@ -1,0 +1,171 @@
+/* backend.c: the CPU backend's table: host memory, the tile table and the chooser. The kernels
+ * are in flash.c; the float64 oracle in reference.c is for tests and `flashattn run --check`. */
+#include "cpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int fa_cpu_threads(const fa_context *ctx)
+{
+    long n = ctx && ctx->num_threads > 0 ? ctx->num_threads : 0;
+    if (n <= 0) {
+        const char *env = getenv("FLASHATTN_NUM_THREADS");
+        if (env && *env)
+            n = strtol(env, NULL, 10);
+    }
+    if (n <= 0)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    if (n > FA_CPU_MAX_THREADS)
+        n = FA_CPU_MAX_THREADS;
+    return (int)n;
+}
+
+static fa_status cpu_device_count(int *count)
+{
+    *count = 1;
+    return FA_SUCCESS;
+}
+
+static fa_status cpu_device_name(int device, char *buf, size_t len)
+{
+    (void)device;
+    char model[128] = "host CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "model name", 10) == 0) {
+                char *colon = strchr(line, ':');
+                if (colon) {
+                    snprintf(model, sizeof model, "%s", colon + 2);
+                    model[strcspn(model, "\n")] = '\0';
+                }
+                break;
+            }
+        fclose(f);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(buf, len, "%s (%ld threads)", model, cores);
+    return FA_SUCCESS;
+}
+
+static void cpu_capabilities(fa_capabilities *caps)
+{
+    caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
+    caps->max_head_dim = 256;
+    caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
+                     FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
+    snprintf(caps->notes, sizeof caps->notes,
+             "every d in 1..256 (padded to 16 inside the tiles); fp32 arithmetic for every dtype; "
+             "the backward is always deterministic");
+}
+
+static fa_status cpu_open(fa_context *ctx, int device)
+{
+    (void)ctx;
+    (void)device;
+    return FA_SUCCESS;
+}
+
+static void cpu_close(fa_context *ctx)
+{
+    (void)ctx;
+}
+
+/* The tile table of the CPU backend. M = 128 KiB: a core's share of L2 on current x86 and Arm
+ * server parts holds Q, K, V, O tiles and S with room for the prefetcher; the paper's formula
+ * then gives B_r x B_c = 64 x 128 at d 64, 64 x 64 at d 128, 32 x 32 at d 256. Tiles are
+ * multiples of 16 (the micro-kernel's width) and at most 128 x 256. */
+static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
+{
+    (void)ctx;
+    (void)p;
+    out->onchip_bytes = 128 * 1024;
+    out->min_block = 16;
+    out->max_block_q = 128;
+    out->max_block_k = 256;
+    out->multiple = 16;
+}
+
+static fa_status cpu_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
+{
+    (void)ctx;
+    snprintf(out->name, sizeof out->name, "cpu-flash-%s-%s-b%lldx%lld", p->backward ? "bwd" : "fwd",
+             fa_dtype_name(p->dtype), (long long)p->block_q, (long long)p->block_k);
+    out->kernel = 0;
+    return FA_SUCCESS;
+}
+
+static fa_status cpu_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
+{
+    (void)v;
+    return fa_cpu_flash_forward(ctx, p);
+}
+
+static fa_status cpu_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
+{
+    (void)v;
+    return fa_cpu_flash_backward(ctx, p);
+}
+
+static int64_t cpu_workspace(const fa_context *ctx, const fa_problem *p)
+{
+    return fa_cpu_workspace_bytes(p, fa_cpu_threads(ctx));
+}
+
+static fa_status cpu_alloc(fa_context *ctx, size_t bytes, void **ptr)
+{
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded < bytes)
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_malloc: %zu bytes", bytes);
+    *ptr = aligned_alloc(64, rounded ? rounded : 64);
+    if (!*ptr)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "fa_malloc: cannot allocate %zu bytes", bytes);
+    return FA_SUCCESS;
+}
+
+static fa_status cpu_free(fa_context *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+    return FA_SUCCESS;
+}
+
+static fa_status cpu_copy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind)
+{
+    (void)ctx;
+    (void)kind; /* host and "device" memory are the same on the CPU backend */
+    memmove(dst, src, bytes);
+    return FA_SUCCESS;
+}
+
+static fa_status cpu_sync(fa_context *ctx)
+{
+    (void)ctx;
+    return FA_SUCCESS;
+}
+
+const fa_backend fa_backend_cpu = {
+    .name = "cpu",
+    .is_gpu = 0,
+    .device_count = cpu_device_count,
+    .device_name = cpu_device_name,
+    .capabilities = cpu_capabilities,
+    .open = cpu_open,
+    .close = cpu_close,
+    .tile_limits = cpu_tile_limits,
+    .choose = cpu_choose,
+    .forward = cpu_forward,
+    .backward = cpu_backward,
+    .workspace = cpu_workspace,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .set_stream = NULL, // optional
+};

@@ -1,0 +1,692 @@
+/* flash.c: the CPU backend's fused, tiled FlashAttention (Dao et al. 2022, Algorithms 1 and 2).
+ * Tiles of B_r x B_c scores live in per-thread buffers sized by the plan; inputs of any dtype are
+ * widened to fp32 tile by tile, all arithmetic is fp32. Forward: one task per (batch, head, query
+ * tile) with the online softmax. Backward: D = rowsum(dO * O); then one task per (batch, kv head,
+ * chunk of key tiles) that recomputes S and P, accumulates dK and dV in its tile and dQ in a
+ * per-chunk fp32 buffer; the chunks' dQ are summed in a fixed order, so the backward is always
+ * deterministic. Matrix products use one register-blocked kernel written with GCC vector
+ * extensions and compiled twice (x86-64-v3 and baseline) where the compiler supports it. */
+#include "cpu.h"
+#include "half.h"
+#include "philox.h"
+#include "softmax.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define FA_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef FA_MULTIVERSION
+#define FA_MULTIVERSION
+#endif
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* The vector helpers below are static and inlined; no vector value crosses an ABI boundary, so
+ * GCC's note about AVX argument passing without -mavx does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+static inline v8f bits_as_float(v8i x)
+{
+    v8f f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static inline v8i float_as_bits(v8f x)
+{
+    v8i i;
+    memcpy(&i, &x, sizeof i);
+    return i;
+}
+
+/* mask ? a : b, lane by lane (C has no vector ?: ) */
+static inline v8f select8(v8i mask, v8f a, v8f b)
+{
+    return bits_as_float((float_as_bits(a) & mask) | (float_as_bits(b) & ~mask));
+}
+
+#define VEC 8
+#define NR 16 /* columns of the micro-kernel: two vectors */
+#define MR 4  /* rows of the micro-kernel */
+
+static int64_t round_up(int64_t x, int64_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+static inline v8f load8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store8(float *p, v8f v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+/* C[M x N] (+)= A[M x K] B[K x N], all row-major fp32; N a multiple of NR. */
+FA_MULTIVERSION
+static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                    float *C, int64_t ldc, int accumulate)
+{
+    int64_t i = 0;
+    for (; i + MR <= M; i += MR) {
+        for (int64_t j = 0; j < N; j += NR) {
+            v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+            const float *a0 = A + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+            for (int64_t k = 0; k < K; ++k) {
+                v8f b0 = load8(B + k * ldb + j), b1 = load8(B + k * ldb + j + VEC);
+                v8f x0 = {0}, x1 = {0}, x2 = {0}, x3 = {0};
+                x0 += a0[k];
+                x1 += a1[k];
+                x2 += a2[k];
+                x3 += a3[k];
+                c00 += x0 * b0;
+                c01 += x0 * b1;
+                c10 += x1 * b0;
+                c11 += x1 * b1;
+                c20 += x2 * b0;
+                c21 += x2 * b1;
+                c30 += x3 * b0;
+                c31 += x3 * b1;
+            }
+            float *c0 = C + i * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+            if (accumulate) {
+                c00 += load8(c0); c01 += load8(c0 + VEC);
+                c10 += load8(c1); c11 += load8(c1 + VEC);
+                c20 += load8(c2); c21 += load8(c2 + VEC);
+                c30 += load8(c3); c31 += load8(c3 + VEC);
+            }
+            store8(c0, c00); store8(c0 + VEC, c01);
+            store8(c1, c10); store8(c1 + VEC, c11);
+            store8(c2, c20); store8(c2 + VEC, c21);
+            store8(c3, c30); store8(c3 + VEC, c31);
+        }
+    }
+    for (; i < M; ++i) {
+        for (int64_t j = 0; j < N; j += NR) {
+            v8f c0v = {0}, c1v = {0};
+            const float *a = A + i * lda;
+            for (int64_t k = 0; k < K; ++k) {
+                v8f x = {0};
+                x += a[k];
+                c0v += x * load8(B + k * ldb + j);
+                c1v += x * load8(B + k * ldb + j + VEC);
+            }
+            float *c = C + i * ldc + j;
+            if (accumulate) {
+                c0v += load8(c);
+                c1v += load8(c + VEC);
+            }
+            store8(c, c0v);
+            store8(c + VEC, c1v);
+        }
+    }
+}
+
+/* exp(x) for a row of n floats (n a multiple of VEC), in place: Cody-Waite range reduction
+ * x = k ln2 + r, a degree-6 polynomial for e^r (relative error about 2 ulp), 2^k by exponent
+ * bits. Exactly 0 below -87.3 (so masked -inf scores give 0), NaN propagates. */
+FA_MULTIVERSION
+static void exp_inplace(float *x, int64_t n)
+{
+    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
+    const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
+    for (int64_t t = 0; t < n; t += VEC) {
+        v8f v = load8(x + t);
+        v8i nan_mask = v != v;
+        v8i under = v < lo;
+        v8f c = select8(v > hi, hi, v);
+        c = select8(c < lo, lo, c);
+        v8f kf = c * 1.44269504088896341f + 0.5f;
+        /* floor(kf): truncate, then step down where truncation rounded a negative value up */
+        v8i ki = __builtin_convertvector(kf, v8i);
+        v8f kt = __builtin_convertvector(ki, v8f);
+        ki += kt > kf; /* the comparison is -1 where true */
+        kt = __builtin_convertvector(ki, v8f);
+        v8f r = c - kt * 0.693359375f;
+        r = r + kt * 2.12194440e-4f;
+        v8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * (r * r) + r + 1.0f;
+        v8f res = p * bits_as_float((ki + 127) << 23);
+        res = bits_as_float(float_as_bits(res) & ~under);
+        res = select8(nan_mask, v, res);
+        store8(x + t, res);
+    }
+}
+
+/* ------------------------------------------------------------------ tile movement */
+
+static inline float load_elem(fa_dtype dt, const void *base, int64_t off)
+{
+    switch (dt) {
+    case FA_DTYPE_F16: return fa_half_to_float(((const uint16_t *)base)[off]);
+    case FA_DTYPE_BF16: return fa_bfloat_to_float(((const uint16_t *)base)[off]);
+    default: return ((const float *)base)[off];
+    }
+}
+
+static inline void store_elem(fa_dtype dt, void *base, int64_t off, float x)
+{
+    switch (dt) {
+    case FA_DTYPE_F16: ((uint16_t *)base)[off] = fa_float_to_half(x); break;
+    case FA_DTYPE_BF16: ((uint16_t *)base)[off] = fa_float_to_bfloat(x); break;
+    default: ((float *)base)[off] = x; break;
+    }
+}
+
+/* rows [row0, row0 + n) of head h of batch b into dst (n x ld, row-major), times mul, zero-padded
+ * to `rows` rows and ld columns. */
+static void load_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t rows,
+                      int64_t h, float mul, float *dst, int64_t ld)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        float *out = dst + r * ld;
+        if (r < n) {
+            int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
+            for (int64_t c = 0; c < p->d; ++c)
+                out[c] = mul * load_elem(p->dtype, v->data, off + c);
+            for (int64_t c = p->d; c < ld; ++c)
+                out[c] = 0.0f;
+        } else {
+            memset(out, 0, sizeof(float) * (size_t)ld);
+        }
+    }
+}
+
+/* The same rows transposed: dst is d_pad x ld with dst[c * ld + r]. */
+static void load_rows_transposed(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n,
+                                 int64_t h, float *dst, int64_t d_pad, int64_t ld)
+{
+    memset(dst, 0, sizeof(float) * (size_t)(d_pad * ld));
+    for (int64_t r = 0; r < n; ++r) {
+        int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
+        for (int64_t c = 0; c < p->d; ++c)
+            dst[c * ld + r] = load_elem(p->dtype, v->data, off + c);
+    }
+}
+
+static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t h,
+                       const float *src, int64_t ld, float mul_default, const float *row_mul)
+{
+    for (int64_t r = 0; r < n; ++r) {
+        int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
+        float mul = row_mul ? row_mul[r] : mul_default;
+        for (int64_t c = 0; c < p->d; ++c)
+            store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
+    }
+}
+
+static void transpose(const float *src, int64_t rows, int64_t cols, int64_t lds, float *dst, int64_t ldd)
+{
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            dst[c * ldd + r] = src[r * lds + c];
+}
+
+/* ------------------------------------------------------------------ masks on a tile */
+
+/* Class of tile (qt, kt) of query head h under every mask; for block-sparse, the core's lists. */
+static fa_tile_class tile_class(const fa_problem *p, const fa_mask *m, int64_t h, int64_t qt, int64_t kt)
+{
+    int64_t q0 = qt * p->block_q, k0 = kt * p->block_k;
+    fa_tile_class cls = fa_mask_classify_tile(m, q0, q0 + p->block_q, k0, k0 + p->block_k);
+    if (cls == FA_TILE_EMPTY || !p->lists)
+        return cls;
+    const fa_block_lists *l = p->lists;
+    int64_t mh = l->heads == 1 ? 0 : h;
+    int64_t lo = l->row_ptr[mh * l->nq + qt], hi = l->row_ptr[mh * l->nq + qt + 1];
+    while (lo < hi) { /* binary search: columns are ascending */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (l->col[mid] < kt)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == l->row_ptr[mh * l->nq + qt + 1] || l->col[lo] != kt)
+        return FA_TILE_EMPTY;
+    return fa_tile_class_meet(cls, (fa_tile_class)l->cls[lo]);
+}
+
+/* Sets masked scores of the tile to -inf: columns beyond the tile's width, elements outside the
+ * causal/window range, and (block class PARTIAL) elements the block mask drops. */
+static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t q0, int64_t nr, int64_t k0,
+                       int64_t nc, int64_t ld, float *s, fa_tile_class cls)
+{
+    for (int64_t r = 0; r < nr; ++r) {
+        float *row = s + r * ld;
+        int64_t lo = k0, hi = k0 + nc;
+        if (cls != FA_TILE_FULL) {
+            int64_t a, b;
+            fa_mask_row_range(m, q0 + r, &a, &b);
+            if (a > lo)
+                lo = a;
+            if (b < hi)
+                hi = b;
+            if (hi < lo)
+                hi = lo;
+        }
+        for (int64_t j = 0; j < ld; ++j) {
+            int64_t col = k0 + j;
+            if (col < lo || col >= hi)
+                row[j] = -INFINITY;
+        }
+        if (cls != FA_TILE_FULL && p->block_mask)
+            for (int64_t j = lo - k0; j < hi - k0; ++j)
+                if (!fa_problem_block_keep(p, h, q0 + r, k0 + j))
+                    row[j] = -INFINITY;
+    }
+}
+
+/* Multiplies P (nr x ld) by the dropout factor of each element: 0 or 1/(1-p). */
+static void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int64_t q0, int64_t nr, int64_t k0, int64_t nc,
+                          int64_t ld, float *pm)
+{
+    for (int64_t r = 0; r < nr; ++r) {
+        float *row = pm + r * ld;
+        for (int64_t j = 0; j < nc; j += 4) {
+            /* k0 is a multiple of 4, so columns j..j+3 share one Philox block */
+            fa_philox4 bits = fa_dropout_block(p->seed, p->offset, (uint64_t)b, (uint64_t)p->heads_q, (uint64_t)h,
+                                               (uint64_t)(q0 + r), (uint64_t)(k0 + j));
+            for (int64_t t = 0; t < 4 && j + t < nc; ++t)
+                row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] * p->dropout_scale : 0.0f;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ thread pool */
+
+typedef void (*task_fn)(void *arg, int64_t task, float *scratch);
+
+typedef struct pool_job {
+    task_fn fn;
+    void *arg;
+    int64_t ntasks;
+    atomic_llong next;
+    float *scratch_base;
+    int64_t scratch_floats;
+} pool_job;
+
+typedef struct pool_worker {
+    pool_job *job;
+    int index;
+} pool_worker;
+
+static void *pool_run(void *argp)
+{
+    pool_worker *w = argp;
+    pool_job *job = w->job;
+    float *scratch = job->scratch_base + (int64_t)w->index * job->scratch_floats;
+    for (;;) {
+        int64_t t = atomic_fetch_add(&job->next, 1);
+        if (t >= job->ntasks)
+            break;
+        job->fn(job->arg, t, scratch);
+    }
+    return NULL;
+}
+
+/* Runs fn over ntasks with `threads` workers (the caller is worker 0), each with its own
+ * pre-allocated scratch. A thread that cannot be started leaves its share to the others. */
+static void parallel_for(int threads, int64_t ntasks, task_fn fn, void *arg, float *scratch, int64_t scratch_floats)
+{
+    if (ntasks <= 0)
+        return;
+    if (threads > ntasks)
+        threads = (int)ntasks;
+    pool_job job = {.fn = fn, .arg = arg, .ntasks = ntasks, .scratch_base = scratch, .scratch_floats = scratch_floats};
+    atomic_init(&job.next, 0);
+    pthread_t tid[FA_CPU_MAX_THREADS];
+    pool_worker w[FA_CPU_MAX_THREADS];
+    int started[FA_CPU_MAX_THREADS] = {0};
+    for (int i = 1; i < threads; ++i) {
+        w[i].job = &job;
+        w[i].index = i;
+        started[i] = pthread_create(&tid[i], NULL, pool_run, &w[i]) == 0;
+    }
+    w[0].job = &job;
+    w[0].index = 0;
+    pool_run(&w[0]);
+    for (int i = 1; i < threads; ++i)
+        if (started[i])
+            pthread_join(tid[i], NULL);
+}
+
+/* ------------------------------------------------------------------ shapes of the buffers */
+
+typedef struct tile_dims {
+    int64_t bq, bk;   /* B_r, B_c (B_c a multiple of NR) */
+    int64_t dp;       /* d padded to NR */
+    int64_t bqp;      /* B_r padded to NR (for transposed tiles) */
+} tile_dims;
+
+static tile_dims dims_of(const fa_problem *p)
+{
+    tile_dims t;
+    t.bq = p->block_q;
+    t.bk = p->block_k;
+    t.dp = round_up(p->d, NR);
+    t.bqp = round_up(p->block_q, NR);
+    return t;
+}
+
+static int64_t fwd_scratch_floats(const tile_dims *t)
+{
+    /* Q, O (bq x dp), K^T (dp x bk), V (bk x dp), S (bq x bk), row factors */
+    return 2 * t->bq * t->dp + 2 * t->dp * t->bk + t->bq * t->bk + 3 * t->bq + 64;
+}
+
+static int64_t bwd_scratch_floats(const tile_dims *t)
+{
+    /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), Q, dO (bq x dp), P, P o Z, dS (bq x bk),
+     * P^T / dS^T (bk x bqp), LSE, D */
+    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 3 * t->bq * t->bk + t->bk * t->bqp +
+           2 * t->bq + 64;
+}
+
+int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads)
+{
+    tile_dims t = dims_of(p);
+    int64_t bytes = (int64_t)threads * (p->backward ? bwd_scratch_floats(&t) : fwd_scratch_floats(&t)) * 4;
+    if (p->backward) {
+        int64_t chunks = fa_cpu_bwd_chunks(p, threads);
+        bytes += p->total_q * p->heads_q * 4;                        /* D */
+        bytes += chunks * p->total_q * p->heads_q * t.dp * 4;        /* dQ partials */
+    }
+    return bytes;
+}
+
+int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads)
+{
+    int64_t nk = (p->seqlen_k + p->block_k - 1) / p->block_k;
+    int64_t units = p->batch * p->heads_kv;
+    if (units < 1 || nk < 1)
+        return 1;
+    int64_t chunks = (threads + units - 1) / units;
+    if (chunks > nk)
+        chunks = nk;
+    return chunks < 1 ? 1 : chunks;
+}
+
+/* ------------------------------------------------------------------ forward */
+
+typedef struct fwd_ctx {
+    const fa_problem *p;
+    tile_dims t;
+    int64_t nq; /* query tiles of the longest sequence */
+} fwd_ctx;
+
+static void fwd_task(void *argp, int64_t task, float *scratch)
+{
+    const fwd_ctx *fc = argp;
+    const fa_problem *p = fc->p;
+    const tile_dims *t = &fc->t;
+    int64_t qt = task % fc->nq, h = (task / fc->nq) % p->heads_q, b = task / fc->nq / p->heads_q;
+    int64_t sq, sk, qs, ks;
+    fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
+    int64_t q0 = qt * t->bq;
+    if (q0 >= sq)
+        return;
+    int64_t nr = sq - q0 < t->bq ? sq - q0 : t->bq;
+    int64_t hk = h / p->group;
+    fa_mask m = fa_problem_mask(p, sq, sk);
+
+    float *qtile = scratch, *otile = qtile + t->bq * t->dp, *kT = otile + t->bq * t->dp;
+    float *vtile = kT + t->dp * t->bk, *s = vtile + t->bk * t->dp, *inv = s + t->bq * t->bk;
+    fa_softmax_row rows[FA_CPU_MAX_BLOCK];
+    load_rows(p, &p->q, b, qs + q0, nr, nr, h, p->scale, qtile, t->dp);
+    memset(otile, 0, sizeof(float) * (size_t)(nr * t->dp));
+    for (int64_t r = 0; r < nr; ++r)
+        rows[r] = fa_softmax_init();
+
+    int64_t nk = (sk + t->bk - 1) / t->bk;
+    for (int64_t kt = 0; kt < nk; ++kt) {
+        fa_tile_class cls = tile_class(p, &m, h, qt, kt);
+        if (cls == FA_TILE_EMPTY)
+            continue;
+        int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
+        load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, t->dp, t->bk);
+        load_rows(p, &p->v, b, ks + k0, nc, t->bk, hk, 1.0f, vtile, t->dp);
+        gemm_nn(nr, t->bk, p->d, qtile, t->dp, kT, t->bk, s, t->bk, 0);
+        if (cls != FA_TILE_FULL || nc < t->bk)
+            apply_mask(p, &m, h, q0, nr, k0, nc, t->bk, s, cls);
+        for (int64_t r = 0; r < nr; ++r) {
+            float *row = s + r * t->bk;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < nc; ++j)
+                mx = row[j] > mx ? row[j] : mx;
+            float alpha = fa_softmax_update(&rows[r], mx);
+            float shift = fa_softmax_shift(rows[r].m);
+            for (int64_t j = 0; j < t->bk; ++j)
+                row[j] -= shift;
+            exp_inplace(row, t->bk);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < nc; ++j)
+                sum += row[j];
+            rows[r].l += sum;
+            if (alpha != 1.0f) {
+                float *orow = otile + r * t->dp;
+                for (int64_t c = 0; c < t->dp; ++c)
+                    orow[c] *= alpha;
+            }
+        }
+        if (p->dropout_threshold)
+            apply_dropout(p, b, h, q0, nr, k0, nc, t->bk, s);
+        gemm_nn(nr, t->dp, t->bk, s, t->bk, vtile, t->dp, otile, t->dp, 1);
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+        inv[r] = fa_softmax_inv_sum(rows[r]);
+        if (p->has_lse) {
+            int64_t off = b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss;
+            ((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]);
+        }
+    }
+    store_rows(p, &p->o, b, qs + q0, nr, h, otile, t->dp, 1.0f, inv);
+}
+
+fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
+{
+    fwd_ctx fc = {.p = p, .t = dims_of(p)};
+    fc.nq = (p->seqlen_q + fc.t.bq - 1) / fc.t.bq;
+    int64_t ntasks = p->batch * p->heads_q * fc.nq;
+    if (ntasks == 0)
+        return FA_SUCCESS;
+    int threads = fa_cpu_threads(ctx);
+    if (threads > ntasks)
+        threads = (int)ntasks;
+    int64_t per = fwd_scratch_floats(&fc.t);
+    float *scratch = aligned_alloc(64, (size_t)round_up(per * threads * 4, 64));
+    if (!scratch)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu forward: cannot allocate %lld bytes of tile buffers",
+                        (long long)(per * threads * 4));
+    parallel_for(threads, ntasks, fwd_task, &fc, scratch, per);
+    free(scratch);
+    return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ backward */
+
+typedef struct bwd_ctx {
+    const fa_problem *p;
+    tile_dims t;
+    int64_t nq, nk, chunks;
+    float *dsum;   /* D = rowsum(dO * O): [heads_q][total_q] */
+    float *dq_acc; /* [chunks][total_q][heads_q][dp] */
+} bwd_ctx;
+
+static int64_t canon_q_row(const fa_problem *p, int64_t b, int64_t qs, int64_t i)
+{
+    return p->varlen ? qs + i : b * p->seqlen_q + i;
+}
+
+/* D for one (batch, head, query tile). */
+static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
+{
+    (void)scratch;
+    const bwd_ctx *bc = argp;
+    const fa_problem *p = bc->p;
+    int64_t qt = task % bc->nq, h = (task / bc->nq) % p->heads_q, b = task / bc->nq / p->heads_q;
+    int64_t sq, sk, qs, ks;
+    fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
+    int64_t q0 = qt * bc->t.bq;
+    for (int64_t i = q0; i < sq && i < q0 + bc->t.bq; ++i) {
+        int64_t oo = b * p->o.sb + (qs + i) * p->o.ss + h * p->o.sh;
+        int64_t od = b * p->dout.sb + (qs + i) * p->dout.ss + h * p->dout.sh;
+        float acc = 0.0f;
+        for (int64_t c = 0; c < p->d; ++c)
+            acc += load_elem(p->dtype, p->o.data, oo + c) * load_elem(p->dtype, p->dout.data, od + c);
+        bc->dsum[h * p->total_q + canon_q_row(p, b, qs, i)] = acc;
+    }
+}
+
+static void bwd_main_task(void *argp, int64_t task, float *scratch)
+{
+    const bwd_ctx *bc = argp;
+    const fa_problem *p = bc->p;
+    const tile_dims *t = &bc->t;
+    int64_t chunk = task % bc->chunks, hk = (task / bc->chunks) % p->heads_kv;
+    int64_t b = task / bc->chunks / p->heads_kv;
+    int64_t sq, sk, qs, ks;
+    fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
+    fa_mask m = fa_problem_mask(p, sq, sk);
+    int64_t nk = (sk + t->bk - 1) / t->bk, nq = (sq + t->bq - 1) / t->bq;
+    int64_t dp = t->dp, bk = t->bk;
+
+    float *ktile = scratch, *kT = ktile + bk * dp, *vT = kT + dp * bk;
+    float *dk = vT + dp * bk, *dv = dk + bk * dp;
+    float *qtile = dv + bk * dp, *dotile = qtile + t->bq * dp;
+    float *pm = dotile + t->bq * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *tr = ds + t->bq * bk;
+    float *lse = tr + bk * t->bqp, *dsum = lse + t->bq;
+    float *dq_acc = bc->dq_acc + chunk * p->total_q * p->heads_q * dp;
+
+    /* interleaved key tiles balance causal work across chunks */
+    for (int64_t kt = chunk; kt < nk; kt += bc->chunks) {
+        int64_t k0 = kt * bk, nc = sk - k0 < bk ? sk - k0 : bk;
+        load_rows(p, &p->k, b, ks + k0, nc, bk, hk, 1.0f, ktile, dp);
+        load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, dp, bk);
+        load_rows_transposed(p, &p->v, b, ks + k0, nc, hk, vT, dp, bk);
+        memset(dk, 0, sizeof(float) * (size_t)(bk * dp));
+        memset(dv, 0, sizeof(float) * (size_t)(bk * dp));
+        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
+            for (int64_t qt = 0; qt < nq; ++qt) {
+                fa_tile_class cls = tile_class(p, &m, h, qt, kt);
+                if (cls == FA_TILE_EMPTY)
+                    continue;
+                int64_t q0 = qt * t->bq, nr = sq - q0 < t->bq ? sq - q0 : t->bq;
+                int64_t cr0 = canon_q_row(p, b, qs, q0);
+                load_rows(p, &p->q, b, qs + q0, nr, nr, h, 1.0f, qtile, dp);
+                load_rows(p, &p->dout, b, qs + q0, nr, nr, h, 1.0f, dotile, dp);
+                for (int64_t r = 0; r < nr; ++r) {
+                    lse[r] = ((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss];
+                    dsum[r] = bc->dsum[h * p->total_q + cr0 + r];
+                }
+                /* P = exp(scale * Q K^T - LSE); a row with LSE = -inf is fully masked: P = 0 */
+                gemm_nn(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
+                for (int64_t r = 0; r < nr; ++r) {
+                    float *row = pm + r * bk;
+                    float shift = lse[r] == -INFINITY ? INFINITY : lse[r];
+                    for (int64_t j = 0; j < bk; ++j)
+                        row[j] = row[j] * p->scale - shift;
+                }
+                if (cls != FA_TILE_FULL || nc < bk)
+                    apply_mask(p, &m, h, q0, nr, k0, nc, bk, pm, cls);
+                for (int64_t r = 0; r < nr; ++r)
+                    exp_inplace(pm + r * bk, bk);
+                /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */
+                const float *pzv = pm;
+                if (p->dropout_threshold) {
+                    memcpy(pz, pm, sizeof(float) * (size_t)(nr * bk));
+                    apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
+                    pzv = pz;
+                }
+                transpose(pzv, nr, bk, bk, tr, t->bqp);
+                gemm_nn(bk, dp, nr, tr, t->bqp, dotile, dp, dv, dp, 1);
+                /* dP = Z o (dO V^T); dS = P o (dP - D) * scale */
+                gemm_nn(nr, bk, p->d, dotile, dp, vT, bk, ds, bk, 0);
+                if (p->dropout_threshold)
+                    apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
+                for (int64_t r = 0; r < nr; ++r) {
+                    float *drow = ds + r * bk;
+                    const float *prow = pm + r * bk;
+                    for (int64_t j = 0; j < bk; ++j)
+                        drow[j] = prow[j] == 0.0f ? 0.0f : prow[j] * (drow[j] - dsum[r]) * p->scale;
+                }
+                /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
+                gemm_nn(nr, dp, bk, ds, bk, ktile, dp, dq_acc + (cr0 * p->heads_q + h) * dp, p->heads_q * dp, 1);
+                transpose(ds, nr, bk, bk, tr, t->bqp);
+                gemm_nn(bk, dp, nr, tr, t->bqp, qtile, dp, dk, dp, 1);
+            }
+        }
+        store_rows(p, &p->dk, b, ks + k0, nc, hk, dk, dp, 1.0f, NULL);
+        store_rows(p, &p->dv, b, ks + k0, nc, hk, dv, dp, 1.0f, NULL);
+    }
+}
+
+/* dQ of one (batch, query tile), every head: the chunks' partial sums in chunk order. */
+static void bwd_dq_task(void *argp, int64_t task, float *scratch)
+{
+    (void)scratch;
+    const bwd_ctx *bc = argp;
+    const fa_problem *p = bc->p;
+    int64_t qt = task % bc->nq, b = task / bc->nq;
+    int64_t sq, sk, qs, ks;
+    fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
+    int64_t q0 = qt * bc->t.bq, dp = bc->t.dp;
+    int64_t plane = p->total_q * p->heads_q * dp;
+    for (int64_t i = q0; i < sq && i < q0 + bc->t.bq; ++i) {
+        int64_t cr = canon_q_row(p, b, qs, i);
+        for (int64_t h = 0; h < p->heads_q; ++h) {
+            float *acc = bc->dq_acc + (cr * p->heads_q + h) * dp;
+            for (int64_t c = 1; c < bc->chunks; ++c) {
+                const float *part = acc + c * plane;
+                for (int64_t x = 0; x < p->d; ++x)
+                    acc[x] += part[x];
+            }
+            int64_t off = b * p->dq.sb + (qs + i) * p->dq.ss + h * p->dq.sh;
+            for (int64_t x = 0; x < p->d; ++x)
+                store_elem(p->dtype, p->dq.data, off + x, acc[x]);
+        }
+    }
+}
+
+fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
+{
+    bwd_ctx bc = {.p = p, .t = dims_of(p)};
+    bc.nq = (p->seqlen_q + bc.t.bq - 1) / bc.t.bq;
+    bc.nk = (p->seqlen_k + bc.t.bk - 1) / bc.t.bk;
+    int threads = fa_cpu_threads(ctx);
+    bc.chunks = fa_cpu_bwd_chunks(p, threads);
+    int64_t per = bwd_scratch_floats(&bc.t);
+    int64_t ndsum = p->total_q * p->heads_q, nacc = bc.chunks * p->total_q * p->heads_q * bc.t.dp;
+    float *scratch = aligned_alloc(64, (size_t)round_up(per * threads * 4, 64));
+    bc.dsum = malloc(sizeof(float) * (size_t)(ndsum > 0 ? ndsum : 1));
+    bc.dq_acc = calloc((size_t)(nacc > 0 ? nacc : 1), sizeof(float));
+    if (!scratch || !bc.dsum || !bc.dq_acc) {
+        free(scratch);
+        free(bc.dsum);
+        free(bc.dq_acc);
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld bytes of workspace",
+                        (long long)fa_cpu_workspace_bytes(p, threads));
+    }
+    parallel_for(threads, p->batch * p->heads_q * bc.nq, bwd_dsum_task, &bc, scratch, per);
+    parallel_for(threads, p->batch * p->heads_kv * bc.chunks, bwd_main_task, &bc, scratch, per);
+    parallel_for(threads, p->batch * bc.nq, bwd_dq_task, &bc, scratch, per);
+    free(scratch);
+    free(bc.dsum);
+    free(bc.dq_acc);
+    return FA_SUCCESS;
+}

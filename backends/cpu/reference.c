@@ -1,0 +1,381 @@
+/* reference.c: the float64 oracle (S and P materialised per (batch, head), every product and sum
+ * in double) and the naive same-precision baseline (fp32 arithmetic with the rounding a plain
+ * implementation in the input dtype incurs). Tests measure kernels against the first and take
+ * their tolerance from the second's error. Speed is irrelevant here; clarity is the point. */
+#include "reference.h"
+#include "half.h"
+#include "philox.h"
+#include "softmax.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+double fa_view_get(const fa_view *v, fa_dtype dt, int64_t b, int64_t row, int64_t h, int64_t c)
+{
+    int64_t off = b * v->sb + row * v->ss + h * v->sh + c;
+    switch (dt) {
+    case FA_DTYPE_F32: return ((const float *)v->data)[off];
+    case FA_DTYPE_F16: return fa_half_to_float(((const uint16_t *)v->data)[off]);
+    case FA_DTYPE_BF16: return fa_bfloat_to_float(((const uint16_t *)v->data)[off]);
+    }
+    return NAN;
+}
+
+double fa_round_to(fa_dtype dt, double x)
+{
+    float f = (float)x;
+    switch (dt) {
+    case FA_DTYPE_F16: return fa_half_to_float(fa_float_to_half(f));
+    case FA_DTYPE_BF16: return fa_bfloat_to_float(fa_float_to_bfloat(f));
+    default: return f;
+    }
+}
+
+/* Row of sequence b's local row i within the canonical [total, heads, d] outputs. */
+static int64_t canon_row(const fa_problem *p, int64_t b, int64_t start, int64_t i, int is_q)
+{
+    if (p->varlen)
+        return start + i;
+    return b * (is_q ? p->seqlen_q : p->seqlen_k) + i;
+}
+
+/* Dropout factor of element (b, h, i, j): 0 if dropped, 1/(1-p) if kept, 1 without dropout. */
+static double dropout_factor(const fa_problem *p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    if (p->dropout_threshold == 0)
+        return 1.0;
+    return fa_dropout_keep(p->seed, p->offset, (uint64_t)b, (uint64_t)p->heads_q, (uint64_t)h, (uint64_t)i,
+                           (uint64_t)j, p->dropout_threshold)
+               ? (double)p->dropout_scale
+               : 0.0;
+}
+
+static int element_visible(const fa_problem *p, const fa_mask *m, int64_t h, int64_t i, int64_t j)
+{
+    return fa_mask_visible(m, i, j) && fa_problem_block_keep(p, h, i, j);
+}
+
+/* Per (b, h) scratch: the materialised matrices. */
+typedef struct ref_scratch {
+    double *s, *pm; /* S and P, sq x sk */
+    float *sf, *pf;
+} ref_scratch;
+
+static int scratch_alloc(const fa_problem *p, ref_scratch *sc, int single)
+{
+    memset(sc, 0, sizeof *sc);
+    int64_t n = p->seqlen_q * p->seqlen_k;
+    if (n < 1)
+        n = 1;
+    if (single) {
+        sc->sf = malloc(sizeof(float) * (size_t)n);
+        sc->pf = malloc(sizeof(float) * (size_t)n);
+        return sc->sf && sc->pf;
+    }
+    sc->s = malloc(sizeof(double) * (size_t)n);
+    sc->pm = malloc(sizeof(double) * (size_t)n);
+    return sc->s && sc->pm;
+}
+
+static void scratch_free(ref_scratch *sc)
+{
+    free(sc->s);
+    free(sc->pm);
+    free(sc->sf);
+    free(sc->pf);
+}
+
+/* P (without dropout) of (b, h) in double; row LSE into lse_row (may be NULL). */
+static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
+                      double *s, double *pm, double *lse_row)
+{
+    fa_mask m = fa_problem_mask(p, sq, sk);
+    int64_t hk = h / p->group;
+    for (int64_t i = 0; i < sq; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < sk; ++j) {
+            double v = -INFINITY;
+            if (element_visible(p, &m, h, i, j)) {
+                double dot = 0.0;
+                for (int64_t c = 0; c < p->d; ++c)
+                    dot += fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) * fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
+                v = (double)p->scale * dot;
+            }
+            s[i * sk + j] = v;
+            if (v > mx)
+                mx = v;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < sk; ++j) {
+            double e = mx == -INFINITY ? 0.0 : exp(s[i * sk + j] - mx);
+            pm[i * sk + j] = e;
+            sum += e;
+        }
+        for (int64_t j = 0; j < sk; ++j)
+            pm[i * sk + j] = sum > 0.0 ? pm[i * sk + j] / sum : 0.0;
+        if (lse_row)
+            lse_row[i] = sum > 0.0 ? mx + log(sum) : -INFINITY;
+    }
+}
+
+fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
+{
+    ref_scratch sc;
+    if (!scratch_alloc(p, &sc, 0)) {
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    double *lse_row = malloc(sizeof(double) * (size_t)(p->seqlen_q > 0 ? p->seqlen_q : 1));
+    if (!lse_row) {
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t b = 0; b < p->batch; ++b) {
+        int64_t sq, sk, q0, k0;
+        fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
+        for (int64_t h = 0; h < p->heads_q; ++h) {
+            int64_t hk = h / p->group;
+            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, lse_row);
+            for (int64_t i = 0; i < sq; ++i) {
+                int64_t r = canon_row(p, b, q0, i, 1);
+                double *orow = o + (r * p->heads_q + h) * p->d;
+                for (int64_t c = 0; c < p->d; ++c)
+                    orow[c] = 0.0;
+                for (int64_t j = 0; j < sk; ++j) {
+                    double w = sc.pm[i * sk + j] * dropout_factor(p, b, h, i, j);
+                    if (w == 0.0)
+                        continue;
+                    for (int64_t c = 0; c < p->d; ++c)
+                        orow[c] += w * fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                }
+                if (lse)
+                    lse[h * p->total_q + r] = lse_row[i];
+            }
+        }
+    }
+    free(lse_row);
+    scratch_free(&sc);
+    return FA_SUCCESS;
+}
+
+static void zero(double *x, int64_t n)
+{
+    if (n > 0)
+        memset(x, 0, sizeof(double) * (size_t)n);
+}
+
+fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+{
+    ref_scratch sc;
+    if (!scratch_alloc(p, &sc, 0)) {
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    zero(dq, p->total_q * p->heads_q * p->d);
+    zero(dk, p->total_k * p->heads_kv * p->d);
+    zero(dv, p->total_k * p->heads_kv * p->d);
+    for (int64_t b = 0; b < p->batch; ++b) {
+        int64_t sq, sk, q0, k0;
+        fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
+        for (int64_t h = 0; h < p->heads_q; ++h) {
+            int64_t hk = h / p->group;
+            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, NULL);
+            for (int64_t i = 0; i < sq; ++i) {
+                int64_t r = canon_row(p, b, q0, i, 1);
+                /* dP_ij = z_ij * (dO_i . V_j); D_i = sum_j P_ij dP_ij; dS = P (dP - D) */
+                double *dprow = sc.s + i * sk; /* S no longer needed: reuse its row for dP */
+                double dsum = 0.0;
+                for (int64_t j = 0; j < sk; ++j) {
+                    double z = dropout_factor(p, b, h, i, j);
+                    double pij = sc.pm[i * sk + j];
+                    double dot = 0.0;
+                    if (pij != 0.0 && z != 0.0)
+                        for (int64_t c = 0; c < p->d; ++c)
+                            dot += fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c) *
+                                   fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                    dprow[j] = z * dot;
+                    dsum += pij * dprow[j];
+                    /* dV_j += P_ij z_ij dO_i */
+                    double w = pij * z;
+                    if (w != 0.0) {
+                        int64_t rk = canon_row(p, b, k0, j, 0);
+                        double *dvrow = dv + (rk * p->heads_kv + hk) * p->d;
+                        for (int64_t c = 0; c < p->d; ++c)
+                            dvrow[c] += w * fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c);
+                    }
+                }
+                double *dqrow = dq + (r * p->heads_q + h) * p->d;
+                for (int64_t j = 0; j < sk; ++j) {
+                    double ds = sc.pm[i * sk + j] * (dprow[j] - dsum) * (double)p->scale;
+                    if (ds == 0.0)
+                        continue;
+                    int64_t rk = canon_row(p, b, k0, j, 0);
+                    double *dkrow = dk + (rk * p->heads_kv + hk) * p->d;
+                    for (int64_t c = 0; c < p->d; ++c) {
+                        dqrow[c] += ds * fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
+                        dkrow[c] += ds * fa_view_get(&p->q, p->dtype, b, q0 + i, h, c);
+                    }
+                }
+            }
+        }
+    }
+    scratch_free(&sc);
+    return FA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ naive same precision */
+
+/* P of (b, h) in fp32 (softmax in fp32, scores accumulated in fp32) and row LSE. */
+static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
+                        float *s, float *pm, double *lse_row)
+{
+    fa_mask m = fa_problem_mask(p, sq, sk);
+    int64_t hk = h / p->group;
+    for (int64_t i = 0; i < sq; ++i) {
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < sk; ++j) {
+            float v = -INFINITY;
+            if (element_visible(p, &m, h, i, j)) {
+                float dot = 0.0f;
+                for (int64_t c = 0; c < p->d; ++c)
+                    dot += (float)fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) *
+                           (float)fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
+                v = p->scale * dot;
+            }
+            s[i * sk + j] = v;
+            if (v > mx)
+                mx = v;
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < sk; ++j) {
+            float e = mx == -INFINITY ? 0.0f : expf(s[i * sk + j] - mx);
+            pm[i * sk + j] = e;
+            sum += e;
+        }
+        for (int64_t j = 0; j < sk; ++j)
+            pm[i * sk + j] = sum > 0.0f ? pm[i * sk + j] / sum : 0.0f;
+        if (lse_row)
+            lse_row[i] = sum > 0.0f ? (double)(mx + logf(sum)) : -INFINITY;
+    }
+}
+
+fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
+{
+    ref_scratch sc;
+    if (!scratch_alloc(p, &sc, 1)) {
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    double *lse_row = malloc(sizeof(double) * (size_t)(p->seqlen_q > 0 ? p->seqlen_q : 1));
+    float *acc = malloc(sizeof(float) * (size_t)p->d);
+    if (!lse_row || !acc) {
+        free(lse_row);
+        free(acc);
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t b = 0; b < p->batch; ++b) {
+        int64_t sq, sk, q0, k0;
+        fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
+        for (int64_t h = 0; h < p->heads_q; ++h) {
+            int64_t hk = h / p->group;
+            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, lse_row);
+            for (int64_t i = 0; i < sq; ++i) {
+                int64_t r = canon_row(p, b, q0, i, 1);
+                for (int64_t c = 0; c < p->d; ++c)
+                    acc[c] = 0.0f;
+                for (int64_t j = 0; j < sk; ++j) {
+                    float w = (float)fa_round_to(p->dtype, sc.pf[i * sk + j] * (float)dropout_factor(p, b, h, i, j));
+                    if (w == 0.0f)
+                        continue;
+                    for (int64_t c = 0; c < p->d; ++c)
+                        acc[c] += w * (float)fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                }
+                for (int64_t c = 0; c < p->d; ++c)
+                    o[(r * p->heads_q + h) * p->d + c] = fa_round_to(p->dtype, acc[c]);
+                if (lse)
+                    lse[h * p->total_q + r] = lse_row[i];
+            }
+        }
+    }
+    free(lse_row);
+    free(acc);
+    scratch_free(&sc);
+    return FA_SUCCESS;
+}
+
+fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+{
+    ref_scratch sc;
+    if (!scratch_alloc(p, &sc, 1)) {
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    int64_t nq = p->total_q * p->heads_q * p->d, nk = p->total_k * p->heads_kv * p->d;
+    /* fp32 accumulators, rounded to the dtype at the end like a plain matmul output */
+    float *aq = calloc((size_t)(nq > 0 ? nq : 1), sizeof(float));
+    float *ak = calloc((size_t)(nk > 0 ? nk : 1), sizeof(float));
+    float *av = calloc((size_t)(nk > 0 ? nk : 1), sizeof(float));
+    if (!aq || !ak || !av) {
+        free(aq);
+        free(ak);
+        free(av);
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t b = 0; b < p->batch; ++b) {
+        int64_t sq, sk, q0, k0;
+        fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
+        for (int64_t h = 0; h < p->heads_q; ++h) {
+            int64_t hk = h / p->group;
+            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, NULL);
+            for (int64_t i = 0; i < sq; ++i) {
+                int64_t r = canon_row(p, b, q0, i, 1);
+                float *dprow = sc.sf + i * sk;
+                float dsum = 0.0f;
+                for (int64_t j = 0; j < sk; ++j) {
+                    float z = (float)dropout_factor(p, b, h, i, j);
+                    float pij = sc.pf[i * sk + j];
+                    float dot = 0.0f;
+                    for (int64_t c = 0; c < p->d; ++c)
+                        dot += (float)fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c) *
+                               (float)fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                    dprow[j] = (float)fa_round_to(p->dtype, dot) * z;
+                    dsum += pij * dprow[j];
+                    float w = (float)fa_round_to(p->dtype, pij * z);
+                    if (w != 0.0f) {
+                        int64_t rk = canon_row(p, b, k0, j, 0);
+                        float *dvrow = av + (rk * p->heads_kv + hk) * p->d;
+                        for (int64_t c = 0; c < p->d; ++c)
+                            dvrow[c] += w * (float)fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c);
+                    }
+                }
+                float *dqrow = aq + (r * p->heads_q + h) * p->d;
+                for (int64_t j = 0; j < sk; ++j) {
+                    float ds = (float)fa_round_to(p->dtype, sc.pf[i * sk + j] * (dprow[j] - dsum));
+                    if (ds == 0.0f)
+                        continue;
+                    ds *= p->scale;
+                    int64_t rk = canon_row(p, b, k0, j, 0);
+                    float *dkrow = ak + (rk * p->heads_kv + hk) * p->d;
+                    for (int64_t c = 0; c < p->d; ++c) {
+                        dqrow[c] += ds * (float)fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
+                        dkrow[c] += ds * (float)fa_view_get(&p->q, p->dtype, b, q0 + i, h, c);
+                    }
+                }
+            }
+        }
+    }
+    for (int64_t x = 0; x < nq; ++x)
+        dq[x] = fa_round_to(p->dtype, aq[x]);
+    for (int64_t x = 0; x < nk; ++x) {
+        dk[x] = fa_round_to(p->dtype, ak[x]);
+        dv[x] = fa_round_to(p->dtype, av[x]);
+    }
+    free(aq);
+    free(ak);
+    free(av);
+    scratch_free(&sc);
+    return FA_SUCCESS;
+}

@@ -1,0 +1,30 @@
+/* reference.h: the float64 materialising oracle and the naive same-precision baseline.
+ *
+ * Both read the problem's inputs (host memory, any dtype and strides) and write outputs in a
+ * canonical contiguous layout that does not depend on the user's strides:
+ *   o, dq        [total_q, heads_q, d]       row r = b*seqlen_q + i (dense) or cu_q[b] + i (varlen)
+ *   dk, dv       [total_k, heads_kv, d]
+ *   lse          [heads_q, total_q]
+ * fa_ref_*: every product and sum in double, S and P materialised, dropout from core/philox.h.
+ * fa_naive_*: what a plain implementation in the input precision gives: fp32 arithmetic, P (and
+ * in the backward dP, dS) rounded to the input dtype before each matrix product, outputs rounded
+ * to the dtype. Its error against fa_ref_* is the yardstick of the conformance pass rule. */
+#ifndef FA_CPU_REFERENCE_H
+#define FA_CPU_REFERENCE_H
+
+#include "internal.h"
+
+/* Returns FA_ERR_OUT_OF_MEMORY if the N x N scratch cannot be allocated. For the backward,
+ * p->backward must be set and the problem's o, lse, dout views are read (o and lse from any
+ * implementation: the reference recomputes what it needs from Q, K, V, dO only and ignores them). */
+fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse);
+fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *dv);
+fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse);
+fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double *dv);
+
+/* Element (row, head, c) of a view as double. */
+double fa_view_get(const fa_view *v, fa_dtype dt, int64_t b, int64_t row, int64_t h, int64_t c);
+/* Round x to the precision of dt (identity for fp32 beyond float rounding). */
+double fa_round_to(fa_dtype dt, double x);
+
+#endif

@@ -1,0 +1,199 @@
+/* api.c: the path of one call: validate (64-bit) -> plan tiles -> build block-sparse lists ->
+ * the backend's chooser -> the backend's kernel. Also the memory helpers and context settings. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+fa_options fa_options_default(void)
+{
+    fa_options o;
+    memset(&o, 0, sizeof o);
+    o.softmax_scale = 0.0f;
+    o.window_left = -1;
+    o.window_right = -1;
+    return o;
+}
+
+/* Everything a call owns between validation and the kernel. */
+typedef struct fa_call {
+    fa_problem p;
+    int32_t *cu_host;
+    fa_block_lists lists;
+    fa_variant variant;
+} fa_call;
+
+static void call_release(fa_call *c)
+{
+    free(c->cu_host);
+    fa_block_lists_free(&c->lists);
+}
+
+static void plan_problem(fa_context *ctx, fa_problem *p, fa_tile_limits *lim)
+{
+    ctx->backend->tile_limits(ctx, p, lim);
+    fa_plan_tiles(lim, p->d, &p->block_q, &p->block_k);
+}
+
+/* After validation: plan, lists, choice. */
+static fa_status prepare(fa_context *ctx, fa_call *c)
+{
+    fa_problem *p = &c->p;
+    fa_tile_limits lim;
+    plan_problem(ctx, p, &lim);
+    if (p->block_mask && p->seqlen_q > 0 && p->seqlen_k > 0) {
+        fa_status st = fa_block_lists_build(p->block_mask, p->heads_q, p->seqlen_q, p->seqlen_k, p->block_q,
+                                            p->block_k, &c->lists);
+        if (st != FA_SUCCESS)
+            return FA_ERROR(ctx, st, "block_mask: cannot allocate the per-tile lists");
+        p->lists = &c->lists;
+    }
+    return ctx->backend->choose(ctx, p, &c->variant);
+}
+
+fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    fa_call c;
+    memset(&c, 0, sizeof c);
+    fa_status st = fa_validate_forward(ctx, args, &c.p, &c.cu_host);
+    if (st == FA_SUCCESS)
+        st = prepare(ctx, &c);
+    if (st == FA_SUCCESS)
+        st = ctx->backend->forward(ctx, &c.p, &c.variant);
+    if (st == FA_SUCCESS)
+        fa_clear_error(ctx);
+    call_release(&c);
+    return st;
+}
+
+fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    fa_call c;
+    memset(&c, 0, sizeof c);
+    fa_status st = fa_validate_backward(ctx, args, &c.p, &c.cu_host);
+    if (st == FA_SUCCESS)
+        st = prepare(ctx, &c);
+    if (st == FA_SUCCESS)
+        st = ctx->backend->backward(ctx, &c.p, &c.variant);
+    if (st == FA_SUCCESS)
+        fa_clear_error(ctx);
+    call_release(&c);
+    return st;
+}
+
+fa_status fa_query_support(fa_context *ctx, const fa_fwd_args *args, int backward, char *variant,
+                           size_t variant_len)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    fa_call c;
+    memset(&c, 0, sizeof c);
+    fa_status st = fa_validate_forward(ctx, args, &c.p, &c.cu_host);
+    c.p.backward = backward != 0;
+    if (st == FA_SUCCESS)
+        st = prepare(ctx, &c);
+    if (st == FA_SUCCESS) {
+        if (variant && variant_len)
+            snprintf(variant, variant_len, "%s", c.variant.name);
+        fa_clear_error(ctx);
+    }
+    call_release(&c);
+    return st;
+}
+
+fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    if (!info)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "plan info is NULL");
+    fa_call c;
+    memset(&c, 0, sizeof c);
+    fa_status st = fa_validate_forward(ctx, args, &c.p, &c.cu_host);
+    if (st == FA_SUCCESS) {
+        fa_tile_limits lim;
+        plan_problem(ctx, &c.p, &lim);
+        memset(info, 0, sizeof *info);
+        info->block_q = c.p.block_q;
+        info->block_k = c.p.block_k;
+        info->onchip_bytes = lim.onchip_bytes;
+        fa_plan_paper_blocks(lim.onchip_bytes, c.p.d, &info->paper_block_q, &info->paper_block_k);
+        info->num_q_blocks = (c.p.seqlen_q + c.p.block_q - 1) / c.p.block_q;
+        info->num_k_blocks = (c.p.seqlen_k + c.p.block_k - 1) / c.p.block_k;
+        info->workspace_fwd = ctx->backend->workspace(ctx, &c.p);
+        c.p.backward = 1;
+        info->workspace_bwd = ctx->backend->workspace(ctx, &c.p);
+        fa_clear_error(ctx);
+    }
+    call_release(&c);
+    return st;
+}
+
+fa_status fa_malloc(fa_context *ctx, size_t bytes, void **ptr)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    if (!ptr)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "fa_malloc: ptr is NULL");
+    *ptr = NULL;
+    return ctx->backend->alloc(ctx, bytes, ptr);
+}
+
+fa_status fa_free(fa_context *ctx, void *ptr)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    if (!ptr)
+        return FA_SUCCESS;
+    return ctx->backend->free(ctx, ptr);
+}
+
+fa_status fa_memcpy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    if (kind < FA_COPY_HOST_TO_DEVICE || kind > FA_COPY_HOST_TO_HOST)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "fa_memcpy: unknown copy kind %d", (int)kind);
+    if (bytes == 0)
+        return FA_SUCCESS;
+    if (!dst || !src)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "fa_memcpy: %s is NULL", dst ? "src" : "dst");
+    return ctx->backend->copy(ctx, dst, src, bytes, kind);
+}
+
+fa_status fa_synchronize(fa_context *ctx)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    return ctx->backend->sync(ctx);
+}
+
+fa_status fa_context_set_stream(fa_context *ctx, void *stream)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    if (!ctx->backend->set_stream)
+        return stream ? FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "the %s backend has no streams", ctx->backend->name)
+                      : FA_SUCCESS;
+    return ctx->backend->set_stream(ctx, stream);
+}
+
+fa_status fa_context_set_num_threads(fa_context *ctx, int threads)
+{
+    if (!ctx)
+        return FA_ERR_INVALID_ARG;
+    if (threads < 0 || threads > 4096)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "threads = %d must be in 0..4096", threads);
+    ctx->num_threads = threads;
+    return FA_SUCCESS;
+}
+
+int fa_context_num_threads(const fa_context *ctx)
+{
+    return ctx ? ctx->num_threads : 0;
+}

@@ -1,0 +1,201 @@
+/* blockmask.c: block-sparse masks: constructors for the paper's patterns and user bitmaps,
+ * validation against a problem, and the per-query-tile lists of non-empty key tiles at the
+ * kernel's own tiling (which need not equal the mask's block size). */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* SplitMix64: a seeded stream for the random pattern (its exact bits are part of the API only
+ * through "same seed, same mask"). */
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int mask_alloc(fa_block_mask *mask, int64_t heads, int64_t rows, int64_t cols, int64_t bq, int64_t bk)
+{
+    int64_t n;
+    if (!fa_mul_ok(heads, rows, &n) || !fa_mul_ok(n, cols, &n) || (uint64_t)n > SIZE_MAX)
+        return 0;
+    mask->bits = calloc(n > 0 ? (size_t)n : 1, 1);
+    if (!mask->bits)
+        return 0;
+    mask->heads = heads;
+    mask->rows = rows;
+    mask->cols = cols;
+    mask->block_q = bq;
+    mask->block_k = bk;
+    return 1;
+}
+
+fa_status fa_block_mask_create(fa_block_mask *mask, fa_block_pattern pattern, int64_t heads, int64_t seqlen_q,
+                               int64_t seqlen_k, int64_t block_q, int64_t block_k, int64_t param, double density,
+                               uint64_t seed)
+{
+    if (!mask)
+        return FA_ERR_INVALID_ARG;
+    memset(mask, 0, sizeof *mask);
+    if (heads < 1 || seqlen_q < 0 || seqlen_k < 0 || block_q < 1 || block_k < 1)
+        return FA_ERR_INVALID_ARG;
+    if (pattern < FA_BLOCK_DENSE || pattern > FA_BLOCK_RANDOM)
+        return FA_ERR_INVALID_ARG;
+    if ((pattern == FA_BLOCK_LOCAL && param < 0) || (pattern == FA_BLOCK_STRIDED && param < 1))
+        return FA_ERR_INVALID_ARG;
+    if (pattern == FA_BLOCK_RANDOM && !(density >= 0.0 && density <= 1.0))
+        return FA_ERR_INVALID_ARG;
+    int64_t rows = ceil_div(seqlen_q, block_q), cols = ceil_div(seqlen_k, block_k);
+    if (!mask_alloc(mask, heads, rows, cols, block_q, block_k))
+        return FA_ERR_OUT_OF_MEMORY;
+    uint64_t state = seed;
+    /* keep probability as a 53-bit fraction compare */
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+                int keep = 0;
+                int64_t diff = r > c ? r - c : c - r;
+                switch (pattern) {
+                case FA_BLOCK_DENSE: keep = 1; break;
+                case FA_BLOCK_BUTTERFLY: keep = __builtin_popcountll((uint64_t)(r ^ c)) <= 1; break;
+                case FA_BLOCK_LOCAL: keep = diff <= param; break;
+                case FA_BLOCK_STRIDED: keep = diff % param == 0; break;
+                case FA_BLOCK_RANDOM: {
+                    double u = (double)(splitmix64(&state) >> 11) * (1.0 / 9007199254740992.0);
+                    keep = u < density || c == r * cols / (rows > 0 ? rows : 1);
+                    break;
+                }
+                }
+                mask->bits[(h * rows + r) * cols + c] = (uint8_t)keep;
+            }
+    return FA_SUCCESS;
+}
+
+fa_status fa_block_mask_from_bitmap(fa_block_mask *mask, const uint8_t *bitmap, int64_t heads, int64_t rows,
+                                    int64_t cols, int64_t block_q, int64_t block_k)
+{
+    if (!mask)
+        return FA_ERR_INVALID_ARG;
+    memset(mask, 0, sizeof *mask);
+    if (heads < 1 || rows < 0 || cols < 0 || block_q < 1 || block_k < 1 || (!bitmap && rows * cols > 0))
+        return FA_ERR_INVALID_ARG;
+    if (!mask_alloc(mask, heads, rows, cols, block_q, block_k))
+        return FA_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < heads * rows * cols; ++i)
+        mask->bits[i] = bitmap[i] != 0;
+    return FA_SUCCESS;
+}
+
+void fa_block_mask_destroy(fa_block_mask *mask)
+{
+    if (!mask)
+        return;
+    free(mask->bits);
+    memset(mask, 0, sizeof *mask);
+}
+
+double fa_block_mask_density(const fa_block_mask *mask)
+{
+    if (!mask || !mask->bits)
+        return 0.0;
+    int64_t n = mask->heads * mask->rows * mask->cols, kept = 0;
+    if (n <= 0)
+        return 0.0;
+    for (int64_t i = 0; i < n; ++i)
+        kept += mask->bits[i] != 0;
+    return (double)kept / (double)n;
+}
+
+fa_status fa_block_mask_check(const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q, int64_t seqlen_k, char *why,
+                              size_t why_len)
+{
+    const char *msg = NULL;
+    char buf[160];
+    if (m->block_q < 1 || m->block_k < 1)
+        msg = "block sizes must be >= 1";
+    else if (m->heads != 1 && m->heads != heads_q)
+        msg = "heads must be 1 (broadcast) or heads_q";
+    else if (m->rows < ceil_div(seqlen_q, m->block_q) || m->cols < ceil_div(seqlen_k, m->block_k)) {
+        snprintf(buf, sizeof buf, "%lld x %lld blocks do not cover seqlen %lld x %lld at block size %lld x %lld",
+                 (long long)m->rows, (long long)m->cols, (long long)seqlen_q, (long long)seqlen_k,
+                 (long long)m->block_q, (long long)m->block_k);
+        msg = buf;
+    } else if (!m->bits && m->rows * m->cols > 0)
+        msg = "bits is NULL";
+    if (!msg)
+        return FA_SUCCESS;
+    if (why && why_len)
+        snprintf(why, why_len, "%s", msg);
+    return FA_ERR_INVALID_ARG;
+}
+
+fa_status fa_block_lists_build(const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q, int64_t seqlen_k,
+                               int64_t block_q, int64_t block_k, fa_block_lists *out)
+{
+    (void)heads_q;
+    memset(out, 0, sizeof *out);
+    int64_t nq = ceil_div(seqlen_q, block_q), nk = ceil_div(seqlen_k, block_k);
+    int64_t heads = m->heads;
+    out->heads = heads;
+    out->nq = nq;
+    out->nk = nk;
+    out->block_q = block_q;
+    out->block_k = block_k;
+    out->row_ptr = malloc(sizeof(int64_t) * (size_t)(heads * nq + 1));
+    /* worst case every tile listed; the lists are O(nq * nk) = O((N / B)^2) entries, which is the
+     * size of the block mask itself, never O(N^2) */
+    size_t cap = (size_t)(heads * nq * nk) + 1;
+    out->col = malloc(sizeof(int32_t) * cap);
+    out->cls = malloc(cap);
+    if (!out->row_ptr || !out->col || !out->cls) {
+        fa_block_lists_free(out);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
+    int64_t nnz = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+        const uint8_t *bits = m->bits + h * m->rows * m->cols;
+        for (int64_t qt = 0; qt < nq; ++qt) {
+            out->row_ptr[h * nq + qt] = nnz;
+            int64_t q0 = qt * block_q, q1 = q0 + block_q < seqlen_q ? q0 + block_q : seqlen_q;
+            int64_t r0 = q0 / m->block_q, r1 = (q1 - 1) / m->block_q;
+            for (int64_t kt = 0; kt < nk; ++kt) {
+                int64_t k0 = kt * block_k, k1 = k0 + block_k < seqlen_k ? k0 + block_k : seqlen_k;
+                int64_t c0 = k0 / m->block_k, c1 = (k1 - 1) / m->block_k;
+                int any = 0, all = 1;
+                for (int64_t r = r0; r <= r1; ++r)
+                    for (int64_t c = c0; c <= c1; ++c) {
+                        int bit = bits[r * m->cols + c] != 0;
+                        any |= bit;
+                        all &= bit;
+                    }
+                if (any) {
+                    out->col[nnz] = (int32_t)kt;
+                    out->cls[nnz] = (uint8_t)(all ? FA_TILE_FULL : FA_TILE_PARTIAL);
+                    ++nnz;
+                }
+            }
+        }
+    }
+    out->row_ptr[heads * nq] = nnz;
+    out->nnz = nnz;
+    return FA_SUCCESS;
+}
+
+void fa_block_lists_free(fa_block_lists *l)
+{
+    if (!l)
+        return;
+    free(l->row_ptr);
+    free(l->col);
+    free(l->cls);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,159 @@
+/* dispatch.c: the registry of compiled-in backends, the default-backend choice (CUDA, HIP, an
+ * OpenCL GPU, then the CPU; FLASHATTN_BACKEND overrides), contexts, and discovery queries. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FA_HAVE_CUDA
+extern const fa_backend fa_backend_cuda;
+#endif
+#ifdef FA_HAVE_HIP
+extern const fa_backend fa_backend_hip;
+#endif
+#ifdef FA_HAVE_OPENCL
+extern const fa_backend fa_backend_opencl;
+#endif
+
+/* In order of preference for "default". */
+static const fa_backend *const registry[] = {
+#ifdef FA_HAVE_CUDA
+    &fa_backend_cuda,
+#endif
+#ifdef FA_HAVE_HIP
+    &fa_backend_hip,
+#endif
+#ifdef FA_HAVE_OPENCL
+    &fa_backend_opencl,
+#endif
+    &fa_backend_cpu,
+};
+#define REGISTRY_SIZE ((int)(sizeof registry / sizeof registry[0]))
+
+int fa_backend_count(void)
+{
+    return REGISTRY_SIZE;
+}
+
+const char *fa_backend_name(int index)
+{
+    return index >= 0 && index < REGISTRY_SIZE ? registry[index]->name : NULL;
+}
+
+static const fa_backend *find_backend(const char *name)
+{
+    for (int i = 0; i < REGISTRY_SIZE; ++i)
+        if (strcmp(registry[i]->name, name) == 0)
+            return registry[i];
+    return NULL;
+}
+
+static int usable(const fa_backend *b)
+{
+    int n = 0;
+    return b->device_count(&n) == FA_SUCCESS && n > 0;
+}
+
+/* The first backend in preference order with a device; a CPU-only OpenCL platform is not
+ * preferred over the native CPU backend (the backend reports is_gpu for its devices). */
+static const fa_backend *default_backend(void)
+{
+    for (int i = 0; i < REGISTRY_SIZE; ++i)
+        if (registry[i]->is_gpu && usable(registry[i]))
+            return registry[i];
+    return &fa_backend_cpu;
+}
+
+fa_status fa_device_count(const char *backend, int *count)
+{
+    if (!backend || !count)
+        return FA_ERR_INVALID_ARG;
+    const fa_backend *b = find_backend(backend);
+    if (!b)
+        return FA_ERR_NO_BACKEND;
+    return b->device_count(count);
+}
+
+fa_status fa_device_name(const char *backend, int device, char *buf, size_t len)
+{
+    if (!backend || !buf || len == 0)
+        return FA_ERR_INVALID_ARG;
+    const fa_backend *b = find_backend(backend);
+    if (!b)
+        return FA_ERR_NO_BACKEND;
+    int n = 0;
+    fa_status st = b->device_count(&n);
+    if (st != FA_SUCCESS)
+        return st;
+    if (device < 0 || device >= n)
+        return FA_ERR_NO_DEVICE;
+    return b->device_name(device, buf, len);
+}
+
+fa_status fa_backend_capabilities(const char *backend, fa_capabilities *caps)
+{
+    if (!backend || !caps)
+        return FA_ERR_INVALID_ARG;
+    const fa_backend *b = find_backend(backend);
+    if (!b)
+        return FA_ERR_NO_BACKEND;
+    memset(caps, 0, sizeof *caps);
+    b->capabilities(caps);
+    return FA_SUCCESS;
+}
+
+fa_status fa_context_create(fa_context **out, const char *backend, int device)
+{
+    if (!out)
+        return FA_ERR_INVALID_ARG;
+    *out = NULL;
+    const char *env = getenv("FLASHATTN_BACKEND");
+    if ((!backend || strcmp(backend, "default") == 0) && env && *env && strcmp(env, "default") != 0)
+        backend = env;
+    const fa_backend *b;
+    if (!backend || strcmp(backend, "default") == 0) {
+        b = default_backend();
+    } else {
+        b = find_backend(backend);
+        if (!b)
+            return FA_ERR_NO_BACKEND;
+    }
+    int n = 0;
+    fa_status st = b->device_count(&n);
+    if (st != FA_SUCCESS)
+        return st;
+    if (n == 0)
+        return FA_ERR_NO_BACKEND;
+    if (device < 0 || device >= n)
+        return FA_ERR_NO_DEVICE;
+    fa_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return FA_ERR_OUT_OF_MEMORY;
+    ctx->backend = b;
+    ctx->device = device;
+    st = b->open(ctx, device);
+    if (st != FA_SUCCESS) {
+        free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return FA_SUCCESS;
+}
+
+void fa_context_destroy(fa_context *ctx)
+{
+    if (!ctx)
+        return;
+    ctx->backend->close(ctx);
+    free(ctx);
+}
+
+const char *fa_context_backend_name(const fa_context *ctx)
+{
+    return ctx ? ctx->backend->name : NULL;
+}
+
+int fa_context_device(const fa_context *ctx)
+{
+    return ctx ? ctx->device : -1;
+}

@@ -1,0 +1,181 @@
+/* internal.h: what the core and the backends share and users never see: the validated problem,
+ * the backend table, the context, error reporting. No vendor header is included here. */
+#ifndef FA_INTERNAL_H
+#define FA_INTERNAL_H
+
+#include "flashattn.h"
+#include "mask.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- validated problem */
+
+/* One tensor as the kernels address it: element (b, row, h, c) of sequence b lives at
+ * data + b*sb + (row_start(b) + row)*ss + h*sh + c, where row_start is 0 for dense tensors and
+ * cu_seqlens[b] for packed ones (then sb = 0). LSE uses the same form with c = 0 and ss its
+ * row stride. */
+typedef struct fa_view {
+    void *data;
+    int64_t sb, ss, sh;
+} fa_view;
+
+/* Per query-tile lists of non-empty key tiles for a block-sparse mask, at the kernel's tiling
+ * (CSR): for mask head mh and query tile qt, the key tiles are
+ * col[row_ptr[mh*nq + qt] .. row_ptr[mh*nq + qt + 1]) with their class in cls[] (PARTIAL when
+ * any element inside the tile is masked by the block mask, FULL otherwise). */
+typedef struct fa_block_lists {
+    int64_t heads, nq, nk;   /* mask heads (1 or heads_q), query tiles, key tiles */
+    int64_t block_q, block_k; /* kernel tile the lists are built for */
+    int64_t *row_ptr;         /* heads*nq + 1 */
+    int32_t *col;
+    uint8_t *cls;
+    int64_t nnz;
+} fa_block_lists;
+
+typedef struct fa_problem {
+    int backward;
+    fa_dtype dtype;
+    int64_t batch, heads_q, heads_kv, group, d;
+    int64_t seqlen_q, seqlen_k;         /* dense: the lengths; varlen: the maxima */
+    int64_t total_q, total_k;           /* rows of the packed tensors (dense: batch * seqlen) */
+    float scale;
+    int causal;
+    int64_t window_left, window_right;  /* as given, -1 unbounded (causal not folded) */
+    float dropout_p;
+    uint32_t dropout_threshold;         /* from core/philox.h; 0 = no dropout */
+    float dropout_scale;                /* 1 / (1 - p) */
+    uint64_t seed, offset;
+    int deterministic;
+    /* varlen: cu_seqlens in the context's memory and validated host copies (batch + 1) */
+    int varlen;
+    const int32_t *cu_q, *cu_k;
+    const int32_t *host_cu_q, *host_cu_k;
+    /* tensors */
+    fa_view q, k, v, o, lse, dout, dq, dk, dv;
+    int has_lse;
+    /* block sparsity */
+    const fa_block_mask *block_mask;
+    const fa_block_lists *lists;        /* built by the core for (block_q, block_k) below */
+    /* plan */
+    int64_t block_q, block_k;
+} fa_problem;
+
+/* Sequence b's lengths and row starts within the packed tensors. */
+static inline void fa_problem_seq(const fa_problem *p, int64_t b, int64_t *sq, int64_t *sk, int64_t *q0,
+                                  int64_t *k0)
+{
+    if (p->varlen) {
+        *q0 = p->host_cu_q[b];
+        *k0 = p->host_cu_k[b];
+        *sq = p->host_cu_q[b + 1] - *q0;
+        *sk = p->host_cu_k[b + 1] - *k0;
+    } else {
+        *q0 = 0;
+        *k0 = 0;
+        *sq = p->seqlen_q;
+        *sk = p->seqlen_k;
+    }
+}
+
+static inline fa_mask fa_problem_mask(const fa_problem *p, int64_t sq, int64_t sk)
+{
+    return fa_mask_make(sq, sk, p->causal, p->window_left, p->window_right);
+}
+
+/* Block-mask bit for query head h, local element (i, j); 1 when there is no block mask. */
+static inline int fa_problem_block_keep(const fa_problem *p, int64_t h, int64_t i, int64_t j)
+{
+    const fa_block_mask *bm = p->block_mask;
+    if (!bm)
+        return 1;
+    int64_t mh = bm->heads == 1 ? 0 : h;
+    return bm->bits[(mh * bm->rows + i / bm->block_q) * bm->cols + j / bm->block_k] != 0;
+}
+
+/* ---------------------------------------------------------------- backend table */
+
+typedef struct fa_variant {
+    char name[64];
+    int kernel; /* backend-private kernel id */
+} fa_variant;
+
+typedef struct fa_tile_limits {
+    int64_t onchip_bytes;            /* M for the paper's formula */
+    int64_t min_block, max_block_q, max_block_k;
+    int64_t multiple;                /* tiles are rounded to a multiple of this */
+} fa_tile_limits;
+
+struct fa_context;
+
+typedef struct fa_backend {
+    const char *name;
+    int is_gpu;
+    fa_status (*device_count)(int *count);
+    fa_status (*device_name)(int device, char *buf, size_t len);
+    void (*capabilities)(fa_capabilities *caps);
+    fa_status (*open)(struct fa_context *ctx, int device);
+    void (*close)(struct fa_context *ctx);
+    void (*tile_limits)(const struct fa_context *ctx, const fa_problem *p, fa_tile_limits *out);
+    fa_status (*choose)(const struct fa_context *ctx, const fa_problem *p, fa_variant *out);
+    fa_status (*forward)(struct fa_context *ctx, const fa_problem *p, const fa_variant *v);
+    fa_status (*backward)(struct fa_context *ctx, const fa_problem *p, const fa_variant *v);
+    int64_t (*workspace)(const struct fa_context *ctx, const fa_problem *p); /* bytes */
+    fa_status (*alloc)(struct fa_context *ctx, size_t bytes, void **ptr);
+    fa_status (*free)(struct fa_context *ctx, void *ptr);
+    fa_status (*copy)(struct fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind);
+    fa_status (*sync)(struct fa_context *ctx);
+    fa_status (*set_stream)(struct fa_context *ctx, void *stream); // optional
+} fa_backend;
+
+extern const fa_backend fa_backend_cpu;
+
+/* ---------------------------------------------------------------- context */
+
+struct fa_context {
+    const fa_backend *backend;
+    int device;
+    int num_threads;
+    void *priv; /* backend state */
+    char last_error[512];
+};
+
+/* Records a message (with file:line) and returns status; FA_SUCCESS clears the message. */
+fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int line, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+#define FA_ERROR(ctx, status, ...) fa_error_at((ctx), (status), __FILE__, __LINE__, __VA_ARGS__)
+void fa_clear_error(fa_context *ctx);
+
+/* ---------------------------------------------------------------- core modules */
+
+/* validate.c: every rule once; fills p (without plan and lists). Host copies of cu_seqlens are
+ * allocated into *cu_host (caller frees). */
+fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem *p, int32_t **cu_host);
+fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem *p, int32_t **cu_host);
+
+/* plan.c: the paper's block sizes, B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d) with M counted
+ * in fp32 elements, then clamped to the backend's limits. */
+void fa_plan_paper_blocks(int64_t onchip_bytes, int64_t d, int64_t *block_q, int64_t *block_k);
+void fa_plan_tiles(const fa_tile_limits *lim, int64_t d, int64_t *block_q, int64_t *block_k);
+
+/* blockmask.c */
+fa_status fa_block_lists_build(const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q, int64_t seqlen_k,
+                               int64_t block_q, int64_t block_k, fa_block_lists *out);
+void fa_block_lists_free(fa_block_lists *l);
+fa_status fa_block_mask_check(const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q, int64_t seqlen_k,
+                              char *why, size_t why_len);
+
+/* 64-bit helpers that report overflow */
+static inline int fa_mul_ok(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline int fa_add_ok(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+
+#endif /* FA_INTERNAL_H */

@@ -1,0 +1,94 @@
+/* status.c: status strings, dtype names and sizes, and the context's last-error message. */
+#include "internal.h"
+#include "half.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *fa_status_string(fa_status status)
+{
+    switch (status) {
+    case FA_SUCCESS: return "FA_SUCCESS: success";
+    case FA_ERR_INVALID_ARG: return "FA_ERR_INVALID_ARG: an argument is invalid (null pointer, shape, stride, option or size)";
+    case FA_ERR_UNSUPPORTED: return "FA_ERR_UNSUPPORTED: valid, but the backend has no kernel for it";
+    case FA_ERR_OUT_OF_MEMORY: return "FA_ERR_OUT_OF_MEMORY: a host or device allocation failed";
+    case FA_ERR_NO_BACKEND: return "FA_ERR_NO_BACKEND: the backend is not compiled in or has no usable device";
+    case FA_ERR_NO_DEVICE: return "FA_ERR_NO_DEVICE: the device index is out of range";
+    case FA_ERR_BACKEND: return "FA_ERR_BACKEND: the vendor runtime reported an error";
+    case FA_ERR_OVERFLOW: return "FA_ERR_OVERFLOW: a size or offset overflows 64 bits or size_t";
+    case FA_ERR_INTERNAL: return "FA_ERR_INTERNAL: internal error in flashattn";
+    }
+    return "unknown fa_status value";
+}
+
+size_t fa_dtype_size(fa_dtype dtype)
+{
+    switch (dtype) {
+    case FA_DTYPE_F32: return 4;
+    case FA_DTYPE_F16: return 2;
+    case FA_DTYPE_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *fa_dtype_name(fa_dtype dtype)
+{
+    switch (dtype) {
+    case FA_DTYPE_F32: return "fp32";
+    case FA_DTYPE_F16: return "fp16";
+    case FA_DTYPE_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int line, const char *fmt, ...)
+{
+    if (!ctx)
+        return status;
+    if (status == FA_SUCCESS) {
+        ctx->last_error[0] = '\0';
+        return status;
+    }
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    int n = snprintf(ctx->last_error, sizeof ctx->last_error, "%s:%d: ", base, line);
+    if (n < 0 || (size_t)n >= sizeof ctx->last_error)
+        return status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->last_error + n, sizeof ctx->last_error - (size_t)n, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void fa_clear_error(fa_context *ctx)
+{
+    if (ctx)
+        ctx->last_error[0] = '\0';
+}
+
+const char *fa_context_last_error(const fa_context *ctx)
+{
+    return ctx ? ctx->last_error : "no context";
+}
+
+uint16_t fa_f32_to_f16(float x) { return fa_float_to_half(x); }
+float fa_f16_to_f32(uint16_t h) { return fa_half_to_float(h); }
+uint16_t fa_f32_to_bf16(float x) { return fa_float_to_bfloat(x); }
+float fa_bf16_to_f32(uint16_t h) { return fa_bfloat_to_float(h); }
+
+fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int ndim, const int64_t *shape)
+{
+    fa_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dtype;
+    t.ndim = ndim < 0 ? 0 : (ndim > FA_MAX_DIMS ? FA_MAX_DIMS : ndim);
+    int64_t s = 1;
+    for (int i = t.ndim - 1; i >= 0; --i) {
+        t.shape[i] = shape ? shape[i] : 0;
+        t.stride[i] = s;
+        s *= t.shape[i] > 0 ? t.shape[i] : 1;
+    }
+    return t;
+}

@@ -1,0 +1,374 @@
+/* validate.c: every rule about shapes, strides, dtypes, options and sizes, checked once with
+ * 64-bit arithmetic before anything is written. Backends never re-validate what is checked here.
+ * The result is an fa_problem: the sizes, the options in their effective form, and one fa_view per
+ * tensor. */
+#include "internal.h"
+#include "philox.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FA_MAX_HEAD_DIM 256
+
+static int dtype_valid(fa_dtype dt)
+{
+    return dt == FA_DTYPE_F32 || dt == FA_DTYPE_F16 || dt == FA_DTYPE_BF16;
+}
+
+typedef struct span {
+    uintptr_t lo, hi; /* byte range [lo, hi) the tensor may touch; lo == hi for an empty tensor */
+} span;
+
+/* Checks one tensor against its expected ndim and shape (-1 = any), its dtype, strides (last = 1,
+ * none negative), and that its byte span fits; outputs must not have overlapping elements. */
+static fa_status check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int ndim,
+                              const int64_t *shape, fa_dtype dtype, int output, span *sp)
+{
+    if (t->ndim != ndim)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: ndim is %d, expected %d", name, t->ndim, ndim);
+    if (!dtype_valid(t->dtype))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: unknown dtype value %d", name, (int)t->dtype);
+    if (t->dtype != dtype)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: dtype is %s, expected %s", name, fa_dtype_name(t->dtype),
+                        fa_dtype_name(dtype));
+    int64_t elems = 1;
+    for (int i = 0; i < ndim; ++i) {
+        if (t->shape[i] < 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: shape[%d] = %lld is negative", name, i,
+                            (long long)t->shape[i]);
+        if (shape[i] >= 0 && t->shape[i] != shape[i])
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: shape[%d] = %lld, expected %lld", name, i,
+                            (long long)t->shape[i], (long long)shape[i]);
+        if (t->stride[i] < 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: stride[%d] = %lld is negative", name, i,
+                            (long long)t->stride[i]);
+        if (!fa_mul_ok(elems, t->shape[i], &elems))
+            return FA_ERROR(ctx, FA_ERR_OVERFLOW, "%s: element count overflows 64 bits", name);
+    }
+    if (t->stride[ndim - 1] != 1 && t->shape[ndim - 1] > 1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: the last dimension must be contiguous (stride %lld)", name,
+                        (long long)t->stride[ndim - 1]);
+    sp->lo = sp->hi = 0;
+    if (elems == 0)
+        return FA_SUCCESS;
+    if (!t->data)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: data is NULL", name);
+    int64_t last = 0; /* offset of the last element, in elements */
+    for (int i = 0; i < ndim; ++i) {
+        int64_t term;
+        if (!fa_mul_ok(t->shape[i] - 1, t->stride[i], &term) || !fa_add_ok(last, term, &last))
+            return FA_ERROR(ctx, FA_ERR_OVERFLOW, "%s: element offsets overflow 64 bits", name);
+    }
+    int64_t bytes;
+    if (!fa_add_ok(last, 1, &bytes) || !fa_mul_ok(bytes, (int64_t)fa_dtype_size(dtype), &bytes) ||
+        (uint64_t)bytes > (uint64_t)SIZE_MAX || (uintptr_t)t->data > UINTPTR_MAX - (uintptr_t)bytes)
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "%s: byte span overflows the address space", name);
+    sp->lo = (uintptr_t)t->data;
+    sp->hi = sp->lo + (uintptr_t)bytes;
+    if (output) {
+        /* Distinct indices must map to distinct elements: sort the dimensions of extent > 1 by
+         * stride and require each stride to exceed the span of the dimensions inside it. */
+        int order[FA_MAX_DIMS], n = 0;
+        for (int i = 0; i < ndim; ++i)
+            if (t->shape[i] > 1)
+                order[n++] = i;
+        for (int a = 1; a < n; ++a)
+            for (int b = a; b > 0 && t->stride[order[b]] < t->stride[order[b - 1]]; --b) {
+                int tmp = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = tmp;
+            }
+        int64_t inner = 0; /* max offset reachable by the inner dimensions */
+        for (int a = 0; a < n; ++a) {
+            int64_t s = t->stride[order[a]];
+            if (s <= inner)
+                return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                                "%s: strides make distinct output elements overlap (dimension %d)", name, order[a]);
+            inner += (t->shape[order[a]] - 1) * s;
+        }
+    }
+    return FA_SUCCESS;
+}
+
+static int spans_overlap(span a, span b)
+{
+    return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+}
+
+/* The kernels address a tensor by (batch, row, head); the d dimension is last. */
+static fa_view make_view(const fa_tensor *t, int varlen)
+{
+    fa_view v;
+    v.data = t->data;
+    if (varlen) {
+        v.sb = 0;
+        v.ss = t->stride[0];
+        v.sh = t->stride[1];
+    } else {
+        v.sb = t->stride[0];
+        v.ss = t->stride[1];
+        v.sh = t->stride[2];
+    }
+    return v;
+}
+
+static fa_view make_lse_view(const fa_tensor *t, int varlen)
+{
+    fa_view v;
+    v.data = t->data;
+    if (varlen) {
+        v.sb = 0;
+        v.sh = t->stride[0];
+        v.ss = t->stride[1];
+    } else {
+        v.sb = t->stride[0];
+        v.sh = t->stride[1];
+        v.ss = t->stride[2];
+    }
+    return v;
+}
+
+static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem *p)
+{
+    if (isnan(o->softmax_scale) || isinf(o->softmax_scale))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "softmax_scale must be finite (0 selects 1/sqrt(d))");
+    p->scale = o->softmax_scale != 0.0f ? o->softmax_scale : (float)(1.0 / sqrt((double)p->d));
+    if (o->window_left < -1 || o->window_right < -1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "window (%lld, %lld): each side must be >= 0, or -1 for unbounded",
+                        (long long)o->window_left, (long long)o->window_right);
+    if (!(o->dropout_p >= 0.0f && o->dropout_p < 1.0f))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "dropout_p = %g must be in [0, 1)", (double)o->dropout_p);
+    p->causal = o->causal != 0;
+    p->window_left = o->window_left;
+    p->window_right = o->window_right;
+    p->dropout_p = o->dropout_p;
+    p->dropout_threshold = fa_dropout_threshold(o->dropout_p);
+    p->dropout_scale = (float)(1.0 / (1.0 - (double)o->dropout_p));
+    p->seed = o->dropout_seed;
+    p->offset = o->dropout_offset;
+    p->deterministic = o->deterministic != 0;
+    p->block_mask = o->block_mask;
+    if (o->block_mask) {
+        char why[200];
+        if (fa_block_mask_check(o->block_mask, p->heads_q, p->seqlen_q, p->seqlen_k, why, sizeof why) != FA_SUCCESS)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "block_mask: %s", why);
+    }
+    return FA_SUCCESS;
+}
+
+/* Reads and checks cu_seqlens (batch + 1 int32 in the context's memory). */
+static fa_status load_cu_seqlens(fa_context *ctx, const char *name, const int32_t *cu, int64_t batch,
+                                 int64_t total, int64_t max_len, int32_t *host)
+{
+    if (!cu)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s is NULL", name);
+    fa_status st = ctx->backend->copy(ctx, host, cu, (size_t)(batch + 1) * sizeof(int32_t), FA_COPY_DEVICE_TO_HOST);
+    if (st != FA_SUCCESS)
+        return st;
+    if (host[0] != 0)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s[0] = %d, must be 0", name, (int)host[0]);
+    for (int64_t b = 0; b < batch; ++b) {
+        int64_t len = (int64_t)host[b + 1] - host[b];
+        if (len < 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s decreases at %lld", name, (long long)b);
+        if (len > max_len)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: sequence %lld of %s has length %lld > max_seqlen %lld",
+                            (long long)b, name, (long long)len, (long long)max_len);
+    }
+    if (host[batch] > total)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s[%lld] = %d exceeds the %lld packed rows", name,
+                        (long long)batch, (int)host[batch], (long long)total);
+    return FA_SUCCESS;
+}
+
+/* Sizes from Q and K; sets batch, seqlens, heads, d. */
+static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor *k, const fa_varlen *vl,
+                            fa_problem *p)
+{
+    int nd = vl ? 3 : 4;
+    if (q->ndim != nd || k->ndim != nd)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q/k: ndim is %d/%d, expected %d (%s layout)", q->ndim, k->ndim, nd,
+                        vl ? "packed varlen [total, heads, d]" : "[batch, seqlen, heads, d]");
+    if (vl) {
+        if (vl->batch < 0 || vl->max_seqlen_q < 0 || vl->max_seqlen_k < 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: batch and max_seqlen must be >= 0");
+        if (vl->batch >= INT32_MAX)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: batch too large");
+        p->varlen = 1;
+        p->batch = vl->batch;
+        p->seqlen_q = vl->max_seqlen_q;
+        p->seqlen_k = vl->max_seqlen_k;
+        p->total_q = q->shape[0];
+        p->total_k = k->shape[0];
+        if (p->total_q > INT32_MAX || p->total_k > INT32_MAX)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: more than 2^31 - 1 packed rows cannot be addressed by int32 cu_seqlens");
+    } else {
+        p->varlen = 0;
+        p->batch = q->shape[0];
+        p->seqlen_q = q->shape[1];
+        p->seqlen_k = k->shape[1];
+        if (!fa_mul_ok(p->batch, p->seqlen_q, &p->total_q) || !fa_mul_ok(p->batch, p->seqlen_k, &p->total_k))
+            return FA_ERROR(ctx, FA_ERR_OVERFLOW, "batch * seqlen overflows 64 bits");
+    }
+    p->heads_q = q->shape[nd - 2];
+    p->heads_kv = k->shape[nd - 2];
+    p->d = q->shape[nd - 1];
+    if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "negative batch or sequence length");
+    if (p->heads_q < 1 || p->heads_kv < 1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "heads_q = %lld and heads_kv = %lld must be >= 1",
+                        (long long)p->heads_q, (long long)p->heads_kv);
+    if (p->heads_q % p->heads_kv != 0)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "GQA: heads_q = %lld is not a multiple of heads_kv = %lld",
+                        (long long)p->heads_q, (long long)p->heads_kv);
+    p->group = p->heads_q / p->heads_kv;
+    if (p->d < 1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "head dim d = %lld must be >= 1", (long long)p->d);
+    if (p->d > FA_MAX_HEAD_DIM)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "head dim d = %lld: at most %d is supported", (long long)p->d,
+                        FA_MAX_HEAD_DIM);
+    if (!dtype_valid(q->dtype))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: unknown dtype value %d", (int)q->dtype);
+    p->dtype = q->dtype;
+    return FA_SUCCESS;
+}
+
+static void shape_qlike(const fa_problem *p, int64_t *s)
+{
+    if (p->varlen) {
+        s[0] = p->total_q; s[1] = p->heads_q; s[2] = p->d;
+    } else {
+        s[0] = p->batch; s[1] = p->seqlen_q; s[2] = p->heads_q; s[3] = p->d;
+    }
+}
+
+static void shape_klike(const fa_problem *p, int64_t *s)
+{
+    if (p->varlen) {
+        s[0] = p->total_k; s[1] = p->heads_kv; s[2] = p->d;
+    } else {
+        s[0] = p->batch; s[1] = p->seqlen_k; s[2] = p->heads_kv; s[3] = p->d;
+    }
+}
+
+static void shape_lse(const fa_problem *p, int64_t *s)
+{
+    if (p->varlen) {
+        s[0] = p->heads_q; s[1] = p->total_q;
+    } else {
+        s[0] = p->batch; s[1] = p->heads_q; s[2] = p->seqlen_q;
+    }
+}
+
+static fa_status finish_varlen(fa_context *ctx, const fa_varlen *vl, fa_problem *p, int32_t **cu_host)
+{
+    *cu_host = NULL;
+    if (!vl)
+        return FA_SUCCESS;
+    int32_t *h = malloc(sizeof(int32_t) * 2 * (size_t)(p->batch + 1));
+    if (!h)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "varlen: cannot allocate %lld host offsets", (long long)p->batch);
+    fa_status st = load_cu_seqlens(ctx, "cu_seqlens_q", vl->cu_seqlens_q, p->batch, p->total_q, p->seqlen_q, h);
+    if (st == FA_SUCCESS)
+        st = load_cu_seqlens(ctx, "cu_seqlens_k", vl->cu_seqlens_k, p->batch, p->total_k, p->seqlen_k, h + p->batch + 1);
+    if (st != FA_SUCCESS) {
+        free(h);
+        return st;
+    }
+    p->cu_q = vl->cu_seqlens_q;
+    p->cu_k = vl->cu_seqlens_k;
+    p->host_cu_q = h;
+    p->host_cu_k = h + p->batch + 1;
+    *cu_host = h;
+    return FA_SUCCESS;
+}
+
+fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem *p, int32_t **cu_host)
+{
+    memset(p, 0, sizeof *p);
+    *cu_host = NULL;
+    if (!a)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "args is NULL");
+    fa_status st = read_sizes(ctx, &a->q, &a->k, a->varlen, p);
+    if (st != FA_SUCCESS)
+        return st;
+    int nd = p->varlen ? 3 : 4;
+    int64_t sq[4], sk[4], sl[3];
+    shape_qlike(p, sq);
+    shape_klike(p, sk);
+    shape_lse(p, sl);
+    span s_q, s_k, s_v, s_o, s_l = {0, 0};
+    if ((st = check_tensor(ctx, "q", &a->q, nd, sq, p->dtype, 0, &s_q)) ||
+        (st = check_tensor(ctx, "k", &a->k, nd, sk, p->dtype, 0, &s_k)) ||
+        (st = check_tensor(ctx, "v", &a->v, nd, sk, p->dtype, 0, &s_v)) ||
+        (st = check_tensor(ctx, "o", &a->o, nd, sq, p->dtype, 1, &s_o)))
+        return st;
+    p->has_lse = a->lse.data != NULL;
+    if (p->has_lse && (st = check_tensor(ctx, "lse", &a->lse, nd - 1, sl, FA_DTYPE_F32, 1, &s_l)))
+        return st;
+    span ins[3] = {s_q, s_k, s_v};
+    static const char *const in_names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; ++i)
+        if (spans_overlap(ins[i], s_o) || spans_overlap(ins[i], s_l))
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "an output (o or lse) overlaps input %s in memory", in_names[i]);
+    if (spans_overlap(s_o, s_l))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "o and lse overlap in memory");
+    if ((st = check_options(ctx, &a->opts, p)))
+        return st;
+    p->q = make_view(&a->q, p->varlen);
+    p->k = make_view(&a->k, p->varlen);
+    p->v = make_view(&a->v, p->varlen);
+    p->o = make_view(&a->o, p->varlen);
+    if (p->has_lse)
+        p->lse = make_lse_view(&a->lse, p->varlen);
+    return finish_varlen(ctx, a->varlen, p, cu_host);
+}
+
+fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem *p, int32_t **cu_host)
+{
+    memset(p, 0, sizeof *p);
+    *cu_host = NULL;
+    if (!a)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "args is NULL");
+    fa_status st = read_sizes(ctx, &a->q, &a->k, a->varlen, p);
+    if (st != FA_SUCCESS)
+        return st;
+    p->backward = 1;
+    int nd = p->varlen ? 3 : 4;
+    int64_t sq[4], sk[4], sl[3];
+    shape_qlike(p, sq);
+    shape_klike(p, sk);
+    shape_lse(p, sl);
+    span in[6], out[3];
+    if ((st = check_tensor(ctx, "q", &a->q, nd, sq, p->dtype, 0, &in[0])) ||
+        (st = check_tensor(ctx, "k", &a->k, nd, sk, p->dtype, 0, &in[1])) ||
+        (st = check_tensor(ctx, "v", &a->v, nd, sk, p->dtype, 0, &in[2])) ||
+        (st = check_tensor(ctx, "o", &a->o, nd, sq, p->dtype, 0, &in[3])) ||
+        (st = check_tensor(ctx, "dout", &a->dout, nd, sq, p->dtype, 0, &in[4])) ||
+        (st = check_tensor(ctx, "lse", &a->lse, nd - 1, sl, FA_DTYPE_F32, 0, &in[5])) ||
+        (st = check_tensor(ctx, "dq", &a->dq, nd, sq, p->dtype, 1, &out[0])) ||
+        (st = check_tensor(ctx, "dk", &a->dk, nd, sk, p->dtype, 1, &out[1])) ||
+        (st = check_tensor(ctx, "dv", &a->dv, nd, sk, p->dtype, 1, &out[2])))
+        return st;
+    static const char *const in_names[6] = {"q", "k", "v", "o", "dout", "lse"};
+    static const char *const out_names[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 3; ++j)
+            if (spans_overlap(in[i], out[j]))
+                return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "output %s overlaps input %s in memory", out_names[j],
+                                in_names[i]);
+    if ((st = check_options(ctx, &a->opts, p)))
+        return st;
+    p->has_lse = 1;
+    p->q = make_view(&a->q, p->varlen);
+    p->k = make_view(&a->k, p->varlen);
+    p->v = make_view(&a->v, p->varlen);
+    p->o = make_view(&a->o, p->varlen);
+    p->dout = make_view(&a->dout, p->varlen);
+    p->lse = make_lse_view(&a->lse, p->varlen);
+    p->dq = make_view(&a->dq, p->varlen);
+    p->dk = make_view(&a->dk, p->varlen);
+    p->dv = make_view(&a->dv, p->varlen);
+    return finish_varlen(ctx, a->varlen, p, cu_host);
+}

@@ -1,0 +1,258 @@
+/* flashattn.h: the whole public surface of flashattn, a portable FlashAttention library.
+ *
+ * Exact attention O = softmax(scale * Q K^T + mask) V computed by fused tiled kernels that never
+ * materialise the N x N score matrix. C11; every symbol is prefixed fa_ / FA_. The library never
+ * aborts and never prints: every call returns an fa_status, and a context keeps the last error
+ * message (with the library file and line that raised it). */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FA_BUILDING_DLL)
+#define FA_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum fa_status {
+    FA_SUCCESS = 0,
+    FA_ERR_INVALID_ARG,   /* a null pointer, a bad shape, stride, option or size */
+    FA_ERR_UNSUPPORTED,   /* valid, but this backend has no kernel for it (dtype, head dim, ...) */
+    FA_ERR_OUT_OF_MEMORY, /* host or device allocation failed */
+    FA_ERR_NO_BACKEND,    /* the named backend is not compiled in or has no usable device */
+    FA_ERR_NO_DEVICE,     /* the device index is out of range */
+    FA_ERR_BACKEND,       /* the vendor runtime reported an error (message has its name) */
+    FA_ERR_OVERFLOW,      /* a size, offset or byte count does not fit 64 bits / size_t */
+    FA_ERR_INTERNAL       /* a bug in flashattn: please report it */
+} fa_status;
+
+/* A static string that names and explains a status; never NULL. */
+FA_API const char *fa_status_string(fa_status status);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef enum fa_dtype {
+    FA_DTYPE_F32 = 0,
+    FA_DTYPE_F16 = 1, /* IEEE binary16 */
+    FA_DTYPE_BF16 = 2 /* bfloat16, stored as uint16 */
+} fa_dtype;
+
+FA_API size_t fa_dtype_size(fa_dtype dtype);  /* bytes per element, 0 for an unknown dtype */
+FA_API const char *fa_dtype_name(fa_dtype dtype);
+
+#define FA_MAX_DIMS 4
+
+/* A strided view. shape/stride are in elements (not bytes); the last dimension must be contiguous
+ * (stride 1). Dense layouts:   Q, O, dQ, dO  [batch, seqlen_q, heads_q,  d]   ndim 4
+ *                              K, V, dK, dV  [batch, seqlen_k, heads_kv, d]   ndim 4
+ *                              LSE           [batch, heads_q, seqlen_q]  fp32 ndim 3
+ * Packed variable length:      Q, O          [total_q, heads_q, d]            ndim 3
+ *                              K, V          [total_k, heads_kv, d]           ndim 3
+ *                              LSE           [heads_q, total_q]          fp32 ndim 2
+ * data lives in the memory of the context's backend (see fa_malloc). */
+typedef struct fa_tensor {
+    void *data;
+    fa_dtype dtype;
+    int ndim;
+    int64_t shape[FA_MAX_DIMS];
+    int64_t stride[FA_MAX_DIMS];
+} fa_tensor;
+
+/* Fill t with a contiguous row-major view of the given shape. */
+FA_API fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int ndim, const int64_t *shape);
+
+/* ---------------------------------------------------------------- block-sparse masks */
+
+/* A block bitmap: bits[h * rows * cols + r * cols + c] != 0 means query block r may attend key
+ * block c (block r covers query rows [r*block_q, (r+1)*block_q) of each sequence, block c key
+ * columns [c*block_k, (c+1)*block_k)). heads is 1 (one mask for every query head) or heads_q.
+ * rows must cover ceil(seqlen_q / block_q) and cols ceil(seqlen_k / block_k) (for varlen: of the
+ * longest sequence). bits lives in host memory. The mask intersects causal/window masks. */
+typedef struct fa_block_mask {
+    int64_t heads;
+    int64_t rows, cols;
+    int64_t block_q, block_k;
+    uint8_t *bits;
+} fa_block_mask;
+
+typedef enum fa_block_pattern {
+    FA_BLOCK_DENSE = 0,    /* every block */
+    FA_BLOCK_BUTTERFLY,    /* (r, c) kept iff popcount(r xor c) <= 1: the union of the butterfly factors */
+    FA_BLOCK_LOCAL,        /* |r - c| <= param (a band of blocks around the block diagonal) */
+    FA_BLOCK_STRIDED,      /* r == c, or (r - c) a multiple of param (Sparse Transformer, strided) */
+    FA_BLOCK_RANDOM        /* each block kept with probability density (seeded), diagonal always kept */
+} fa_block_pattern;
+
+/* Allocate mask->bits (host, heads*rows*cols bytes) for a problem of the given sequence lengths and
+ * fill it with a pattern. param: band width (LOCAL) or stride (STRIDED), ignored otherwise. density
+ * and seed: RANDOM only. Release with fa_block_mask_destroy. */
+FA_API fa_status fa_block_mask_create(fa_block_mask *mask, fa_block_pattern pattern, int64_t heads,
+                                      int64_t seqlen_q, int64_t seqlen_k, int64_t block_q,
+                                      int64_t block_k, int64_t param, double density, uint64_t seed);
+/* Copy a user bitmap (heads*rows*cols bytes, row-major as above) into a new mask. */
+FA_API fa_status fa_block_mask_from_bitmap(fa_block_mask *mask, const uint8_t *bitmap, int64_t heads,
+                                           int64_t rows, int64_t cols, int64_t block_q,
+                                           int64_t block_k);
+FA_API void fa_block_mask_destroy(fa_block_mask *mask);
+/* Fraction of non-empty blocks, in [0, 1]. */
+FA_API double fa_block_mask_density(const fa_block_mask *mask);
+
+/* ---------------------------------------------------------------- options and arguments */
+
+/* Semantics (see README, "Options"):
+ * - scores s_ij = softmax_scale * q_i . k_j; softmax_scale 0 means 1/sqrt(d).
+ * - causal: bottom-right aligned. With offset = seqlen_k - seqlen_q, query i sees key j only if
+ *   j <= i + offset. Sliding window (left, right), -1 = unbounded on that side: query i sees key j
+ *   only if i + offset - left <= j <= i + offset + right. causal is window right = 0.
+ * - GQA/MQA: heads_q a multiple of heads_kv; query head h uses kv head h / (heads_q / heads_kv).
+ * - dropout: element (b, h, i, j) of P is dropped iff fa_dropout_keep() in core/philox.h says so
+ *   (Philox4x32-10, key = seed, counter from (offset, b, h, i, j)); kept values are scaled by
+ *   1/(1 - p). p in [0, 1).
+ * - a fully masked row gives O = 0 and LSE = -inf (never NaN). */
+typedef struct fa_options {
+    float softmax_scale;
+    int causal;
+    int64_t window_left, window_right;
+    float dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
+    const fa_block_mask *block_mask; /* NULL: dense */
+    int deterministic;               /* backward: bitwise-identical gradients on every run */
+} fa_options;
+
+/* Defaults: scale 1/sqrt(d), no causal, unbounded window, no dropout, no block mask. */
+FA_API fa_options fa_options_default(void);
+
+/* Variable-length packed batches: cu_seqlens_q/k are int32 arrays of batch + 1 non-decreasing
+ * offsets into the packed token dimension, starting at 0, in the context's memory (like the
+ * tensors). NULL for both means dense layout. max_seqlen_q/k bound every sequence's length. */
+typedef struct fa_varlen {
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    int64_t batch;
+    int64_t max_seqlen_q, max_seqlen_k;
+} fa_varlen;
+
+typedef struct fa_fwd_args {
+    fa_tensor q, k, v;
+    fa_tensor o;          /* written */
+    fa_tensor lse;        /* written; data NULL to skip */
+    const fa_varlen *varlen; /* NULL: dense */
+    fa_options opts;
+} fa_fwd_args;
+
+typedef struct fa_bwd_args {
+    fa_tensor q, k, v, o, lse, dout; /* inputs: o and lse from fa_forward with the same options */
+    fa_tensor dq, dk, dv;            /* written */
+    const fa_varlen *varlen;
+    fa_options opts;
+} fa_bwd_args;
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct fa_context fa_context;
+
+/* backend: "cpu", "cuda", "hip", "opencl", or NULL / "default" for the best one available
+ * (CUDA, HIP, an OpenCL GPU, then CPU), overridden by the environment variable FLASHATTN_BACKEND.
+ * device: index within that backend. */
+FA_API fa_status fa_context_create(fa_context **ctx, const char *backend, int device);
+FA_API void fa_context_destroy(fa_context *ctx);
+FA_API const char *fa_context_backend_name(const fa_context *ctx);
+FA_API int fa_context_device(const fa_context *ctx);
+/* The last error's message ("" after success); valid until the next call on ctx. */
+FA_API const char *fa_context_last_error(const fa_context *ctx);
+/* GPU backends: the stream / queue to run on (cudaStream_t, hipStream_t, cl_command_queue);
+ * NULL restores the context's own. The CPU backend accepts only NULL. */
+FA_API fa_status fa_context_set_stream(fa_context *ctx, void *stream);
+/* CPU backend: worker threads (0 = FLASHATTN_NUM_THREADS or the number of online processors). */
+FA_API fa_status fa_context_set_num_threads(fa_context *ctx, int threads);
+FA_API int fa_context_num_threads(const fa_context *ctx);
+
+/* ---------------------------------------------------------------- discovery */
+
+FA_API int fa_backend_count(void);                 /* backends compiled in */
+FA_API const char *fa_backend_name(int index);     /* NULL when out of range */
+FA_API fa_status fa_device_count(const char *backend, int *count);
+FA_API fa_status fa_device_name(const char *backend, int device, char *buf, size_t len);
+
+#define FA_FEATURE_CAUSAL        (1u << 0)
+#define FA_FEATURE_WINDOW        (1u << 1)
+#define FA_FEATURE_VARLEN        (1u << 2)
+#define FA_FEATURE_GQA           (1u << 3)
+#define FA_FEATURE_DROPOUT       (1u << 4)
+#define FA_FEATURE_BLOCK_SPARSE  (1u << 5)
+#define FA_FEATURE_LSE           (1u << 6)
+#define FA_FEATURE_DETERMINISTIC (1u << 7)
+#define FA_FEATURE_BACKWARD      (1u << 8)
+#define FA_FEATURE_STRIDES       (1u << 9)
+
+typedef struct fa_capabilities {
+    unsigned dtypes;       /* bit (1 << fa_dtype) per supported dtype */
+    int max_head_dim;      /* every d in 1..max_head_dim unless head_dims lists them */
+    int head_dims[16];     /* exact list (0-terminated) if non-empty; other d padded up, see notes */
+    unsigned features;     /* FA_FEATURE_* */
+    char notes[256];
+} fa_capabilities;
+
+FA_API fa_status fa_backend_capabilities(const char *backend, fa_capabilities *caps);
+
+/* Asks the backend's chooser whether it would run these arguments, and which kernel variant;
+ * the same function picks the kernel in fa_forward/fa_backward, so the answers agree.
+ * Returns FA_SUCCESS, FA_ERR_UNSUPPORTED (message says why) or FA_ERR_INVALID_ARG. */
+FA_API fa_status fa_query_support(fa_context *ctx, const fa_fwd_args *args, int backward,
+                                  char *variant, size_t variant_len);
+
+/* The tiling the core planned for these arguments on this context. */
+typedef struct fa_plan_info {
+    int64_t block_q, block_k;   /* B_r, B_c */
+    int64_t onchip_bytes;       /* M used for the paper's formula */
+    int64_t paper_block_q, paper_block_k; /* before clamping to the backend's kernels */
+    int64_t num_q_blocks, num_k_blocks;
+    int64_t workspace_fwd, workspace_bwd; /* bytes the library allocates itself */
+} fa_plan_info;
+FA_API fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *plan);
+
+/* ---------------------------------------------------------------- memory helpers */
+
+typedef enum fa_copy_kind {
+    FA_COPY_HOST_TO_DEVICE = 0,
+    FA_COPY_DEVICE_TO_HOST,
+    FA_COPY_DEVICE_TO_DEVICE,
+    FA_COPY_HOST_TO_HOST
+} fa_copy_kind;
+
+FA_API fa_status fa_malloc(fa_context *ctx, size_t bytes, void **ptr);
+FA_API fa_status fa_free(fa_context *ctx, void *ptr);
+FA_API fa_status fa_memcpy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind);
+FA_API fa_status fa_synchronize(fa_context *ctx);
+
+/* ---------------------------------------------------------------- attention */
+
+FA_API fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args);
+FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
+
+/* ---------------------------------------------------------------- conversions (host) */
+
+FA_API uint16_t fa_f32_to_f16(float x);
+FA_API float fa_f16_to_f32(uint16_t h);
+FA_API uint16_t fa_f32_to_bf16(float x);
+FA_API float fa_bf16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHATTN_H */
