@@ -1,0 +1,267 @@
+/* grid.c: the conformance grid. Not a Cartesian product (that would take hours on the float64
+ * reference): each axis of the issue's grid is swept around a base case, and the axes that
+ * interact (causal x unequal lengths, GQA x varlen, dropout x masks, block-sparse x windows) are
+ * crossed where they meet. The short grid (CI under sanitizers) keeps one case per axis value. */
+#include "harness.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const fa_dtype dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+static const char *const dtype_tag[3] = {"f32", "f16", "bf16"};
+
+#define ADD(c)                                                                                                     \
+    do {                                                                                                           \
+        if (n < max)                                                                                               \
+            cases[n++] = (c);                                                                                      \
+    } while (0)
+
+int conf_grid(conf_case *cases, int max, int full)
+{
+    int n = 0;
+    char name[128];
+
+    /* head dims x dtypes, forward and backward */
+    static const int64_t dims[] = {16, 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; ++i)
+        for (int t = 0; t < 3; ++t) {
+            if (!full && t != (int)(i % 3))
+                continue;
+            snprintf(name, sizeof name, "hdim%lld-%s", (long long)dims[i], dtype_tag[t]);
+            conf_case c = conf_case_default(name);
+            c.dtype = dtypes[t];
+            c.d = dims[i];
+            c.batch = 2;
+            c.heads_q = 2;
+            c.heads_kv = 2;
+            c.seqlen_q = full ? 113 : 61;
+            c.seqlen_k = full ? 129 : 67;
+            c.backward = 1;
+            ADD(c);
+        }
+
+    /* sequence-length pairs, equal and unequal both ways, with and without causal */
+    static const int64_t pairs[][2] = {{1, 1},     {3, 3},     {17, 17},   {113, 113}, {127, 127}, {128, 128},
+                                       {129, 129}, {211, 211}, {1023, 1023}, {1024, 1024}, {1, 1024}, {1024, 1},
+                                       {3, 129},   {129, 3},   {17, 211},  {211, 17},  {127, 1023}, {1023, 128},
+                                       {113, 128}, {128, 113}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i)
+        for (int causal = 0; causal < 2; ++causal) {
+            int big = pairs[i][0] > 500 || pairs[i][1] > 500;
+            if (!full && (big || (i % 2) != (size_t)causal))
+                continue;
+            snprintf(name, sizeof name, "seqlen%lldx%lld%s", (long long)pairs[i][0], (long long)pairs[i][1],
+                     causal ? "-causal" : "");
+            conf_case c = conf_case_default(name);
+            c.dtype = dtypes[(i + (size_t)causal) % 3];
+            c.seqlen_q = pairs[i][0];
+            c.seqlen_k = pairs[i][1];
+            c.causal = causal;
+            c.d = big ? 32 : 64;
+            c.heads_q = c.heads_kv = big ? 1 : 2;
+            c.batch = big ? 1 : 2;
+            c.backward = 1;
+            ADD(c);
+        }
+
+    /* GQA / MQA ratios 1, 2, 8 with batch > 1 */
+    static const int64_t kv_heads[] = {8, 4, 1};
+    for (int i = 0; i < 3; ++i)
+        for (int causal = 0; causal < 2; ++causal) {
+            if (!full && causal)
+                continue;
+            snprintf(name, sizeof name, "gqa%lld%s", (long long)(8 / kv_heads[i]), causal ? "-causal" : "");
+            conf_case c = conf_case_default(name);
+            c.dtype = dtypes[i];
+            c.batch = 3;
+            c.heads_q = 8;
+            c.heads_kv = kv_heads[i];
+            c.seqlen_q = 77;
+            c.seqlen_k = 95;
+            c.d = 32;
+            c.causal = causal;
+            c.backward = 1;
+            ADD(c);
+        }
+
+    /* sliding windows, alone and with causal, unequal lengths */
+    static const int64_t windows[][2] = {{16, 0}, {32, 8}, {-1, 5}, {7, -1}, {0, 0}, {3, 3}};
+    for (int i = 0; i < 6; ++i)
+        for (int causal = 0; causal < 2; ++causal) {
+            if (!full && (i % 2) != causal)
+                continue;
+            snprintf(name, sizeof name, "window%lld_%lld%s", (long long)windows[i][0], (long long)windows[i][1],
+                     causal ? "-causal" : "");
+            conf_case c = conf_case_default(name);
+            c.dtype = dtypes[i % 3];
+            c.seqlen_q = 150;
+            c.seqlen_k = 170 - 40 * causal;
+            c.heads_q = 2;
+            c.heads_kv = 1;
+            c.window_left = windows[i][0];
+            c.window_right = windows[i][1];
+            c.causal = causal;
+            c.backward = 1;
+            ADD(c);
+        }
+
+    /* varlen packed batches with zero-length sequences, GQA, causal */
+    for (int v = 0; v < 3; ++v)
+        for (int causal = 0; causal < 2; ++causal) {
+            if (!full && causal != (v % 2))
+                continue;
+            snprintf(name, sizeof name, "varlen%d%s", v, causal ? "-causal" : "");
+            conf_case c = conf_case_default(name);
+            c.dtype = dtypes[v];
+            c.varlen = 1;
+            c.batch = 4;
+            static const int64_t lq[3][4] = {{5, 0, 113, 64}, {1, 130, 0, 17}, {0, 0, 70, 3}};
+            static const int64_t lk[3][4] = {{7, 19, 0, 64}, {33, 100, 0, 17}, {0, 5, 70, 200}};
+            memcpy(c.len_q, lq[v], sizeof lq[v]);
+            memcpy(c.len_k, lk[v], sizeof lk[v]);
+            c.heads_q = 4;
+            c.heads_kv = v == 1 ? 1 : 2;
+            c.d = 48;
+            c.causal = causal;
+            c.window_left = v == 2 ? 20 : -1;
+            c.backward = 1;
+            c.layout = v == 1 ? LAYOUT_PADDED : LAYOUT_CONTIGUOUS;
+            ADD(c);
+        }
+
+    /* dropout 0.17 (p = 0 is every other case), with masks and GQA, forward and backward */
+    for (int t = 0; t < 3; ++t)
+        for (int causal = 0; causal < 2; ++causal) {
+            if (!full && causal != (t % 2))
+                continue;
+            snprintf(name, sizeof name, "dropout-%s%s", dtype_tag[t], causal ? "-causal" : "");
+            conf_case c = conf_case_default(name);
+            c.dtype = dtypes[t];
+            c.dropout_p = 0.17f;
+            c.seed = 42 + (uint64_t)t;
+            c.offset = 1000 * (uint64_t)t;
+            c.batch = 2;
+            c.heads_q = 4;
+            c.heads_kv = 2;
+            c.seqlen_q = 97;
+            c.seqlen_k = 131;
+            c.causal = causal;
+            c.backward = 1;
+            ADD(c);
+        }
+
+    /* block-sparse: patterns, densities, mask blocks that differ from the kernel tiles */
+    struct {
+        fa_block_pattern pat;
+        int64_t bq, bk, param;
+        double density;
+        int per_head, causal;
+        const char *tag;
+    } sparse[] = {
+        {FA_BLOCK_RANDOM, 32, 32, 0, 0.25, 0, 0, "random25"},
+        {FA_BLOCK_RANDOM, 32, 32, 0, 0.5, 1, 0, "random50-perhead"},
+        {FA_BLOCK_RANDOM, 48, 80, 0, 0.5, 0, 1, "random50-48x80-causal"},
+        {FA_BLOCK_DENSE, 64, 64, 0, 1.0, 0, 0, "dense"},
+        {FA_BLOCK_BUTTERFLY, 32, 32, 0, 0, 0, 0, "butterfly"},
+        {FA_BLOCK_BUTTERFLY, 16, 128, 0, 0, 1, 1, "butterfly-16x128-causal"},
+        {FA_BLOCK_LOCAL, 32, 32, 1, 0, 0, 0, "local1"},
+        {FA_BLOCK_STRIDED, 24, 40, 3, 0, 0, 0, "strided3-24x40"},
+        {FA_BLOCK_RANDOM, 32, 32, 0, 0.1, 0, 0, "random10"},
+    };
+    for (size_t i = 0; i < sizeof sparse / sizeof sparse[0]; ++i) {
+        if (!full && i % 2)
+            continue;
+        snprintf(name, sizeof name, "blocksparse-%s", sparse[i].tag);
+        conf_case c = conf_case_default(name);
+        c.dtype = dtypes[i % 3];
+        c.block = sparse[i].pat;
+        c.block_q = sparse[i].bq;
+        c.block_k = sparse[i].bk;
+        c.block_param = sparse[i].param;
+        c.block_density = sparse[i].density;
+        c.block_per_head = sparse[i].per_head;
+        c.causal = sparse[i].causal;
+        c.seqlen_q = 200;
+        c.seqlen_k = 260;
+        c.heads_q = 2;
+        c.heads_kv = 1;
+        c.batch = 2;
+        c.backward = 1;
+        c.dropout_p = i == 2 ? 0.17f : 0.0f;
+        ADD(c);
+    }
+
+    /* non-contiguous strides */
+    for (int l = 1; l <= 2; ++l)
+        for (int t = 0; t < 3; ++t) {
+            if (!full && t != l)
+                continue;
+            snprintf(name, sizeof name, "strides-%s-%s", l == 1 ? "padded" : "bhsd", dtype_tag[t]);
+            conf_case c = conf_case_default(name);
+            c.dtype = dtypes[t];
+            c.layout = (layout_kind)l;
+            c.batch = 2;
+            c.heads_q = 4;
+            c.heads_kv = 2;
+            c.seqlen_q = 70;
+            c.seqlen_k = 90;
+            c.d = 40;
+            c.causal = t == 1;
+            c.backward = 1;
+            ADD(c);
+        }
+
+    /* fully masked rows: causal with seqlen_q > seqlen_k, a window that misses, an empty block row */
+    {
+        conf_case c = conf_case_default("fullymasked-causal-sq>sk");
+        c.seqlen_q = 100;
+        c.seqlen_k = 40;
+        c.causal = 1;
+        c.backward = 1;
+        c.dtype = FA_DTYPE_BF16;
+        ADD(c);
+        c = conf_case_default("fullymasked-window");
+        c.seqlen_q = 90;
+        c.seqlen_k = 30;
+        c.window_left = 0;
+        c.window_right = 0;
+        c.backward = 1;
+        ADD(c);
+        c = conf_case_default("fullymasked-blockrow");
+        /* diagonal blocks of 16 and a one-element window on the bottom-right diagonal j = i + 8:
+         * rows with i % 16 >= 8 see only a key in the next block, which the mask drops */
+        c.seqlen_q = 128;
+        c.seqlen_k = 136;
+        c.block = FA_BLOCK_LOCAL;
+        c.block_q = 16;
+        c.block_k = 16;
+        c.block_param = 0;
+        c.window_left = 0;
+        c.window_right = 0;
+        c.backward = 1;
+        c.dtype = FA_DTYPE_F16;
+        ADD(c);
+    }
+
+    /* custom scale, deterministic flag, seqlen_q = 0 and seqlen_k = 0 */
+    {
+        conf_case c = conf_case_default("scale-0.5-deterministic");
+        c.scale = 0.5f;
+        c.deterministic = 1;
+        c.backward = 1;
+        c.seqlen_q = 150;
+        c.seqlen_k = 150;
+        c.heads_q = 4;
+        c.heads_kv = 1;
+        ADD(c);
+        c = conf_case_default("empty-keys");
+        c.seqlen_k = 0;
+        c.backward = 1;
+        ADD(c);
+        c = conf_case_default("empty-queries");
+        c.seqlen_q = 0;
+        c.backward = 1;
+        ADD(c);
+    }
+    return n;
+}

@@ -1,0 +1,585 @@
+/* harness.c: builds a case's inputs, runs the backend under test through the public API and the
+ * memory helpers only (so GPU backends plug in unchanged), and checks every output against the
+ * float64 reference with the tolerance taken from the naive same-precision baseline's error. */
+#include "harness.h"
+#include "half.h"
+#include "reference.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD_BYTES 64
+#define GUARD_BYTE 0xA5
+#define POISON_BYTE 0xFF /* all-ones is a NaN in fp32, fp16 and bf16 */
+
+conf_case conf_case_default(const char *name)
+{
+    conf_case c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", name);
+    c.dtype = FA_DTYPE_F32;
+    c.batch = 1;
+    c.seqlen_q = c.seqlen_k = 64;
+    c.heads_q = c.heads_kv = 1;
+    c.d = 64;
+    c.window_left = c.window_right = -1;
+    c.seed = 1234;
+    return c;
+}
+
+/* ------------------------------------------------------------------ random numbers */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_normal(uint64_t *s)
+{
+    double u1 = ((double)(rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* ------------------------------------------------------------------ strided buffers */
+
+typedef struct tbuf {
+    fa_tensor t;       /* data = device pointer */
+    size_t bytes;      /* span of the elements */
+    uint8_t *host;     /* host image: bytes + GUARD_BYTES */
+    uint8_t *elem_map; /* 1 where an element lives (outputs: to find untouched gaps) */
+    void *dev;
+} tbuf;
+
+static size_t span_bytes(const fa_tensor *t)
+{
+    int64_t last = 0, n = 1;
+    for (int i = 0; i < t->ndim; ++i) {
+        last += (t->shape[i] - 1) * t->stride[i];
+        n *= t->shape[i];
+    }
+    if (n == 0)
+        return 0;
+    return (size_t)(last + 1) * fa_dtype_size(t->dtype);
+}
+
+/* strides for [outer, rows, heads, d] (ndim 4) or [rows, heads, d] (ndim 3) in a layout */
+static void make_strides(fa_tensor *t, layout_kind layout)
+{
+    int nd = t->ndim;
+    int64_t d = t->shape[nd - 1], h = t->shape[nd - 2], s = t->shape[nd - 3];
+    int64_t sd = 1, sh, ss, sb = 0;
+    switch (layout) {
+    case LAYOUT_PADDED:
+        sh = d + 3;
+        ss = h * sh + 5;
+        sb = s * ss + 7;
+        break;
+    case LAYOUT_BHSD:
+        ss = d;
+        sh = s * d;
+        sb = h * s * d;
+        break;
+    default:
+        sh = d;
+        ss = h * d;
+        sb = s * h * d;
+        break;
+    }
+    t->stride[nd - 1] = sd;
+    t->stride[nd - 2] = sh;
+    t->stride[nd - 3] = ss;
+    if (nd == 4)
+        t->stride[0] = sb;
+}
+
+static void make_lse_strides(fa_tensor *t, layout_kind layout)
+{
+    int64_t pad = layout == LAYOUT_PADDED ? 2 : 0;
+    if (t->ndim == 3) { /* [b, h, s] */
+        t->stride[2] = 1;
+        t->stride[1] = t->shape[2] + pad;
+        t->stride[0] = t->shape[1] * t->stride[1];
+    } else { /* [h, total] */
+        t->stride[1] = 1;
+        t->stride[0] = t->shape[1] + pad;
+    }
+}
+
+static int tbuf_alloc(fa_context *ctx, tbuf *b, int output)
+{
+    b->bytes = span_bytes(&b->t);
+    b->host = malloc(b->bytes + GUARD_BYTES);
+    if (!b->host)
+        return 0;
+    memset(b->host, output ? POISON_BYTE : 0, b->bytes);
+    memset(b->host + b->bytes, GUARD_BYTE, GUARD_BYTES);
+    if (fa_malloc(ctx, b->bytes + GUARD_BYTES, &b->dev) != FA_SUCCESS)
+        return 0;
+    b->t.data = b->dev;
+    if (output) {
+        size_t esz = fa_dtype_size(b->t.dtype);
+        b->elem_map = calloc(b->bytes / esz + 1, 1);
+        if (!b->elem_map)
+            return 0;
+        int64_t idx[FA_MAX_DIMS] = {0}, n = 1;
+        for (int i = 0; i < b->t.ndim; ++i)
+            n *= b->t.shape[i];
+        for (int64_t e = 0; e < n; ++e) {
+            int64_t off = 0, rem = e;
+            for (int i = b->t.ndim - 1; i >= 0; --i) {
+                idx[i] = rem % b->t.shape[i];
+                rem /= b->t.shape[i];
+                off += idx[i] * b->t.stride[i];
+            }
+            b->elem_map[off] = 1;
+        }
+    }
+    return 1;
+}
+
+static fa_status tbuf_upload(fa_context *ctx, tbuf *b)
+{
+    return fa_memcpy(ctx, b->dev, b->host, b->bytes + GUARD_BYTES, FA_COPY_HOST_TO_DEVICE);
+}
+
+static fa_status tbuf_download(fa_context *ctx, tbuf *b)
+{
+    return fa_memcpy(ctx, b->host, b->dev, b->bytes + GUARD_BYTES, FA_COPY_DEVICE_TO_HOST);
+}
+
+static void tbuf_free(fa_context *ctx, tbuf *b)
+{
+    if (b->dev)
+        fa_free(ctx, b->dev);
+    free(b->host);
+    free(b->elem_map);
+    memset(b, 0, sizeof *b);
+}
+
+/* The host image as a tensor (same strides), for the reference. */
+static fa_tensor tbuf_host_tensor(const tbuf *b)
+{
+    fa_tensor t = b->t;
+    t.data = b->host;
+    return t;
+}
+
+static void set_elem(tbuf *b, int64_t off, double x)
+{
+    switch (b->t.dtype) {
+    case FA_DTYPE_F32: ((float *)b->host)[off] = (float)x; break;
+    case FA_DTYPE_F16: ((uint16_t *)b->host)[off] = fa_float_to_half((float)x); break;
+    case FA_DTYPE_BF16: ((uint16_t *)b->host)[off] = fa_float_to_bfloat((float)x); break;
+    }
+}
+
+static void fill_normal(tbuf *b, uint64_t *rng)
+{
+    int64_t n = 1;
+    for (int i = 0; i < b->t.ndim; ++i)
+        n *= b->t.shape[i];
+    for (int64_t e = 0; e < n; ++e) {
+        int64_t off = 0, rem = e;
+        for (int i = b->t.ndim - 1; i >= 0; --i) {
+            off += (rem % b->t.shape[i]) * b->t.stride[i];
+            rem /= b->t.shape[i];
+        }
+        set_elem(b, off, rng_normal(rng));
+    }
+}
+
+/* Guard bytes untouched, gaps between strided elements untouched, every element written. */
+static int check_output_buffer(const char *name, const tbuf *b, char *why, size_t len)
+{
+    for (size_t i = 0; i < GUARD_BYTES; ++i)
+        if (b->host[b->bytes + i] != GUARD_BYTE) {
+            snprintf(why, len, "%s: guard byte %zu after the buffer was overwritten", name, i);
+            return 0;
+        }
+    size_t esz = fa_dtype_size(b->t.dtype), n = b->bytes / esz;
+    for (size_t e = 0; e < n; ++e) {
+        const uint8_t *p = b->host + e * esz;
+        int all_poison = 1;
+        for (size_t k = 0; k < esz; ++k)
+            all_poison &= p[k] == POISON_BYTE;
+        if (b->elem_map[e] && all_poison) {
+            snprintf(why, len, "%s: element at offset %zu was never written", name, e);
+            return 0;
+        }
+        if (!b->elem_map[e] && !all_poison) {
+            snprintf(why, len, "%s: gap at offset %zu between strided elements was written", name, e);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ comparisons */
+
+typedef struct cmp {
+    double err;       /* max |x - ref| over elements where both are finite */
+    int nan_mismatch; /* x NaN/inf where ref is finite (or the reverse) */
+    double ref_max;
+} cmp;
+
+static cmp compare(const double *x, const double *ref, int64_t n)
+{
+    cmp c = {0, 0, 0};
+    for (int64_t i = 0; i < n; ++i) {
+        if (isfinite(ref[i])) {
+            if (!isfinite(x[i])) {
+                c.nan_mismatch = 1;
+                continue;
+            }
+            double e = fabs(x[i] - ref[i]);
+            if (e > c.err)
+                c.err = e;
+            if (fabs(ref[i]) > c.ref_max)
+                c.ref_max = fabs(ref[i]);
+        } else if (!(x[i] == ref[i])) { /* -inf LSE must be -inf exactly; NaN stays NaN */
+            if (!(isnan(ref[i]) && isnan(x[i])))
+                c.nan_mismatch = 1;
+        }
+    }
+    return c;
+}
+
+/* Canonical [rows, heads, d] doubles from a downloaded tensor (host image). */
+static void canon_from(const tbuf *b, const fa_problem *p, int is_q, int64_t heads, double *out)
+{
+    fa_view v = {b->host, 0, 0, 0};
+    const fa_tensor *t = &b->t;
+    if (t->ndim == 4) {
+        v.sb = t->stride[0];
+        v.ss = t->stride[1];
+        v.sh = t->stride[2];
+    } else {
+        v.ss = t->stride[0];
+        v.sh = t->stride[1];
+    }
+    int64_t rows = is_q ? p->total_q : p->total_k, per = is_q ? p->seqlen_q : p->seqlen_k;
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t bb = t->ndim == 4 ? r / per : 0, row = t->ndim == 4 ? r % per : r;
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t c = 0; c < p->d; ++c)
+                out[(r * heads + h) * p->d + c] = fa_view_get(&v, t->dtype, bb, row, h, c);
+    }
+}
+
+static void lse_from(const tbuf *b, const fa_problem *p, double *out)
+{
+    const float *x = (const float *)b->host;
+    for (int64_t h = 0; h < p->heads_q; ++h)
+        for (int64_t r = 0; r < p->total_q; ++r) {
+            int64_t off;
+            if (b->t.ndim == 3)
+                off = (r / p->seqlen_q) * b->t.stride[0] + h * b->t.stride[1] + (r % p->seqlen_q) * b->t.stride[2];
+            else
+                off = h * b->t.stride[0] + r;
+            out[h * p->total_q + r] = x[off];
+        }
+}
+
+/* ------------------------------------------------------------------ one case */
+
+typedef struct case_bufs {
+    tbuf q, k, v, o, lse, dout, dq, dk, dv;
+    int32_t *cu_host;
+    void *cu_dev;
+    fa_block_mask mask;
+    fa_varlen varlen;
+} case_bufs;
+
+static void bufs_free(fa_context *ctx, case_bufs *cb)
+{
+    tbuf *all[] = {&cb->q, &cb->k, &cb->v, &cb->o, &cb->lse, &cb->dout, &cb->dq, &cb->dk, &cb->dv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        tbuf_free(ctx, all[i]);
+    free(cb->cu_host);
+    if (cb->cu_dev)
+        fa_free(ctx, cb->cu_dev);
+    fa_block_mask_destroy(&cb->mask);
+}
+
+#define FAIL(...)                                                                                                  \
+    do {                                                                                                           \
+        snprintf(r->failure, sizeof r->failure, __VA_ARGS__);                                                      \
+        goto done;                                                                                                 \
+    } while (0)
+
+static void set_tensor_shape(tbuf *b, fa_dtype dt, int ndim, int64_t a0, int64_t a1, int64_t a2, int64_t a3)
+{
+    memset(&b->t, 0, sizeof b->t);
+    b->t.dtype = dt;
+    b->t.ndim = ndim;
+    int64_t s[4] = {a0, a1, a2, a3};
+    for (int i = 0; i < ndim; ++i)
+        b->t.shape[i] = s[i];
+}
+
+static double bound_of(double factor, double naive_err, double ref_max)
+{
+    return factor * naive_err + 1e-5 * (ref_max > 1.0 ? ref_max : 1.0);
+}
+
+int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
+{
+    memset(r, 0, sizeof *r);
+    case_bufs cb;
+    memset(&cb, 0, sizeof cb);
+    fa_context *host = NULL;
+    double *ref_o = NULL, *naive_o = NULL, *ker_o = NULL, *ref_l = NULL, *naive_l = NULL, *ker_l = NULL;
+    double *g[3][3] = {{NULL}}; /* [ref, naive, kernel][dq, dk, dv] */
+    int32_t *cu_check = NULL;
+    fa_status st;
+    uint64_t rng = c->seed * 0x9E3779B97F4A7C15ull + 17;
+
+    if (fa_context_create(&host, "cpu", 0) != FA_SUCCESS)
+        FAIL("cannot create the host reference context");
+
+    int64_t batch = c->batch, total_q, total_k, sq = c->seqlen_q, sk = c->seqlen_k;
+    int nd = c->varlen ? 3 : 4;
+    if (c->varlen) {
+        total_q = total_k = 0;
+        sq = sk = 0;
+        cb.cu_host = malloc(sizeof(int32_t) * 2 * (size_t)(batch + 1));
+        if (!cb.cu_host)
+            FAIL("out of host memory");
+        cb.cu_host[0] = cb.cu_host[batch + 1] = 0;
+        for (int64_t b = 0; b < batch; ++b) {
+            total_q += c->len_q[b];
+            total_k += c->len_k[b];
+            cb.cu_host[b + 1] = (int32_t)total_q;
+            cb.cu_host[batch + 2 + b] = (int32_t)total_k;
+            sq = c->len_q[b] > sq ? c->len_q[b] : sq;
+            sk = c->len_k[b] > sk ? c->len_k[b] : sk;
+        }
+        set_tensor_shape(&cb.q, c->dtype, 3, total_q, c->heads_q, c->d, 0);
+        set_tensor_shape(&cb.k, c->dtype, 3, total_k, c->heads_kv, c->d, 0);
+        set_tensor_shape(&cb.lse, FA_DTYPE_F32, 2, c->heads_q, total_q, 0, 0);
+    } else {
+        set_tensor_shape(&cb.q, c->dtype, 4, batch, sq, c->heads_q, c->d);
+        set_tensor_shape(&cb.k, c->dtype, 4, batch, sk, c->heads_kv, c->d);
+        set_tensor_shape(&cb.lse, FA_DTYPE_F32, 3, batch, c->heads_q, sq, 0);
+    }
+    cb.v.t = cb.k.t;
+    cb.o.t = cb.q.t;
+    cb.dout.t = cb.q.t;
+    cb.dq.t = cb.q.t;
+    cb.dk.t = cb.k.t;
+    cb.dv.t = cb.k.t;
+    tbuf *qlike[] = {&cb.q, &cb.o, &cb.dout, &cb.dq}, *klike[] = {&cb.k, &cb.v, &cb.dk, &cb.dv};
+    for (int i = 0; i < 4; ++i) {
+        make_strides(&qlike[i]->t, c->layout);
+        make_strides(&klike[i]->t, c->layout);
+    }
+    make_lse_strides(&cb.lse.t, c->layout);
+    (void)nd;
+
+    if (!tbuf_alloc(ctx, &cb.q, 0) || !tbuf_alloc(ctx, &cb.k, 0) || !tbuf_alloc(ctx, &cb.v, 0) ||
+        !tbuf_alloc(ctx, &cb.o, 1) || !tbuf_alloc(ctx, &cb.lse, 1))
+        FAIL("cannot allocate the case's buffers");
+    fill_normal(&cb.q, &rng);
+    fill_normal(&cb.k, &rng);
+    fill_normal(&cb.v, &rng);
+    if (tbuf_upload(ctx, &cb.q) || tbuf_upload(ctx, &cb.k) || tbuf_upload(ctx, &cb.v) || tbuf_upload(ctx, &cb.o) ||
+        tbuf_upload(ctx, &cb.lse))
+        FAIL("upload failed: %s", fa_context_last_error(ctx));
+
+    fa_options opts = fa_options_default();
+    opts.softmax_scale = c->scale;
+    opts.causal = c->causal;
+    opts.window_left = c->window_left;
+    opts.window_right = c->window_right;
+    opts.dropout_p = c->dropout_p;
+    opts.dropout_seed = c->seed;
+    opts.dropout_offset = c->offset;
+    opts.deterministic = c->deterministic;
+    if (c->block_q > 0) {
+        if (fa_block_mask_create(&cb.mask, c->block, c->block_per_head ? c->heads_q : 1, sq, sk, c->block_q,
+                                 c->block_k, c->block_param, c->block_density, c->seed) != FA_SUCCESS)
+            FAIL("cannot create the block mask");
+        opts.block_mask = &cb.mask;
+    }
+    if (c->varlen) {
+        if (fa_malloc(ctx, sizeof(int32_t) * 2 * (size_t)(batch + 1), &cb.cu_dev) ||
+            fa_memcpy(ctx, cb.cu_dev, cb.cu_host, sizeof(int32_t) * 2 * (size_t)(batch + 1), FA_COPY_HOST_TO_DEVICE))
+            FAIL("cannot upload cu_seqlens");
+        cb.varlen.batch = batch;
+        cb.varlen.cu_seqlens_q = cb.cu_dev;
+        cb.varlen.cu_seqlens_k = (int32_t *)cb.cu_dev + batch + 1;
+        cb.varlen.max_seqlen_q = sq;
+        cb.varlen.max_seqlen_k = sk;
+    }
+
+    fa_fwd_args fa = {.q = cb.q.t, .k = cb.k.t, .v = cb.v.t, .o = cb.o.t, .lse = cb.lse.t,
+                      .varlen = c->varlen ? &cb.varlen : NULL, .opts = opts};
+    char variant[64];
+    st = fa_query_support(ctx, &fa, c->backward, variant, sizeof variant);
+    if (st == FA_ERR_UNSUPPORTED) {
+        r->skipped = 1;
+        snprintf(r->skip_reason, sizeof r->skip_reason, "%s", fa_context_last_error(ctx));
+        goto done;
+    }
+    if (st != FA_SUCCESS)
+        FAIL("fa_query_support: %s: %s", fa_status_string(st), fa_context_last_error(ctx));
+    st = fa_forward(ctx, &fa);
+    if (st != FA_SUCCESS)
+        FAIL("fa_forward: %s: %s", fa_status_string(st), fa_context_last_error(ctx));
+    if (fa_synchronize(ctx) || tbuf_download(ctx, &cb.o) || tbuf_download(ctx, &cb.lse))
+        FAIL("download failed: %s", fa_context_last_error(ctx));
+    if (!check_output_buffer("o", &cb.o, r->failure, sizeof r->failure) ||
+        !check_output_buffer("lse", &cb.lse, r->failure, sizeof r->failure))
+        goto done;
+
+    /* the reference sees the same host images through a host context */
+    fa_varlen host_varlen = cb.varlen;
+    if (c->varlen) {
+        host_varlen.cu_seqlens_q = cb.cu_host;
+        host_varlen.cu_seqlens_k = cb.cu_host + batch + 1;
+    }
+    fa_fwd_args ha = fa;
+    ha.q = tbuf_host_tensor(&cb.q);
+    ha.k = tbuf_host_tensor(&cb.k);
+    ha.v = tbuf_host_tensor(&cb.v);
+    ha.o = tbuf_host_tensor(&cb.o);
+    ha.lse = tbuf_host_tensor(&cb.lse);
+    ha.varlen = c->varlen ? &host_varlen : NULL;
+    fa_problem p;
+    if (fa_validate_forward(host, &ha, &p, &cu_check) != FA_SUCCESS)
+        FAIL("reference validation: %s", fa_context_last_error(host));
+    int64_t no = p.total_q * p.heads_q * p.d, nl = p.total_q * p.heads_q, nk = p.total_k * p.heads_kv * p.d;
+    ref_o = malloc(sizeof(double) * (size_t)(no + 1));
+    naive_o = malloc(sizeof(double) * (size_t)(no + 1));
+    ker_o = malloc(sizeof(double) * (size_t)(no + 1));
+    ref_l = malloc(sizeof(double) * (size_t)(nl + 1));
+    naive_l = malloc(sizeof(double) * (size_t)(nl + 1));
+    ker_l = malloc(sizeof(double) * (size_t)(nl + 1));
+    if (!ref_o || !naive_o || !ker_o || !ref_l || !naive_l || !ker_l)
+        FAIL("out of host memory");
+    if (fa_ref_forward(&p, ref_o, ref_l) || fa_naive_forward(&p, naive_o, naive_l))
+        FAIL("reference out of memory");
+    canon_from(&cb.o, &p, 1, p.heads_q, ker_o);
+    lse_from(&cb.lse, &p, ker_l);
+
+    cmp co = compare(ker_o, ref_o, no), cn = compare(naive_o, ref_o, no);
+    r->err_o = co.err;
+    r->naive_o = cn.err;
+    r->bound_o = bound_of(2.0, cn.err, co.ref_max);
+    if (co.nan_mismatch)
+        FAIL("O has NaN/inf where the reference is finite");
+    if (co.err > r->bound_o)
+        FAIL("O error %.3g > bound %.3g (naive %s error %.3g)", co.err, r->bound_o, fa_dtype_name(c->dtype), cn.err);
+    cmp cl = compare(ker_l, ref_l, nl), cln = compare(naive_l, ref_l, nl);
+    r->err_lse = cl.err;
+    r->bound_lse = bound_of(2.0, cln.err, cl.ref_max);
+    if (cl.nan_mismatch)
+        FAIL("LSE is not -inf exactly where the reference row is fully masked (or NaN where it is finite)");
+    if (cl.err > r->bound_lse)
+        FAIL("LSE error %.3g > bound %.3g", cl.err, r->bound_lse);
+
+    if (c->backward) {
+        if (!tbuf_alloc(ctx, &cb.dout, 0) || !tbuf_alloc(ctx, &cb.dq, 1) || !tbuf_alloc(ctx, &cb.dk, 1) ||
+            !tbuf_alloc(ctx, &cb.dv, 1))
+            FAIL("cannot allocate the gradient buffers");
+        fill_normal(&cb.dout, &rng);
+        if (tbuf_upload(ctx, &cb.dout) || tbuf_upload(ctx, &cb.dq) || tbuf_upload(ctx, &cb.dk) ||
+            tbuf_upload(ctx, &cb.dv))
+            FAIL("upload failed: %s", fa_context_last_error(ctx));
+        fa_bwd_args ba = {.q = cb.q.t, .k = cb.k.t, .v = cb.v.t, .o = cb.o.t, .lse = cb.lse.t, .dout = cb.dout.t,
+                          .dq = cb.dq.t, .dk = cb.dk.t, .dv = cb.dv.t, .varlen = fa.varlen, .opts = opts};
+        st = fa_backward(ctx, &ba);
+        if (st != FA_SUCCESS)
+            FAIL("fa_backward: %s: %s", fa_status_string(st), fa_context_last_error(ctx));
+        if (fa_synchronize(ctx) || tbuf_download(ctx, &cb.dq) || tbuf_download(ctx, &cb.dk) ||
+            tbuf_download(ctx, &cb.dv))
+            FAIL("download failed: %s", fa_context_last_error(ctx));
+        if (!check_output_buffer("dq", &cb.dq, r->failure, sizeof r->failure) ||
+            !check_output_buffer("dk", &cb.dk, r->failure, sizeof r->failure) ||
+            !check_output_buffer("dv", &cb.dv, r->failure, sizeof r->failure))
+            goto done;
+        if (c->deterministic) {
+            /* a second run must give the same bits */
+            tbuf again[3];
+            memset(again, 0, sizeof again);
+            tbuf *src[3] = {&cb.dq, &cb.dk, &cb.dv};
+            int same = 1;
+            for (int i = 0; i < 3; ++i) {
+                uint8_t *copy = malloc(src[i]->bytes + 1);
+                if (!copy)
+                    FAIL("out of host memory");
+                memcpy(copy, src[i]->host, src[i]->bytes);
+                again[i].host = copy;
+            }
+            st = fa_backward(ctx, &ba);
+            for (int i = 0; i < 3; ++i) {
+                if (st == FA_SUCCESS && tbuf_download(ctx, src[i]) == FA_SUCCESS)
+                    same &= memcmp(again[i].host, src[i]->host, src[i]->bytes) == 0;
+                free(again[i].host);
+            }
+            if (st != FA_SUCCESS)
+                FAIL("second fa_backward: %s", fa_status_string(st));
+            if (!same)
+                FAIL("deterministic backward: a second run gave different bits");
+        }
+        fa_bwd_args hb = ba;
+        hb.q = ha.q;
+        hb.k = ha.k;
+        hb.v = ha.v;
+        hb.o = ha.o;
+        hb.lse = ha.lse;
+        hb.dout = tbuf_host_tensor(&cb.dout);
+        hb.dq = tbuf_host_tensor(&cb.dq);
+        hb.dk = tbuf_host_tensor(&cb.dk);
+        hb.dv = tbuf_host_tensor(&cb.dv);
+        hb.varlen = ha.varlen;
+        fa_problem pb;
+        free(cu_check);
+        cu_check = NULL;
+        if (fa_validate_backward(host, &hb, &pb, &cu_check) != FA_SUCCESS)
+            FAIL("reference validation (backward): %s", fa_context_last_error(host));
+        int64_t sizes[3] = {no, nk, nk};
+        for (int w = 0; w < 3; ++w)
+            for (int i = 0; i < 3; ++i) {
+                g[w][i] = malloc(sizeof(double) * (size_t)(sizes[i] + 1));
+                if (!g[w][i])
+                    FAIL("out of host memory");
+            }
+        if (fa_ref_backward(&pb, g[0][0], g[0][1], g[0][2]) || fa_naive_backward(&pb, g[1][0], g[1][1], g[1][2]))
+            FAIL("reference out of memory");
+        canon_from(&cb.dq, &pb, 1, pb.heads_q, g[2][0]);
+        canon_from(&cb.dk, &pb, 0, pb.heads_kv, g[2][1]);
+        canon_from(&cb.dv, &pb, 0, pb.heads_kv, g[2][2]);
+        static const char *const names[3] = {"dQ", "dK", "dV"};
+        for (int i = 0; i < 3; ++i) {
+            cmp ck = compare(g[2][i], g[0][i], sizes[i]), cnv = compare(g[1][i], g[0][i], sizes[i]);
+            r->err_grad[i] = ck.err;
+            r->naive_grad[i] = cnv.err;
+            r->bound_grad[i] = bound_of(3.0, cnv.err, ck.ref_max);
+            if (ck.nan_mismatch)
+                FAIL("%s has NaN/inf where the reference is finite", names[i]);
+            if (ck.err > r->bound_grad[i])
+                FAIL("%s error %.3g > bound %.3g (naive error %.3g)", names[i], ck.err, r->bound_grad[i], cnv.err);
+        }
+    }
+done:
+    free(ref_o);
+    free(naive_o);
+    free(ker_o);
+    free(ref_l);
+    free(naive_l);
+    free(ker_l);
+    for (int w = 0; w < 3; ++w)
+        for (int i = 0; i < 3; ++i)
+            free(g[w][i]);
+    free(cu_check);
+    bufs_free(ctx, &cb);
+    fa_context_destroy(host);
+    return r->failure[0] ? 1 : 0;
+}
