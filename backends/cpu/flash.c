@@ -29,18 +29,21 @@
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
-/* The vector helpers below are static and inlined; no vector value crosses an ABI boundary, so
- * GCC's note about AVX argument passing without -mavx does not apply. */
+/* The vector helpers below are always inlined into their (multiversioned) callers: a 32-byte
+ * vector must never be passed between a default-target helper and an x86-64-v3 clone, whose
+ * calling conventions for it differ (that is what GCC's -Wpsabi note is about; it cannot apply
+ * to a call that does not exist). */
 #pragma GCC diagnostic ignored "-Wpsabi"
+#define FA_VINLINE static inline __attribute__((always_inline))
 
-static inline v8f bits_as_float(v8i x)
+FA_VINLINE v8f bits_as_float(v8i x)
 {
     v8f f;
     memcpy(&f, &x, sizeof f);
     return f;
 }
 
-static inline v8i float_as_bits(v8f x)
+FA_VINLINE v8i float_as_bits(v8f x)
 {
     v8i i;
     memcpy(&i, &x, sizeof i);
@@ -48,7 +51,7 @@ static inline v8i float_as_bits(v8f x)
 }
 
 /* mask ? a : b, lane by lane (C has no vector ?: ) */
-static inline v8f select8(v8i mask, v8f a, v8f b)
+FA_VINLINE v8f select8(v8i mask, v8f a, v8f b)
 {
     return bits_as_float((float_as_bits(a) & mask) | (float_as_bits(b) & ~mask));
 }
@@ -62,14 +65,14 @@ static int64_t round_up(int64_t x, int64_t m)
     return (x + m - 1) / m * m;
 }
 
-static inline v8f load8(const float *p)
+FA_VINLINE v8f load8(const float *p)
 {
     v8f v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void store8(float *p, v8f v)
+FA_VINLINE void store8(float *p, v8f v)
 {
     memcpy(p, &v, sizeof v);
 }
@@ -86,11 +89,8 @@ static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
             const float *a0 = A + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
             for (int64_t k = 0; k < K; ++k) {
                 v8f b0 = load8(B + k * ldb + j), b1 = load8(B + k * ldb + j + VEC);
-                v8f x0 = {0}, x1 = {0}, x2 = {0}, x3 = {0};
-                x0 += a0[k];
-                x1 += a1[k];
-                x2 += a2[k];
-                x3 += a3[k];
+                /* scalar * vector: GCC broadcasts the scalar (vbroadcastss) */
+                float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
                 c00 += x0 * b0;
                 c01 += x0 * b1;
                 c10 += x1 * b0;
@@ -118,8 +118,7 @@ static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
             v8f c0v = {0}, c1v = {0};
             const float *a = A + i * lda;
             for (int64_t k = 0; k < K; ++k) {
-                v8f x = {0};
-                x += a[k];
+                float x = a[k];
                 c0v += x * load8(B + k * ldb + j);
                 c1v += x * load8(B + k * ldb + j + VEC);
             }
@@ -189,6 +188,24 @@ static inline void store_elem(fa_dtype dt, void *base, int64_t off, float x)
     }
 }
 
+/* n elements of dtype dt at src, times mul, into fp32 dst; the dtype switch is outside the loop */
+static void convert_row(fa_dtype dt, const void *src, int64_t off, int64_t n, float mul, float *dst)
+{
+    if (dt == FA_DTYPE_F32) {
+        const float *x = (const float *)src + off;
+        for (int64_t c = 0; c < n; ++c)
+            dst[c] = mul * x[c];
+    } else if (dt == FA_DTYPE_F16) {
+        const uint16_t *x = (const uint16_t *)src + off;
+        for (int64_t c = 0; c < n; ++c)
+            dst[c] = mul * fa_half_to_float(x[c]);
+    } else {
+        const uint16_t *x = (const uint16_t *)src + off;
+        for (int64_t c = 0; c < n; ++c)
+            dst[c] = mul * fa_bfloat_to_float(x[c]);
+    }
+}
+
 /* rows [row0, row0 + n) of head h of batch b into dst (n x ld, row-major), times mul, zero-padded
  * to `rows` rows and ld columns. */
 static void load_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t rows,
@@ -197,9 +214,7 @@ static void load_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t 
     for (int64_t r = 0; r < rows; ++r) {
         float *out = dst + r * ld;
         if (r < n) {
-            int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
-            for (int64_t c = 0; c < p->d; ++c)
-                out[c] = mul * load_elem(p->dtype, v->data, off + c);
+            convert_row(p->dtype, v->data, b * v->sb + (row0 + r) * v->ss + h * v->sh, p->d, mul, out);
             for (int64_t c = p->d; c < ld; ++c)
                 out[c] = 0.0f;
         } else {
@@ -212,11 +227,13 @@ static void load_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t 
 static void load_rows_transposed(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n,
                                  int64_t h, float *dst, int64_t d_pad, int64_t ld)
 {
-    memset(dst, 0, sizeof(float) * (size_t)(d_pad * ld));
+    float row[FA_CPU_MAX_HEAD_DIM];
+    if (n < ld || p->d < d_pad)
+        memset(dst, 0, sizeof(float) * (size_t)(d_pad * ld));
     for (int64_t r = 0; r < n; ++r) {
-        int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
+        convert_row(p->dtype, v->data, b * v->sb + (row0 + r) * v->ss + h * v->sh, p->d, 1.0f, row);
         for (int64_t c = 0; c < p->d; ++c)
-            dst[c * ld + r] = load_elem(p->dtype, v->data, off + c);
+            dst[c * ld + r] = row[c];
     }
 }
 
@@ -386,8 +403,8 @@ static tile_dims dims_of(const fa_problem *p)
 
 static int64_t fwd_scratch_floats(const tile_dims *t)
 {
-    /* Q, O (bq x dp), K^T (dp x bk), V (bk x dp), S (bq x bk), row factors */
-    return 2 * t->bq * t->dp + 2 * t->dp * t->bk + t->bq * t->bk + 3 * t->bq + 64;
+    /* Q, O (bq x dp), S (bq x bk), row factors */
+    return 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
 }
 
 static int64_t bwd_scratch_floats(const tile_dims *t)
@@ -402,7 +419,14 @@ int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads)
 {
     tile_dims t = dims_of(p);
     int64_t bytes = (int64_t)threads * (p->backward ? bwd_scratch_floats(&t) : fwd_scratch_floats(&t)) * 4;
-    if (p->backward) {
+    if (!p->backward) {
+        /* packed K^T and V tiles: each sequence's keys padded to whole tiles (an upper bound
+         * for varlen, whose exact count needs cu_seqlens) */
+        int64_t rows = p->batch * ((p->seqlen_k + t.bk - 1) / t.bk) * t.bk;
+        if (rows > p->total_k + p->batch * t.bk)
+            rows = p->total_k + p->batch * t.bk;
+        bytes += rows * p->heads_kv * 2 * t.dp * 4;
+    } else {
         int64_t chunks = fa_cpu_bwd_chunks(p, threads);
         bytes += p->total_q * p->heads_q * 4;                        /* D */
         bytes += chunks * p->total_q * p->heads_q * t.dp * 4;        /* dQ partials */
@@ -424,11 +448,41 @@ int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads)
 
 /* ------------------------------------------------------------------ forward */
 
+/* K and V converted once per call into fp32 tiles, K transposed: tile (b, kt, hk) at
+ * kv_pack + ((tile_base[b] + kt) * heads_kv + hk) * 2 * dp * bk, K^T (dp x bk) then V (bk x dp).
+ * Every query tile of the head reuses them, so the forward's inner loop does no conversion.
+ * Extra memory: about 2 * total_k * heads_kv * d floats, linear in N. */
 typedef struct fwd_ctx {
     const fa_problem *p;
     tile_dims t;
     int64_t nq; /* query tiles of the longest sequence */
+    int64_t *tile_base; /* batch + 1 prefix sums of key tiles per sequence */
+    float *kv_pack;
 } fwd_ctx;
+
+static int64_t kv_tile_floats(const tile_dims *t)
+{
+    return 2 * t->dp * t->bk;
+}
+
+static void pack_kv_task(void *argp, int64_t task, float *scratch)
+{
+    (void)scratch;
+    const fwd_ctx *fc = argp;
+    const fa_problem *p = fc->p;
+    const tile_dims *t = &fc->t;
+    int64_t hk = task % p->heads_kv, tile = task / p->heads_kv;
+    int64_t b = 0;
+    while (fc->tile_base[b + 1] <= tile) /* batches are few; tasks are many */
+        ++b;
+    int64_t kt = tile - fc->tile_base[b];
+    int64_t sq, sk, qs, ks;
+    fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
+    int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
+    float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + t->dp * t->bk;
+    load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, t->dp, t->bk);
+    load_rows(p, &p->v, b, ks + k0, nc, t->bk, hk, 1.0f, v, t->dp);
+}
 
 static void fwd_task(void *argp, int64_t task, float *scratch)
 {
@@ -445,8 +499,8 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
     int64_t hk = h / p->group;
     fa_mask m = fa_problem_mask(p, sq, sk);
 
-    float *qtile = scratch, *otile = qtile + t->bq * t->dp, *kT = otile + t->bq * t->dp;
-    float *vtile = kT + t->dp * t->bk, *s = vtile + t->bk * t->dp, *inv = s + t->bq * t->bk;
+    float *qtile = scratch, *otile = qtile + t->bq * t->dp;
+    float *s = otile + t->bq * t->dp, *inv = s + t->bq * t->bk;
     fa_softmax_row rows[FA_CPU_MAX_BLOCK];
     load_rows(p, &p->q, b, qs + q0, nr, nr, h, p->scale, qtile, t->dp);
     memset(otile, 0, sizeof(float) * (size_t)(nr * t->dp));
@@ -459,8 +513,8 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         if (cls == FA_TILE_EMPTY)
             continue;
         int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
-        load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, t->dp, t->bk);
-        load_rows(p, &p->v, b, ks + k0, nc, t->bk, hk, 1.0f, vtile, t->dp);
+        const float *kT = fc->kv_pack + ((fc->tile_base[b] + kt) * p->heads_kv + hk) * kv_tile_floats(t);
+        const float *vtile = kT + t->dp * t->bk;
         gemm_nn(nr, t->bk, p->d, qtile, t->dp, kT, t->bk, s, t->bk, 0);
         if (cls != FA_TILE_FULL || nc < t->bk)
             apply_mask(p, &m, h, q0, nr, k0, nc, t->bk, s, cls);
@@ -498,6 +552,21 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
     store_rows(p, &p->o, b, qs + q0, nr, h, otile, t->dp, 1.0f, inv);
 }
 
+/* Prefix sums of each sequence's key tiles; NULL when out of memory. */
+static int64_t *key_tile_prefix(const fa_problem *p, int64_t bk)
+{
+    int64_t *base = malloc(sizeof(int64_t) * (size_t)(p->batch + 1));
+    if (!base)
+        return NULL;
+    base[0] = 0;
+    for (int64_t b = 0; b < p->batch; ++b) {
+        int64_t sq, sk, qs, ks;
+        fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
+        base[b + 1] = base[b] + (sk + bk - 1) / bk;
+    }
+    return base;
+}
+
 fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
 {
     fwd_ctx fc = {.p = p, .t = dims_of(p)};
@@ -510,11 +579,21 @@ fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
         threads = (int)ntasks;
     int64_t per = fwd_scratch_floats(&fc.t);
     float *scratch = aligned_alloc(64, (size_t)round_up(per * threads * 4, 64));
-    if (!scratch)
-        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu forward: cannot allocate %lld bytes of tile buffers",
-                        (long long)(per * threads * 4));
+    fc.tile_base = key_tile_prefix(p, fc.t.bk);
+    int64_t npack = fc.tile_base ? fc.tile_base[p->batch] * p->heads_kv : 0;
+    fc.kv_pack = aligned_alloc(64, (size_t)round_up((npack * kv_tile_floats(&fc.t) + 1) * 4, 64));
+    if (!scratch || !fc.tile_base || !fc.kv_pack) {
+        free(scratch);
+        free(fc.tile_base);
+        free(fc.kv_pack);
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu forward: cannot allocate %lld bytes of workspace",
+                        (long long)fa_cpu_workspace_bytes(p, threads));
+    }
+    parallel_for(threads, npack, pack_kv_task, &fc, scratch, per);
     parallel_for(threads, ntasks, fwd_task, &fc, scratch, per);
     free(scratch);
+    free(fc.tile_base);
+    free(fc.kv_pack);
     return FA_SUCCESS;
 }
 
