@@ -133,16 +133,18 @@ static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
     }
 }
 
-/* exp(x) for a row of n floats (n a multiple of VEC), in place: Cody-Waite range reduction
+/* exp(x - shift) for a row of n floats (n a multiple of VEC), in place, returning the sum of
+ * the results. Cody-Waite range reduction
  * x = k ln2 + r, a degree-6 polynomial for e^r (relative error about 2 ulp), 2^k by exponent
  * bits. Exactly 0 below -87.3 (so masked -inf scores give 0), NaN propagates. */
 FA_MULTIVERSION
-static void exp_inplace(float *x, int64_t n)
+static float exp_inplace(float *x, int64_t n, float shift)
 {
+    v8f total = {0};
     const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
     const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
     for (int64_t t = 0; t < n; t += VEC) {
-        v8f v = load8(x + t);
+        v8f v = load8(x + t) - shift;
         v8i nan_mask = v != v;
         v8i under = v < lo;
         v8f c = select8(v > hi, hi, v);
@@ -165,7 +167,35 @@ static void exp_inplace(float *x, int64_t n)
         res = bits_as_float(float_as_bits(res) & ~under);
         res = select8(nan_mask, v, res);
         store8(x + t, res);
+        total += res;
     }
+    float sum = 0.0f;
+    for (int i = 0; i < VEC; ++i)
+        sum += total[i];
+    return sum;
+}
+
+/* max of a row of n floats (n a multiple of VEC); -inf for an all -inf row */
+FA_MULTIVERSION
+static float row_max(const float *x, int64_t n)
+{
+    v8f m = load8(x);
+    for (int64_t t = VEC; t < n; t += VEC) {
+        v8f v = load8(x + t);
+        m = select8(v > m, v, m);
+    }
+    float r = m[0];
+    for (int i = 1; i < VEC; ++i)
+        r = m[i] > r ? m[i] : r;
+    return r;
+}
+
+/* x[0..n) *= a (n a multiple of VEC) */
+FA_MULTIVERSION
+static void scale_row(float *x, int64_t n, float a)
+{
+    for (int64_t t = 0; t < n; t += VEC)
+        store8(x + t, load8(x + t) * a);
 }
 
 /* ------------------------------------------------------------------ tile movement */
@@ -519,24 +549,12 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         if (cls != FA_TILE_FULL || nc < t->bk)
             apply_mask(p, &m, h, q0, nr, k0, nc, t->bk, s, cls);
         for (int64_t r = 0; r < nr; ++r) {
+            /* columns >= nc hold -inf (apply_mask), so whole-row vector passes are exact */
             float *row = s + r * t->bk;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < nc; ++j)
-                mx = row[j] > mx ? row[j] : mx;
-            float alpha = fa_softmax_update(&rows[r], mx);
-            float shift = fa_softmax_shift(rows[r].m);
-            for (int64_t j = 0; j < t->bk; ++j)
-                row[j] -= shift;
-            exp_inplace(row, t->bk);
-            float sum = 0.0f;
-            for (int64_t j = 0; j < nc; ++j)
-                sum += row[j];
-            rows[r].l += sum;
-            if (alpha != 1.0f) {
-                float *orow = otile + r * t->dp;
-                for (int64_t c = 0; c < t->dp; ++c)
-                    orow[c] *= alpha;
-            }
+            float alpha = fa_softmax_update(&rows[r], row_max(row, t->bk));
+            rows[r].l += exp_inplace(row, t->bk, fa_softmax_shift(rows[r].m));
+            if (alpha != 1.0f)
+                scale_row(otile + r * t->dp, t->dp, alpha);
         }
         if (p->dropout_threshold)
             apply_dropout(p, b, h, q0, nr, k0, nc, t->bk, s);
@@ -675,16 +693,12 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 }
                 /* P = exp(scale * Q K^T - LSE); a row with LSE = -inf is fully masked: P = 0 */
                 gemm_nn(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
-                for (int64_t r = 0; r < nr; ++r) {
-                    float *row = pm + r * bk;
-                    float shift = lse[r] == -INFINITY ? INFINITY : lse[r];
-                    for (int64_t j = 0; j < bk; ++j)
-                        row[j] = row[j] * p->scale - shift;
-                }
+                for (int64_t r = 0; r < nr; ++r)
+                    scale_row(pm + r * bk, bk, p->scale);
                 if (cls != FA_TILE_FULL || nc < bk)
                     apply_mask(p, &m, h, q0, nr, k0, nc, bk, pm, cls);
-                for (int64_t r = 0; r < nr; ++r)
-                    exp_inplace(pm + r * bk, bk);
+                for (int64_t r = 0; r < nr; ++r) /* LSE = -inf: fully masked row, P = 0 */
+                    exp_inplace(pm + r * bk, bk, lse[r] == -INFINITY ? INFINITY : lse[r]);
                 /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */
                 const float *pzv = pm;
                 if (p->dropout_threshold) {
