@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what building and testing flashattn needs on Debian 12, from Debian's packages only.
+# Used by .ci/run; safe to run by hand (as root or with sudo).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential meson ninja-build pkg-config libcmocka-dev python3 python3-numpy >/dev/null

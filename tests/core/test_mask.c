@@ -1,0 +1,268 @@
+/* test_mask.c: core/mask.h, which (query, key) elements are visible and the class of a tile.
+ * fa_mask_visible against the README's definition written out independently, and
+ * fa_mask_classify_tile against brute force over many random problems and tiles: EMPTY and FULL
+ * must be sound (kernels skip EMPTY tiles and drop the per-element test on FULL ones) and, as
+ * measured here, exact. Also fa_mask_make's folding of causal into the right window. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+
+#include "mask.h"
+
+static uint64_t rng_state = 0xfeedfacecafebeefull;
+
+static int64_t random_below(int64_t n)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (int64_t)(((rng_state * 0x2545f4914f6cdd1dull) >> 33) % (uint64_t)n);
+}
+
+/* The rule as the public header states it, in the user's terms (causal and window separately,
+ * any negative window meaning unbounded). */
+static int visible_by_definition(int64_t seqlen_q, int64_t seqlen_k, int causal, int64_t left, int64_t right,
+                                 int64_t i, int64_t j)
+{
+    int64_t offset = seqlen_k - seqlen_q;
+    if (i < 0 || i >= seqlen_q || j < 0 || j >= seqlen_k)
+        return 0;
+    if (causal && j > i + offset)
+        return 0;
+    if (left >= 0 && j < i + offset - left)
+        return 0;
+    if (right >= 0 && j > i + offset + right)
+        return 0;
+    return 1;
+}
+
+typedef struct random_problem {
+    int64_t seqlen_q, seqlen_k, left, right;
+    int causal;
+} random_problem;
+
+static int64_t random_window(void)
+{
+    switch (random_below(6)) {
+    case 0: return -1;
+    case 1: return -1 - random_below(5); /* any negative value means unbounded */
+    case 2: return 0;
+    case 3: return 1;
+    default: return random_below(40);
+    }
+}
+
+static random_problem make_random_problem(int trial)
+{
+    random_problem p;
+    /* every fourth problem has a single query row (decoding); lengths cover sq > sk and sq < sk */
+    p.seqlen_q = trial % 4 == 0 ? 1 : 1 + random_below(48);
+    p.seqlen_k = 1 + random_below(48);
+    p.causal = (int)random_below(2);
+    p.left = random_window();
+    p.right = random_window();
+    return p;
+}
+
+static void test_visible_matches_definition(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 3000; ++trial) {
+        random_problem p = make_random_problem(trial);
+        fa_mask m = fa_mask_make(p.seqlen_q, p.seqlen_k, p.causal, p.left, p.right);
+        for (int64_t i = 0; i < p.seqlen_q; ++i)
+            for (int64_t j = -2; j < p.seqlen_k + 2; ++j) {
+                int expected = visible_by_definition(p.seqlen_q, p.seqlen_k, p.causal, p.left, p.right, i, j);
+                int got = fa_mask_visible(&m, i, j);
+                if (got != expected)
+                    print_error("sq %lld sk %lld causal %d left %lld right %lld: (%lld, %lld) visible %d, "
+                                "expected %d\n",
+                                (long long)p.seqlen_q, (long long)p.seqlen_k, p.causal, (long long)p.left,
+                                (long long)p.right, (long long)i, (long long)j, got, expected);
+                assert_int_equal(got, expected);
+            }
+    }
+}
+
+/* A random tile, sometimes reaching past the sequence ends, sometimes a single element. */
+static void random_tile(const random_problem *p, int64_t *q0, int64_t *q1, int64_t *k0, int64_t *k1)
+{
+    *q0 = random_below(p->seqlen_q + 4);
+    *q1 = *q0 + 1 + random_below(20);
+    *k0 = random_below(p->seqlen_k + 4);
+    *k1 = *k0 + 1 + random_below(20);
+}
+
+static void test_tile_class_matches_brute_force(void **state)
+{
+    (void)state;
+    int64_t tiles_checked = 0, empty_by_brute_force = 0, empty_classified = 0;
+    int64_t full_by_brute_force = 0, full_classified = 0;
+    for (int trial = 0; trial < 3000; ++trial) {
+        random_problem p = make_random_problem(trial);
+        fa_mask m = fa_mask_make(p.seqlen_q, p.seqlen_k, p.causal, p.left, p.right);
+        for (int t = 0; t < 60; ++t) {
+            int64_t q0, q1, k0, k1;
+            random_tile(&p, &q0, &q1, &k0, &k1);
+            int64_t in_bounds = 0, visible = 0;
+            for (int64_t i = q0; i < q1; ++i)
+                for (int64_t j = k0; j < k1; ++j) {
+                    if (i >= p.seqlen_q || j >= p.seqlen_k)
+                        continue;
+                    ++in_bounds;
+                    visible += visible_by_definition(p.seqlen_q, p.seqlen_k, p.causal, p.left, p.right, i, j);
+                }
+            fa_tile_class cls = fa_mask_classify_tile(&m, q0, q1, k0, k1);
+            int truly_empty = visible == 0;
+            int truly_full = in_bounds > 0 && visible == in_bounds;
+            if ((cls == FA_TILE_EMPTY && !truly_empty) || (cls == FA_TILE_FULL && !truly_full) ||
+                (truly_empty && cls != FA_TILE_EMPTY) || (truly_full && cls != FA_TILE_FULL))
+                print_error("sq %lld sk %lld causal %d left %lld right %lld tile [%lld,%lld)x[%lld,%lld): "
+                            "class %d, %lld of %lld in-bounds elements visible\n",
+                            (long long)p.seqlen_q, (long long)p.seqlen_k, p.causal, (long long)p.left,
+                            (long long)p.right, (long long)q0, (long long)q1, (long long)k0, (long long)k1,
+                            (int)cls, (long long)visible, (long long)in_bounds);
+            /* soundness: skipping an EMPTY tile or not masking inside a FULL one is only safe if
+             * the class is true */
+            if (cls == FA_TILE_EMPTY)
+                assert_true(truly_empty);
+            if (cls == FA_TILE_FULL)
+                assert_true(truly_full);
+            /* exactness: causal / window / bounds are monotone staircases, so the first and last
+             * rows decide; an inexact EMPTY would waste work, an inexact FULL a masking pass */
+            if (truly_empty)
+                assert_int_equal(cls, FA_TILE_EMPTY);
+            if (truly_full)
+                assert_int_equal(cls, FA_TILE_FULL);
+            ++tiles_checked;
+            empty_by_brute_force += truly_empty;
+            empty_classified += cls == FA_TILE_EMPTY;
+            full_by_brute_force += truly_full;
+            full_classified += cls == FA_TILE_FULL;
+        }
+    }
+    print_message("%lld tiles: EMPTY %lld (brute force %lld), FULL %lld (brute force %lld)\n",
+                  (long long)tiles_checked, (long long)empty_classified, (long long)empty_by_brute_force,
+                  (long long)full_classified, (long long)full_by_brute_force);
+    /* the random grid must actually exercise every class */
+    assert_true(empty_by_brute_force > 1000);
+    assert_true(full_by_brute_force > 1000);
+    assert_true(tiles_checked - empty_by_brute_force - full_by_brute_force > 1000);
+}
+
+/* Tiles of a regular kernel grid (what the kernels really ask for), including the ragged last
+ * tile, on the classic shapes. */
+static void test_tile_grid_on_standard_shapes(void **state)
+{
+    (void)state;
+    const int64_t shapes[][2] = {{128, 128}, {1, 128}, {128, 1}, {100, 37}, {37, 100}, {64, 65}, {0, 16}, {16, 0}};
+    const int64_t windows[][2] = {{-1, -1}, {0, 0}, {16, -1}, {-1, 16}, {3, 5}, {64, 64}};
+    const int64_t blocks[][2] = {{16, 16}, {32, 8}, {7, 13}, {128, 128}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        for (size_t w = 0; w < sizeof windows / sizeof windows[0]; ++w)
+            for (int causal = 0; causal <= 1; ++causal)
+                for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; ++b) {
+                    int64_t sq = shapes[s][0], sk = shapes[s][1], bq = blocks[b][0], bk = blocks[b][1];
+                    fa_mask m = fa_mask_make(sq, sk, causal, windows[w][0], windows[w][1]);
+                    for (int64_t q0 = 0; q0 < sq; q0 += bq)
+                        for (int64_t k0 = 0; k0 < sk; k0 += bk) {
+                            int64_t visible = 0, in_bounds = 0;
+                            for (int64_t i = q0; i < q0 + bq && i < sq; ++i)
+                                for (int64_t j = k0; j < k0 + bk && j < sk; ++j) {
+                                    ++in_bounds;
+                                    visible += visible_by_definition(sq, sk, causal, windows[w][0], windows[w][1],
+                                                                     i, j);
+                                }
+                            fa_tile_class expected = visible == 0           ? FA_TILE_EMPTY
+                                                     : visible == in_bounds ? FA_TILE_FULL
+                                                                            : FA_TILE_PARTIAL;
+                            assert_int_equal(fa_mask_classify_tile(&m, q0, q0 + bq, k0, k0 + bk), expected);
+                        }
+                }
+}
+
+/* A sequence with no keys or no queries has nothing visible anywhere. */
+static void test_empty_sequences_classify_empty(void **state)
+{
+    (void)state;
+    fa_mask no_keys = fa_mask_make(8, 0, 0, -1, -1);
+    fa_mask no_queries = fa_mask_make(0, 8, 1, -1, -1);
+    assert_int_equal(fa_mask_classify_tile(&no_keys, 0, 8, 0, 8), FA_TILE_EMPTY);
+    assert_int_equal(fa_mask_classify_tile(&no_queries, 0, 8, 0, 8), FA_TILE_EMPTY);
+    int64_t lo, hi;
+    fa_mask_row_range(&no_keys, 3, &lo, &hi);
+    assert_true(lo >= hi);
+}
+
+static void test_mask_make_folds_causal_into_right(void **state)
+{
+    (void)state;
+    const int64_t windows[] = {-7, -1, 0, 1, 5};
+    for (size_t l = 0; l < sizeof windows / sizeof windows[0]; ++l)
+        for (size_t r = 0; r < sizeof windows / sizeof windows[0]; ++r)
+            for (int causal = 0; causal <= 1; ++causal) {
+                fa_mask m = fa_mask_make(10, 20, causal, windows[l], windows[r]);
+                int64_t expected_left = windows[l] < 0 ? -1 : windows[l];
+                int64_t expected_right = windows[r] < 0 ? -1 : windows[r];
+                if (causal)
+                    expected_right = 0; /* causal is window right = 0, and intersects any wider one */
+                assert_int_equal(m.seqlen_q, 10);
+                assert_int_equal(m.seqlen_k, 20);
+                assert_int_equal(m.left, expected_left);
+                assert_int_equal(m.right, expected_right);
+            }
+}
+
+/* Bottom-right alignment on the examples people check by hand. */
+static void test_causal_is_bottom_right_aligned(void **state)
+{
+    (void)state;
+    fa_mask wide = fa_mask_make(2, 5, 1, -1, -1); /* offset 3: row 0 sees keys 0..3 */
+    assert_true(fa_mask_visible(&wide, 0, 3));
+    assert_false(fa_mask_visible(&wide, 0, 4));
+    assert_true(fa_mask_visible(&wide, 1, 4));
+    fa_mask tall = fa_mask_make(5, 2, 1, -1, -1); /* offset -3: rows 0..2 see nothing */
+    for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 2; ++j)
+            assert_false(fa_mask_visible(&tall, i, j));
+    assert_true(fa_mask_visible(&tall, 3, 0));
+    assert_false(fa_mask_visible(&tall, 3, 1));
+    assert_true(fa_mask_visible(&tall, 4, 1));
+    assert_int_equal(fa_mask_classify_tile(&tall, 0, 3, 0, 2), FA_TILE_EMPTY);
+    fa_mask band = fa_mask_make(4, 4, 0, 1, 0); /* the diagonal and one to its left */
+    assert_true(fa_mask_visible(&band, 2, 1));
+    assert_true(fa_mask_visible(&band, 2, 2));
+    assert_false(fa_mask_visible(&band, 2, 0));
+    assert_false(fa_mask_visible(&band, 2, 3));
+}
+
+static void test_class_meet(void **state)
+{
+    (void)state;
+    const fa_tile_class all[] = {FA_TILE_EMPTY, FA_TILE_PARTIAL, FA_TILE_FULL};
+    for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) {
+            fa_tile_class expected = (all[a] == FA_TILE_EMPTY || all[b] == FA_TILE_EMPTY) ? FA_TILE_EMPTY
+                                     : (all[a] == FA_TILE_FULL && all[b] == FA_TILE_FULL) ? FA_TILE_FULL
+                                                                                          : FA_TILE_PARTIAL;
+            assert_int_equal(fa_tile_class_meet(all[a], all[b]), expected);
+        }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_visible_matches_definition),
+        cmocka_unit_test(test_tile_class_matches_brute_force),
+        cmocka_unit_test(test_tile_grid_on_standard_shapes),
+        cmocka_unit_test(test_empty_sequences_classify_empty),
+        cmocka_unit_test(test_mask_make_folds_causal_into_right),
+        cmocka_unit_test(test_causal_is_bottom_right_aligned),
+        cmocka_unit_test(test_class_meet),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,48 @@
+/* npy.h: reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0) for the flashattn
+ * command-line tool. Only what the tool exchanges: little-endian, C-order arrays of a few element
+ * types, at most NPY_MAX_NDIM dimensions. Every failure comes back as a message naming the file. */
+#ifndef FA_TOOLS_NPY_H
+#define FA_TOOLS_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NPY_MAX_NDIM 8
+
+typedef enum npy_type {
+    NPY_TYPE_F32 = 0, /* '<f4' */
+    NPY_TYPE_F16,     /* '<f2' */
+    NPY_TYPE_U16,     /* '<u2' (bfloat16 bit patterns travel as this) */
+    NPY_TYPE_I32,     /* '<i4' */
+    NPY_TYPE_U8,      /* '|u1' */
+    NPY_TYPE_BOOL     /* '|b1' */
+} npy_type;
+
+typedef struct npy_array {
+    npy_type type;
+    int ndim;
+    int64_t shape[NPY_MAX_NDIM];
+    int64_t count; /* product of the shape */
+    size_t bytes;  /* count * element size */
+    void *data;    /* malloc'd, never NULL after a successful read (even when bytes is 0) */
+} npy_array;
+
+/* The descr string NumPy writes for t ("<f4", ...), and the element size in bytes. */
+const char *npy_type_descr(npy_type t);
+size_t npy_type_size(npy_type t);
+
+/* Reads path into *arr. Returns 0 on success; on failure -1 with a message (starting with the path)
+ * in err, and *arr left empty (safe to npy_free). */
+int npy_read(const char *path, npy_array *arr, char *err, size_t err_len);
+
+/* Writes a C-order array with a version 1.0 header (ndim <= NPY_MAX_NDIM keeps it far below the
+ * 64 KiB that version allows). Returns 0 or -1 with a message in err; a partial file is removed. */
+int npy_write(const char *path, npy_type type, int ndim, const int64_t *shape, const void *data, char *err,
+              size_t err_len);
+
+void npy_free(npy_array *arr);
+
+/* "(2, 3, 4)" into buf, for messages. */
+void npy_format_shape(int ndim, const int64_t *shape, char *buf, size_t len);
+
+#endif /* FA_TOOLS_NPY_H */
