@@ -195,5 +195,7 @@ fa_status fa_context_set_num_threads(fa_context *ctx, int threads)
 
 int fa_context_num_threads(const fa_context *ctx)
 {
-    return ctx ? ctx->num_threads : 0;
+    if (!ctx)
+        return 0;
+    return ctx->backend->num_threads ? ctx->backend->num_threads(ctx) : 1;
 }

@@ -126,6 +126,7 @@ typedef struct fa_backend {
     fa_status (*copy)(struct fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind);
     fa_status (*sync)(struct fa_context *ctx);
     fa_status (*set_stream)(struct fa_context *ctx, void *stream); // optional
+    int (*num_threads)(const struct fa_context *ctx);               // optional
 } fa_backend;
 
 extern const fa_backend fa_backend_cpu;

@@ -5,6 +5,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#define FA_STR2(x) #x
+#define FA_STR(x) FA_STR2(x)
+
+const char *fa_version(void)
+{
+    return FA_STR(FA_VERSION_MAJOR) "." FA_STR(FA_VERSION_MINOR) "." FA_STR(FA_VERSION_PATCH);
+}
+
 const char *fa_status_string(fa_status status)
 {
     switch (status) {

@@ -26,6 +26,9 @@ extern "C" {
 #define FA_VERSION_MINOR 1
 #define FA_VERSION_PATCH 0
 
+/* "MAJOR.MINOR.PATCH" of the library actually loaded. */
+FA_API const char *fa_version(void);
+
 /* ---------------------------------------------------------------- status */
 
 typedef enum fa_status {
@@ -178,7 +181,8 @@ FA_API const char *fa_context_last_error(const fa_context *ctx);
 /* GPU backends: the stream / queue to run on (cudaStream_t, hipStream_t, cl_command_queue);
  * NULL restores the context's own. The CPU backend accepts only NULL. */
 FA_API fa_status fa_context_set_stream(fa_context *ctx, void *stream);
-/* CPU backend: worker threads (0 = FLASHATTN_NUM_THREADS or the number of online processors). */
+/* CPU backend: worker threads (0 = FLASHATTN_NUM_THREADS or the number of online processors).
+ * fa_context_num_threads gives the count a call would use (1 on backends without threads). */
 FA_API fa_status fa_context_set_num_threads(fa_context *ctx, int threads);
 FA_API int fa_context_num_threads(const fa_context *ctx);
 

@@ -439,7 +439,7 @@ static int cmd_info(int argc, char **argv)
             return rc;
     }
 
-    printf("flashattn %d.%d.%d\n", FA_VERSION_MAJOR, FA_VERSION_MINOR, FA_VERSION_PATCH);
+    printf("flashattn %s\n", fa_version());
     int nb = fa_backend_count();
     printf("backends compiled in (%d):", nb);
     for (int i = 0; i < nb; ++i)
@@ -1120,13 +1120,8 @@ static int cmd_run(int argc, char **argv)
         snprintf(dev_name, sizeof dev_name, "?");
     dev_name[sizeof dev_name - 1] = '\0';
     printf("backend: %s, device %d (%s)", backend, c.device, dev_name);
-    if (strcmp(backend, "cpu") == 0) {
-        int t = fa_context_num_threads(s.ctx);
-        if (t > 0)
-            printf(", %d threads", t);
-        else
-            printf(", threads: FLASHATTN_NUM_THREADS or all online processors");
-    }
+    if (strcmp(backend, "cpu") == 0)
+        printf(", %d threads", fa_context_num_threads(s.ctx));
     printf("\nproblem: batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld (kv %lld), d %lld, %s", (long long)c.batch,
            (long long)c.seqlen_q, (long long)c.seqlen_k, (long long)c.heads, (long long)c.heads_kv, (long long)c.dim,
            fa_dtype_name(c.dtype));
@@ -1727,7 +1722,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("flashattn %d.%d.%d\n", FA_VERSION_MAJOR, FA_VERSION_MINOR, FA_VERSION_PATCH);
+        printf("flashattn %s\n", fa_version());
         return 0;
     }
     int rc;

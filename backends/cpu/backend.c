@@ -168,4 +168,5 @@ const fa_backend fa_backend_cpu = {
     .copy = cpu_copy,
     .sync = cpu_sync,
     .set_stream = NULL, // optional
+    .num_threads = fa_cpu_threads,
 };
