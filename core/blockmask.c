@@ -10,7 +10,7 @@
 
 static int64_t ceil_div(int64_t a, int64_t b)
 {
-    return (a + b - 1) / b;
+    return a / b + (a % b != 0); /* a + b - 1 could overflow for a near INT64_MAX */
 }
 
 /* SplitMix64: a seeded stream for the random pattern (its exact bits are part of the API only
@@ -23,20 +23,22 @@ static uint64_t splitmix64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-static int mask_alloc(fa_block_mask *mask, int64_t heads, int64_t rows, int64_t cols, int64_t bq, int64_t bk)
+/* FA_ERR_OVERFLOW when heads * rows * cols bytes cannot even be counted, OUT_OF_MEMORY when
+ * they can but calloc fails. */
+static fa_status mask_alloc(fa_block_mask *mask, int64_t heads, int64_t rows, int64_t cols, int64_t bq, int64_t bk)
 {
     int64_t n;
     if (!fa_mul_ok(heads, rows, &n) || !fa_mul_ok(n, cols, &n) || (uint64_t)n > SIZE_MAX)
-        return 0;
+        return FA_ERR_OVERFLOW;
     mask->bits = calloc(n > 0 ? (size_t)n : 1, 1);
     if (!mask->bits)
-        return 0;
+        return FA_ERR_OUT_OF_MEMORY;
     mask->heads = heads;
     mask->rows = rows;
     mask->cols = cols;
     mask->block_q = bq;
     mask->block_k = bk;
-    return 1;
+    return FA_SUCCESS;
 }
 
 fa_status fa_block_mask_create(fa_block_mask *mask, fa_block_pattern pattern, int64_t heads, int64_t seqlen_q,
@@ -55,8 +57,9 @@ fa_status fa_block_mask_create(fa_block_mask *mask, fa_block_pattern pattern, in
     if (pattern == FA_BLOCK_RANDOM && !(density >= 0.0 && density <= 1.0))
         return FA_ERR_INVALID_ARG;
     int64_t rows = ceil_div(seqlen_q, block_q), cols = ceil_div(seqlen_k, block_k);
-    if (!mask_alloc(mask, heads, rows, cols, block_q, block_k))
-        return FA_ERR_OUT_OF_MEMORY;
+    fa_status st = mask_alloc(mask, heads, rows, cols, block_q, block_k);
+    if (st != FA_SUCCESS)
+        return st;
     uint64_t state = seed;
     /* keep probability as a 53-bit fraction compare */
     for (int64_t h = 0; h < heads; ++h)
@@ -86,10 +89,11 @@ fa_status fa_block_mask_from_bitmap(fa_block_mask *mask, const uint8_t *bitmap, 
     if (!mask)
         return FA_ERR_INVALID_ARG;
     memset(mask, 0, sizeof *mask);
-    if (heads < 1 || rows < 0 || cols < 0 || block_q < 1 || block_k < 1 || (!bitmap && rows * cols > 0))
+    if (heads < 1 || rows < 0 || cols < 0 || block_q < 1 || block_k < 1 || (!bitmap && rows > 0 && cols > 0))
         return FA_ERR_INVALID_ARG;
-    if (!mask_alloc(mask, heads, rows, cols, block_q, block_k))
-        return FA_ERR_OUT_OF_MEMORY;
+    fa_status st = mask_alloc(mask, heads, rows, cols, block_q, block_k);
+    if (st != FA_SUCCESS)
+        return st;
     for (int64_t i = 0; i < heads * rows * cols; ++i)
         mask->bits[i] = bitmap[i] != 0;
     return FA_SUCCESS;

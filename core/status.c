@@ -96,7 +96,10 @@ fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int ndim, const int64
     for (int i = t.ndim - 1; i >= 0; --i) {
         t.shape[i] = shape ? shape[i] : 0;
         t.stride[i] = s;
-        s *= t.shape[i] > 0 ? t.shape[i] : 1;
+        /* saturate rather than overflow (undefined behaviour): fa_forward then reports the
+         * impossible size as FA_ERR_OVERFLOW */
+        if (!fa_mul_ok(s, t.shape[i] > 0 ? t.shape[i] : 1, &s))
+            s = INT64_MAX;
     }
     return t;
 }

@@ -358,6 +358,12 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
             if (spans_overlap(in[i], out[j]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "output %s overlaps input %s in memory", out_names[j],
                                 in_names[i]);
+    /* two gradients written into the same memory would race and keep only one of them */
+    for (int i = 0; i < 3; ++i)
+        for (int j = i + 1; j < 3; ++j)
+            if (spans_overlap(out[i], out[j]))
+                return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "outputs %s and %s overlap in memory", out_names[i],
+                                out_names[j]);
     if ((st = check_options(ctx, &a->opts, p)))
         return st;
     p->has_lse = 1;

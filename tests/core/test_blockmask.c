@@ -281,6 +281,32 @@ static void test_from_bitmap_rejects_invalid_arguments(void **state)
     fa_block_mask_destroy(&m);
 }
 
+/* flashattn.h: FA_ERR_OVERFLOW is for sizes that do not fit 64 bits. 2^40 x 2^40 blocks are
+ * 2^80 bytes: that is an overflow to report (without undefined behaviour on the way), not an
+ * allocation to attempt. */
+static void test_mask_sizes_that_overflow(void **state)
+{
+    (void)state;
+    const int64_t huge = (int64_t)1 << 40;
+    uint8_t bitmap[4] = {1, 1, 1, 1};
+    fa_block_mask m;
+    assert_int_equal(fa_block_mask_from_bitmap(&m, bitmap, 1, huge, huge, 1, 1), FA_ERR_OVERFLOW);
+    assert_null(m.bits);
+    assert_int_equal(fa_block_mask_from_bitmap(&m, bitmap, huge, huge, 2, 1, 1), FA_ERR_OVERFLOW);
+    /* with a NULL bitmap the answer is INVALID_ARG either way, but reaching it must not
+     * multiply rows by cols in signed 64 bits */
+    fa_status st = fa_block_mask_from_bitmap(&m, NULL, 1, huge, huge, 1, 1);
+    assert_true(st == FA_ERR_INVALID_ARG || st == FA_ERR_OVERFLOW);
+    assert_int_equal(fa_block_mask_create(&m, FA_BLOCK_DENSE, 1, huge, huge, 1, 1, 0, 0.0, 0), FA_ERR_OVERFLOW);
+    assert_null(m.bits);
+    assert_int_equal(fa_block_mask_create(&m, FA_BLOCK_LOCAL, huge, huge, 1 << 20, 1, 1, 1, 0.0, 0),
+                     FA_ERR_OVERFLOW);
+    /* the largest sequence lengths: counting the blocks must not overflow either */
+    assert_int_equal(fa_block_mask_create(&m, FA_BLOCK_DENSE, 1, INT64_MAX, INT64_MAX, 2, 3, 0, 0.0, 0),
+                     FA_ERR_OVERFLOW);
+    fa_block_mask_destroy(&m);
+}
+
 static void test_density(void **state)
 {
     (void)state;
@@ -469,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_create_rejects_invalid_arguments),
         cmocka_unit_test(test_from_bitmap_copies),
         cmocka_unit_test(test_from_bitmap_rejects_invalid_arguments),
+        cmocka_unit_test(test_mask_sizes_that_overflow),
         cmocka_unit_test(test_density),
         cmocka_unit_test(test_mask_check_against_problem),
         cmocka_unit_test(test_lists_match_brute_force),
