@@ -46,7 +46,7 @@ static fa_status prepare(fa_context *ctx, fa_call *c)
         fa_status st = fa_block_lists_build(p->block_mask, p->heads_q, p->seqlen_q, p->seqlen_k, p->block_q,
                                             p->block_k, &c->lists);
         if (st != FA_SUCCESS)
-            return FA_ERROR(ctx, st, "block_mask: cannot allocate the per-tile lists");
+            return FA_ERROR(ctx, st, "block_mask: cannot build the per-tile lists (%s)", fa_status_string(st));
         p->lists = &c->lists;
     }
     return ctx->backend->choose(ctx, p, &c->variant);

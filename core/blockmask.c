@@ -133,7 +133,7 @@ fa_status fa_block_mask_check(const fa_block_mask *m, int64_t heads_q, int64_t s
                  (long long)m->rows, (long long)m->cols, (long long)seqlen_q, (long long)seqlen_k,
                  (long long)m->block_q, (long long)m->block_k);
         msg = buf;
-    } else if (!m->bits && m->rows * m->cols > 0)
+    } else if (!m->bits && m->rows > 0 && m->cols > 0)
         msg = "bits is NULL";
     if (!msg)
         return FA_SUCCESS;
@@ -142,55 +142,71 @@ fa_status fa_block_mask_check(const fa_block_mask *m, int64_t heads_q, int64_t s
     return FA_ERR_INVALID_ARG;
 }
 
+/* Class of kernel tile (qt, kt) of mask head bits under the block mask: EMPTY, PARTIAL or FULL. */
+static fa_tile_class kernel_tile_class(const fa_block_mask *m, const uint8_t *bits, int64_t seqlen_q,
+                                       int64_t seqlen_k, int64_t block_q, int64_t block_k, int64_t qt, int64_t kt)
+{
+    int64_t q0 = qt * block_q, q1 = q0 + block_q < seqlen_q ? q0 + block_q : seqlen_q;
+    int64_t k0 = kt * block_k, k1 = k0 + block_k < seqlen_k ? k0 + block_k : seqlen_k;
+    int64_t r0 = q0 / m->block_q, r1 = (q1 - 1) / m->block_q;
+    int64_t c0 = k0 / m->block_k, c1 = (k1 - 1) / m->block_k;
+    int any = 0, all = 1;
+    for (int64_t r = r0; r <= r1; ++r)
+        for (int64_t c = c0; c <= c1; ++c) {
+            int bit = bits[r * m->cols + c] != 0;
+            any |= bit;
+            all &= bit;
+        }
+    return any ? (all ? FA_TILE_FULL : FA_TILE_PARTIAL) : FA_TILE_EMPTY;
+}
+
 fa_status fa_block_lists_build(const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q, int64_t seqlen_k,
                                int64_t block_q, int64_t block_k, fa_block_lists *out)
 {
     (void)heads_q;
     memset(out, 0, sizeof *out);
-    int64_t nq = ceil_div(seqlen_q, block_q), nk = ceil_div(seqlen_k, block_k);
-    int64_t heads = m->heads;
+    int64_t nq = ceil_div(seqlen_q, block_q), nk = ceil_div(seqlen_k, block_k), heads = m->heads, rows;
+    if (!fa_mul_ok(heads, nq, &rows) || rows >= INT64_MAX / (int64_t)sizeof(int64_t) || nk > INT32_MAX)
+        return FA_ERR_OVERFLOW;
     out->heads = heads;
     out->nq = nq;
     out->nk = nk;
     out->block_q = block_q;
     out->block_k = block_k;
-    out->row_ptr = malloc(sizeof(int64_t) * (size_t)(heads * nq + 1));
-    /* worst case every tile listed; the lists are O(nq * nk) = O((N / B)^2) entries, which is the
-     * size of the block mask itself, never O(N^2) */
-    size_t cap = (size_t)(heads * nq * nk) + 1;
-    out->col = malloc(sizeof(int32_t) * cap);
-    out->cls = malloc(cap);
-    if (!out->row_ptr || !out->col || !out->cls) {
-        fa_block_lists_free(out);
+    out->row_ptr = malloc(sizeof(int64_t) * (size_t)(rows + 1));
+    if (!out->row_ptr)
         return FA_ERR_OUT_OF_MEMORY;
-    }
-    int64_t nnz = 0;
-    for (int64_t h = 0; h < heads; ++h) {
-        const uint8_t *bits = m->bits + h * m->rows * m->cols;
-        for (int64_t qt = 0; qt < nq; ++qt) {
-            out->row_ptr[h * nq + qt] = nnz;
-            int64_t q0 = qt * block_q, q1 = q0 + block_q < seqlen_q ? q0 + block_q : seqlen_q;
-            int64_t r0 = q0 / m->block_q, r1 = (q1 - 1) / m->block_q;
-            for (int64_t kt = 0; kt < nk; ++kt) {
-                int64_t k0 = kt * block_k, k1 = k0 + block_k < seqlen_k ? k0 + block_k : seqlen_k;
-                int64_t c0 = k0 / m->block_k, c1 = (k1 - 1) / m->block_k;
-                int any = 0, all = 1;
-                for (int64_t r = r0; r <= r1; ++r)
-                    for (int64_t c = c0; c <= c1; ++c) {
-                        int bit = bits[r * m->cols + c] != 0;
-                        any |= bit;
-                        all &= bit;
+    /* two passes: count, then fill, so the lists take memory in proportion to the mask's
+     * non-empty tiles rather than to every tile */
+    for (int pass = 0; pass < 2; ++pass) {
+        int64_t nnz = 0;
+        for (int64_t h = 0; h < heads; ++h) {
+            const uint8_t *bits = m->bits + h * m->rows * m->cols;
+            for (int64_t qt = 0; qt < nq; ++qt) {
+                out->row_ptr[h * nq + qt] = nnz;
+                for (int64_t kt = 0; kt < nk; ++kt) {
+                    fa_tile_class cls = kernel_tile_class(m, bits, seqlen_q, seqlen_k, block_q, block_k, qt, kt);
+                    if (cls == FA_TILE_EMPTY)
+                        continue;
+                    if (pass == 1) {
+                        out->col[nnz] = (int32_t)kt;
+                        out->cls[nnz] = (uint8_t)cls;
                     }
-                if (any) {
-                    out->col[nnz] = (int32_t)kt;
-                    out->cls[nnz] = (uint8_t)(all ? FA_TILE_FULL : FA_TILE_PARTIAL);
                     ++nnz;
                 }
             }
         }
+        out->row_ptr[rows] = nnz;
+        out->nnz = nnz;
+        if (pass == 0) {
+            out->col = malloc(sizeof(int32_t) * (size_t)(nnz + 1));
+            out->cls = malloc((size_t)(nnz + 1));
+            if (!out->col || !out->cls) {
+                fa_block_lists_free(out);
+                return FA_ERR_OUT_OF_MEMORY;
+            }
+        }
     }
-    out->row_ptr[heads * nq] = nnz;
-    out->nnz = nnz;
     return FA_SUCCESS;
 }
 
