@@ -13,6 +13,14 @@
 
 #include <stdint.h>
 
+/* Includable from CUDA/HIP device code too: the GPU kernels classify tiles and test elements
+ * with these same functions. */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define FA_MASK_FN static __host__ __device__ __forceinline__
+#else
+#define FA_MASK_FN static inline
+#endif
+
 typedef enum fa_tile_class { FA_TILE_EMPTY = 0, FA_TILE_PARTIAL = 1, FA_TILE_FULL = 2 } fa_tile_class;
 
 typedef struct fa_mask {
@@ -20,7 +28,7 @@ typedef struct fa_mask {
     int64_t left, right; /* effective window, -1 unbounded; causal already folded into right */
 } fa_mask;
 
-static inline fa_mask fa_mask_make(int64_t seqlen_q, int64_t seqlen_k, int causal, int64_t left,
+FA_MASK_FN fa_mask fa_mask_make(int64_t seqlen_q, int64_t seqlen_k, int causal, int64_t left,
                                    int64_t right)
 {
     fa_mask m;
@@ -34,7 +42,7 @@ static inline fa_mask fa_mask_make(int64_t seqlen_q, int64_t seqlen_k, int causa
 }
 
 /* Visible key columns of query row i: [*lo, *hi), clipped to [0, seqlen_k); lo >= hi if none. */
-static inline void fa_mask_row_range(const fa_mask *m, int64_t i, int64_t *lo, int64_t *hi)
+FA_MASK_FN void fa_mask_row_range(const fa_mask *m, int64_t i, int64_t *lo, int64_t *hi)
 {
     int64_t diag = i + m->seqlen_k - m->seqlen_q;
     int64_t a = 0, b = m->seqlen_k;
@@ -46,7 +54,7 @@ static inline void fa_mask_row_range(const fa_mask *m, int64_t i, int64_t *lo, i
     *hi = b;
 }
 
-static inline int fa_mask_visible(const fa_mask *m, int64_t i, int64_t j)
+FA_MASK_FN int fa_mask_visible(const fa_mask *m, int64_t i, int64_t j)
 {
     int64_t lo, hi;
     fa_mask_row_range(m, i, &lo, &hi);
@@ -55,7 +63,7 @@ static inline int fa_mask_visible(const fa_mask *m, int64_t i, int64_t j)
 
 /* Class of the tile [q0, q1) x [k0, k1) under the causal/window/bounds mask. Rows beyond
  * seqlen_q and columns beyond seqlen_k are outside the problem and ignored. */
-static inline fa_tile_class fa_mask_classify_tile(const fa_mask *m, int64_t q0, int64_t q1, int64_t k0,
+FA_MASK_FN fa_tile_class fa_mask_classify_tile(const fa_mask *m, int64_t q0, int64_t q1, int64_t k0,
                                                   int64_t k1)
 {
     if (q1 > m->seqlen_q)
@@ -80,7 +88,7 @@ static inline fa_tile_class fa_mask_classify_tile(const fa_mask *m, int64_t q0, 
 }
 
 /* Combine two classifications of the same tile under two masks that are intersected. */
-static inline fa_tile_class fa_tile_class_meet(fa_tile_class a, fa_tile_class b)
+FA_MASK_FN fa_tile_class fa_tile_class_meet(fa_tile_class a, fa_tile_class b)
 {
     if (a == FA_TILE_EMPTY || b == FA_TILE_EMPTY)
         return FA_TILE_EMPTY;

@@ -1,0 +1,52 @@
+/* params.h: the plain-old-data description of one call that the CUDA kernels receive by value,
+ * and the launchers the backend table calls. Included from C (backend.c) and CUDA. */
+#ifndef FA_CUDA_PARAMS_H
+#define FA_CUDA_PARAMS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fa_cuda_tensor {
+    void *data;
+    int64_t sb, ss, sh; /* element strides: batch, row, head (see fa_view) */
+} fa_cuda_tensor;
+
+typedef struct fa_cuda_params {
+    fa_cuda_tensor q, k, v, o, lse, dout, dq, dk, dv;
+    float *dsum;                 /* backward: D = rowsum(dO * O), [heads_q][total_q] */
+    int64_t batch, heads_q, heads_kv, group, d;
+    int64_t seqlen_q, seqlen_k;  /* dense lengths or varlen maxima */
+    int64_t total_q;
+    const int32_t *cu_q, *cu_k;  /* device, NULL when dense */
+    float scale, scale_log2;     /* softmax scale, and scale * log2(e) */
+    int causal;
+    int64_t window_left, window_right;
+    uint32_t dropout_threshold;
+    float dropout_scale;
+    uint64_t seed, offset;
+    /* block sparsity: the mask bits and the core's per-query-tile lists, on the device */
+    const uint8_t *bm_bits;
+    int64_t bm_heads, bm_rows, bm_cols, bm_bq, bm_bk;
+    const int64_t *bl_row_ptr;
+    const int32_t *bl_col;
+    const uint8_t *bl_cls;
+    int64_t bl_heads, bl_nq;
+} fa_cuda_params;
+
+/* The tile every sm80 kernel uses: B_r = B_c = 64, four warps of 16 rows. */
+#define FA_SM80_BLOCK 64
+
+/* Launchers, one per (kernel, dtype, padded head dim); return a cudaError_t value. dtype: 1 fp16,
+ * 2 bf16 (fa_dtype). aligned: every row start is 16-byte aligned, so tiles move with cp.async. */
+int fa_sm80_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream);
+int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream);
+/* Whether an instance exists for (dtype, padded head dim) and direction. */
+int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

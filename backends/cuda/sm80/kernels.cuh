@@ -1,0 +1,647 @@
+/* kernels.cuh: the sm80 tensor-core FlashAttention kernels (FlashAttention-2's algorithm).
+ * Tiles of 64 x 64 with four warps of 16 rows; Q K^T and P V on mma.sync m16n8k16 with fp32
+ * accumulators, the online softmax in registers with exp2 and the scale folded in, K/V tiles
+ * double-buffered in shared memory through cp.async (or plain loads when rows are not 16-byte
+ * aligned). Backward: D = rowsum(dO * O); dK, dV per key tile with the warps owning key rows
+ * (S^T = K Q^T, so no transposes through shared memory); dQ per query tile in a second kernel.
+ * Neither uses atomics, so gradients are bitwise reproducible. Masks, dropout (core/philox.h)
+ * and block-sparse lists follow the core's definitions element for element. */
+#ifndef FA_SM80_KERNELS_CUH
+#define FA_SM80_KERNELS_CUH
+
+#include "params.h"
+#include "primitives.cuh"
+
+#include "mask.h"
+#include "philox.h"
+
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+namespace fa_sm80 {
+
+constexpr int BLOCK = FA_SM80_BLOCK;
+constexpr int THREADS = 128;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+__device__ __forceinline__ int64_t imin(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+struct seq_info {
+    int64_t sq, sk, q_start, k_start; /* lengths and first packed row (0 when dense) */
+};
+
+__device__ __forceinline__ seq_info sequence(const fa_cuda_params &p, int64_t b)
+{
+    seq_info s;
+    if (p.cu_q) {
+        s.q_start = p.cu_q[b];
+        s.k_start = p.cu_k[b];
+        s.sq = p.cu_q[b + 1] - s.q_start;
+        s.sk = p.cu_k[b + 1] - s.k_start;
+    } else {
+        s.q_start = s.k_start = 0;
+        s.sq = p.seqlen_q;
+        s.sk = p.seqlen_k;
+    }
+    return s;
+}
+
+template <typename T>
+__device__ __forceinline__ const T *row_ptr(const fa_cuda_tensor &t, int64_t b, int64_t row, int64_t h)
+{
+    return static_cast<const T *>(t.data) + b * t.sb + row * t.ss + h * t.sh;
+}
+
+/* 64 rows x D columns of head h into a shared tile (leading dimension D + 8), rows >= nrows and
+ * columns >= d zero-filled. ALIGNED: 16-byte cp.async (caller commits and waits). */
+template <typename T, int D, bool ALIGNED>
+__device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64_t b, int64_t row0, int64_t nrows,
+                                          int64_t h, int d)
+{
+    constexpr int LD = D + 8;
+    if (ALIGNED) {
+        constexpr int CHUNKS = D / 8;
+        for (int i = threadIdx.x; i < BLOCK * CHUNKS; i += THREADS) {
+            int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+            bool valid = r < nrows && c < d;
+            const T *src = valid ? row_ptr<T>(t, b, row0 + r, h) + c : static_cast<const T *>(t.data);
+            cp_async16(dst + r * LD + c, src, valid);
+        }
+    } else {
+        for (int i = threadIdx.x; i < BLOCK * D; i += THREADS) {
+            int r = i / D, c = i % D;
+            T v = elem<T>::from_float(0.0f);
+            if (r < nrows && c < d)
+                v = row_ptr<T>(t, b, row0 + r, h)[c];
+            dst[r * LD + c] = v;
+        }
+    }
+}
+
+/* Block-mask bit for query head h, local element (i, j). */
+__device__ __forceinline__ bool block_keep(const fa_cuda_params &p, int64_t h, int64_t i, int64_t j)
+{
+    int64_t mh = p.bm_heads == 1 ? 0 : h;
+    return p.bm_bits[(mh * p.bm_rows + i / p.bm_bq) * p.bm_cols + j / p.bm_bk] != 0;
+}
+
+/* The class of (query tile qt, key tile kt) of head h (64 x 64 tiles) under every mask. */
+__device__ __forceinline__ fa_tile_class tile_class(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t qt,
+                                                    int64_t kt)
+{
+    fa_tile_class c = fa_mask_classify_tile(&m, qt * BLOCK, (qt + 1) * BLOCK, kt * BLOCK, (kt + 1) * BLOCK);
+    if (c == FA_TILE_EMPTY || !p.bl_row_ptr)
+        return c;
+    int64_t mh = p.bl_heads == 1 ? 0 : h;
+    int64_t lo = p.bl_row_ptr[mh * p.bl_nq + qt], hi = p.bl_row_ptr[mh * p.bl_nq + qt + 1];
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (p.bl_col[mid] < kt)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == p.bl_row_ptr[mh * p.bl_nq + qt + 1] || p.bl_col[lo] != kt)
+        return FA_TILE_EMPTY;
+    return fa_tile_class_meet(c, (fa_tile_class)p.bl_cls[lo]);
+}
+
+/* Visible under every mask: the element test of core/mask.h plus the block bit. */
+__device__ __forceinline__ bool visible(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t i, int64_t j,
+                                        bool check_blocks)
+{
+    if (i >= m.seqlen_q || j >= m.seqlen_k)
+        return false;
+    int64_t lo, hi;
+    fa_mask_row_range(&m, i, &lo, &hi);
+    if (j < lo || j >= hi)
+        return false;
+    return !check_blocks || block_keep(p, h, i, j);
+}
+
+/* Key tiles of query tile qt (head h), in order: from the block lists when present, else the
+ * range the causal / window mask leaves. Returns the count; tile(n) gives the n-th. */
+struct key_tiles {
+    int64_t begin, end;      /* range, or list positions */
+    const int32_t *list;
+    __device__ __forceinline__ int64_t count() const { return end - begin; }
+    __device__ __forceinline__ int64_t tile(int64_t n) const { return list ? list[begin + n] : begin + n; }
+};
+
+__device__ __forceinline__ key_tiles key_tiles_of(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t qt)
+{
+    key_tiles kt;
+    int64_t q0 = qt * BLOCK, q1 = imin(q0 + BLOCK, m.seqlen_q) - 1;
+    if (p.bl_row_ptr) {
+        int64_t mh = p.bl_heads == 1 ? 0 : h;
+        kt.list = p.bl_col;
+        kt.begin = p.bl_row_ptr[mh * p.bl_nq + qt];
+        kt.end = p.bl_row_ptr[mh * p.bl_nq + qt + 1];
+        return kt;
+    }
+    kt.list = nullptr;
+    int64_t lo0, hi0, lo1, hi1;
+    fa_mask_row_range(&m, q0, &lo0, &hi0);
+    fa_mask_row_range(&m, q1, &lo1, &hi1);
+    if (hi1 <= lo0) {
+        kt.begin = kt.end = 0;
+    } else {
+        kt.begin = lo0 / BLOCK;
+        kt.end = (hi1 + BLOCK - 1) / BLOCK;
+    }
+    return kt;
+}
+
+/* Dropout factor of element (b, h, i, j): 0 or 1 / (1 - p). */
+__device__ __forceinline__ float dropout_factor(const fa_cuda_params &p, int64_t b, int64_t h, int64_t i, int64_t j)
+{
+    fa_philox4 r = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q, (uint64_t)h, (uint64_t)i,
+                                    (uint64_t)j);
+    return r.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+}
+
+/* ------------------------------------------------------------------ forward */
+
+template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THREADS) forward_kernel(const fa_cuda_params p)
+{
+    constexpr int LD = D + 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *qs = reinterpret_cast<T *>(smem_raw);
+    T *ks = qs + BLOCK * LD; /* [2][BLOCK * LD] */
+    T *vs = ks + 2 * BLOCK * LD;
+
+    const int64_t qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const seq_info s = sequence(p, b);
+    const int64_t q0 = qt * BLOCK;
+    if (q0 >= s.sq)
+        return;
+    const int64_t hk = h / p.group;
+    const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const key_tiles tiles = key_tiles_of(p, m, h, qt);
+    const int64_t ntiles = s.sk > 0 ? tiles.count() : 0;
+
+    load_tile<T, D, ALIGNED>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    if (ntiles > 0) {
+        int64_t k0 = tiles.tile(0) * BLOCK;
+        load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+        load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    }
+    cp_async_commit();
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float row_m[2] = {-CUDART_INF_F, -CUDART_INF_F}, row_l[2] = {0.0f, 0.0f};
+    const int64_t my_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+
+    for (int64_t n = 0; n < ntiles; ++n) {
+        const int buf = n & 1;
+        const int64_t kt = tiles.tile(n), k0 = kt * BLOCK;
+        if (n + 1 < ntiles) {
+            int64_t k1 = tiles.tile(n + 1) * BLOCK;
+            load_tile<T, D, ALIGNED>(ks + (buf ^ 1) * BLOCK * LD, p.k, b, s.k_start + k1, s.sk - k1, hk, (int)p.d);
+            load_tile<T, D, ALIGNED>(vs + (buf ^ 1) * BLOCK * LD, p.v, b, s.k_start + k1, s.sk - k1, hk, (int)p.d);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const fa_tile_class cls = tile_class(p, m, h, qt, kt);
+        if (cls != FA_TILE_EMPTY) {
+            float sacc[BLOCK / 8][4];
+#pragma unroll
+            for (int i = 0; i < BLOCK / 8; ++i)
+                sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.0f;
+            gemm_nt<T, BLOCK, D>(sacc, qs, LD, warp * 16, ks + buf * BLOCK * LD, LD);
+            const bool edge = cls != FA_TILE_FULL || k0 + BLOCK > s.sk;
+            const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+#pragma unroll
+            for (int nt = 0; nt < BLOCK / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = sacc[nt][e] * p.scale_log2;
+                    if (edge && !visible(p, m, h, my_row[e >> 1], k0 + nt * 8 + 2 * t4 + (e & 1), check_blocks))
+                        x = -CUDART_INF_F;
+                    sacc[nt][e] = x;
+                }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float mx = -CUDART_INF_F;
+#pragma unroll
+                for (int nt = 0; nt < BLOCK / 8; ++nt)
+                    mx = fmaxf(mx, fmaxf(sacc[nt][2 * r], sacc[nt][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(row_m[r], mx);
+                const float alpha = row_m[r] == -CUDART_INF_F ? 0.0f : exp2f(row_m[r] - m_new);
+                const float shift = m_new == -CUDART_INF_F ? 0.0f : m_new;
+                float sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < BLOCK / 8; ++nt) {
+                    sacc[nt][2 * r] = exp2f(sacc[nt][2 * r] - shift);
+                    sacc[nt][2 * r + 1] = exp2f(sacc[nt][2 * r + 1] - shift);
+                    sum += sacc[nt][2 * r] + sacc[nt][2 * r + 1];
+                }
+                row_l[r] = row_l[r] * alpha + sum; /* per-thread partial; reduced over the quad at the end */
+                row_m[r] = m_new;
+#pragma unroll
+                for (int i = 0; i < D / 8; ++i) {
+                    o[i][2 * r] *= alpha;
+                    o[i][2 * r + 1] *= alpha;
+                }
+            }
+            if (p.dropout_threshold) {
+#pragma unroll
+                for (int nt = 0; nt < BLOCK / 8; ++nt)
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const int64_t j = k0 + nt * 8 + 2 * t4; /* even: j and j + 1 share a Philox block */
+                        fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
+                                                           (uint64_t)h, (uint64_t)my_row[r], (uint64_t)j);
+                        sacc[nt][2 * r] *= bits.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                        sacc[nt][2 * r + 1] *= bits.v[(j + 1) & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                    }
+            }
+            uint32_t pf[BLOCK / 16][4];
+            acc_to_a<T, BLOCK>(pf, sacc);
+            gemm_pn<T, D, BLOCK>(o, pf, vs + buf * BLOCK * LD, LD);
+        }
+        __syncthreads();
+    }
+
+    /* epilogue: O / l and LSE = (m + log2 l) ln 2, rows of a fully masked row 0 and -inf */
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_l[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const int64_t i = my_row[r];
+        if (i < s.sq) {
+            T *orow = static_cast<T *>(p.o.data) + b * p.o.sb + (s.q_start + i) * p.o.ss + h * p.o.sh;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; ++nt) {
+                int c = nt * 8 + 2 * t4;
+                if (c < p.d)
+                    orow[c] = elem<T>::from_float(o[nt][2 * r] * inv);
+                if (c + 1 < p.d)
+                    orow[c + 1] = elem<T>::from_float(o[nt][2 * r + 1] * inv);
+            }
+            if (p.lse.data && t4 == 0) {
+                float lse = (l > 0.0f && row_m[r] != -CUDART_INF_F) ? (row_m[r] + log2f(l)) * LN2 : -CUDART_INF_F;
+                static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ backward: D = rowsum(dO * O) */
+
+template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
+{
+    /* one warp per (row, head) of one sequence: grid (ceil(seqlen_q / 4), heads_q, batch) */
+    const int64_t b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32;
+    const seq_info s = sequence(p, b);
+    if (i >= s.sq)
+        return;
+    const T *o = row_ptr<T>(p.o, b, s.q_start + i, h), *dout = row_ptr<T>(p.dout, b, s.q_start + i, h);
+    float acc = 0.0f;
+    for (int c = threadIdx.x & 31; c < p.d; c += 32)
+        acc += elem<T>::to_float(o[c]) * elem<T>::to_float(dout[c]);
+    for (int off = 16; off > 0; off >>= 1)
+        acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if ((threadIdx.x & 31) == 0) {
+        int64_t canon = p.cu_q ? s.q_start + i : b * p.seqlen_q + i;
+        p.dsum[h * p.total_q + canon] = acc;
+    }
+}
+
+/* ------------------------------------------------------------------ backward: dK, dV */
+
+/* One block per (key tile, kv head, batch); warps own 16 key rows; query tiles of BQ rows of every
+ * query head of the group stream through shared memory. Everything is computed transposed:
+ * S^T = K Q^T, dP^T = V dO^T, so P^T and dS^T are A fragments for dV += P^T dO, dK += dS^T Q. */
+template <typename T, int D, int BQ, bool ALIGNED>
+__global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
+{
+    constexpr int LD = D + 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *ks = reinterpret_cast<T *>(smem_raw);
+    T *vs = ks + BLOCK * LD;
+    T *qs = vs + BLOCK * LD;   /* [2][BLOCK * LD], the first BQ rows used */
+    T *dos = qs + 2 * BLOCK * LD; /* [2][BLOCK * LD] */
+    float *lse_s = reinterpret_cast<float *>(dos + 2 * BLOCK * LD); /* [2][BQ], times log2(e) */
+    float *dsum_s = lse_s + 2 * BQ;                                  /* [2][BQ] */
+
+    const int64_t kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const seq_info s = sequence(p, b);
+    const int64_t k0 = kt * BLOCK;
+    if (k0 >= s.sk)
+        return;
+    const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int64_t my_key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+    const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
+
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            dk[i][e] = dv[i][e] = 0.0f;
+
+    /* the (head, query tile) iterations that are not EMPTY for this key tile */
+    auto next_iter = [&](int64_t it) -> int64_t {
+        for (; it < niter; ++it) {
+            int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+            if (tile_class(p, m, h, q0 / BLOCK, kt) != FA_TILE_EMPTY &&
+                fa_mask_classify_tile(&m, q0, q0 + BQ, k0, k0 + BLOCK) != FA_TILE_EMPTY)
+                return it;
+        }
+        return niter;
+    };
+    auto load_q_side = [&](int64_t it, int buf) {
+        int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        load_tile<T, D, ALIGNED>(qs + buf * BLOCK * LD, p.q, b, s.q_start + q0, imin(s.sq - q0, BQ), h, (int)p.d);
+        load_tile<T, D, ALIGNED>(dos + buf * BLOCK * LD, p.dout, b, s.q_start + q0, imin(s.sq - q0, BQ), h,
+                                 (int)p.d);
+        for (int r = threadIdx.x; r < BQ; r += THREADS) {
+            int64_t i = q0 + r;
+            float l = -CUDART_INF_F, dd = 0.0f;
+            if (i < s.sq) {
+                l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
+                dd = p.dsum[h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)];
+            }
+            lse_s[buf * BQ + r] = l == -CUDART_INF_F ? CUDART_INF_F : l * LOG2E; /* +inf: fully masked row, P = 0 */
+            dsum_s[buf * BQ + r] = dd;
+        }
+    };
+
+    load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    int64_t it = next_iter(0);
+    if (it < niter)
+        load_q_side(it, 0);
+    cp_async_commit();
+
+    for (int n = 0; it < niter; ++n) {
+        const int buf = n & 1;
+        const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        const int64_t it_next = next_iter(it + 1);
+        if (it_next < niter) {
+            load_q_side(it_next, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const T *q = qs + buf * BLOCK * LD, *dout = dos + buf * BLOCK * LD;
+        const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
+        const fa_tile_class cls =
+            fa_tile_class_meet(tile_class(p, m, h, q0 / BLOCK, kt), fa_mask_classify_tile(&m, q0, q0 + BQ, k0, k0 + BLOCK));
+        const bool edge = cls != FA_TILE_FULL || k0 + BLOCK > s.sk || q0 + BQ > s.sq;
+        const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+
+        /* P^T = exp2(S^T * scale log2 e - LSE log2 e) */
+        float pt[BQ / 8][4];
+#pragma unroll
+        for (int i = 0; i < BQ / 8; ++i)
+            pt[i][0] = pt[i][1] = pt[i][2] = pt[i][3] = 0.0f;
+        gemm_nt<T, BQ, D>(pt, ks, LD, warp * 16, q, LD);
+        float z[BQ / 8][4]; /* dropout factors */
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t4 + (e & 1);
+                const int64_t i = q0 + col, j = my_key[e >> 1];
+                float x = exp2f(pt[nt][e] * p.scale_log2 - lse2[col]);
+                if (edge && !visible(p, m, h, i, j, check_blocks))
+                    x = 0.0f;
+                pt[nt][e] = x;
+                z[nt][e] = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
+            }
+        {
+            float pz[BQ / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    pz[nt][e] = pt[nt][e] * z[nt][e];
+            uint32_t pf[BQ / 16][4];
+            acc_to_a<T, BQ>(pf, pz);
+            gemm_pn<T, D, BQ>(dv, pf, dout, LD);
+        }
+        /* dP^T = V dO^T, dS^T = P^T (Z dP^T - D) scale */
+        float dpt[BQ / 8][4];
+#pragma unroll
+        for (int i = 0; i < BQ / 8; ++i)
+            dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+        gemm_nt<T, BQ, D>(dpt, vs, LD, warp * 16, dout, LD);
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t4 + (e & 1);
+                dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z[nt][e] - dd[col]) * p.scale;
+            }
+        uint32_t df[BQ / 16][4];
+        acc_to_a<T, BQ>(df, dpt);
+        gemm_pn<T, D, BQ>(dk, df, q, LD);
+        __syncthreads();
+        it = it_next;
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int64_t j = my_key[r];
+        if (j >= s.sk)
+            continue;
+        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j) * p.dk.ss + hk * p.dk.sh;
+        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j) * p.dv.ss + hk * p.dv.sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            int c = nt * 8 + 2 * t4;
+            if (c < p.d) {
+                dkrow[c] = elem<T>::from_float(dk[nt][2 * r]);
+                dvrow[c] = elem<T>::from_float(dv[nt][2 * r]);
+            }
+            if (c + 1 < p.d) {
+                dkrow[c + 1] = elem<T>::from_float(dk[nt][2 * r + 1]);
+                dvrow[c + 1] = elem<T>::from_float(dv[nt][2 * r + 1]);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ backward: dQ */
+
+/* One block per (query tile, head, batch), warps own 16 query rows, key tiles stream through
+ * shared memory: S = Q K^T, P = exp(S - LSE), dP = Z (dO V^T), dS = P (dP - D), dQ += dS K. */
+template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THREADS) dq_kernel(const fa_cuda_params p)
+{
+    constexpr int LD = D + 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *qs = reinterpret_cast<T *>(smem_raw);
+    T *dos = qs + BLOCK * LD;
+    T *ks = dos + BLOCK * LD; /* [2] */
+    T *vs = ks + 2 * BLOCK * LD; /* [2] */
+
+    const int64_t qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const seq_info s = sequence(p, b);
+    const int64_t q0 = qt * BLOCK;
+    if (q0 >= s.sq)
+        return;
+    const int64_t hk = h / p.group;
+    const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const key_tiles tiles = key_tiles_of(p, m, h, qt);
+    const int64_t ntiles = s.sk > 0 ? tiles.count() : 0;
+    const int64_t my_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    float lse2[2], dd[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        lse2[r] = CUDART_INF_F;
+        dd[r] = 0.0f;
+        if (my_row[r] < s.sq) {
+            float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + my_row[r]) * p.lse.ss];
+            lse2[r] = l == -CUDART_INF_F ? CUDART_INF_F : l * LOG2E;
+            dd[r] = p.dsum[h * p.total_q + (p.cu_q ? s.q_start + my_row[r] : b * p.seqlen_q + my_row[r])];
+        }
+    }
+
+    load_tile<T, D, ALIGNED>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    load_tile<T, D, ALIGNED>(dos, p.dout, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    if (ntiles > 0) {
+        int64_t k0 = tiles.tile(0) * BLOCK;
+        load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+        load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    }
+    cp_async_commit();
+
+    float dq[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+        dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+
+    for (int64_t n = 0; n < ntiles; ++n) {
+        const int buf = n & 1;
+        const int64_t kt = tiles.tile(n), k0 = kt * BLOCK;
+        if (n + 1 < ntiles) {
+            int64_t k1 = tiles.tile(n + 1) * BLOCK;
+            load_tile<T, D, ALIGNED>(ks + (buf ^ 1) * BLOCK * LD, p.k, b, s.k_start + k1, s.sk - k1, hk, (int)p.d);
+            load_tile<T, D, ALIGNED>(vs + (buf ^ 1) * BLOCK * LD, p.v, b, s.k_start + k1, s.sk - k1, hk, (int)p.d);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const fa_tile_class cls = tile_class(p, m, h, qt, kt);
+        if (cls != FA_TILE_EMPTY) {
+            const T *k = ks + buf * BLOCK * LD, *v = vs + buf * BLOCK * LD;
+            float pm[BLOCK / 8][4], dp[BLOCK / 8][4];
+#pragma unroll
+            for (int i = 0; i < BLOCK / 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    pm[i][e] = dp[i][e] = 0.0f;
+            gemm_nt<T, BLOCK, D>(pm, qs, LD, warp * 16, k, LD);
+            gemm_nt<T, BLOCK, D>(dp, dos, LD, warp * 16, v, LD);
+            const bool edge = cls != FA_TILE_FULL || k0 + BLOCK > s.sk;
+            const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+#pragma unroll
+            for (int nt = 0; nt < BLOCK / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int64_t i = my_row[e >> 1], j = k0 + nt * 8 + 2 * t4 + (e & 1);
+                    float x = exp2f(pm[nt][e] * p.scale_log2 - lse2[e >> 1]);
+                    if (edge && !visible(p, m, h, i, j, check_blocks))
+                        x = 0.0f;
+                    float zf = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
+                    dp[nt][e] = x * (dp[nt][e] * zf - dd[e >> 1]) * p.scale;
+                }
+            uint32_t df[BLOCK / 16][4];
+            acc_to_a<T, BLOCK>(df, dp);
+            gemm_pn<T, D, BLOCK>(dq, df, k, LD);
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int64_t i = my_row[r];
+        if (i >= s.sq)
+            continue;
+        T *row = static_cast<T *>(p.dq.data) + b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            int c = nt * 8 + 2 * t4;
+            if (c < p.d)
+                row[c] = elem<T>::from_float(dq[nt][2 * r]);
+            if (c + 1 < p.d)
+                row[c + 1] = elem<T>::from_float(dq[nt][2 * r + 1]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t st)
+{
+    constexpr int LD = D + 8;
+    const size_t smem = sizeof(T) * 5 * BLOCK * LD;
+    auto kernel = forward_kernel<T, D, ALIGNED>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return e;
+    dim3 grid((unsigned)((p.seqlen_q + BLOCK - 1) / BLOCK), (unsigned)p.heads_q, (unsigned)p.batch);
+    kernel<<<grid, THREADS, smem, st>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
+{
+    constexpr int LD = D + 8;
+    constexpr int BQ = D > 64 ? 32 : 64;
+    if (p.seqlen_q > 0) {
+        dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
+        dsum_kernel<T><<<g0, THREADS, 0, st>>>(p);
+        cudaError_t e0 = cudaGetLastError();
+        if (e0 != cudaSuccess)
+            return e0;
+    }
+    const size_t smem1 = sizeof(T) * 6 * BLOCK * LD + sizeof(float) * 4 * BQ;
+    auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
+    cudaError_t e = cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
+    if (e != cudaSuccess)
+        return e;
+    if (p.seqlen_k > 0) {
+        dim3 g1((unsigned)((p.seqlen_k + BLOCK - 1) / BLOCK), (unsigned)p.heads_kv, (unsigned)p.batch);
+        k1<<<g1, THREADS, smem1, st>>>(p);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    const size_t smem2 = sizeof(T) * 6 * BLOCK * LD;
+    auto k2 = dq_kernel<T, D, ALIGNED>;
+    if ((e = cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2)) != cudaSuccess)
+        return e;
+    if (p.seqlen_q > 0) {
+        dim3 g2((unsigned)((p.seqlen_q + BLOCK - 1) / BLOCK), (unsigned)p.heads_q, (unsigned)p.batch);
+        k2<<<g2, THREADS, smem2, st>>>(p);
+        e = cudaGetLastError();
+    }
+    return e;
+}
+
+} // namespace fa_sm80
+
+#endif

@@ -1,0 +1,159 @@
+/* primitives.cuh: the warp-level pieces of the sm80 kernels: mma.sync m16n8k16 (fp16/bf16 in,
+ * fp32 accumulate), ldmatrix (plain and transposed), cp.async 16-byte copies with zero fill,
+ * fragment packing. Needs compute capability 8.0 or newer. */
+#ifndef FA_SM80_PRIMITIVES_CUH
+#define FA_SM80_PRIMITIVES_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace fa_sm80 {
+
+template <typename T> struct elem;
+template <> struct elem<__half> {
+    static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+    static __device__ __forceinline__ uint32_t pack(float a, float b)
+    {
+        __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct elem<__nv_bfloat16> {
+    static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+    static __device__ __forceinline__ uint32_t pack(float a, float b)
+    {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* 16 bytes global -> shared; zero-filled when !valid (src is then not read). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* A fragment (16 x 16, row-major) at (row0, col0) of a row-major tile with leading dimension ld. */
+template <typename T> __device__ __forceinline__ void load_a(uint32_t a[4], const T *tile, int ld, int row0, int col0)
+{
+    int lane = threadIdx.x & 31;
+    int r = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, c = col0 + (lane >> 4) * 8;
+    ldmatrix_x4(a, tile + r * ld + c);
+}
+
+/* B fragments of two n8 tiles for C = A * X^T, X stored row-major [n][k] (rows n0 .. n0 + 16,
+ * columns k0 .. k0 + 16): b[0], b[1] for n0 .. n0 + 8, b[2], b[3] for n0 + 8 .. n0 + 16. */
+template <typename T> __device__ __forceinline__ void load_b_nt(uint32_t b[4], const T *tile, int ld, int n0, int k0)
+{
+    int lane = threadIdx.x & 31;
+    int r = n0 + (lane & 7) + (lane >> 4) * 8, c = k0 + ((lane >> 3) & 1) * 8;
+    ldmatrix_x4(b, tile + r * ld + c);
+}
+
+/* B fragments of two n8 tiles for C = A * X, X stored row-major [k][n] (rows k0 .. k0 + 16,
+ * columns n0 .. n0 + 16), through the transposing ldmatrix. */
+template <typename T> __device__ __forceinline__ void load_b_nn(uint32_t b[4], const T *tile, int ld, int k0, int n0)
+{
+    int lane = threadIdx.x & 31;
+    int r = k0 + (lane & 7) + ((lane >> 3) & 1) * 8, c = n0 + (lane >> 4) * 8;
+    ldmatrix_x4_trans(b, tile + r * ld + c);
+}
+
+/* acc[N/8][4] (16 x N) += A (16 x K, rows arow0.. of tile a) * X^T (X rows [n][k] in tile x) */
+template <typename T, int N, int K>
+__device__ __forceinline__ void gemm_nt(float (*acc)[4], const T *a, int lda, int arow0, const T *x, int ldx)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+        uint32_t af[4];
+        load_a(af, a, lda, arow0, kk);
+#pragma unroll
+        for (int n = 0; n < N; n += 16) {
+            uint32_t bf[4];
+            load_b_nt(bf, x, ldx, n, kk);
+            elem<T>::mma(acc[n / 8], af, bf[0], bf[1]);
+            elem<T>::mma(acc[n / 8 + 1], af, bf[2], bf[3]);
+        }
+    }
+}
+
+/* acc[N/8][4] (16 x N) += P (16 x K, as A fragments pf[K/16][4]) * X (X rows [k][n] in tile x) */
+template <typename T, int N, int K>
+__device__ __forceinline__ void gemm_pn(float (*acc)[4], const uint32_t (*pf)[4], const T *x, int ldx)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+#pragma unroll
+        for (int n = 0; n < N; n += 16) {
+            uint32_t bf[4];
+            load_b_nn(bf, x, ldx, kk, n);
+            elem<T>::mma(acc[n / 8], pf[kk / 16], bf[0], bf[1]);
+            elem<T>::mma(acc[n / 8 + 1], pf[kk / 16], bf[2], bf[3]);
+        }
+    }
+}
+
+/* Accumulators (16 x K, fp32) to A fragments for the next product: the C layout of two
+ * neighbouring n8 tiles is the A layout of one k16 step. */
+template <typename T, int K>
+__device__ __forceinline__ void acc_to_a(uint32_t (*pf)[4], const float (*acc)[4])
+{
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+        pf[kk][0] = elem<T>::pack(acc[2 * kk][0], acc[2 * kk][1]);
+        pf[kk][1] = elem<T>::pack(acc[2 * kk][2], acc[2 * kk][3]);
+        pf[kk][2] = elem<T>::pack(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+        pf[kk][3] = elem<T>::pack(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+    }
+}
+
+} // namespace fa_sm80
+
+#endif

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs on the H200 device machine (see /work/.library/device): the conformance grid on the CUDA
+# backend, compute-sanitizer on a subset, and the side-by-side benchmark. Usage:
+#   bash ci/h200-run.sh BUILD_DIR [conformance|sanitize|bench|all] [bench args...]
+set -uo pipefail
+B=${1:-build-h200}
+what=${2:-all}
+shift 2 || true
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/.deps/cm/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export PATH=/opt/torch/.venv/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+if [ "$what" = conformance ] || [ "$what" = all ]; then
+  echo "== conformance, CUDA backend, full grid"
+  "$B/tests/conformance/conformance" --backend cuda --grid full > "$OUT/conformance-cuda.log" 2>&1
+  echo "exit $?"
+  grep -E "FAILED|SKIPPED|PASSED|ERROR|error" "$OUT/conformance-cuda.log" | head -40
+fi
+if [ "$what" = sanitize ] || [ "$what" = all ]; then
+  echo "== compute-sanitizer memcheck / racecheck / synccheck (short grid subsets)"
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/conformance" --backend cuda \
+      --grid short --filter "${SAN_FILTER:-hdim}" > "$OUT/sanitize-$tool.log" 2>&1
+    echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/sanitize-$tool.log" | tail -2 | tr '\n' ' ')"
+  done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  echo "== benchmark"
+  python3 bench/gpu_bench.py --lib "$B/libflashattn.so" "$@" 2>&1 | tee "$OUT/bench.md"
+fi
