@@ -126,6 +126,10 @@ def main():
     print("| d | causal | seqlen | flashattn | PyTorch flash (FA2) | cuDNN | standard (math) | ours / FA2 | variant |")
     print("|---|---|---|---|---|---|---|---|---|")
     torch.manual_seed(0)
+    # a stream of our own: the legacy default stream (handle 0) would mean "the context's stream"
+    # to the library, and do_bench's events would not see its work
+    stream = torch.cuda.Stream()
+    torch.cuda.set_stream(stream)
     for d in [int(x) for x in args.dims.split(",")]:
         for causal in causals:
             for s in [int(x) for x in args.seqlens.split(",")]:

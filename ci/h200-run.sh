@@ -8,7 +8,7 @@ what=${2:-all}
 shift 2 || true
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/.deps/cm/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$PWD/.deps/h200/lib:$PWD/.deps/cm/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export PATH=/opt/torch/.venv/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 if [ "$what" = conformance ] || [ "$what" = all ]; then
