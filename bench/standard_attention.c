@@ -1,172 +1,27 @@
 /* standard_attention.c: the benchmark baseline, standard attention that materialises S and P
  * (N x N fp32 per head) in three passes: S = scale * Q K^T, P = softmax(S) row by row, O = P V.
- * The matrix products use the same kind of register-blocked 4 x 16 micro-kernel as the library
- * (GCC vector extensions, compiled for x86-64-v3 and baseline) on packed panels with cache
- * blocking, and the softmax the same vectorised exp, so a comparison with the fused path
- * measures materialisation and its memory traffic, not a weaker matmul. */
+ * The matrix products use the library's own 4 x 16 micro-kernel (backends/cpu/simd.h, compiled
+ * for x86-64-v3 and baseline) on packed panels with cache blocking, and the softmax the same
+ * vectorised exp, so a comparison with the fused path measures materialisation and its memory
+ * traffic, not a weaker matmul. */
 #include "standard_attention.h"
 
+/* the library's own vector building blocks and parallel loop (backends/cpu), so the baseline
+ * computes with exactly the code the fused kernels use */
+#include "pool.h"
+#include "simd.h"
+
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define SA_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef SA_MULTIVERSION
-#define SA_MULTIVERSION
-#endif
-/* Helpers must inline into each clone, or they would be compiled once for the baseline ISA. */
-#if defined(__GNUC__)
-#define SA_INLINE static inline __attribute__((always_inline))
-#else
-#define SA_INLINE static inline
-#endif
-
-/* The vector helpers are static and inlined; no vector value crosses an ABI boundary. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-#define VEC 8
-#define NR 16       /* micro-kernel columns: two vectors; panels are NR wide */
-#define MR 4        /* micro-kernel rows */
 #define ROWS 64     /* query rows per task */
 #define KC 256      /* depth of one block of the P V product (a V panel block stays in L1) */
-#define MAX_THREADS 256
-
-static int64_t round_up(int64_t x, int64_t m)
-{
-    return (x + m - 1) / m * m;
-}
-
-SA_INLINE v8f load8(const float *p)
-{
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-SA_INLINE void store8(float *p, v8f v)
-{
-    memcpy(p, &v, sizeof v);
-}
-
-SA_INLINE v8f bits_as_float(v8i x)
-{
-    v8f f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
-SA_INLINE v8i float_as_bits(v8f x)
-{
-    v8i i;
-    memcpy(&i, &x, sizeof i);
-    return i;
-}
-
-SA_INLINE v8f select8(v8i mask, v8f a, v8f b)
-{
-    return bits_as_float((float_as_bits(a) & mask) | (float_as_bits(b) & ~mask));
-}
-
-/* e^x for 8 lanes: the same Cody-Waite reduction and degree-6 polynomial as the library's
- * kernel; 0 below -87.3, NaN propagates. */
-SA_INLINE v8f exp8(v8f v)
-{
-    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
-    const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
-    v8i nan_mask = v != v;
-    v8i under = v < lo;
-    v8f c = select8(v > hi, hi, v);
-    c = select8(c < lo, lo, c);
-    v8f kf = c * 1.44269504088896341f + 0.5f;
-    v8i ki = __builtin_convertvector(kf, v8i);
-    v8f kt = __builtin_convertvector(ki, v8f);
-    ki += kt > kf;
-    kt = __builtin_convertvector(ki, v8f);
-    v8f r = c - kt * 0.693359375f;
-    r = r + kt * 2.12194440e-4f;
-    v8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    v8f res = p * bits_as_float((ki + 127) << 23);
-    res = bits_as_float(float_as_bits(res) & ~under);
-    return select8(nan_mask, v, res);
-}
-
-/* C[4 x 16] (+)= alpha * A[4 x K] B[K x 16]; A row-major (lda), B a packed panel (ld 16). */
-SA_INLINE void kernel_4x16(int64_t K, const float *A, int64_t lda, const float *B, float *C, int64_t ldc,
-                               float alpha, int accumulate)
-{
-    v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-    const float *a0 = A, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-    for (int64_t k = 0; k < K; ++k) {
-        v8f b0 = load8(B + k * NR), b1 = load8(B + k * NR + VEC);
-        v8f x0 = {0}, x1 = {0}, x2 = {0}, x3 = {0};
-        x0 += a0[k];
-        x1 += a1[k];
-        x2 += a2[k];
-        x3 += a3[k];
-        c00 += x0 * b0;
-        c01 += x0 * b1;
-        c10 += x1 * b0;
-        c11 += x1 * b1;
-        c20 += x2 * b0;
-        c21 += x2 * b1;
-        c30 += x3 * b0;
-        c31 += x3 * b1;
-    }
-    float *r0 = C, *r1 = r0 + ldc, *r2 = r1 + ldc, *r3 = r2 + ldc;
-    if (alpha != 1.0f) {
-        c00 *= alpha; c01 *= alpha; c10 *= alpha; c11 *= alpha;
-        c20 *= alpha; c21 *= alpha; c30 *= alpha; c31 *= alpha;
-    }
-    if (accumulate) {
-        c00 += load8(r0); c01 += load8(r0 + VEC);
-        c10 += load8(r1); c11 += load8(r1 + VEC);
-        c20 += load8(r2); c21 += load8(r2 + VEC);
-        c30 += load8(r3); c31 += load8(r3 + VEC);
-    }
-    store8(r0, c00); store8(r0 + VEC, c01);
-    store8(r1, c10); store8(r1 + VEC, c11);
-    store8(r2, c20); store8(r2 + VEC, c21);
-    store8(r3, c30); store8(r3 + VEC, c31);
-}
-
-/* The same for one row (the tail of a row block). */
-SA_INLINE void kernel_1x16(int64_t K, const float *A, const float *B, float *C, float alpha, int accumulate)
-{
-    v8f c0 = {0}, c1 = {0};
-    for (int64_t k = 0; k < K; ++k) {
-        v8f x = {0};
-        x += A[k];
-        c0 += x * load8(B + k * NR);
-        c1 += x * load8(B + k * NR + VEC);
-    }
-    c0 *= alpha;
-    c1 *= alpha;
-    if (accumulate) {
-        c0 += load8(C);
-        c1 += load8(C + VEC);
-    }
-    store8(C, c0);
-    store8(C + VEC, c1);
-}
 
 /* S rows [0, nr) of one head, panels [0, npanels): S = scale * Q K^T. Q rows have stride ldq,
  * ktp holds K^T as panels of d x 16. Panel-outer keeps one K^T panel in L1 for the whole
  * row block. */
-SA_MULTIVERSION
+FA_MULTIVERSION
 static void scores_rows(const float *q, int64_t ldq, int64_t nr, const float *ktp, int64_t d, int64_t npanels,
                         float *s, int64_t ld, float scale)
 {
@@ -174,15 +29,15 @@ static void scores_rows(const float *q, int64_t ldq, int64_t nr, const float *kt
         const float *B = ktp + jp * d * NR;
         int64_t i = 0;
         for (; i + MR <= nr; i += MR)
-            kernel_4x16(d, q + i * ldq, ldq, B, s + i * ld + jp * NR, ld, scale, 0);
+            fa_kernel_4x16(d, q + i * ldq, ldq, B, NR, s + i * ld + jp * NR, ld, scale, 0);
         for (; i < nr; ++i)
-            kernel_1x16(d, q + i * ldq, B, s + i * ld + jp * NR, scale, 0);
+            fa_kernel_1x16(d, q + i * ldq, B, NR, s + i * ld + jp * NR, scale, 0);
     }
 }
 
 /* P row = softmax(S row[0, lim)); P[lim, zero_to) = 0 so a row block's product with V may read
  * a few columns past a row's causal limit. lim = 0 (a fully masked row) gives P = 0. */
-SA_MULTIVERSION
+FA_MULTIVERSION
 static void softmax_row(const float *s, float *p, int64_t lim, int64_t zero_to)
 {
     int64_t nv = lim / VEC * VEC;
@@ -204,7 +59,7 @@ static void softmax_row(const float *s, float *p, int64_t lim, int64_t zero_to)
     }
     v8f sumv = {0};
     for (int64_t j = 0; j < nv; j += VEC) {
-        v8f e = exp8(load8(s + j) - m);
+        v8f e = fa_exp8(load8(s + j) - m);
         store8(p + j, e);
         sumv += e;
     }
@@ -215,7 +70,7 @@ static void softmax_row(const float *s, float *p, int64_t lim, int64_t zero_to)
         float tmp[VEC];
         for (int t = 0; t < VEC; ++t)
             tmp[t] = nv + t < lim ? s[nv + t] - m : -INFINITY;
-        v8f e = exp8(load8(tmp));
+        v8f e = fa_exp8(load8(tmp));
         for (int t = 0; nv + t < lim; ++t) {
             p[nv + t] = e[t];
             sum += e[t];
@@ -231,7 +86,7 @@ static void softmax_row(const float *s, float *p, int64_t lim, int64_t zero_to)
 }
 
 /* obuf[nr x d_pad] = P[nr x klim] V[klim x d_pad]; vp holds V as panels of ld x 16 (ld rows). */
-SA_MULTIVERSION
+FA_MULTIVERSION
 static void pv_rows(const float *p, int64_t ld, int64_t nr, int64_t klim, const float *vp, int64_t ncp, float *obuf,
                     int64_t d_pad)
 {
@@ -245,70 +100,14 @@ static void pv_rows(const float *p, int64_t ld, int64_t nr, int64_t klim, const 
             const float *B = vp + cp * ld * NR + k0 * NR;
             int64_t i = 0;
             for (; i + MR <= nr; i += MR)
-                kernel_4x16(kc, p + i * ld + k0, ld, B, obuf + i * d_pad + cp * NR, d_pad, 1.0f, k0 > 0);
+                fa_kernel_4x16(kc, p + i * ld + k0, ld, B, NR, obuf + i * d_pad + cp * NR, d_pad, 1.0f, k0 > 0);
             for (; i < nr; ++i)
-                kernel_1x16(kc, p + i * ld + k0, B, obuf + i * d_pad + cp * NR, 1.0f, k0 > 0);
+                fa_kernel_1x16(kc, p + i * ld + k0, B, NR, obuf + i * d_pad + cp * NR, 1.0f, k0 > 0);
         }
     }
 }
 
 /* ------------------------------------------------------------------ threads */
-
-typedef void (*task_fn)(void *arg, int64_t task, float *scratch);
-
-typedef struct pool_job {
-    task_fn fn;
-    void *arg;
-    int64_t ntasks;
-    atomic_llong next;
-    float *scratch;
-    int64_t scratch_floats;
-} pool_job;
-
-typedef struct pool_worker {
-    pool_job *job;
-    int index;
-} pool_worker;
-
-static void *pool_run(void *argp)
-{
-    pool_worker *w = argp;
-    float *scratch = w->job->scratch ? w->job->scratch + (int64_t)w->index * w->job->scratch_floats : NULL;
-    for (;;) {
-        int64_t t = atomic_fetch_add(&w->job->next, 1);
-        if (t >= w->job->ntasks)
-            break;
-        w->job->fn(w->job->arg, t, scratch);
-    }
-    return NULL;
-}
-
-/* The library's scheme: pthreads created per pass, tasks handed out by an atomic counter. */
-static void parallel_for(int threads, int64_t ntasks, task_fn fn, void *arg, float *scratch, int64_t scratch_floats)
-{
-    if (ntasks <= 0)
-        return;
-    if (threads > ntasks)
-        threads = (int)ntasks;
-    if (threads > MAX_THREADS)
-        threads = MAX_THREADS;
-    pool_job job = {.fn = fn, .arg = arg, .ntasks = ntasks, .scratch = scratch, .scratch_floats = scratch_floats};
-    atomic_init(&job.next, 0);
-    pthread_t tid[MAX_THREADS];
-    pool_worker w[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    for (int i = 1; i < threads; ++i) {
-        w[i].job = &job;
-        w[i].index = i;
-        started[i] = pthread_create(&tid[i], NULL, pool_run, &w[i]) == 0;
-    }
-    w[0].job = &job;
-    w[0].index = 0;
-    pool_run(&w[0]);
-    for (int i = 1; i < threads; ++i)
-        if (started[i])
-            pthread_join(tid[i], NULL);
-}
 
 /* ------------------------------------------------------------------ the passes */
 
@@ -377,7 +176,7 @@ static void scores_task(void *argp, int64_t task, float *scratch)
     int64_t klim = key_limit(r, i0 + nr - 1);
     const float *q = p->q + (b * p->seqlen_q + i0) * p->heads * p->d + h * p->d;
     float *s = r->ws->s + (bh * p->seqlen_q + i0) * ld;
-    scores_rows(q, p->heads * p->d, nr, r->ws->kt_packed + bh * ld * p->d, p->d, round_up(klim, NR) / NR, s, ld,
+    scores_rows(q, p->heads * p->d, nr, r->ws->kt_packed + bh * ld * p->d, p->d, fa_round_up(klim, NR) / NR, s, ld,
                 r->scale);
 }
 
@@ -413,8 +212,8 @@ static void pv_task(void *argp, int64_t task, float *obuf)
 
 static void sizes(const sa_problem *p, int64_t *ld, int64_t *dp, int64_t *floats_sp, int64_t *floats_pack)
 {
-    *ld = round_up(p->seqlen_k, NR);
-    *dp = round_up(p->d, NR);
+    *ld = fa_round_up(p->seqlen_k, NR);
+    *dp = fa_round_up(p->d, NR);
     *floats_sp = p->batch * p->heads * p->seqlen_q * *ld;
     *floats_pack = p->batch * p->heads * *ld * (p->d + *dp);
 }
@@ -460,7 +259,7 @@ int sa_forward(const sa_problem *p, sa_workspace *ws, int threads)
     if (!p || !ws || !p->q || !p->k || !p->v || !p->o || p->batch < 0 || p->heads < 1 || p->d < 1 ||
         p->seqlen_q < 0 || p->seqlen_k < 0 || threads < 1)
         return -1;
-    if (ws->ld != round_up(p->seqlen_k, NR) || ws->d_pad != round_up(p->d, NR))
+    if (ws->ld != fa_round_up(p->seqlen_k, NR) || ws->d_pad != fa_round_up(p->d, NR))
         return -1;
     sa_run r = {.p = p, .ws = ws, .scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->d)};
     r.nblocks = (p->seqlen_q + ROWS - 1) / ROWS;
@@ -468,14 +267,14 @@ int sa_forward(const sa_problem *p, sa_workspace *ws, int threads)
     int64_t bh = p->batch * p->heads, ntasks = bh * r.nblocks;
     if (ntasks == 0)
         return 0;
-    int nt = threads < MAX_THREADS ? threads : MAX_THREADS;
+    int nt = threads < FA_POOL_MAX_THREADS ? threads : FA_POOL_MAX_THREADS;
     float *obuf = malloc(sizeof(float) * (size_t)(nt * ROWS * ws->d_pad));
     if (!obuf)
         return -1;
-    parallel_for(threads, bh, pack_task, &r, NULL, 0);
-    parallel_for(threads, ntasks, scores_task, &r, NULL, 0);
-    parallel_for(threads, ntasks, softmax_task, &r, NULL, 0);
-    parallel_for(threads, ntasks, pv_task, &r, obuf, ROWS * ws->d_pad);
+    fa_parallel_for(threads, bh, pack_task, &r, NULL, 0);
+    fa_parallel_for(threads, ntasks, scores_task, &r, NULL, 0);
+    fa_parallel_for(threads, ntasks, softmax_task, &r, NULL, 0);
+    fa_parallel_for(threads, ntasks, pv_task, &r, obuf, ROWS * ws->d_pad);
     free(obuf);
     return 0;
 }

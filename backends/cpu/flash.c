@@ -9,163 +9,62 @@
 #include "cpu.h"
 #include "half.h"
 #include "philox.h"
+#include "pool.h"
+#include "simd.h"
 #include "softmax.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define FA_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef FA_MULTIVERSION
-#define FA_MULTIVERSION
-#endif
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-/* The vector helpers below are always inlined into their (multiversioned) callers: a 32-byte
- * vector must never be passed between a default-target helper and an x86-64-v3 clone, whose
- * calling conventions for it differ (that is what GCC's -Wpsabi note is about; it cannot apply
- * to a call that does not exist). */
-#pragma GCC diagnostic ignored "-Wpsabi"
-#define FA_VINLINE static inline __attribute__((always_inline))
-
-FA_VINLINE v8f bits_as_float(v8i x)
-{
-    v8f f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
-FA_VINLINE v8i float_as_bits(v8f x)
-{
-    v8i i;
-    memcpy(&i, &x, sizeof i);
-    return i;
-}
-
-/* mask ? a : b, lane by lane (C has no vector ?: ) */
-FA_VINLINE v8f select8(v8i mask, v8f a, v8f b)
-{
-    return bits_as_float((float_as_bits(a) & mask) | (float_as_bits(b) & ~mask));
-}
-
-#define VEC 8
-#define NR 16 /* columns of the micro-kernel: two vectors */
-#define MR 4  /* rows of the micro-kernel */
-
-static int64_t round_up(int64_t x, int64_t m)
-{
-    return (x + m - 1) / m * m;
-}
-
-FA_VINLINE v8f load8(const float *p)
-{
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-FA_VINLINE void store8(float *p, v8f v)
-{
-    memcpy(p, &v, sizeof v);
-}
 
 /* C[M x N] (+)= A[M x K] B[K x N], all row-major fp32; N a multiple of NR. */
 FA_MULTIVERSION
 static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                     float *C, int64_t ldc, int accumulate)
 {
-    int64_t i = 0;
-    for (; i + MR <= M; i += MR) {
-        for (int64_t j = 0; j < N; j += NR) {
-            v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-            const float *a0 = A + i * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-            for (int64_t k = 0; k < K; ++k) {
-                v8f b0 = load8(B + k * ldb + j), b1 = load8(B + k * ldb + j + VEC);
-                /* scalar * vector: GCC broadcasts the scalar (vbroadcastss) */
-                float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-                c00 += x0 * b0;
-                c01 += x0 * b1;
-                c10 += x1 * b0;
-                c11 += x1 * b1;
-                c20 += x2 * b0;
-                c21 += x2 * b1;
-                c30 += x3 * b0;
-                c31 += x3 * b1;
-            }
-            float *c0 = C + i * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-            if (accumulate) {
-                c00 += load8(c0); c01 += load8(c0 + VEC);
-                c10 += load8(c1); c11 += load8(c1 + VEC);
-                c20 += load8(c2); c21 += load8(c2 + VEC);
-                c30 += load8(c3); c31 += load8(c3 + VEC);
-            }
-            store8(c0, c00); store8(c0 + VEC, c01);
-            store8(c1, c10); store8(c1 + VEC, c11);
-            store8(c2, c20); store8(c2 + VEC, c21);
-            store8(c3, c30); store8(c3 + VEC, c31);
-        }
-    }
-    for (; i < M; ++i) {
-        for (int64_t j = 0; j < N; j += NR) {
-            v8f c0v = {0}, c1v = {0};
-            const float *a = A + i * lda;
-            for (int64_t k = 0; k < K; ++k) {
-                float x = a[k];
-                c0v += x * load8(B + k * ldb + j);
-                c1v += x * load8(B + k * ldb + j + VEC);
-            }
-            float *c = C + i * ldc + j;
-            if (accumulate) {
-                c0v += load8(c);
-                c1v += load8(c + VEC);
-            }
-            store8(c, c0v);
-            store8(c + VEC, c1v);
-        }
+    /* panel-outer: one K x 16 panel of B (K cache lines) stays in L1 while every row block of A
+     * streams past it */
+    for (int64_t j = 0; j < N; j += NR) {
+        int64_t i = 0;
+        for (; i + MR <= M; i += MR)
+            fa_kernel_4x16(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc, 1.0f, accumulate);
+        for (; i < M; ++i)
+            fa_kernel_1x16(K, A + i * lda, B + j, ldb, C + i * ldc + j, 1.0f, accumulate);
     }
 }
 
+/* C[M x N] (+)= A[M x K] B[K x N] with B packed in panels: panel j (columns 16j .. 16j + 16) is
+ * K x 16 contiguous at B + j * K * 16, so the micro-kernel streams it from L1 in order. */
+FA_MULTIVERSION
+static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, float *C,
+                    int64_t ldc, int accumulate)
+{
+    for (int64_t j = 0; j < N; j += NR) {
+        const float *panel = B + j * K;
+        int64_t i = 0;
+        for (; i + MR <= M; i += MR)
+            fa_kernel_4x16(K, A + i * lda, lda, panel, NR, C + i * ldc + j, ldc, 1.0f, accumulate);
+        for (; i < M; ++i)
+            fa_kernel_1x16(K, A + i * lda, panel, NR, C + i * ldc + j, 1.0f, accumulate);
+    }
+}
+
+/* A row-major rows x cols matrix (leading dimension ld, cols a multiple of NR) into panels. */
+static void pack_panels(const float *src, int64_t rows, int64_t cols, int64_t ld, float *dst)
+{
+    for (int64_t j = 0; j < cols; j += NR)
+        for (int64_t r = 0; r < rows; ++r)
+            memcpy(dst + j * rows + r * NR, src + r * ld + j, sizeof(float) * NR);
+}
+
 /* exp(x - shift) for a row of n floats (n a multiple of VEC), in place, returning the sum of
- * the results. Cody-Waite range reduction
- * x = k ln2 + r, a degree-6 polynomial for e^r (relative error about 2 ulp), 2^k by exponent
- * bits. Exactly 0 below -87.3 (so masked -inf scores give 0), NaN propagates. */
+ * the results (fa_exp8: 0 for -inf, NaN propagates). */
 FA_MULTIVERSION
 static float exp_inplace(float *x, int64_t n, float shift)
 {
     v8f total = {0};
-    const v8f lo = {-87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f, -87.3f};
-    const v8f hi = {88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f, 88.3f};
     for (int64_t t = 0; t < n; t += VEC) {
-        v8f v = load8(x + t) - shift;
-        v8i nan_mask = v != v;
-        v8i under = v < lo;
-        v8f c = select8(v > hi, hi, v);
-        c = select8(c < lo, lo, c);
-        v8f kf = c * 1.44269504088896341f + 0.5f;
-        /* floor(kf): truncate, then step down where truncation rounded a negative value up */
-        v8i ki = __builtin_convertvector(kf, v8i);
-        v8f kt = __builtin_convertvector(ki, v8f);
-        ki += kt > kf; /* the comparison is -1 where true */
-        kt = __builtin_convertvector(ki, v8f);
-        v8f r = c - kt * 0.693359375f;
-        r = r + kt * 2.12194440e-4f;
-        v8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-        p = p * r + 8.3334519073e-3f;
-        p = p * r + 4.1665795894e-2f;
-        p = p * r + 1.6666665459e-1f;
-        p = p * r + 5.0000001201e-1f;
-        p = p * (r * r) + r + 1.0f;
-        v8f res = p * bits_as_float((ki + 127) << 23);
-        res = bits_as_float(float_as_bits(res) & ~under);
-        res = select8(nan_mask, v, res);
+        v8f res = fa_exp8(load8(x + t) - shift);
         store8(x + t, res);
         total += res;
     }
@@ -355,64 +254,6 @@ static void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int64_t q0,
     }
 }
 
-/* ------------------------------------------------------------------ thread pool */
-
-typedef void (*task_fn)(void *arg, int64_t task, float *scratch);
-
-typedef struct pool_job {
-    task_fn fn;
-    void *arg;
-    int64_t ntasks;
-    atomic_llong next;
-    float *scratch_base;
-    int64_t scratch_floats;
-} pool_job;
-
-typedef struct pool_worker {
-    pool_job *job;
-    int index;
-} pool_worker;
-
-static void *pool_run(void *argp)
-{
-    pool_worker *w = argp;
-    pool_job *job = w->job;
-    float *scratch = job->scratch_base + (int64_t)w->index * job->scratch_floats;
-    for (;;) {
-        int64_t t = atomic_fetch_add(&job->next, 1);
-        if (t >= job->ntasks)
-            break;
-        job->fn(job->arg, t, scratch);
-    }
-    return NULL;
-}
-
-/* Runs fn over ntasks with `threads` workers (the caller is worker 0), each with its own
- * pre-allocated scratch. A thread that cannot be started leaves its share to the others. */
-static void parallel_for(int threads, int64_t ntasks, task_fn fn, void *arg, float *scratch, int64_t scratch_floats)
-{
-    if (ntasks <= 0)
-        return;
-    if (threads > ntasks)
-        threads = (int)ntasks;
-    pool_job job = {.fn = fn, .arg = arg, .ntasks = ntasks, .scratch_base = scratch, .scratch_floats = scratch_floats};
-    atomic_init(&job.next, 0);
-    pthread_t tid[FA_CPU_MAX_THREADS];
-    pool_worker w[FA_CPU_MAX_THREADS];
-    int started[FA_CPU_MAX_THREADS] = {0};
-    for (int i = 1; i < threads; ++i) {
-        w[i].job = &job;
-        w[i].index = i;
-        started[i] = pthread_create(&tid[i], NULL, pool_run, &w[i]) == 0;
-    }
-    w[0].job = &job;
-    w[0].index = 0;
-    pool_run(&w[0]);
-    for (int i = 1; i < threads; ++i)
-        if (started[i])
-            pthread_join(tid[i], NULL);
-}
-
 /* ------------------------------------------------------------------ shapes of the buffers */
 
 typedef struct tile_dims {
@@ -426,15 +267,17 @@ static tile_dims dims_of(const fa_problem *p)
     tile_dims t;
     t.bq = p->block_q;
     t.bk = p->block_k;
-    t.dp = round_up(p->d, NR);
-    t.bqp = round_up(p->block_q, NR);
+    t.dp = fa_round_up(p->d, NR);
+    t.bqp = fa_round_up(p->block_q, NR);
     return t;
 }
 
 static int64_t fwd_scratch_floats(const tile_dims *t)
 {
-    /* Q, O (bq x dp), S (bq x bk), row factors */
-    return 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
+    /* Q, O (bq x dp), S (bq x bk), row factors; the K/V packing pass borrows it for a
+     * dp x bk tile */
+    int64_t fwd = 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
+    return fwd > t->dp * t->bk ? fwd : t->dp * t->bk;
 }
 
 static int64_t bwd_scratch_floats(const tile_dims *t)
@@ -497,7 +340,6 @@ static int64_t kv_tile_floats(const tile_dims *t)
 
 static void pack_kv_task(void *argp, int64_t task, float *scratch)
 {
-    (void)scratch;
     const fwd_ctx *fc = argp;
     const fa_problem *p = fc->p;
     const tile_dims *t = &fc->t;
@@ -510,8 +352,11 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
     fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
     int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
     float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + t->dp * t->bk;
-    load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, t->dp, t->bk);
-    load_rows(p, &p->v, b, ks + k0, nc, t->bk, hk, 1.0f, v, t->dp);
+    /* through the scratch tile, then into panels (K^T: dp x bk, V: bk x dp) */
+    load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, scratch, t->dp, t->bk);
+    pack_panels(scratch, t->dp, t->bk, t->bk, kT);
+    load_rows(p, &p->v, b, ks + k0, nc, t->bk, hk, 1.0f, scratch, t->dp);
+    pack_panels(scratch, t->bk, t->dp, t->dp, v);
 }
 
 static void fwd_task(void *argp, int64_t task, float *scratch)
@@ -545,7 +390,7 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
         const float *kT = fc->kv_pack + ((fc->tile_base[b] + kt) * p->heads_kv + hk) * kv_tile_floats(t);
         const float *vtile = kT + t->dp * t->bk;
-        gemm_nn(nr, t->bk, p->d, qtile, t->dp, kT, t->bk, s, t->bk, 0);
+        gemm_np(nr, t->bk, t->dp, qtile, t->dp, kT, s, t->bk, 0);
         if (cls != FA_TILE_FULL || nc < t->bk)
             apply_mask(p, &m, h, q0, nr, k0, nc, t->bk, s, cls);
         for (int64_t r = 0; r < nr; ++r) {
@@ -558,7 +403,7 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         }
         if (p->dropout_threshold)
             apply_dropout(p, b, h, q0, nr, k0, nc, t->bk, s);
-        gemm_nn(nr, t->dp, t->bk, s, t->bk, vtile, t->dp, otile, t->dp, 1);
+        gemm_np(nr, t->dp, t->bk, s, t->bk, vtile, otile, t->dp, 1);
     }
     for (int64_t r = 0; r < nr; ++r) {
         inv[r] = fa_softmax_inv_sum(rows[r]);
@@ -596,10 +441,10 @@ fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
     if (threads > ntasks)
         threads = (int)ntasks;
     int64_t per = fwd_scratch_floats(&fc.t);
-    float *scratch = aligned_alloc(64, (size_t)round_up(per * threads * 4, 64));
+    float *scratch = aligned_alloc(64, (size_t)fa_round_up(per * threads * 4, 64));
     fc.tile_base = key_tile_prefix(p, fc.t.bk);
     int64_t npack = fc.tile_base ? fc.tile_base[p->batch] * p->heads_kv : 0;
-    fc.kv_pack = aligned_alloc(64, (size_t)round_up((npack * kv_tile_floats(&fc.t) + 1) * 4, 64));
+    fc.kv_pack = aligned_alloc(64, (size_t)fa_round_up((npack * kv_tile_floats(&fc.t) + 1) * 4, 64));
     if (!scratch || !fc.tile_base || !fc.kv_pack) {
         free(scratch);
         free(fc.tile_base);
@@ -607,8 +452,8 @@ fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu forward: cannot allocate %lld bytes of workspace",
                         (long long)fa_cpu_workspace_bytes(p, threads));
     }
-    parallel_for(threads, npack, pack_kv_task, &fc, scratch, per);
-    parallel_for(threads, ntasks, fwd_task, &fc, scratch, per);
+    fa_parallel_for(threads, npack, pack_kv_task, &fc, scratch, per);
+    fa_parallel_for(threads, ntasks, fwd_task, &fc, scratch, per);
     free(scratch);
     free(fc.tile_base);
     free(fc.kv_pack);
@@ -765,7 +610,7 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
     bc.chunks = fa_cpu_bwd_chunks(p, threads);
     int64_t per = bwd_scratch_floats(&bc.t);
     int64_t ndsum = p->total_q * p->heads_q, nacc = bc.chunks * p->total_q * p->heads_q * bc.t.dp;
-    float *scratch = aligned_alloc(64, (size_t)round_up(per * threads * 4, 64));
+    float *scratch = aligned_alloc(64, (size_t)fa_round_up(per * threads * 4, 64));
     bc.dsum = malloc(sizeof(float) * (size_t)(ndsum > 0 ? ndsum : 1));
     bc.dq_acc = calloc((size_t)(nacc > 0 ? nacc : 1), sizeof(float));
     if (!scratch || !bc.dsum || !bc.dq_acc) {
@@ -775,9 +620,9 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld bytes of workspace",
                         (long long)fa_cpu_workspace_bytes(p, threads));
     }
-    parallel_for(threads, p->batch * p->heads_q * bc.nq, bwd_dsum_task, &bc, scratch, per);
-    parallel_for(threads, p->batch * p->heads_kv * bc.chunks, bwd_main_task, &bc, scratch, per);
-    parallel_for(threads, p->batch * bc.nq, bwd_dq_task, &bc, scratch, per);
+    fa_parallel_for(threads, p->batch * p->heads_q * bc.nq, bwd_dsum_task, &bc, scratch, per);
+    fa_parallel_for(threads, p->batch * p->heads_kv * bc.chunks, bwd_main_task, &bc, scratch, per);
+    fa_parallel_for(threads, p->batch * bc.nq, bwd_dq_task, &bc, scratch, per);
     free(scratch);
     free(bc.dsum);
     free(bc.dq_acc);
