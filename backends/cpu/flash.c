@@ -74,27 +74,50 @@ static float exp_inplace(float *x, int64_t n, float shift)
     return sum;
 }
 
-/* max of a row of n floats (n a multiple of VEC); -inf for an all -inf row */
-FA_MULTIVERSION
-static float row_max(const float *x, int64_t n)
-{
-    v8f m = load8(x);
-    for (int64_t t = VEC; t < n; t += VEC) {
-        v8f v = load8(x + t);
-        m = select8(v > m, v, m);
-    }
-    float r = m[0];
-    for (int i = 1; i < VEC; ++i)
-        r = m[i] > r ? m[i] : r;
-    return r;
-}
-
 /* x[0..n) *= a (n a multiple of VEC) */
 FA_MULTIVERSION
 static void scale_row(float *x, int64_t n, float a)
 {
     for (int64_t t = 0; t < n; t += VEC)
         store8(x + t, load8(x + t) * a);
+}
+
+/* The online-softmax step of one score tile (nr rows of ld columns, masked scores -inf): per
+ * row, the new running max, P = exp(S - max) in place, the running sum, and the rescaling of
+ * that row of the output tile. One multiversioned call per tile rather than three per row: the
+ * calls through the target_clones dispatch cost as much as a 64-wide row's arithmetic. */
+FA_MULTIVERSION
+static void online_softmax_tile(float *s, int64_t nr, int64_t ld, fa_softmax_row *rows, float *o, int64_t ldo)
+{
+    for (int64_t r = 0; r < nr; ++r) {
+        /* columns past the tile's width hold -inf (apply_mask), so whole-row passes are exact */
+        float *row = s + r * ld;
+        v8f m8 = load8(row);
+        for (int64_t t = VEC; t < ld; t += VEC) {
+            v8f v = load8(row + t);
+            m8 = select8(v > m8, v, m8);
+        }
+        float mx = m8[0];
+        for (int i = 1; i < VEC; ++i)
+            mx = m8[i] > mx ? m8[i] : mx;
+        float alpha = fa_softmax_update(&rows[r], mx);
+        float shift = fa_softmax_shift(rows[r].m);
+        v8f total = {0};
+        for (int64_t t = 0; t < ld; t += VEC) {
+            v8f e = fa_exp8(load8(row + t) - shift);
+            store8(row + t, e);
+            total += e;
+        }
+        float sum = 0.0f;
+        for (int i = 0; i < VEC; ++i)
+            sum += total[i];
+        rows[r].l += sum;
+        if (alpha != 1.0f) {
+            float *orow = o + r * ldo;
+            for (int64_t t = 0; t < ldo; t += VEC)
+                store8(orow + t, load8(orow + t) * alpha);
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ tile movement */
@@ -393,14 +416,7 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         gemm_np(nr, t->bk, t->dp, qtile, t->dp, kT, s, t->bk, 0);
         if (cls != FA_TILE_FULL || nc < t->bk)
             apply_mask(p, &m, h, q0, nr, k0, nc, t->bk, s, cls);
-        for (int64_t r = 0; r < nr; ++r) {
-            /* columns >= nc hold -inf (apply_mask), so whole-row vector passes are exact */
-            float *row = s + r * t->bk;
-            float alpha = fa_softmax_update(&rows[r], row_max(row, t->bk));
-            rows[r].l += exp_inplace(row, t->bk, fa_softmax_shift(rows[r].m));
-            if (alpha != 1.0f)
-                scale_row(otile + r * t->dp, t->dp, alpha);
-        }
+        online_softmax_tile(s, nr, t->bk, rows, otile, t->dp);
         if (p->dropout_threshold)
             apply_dropout(p, b, h, q0, nr, k0, nc, t->bk, s);
         gemm_np(nr, t->dp, t->bk, s, t->bk, vtile, otile, t->dp, 1);
