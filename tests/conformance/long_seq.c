@@ -7,6 +7,8 @@
  *                 [--rows R] [--causal]     exit 0 pass, 1 fail, 77 backend or case unsupported */
 #include "flashattn.h"
 #include "half.h"
+#include "reference.h"
+#include "testrand.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,21 +21,6 @@ typedef struct opts {
     fa_dtype dt;
     int causal;
 } opts;
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 static double get(fa_dtype dt, const void *base, int64_t i)
 {
@@ -51,16 +38,6 @@ static void put(fa_dtype dt, void *base, int64_t i, double x)
     case FA_DTYPE_BF16: ((uint16_t *)base)[i] = fa_float_to_bfloat((float)x); break;
     default: ((float *)base)[i] = (float)x; break;
     }
-}
-
-static double round_to(fa_dtype dt, double x)
-{
-    float f = (float)x;
-    if (dt == FA_DTYPE_F16)
-        return fa_half_to_float(fa_float_to_half(f));
-    if (dt == FA_DTYPE_BF16)
-        return fa_bfloat_to_float(fa_float_to_bfloat(f));
-    return f;
 }
 
 /* Worst errors of the kernel and of the naive baseline, and the reference's largest magnitude. */
@@ -250,7 +227,7 @@ int main(int argc, char **argv)
             memset(accf, 0, sizeof(float) * (size_t)d * 2);
             for (int64_t j = 0; j < hi; ++j) {
                 p[j] /= sum;
-                pf[j] = (float)round_to(o.dt, pf[j] / sumf);
+                pf[j] = (float)fa_round_to(o.dt, pf[j] / sumf);
                 for (int64_t c = 0; c < d; ++c) {
                     double vv = get(o.dt, hv, (j * h + hh) * d + c);
                     o64[c] += p[j] * vv;
@@ -261,10 +238,10 @@ int main(int argc, char **argv)
             double dd = 0.0;
             float ddf = 0.0f;
             for (int64_t c = 0; c < d; ++c) {
-                track(&wo, get(o.dt, ho, (i * h + hh) * d + c), round_to(o.dt, o32[c]), o64[c]);
+                track(&wo, get(o.dt, ho, (i * h + hh) * d + c), fa_round_to(o.dt, o32[c]), o64[c]);
                 double g = get(o.dt, hdo, (i * h + hh) * d + c);
                 dd += g * o64[c];
-                ddf += (float)g * (float)round_to(o.dt, o32[c]);
+                ddf += (float)g * (float)fa_round_to(o.dt, o32[c]);
             }
             for (int64_t j = 0; j < hi; ++j) {
                 double dp = 0.0;
@@ -275,7 +252,7 @@ int main(int argc, char **argv)
                     dpf += (float)g * (float)vv;
                 }
                 double ds = p[j] * (dp - dd) * scale;
-                float dsf = (float)round_to(o.dt, pf[j] * ((float)round_to(o.dt, dpf) - ddf)) * (float)scale;
+                float dsf = (float)fa_round_to(o.dt, pf[j] * ((float)fa_round_to(o.dt, dpf) - ddf)) * (float)scale;
                 for (int64_t c = 0; c < d; ++c) {
                     double kk = get(o.dt, hk, (j * h + hh) * d + c);
                     dq64[c] += ds * kk;
@@ -283,7 +260,7 @@ int main(int argc, char **argv)
                 }
             }
             for (int64_t c = 0; c < d; ++c)
-                track(&wdq, get(o.dt, hdq, (i * h + hh) * d + c), round_to(o.dt, dq32[c]), dq64[c]);
+                track(&wdq, get(o.dt, hdq, (i * h + hh) * d + c), fa_round_to(o.dt, dq32[c]), dq64[c]);
 
             /* --- key row j = i: dK, dV given the kernel's LSE of every query row --- */
             int64_t j = i, lo = o.causal ? j : 0;
@@ -304,9 +281,9 @@ int main(int argc, char **argv)
                 }
                 double lse = hlse[hh * n + q];
                 double pij = exp(scale * dot - lse);
-                float pijf = (float)round_to(o.dt, expf((float)scale * dotf - (float)lse));
+                float pijf = (float)fa_round_to(o.dt, expf((float)scale * dotf - (float)lse));
                 double ds = pij * (dp - dsum[hh * n + q]) * scale;
-                float dsf = (float)round_to(o.dt, pijf * ((float)round_to(o.dt, dpf) - (float)dsum[hh * n + q])) *
+                float dsf = (float)fa_round_to(o.dt, pijf * ((float)fa_round_to(o.dt, dpf) - (float)dsum[hh * n + q])) *
                             (float)scale;
                 for (int64_t c = 0; c < d; ++c) {
                     double a = get(o.dt, hq, (q * h + hh) * d + c), g = get(o.dt, hdo, (q * h + hh) * d + c);
@@ -317,8 +294,8 @@ int main(int argc, char **argv)
                 }
             }
             for (int64_t c = 0; c < d; ++c) {
-                track(&wdk, get(o.dt, hdk, (j * h + hh) * d + c), round_to(o.dt, dk32[c]), dk64[c]);
-                track(&wdv, get(o.dt, hdv, (j * h + hh) * d + c), round_to(o.dt, dv32[c]), dv64[c]);
+                track(&wdk, get(o.dt, hdk, (j * h + hh) * d + c), fa_round_to(o.dt, dk32[c]), dk64[c]);
+                track(&wdv, get(o.dt, hdv, (j * h + hh) * d + c), fa_round_to(o.dt, dv32[c]), dv64[c]);
             }
         }
     {
