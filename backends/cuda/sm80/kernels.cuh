@@ -56,28 +56,67 @@ __device__ __forceinline__ const T *row_ptr(const fa_cuda_tensor &t, int64_t b, 
     return static_cast<const T *>(t.data) + b * t.sb + row * t.ss + h * t.sh;
 }
 
-/* 64 rows x D columns of head h into a shared tile (leading dimension D + 8), rows >= nrows and
+/* ROWS rows x D columns of head h into a shared tile (leading dimension D + 8), rows >= nrows and
  * columns >= d zero-filled. ALIGNED: 16-byte cp.async (caller commits and waits). */
-template <typename T, int D, bool ALIGNED>
+template <typename T, int D, bool ALIGNED, int ROWS = BLOCK>
 __device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64_t b, int64_t row0, int64_t nrows,
                                           int64_t h, int d)
 {
     constexpr int LD = D + 8;
-    if (ALIGNED) {
+    if (ALIGNED && THREADS % (D / 8) == 0) {
+        /* each thread copies one 16-byte column chunk of every RS-th row: one pointer and one
+         * shared address, both advanced by a constant (nothing per row kept in registers) */
+        constexpr int CHUNKS = D / 8, RS = THREADS / CHUNKS;
+        const int c = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS;
+        const bool cvalid = c < d;
+        const T *src = row_ptr<T>(t, b, row0 + r0, h) + c;
+        const int64_t step = RS * t.ss;
+        uint32_t sdst = smem_addr(dst + r0 * LD + c);
+#pragma unroll
+        for (int r = r0; r < ROWS; r += RS) {
+            const bool valid = cvalid && r < nrows;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sdst),
+                         "l"(valid ? src : static_cast<const T *>(t.data)), "r"(valid ? 16 : 0));
+            src += step;
+            sdst += RS * LD * (int)sizeof(T);
+        }
+    } else if (ALIGNED) {
         constexpr int CHUNKS = D / 8;
-        for (int i = threadIdx.x; i < BLOCK * CHUNKS; i += THREADS) {
+#pragma unroll 1
+        for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
             int r = i / CHUNKS, c = (i % CHUNKS) * 8;
             bool valid = r < nrows && c < d;
             const T *src = valid ? row_ptr<T>(t, b, row0 + r, h) + c : static_cast<const T *>(t.data);
             cp_async16(dst + r * LD + c, src, valid);
         }
     } else {
-        for (int i = threadIdx.x; i < BLOCK * D; i += THREADS) {
+        for (int i = threadIdx.x; i < ROWS * D; i += THREADS) {
             int r = i / D, c = i % D;
             T v = elem<T>::from_float(0.0f);
             if (r < nrows && c < d)
                 v = row_ptr<T>(t, b, row0 + r, h)[c];
             dst[r * LD + c] = v;
+        }
+    }
+}
+
+/* The reverse: rows < nrows, columns < d of a shared tile to head h of t. ALIGNED: 16-byte
+ * stores where a whole chunk lies inside d. The caller synchronises before. */
+template <typename T, int D, bool ALIGNED, int ROWS = BLOCK>
+__device__ __forceinline__ void store_tile(const fa_cuda_tensor &t, const T *src, int64_t b, int64_t row0,
+                                           int64_t nrows, int64_t h, int d)
+{
+    constexpr int LD = D + 8, CHUNKS = D / 8;
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+        if (r >= nrows || c >= d)
+            continue;
+        T *dst = static_cast<T *>(t.data) + b * t.sb + (row0 + r) * t.ss + h * t.sh + c;
+        if (ALIGNED && c + 8 <= d) {
+            *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src + r * LD + c);
+        } else {
+            for (int e = 0; e < 8 && c + e < d; ++e)
+                dst[e] = src[r * LD + c + e];
         }
     }
 }
@@ -166,140 +205,321 @@ __device__ __forceinline__ float dropout_factor(const fa_cuda_params &p, int64_t
 
 /* ------------------------------------------------------------------ forward */
 
-template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THREADS) forward_kernel(const fa_cuda_params p)
+/* exp2 on the MUFU unit, denormals flushed (the softmax never needs them: P < 2^-126 is 0). */
+__device__ __forceinline__ float fast_exp2(float x)
 {
-    constexpr int LD = D + 8;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *qs = reinterpret_cast<T *>(smem_raw);
-    T *ks = qs + BLOCK * LD; /* [2][BLOCK * LD] */
-    T *vs = ks + 2 * BLOCK * LD;
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
-    const int64_t qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+/* The forward's query tile: MT m16 tiles per warp, so B_r = 4 warps * 16 * MT rows. Two tiles
+ * per warp (B_r = 128) up to d = 128: every K / V fragment read from shared memory feeds two
+ * mma instead of one, and each warp has twice the independent accumulator chains. Above d 128
+ * the 16 x d accumulator per m tile already takes 64 .. 128 registers, so one tile per warp. */
+template <int D> struct fwd_shape {
+    static constexpr int MT = D <= 128 ? 2 : 1;
+    static constexpr int BR = 4 * 16 * MT;
+    /* keys per online-softmax step: 32 when two m tiles of a d > 64 accumulator (128 registers
+     * at d 128) would otherwise share the register file with a 64-wide S tile and spill */
+    static constexpr int KN = MT == 2 && D > 64 ? 32 : BLOCK;
+};
+
+/* Key tiles of a B_r-row query tile in increasing order: the range the causal / window mask
+ * leaves, or the merge of the core's per-64-row lists of its SUB = B_r / 64 sub-tiles. */
+template <int SUB, bool LISTS> struct key_walk {
+    const int32_t *list;
+    int64_t pos[SUB], end[SUB];
+    int64_t next, last; /* range mode */
+    __device__ __forceinline__ int64_t peek() const
+    {
+        if constexpr (!LISTS) {
+            return next < last ? next : -1;
+        } else {
+            if (!list)
+                return next < last ? next : -1;
+            int64_t best = -1;
+#pragma unroll
+            for (int i = 0; i < SUB; ++i)
+                if (pos[i] < end[i] && (best < 0 || list[pos[i]] < best))
+                    best = list[pos[i]];
+            return best;
+        }
+    }
+    __device__ __forceinline__ void pop(int64_t kt)
+    {
+        if constexpr (!LISTS) {
+            ++next;
+        } else {
+            if (!list) {
+                ++next;
+                return;
+            }
+#pragma unroll
+            for (int i = 0; i < SUB; ++i)
+                if (pos[i] < end[i] && list[pos[i]] == kt)
+                    ++pos[i];
+        }
+    }
+};
+
+template <int SUB, bool LISTS>
+__device__ __forceinline__ key_walk<SUB, LISTS> key_walk_of(const fa_cuda_params &p, const fa_mask &m, int64_t h,
+                                                            int64_t q0, int64_t rows)
+{
+    key_walk<SUB, LISTS> w;
+    w.next = w.last = 0;
+    if (LISTS && p.bl_row_ptr) {
+        const int64_t mh = p.bl_heads == 1 ? 0 : h;
+        w.list = p.bl_col;
+#pragma unroll
+        for (int i = 0; i < SUB; ++i) {
+            const int64_t qt = q0 / BLOCK + i;
+            const bool in = qt < p.bl_nq && qt * BLOCK < m.seqlen_q;
+            w.pos[i] = in ? p.bl_row_ptr[mh * p.bl_nq + qt] : 0;
+            w.end[i] = in ? p.bl_row_ptr[mh * p.bl_nq + qt + 1] : 0;
+        }
+        return w;
+    }
+    w.list = nullptr;
+    const int64_t q1 = imin(q0 + rows, m.seqlen_q) - 1;
+    int64_t lo0, hi0, lo1, hi1;
+    fa_mask_row_range(&m, q0, &lo0, &hi0);
+    fa_mask_row_range(&m, q1, &lo1, &hi1);
+    if (hi1 > lo0) {
+        w.next = lo0 / BLOCK;
+        w.last = (hi1 + BLOCK - 1) / BLOCK;
+    }
+    return w;
+}
+
+/* The class of key tile kt for the query rows [r0, r1) of one warp, which lie inside one 64-row
+ * tile of the core's block lists. */
+__device__ __forceinline__ fa_tile_class rows_class(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t r0,
+                                                    int64_t r1, int64_t kt)
+{
+    fa_tile_class c = fa_mask_classify_tile(&m, r0, r1, kt * BLOCK, (kt + 1) * BLOCK);
+    if (c == FA_TILE_EMPTY || !p.bl_row_ptr)
+        return c;
+    return fa_tile_class_meet(c, tile_class(p, m, h, r0 / BLOCK, kt));
+}
+
+/* GENERAL: dropout or a block mask may be present. The common case (neither) is its own
+ * instance, so their registers (Philox state, list cursors) do not crowd the accumulators. */
+template <typename T, int D, bool ALIGNED, bool GENERAL>
+__global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_params p)
+{
+    constexpr int LD = D + 8, MT = fwd_shape<D>::MT, BR = fwd_shape<D>::BR, SUB = BR / BLOCK, KN = fwd_shape<D>::KN;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *qs = reinterpret_cast<T *>(smem_raw); /* [BR][LD], reused to stage O */
+    T *ks = qs + BR * LD;                    /* [2][BLOCK][LD] */
+    T *vs = ks + 2 * BLOCK * LD;             /* [2][BLOCK][LD] */
+
+    const int64_t h = blockIdx.y, b = blockIdx.z;
     const seq_info s = sequence(p, b);
-    const int64_t q0 = qt * BLOCK;
+    const int64_t q0 = (int64_t)blockIdx.x * BR;
     if (q0 >= s.sq)
         return;
     const int64_t hk = h / p.group;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const key_tiles tiles = key_tiles_of(p, m, h, qt);
-    const int64_t ntiles = s.sk > 0 ? tiles.count() : 0;
+    const int wrow = warp * 16 * MT;        /* the warp's first row in the tile */
+    const int64_t wq0 = q0 + wrow;          /* ... in the sequence */
+    key_walk<SUB, GENERAL> walk = key_walk_of<SUB, GENERAL>(p, m, h, q0, BR);
+    /* fragment base addresses (bytes, shared space); everything else is an immediate offset */
+    const uint32_t q_frag = smem_addr(qs) + 2u * (uint32_t)(lane_off_a(LD) + wrow * LD);
+    const uint32_t k_frag = smem_addr(ks) + 2u * (uint32_t)lane_off_bt(LD);
+    const uint32_t v_frag = smem_addr(vs) + 2u * (uint32_t)lane_off_a(LD);
+    int64_t kt = s.sk > 0 ? walk.peek() : -1;
 
-    load_tile<T, D, ALIGNED>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
-    if (ntiles > 0) {
-        int64_t k0 = tiles.tile(0) * BLOCK;
-        load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
-        load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    load_tile<T, D, ALIGNED, BR>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    if (kt >= 0) {
+        load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
+        load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
     }
     cp_async_commit();
 
-    float o[D / 8][4];
+    float o[MT][D / 8][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float row_m[2] = {-CUDART_INF_F, -CUDART_INF_F}, row_l[2] = {0.0f, 0.0f};
-    const int64_t my_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i)
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    float row_m[MT][2], row_l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+        row_m[mt][0] = row_m[mt][1] = -CUDART_INF_F, row_l[mt][0] = row_l[mt][1] = 0.0f;
 
-    for (int64_t n = 0; n < ntiles; ++n) {
-        const int buf = n & 1;
-        const int64_t kt = tiles.tile(n), k0 = kt * BLOCK;
-        if (n + 1 < ntiles) {
-            int64_t k1 = tiles.tile(n + 1) * BLOCK;
-            load_tile<T, D, ALIGNED>(ks + (buf ^ 1) * BLOCK * LD, p.k, b, s.k_start + k1, s.sk - k1, hk, (int)p.d);
-            load_tile<T, D, ALIGNED>(vs + (buf ^ 1) * BLOCK * LD, p.v, b, s.k_start + k1, s.sk - k1, hk, (int)p.d);
+    for (int buf = 0; kt >= 0; buf ^= 1) {
+        const int64_t k0 = kt * BLOCK;
+        walk.pop(kt);
+        const int64_t kn = walk.peek();
+        if (kn >= 0) {
+            T *kd = ks + (buf ^ 1) * BLOCK * LD, *vd = vs + (buf ^ 1) * BLOCK * LD;
+            load_tile<T, D, ALIGNED>(kd, p.k, b, s.k_start + kn * BLOCK, s.sk - kn * BLOCK, hk, (int)p.d);
+            load_tile<T, D, ALIGNED>(vd, p.v, b, s.k_start + kn * BLOCK, s.sk - kn * BLOCK, hk, (int)p.d);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        const fa_tile_class cls = tile_class(p, m, h, qt, kt);
-        if (cls != FA_TILE_EMPTY) {
-            float sacc[BLOCK / 8][4];
+        const fa_tile_class cls = GENERAL ? rows_class(p, m, h, wq0, wq0 + 16 * MT, kt)
+                                          : fa_mask_classify_tile(&m, wq0, wq0 + 16 * MT, k0, k0 + BLOCK);
+        /* the 64-key tile in steps of KN keys (one online-softmax update each) */
 #pragma unroll
-            for (int i = 0; i < BLOCK / 8; ++i)
-                sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.0f;
-            gemm_nt<T, BLOCK, D>(sacc, qs, LD, warp * 16, ks + buf * BLOCK * LD, LD);
-            const bool edge = cls != FA_TILE_FULL || k0 + BLOCK > s.sk;
+        for (int kx = 0; kx < BLOCK; kx += KN) {
+            if (cls == FA_TILE_EMPTY || k0 + kx >= s.sk)
+                break;
+            const uint32_t kb = k_frag + 2u * (uint32_t)(buf * BLOCK * LD + kx * LD),
+                           vb = v_frag + 2u * (uint32_t)(buf * BLOCK * LD + kx * LD);
+            const int64_t k0x = k0 + kx;
+            float sacc[MT][KN / 8][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int i = 0; i < KN / 8; ++i)
+                    sacc[mt][i][0] = sacc[mt][i][1] = sacc[mt][i][2] = sacc[mt][i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D; kk += 16) {
+                uint32_t af[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                    ldsm_x4(af[mt], q_frag + 2u * (uint32_t)(mt * 16 * LD + kk));
+#pragma unroll
+                for (int n = 0; n < KN; n += 16) {
+                    uint32_t bf[4];
+                    ldsm_x4(bf, kb + 2u * (uint32_t)(n * LD + kk));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        elem<T>::mma(sacc[mt][n / 8], af[mt], bf[0], bf[1]);
+                        elem<T>::mma(sacc[mt][n / 8 + 1], af[mt], bf[2], bf[3]);
+                    }
+                }
+            }
+            const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
             const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
 #pragma unroll
-            for (int nt = 0; nt < BLOCK / 8; ++nt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float x = sacc[nt][e] * p.scale_log2;
-                    if (edge && !visible(p, m, h, my_row[e >> 1], k0 + nt * 8 + 2 * t4 + (e & 1), check_blocks))
-                        x = -CUDART_INF_F;
-                    sacc[nt][e] = x;
-                }
+                for (int nt = 0; nt < KN / 8; ++nt)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float mx = -CUDART_INF_F;
+                    for (int e = 0; e < 4; ++e)
+                        sacc[mt][nt][e] *= p.scale_log2;
+            if (edge) {
+                /* each row's visible key range, relative to k0 and clipped to the tile */
 #pragma unroll
-                for (int nt = 0; nt < BLOCK / 8; ++nt)
-                    mx = fmaxf(mx, fmaxf(sacc[nt][2 * r], sacc[nt][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(row_m[r], mx);
-                const float alpha = row_m[r] == -CUDART_INF_F ? 0.0f : exp2f(row_m[r] - m_new);
-                const float shift = m_new == -CUDART_INF_F ? 0.0f : m_new;
-                float sum = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < BLOCK / 8; ++nt) {
-                    sacc[nt][2 * r] = exp2f(sacc[nt][2 * r] - shift);
-                    sacc[nt][2 * r + 1] = exp2f(sacc[nt][2 * r + 1] - shift);
-                    sum += sacc[nt][2 * r] + sacc[nt][2 * r + 1];
-                }
-                row_l[r] = row_l[r] * alpha + sum; /* per-thread partial; reduced over the quad at the end */
-                row_m[r] = m_new;
-#pragma unroll
-                for (int i = 0; i < D / 8; ++i) {
-                    o[i][2 * r] *= alpha;
-                    o[i][2 * r + 1] *= alpha;
-                }
-            }
-            if (p.dropout_threshold) {
-#pragma unroll
-                for (int nt = 0; nt < BLOCK / 8; ++nt)
+                for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
-                        const int64_t j = k0 + nt * 8 + 2 * t4; /* even: j and j + 1 share a Philox block */
-                        fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
-                                                           (uint64_t)h, (uint64_t)my_row[r], (uint64_t)j);
-                        sacc[nt][2 * r] *= bits.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
-                        sacc[nt][2 * r + 1] *= bits.v[(j + 1) & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                        const int64_t i = wq0 + mt * 16 + g + r * 8;
+                        int64_t lo = 0, hi = 0;
+                        if (i < s.sq) {
+                            fa_mask_row_range(&m, i, &lo, &hi);
+                            hi = imin(hi, s.sk);
+                        }
+                        const int clo = (int)(lo < k0x ? 0 : imin(lo - k0x, KN));
+                        const int chi = (int)(hi < k0x ? 0 : imin(hi - k0x, KN));
+#pragma unroll
+                        for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                            for (int c = 0; c < 2; ++c) {
+                                const int col = nt * 8 + 2 * t4 + c;
+                                if (col < clo || col >= chi ||
+                                    (GENERAL && check_blocks && !block_keep(p, h, i, k0x + col)))
+                                    sacc[mt][nt][2 * r + c] = -CUDART_INF_F;
+                            }
                     }
             }
-            uint32_t pf[BLOCK / 16][4];
-            acc_to_a<T, BLOCK>(pf, sacc);
-            gemm_pn<T, D, BLOCK>(o, pf, vs + buf * BLOCK * LD, LD);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float mx = row_m[mt][r];
+#pragma unroll
+                    for (int nt = 0; nt < KN / 8; ++nt)
+                        mx = fmaxf(mx, fmaxf(sacc[mt][nt][2 * r], sacc[mt][nt][2 * r + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    /* mx is the new running max; a row that has seen only -inf keeps shift 0 */
+                    const float shift = mx == -CUDART_INF_F ? 0.0f : mx;
+                    const float alpha = fast_exp2(row_m[mt][r] - shift); /* old -inf: 0 */
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < KN / 8; ++nt) {
+                        sacc[mt][nt][2 * r] = fast_exp2(sacc[mt][nt][2 * r] - shift);
+                        sacc[mt][nt][2 * r + 1] = fast_exp2(sacc[mt][nt][2 * r + 1] - shift);
+                        sum += sacc[mt][nt][2 * r] + sacc[mt][nt][2 * r + 1];
+                    }
+                    row_l[mt][r] = row_l[mt][r] * alpha + sum; /* per-thread partial, reduced at the end */
+                    row_m[mt][r] = mx;
+#pragma unroll
+                    for (int i = 0; i < D / 8; ++i) {
+                        o[mt][i][2 * r] *= alpha;
+                        o[mt][i][2 * r + 1] *= alpha;
+                    }
+                }
+            if (GENERAL && p.dropout_threshold) {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            const int64_t i = wq0 + mt * 16 + g + r * 8;
+                            const int64_t j = k0x + nt * 8 + 2 * t4; /* even: j and j + 1 share a Philox block */
+                            fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
+                                                               (uint64_t)h, (uint64_t)i, (uint64_t)j);
+                            sacc[mt][nt][2 * r] *= bits.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                            sacc[mt][nt][2 * r + 1] *=
+                                bits.v[(j + 1) & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                        }
+            }
+            uint32_t pf[MT][KN / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                acc_to_a<T, KN>(pf[mt], sacc[mt]);
+#pragma unroll
+            for (int kk = 0; kk < KN; kk += 16)
+#pragma unroll
+                for (int n = 0; n < D; n += 16) {
+                    uint32_t bf[4];
+                    ldsm_x4_t(bf, vb + 2u * (uint32_t)(kk * LD + n));
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        elem<T>::mma(o[mt][n / 8], pf[mt][kk / 16], bf[0], bf[1]);
+                        elem<T>::mma(o[mt][n / 8 + 1], pf[mt][kk / 16], bf[2], bf[3]);
+                    }
+                }
         }
+        kt = kn;
         __syncthreads();
     }
 
-    /* epilogue: O / l and LSE = (m + log2 l) ln 2, rows of a fully masked row 0 and -inf */
+    /* epilogue: O / l staged through the Q tile (free after the last barrier) for 16-byte row
+     * stores; LSE = (m + log2 l) ln 2; a fully masked row gives 0 and -inf */
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_l[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        const int64_t i = my_row[r];
-        if (i < s.sq) {
-            T *orow = static_cast<T *>(p.o.data) + b * p.o.sb + (s.q_start + i) * p.o.ss + h * p.o.sh;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt) {
-                int c = nt * 8 + 2 * t4;
-                if (c < p.d)
-                    orow[c] = elem<T>::from_float(o[nt][2 * r] * inv);
-                if (c + 1 < p.d)
-                    orow[c + 1] = elem<T>::from_float(o[nt][2 * r + 1] * inv);
-            }
-            if (p.lse.data && t4 == 0) {
-                float lse = (l > 0.0f && row_m[r] != -CUDART_INF_F) ? (row_m[r] + log2f(l)) * LN2 : -CUDART_INF_F;
+        for (int r = 0; r < 2; ++r) {
+            float l = row_l[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const int rr = wrow + mt * 16 + g + r * 8;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; ++nt)
+                *reinterpret_cast<uint32_t *>(qs + rr * LD + nt * 8 + 2 * t4) =
+                    elem<T>::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
+            const int64_t i = q0 + rr;
+            if (p.lse.data && t4 == 0 && i < s.sq) {
+                const float lse = (l > 0.0f && row_m[mt][r] != -CUDART_INF_F) ? (row_m[mt][r] + log2f(l)) * LN2
+                                                                                : -CUDART_INF_F;
                 static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
             }
         }
-    }
+    __syncthreads();
+    store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 /* ------------------------------------------------------------------ backward: D = rowsum(dO * O) */
@@ -597,13 +817,14 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
 
 template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t st)
 {
-    constexpr int LD = D + 8;
-    const size_t smem = sizeof(T) * 5 * BLOCK * LD;
-    auto kernel = forward_kernel<T, D, ALIGNED>;
+    constexpr int LD = D + 8, BR = fwd_shape<D>::BR;
+    const size_t smem = sizeof(T) * (BR + 4 * BLOCK) * LD;
+    auto kernel = p.dropout_threshold || p.bm_bits ? forward_kernel<T, D, ALIGNED, true>
+                                                   : forward_kernel<T, D, ALIGNED, false>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    dim3 grid((unsigned)((p.seqlen_q + BLOCK - 1) / BLOCK), (unsigned)p.heads_q, (unsigned)p.batch);
+    dim3 grid((unsigned)((p.seqlen_q + BR - 1) / BR), (unsigned)p.heads_q, (unsigned)p.batch);
     kernel<<<grid, THREADS, smem, st>>>(p);
     return cudaGetLastError();
 }

@@ -63,6 +63,37 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p)
                  : "r"(smem_addr(p)));
 }
 
+/* The same on 32-bit shared-space addresses: a kernel keeps one base register per tile and adds
+ * compile-time offsets, which ptxas folds into the instruction's immediate (no address registers
+ * hoisted per fragment). */
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* Per-lane element offsets inside a row-major tile of leading dimension ld for the three
+ * fragment loads below: A (16 x 16 at the origin) and the transposed B of load_b_nn share one
+ * pattern, load_b_nt has the other. */
+__device__ __forceinline__ int lane_off_a(int ld)
+{
+    int lane = threadIdx.x & 31;
+    return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+}
+__device__ __forceinline__ int lane_off_bt(int ld)
+{
+    int lane = threadIdx.x & 31;
+    return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
+}
+
 /* 16 bytes global -> shared; zero-filled when !valid (src is then not read). */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
 {
