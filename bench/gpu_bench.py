@@ -7,8 +7,20 @@ FLOPs: forward 4 b h s^2 d (halved when causal), backward 2.5x forward. Times ar
 triton.testing.do_bench (CUDA events). Our library is called through ctypes on the tensors' device
 memory (no copies) on PyTorch's current stream.
 
+Modes (one per run):
+  default        the side-by-side table (TFLOP/s of ours, FA2, cuDNN, math). Cases our library reports
+                 unsupported (e.g. backward at d 256) print "not supported by flashattn: <message>"
+                 in the variant column and "n/s" in place of the number.
+  --blocksparse  our forward and backward with RANDOM block masks (fa_block_mask_create) at densities
+                 1, 0.5, 0.25, 0.125 against our dense (no mask) time: d 128, non-causal, seqlens
+                 4096 and 16384 unless --seqlens / --dims say otherwise.
+  --memory       extra device memory of our forward + backward (batch 1, heads 16, d 128) at seqlens
+                 1k, 4k, 16k, 64k beside standard attention's N x N.
+
 usage: python3 bench/gpu_bench.py --lib build/libflashattn.so [--seqlens 1024,4096,16384] [--dims 64,128]
-       [--dtype bf16] [--causal both|yes|no] [--no-math]
+       [--dtype bf16|fp16|bf16,fp16] [--causal both|yes|no] [--no-math]
+       python3 bench/gpu_bench.py --lib build/libflashattn.so --blocksparse [--mask-block 128] [--densities ...]
+       python3 bench/gpu_bench.py --lib build/libflashattn.so --memory [--seqlens 1024,4096,16384,65536]
 """
 import argparse
 import ctypes as C
@@ -21,28 +33,49 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import triton.testing
 
 
-class Tensor(C.Structure):
+# ---------------------------------------------------------------- include/flashattn.h, field for field
+
+FA_SUCCESS = 0
+FA_ERR_UNSUPPORTED = 2
+FA_BLOCK_RANDOM = 4  # fa_block_pattern: DENSE, BUTTERFLY, LOCAL, STRIDED, RANDOM
+
+
+class Tensor(C.Structure):  # fa_tensor
     _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("ndim", C.c_int),
                 ("shape", C.c_int64 * 4), ("stride", C.c_int64 * 4)]
 
 
-class Options(C.Structure):
+class BlockMask(C.Structure):  # fa_block_mask
+    _fields_ = [("heads", C.c_int64), ("rows", C.c_int64), ("cols", C.c_int64),
+                ("block_q", C.c_int64), ("block_k", C.c_int64), ("bits", C.POINTER(C.c_uint8))]
+
+
+class Options(C.Structure):  # fa_options
     _fields_ = [("softmax_scale", C.c_float), ("causal", C.c_int), ("window_left", C.c_int64),
                 ("window_right", C.c_int64), ("dropout_p", C.c_float), ("dropout_seed", C.c_uint64),
                 ("dropout_offset", C.c_uint64), ("block_mask", C.c_void_p), ("deterministic", C.c_int)]
 
 
-class FwdArgs(C.Structure):
+class FwdArgs(C.Structure):  # fa_fwd_args
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor),
                 ("varlen", C.c_void_p), ("opts", Options)]
 
 
-class BwdArgs(C.Structure):
+class BwdArgs(C.Structure):  # fa_bwd_args
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor), ("dout", Tensor),
                 ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("varlen", C.c_void_p), ("opts", Options)]
 
 
+class PlanInfo(C.Structure):  # fa_plan_info
+    _fields_ = [("block_q", C.c_int64), ("block_k", C.c_int64), ("onchip_bytes", C.c_int64),
+                ("paper_block_q", C.c_int64), ("paper_block_k", C.c_int64),
+                ("num_q_blocks", C.c_int64), ("num_k_blocks", C.c_int64),
+                ("workspace_fwd", C.c_int64), ("workspace_bwd", C.c_int64)]
+
+
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+MiB = float(1 << 20)
 
 
 def as_tensor(t):
@@ -56,49 +89,134 @@ def as_tensor(t):
     return x
 
 
+class Unsupported(Exception):
+    """Our library returned FA_ERR_UNSUPPORTED; str() is "<status string>: <context message>"."""
+
+
 class Library:
     def __init__(self, path):
         self.lib = C.CDLL(path)
-        self.lib.fa_status_string.restype = C.c_char_p
-        self.lib.fa_context_last_error.restype = C.c_char_p
-        self.lib.fa_context_last_error.argtypes = [C.c_void_p]
-        self.lib.fa_forward.argtypes = [C.c_void_p, C.POINTER(FwdArgs)]
-        self.lib.fa_backward.argtypes = [C.c_void_p, C.POINTER(BwdArgs)]
-        self.lib.fa_context_set_stream.argtypes = [C.c_void_p, C.c_void_p]
-        self.lib.fa_query_support.argtypes = [C.c_void_p, C.POINTER(FwdArgs), C.c_int, C.c_char_p, C.c_size_t]
-        self.lib.fa_options_default.restype = Options
+        L = self.lib
+        L.fa_status_string.restype = C.c_char_p
+        L.fa_status_string.argtypes = [C.c_int]
+        L.fa_context_create.argtypes = [C.POINTER(C.c_void_p), C.c_char_p, C.c_int]
+        L.fa_context_last_error.restype = C.c_char_p
+        L.fa_context_last_error.argtypes = [C.c_void_p]
+        L.fa_forward.argtypes = [C.c_void_p, C.POINTER(FwdArgs)]
+        L.fa_backward.argtypes = [C.c_void_p, C.POINTER(BwdArgs)]
+        L.fa_context_set_stream.argtypes = [C.c_void_p, C.c_void_p]
+        L.fa_query_support.argtypes = [C.c_void_p, C.POINTER(FwdArgs), C.c_int, C.c_char_p, C.c_size_t]
+        L.fa_plan.argtypes = [C.c_void_p, C.POINTER(FwdArgs), C.POINTER(PlanInfo)]
+        L.fa_options_default.restype = Options
+        L.fa_options_default.argtypes = []
+        L.fa_block_mask_create.argtypes = [C.POINTER(BlockMask), C.c_int, C.c_int64, C.c_int64, C.c_int64,
+                                           C.c_int64, C.c_int64, C.c_int64, C.c_double, C.c_uint64]
+        L.fa_block_mask_destroy.restype = None
+        L.fa_block_mask_destroy.argtypes = [C.POINTER(BlockMask)]
+        L.fa_block_mask_density.restype = C.c_double
+        L.fa_block_mask_density.argtypes = [C.POINTER(BlockMask)]
         self.ctx = C.c_void_p()
-        self.check(self.lib.fa_context_create(C.byref(self.ctx), b"cuda", 0), "fa_context_create")
+        self.check(L.fa_context_create(C.byref(self.ctx), b"cuda", 0), "fa_context_create")
+
+    def message(self, st):
+        msg = self.lib.fa_context_last_error(self.ctx).decode() if self.ctx else ""
+        return f"{self.lib.fa_status_string(st).decode()}: {msg}"
 
     def check(self, st, what):
-        if st != 0:
-            msg = self.lib.fa_context_last_error(self.ctx).decode() if self.ctx else ""
-            raise RuntimeError(f"{what}: {self.lib.fa_status_string(st).decode()}: {msg}")
+        if st == FA_ERR_UNSUPPORTED:
+            raise Unsupported(self.message(st))
+        if st != FA_SUCCESS:
+            raise RuntimeError(f"{what}: {self.message(st)}")
 
     def bind_stream(self):
         self.check(self.lib.fa_context_set_stream(self.ctx, C.c_void_p(torch.cuda.current_stream().cuda_stream)),
                    "set_stream")
 
-    def fwd_args(self, q, k, v, o, lse, causal):
+    def fwd_args(self, q, k, v, o, lse, causal, mask=None):
         a = FwdArgs()
         a.q, a.k, a.v, a.o, a.lse = as_tensor(q), as_tensor(k), as_tensor(v), as_tensor(o), as_tensor(lse)
         a.opts = self.lib.fa_options_default()
         a.opts.causal = int(causal)
+        if mask is not None:
+            a.opts.block_mask = C.addressof(mask)  # the caller keeps mask alive
         return a
 
-    def bwd_args(self, q, k, v, o, lse, do, dq, dk, dv, causal):
+    def bwd_args(self, q, k, v, o, lse, do, dq, dk, dv, causal, mask=None):
         a = BwdArgs()
         for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse), ("dout", do), ("dq", dq),
                         ("dk", dk), ("dv", dv)):
             setattr(a, name, as_tensor(t))
         a.opts = self.lib.fa_options_default()
         a.opts.causal = int(causal)
+        if mask is not None:
+            a.opts.block_mask = C.addressof(mask)
         return a
 
     def variant(self, args, backward):
+        """The kernel variant's name; raises Unsupported when the backend has no kernel for args."""
         buf = C.create_string_buffer(64)
         self.check(self.lib.fa_query_support(self.ctx, C.byref(args), int(backward), buf, 64), "fa_query_support")
         return buf.value.decode()
+
+    def plan(self, args):
+        info = PlanInfo()
+        self.check(self.lib.fa_plan(self.ctx, C.byref(args), C.byref(info)), "fa_plan")
+        return info
+
+    def forward(self, args):
+        self.check(self.lib.fa_forward(self.ctx, C.byref(args)), "fa_forward")
+
+    def backward(self, args):
+        self.check(self.lib.fa_backward(self.ctx, C.byref(args)), "fa_backward")
+
+    def random_mask(self, heads, seqlen_q, seqlen_k, block_q, block_k, density, seed):
+        m = BlockMask()
+        st = self.lib.fa_block_mask_create(C.byref(m), FA_BLOCK_RANDOM, heads, seqlen_q, seqlen_k, block_q,
+                                           block_k, 0, float(density), seed)
+        if st != FA_SUCCESS:
+            raise RuntimeError(f"fa_block_mask_create: {self.lib.fa_status_string(st).decode()}")
+        return m
+
+    def mask_density(self, m):
+        return self.lib.fa_block_mask_density(C.byref(m))
+
+    def free_mask(self, m):
+        self.lib.fa_block_mask_destroy(C.byref(m))
+
+
+class DevicePool:
+    """High-water mark of the device's current stream-ordered memory pool (the driver API through
+    libcuda): the CUDA backend allocates its workspace with cudaMallocAsync from that pool, outside
+    PyTorch's caching allocator, so torch.cuda.max_memory_allocated does not see it. None where the
+    driver library or the calls are not available."""
+    USED_MEM_HIGH = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH (cuda.h), value type cuuint64_t
+
+    def __init__(self):
+        self.pool = None
+        try:
+            cu = C.CDLL("libcuda.so.1")
+            dev = C.c_int()
+            pool = C.c_void_p()
+            if cu.cuInit(0) != 0 or cu.cuDeviceGet(C.byref(dev), torch.cuda.current_device()) != 0:
+                return
+            if cu.cuDeviceGetMemPool(C.byref(pool), dev) != 0:
+                return
+            self.cu, self.pool = cu, pool
+        except (OSError, AttributeError):
+            self.pool = None
+
+    def reset(self):
+        if self.pool is not None:
+            zero = C.c_uint64(0)
+            self.cu.cuMemPoolSetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(zero))
+
+    def high(self):
+        if self.pool is None:
+            return None
+        v = C.c_uint64(0)
+        if self.cu.cuMemPoolGetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(v)) != 0:
+            return None
+        return v.value
 
 
 def bench(fn):
@@ -109,50 +227,71 @@ def tflops(flop, ms):
     return flop / (ms * 1e-3) / 1e12
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--seqlens", default="1024,4096,16384")
-    ap.add_argument("--dims", default="64,128")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--causal", default="both")
-    ap.add_argument("--no-math", action="store_true")
-    args = ap.parse_args()
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    lib = Library(args.lib)
-    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
-    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {args.dtype} | "
-          "TFLOP/s fwd / bwd (median of do_bench) | hidden 2048, batch 16384/seqlen")
-    print("| d | causal | seqlen | flashattn | PyTorch flash (FA2) | cuDNN | standard (math) | ours / FA2 | variant |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    torch.manual_seed(0)
+def ints(text):
+    return [int(x) for x in text.split(",")]
+
+
+def make_inputs(b, s, h, d, dt):
+    q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+    k = torch.randn_like(q)
+    v = torch.randn_like(q)
+    do = torch.randn_like(q)
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(q)
+    return q, k, v, do, o, lse, dq, dk, dv
+
+
+def use_own_stream():
     # a stream of our own: the legacy default stream (handle 0) would mean "the context's stream"
     # to the library, and do_bench's events would not see its work
     stream = torch.cuda.Stream()
     torch.cuda.set_stream(stream)
-    for d in [int(x) for x in args.dims.split(",")]:
+    return stream
+
+
+# ---------------------------------------------------------------- default mode: side by side
+
+def side_by_side(lib, args, dtype_name):
+    dt = DTYPES[dtype_name]
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | "
+          "TFLOP/s fwd / bwd (median of do_bench) | hidden 2048, batch 16384/seqlen")
+    print("| d | causal | seqlen | flashattn | PyTorch flash (FA2) | cuDNN | standard (math) | ours / FA2 | variant |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d in ints(args.dims or "64,128"):
         for causal in causals:
-            for s in [int(x) for x in args.seqlens.split(",")]:
+            for s in ints(args.seqlens or "1024,4096,16384"):
                 b, h = max(1, 16384 // s), 2048 // d
                 flop = 4 * b * h * s * s * d / (2 if causal else 1)
-                q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-                k = torch.randn_like(q)
-                v = torch.randn_like(q)
-                do = torch.randn_like(q)
-                o = torch.empty_like(q)
-                lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-                dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(q)
+                q, k, v, do, o, lse, dq, dk, dv = make_inputs(b, s, h, d, dt)
                 lib.bind_stream()
                 fa = lib.fwd_args(q, k, v, o, lse, causal)
                 ba = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, causal)
-                variant = lib.variant(fa, False) + " / " + lib.variant(fa, True)
-                ours_f = bench(lambda: lib.check(lib.lib.fa_forward(lib.ctx, C.byref(fa)), "fa_forward"))
-                ours_b = bench(lambda: lib.check(lib.lib.fa_backward(lib.ctx, C.byref(ba)), "fa_backward"))
+                # our library's answer first: an unsupported direction is reported, not run
+                variants, ours = [], []
+                for backward in (False, True):
+                    try:
+                        variants.append(lib.variant(fa, backward))
+                        ours.append(True)
+                    except Unsupported as e:
+                        variants.append(f"not supported by flashattn: {e}")
+                        ours.append(False)
+                ours_f = bench(lambda: lib.forward(fa)) if ours[0] else None
+                ours_b = bench(lambda: lib.backward(ba)) if ours[0] and ours[1] else None
+                if ours[1] and not ours[0]:
+                    variants[1] += " (not run: needs our forward)"
                 # agreement with PyTorch on this input (not a test: a sanity line)
-                qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
-                agree = (o.float() - ref.float()).abs().max().item()
+                agree = None
+                if ours_f is not None:
+                    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+                    try:
+                        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                            ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+                        agree = (o.float() - ref.float()).abs().max().item()
+                        del ref
+                    except RuntimeError:
+                        agree = None
                 res = {}
                 for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                                  ("math", SDPBackend.MATH)):
@@ -179,14 +318,210 @@ def main():
                         return "failed: " + r
                     return f"{tflops(flop, r[0]):.0f} / {tflops(2.5 * flop, r[1]):.0f}"
 
+                def num(x, f):
+                    return "n/s" if x is None else f(x)
+
+                ours_cell = (f"{num(ours_f, lambda t: f'{tflops(flop, t):.0f}')} / "
+                             f"{num(ours_b, lambda t: f'{tflops(2.5 * flop, t):.0f}')}")
                 ratio = ""
-                if isinstance(res["flash"], tuple):
-                    ratio = f"{res['flash'][0] / ours_f:.2f} / {res['flash'][1] / ours_b:.2f}"
-                print(f"| {d} | {'yes' if causal else 'no'} | {s} | {tflops(flop, ours_f):.0f} / "
-                      f"{tflops(2.5 * flop, ours_b):.0f} | {cell(res['flash'])} | {cell(res['cudnn'])} | "
-                      f"{cell(res['math'])} | {ratio} | {variant} (max|O - FA2| {agree:.1e}) |", flush=True)
+                if isinstance(res["flash"], tuple) and ours_f is not None:
+                    fa2_f, fa2_b = res["flash"]
+                    ratio = f"{fa2_f / ours_f:.2f} / " + ("n/s" if ours_b is None else f"{fa2_b / ours_b:.2f}")
+                tail = f" (max|O - FA2| {agree:.1e})" if agree is not None else ""
+                print(f"| {d} | {'yes' if causal else 'no'} | {s} | {ours_cell} | {cell(res['flash'])} | "
+                      f"{cell(res['cudnn'])} | {cell(res['math'])} | {ratio} | "
+                      f"{variants[0]} / {variants[1]}{tail} |", flush=True)
                 del q, k, v, do, o, lse, dq, dk, dv
                 torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------- --blocksparse
+
+def block_sparse(lib, args, dtype_name):
+    """Our forward and backward under RANDOM block masks against our own dense time. The ratio
+    time / (measured density x dense time) is 1 when the time scales exactly with the kept blocks
+    (the target is <= 1.3 down to density 0.125). The measured density (fa_block_mask_density) is
+    above the nominal one because the RANDOM pattern always keeps the block diagonal."""
+    dt = DTYPES[dtype_name]
+    mb = args.mask_block
+    densities = [float(x) for x in args.densities.split(",")]
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | non-causal | "
+          f"block-sparse RANDOM masks (fa_block_mask_create, one mask for all heads, seed {args.seed}), "
+          f"mask blocks {mb} x {mb} | ms are medians of do_bench, each call includes the library's "
+          "host-side block lists and their upload | hidden 2048, batch 16384/seqlen")
+    print("| d | seqlen | density | measured density | fwd ms | bwd ms | fwd / (density x dense) | "
+          "bwd / (density x dense) | max abs(O - SDPA masked) | variant |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for d in ints(args.dims or "128"):
+        for s in ints(args.seqlens or "4096,16384"):
+            b, h = max(1, 16384 // s), 2048 // d
+            q, k, v, do, o, lse, dq, dk, dv = make_inputs(b, s, h, d, dt)
+            lib.bind_stream()
+            fa = lib.fwd_args(q, k, v, o, lse, False)
+            ba = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False)
+            try:
+                variant = lib.variant(fa, False) + " / " + lib.variant(fa, True)
+            except Unsupported as e:
+                print(f"| {d} | {s} | | | | | | | | not supported by flashattn: {e} |", flush=True)
+                continue
+            dense_f = bench(lambda: lib.forward(fa))
+            dense_b = bench(lambda: lib.backward(ba))
+            print(f"| {d} | {s} | dense (no mask) | 1 | {dense_f:.3f} | {dense_b:.3f} | 1 | 1 | | {variant} |",
+                  flush=True)
+            for density in densities:
+                mask = lib.random_mask(1, s, s, mb, mb, density, args.seed)
+                try:
+                    measured = lib.mask_density(mask)
+                    fm = lib.fwd_args(q, k, v, o, lse, False, mask)
+                    bm = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False, mask)
+                    try:
+                        var = lib.variant(fm, False) + " / " + lib.variant(fm, True)
+                    except Unsupported as e:
+                        print(f"| {d} | {s} | {density:g} | {measured:.3f} | | | | | | "
+                              f"not supported by flashattn: {e} |", flush=True)
+                        continue
+                    # forward first: the backward reads O and LSE of the forward with the same mask
+                    tf = bench(lambda: lib.forward(fm))
+                    tb = bench(lambda: lib.backward(bm))
+                    agree = masked_agreement(q, k, v, o, mask, s)
+                    print(f"| {d} | {s} | {density:g} | {measured:.3f} | {tf:.3f} | {tb:.3f} | "
+                          f"{tf / (measured * dense_f):.2f} | {tb / (measured * dense_b):.2f} | {agree} | {var} |",
+                          flush=True)
+                finally:
+                    lib.free_mask(mask)
+            del q, k, v, do, o, lse, dq, dk, dv
+            torch.cuda.empty_cache()
+
+
+def masked_agreement(q, k, v, o, mask, s):
+    """max |O - SDPA(Q, K, V, boolean mask expanded from the blocks)| (a sanity line, not a test)."""
+    try:
+        n = mask.heads * mask.rows * mask.cols
+        bits = torch.frombuffer(bytearray(C.string_at(mask.bits, n)), dtype=torch.uint8)
+        bits = bits.view(mask.heads, mask.rows, mask.cols).to("cuda").bool()
+        full = bits.repeat_interleave(mask.block_q, 1).repeat_interleave(mask.block_k, 2)[:, :s, :s]
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]):
+            ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=full.unsqueeze(0)).transpose(1, 2)
+        err = (o.float() - ref.float()).abs().max().item()
+        del ref, full, bits
+        torch.cuda.empty_cache()
+        return f"{err:.1e}"
+    except (RuntimeError, torch.OutOfMemoryError) as e:
+        torch.cuda.empty_cache()
+        return "n/a: " + str(e).split("\n")[0][:40]
+
+
+# ---------------------------------------------------------------- --memory
+
+def memory(lib, args, dtype_name):
+    """Extra device memory of our forward + backward. The CUDA backend allocates its workspace
+    itself (cudaMallocAsync, outside PyTorch's allocator): the table gives what fa_plan reports
+    (workspace_fwd, workspace_bwd: the same numbers `flashattn run` prints), the measured high-water
+    mark of the device's memory pool during the calls, and what PyTorch's allocator saw (nothing of
+    ours is allocated through it)."""
+    dt = DTYPES[dtype_name]
+    b, h, d = 1, 16, 128
+    pool = DevicePool()
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | batch {b}, heads {h}, "
+          f"d {d}, non-causal | forward + backward | MiB = 2^20 bytes")
+    print("# inputs+outputs: Q K V O dO dQ dK dV and LSE. ours (fa_plan): workspace forward / backward. "
+          "pool high-water: cudaMallocAsync pool's used-memory high-water mark over one forward + backward. "
+          "torch peak extra: max_memory_allocated over the calls minus allocated before. "
+          "standard N x N: S and P, b h s^2 x 2 bytes each. SDPA math: one forward + backward, peak extra "
+          "(includes its O, dQ, dK, dV)")
+    print("| seqlen | inputs+outputs MiB | extra MiB ours (fa_plan fwd / bwd) | pool high-water MiB | "
+          "torch peak extra MiB | standard N x N (S + P) MiB | SDPA math |")
+    print("|---|---|---|---|---|---|---|")
+    for s in ints(args.seqlens or "1024,4096,16384,65536"):
+        tensors = make_inputs(b, s, h, d, dt)
+        q, k, v, do, o, lse, dq, dk, dv = tensors
+        io = sum(t.numel() * t.element_size() for t in tensors)
+        nxn = 2 * (b * h * s * s * 2)
+        lib.bind_stream()
+        fa = lib.fwd_args(q, k, v, o, lse, False)
+        ba = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False)
+        try:
+            lib.variant(fa, False)
+            lib.variant(fa, True)
+            plan = lib.plan(fa)
+            ours = f"{plan.workspace_fwd / MiB:.3f} / {plan.workspace_bwd / MiB:.3f}"
+            lib.forward(fa)  # warm-up: the runtime's own one-time allocations are not ours
+            lib.backward(ba)
+            torch.cuda.synchronize()
+            pool.reset()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            lib.forward(fa)
+            lib.backward(ba)
+            torch.cuda.synchronize()
+            high = pool.high()
+            pool_cell = "n/a" if high is None else f"{high / MiB:.3f}"
+            torch_cell = f"{(torch.cuda.max_memory_allocated() - base) / MiB:.3f}"
+        except Unsupported as e:
+            ours, pool_cell, torch_cell = f"not supported by flashattn: {e}", "", ""
+        math_cell = f"not tried (N x N {nxn / MiB / 1024:.0f} GiB)"
+        if s <= 4096 and not args.no_math:
+            math_cell = sdpa_math_memory(q, k, v, do)
+        print(f"| {s} | {io / MiB:.1f} | {ours} | {pool_cell} | {torch_cell} | {nxn / MiB:.0f} | {math_cell} |",
+              flush=True)
+        del q, k, v, do, o, lse, dq, dk, dv, tensors
+        torch.cuda.empty_cache()
+
+
+def sdpa_math_memory(q, k, v, do):
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        qg, kg, vg = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(qg, kg, vg)
+            out.backward(do.transpose(1, 2))
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        del out, qg, kg, vg
+        torch.cuda.empty_cache()
+        return f"runs, peak extra {peak / MiB:.0f} MiB"
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return "out of memory"
+    except RuntimeError as e:
+        torch.cuda.empty_cache()
+        return "failed: " + str(e).split("\n")[0][:40]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--seqlens", default=None,
+                    help="default: 1024,4096,16384; --blocksparse 4096,16384; --memory 1024,4096,16384,65536")
+    ap.add_argument("--dims", default=None, help="head dims, e.g. 64,128,256 (default 64,128; --blocksparse 128)")
+    ap.add_argument("--dtype", default="bf16", help="bf16, fp16, or a list: bf16,fp16 (one table each)")
+    ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
+    ap.add_argument("--no-math", action="store_true")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--blocksparse", action="store_true", help="block-sparse table (RANDOM masks)")
+    mode.add_argument("--memory", action="store_true", help="extra device memory table")
+    ap.add_argument("--mask-block", type=int, default=128, help="--blocksparse: mask block size (square)")
+    ap.add_argument("--densities", default="1,0.5,0.25,0.125", help="--blocksparse: nominal densities")
+    ap.add_argument("--seed", type=int, default=1, help="--blocksparse: the masks' seed")
+    args = ap.parse_args()
+    dtypes = args.dtype.split(",")
+    for name in dtypes:
+        if name not in DTYPES:
+            ap.error(f"--dtype: {name!r} is not one of {', '.join(DTYPES)}")
+    if args.mask_block < 1:
+        ap.error("--mask-block must be >= 1")
+    lib = Library(args.lib)
+    torch.manual_seed(0)
+    stream = use_own_stream()  # noqa: F841 (kept current for the run)
+    run = block_sparse if args.blocksparse else memory if args.memory else side_by_side
+    for i, name in enumerate(dtypes):
+        if i:
+            print()
+        run(lib, args, name)
 
 
 if __name__ == "__main__":

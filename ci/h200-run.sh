@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see /work/.library/device): the conformance grid on the CUDA
 # backend, compute-sanitizer on a subset, and the side-by-side benchmark. Usage:
-#   bash ci/h200-run.sh BUILD_DIR [conformance|sanitize|bench|all] [bench args...]
+#   bash ci/h200-run.sh BUILD_DIR [conformance|sanitize|bench|bench-extra|all] [bench args...]
+# bench-extra (not part of all): the block-sparse and the memory tables of bench/gpu_bench.py
+# (--blocksparse, --memory), into $OUT/bench-blocksparse.md and $OUT/bench-memory.md; the bench
+# args go to both.
 set -uo pipefail
 B=${1:-build-h200}
 what=${2:-all}
@@ -28,4 +31,10 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== benchmark"
   python3 bench/gpu_bench.py --lib "$B/libflashattn.so" "$@" 2>&1 | tee "$OUT/bench.md"
+fi
+if [ "$what" = bench-extra ]; then
+  echo "== benchmark: block-sparse"
+  python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --blocksparse "$@" 2>&1 | tee "$OUT/bench-blocksparse.md"
+  echo "== benchmark: memory"
+  python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --memory "$@" 2>&1 | tee "$OUT/bench-memory.md"
 fi
