@@ -64,8 +64,9 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 tensor-core path (mma.sync), compute capability >= 8.0; other d <= 256 padded up to the next "
-             "listed one inside the kernel; backward d <= 128; fp32 unsupported; backward always deterministic");
+             "sm80 mma.sync path, cc >= 8.0; other d <= 256 padded up inside the kernel; backward d <= 128; "
+             "no fp32; backward: fused kernel with fp32 atomic dQ, or two bitwise-reproducible kernels "
+             "with the deterministic option");
 }
 
 static fa_status cuda_open(fa_context *ctx, int device)
@@ -133,8 +134,8 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     int aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v);
     if (p->backward)
         aligned = aligned && view_aligned(&p->dout);
-    snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s", p->backward ? "bwd" : "fwd", fa_dtype_name(p->dtype),
-             dpad, aligned ? "cpasync" : "ldg");
+    snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s", p->backward ? "bwd" : "fwd", fa_dtype_name(p->dtype),
+             dpad, aligned ? "cpasync" : "ldg", p->backward && p->deterministic ? "-deterministic" : "");
     out->kernel = dpad * 2 + aligned;
     return FA_SUCCESS;
 }
@@ -147,7 +148,7 @@ static fa_cuda_tensor tensor_of(const fa_view *v)
 
 /* Device copies of what the kernels read besides the tensors: block-mask bits and lists. */
 typedef struct call_buffers {
-    void *bits, *row_ptr, *col, *cls, *dsum;
+    void *bits, *row_ptr, *col, *cls, *dsum, *dq_accum;
 } call_buffers;
 
 static fa_status upload(fa_context *ctx, const void *src, size_t bytes, void **dst)
@@ -162,7 +163,7 @@ static fa_status upload(fa_context *ctx, const void *src, size_t bytes, void **d
 static void release(fa_context *ctx, call_buffers *cb)
 {
     cudaStream_t st = state(ctx)->stream;
-    void *all[] = {cb->bits, cb->row_ptr, cb->col, cb->cls, cb->dsum};
+    void *all[] = {cb->bits, cb->row_ptr, cb->col, cb->cls, cb->dsum, cb->dq_accum};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (all[i])
             cudaFreeAsync(all[i], st);
@@ -251,8 +252,11 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
     fa_status st = make_params(ctx, p, &kp, &cb);
     if (st == FA_SUCCESS)
         st = upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q), &cb.dsum);
+    if (st == FA_SUCCESS && !p->deterministic) /* fp32 dQ for the fused kernel's atomics */
+        st = upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q * (v->kernel / 2)), &cb.dq_accum);
     if (st == FA_SUCCESS && p->batch > 0) {
         kp.dsum = cb.dsum;
+        kp.dq_accum = cb.dq_accum;
         cudaError_t e = (cudaError_t)fa_sm80_backward(&kp, (int)p->dtype, v->kernel / 2, v->kernel & 1, state(ctx)->stream);
         if (e != cudaSuccess)
             st = cuda_fail(ctx, e, v->name);
@@ -265,8 +269,11 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 {
     (void)ctx;
     int64_t bytes = 0;
-    if (p->backward)
+    if (p->backward) {
         bytes += p->total_q * p->heads_q * 4; /* D */
+        if (!p->deterministic) /* fp32 dQ accumulator at the padded head dim */
+            bytes += p->total_q * p->heads_q * ((p->d + 31) / 32 * 32) * 4;
+    }
     if (p->block_mask) {
         const fa_block_mask *bm = p->block_mask;
         int64_t nq = (p->seqlen_q + FA_SM80_BLOCK - 1) / FA_SM80_BLOCK, nk = (p->seqlen_k + FA_SM80_BLOCK - 1) / FA_SM80_BLOCK;

@@ -254,6 +254,37 @@ int conf_grid(conf_case *cases, int max, int full)
         c.heads_q = 4;
         c.heads_kv = 1;
         ADD(c);
+        /* the deterministic path under the other options (GPU backends run a different backward
+         * kernel for it) */
+        c = conf_case_default("deterministic-causal-gqa-bf16-d128");
+        c.deterministic = 1;
+        c.backward = 1;
+        c.dtype = FA_DTYPE_BF16;
+        c.d = 128;
+        c.causal = 1;
+        c.seqlen_q = 211;
+        c.seqlen_k = 300;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.batch = 2;
+        ADD(c);
+        c = conf_case_default("deterministic-dropout-blocksparse-varlen-f16-d64");
+        c.deterministic = 1;
+        c.backward = 1;
+        c.dtype = FA_DTYPE_F16;
+        c.d = 64;
+        c.dropout_p = 0.17f;
+        c.block = FA_BLOCK_RANDOM;
+        c.block_q = 32;
+        c.block_k = 32;
+        c.block_density = 0.5;
+        c.varlen = 1;
+        c.batch = 3;
+        c.len_q[0] = 130, c.len_q[1] = 0, c.len_q[2] = 77;
+        c.len_k[0] = 190, c.len_k[1] = 64, c.len_k[2] = 129;
+        c.heads_q = 2;
+        c.heads_kv = 1;
+        ADD(c);
         c = conf_case_default("empty-keys");
         c.seqlen_k = 0;
         c.backward = 1;

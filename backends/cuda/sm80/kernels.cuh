@@ -58,15 +58,15 @@ __device__ __forceinline__ const T *row_ptr(const fa_cuda_tensor &t, int64_t b, 
 
 /* ROWS rows x D columns of head h into a shared tile (leading dimension D + 8), rows >= nrows and
  * columns >= d zero-filled. ALIGNED: 16-byte cp.async (caller commits and waits). */
-template <typename T, int D, bool ALIGNED, int ROWS = BLOCK>
+template <typename T, int D, bool ALIGNED, int ROWS = BLOCK, int NT = THREADS>
 __device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64_t b, int64_t row0, int64_t nrows,
                                           int64_t h, int d)
 {
     constexpr int LD = D + 8;
-    if (ALIGNED && THREADS % (D / 8) == 0) {
+    if (ALIGNED && NT % (D / 8) == 0) {
         /* each thread copies one 16-byte column chunk of every RS-th row: one pointer and one
          * shared address, both advanced by a constant (nothing per row kept in registers) */
-        constexpr int CHUNKS = D / 8, RS = THREADS / CHUNKS;
+        constexpr int CHUNKS = D / 8, RS = NT / CHUNKS;
         const int c = (threadIdx.x % CHUNKS) * 8, r0 = threadIdx.x / CHUNKS;
         const bool cvalid = c < d;
         const T *src = row_ptr<T>(t, b, row0 + r0, h) + c;
@@ -83,14 +83,14 @@ __device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64
     } else if (ALIGNED) {
         constexpr int CHUNKS = D / 8;
 #pragma unroll 1
-        for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NT) {
             int r = i / CHUNKS, c = (i % CHUNKS) * 8;
             bool valid = r < nrows && c < d;
             const T *src = valid ? row_ptr<T>(t, b, row0 + r, h) + c : static_cast<const T *>(t.data);
             cp_async16(dst + r * LD + c, src, valid);
         }
     } else {
-        for (int i = threadIdx.x; i < ROWS * D; i += THREADS) {
+        for (int i = threadIdx.x; i < ROWS * D; i += NT) {
             int r = i / D, c = i % D;
             T v = elem<T>::from_float(0.0f);
             if (r < nrows && c < d)
@@ -813,6 +813,258 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
     }
 }
 
+/* ------------------------------------------------------------------ backward: one fused kernel */
+
+/* FlashAttention-2's backward: one block of eight warps per (128-key tile, kv head, batch), each
+ * warp owning 16 keys; query tiles of BQ rows of every query head of the group stream through
+ * shared memory. Per query tile: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q
+ * (as in dkdv_kernel), then dS goes through shared memory and the block computes
+ * dQ += dS K, added with fp32 atomics into dq_accum [heads_q][total_q][D] (the order of the
+ * additions varies, so dQ is not bitwise reproducible; the deterministic option uses the
+ * two-kernel path). Five products per tile instead of seven. */
+template <int D> struct bwd_shape {
+    static constexpr int NW = 8, NT = NW * 32, BN = NW * 16;
+    /* query rows per step: 32 at d 128 keeps dK, dV (128 registers) and the 16 x BQ S^T and
+     * dP^T tiles in registers; 64 below. BQ / 16 m tiles times NW / (BQ / 16) column groups of
+     * D / (NW / (BQ / 16)) columns (a multiple of 16) cover the dQ tile. */
+    static constexpr int BQ = D > 96 ? 32 : 64;
+    static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = D / CG;
+    static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
+    static constexpr int LDS = BN + 8;
+};
+
+template <typename T, int D, bool ALIGNED, bool GENERAL>
+__global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_params p)
+{
+    using S = bwd_shape<D>;
+    constexpr int LD = D + 8, BN = S::BN, BQ = S::BQ, NT = S::NT, LDS = S::LDS;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *ks = reinterpret_cast<T *>(smem_raw); /* [BN][LD] */
+    T *vs = ks + BN * LD;                    /* [BN][LD] */
+    T *qs = vs + BN * LD;                    /* [2][BQ][LD] */
+    T *dos = qs + 2 * BQ * LD;               /* [2][BQ][LD] */
+    T *dss = dos + 2 * BQ * LD;              /* [BQ][LDS]: dS of the current step */
+    float *lse_s = reinterpret_cast<float *>(dss + BQ * LDS); /* [2][BQ], times log2(e) */
+    float *dsum_s = lse_s + 2 * BQ;                           /* [2][BQ] */
+
+    const int64_t kblk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const seq_info s = sequence(p, b);
+    const int64_t k0 = kblk * BN;
+    if (k0 >= s.sk)
+        return;
+    const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int64_t wk0 = k0 + warp * 16; /* the warp's first key */
+    const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
+
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            dk[i][e] = dv[i][e] = 0.0f;
+
+    /* the class of query rows [q0, q0 + rows) against keys [j0, j0 + 16 * n) (inside one 64-key tile
+     * of the block lists when n == 1) */
+    auto keys_class = [&](int64_t h, int64_t q0, int64_t j0, int64_t j1) -> fa_tile_class {
+        fa_tile_class c = fa_mask_classify_tile(&m, q0, q0 + BQ, j0, j1);
+        if (!GENERAL || c == FA_TILE_EMPTY || !p.bl_row_ptr)
+            return c;
+        fa_tile_class best = FA_TILE_EMPTY;
+        for (int64_t t = j0 / BLOCK; t * BLOCK < j1; ++t) {
+            fa_tile_class u = tile_class(p, m, h, q0 / BLOCK, t);
+            best = best == FA_TILE_EMPTY ? u : (u == FA_TILE_EMPTY ? best : fa_tile_class_meet(best, u));
+        }
+        return fa_tile_class_meet(c, best);
+    };
+    auto next_iter = [&](int64_t it) -> int64_t {
+        for (; it < niter; ++it) {
+            int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+            if (keys_class(h, q0, k0, k0 + BN) != FA_TILE_EMPTY)
+                return it;
+        }
+        return niter;
+    };
+    auto load_q_side = [&](int64_t it, int buf) {
+        int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        load_tile<T, D, ALIGNED, BQ, NT>(qs + buf * BQ * LD, p.q, b, s.q_start + q0, imin(s.sq - q0, BQ), h, (int)p.d);
+        load_tile<T, D, ALIGNED, BQ, NT>(dos + buf * BQ * LD, p.dout, b, s.q_start + q0, imin(s.sq - q0, BQ), h,
+                                         (int)p.d);
+        for (int r = threadIdx.x; r < BQ; r += NT) {
+            int64_t i = q0 + r;
+            float l = -CUDART_INF_F, dd = 0.0f;
+            if (i < s.sq) {
+                l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
+                dd = p.dsum[h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)];
+            }
+            lse_s[buf * BQ + r] = l == -CUDART_INF_F ? CUDART_INF_F : l * LOG2E; /* +inf: fully masked row, P = 0 */
+            dsum_s[buf * BQ + r] = dd;
+        }
+    };
+
+    load_tile<T, D, ALIGNED, BN, NT>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    load_tile<T, D, ALIGNED, BN, NT>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    int64_t it = next_iter(0);
+    if (it < niter)
+        load_q_side(it, 0);
+    cp_async_commit();
+
+    /* dQ step: warp -> (m tile, column group) */
+    const int dq_mt = warp % S::MTQ, dq_c0 = (warp / S::MTQ) * S::DC;
+
+    for (int n = 0; it < niter; ++n) {
+        const int buf = n & 1;
+        const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        const int64_t it_next = next_iter(it + 1);
+        if (it_next < niter) {
+            load_q_side(it_next, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const T *q = qs + buf * BQ * LD, *dout = dos + buf * BQ * LD;
+        const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
+        const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
+        if (cls != FA_TILE_EMPTY) {
+            const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
+            const bool check_blocks = GENERAL && p.bm_bits && cls != FA_TILE_FULL;
+            const bool drop = GENERAL && p.dropout_threshold;
+            /* P^T = exp2(S^T * scale log2 e - LSE log2 e) */
+            float pt[BQ / 8][4];
+#pragma unroll
+            for (int i = 0; i < BQ / 8; ++i)
+                pt[i][0] = pt[i][1] = pt[i][2] = pt[i][3] = 0.0f;
+            gemm_nt<T, BQ, D>(pt, ks, LD, warp * 16, q, LD);
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t4 + (e & 1);
+                    float x = fast_exp2(pt[nt][e] * p.scale_log2 - lse2[col]);
+                    if (edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))
+                        x = 0.0f;
+                    pt[nt][e] = x;
+                }
+            {
+                uint32_t pf[BQ / 16][4];
+                if (drop) {
+                    float pz[BQ / 8][4];
+#pragma unroll
+                    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            pz[nt][e] = pt[nt][e] * dropout_factor(p, b, h, q0 + nt * 8 + 2 * t4 + (e & 1),
+                                                                   wk0 + g + (e >> 1) * 8);
+                    acc_to_a<T, BQ>(pf, pz);
+                } else {
+                    acc_to_a<T, BQ>(pf, pt);
+                }
+                gemm_pn<T, D, BQ>(dv, pf, dout, LD);
+            }
+            /* dP^T = V dO^T, dS^T = P^T (Z dP^T - D) scale */
+            float dpt[BQ / 8][4];
+#pragma unroll
+            for (int i = 0; i < BQ / 8; ++i)
+                dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+            gemm_nt<T, BQ, D>(dpt, vs, LD, warp * 16, dout, LD);
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t4 + (e & 1);
+                    float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                }
+            uint32_t df[BQ / 16][4];
+            acc_to_a<T, BQ>(df, dpt);
+            gemm_pn<T, D, BQ>(dk, df, q, LD);
+            /* dS (query-major) for the dQ product */
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    dss[(nt * 8 + 2 * t4 + (e & 1)) * LDS + warp * 16 + g + (e >> 1) * 8] =
+                        elem<T>::from_float(dpt[nt][e]);
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    dss[(nt * 8 + 2 * t4 + (e & 1)) * LDS + warp * 16 + g + (e >> 1) * 8] = elem<T>::from_float(0.0f);
+        }
+        __syncthreads();
+        /* dQ[q0 .. q0 + BQ) += dS K over the block's BN keys; this warp: 16 rows x DC columns */
+        {
+            float acc[S::DC / 8][4];
+#pragma unroll
+            for (int i = 0; i < S::DC / 8; ++i)
+                acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BN; kk += 16) {
+                uint32_t af[4];
+                load_a(af, dss, LDS, dq_mt * 16, kk);
+#pragma unroll
+                for (int c = 0; c < S::DC; c += 16) {
+                    uint32_t bf[4];
+                    load_b_nn(bf, ks, LD, kk, dq_c0 + c);
+                    elem<T>::mma(acc[c / 8], af, bf[0], bf[1]);
+                    elem<T>::mma(acc[c / 8 + 1], af, bf[2], bf[3]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int64_t i = q0 + dq_mt * 16 + g + r * 8;
+                if (i < s.sq) {
+                    float *row = p.dq_accum + (h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * D + dq_c0;
+#pragma unroll
+                    for (int nt = 0; nt < S::DC / 8; ++nt) {
+                        atomicAdd(row + nt * 8 + 2 * t4, acc[nt][2 * r]);
+                        atomicAdd(row + nt * 8 + 2 * t4 + 1, acc[nt][2 * r + 1]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        it = it_next;
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int64_t j = wk0 + g + r * 8;
+        if (j >= s.sk)
+            continue;
+        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j) * p.dk.ss + hk * p.dk.sh;
+        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j) * p.dv.ss + hk * p.dv.sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            int c = nt * 8 + 2 * t4;
+            if (c < p.d) {
+                dkrow[c] = elem<T>::from_float(dk[nt][2 * r]);
+                dvrow[c] = elem<T>::from_float(dv[nt][2 * r]);
+            }
+            if (c + 1 < p.d) {
+                dkrow[c + 1] = elem<T>::from_float(dk[nt][2 * r + 1]);
+                dvrow[c + 1] = elem<T>::from_float(dv[nt][2 * r + 1]);
+            }
+        }
+    }
+}
+
+/* dQ (T) from the fp32 accumulator: one thread per element of one sequence's rows. */
+template <typename T, int D> __global__ void dq_convert_kernel(const fa_cuda_params p)
+{
+    const int64_t b = blockIdx.z, h = blockIdx.y;
+    const seq_info s = sequence(p, b);
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = e / D;
+    const int c = (int)(e % D);
+    if (i >= s.sq || c >= p.d)
+        return;
+    const float v = p.dq_accum[(h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * D + c];
+    static_cast<T *>(p.dq.data)[b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c] = elem<T>::from_float(v);
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t st)
@@ -829,6 +1081,28 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_c
     return cudaGetLastError();
 }
 
+template <typename T, int D, bool ALIGNED, bool GENERAL> cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
+{
+    using S = bwd_shape<D>;
+    constexpr int LD = D + 8;
+    const size_t smem = sizeof(T) * (2 * S::BN * LD + 4 * S::BQ * LD + S::BQ * S::LDS) + sizeof(float) * 4 * S::BQ;
+    auto k = bwd_kernel<T, D, ALIGNED, GENERAL>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return e;
+    if ((e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st)) != cudaSuccess)
+        return e;
+    if (p.seqlen_k > 0) {
+        dim3 g1((unsigned)((p.seqlen_k + S::BN - 1) / S::BN), (unsigned)p.heads_kv, (unsigned)p.batch);
+        k<<<g1, S::NT, smem, st>>>(p);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
+    dq_convert_kernel<T, D><<<g2, 256, 0, st>>>(p);
+    return cudaGetLastError();
+}
+
 template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
 {
     constexpr int LD = D + 8;
@@ -840,6 +1114,9 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
         if (e0 != cudaSuccess)
             return e0;
     }
+    if (p.dq_accum && p.seqlen_q > 0)
+        return p.dropout_threshold || p.bm_bits ? launch_fused_backward<T, D, ALIGNED, true>(p, st)
+                                                : launch_fused_backward<T, D, ALIGNED, false>(p, st);
     const size_t smem1 = sizeof(T) * 6 * BLOCK * LD + sizeof(float) * 4 * BQ;
     auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
     cudaError_t e = cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
