@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see /work/.library/device): the conformance grid on the CUDA
 # backend, compute-sanitizer on a subset, and the side-by-side benchmark. Usage:
-#   bash ci/h200-run.sh BUILD_DIR [conformance|sanitize|bench|bench-extra|all] [bench args...]
+#   bash ci/h200-run.sh BUILD_DIR [conformance|sanitize|long|bench|bench-extra|all] [bench args...]
 # bench-extra (not part of all): the block-sparse and the memory tables of bench/gpu_bench.py
 # (--blocksparse, --memory), into $OUT/bench-blocksparse.md and $OUT/bench-memory.md; the bench
 # args go to both.
@@ -21,16 +21,27 @@ if [ "$what" = conformance ] || [ "$what" = all ]; then
   grep -E "FAILED|SKIPPED|PASSED|ERROR|error" "$OUT/conformance-cuda.log" | head -40
 fi
 if [ "$what" = sanitize ] || [ "$what" = all ]; then
-  echo "== compute-sanitizer memcheck / racecheck / synccheck (short grid subsets)"
-  for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/conformance" --backend cuda \
-      --grid short --filter "${SAN_FILTER:-hdim}" > "$OUT/sanitize-$tool.log" 2>&1
-    echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/sanitize-$tool.log" | tail -2 | tr '\n' ' ')"
+  # every kernel instance kind at least once: forward and fused backward, common and general
+  # (dropout / block lists) instances, cp.async and plain-load tiles (d 111, padded strides),
+  # the deterministic two-kernel backward, varlen, d 32 .. 256
+  echo "== compute-sanitizer memcheck / racecheck / synccheck"
+  for f in ${SAN_FILTERS:-hdim128-bf16 hdim111-f16 hdim256-bf16 hdim32-f16 dropout-bf16 blocksparse-random25 deterministic strides-padded-bf16 varlen1-causal}; do
+    for tool in memcheck racecheck synccheck; do
+      compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/conformance" --backend cuda \
+        --grid full --filter "$f" > "$OUT/sanitize-$tool-$f.log" 2>&1
+      echo "$f $tool exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/sanitize-$tool-$f.log" | tail -2 | tr '\n' ' ')"
+    done
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== benchmark"
   python3 bench/gpu_bench.py --lib "$B/libflashattn.so" "$@" 2>&1 | tee "$OUT/bench.md"
+fi
+if [ "$what" = long ] || [ "$what" = all ]; then
+  echo "== long sequence: 65536 x 16 heads x d 128, bf16, forward + backward, sampled rows vs float64"
+  "$B/tests/conformance/long_seq" --backend cuda --seqlen 65536 --heads 16 --dim 128 --dtype bf16 --rows 4 \
+    > "$OUT/long-seq.txt" 2>&1
+  echo "exit $?"; tail -5 "$OUT/long-seq.txt"
 fi
 if [ "$what" = bench-extra ]; then
   echo "== benchmark: block-sparse"

@@ -251,12 +251,14 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
     CUDA_TRY(ctx, cudaSetDevice(ctx->device));
     fa_status st = make_params(ctx, p, &kp, &cb);
     if (st == FA_SUCCESS)
-        st = upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q), &cb.dsum);
+        st = upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q) * 2, &cb.dsum); /* D, LSE log2 e */
     if (st == FA_SUCCESS && !p->deterministic) /* fp32 dQ for the fused kernel's atomics */
         st = upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q * (v->kernel / 2)), &cb.dq_accum);
     if (st == FA_SUCCESS && p->batch > 0) {
         kp.dsum = cb.dsum;
         kp.dq_accum = cb.dq_accum;
+        if (kp.dq_accum)
+            kp.lse2 = (float *)cb.dsum + p->total_q * p->heads_q;
         cudaError_t e = (cudaError_t)fa_sm80_backward(&kp, (int)p->dtype, v->kernel / 2, v->kernel & 1, state(ctx)->stream);
         if (e != cudaSuccess)
             st = cuda_fail(ctx, e, v->name);
@@ -270,7 +272,7 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
     (void)ctx;
     int64_t bytes = 0;
     if (p->backward) {
-        bytes += p->total_q * p->heads_q * 4; /* D */
+        bytes += p->total_q * p->heads_q * 8; /* D and LSE log2(e) */
         if (!p->deterministic) /* fp32 dQ accumulator at the padded head dim */
             bytes += p->total_q * p->heads_q * ((p->d + 31) / 32 * 32) * 4;
     }

@@ -17,6 +17,7 @@ typedef struct fa_cuda_tensor {
 typedef struct fa_cuda_params {
     fa_cuda_tensor q, k, v, o, lse, dout, dq, dk, dv;
     float *dsum;                 /* backward: D = rowsum(dO * O), [heads_q][total_q] */
+    float *lse2;                 /* backward, fused path: LSE * log2(e) per row, [heads_q][total_q] */
     float *dq_accum;             /* backward, non-deterministic: fp32 dQ [heads_q][total_q][padded d],
                                     NULL selects the deterministic two-kernel path */
     int64_t batch, heads_q, heads_kv, group, d;

@@ -326,6 +326,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
     const int wrow = warp * 16 * MT;        /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;          /* ... in the sequence */
     key_walk<SUB, GENERAL> walk = key_walk_of<SUB, GENERAL>(p, m, h, q0, BR);
+    const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f; /* see the softmax step */
     /* fragment base addresses (bytes, shared space); everything else is an immediate offset */
     const uint32_t q_frag = smem_addr(qs) + 2u * (uint32_t)(lane_off_a(LD) + wrow * LD);
     const uint32_t k_frag = smem_addr(ks) + 2u * (uint32_t)lane_off_bt(LD);
@@ -399,13 +400,17 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
             }
             const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
             const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+            /* scores stay raw when the scale is positive (max and exp2 argument are then one
+             * FFMA: s * c - max * c); a negative scale is applied first and cc = 1 */
+            if (!(p.scale_log2 > 0.0f)) {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+                for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < KN / 8; ++nt)
+                    for (int nt = 0; nt < KN / 8; ++nt)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        sacc[mt][nt][e] *= p.scale_log2;
+                        for (int e = 0; e < 4; ++e)
+                            sacc[mt][nt][e] *= p.scale_log2;
+            }
             if (edge) {
                 /* each row's visible key range, relative to k0 and clipped to the tile */
 #pragma unroll
@@ -435,20 +440,21 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    float mx = row_m[mt][r];
+                    float mx = -CUDART_INF_F;
 #pragma unroll
                     for (int nt = 0; nt < KN / 8; ++nt)
                         mx = fmaxf(mx, fmaxf(sacc[mt][nt][2 * r], sacc[mt][nt][2 * r + 1]));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    /* mx is the new running max; a row that has seen only -inf keeps shift 0 */
+                    /* the new running max (log2 units); a row that has seen only -inf keeps shift 0 */
+                    mx = fmaxf(row_m[mt][r], mx * cc);
                     const float shift = mx == -CUDART_INF_F ? 0.0f : mx;
                     const float alpha = fast_exp2(row_m[mt][r] - shift); /* old -inf: 0 */
                     float sum = 0.0f;
 #pragma unroll
                     for (int nt = 0; nt < KN / 8; ++nt) {
-                        sacc[mt][nt][2 * r] = fast_exp2(sacc[mt][nt][2 * r] - shift);
-                        sacc[mt][nt][2 * r + 1] = fast_exp2(sacc[mt][nt][2 * r + 1] - shift);
+                        sacc[mt][nt][2 * r] = fast_exp2(fmaf(sacc[mt][nt][2 * r], cc, -shift));
+                        sacc[mt][nt][2 * r + 1] = fast_exp2(fmaf(sacc[mt][nt][2 * r + 1], cc, -shift));
                         sum += sacc[mt][nt][2 * r] + sacc[mt][nt][2 * r + 1];
                     }
                     row_l[mt][r] = row_l[mt][r] * alpha + sum; /* per-thread partial, reduced at the end */
@@ -540,6 +546,10 @@ template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
     if ((threadIdx.x & 31) == 0) {
         int64_t canon = p.cu_q ? s.q_start + i : b * p.seqlen_q + i;
         p.dsum[h * p.total_q + canon] = acc;
+        if (p.lse2) { /* LSE * log2(e) for the fused kernel; +inf for a fully masked row, so P = 0 */
+            const float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
+            p.lse2[h * p.total_q + canon] = l == -CUDART_INF_F ? CUDART_INF_F : l * LOG2E;
+        }
     }
 }
 
@@ -830,7 +840,7 @@ template <int D> struct bwd_shape {
     static constexpr int BQ = D > 96 ? 32 : 64;
     static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = D / CG;
     static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
-    static constexpr int LDS = BN + 8;
+    static constexpr int LDS = BQ + 8;
 };
 
 template <typename T, int D, bool ALIGNED, bool GENERAL>
@@ -843,8 +853,8 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
     T *vs = ks + BN * LD;                    /* [BN][LD] */
     T *qs = vs + BN * LD;                    /* [2][BQ][LD] */
     T *dos = qs + 2 * BQ * LD;               /* [2][BQ][LD] */
-    T *dss = dos + 2 * BQ * LD;              /* [BQ][LDS]: dS of the current step */
-    float *lse_s = reinterpret_cast<float *>(dss + BQ * LDS); /* [2][BQ], times log2(e) */
+    T *dss = dos + 2 * BQ * LD;              /* [BN][LDS]: dS^T of the current step */
+    float *lse_s = reinterpret_cast<float *>(dss + BN * LDS); /* [2][BQ], times log2(e) */
     float *dsum_s = lse_s + 2 * BQ;                           /* [2][BQ] */
 
     const int64_t kblk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
@@ -890,15 +900,16 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
         load_tile<T, D, ALIGNED, BQ, NT>(qs + buf * BQ * LD, p.q, b, s.q_start + q0, imin(s.sq - q0, BQ), h, (int)p.d);
         load_tile<T, D, ALIGNED, BQ, NT>(dos + buf * BQ * LD, p.dout, b, s.q_start + q0, imin(s.sq - q0, BQ), h,
                                          (int)p.d);
-        for (int r = threadIdx.x; r < BQ; r += NT) {
-            int64_t i = q0 + r;
-            float l = -CUDART_INF_F, dd = 0.0f;
-            if (i < s.sq) {
-                l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
-                dd = p.dsum[h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)];
-            }
-            lse_s[buf * BQ + r] = l == -CUDART_INF_F ? CUDART_INF_F : l * LOG2E; /* +inf: fully masked row, P = 0 */
-            dsum_s[buf * BQ + r] = dd;
+        /* LSE log2(e) and D of the rows, asynchronously like the tiles; rows past the end get
+         * zeros (their P is masked) */
+        if (threadIdx.x < 2 * BQ) {
+            const int r = threadIdx.x % BQ;
+            const int64_t i = q0 + r;
+            const float *src = (threadIdx.x < BQ ? p.lse2 : p.dsum) + h * p.total_q +
+                               (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
+            float *dst = (threadIdx.x < BQ ? lse_s : dsum_s) + buf * BQ + r;
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)),
+                         "l"(i < s.sq ? src : p.dsum), "r"(i < s.sq ? 4 : 0));
         }
     };
 
@@ -909,8 +920,16 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
         load_q_side(it, 0);
     cp_async_commit();
 
-    /* dQ step: warp -> (m tile, column group) */
+    /* dQ step: warp -> (m tile, column group); its A fragments (dS, 16 queries x 16 keys) come
+     * transposed out of the key-major dS^T tile */
     const int dq_mt = warp % S::MTQ, dq_c0 = (warp / S::MTQ) * S::DC;
+    const uint32_t dss_frag = smem_addr(dss) + 2u * (uint32_t)(lane_off_bt(LDS) + dq_mt * 16);
+    const uint32_t k_a = smem_addr(ks) + 2u * (uint32_t)(lane_off_a(LD) + warp * 16 * LD);
+    const uint32_t v_a = smem_addr(vs) + 2u * (uint32_t)(lane_off_a(LD) + warp * 16 * LD);
+    const uint32_t k_nn = smem_addr(ks) + 2u * (uint32_t)(lane_off_a(LD) + dq_c0);
+    const uint32_t q_a0 = smem_addr(qs) + 2u * (uint32_t)lane_off_a(LD), q_bt0 = smem_addr(qs) + 2u * (uint32_t)lane_off_bt(LD);
+    const uint32_t do_a0 = smem_addr(dos) + 2u * (uint32_t)lane_off_a(LD),
+                   do_bt0 = smem_addr(dos) + 2u * (uint32_t)lane_off_bt(LD);
 
     for (int n = 0; it < niter; ++n) {
         const int buf = n & 1;
@@ -924,7 +943,9 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
             cp_async_wait<0>();
         }
         __syncthreads();
-        const T *q = qs + buf * BQ * LD, *dout = dos + buf * BQ * LD;
+        /* fragment bases of this step's Q and dO tiles (A: lane_off_a, transposed-B: lane_off_bt) */
+        const uint32_t q_a = q_a0 + 2u * (uint32_t)(buf * BQ * LD), q_bt = q_bt0 + 2u * (uint32_t)(buf * BQ * LD);
+        const uint32_t do_a = do_a0 + 2u * (uint32_t)(buf * BQ * LD), do_bt = do_bt0 + 2u * (uint32_t)(buf * BQ * LD);
         const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
         const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
         if (cls != FA_TILE_EMPTY) {
@@ -936,7 +957,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
 #pragma unroll
             for (int i = 0; i < BQ / 8; ++i)
                 pt[i][0] = pt[i][1] = pt[i][2] = pt[i][3] = 0.0f;
-            gemm_nt<T, BQ, D>(pt, ks, LD, warp * 16, q, LD);
+            gemm_nt_s<T, BQ, D, LD, LD>(pt, k_a, q_bt);
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -961,14 +982,14 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 } else {
                     acc_to_a<T, BQ>(pf, pt);
                 }
-                gemm_pn<T, D, BQ>(dv, pf, dout, LD);
+                gemm_pn_s<T, D, BQ, LD>(dv, pf, do_a);
             }
             /* dP^T = V dO^T, dS^T = P^T (Z dP^T - D) scale */
             float dpt[BQ / 8][4];
 #pragma unroll
             for (int i = 0; i < BQ / 8; ++i)
                 dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
-            gemm_nt<T, BQ, D>(dpt, vs, LD, warp * 16, dout, LD);
+            gemm_nt_s<T, BQ, D, LD, LD>(dpt, v_a, do_bt);
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -979,20 +1000,20 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 }
             uint32_t df[BQ / 16][4];
             acc_to_a<T, BQ>(df, dpt);
-            gemm_pn<T, D, BQ>(dk, df, q, LD);
-            /* dS (query-major) for the dQ product */
+            gemm_pn_s<T, D, BQ, LD>(dk, df, q_a);
+            /* dS^T (key-major, query pairs in one word) for the dQ product */
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dss[(nt * 8 + 2 * t4 + (e & 1)) * LDS + warp * 16 + g + (e >> 1) * 8] =
-                        elem<T>::from_float(dpt[nt][e]);
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<uint32_t *>(dss + (warp * 16 + g + r * 8) * LDS + nt * 8 + 2 * t4) =
+                        df[nt / 2][(nt & 1) * 2 + r];
         } else {
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dss[(nt * 8 + 2 * t4 + (e & 1)) * LDS + warp * 16 + g + (e >> 1) * 8] = elem<T>::from_float(0.0f);
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<uint32_t *>(dss + (warp * 16 + g + r * 8) * LDS + nt * 8 + 2 * t4) = 0u;
         }
         __syncthreads();
         /* dQ[q0 .. q0 + BQ) += dS K over the block's BN keys; this warp: 16 rows x DC columns */
@@ -1004,11 +1025,11 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
 #pragma unroll
             for (int kk = 0; kk < BN; kk += 16) {
                 uint32_t af[4];
-                load_a(af, dss, LDS, dq_mt * 16, kk);
+                ldsm_x4_t(af, dss_frag + 2u * (uint32_t)(kk * LDS));
 #pragma unroll
                 for (int c = 0; c < S::DC; c += 16) {
                     uint32_t bf[4];
-                    load_b_nn(bf, ks, LD, kk, dq_c0 + c);
+                    ldsm_x4_t(bf, k_nn + 2u * (uint32_t)(kk * LD + c));
                     elem<T>::mma(acc[c / 8], af, bf[0], bf[1]);
                     elem<T>::mma(acc[c / 8 + 1], af, bf[2], bf[3]);
                 }
@@ -1026,7 +1047,9 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 }
             }
         }
-        __syncthreads();
+        /* no barrier here: the next step's prefetch overwrites the Q / dO / LSE buffers this step
+         * finished with before the barrier above, and its dS stores come after its first barrier,
+         * which every warp reaches only after this dQ product */
         it = it_next;
     }
 
@@ -1085,7 +1108,7 @@ template <typename T, int D, bool ALIGNED, bool GENERAL> cudaError_t launch_fuse
 {
     using S = bwd_shape<D>;
     constexpr int LD = D + 8;
-    const size_t smem = sizeof(T) * (2 * S::BN * LD + 4 * S::BQ * LD + S::BQ * S::LDS) + sizeof(float) * 4 * S::BQ;
+    const size_t smem = sizeof(T) * (2 * S::BN * LD + 4 * S::BQ * LD + S::BN * S::LDS) + sizeof(float) * 4 * S::BQ;
     auto k = bwd_kernel<T, D, ALIGNED, GENERAL>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)

@@ -171,6 +171,41 @@ __device__ __forceinline__ void gemm_pn(float (*acc)[4], const uint32_t (*pf)[4]
     }
 }
 
+/* gemm_nt / gemm_pn on shared-space base addresses (bytes) that already include the lane offset
+ * (lane_off_a for A and for gemm_pn's X, lane_off_bt for gemm_nt's X) and the tile origin: every
+ * fragment address is then base + a compile-time immediate. */
+template <typename T, int N, int K, int LDA, int LDX>
+__device__ __forceinline__ void gemm_nt_s(float (*acc)[4], uint32_t a, uint32_t x)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+        uint32_t af[4];
+        ldsm_x4(af, a + 2u * kk);
+#pragma unroll
+        for (int n = 0; n < N; n += 16) {
+            uint32_t bf[4];
+            ldsm_x4(bf, x + 2u * (n * LDX + kk));
+            elem<T>::mma(acc[n / 8], af, bf[0], bf[1]);
+            elem<T>::mma(acc[n / 8 + 1], af, bf[2], bf[3]);
+        }
+    }
+}
+
+template <typename T, int N, int K, int LDX>
+__device__ __forceinline__ void gemm_pn_s(float (*acc)[4], const uint32_t (*pf)[4], uint32_t x)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+#pragma unroll
+        for (int n = 0; n < N; n += 16) {
+            uint32_t bf[4];
+            ldsm_x4_t(bf, x + 2u * (kk * LDX + n));
+            elem<T>::mma(acc[n / 8], pf[kk / 16], bf[0], bf[1]);
+            elem<T>::mma(acc[n / 8 + 1], pf[kk / 16], bf[2], bf[3]);
+        }
+    }
+}
+
 /* Accumulators (16 x K, fp32) to A fragments for the next product: the C layout of two
  * neighbouring n8 tiles is the A layout of one k16 step. */
 template <typename T, int K>
