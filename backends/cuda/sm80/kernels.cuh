@@ -837,7 +837,7 @@ template <int D> struct bwd_shape {
     /* query rows per step: 32 at d 128 keeps dK, dV (128 registers) and the 16 x BQ S^T and
      * dP^T tiles in registers; 64 below. BQ / 16 m tiles times NW / (BQ / 16) column groups of
      * D / (NW / (BQ / 16)) columns (a multiple of 16) cover the dQ tile. */
-    static constexpr int BQ = D > 96 ? 32 : 64;
+    static constexpr int BQ = D > 128 ? 32 : 64;
     static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = D / CG;
     static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
     static constexpr int LDS = BQ + 8;
@@ -958,6 +958,12 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
             for (int i = 0; i < BQ / 8; ++i)
                 pt[i][0] = pt[i][1] = pt[i][2] = pt[i][3] = 0.0f;
             gemm_nt_s<T, BQ, D, LD, LD>(pt, k_a, q_bt);
+            /* dP^T = V dO^T, next to S^T so the two independent products overlap */
+            float dpt[BQ / 8][4];
+#pragma unroll
+            for (int i = 0; i < BQ / 8; ++i)
+                dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+            gemm_nt_s<T, BQ, D, LD, LD>(dpt, v_a, do_bt);
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -984,12 +990,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 }
                 gemm_pn_s<T, D, BQ, LD>(dv, pf, do_a);
             }
-            /* dP^T = V dO^T, dS^T = P^T (Z dP^T - D) scale */
-            float dpt[BQ / 8][4];
-#pragma unroll
-            for (int i = 0; i < BQ / 8; ++i)
-                dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
-            gemm_nt_s<T, BQ, D, LD, LD>(dpt, v_a, do_bt);
+            /* dS^T = P^T (Z dP^T - D) scale */
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
