@@ -27,7 +27,7 @@ if [ "$what" = sanitize ] || [ "$what" = all ]; then
   echo "== compute-sanitizer memcheck / racecheck / synccheck"
   for f in ${SAN_FILTERS:-hdim128-bf16 hdim111-f16 hdim256-bf16 hdim32-f16 dropout-bf16 blocksparse-random25 deterministic strides-padded-bf16 varlen1-causal}; do
     for tool in memcheck racecheck synccheck; do
-      compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/conformance" --backend cuda \
+      timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/conformance" --backend cuda \
         --grid full --filter "$f" > "$OUT/sanitize-$tool-$f.log" 2>&1
       echo "$f $tool exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/sanitize-$tool-$f.log" | tail -2 | tr '\n' ' ')"
     done
