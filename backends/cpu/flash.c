@@ -34,13 +34,14 @@ static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
 }
 
 /* C[M x N] (+)= A[M x K] B[K x N] with B packed in panels: panel j (columns 16j .. 16j + 16) is
- * K x 16 contiguous at B + j * K * 16, so the micro-kernel streams it from L1 in order. */
+ * K x 16 contiguous at B + j * ldp (ldp >= 16 K: a product may use the first K rows of taller
+ * panels), so the micro-kernel streams it from L1 in order. */
 FA_MULTIVERSION
-static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, float *C,
-                    int64_t ldc, int accumulate)
+static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldp,
+                    float *C, int64_t ldc, int accumulate)
 {
     for (int64_t j = 0; j < N; j += NR) {
-        const float *panel = B + j * K;
+        const float *panel = B + j / NR * ldp;
         int64_t i = 0;
         for (; i + MR <= M; i += MR)
             fa_kernel_4x16(K, A + i * lda, lda, panel, NR, C + i * ldc + j, ldc, 1.0f, accumulate);
@@ -82,18 +83,20 @@ static void scale_row(float *x, int64_t n, float a)
         store8(x + t, load8(x + t) * a);
 }
 
-/* The online-softmax step of one score tile (nr rows of ld columns, masked scores -inf): per
- * row, the new running max, P = exp(S - max) in place, the running sum, and the rescaling of
- * that row of the output tile. One multiversioned call per tile rather than three per row: the
- * calls through the target_clones dispatch cost as much as a 64-wide row's arithmetic. */
+/* The online-softmax step of one score tile (nr rows of width columns, row stride ld, masked
+ * scores -inf): per row, the new running max, P = exp(S - max) in place, the running sum, and
+ * the rescaling of that row of the output tile. One multiversioned call per tile rather than
+ * three per row: the calls through the target_clones dispatch cost as much as a 64-wide row's
+ * arithmetic. */
 FA_MULTIVERSION
-static void online_softmax_tile(float *s, int64_t nr, int64_t ld, fa_softmax_row *rows, float *o, int64_t ldo)
+static void online_softmax_tile(float *s, int64_t nr, int64_t width, int64_t ld, fa_softmax_row *rows, float *o,
+                                int64_t ldo)
 {
     for (int64_t r = 0; r < nr; ++r) {
         /* columns past the tile's width hold -inf (apply_mask), so whole-row passes are exact */
         float *row = s + r * ld;
         v8f m8 = load8(row);
-        for (int64_t t = VEC; t < ld; t += VEC) {
+        for (int64_t t = VEC; t < width; t += VEC) {
             v8f v = load8(row + t);
             m8 = select8(v > m8, v, m8);
         }
@@ -103,7 +106,7 @@ static void online_softmax_tile(float *s, int64_t nr, int64_t ld, fa_softmax_row
         float alpha = fa_softmax_update(&rows[r], mx);
         float shift = fa_softmax_shift(rows[r].m);
         v8f total = {0};
-        for (int64_t t = 0; t < ld; t += VEC) {
+        for (int64_t t = 0; t < width; t += VEC) {
             v8f e = fa_exp8(load8(row + t) - shift);
             store8(row + t, e);
             total += e;
@@ -231,10 +234,11 @@ static fa_tile_class tile_class(const fa_problem *p, const fa_mask *m, int64_t h
     return fa_tile_class_meet(cls, (fa_tile_class)l->cls[lo]);
 }
 
-/* Sets masked scores of the tile to -inf: columns beyond the tile's width, elements outside the
- * causal/window range, and (block class PARTIAL) elements the block mask drops. */
+/* Sets masked scores of the tile (width columns, row stride ld) to -inf: columns beyond the nc
+ * keys left in the sequence, elements outside the causal/window range, and (block class
+ * PARTIAL) elements the block mask drops. */
 static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t q0, int64_t nr, int64_t k0,
-                       int64_t nc, int64_t ld, float *s, fa_tile_class cls)
+                       int64_t nc, int64_t width, int64_t ld, float *s, fa_tile_class cls)
 {
     for (int64_t r = 0; r < nr; ++r) {
         float *row = s + r * ld;
@@ -249,7 +253,7 @@ static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t
             if (hi < lo)
                 hi = lo;
         }
-        for (int64_t j = 0; j < ld; ++j) {
+        for (int64_t j = 0; j < width; ++j) {
             int64_t col = k0 + j;
             if (col < lo || col >= hi)
                 row[j] = -INFINITY;
@@ -411,15 +415,32 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         if (cls == FA_TILE_EMPTY)
             continue;
         int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
+        /* Only the panels that hold a visible key: the visible range of rows q0 .. q0 + nr - 1
+         * lies in [lo of the first row, hi of the last) (both ends are monotone), so columns
+         * [j0, j1) of the tile, rounded out to whole panels, hold every visible score. */
+        int64_t j0 = 0, j1 = nc;
+        if (cls != FA_TILE_FULL) {
+            int64_t lo, hi, unused;
+            fa_mask_row_range(&m, q0, &lo, &unused);
+            fa_mask_row_range(&m, q0 + nr - 1, &unused, &hi);
+            if (lo > k0)
+                j0 = (lo - k0) / NR * NR;
+            if (hi - k0 < j1)
+                j1 = hi - k0;
+            if (j1 <= j0)
+                continue;
+        }
+        int64_t w = fa_round_up(j1, NR) - j0; /* columns computed, from j0 */
         const float *kT = fc->kv_pack + ((fc->tile_base[b] + kt) * p->heads_kv + hk) * kv_tile_floats(t);
         const float *vtile = kT + t->dp * t->bk;
-        gemm_np(nr, t->bk, t->dp, qtile, t->dp, kT, s, t->bk, 0);
-        if (cls != FA_TILE_FULL || nc < t->bk)
-            apply_mask(p, &m, h, q0, nr, k0, nc, t->bk, s, cls);
-        online_softmax_tile(s, nr, t->bk, rows, otile, t->dp);
+        float *sj = s + j0;
+        gemm_np(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * NR, sj, t->bk, 0);
+        if (cls != FA_TILE_FULL || j0 + w > nc)
+            apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
+        online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
         if (p->dropout_threshold)
-            apply_dropout(p, b, h, q0, nr, k0, nc, t->bk, s);
-        gemm_np(nr, t->dp, t->bk, s, t->bk, vtile, otile, t->dp, 1);
+            apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
+        gemm_np(nr, t->dp, w, sj, t->bk, vtile + j0 * NR, t->bk * NR, otile, t->dp, 1);
     }
     for (int64_t r = 0; r < nr; ++r) {
         inv[r] = fa_softmax_inv_sum(rows[r]);
@@ -557,7 +578,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 for (int64_t r = 0; r < nr; ++r)
                     scale_row(pm + r * bk, bk, p->scale);
                 if (cls != FA_TILE_FULL || nc < bk)
-                    apply_mask(p, &m, h, q0, nr, k0, nc, bk, pm, cls);
+                    apply_mask(p, &m, h, q0, nr, k0, nc, bk, bk, pm, cls);
                 for (int64_t r = 0; r < nr; ++r) /* LSE = -inf: fully masked row, P = 0 */
                     exp_inplace(pm + r * bk, bk, lse[r] == -INFINITY ? INFINITY : lse[r]);
                 /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */
