@@ -5,7 +5,8 @@
  * chunk of key tiles) that recomputes S and P, accumulates dK and dV in its tile and dQ in a
  * per-chunk fp32 buffer; the chunks' dQ are summed in a fixed order, so the backward is always
  * deterministic. Matrix products use one register-blocked kernel written with GCC vector
- * extensions and compiled twice (x86-64-v3 and baseline) where the compiler supports it. */
+ * extensions and compiled twice (x86-64-v3 and baseline) where the compiler supports it; the
+ * forward prefetches the next key tile into L2 while it computes with the current one. */
 #include "cpu.h"
 #include "half.h"
 #include "philox.h"
@@ -35,18 +36,28 @@ static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
 
 /* C[M x N] (+)= A[M x K] B[K x N] with B packed in panels: panel j (columns 16j .. 16j + 16) is
  * K x 16 contiguous at B + j * ldp (ldp >= 16 K: a product may use the first K rows of taller
- * panels), so the micro-kernel streams it from L1 in order. */
+ * panels), so the micro-kernel streams it from L1 in order. Meanwhile it prefetches pf_bytes at
+ * pf (may be NULL) into L2, a few lines before each micro-kernel call: the forward passes the next
+ * key tile, which would otherwise arrive from L3 or DRAM while the kernel waits for it (the
+ * hardware prefetcher does not run far enough ahead of the kernel's one line per k step). */
 FA_MULTIVERSION
 static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldp,
-                    float *C, int64_t ldc, int accumulate)
+                    float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes)
 {
+    int64_t calls = (N + NR - 1) / NR * ((M + MR - 1) / MR);
+    int64_t pf_step = pf ? (pf_bytes + calls - 1) / calls : 0, pf_done = 0;
     for (int64_t j = 0; j < N; j += NR) {
         const float *panel = B + j / NR * ldp;
         int64_t i = 0;
-        for (; i + MR <= M; i += MR)
-            fa_kernel_4x16(K, A + i * lda, lda, panel, NR, C + i * ldc + j, ldc, 1.0f, accumulate);
-        for (; i < M; ++i)
-            fa_kernel_1x16(K, A + i * lda, panel, NR, C + i * ldc + j, 1.0f, accumulate);
+        for (; i < M; i += MR) {
+            for (int64_t x = 0; x < pf_step && pf_done < pf_bytes; x += 64, pf_done += 64)
+                __builtin_prefetch(pf + pf_done, 0, 2);
+            if (i + MR <= M)
+                fa_kernel_4x16(K, A + i * lda, lda, panel, NR, C + i * ldc + j, ldc, 1.0f, accumulate);
+            else
+                for (int64_t r = i; r < M; ++r)
+                    fa_kernel_1x16(K, A + r * lda, panel, NR, C + r * ldc + j, 1.0f, accumulate);
+        }
     }
 }
 
@@ -434,13 +445,19 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         const float *kT = fc->kv_pack + ((fc->tile_base[b] + kt) * p->heads_kv + hk) * kv_tile_floats(t);
         const float *vtile = kT + t->dp * t->bk;
         float *sj = s + j0;
-        gemm_np(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * NR, sj, t->bk, 0);
+        /* the next key tile (if any) into L2 during this one's two products: K^T, then V */
+        const char *next = NULL;
+        if (kt + 1 < nk && tile_class(p, &m, h, qt, kt + 1) != FA_TILE_EMPTY)
+            next = (const char *)(kT + kv_tile_floats(t) * p->heads_kv);
+        int64_t half_bytes = t->dp * t->bk * (int64_t)sizeof(float);
+        gemm_np(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * NR, sj, t->bk, 0, next, half_bytes);
         if (cls != FA_TILE_FULL || j0 + w > nc)
             apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
         online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
         if (p->dropout_threshold)
             apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
-        gemm_np(nr, t->dp, w, sj, t->bk, vtile + j0 * NR, t->bk * NR, otile, t->dp, 1);
+        gemm_np(nr, t->dp, w, sj, t->bk, vtile + j0 * NR, t->bk * NR, otile, t->dp, 1, next ? next + half_bytes : NULL,
+                half_bytes);
     }
     for (int64_t r = 0; r < nr; ++r) {
         inv[r] = fa_softmax_inv_sum(rows[r]);
