@@ -61,14 +61,6 @@ static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
     }
 }
 
-/* A row-major rows x cols matrix (leading dimension ld, cols a multiple of NR) into panels. */
-static void pack_panels(const float *src, int64_t rows, int64_t cols, int64_t ld, float *dst)
-{
-    for (int64_t j = 0; j < cols; j += NR)
-        for (int64_t r = 0; r < rows; ++r)
-            memcpy(dst + j * rows + r * NR, src + r * ld + j, sizeof(float) * NR);
-}
-
 /* exp(x - shift) for a row of n floats (n a multiple of VEC), in place, returning the sum of
  * the results (fa_exp8: 0 for -inf, NaN propagates). */
 FA_MULTIVERSION
@@ -209,8 +201,14 @@ static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t
     for (int64_t r = 0; r < n; ++r) {
         int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
         float mul = row_mul ? row_mul[r] : mul_default;
-        for (int64_t c = 0; c < p->d; ++c)
-            store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
+        if (p->dtype == FA_DTYPE_F32) { /* the dtype switch outside the loop */
+            float *out = (float *)v->data + off;
+            for (int64_t c = 0; c < p->d; ++c)
+                out[c] = mul * src[r * ld + c];
+        } else {
+            for (int64_t c = 0; c < p->d; ++c)
+                store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
+        }
     }
 }
 
@@ -264,13 +262,14 @@ static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t
             if (hi < lo)
                 hi = lo;
         }
-        for (int64_t j = 0; j < width; ++j) {
-            int64_t col = k0 + j;
-            if (col < lo || col >= hi)
-                row[j] = -INFINITY;
-        }
+        /* visible columns [jlo, jhi) of the width computed */
+        int64_t jlo = lo - k0 < width ? lo - k0 : width, jhi = hi - k0 < width ? hi - k0 : width;
+        for (int64_t j = 0; j < jlo; ++j)
+            row[j] = -INFINITY;
+        for (int64_t j = jhi; j < width; ++j)
+            row[j] = -INFINITY;
         if (cls != FA_TILE_FULL && p->block_mask)
-            for (int64_t j = lo - k0; j < hi - k0; ++j)
+            for (int64_t j = jlo; j < jhi; ++j)
                 if (!fa_problem_block_keep(p, h, q0 + r, k0 + j))
                     row[j] = -INFINITY;
     }
@@ -312,10 +311,8 @@ static tile_dims dims_of(const fa_problem *p)
 
 static int64_t fwd_scratch_floats(const tile_dims *t)
 {
-    /* Q, O (bq x dp), S (bq x bk), row factors; the K/V packing pass borrows it for a
-     * dp x bk tile */
-    int64_t fwd = 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
-    return fwd > t->dp * t->bk ? fwd : t->dp * t->bk;
+    /* Q, O (bq x dp), S (bq x bk), row factors */
+    return 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
 }
 
 static int64_t bwd_scratch_floats(const tile_dims *t)
@@ -378,6 +375,7 @@ static int64_t kv_tile_floats(const tile_dims *t)
 
 static void pack_kv_task(void *argp, int64_t task, float *scratch)
 {
+    (void)scratch;
     const fwd_ctx *fc = argp;
     const fa_problem *p = fc->p;
     const tile_dims *t = &fc->t;
@@ -388,13 +386,26 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
     int64_t kt = tile - fc->tile_base[b];
     int64_t sq, sk, qs, ks;
     fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
-    int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
-    float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + t->dp * t->bk;
-    /* through the scratch tile, then into panels (K^T: dp x bk, V: bk x dp) */
-    load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, scratch, t->dp, t->bk);
-    pack_panels(scratch, t->dp, t->bk, t->bk, kT);
-    load_rows(p, &p->v, b, ks + k0, nc, t->bk, hk, 1.0f, scratch, t->dp);
-    pack_panels(scratch, t->bk, t->dp, t->dp, v);
+    int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk, dp = t->dp, bk = t->bk;
+    float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + dp * bk;
+    /* each key row straight into its panels (K^T: dp x bk, V: bk x dp, both in 16-column
+     * panels), zero-padded to dp columns and bk rows */
+    float row[FA_CPU_MAX_HEAD_DIM];
+    if (nc < bk)
+        memset(kT, 0, sizeof(float) * (size_t)(2 * dp * bk));
+    for (int64_t c = p->d; c < dp; ++c)
+        row[c] = 0.0f;
+    for (int64_t r = 0; r < nc; ++r) {
+        int64_t off = b * p->k.sb + (ks + k0 + r) * p->k.ss + hk * p->k.sh;
+        convert_row(p->dtype, p->k.data, off, p->d, 1.0f, row);
+        float *kp = kT + r / NR * dp * NR + r % NR;
+        for (int64_t c = 0; c < dp; ++c)
+            kp[c * NR] = row[c];
+        off = b * p->v.sb + (ks + k0 + r) * p->v.ss + hk * p->v.sh;
+        convert_row(p->dtype, p->v.data, off, p->d, 1.0f, row);
+        for (int64_t c = 0; c < dp; c += NR)
+            memcpy(v + c * bk + r * NR, row + c, sizeof(float) * NR);
+    }
 }
 
 static void fwd_task(void *argp, int64_t task, float *scratch)
