@@ -413,10 +413,10 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
     const fwd_ctx *fc = argp;
     const fa_problem *p = fc->p;
     const tile_dims *t = &fc->t;
-    /* the last query tiles of every (batch, head) first: under a causal mask they see the most
+    /* (batch, head) by (batch, head), so the threads stream the same K and V through L3 at the
+     * same time; within one, the last query tile first: under a causal mask it sees the most
      * keys, and the pool's threads finish together when the small tasks come last */
-    int64_t bh = task % (p->batch * p->heads_q), qt = fc->nq - 1 - task / (p->batch * p->heads_q);
-    int64_t h = bh % p->heads_q, b = bh / p->heads_q;
+    int64_t qt = fc->nq - 1 - task % fc->nq, h = (task / fc->nq) % p->heads_q, b = task / fc->nq / p->heads_q;
     int64_t sq, sk, qs, ks;
     fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
     int64_t q0 = qt * t->bq;
