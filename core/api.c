@@ -126,7 +126,8 @@ fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
         info->num_q_blocks = (c.p.seqlen_q + c.p.block_q - 1) / c.p.block_q;
         info->num_k_blocks = (c.p.seqlen_k + c.p.block_k - 1) / c.p.block_k;
         info->workspace_fwd = ctx->backend->workspace(ctx, &c.p);
-        c.p.backward = 1;
+        c.p.backward = 1; /* a backend may tile its backward differently */
+        plan_problem(ctx, &c.p, &lim);
         info->workspace_bwd = ctx->backend->workspace(ctx, &c.p);
         fa_clear_error(ctx);
     }

@@ -40,7 +40,8 @@ static inline float fa_softmax_shift(float m)
 static inline float fa_softmax_update(fa_softmax_row *row, float tile_max)
 {
     float m_new = row->m > tile_max ? row->m : tile_max;
-    float alpha = row->m == -INFINITY ? 0.0f : expf(row->m - m_new);
+    /* an unchanged max gives exactly 1 without the call (most tiles after the first few) */
+    float alpha = row->m == -INFINITY ? 0.0f : m_new == row->m ? 1.0f : expf(row->m - m_new);
     row->m = m_new;
     row->l *= alpha;
     return alpha;

@@ -5,7 +5,8 @@
  * chunk of key tiles) that recomputes S and P, accumulates dK and dV in its tile and dQ in a
  * per-chunk fp32 buffer; the chunks' dQ are summed in a fixed order, so the backward is always
  * deterministic. Matrix products use one register-blocked kernel written with GCC vector
- * extensions and compiled twice (x86-64-v3 and baseline) where the compiler supports it. */
+ * extensions and compiled twice (x86-64-v3 and baseline) where the compiler supports it; the
+ * forward prefetches the next key tile into L2 while it computes with the current one. */
 #include "cpu.h"
 #include "half.h"
 #include "philox.h"
@@ -34,27 +35,30 @@ static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
 }
 
 /* C[M x N] (+)= A[M x K] B[K x N] with B packed in panels: panel j (columns 16j .. 16j + 16) is
- * K x 16 contiguous at B + j * K * 16, so the micro-kernel streams it from L1 in order. */
+ * K x 16 contiguous at B + j * ldp (ldp >= 16 K: a product may use the first K rows of taller
+ * panels), so the micro-kernel streams it from L1 in order. Meanwhile it prefetches pf_bytes at
+ * pf (may be NULL) into L2, a few lines before each micro-kernel call: the forward passes the next
+ * key tile, which would otherwise arrive from L3 or DRAM while the kernel waits for it (the
+ * hardware prefetcher does not run far enough ahead of the kernel's one line per k step). */
 FA_MULTIVERSION
-static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, float *C,
-                    int64_t ldc, int accumulate)
+static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldp,
+                    float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes)
 {
+    int64_t calls = (N + NR - 1) / NR * ((M + MR - 1) / MR);
+    int64_t pf_step = pf ? (pf_bytes + calls - 1) / calls : 0, pf_done = 0;
     for (int64_t j = 0; j < N; j += NR) {
-        const float *panel = B + j * K;
+        const float *panel = B + j / NR * ldp;
         int64_t i = 0;
-        for (; i + MR <= M; i += MR)
-            fa_kernel_4x16(K, A + i * lda, lda, panel, NR, C + i * ldc + j, ldc, 1.0f, accumulate);
-        for (; i < M; ++i)
-            fa_kernel_1x16(K, A + i * lda, panel, NR, C + i * ldc + j, 1.0f, accumulate);
+        for (; i < M; i += MR) {
+            for (int64_t x = 0; x < pf_step && pf_done < pf_bytes; x += 64, pf_done += 64)
+                __builtin_prefetch(pf + pf_done, 0, 2);
+            if (i + MR <= M)
+                fa_kernel_4x16(K, A + i * lda, lda, panel, NR, C + i * ldc + j, ldc, 1.0f, accumulate);
+            else
+                for (int64_t r = i; r < M; ++r)
+                    fa_kernel_1x16(K, A + r * lda, panel, NR, C + r * ldc + j, 1.0f, accumulate);
+        }
     }
-}
-
-/* A row-major rows x cols matrix (leading dimension ld, cols a multiple of NR) into panels. */
-static void pack_panels(const float *src, int64_t rows, int64_t cols, int64_t ld, float *dst)
-{
-    for (int64_t j = 0; j < cols; j += NR)
-        for (int64_t r = 0; r < rows; ++r)
-            memcpy(dst + j * rows + r * NR, src + r * ld + j, sizeof(float) * NR);
 }
 
 /* exp(x - shift) for a row of n floats (n a multiple of VEC), in place, returning the sum of
@@ -82,18 +86,20 @@ static void scale_row(float *x, int64_t n, float a)
         store8(x + t, load8(x + t) * a);
 }
 
-/* The online-softmax step of one score tile (nr rows of ld columns, masked scores -inf): per
- * row, the new running max, P = exp(S - max) in place, the running sum, and the rescaling of
- * that row of the output tile. One multiversioned call per tile rather than three per row: the
- * calls through the target_clones dispatch cost as much as a 64-wide row's arithmetic. */
+/* The online-softmax step of one score tile (nr rows of width columns, row stride ld, masked
+ * scores -inf): per row, the new running max, P = exp(S - max) in place, the running sum, and
+ * the rescaling of that row of the output tile. One multiversioned call per tile rather than
+ * three per row: the calls through the target_clones dispatch cost as much as a 64-wide row's
+ * arithmetic. */
 FA_MULTIVERSION
-static void online_softmax_tile(float *s, int64_t nr, int64_t ld, fa_softmax_row *rows, float *o, int64_t ldo)
+static void online_softmax_tile(float *s, int64_t nr, int64_t width, int64_t ld, fa_softmax_row *rows, float *o,
+                                int64_t ldo)
 {
     for (int64_t r = 0; r < nr; ++r) {
         /* columns past the tile's width hold -inf (apply_mask), so whole-row passes are exact */
         float *row = s + r * ld;
         v8f m8 = load8(row);
-        for (int64_t t = VEC; t < ld; t += VEC) {
+        for (int64_t t = VEC; t < width; t += VEC) {
             v8f v = load8(row + t);
             m8 = select8(v > m8, v, m8);
         }
@@ -103,7 +109,7 @@ static void online_softmax_tile(float *s, int64_t nr, int64_t ld, fa_softmax_row
         float alpha = fa_softmax_update(&rows[r], mx);
         float shift = fa_softmax_shift(rows[r].m);
         v8f total = {0};
-        for (int64_t t = 0; t < ld; t += VEC) {
+        for (int64_t t = 0; t < width; t += VEC) {
             v8f e = fa_exp8(load8(row + t) - shift);
             store8(row + t, e);
             total += e;
@@ -195,8 +201,14 @@ static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t
     for (int64_t r = 0; r < n; ++r) {
         int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
         float mul = row_mul ? row_mul[r] : mul_default;
-        for (int64_t c = 0; c < p->d; ++c)
-            store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
+        if (p->dtype == FA_DTYPE_F32) { /* the dtype switch outside the loop */
+            float *out = (float *)v->data + off;
+            for (int64_t c = 0; c < p->d; ++c)
+                out[c] = mul * src[r * ld + c];
+        } else {
+            for (int64_t c = 0; c < p->d; ++c)
+                store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
+        }
     }
 }
 
@@ -231,10 +243,11 @@ static fa_tile_class tile_class(const fa_problem *p, const fa_mask *m, int64_t h
     return fa_tile_class_meet(cls, (fa_tile_class)l->cls[lo]);
 }
 
-/* Sets masked scores of the tile to -inf: columns beyond the tile's width, elements outside the
- * causal/window range, and (block class PARTIAL) elements the block mask drops. */
+/* Sets masked scores of the tile (width columns, row stride ld) to -inf: columns beyond the nc
+ * keys left in the sequence, elements outside the causal/window range, and (block class
+ * PARTIAL) elements the block mask drops. */
 static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t q0, int64_t nr, int64_t k0,
-                       int64_t nc, int64_t ld, float *s, fa_tile_class cls)
+                       int64_t nc, int64_t width, int64_t ld, float *s, fa_tile_class cls)
 {
     for (int64_t r = 0; r < nr; ++r) {
         float *row = s + r * ld;
@@ -249,13 +262,14 @@ static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t
             if (hi < lo)
                 hi = lo;
         }
-        for (int64_t j = 0; j < ld; ++j) {
-            int64_t col = k0 + j;
-            if (col < lo || col >= hi)
-                row[j] = -INFINITY;
-        }
+        /* visible columns [jlo, jhi) of the width computed */
+        int64_t jlo = lo - k0 < width ? lo - k0 : width, jhi = hi - k0 < width ? hi - k0 : width;
+        for (int64_t j = 0; j < jlo; ++j)
+            row[j] = -INFINITY;
+        for (int64_t j = jhi; j < width; ++j)
+            row[j] = -INFINITY;
         if (cls != FA_TILE_FULL && p->block_mask)
-            for (int64_t j = lo - k0; j < hi - k0; ++j)
+            for (int64_t j = jlo; j < jhi; ++j)
                 if (!fa_problem_block_keep(p, h, q0 + r, k0 + j))
                     row[j] = -INFINITY;
     }
@@ -297,10 +311,8 @@ static tile_dims dims_of(const fa_problem *p)
 
 static int64_t fwd_scratch_floats(const tile_dims *t)
 {
-    /* Q, O (bq x dp), S (bq x bk), row factors; the K/V packing pass borrows it for a
-     * dp x bk tile */
-    int64_t fwd = 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
-    return fwd > t->dp * t->bk ? fwd : t->dp * t->bk;
+    /* Q, O (bq x dp), S (bq x bk), row factors */
+    return 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
 }
 
 static int64_t bwd_scratch_floats(const tile_dims *t)
@@ -363,6 +375,7 @@ static int64_t kv_tile_floats(const tile_dims *t)
 
 static void pack_kv_task(void *argp, int64_t task, float *scratch)
 {
+    (void)scratch;
     const fwd_ctx *fc = argp;
     const fa_problem *p = fc->p;
     const tile_dims *t = &fc->t;
@@ -373,13 +386,26 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
     int64_t kt = tile - fc->tile_base[b];
     int64_t sq, sk, qs, ks;
     fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
-    int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
-    float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + t->dp * t->bk;
-    /* through the scratch tile, then into panels (K^T: dp x bk, V: bk x dp) */
-    load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, scratch, t->dp, t->bk);
-    pack_panels(scratch, t->dp, t->bk, t->bk, kT);
-    load_rows(p, &p->v, b, ks + k0, nc, t->bk, hk, 1.0f, scratch, t->dp);
-    pack_panels(scratch, t->bk, t->dp, t->dp, v);
+    int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk, dp = t->dp, bk = t->bk;
+    float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + dp * bk;
+    /* each key row straight into its panels (K^T: dp x bk, V: bk x dp, both in 16-column
+     * panels), zero-padded to dp columns and bk rows */
+    float row[FA_CPU_MAX_HEAD_DIM];
+    if (nc < bk)
+        memset(kT, 0, sizeof(float) * (size_t)(2 * dp * bk));
+    for (int64_t c = p->d; c < dp; ++c)
+        row[c] = 0.0f;
+    for (int64_t r = 0; r < nc; ++r) {
+        int64_t off = b * p->k.sb + (ks + k0 + r) * p->k.ss + hk * p->k.sh;
+        convert_row(p->dtype, p->k.data, off, p->d, 1.0f, row);
+        float *kp = kT + r / NR * dp * NR + r % NR;
+        for (int64_t c = 0; c < dp; ++c)
+            kp[c * NR] = row[c];
+        off = b * p->v.sb + (ks + k0 + r) * p->v.ss + hk * p->v.sh;
+        convert_row(p->dtype, p->v.data, off, p->d, 1.0f, row);
+        for (int64_t c = 0; c < dp; c += NR)
+            memcpy(v + c * bk + r * NR, row + c, sizeof(float) * NR);
+    }
 }
 
 static void fwd_task(void *argp, int64_t task, float *scratch)
@@ -387,7 +413,10 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
     const fwd_ctx *fc = argp;
     const fa_problem *p = fc->p;
     const tile_dims *t = &fc->t;
-    int64_t qt = task % fc->nq, h = (task / fc->nq) % p->heads_q, b = task / fc->nq / p->heads_q;
+    /* (batch, head) by (batch, head), so the threads stream the same K and V through L3 at the
+     * same time; within one, the last query tile first: under a causal mask it sees the most
+     * keys, and the pool's threads finish together when the small tasks come last */
+    int64_t qt = fc->nq - 1 - task % fc->nq, h = (task / fc->nq) % p->heads_q, b = task / fc->nq / p->heads_q;
     int64_t sq, sk, qs, ks;
     fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
     int64_t q0 = qt * t->bq;
@@ -411,15 +440,38 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         if (cls == FA_TILE_EMPTY)
             continue;
         int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk;
+        /* Only the panels that hold a visible key: the visible range of rows q0 .. q0 + nr - 1
+         * lies in [lo of the first row, hi of the last) (both ends are monotone), so columns
+         * [j0, j1) of the tile, rounded out to whole panels, hold every visible score. */
+        int64_t j0 = 0, j1 = nc;
+        if (cls != FA_TILE_FULL) {
+            int64_t lo, hi, unused;
+            fa_mask_row_range(&m, q0, &lo, &unused);
+            fa_mask_row_range(&m, q0 + nr - 1, &unused, &hi);
+            if (lo > k0)
+                j0 = (lo - k0) / NR * NR;
+            if (hi - k0 < j1)
+                j1 = hi - k0;
+            if (j1 <= j0)
+                continue;
+        }
+        int64_t w = fa_round_up(j1, NR) - j0; /* columns computed, from j0 */
         const float *kT = fc->kv_pack + ((fc->tile_base[b] + kt) * p->heads_kv + hk) * kv_tile_floats(t);
         const float *vtile = kT + t->dp * t->bk;
-        gemm_np(nr, t->bk, t->dp, qtile, t->dp, kT, s, t->bk, 0);
-        if (cls != FA_TILE_FULL || nc < t->bk)
-            apply_mask(p, &m, h, q0, nr, k0, nc, t->bk, s, cls);
-        online_softmax_tile(s, nr, t->bk, rows, otile, t->dp);
+        float *sj = s + j0;
+        /* the next key tile (if any) into L2 during this one's two products: K^T, then V */
+        const char *next = NULL;
+        if (kt + 1 < nk && tile_class(p, &m, h, qt, kt + 1) != FA_TILE_EMPTY)
+            next = (const char *)(kT + kv_tile_floats(t) * p->heads_kv);
+        int64_t half_bytes = t->dp * t->bk * (int64_t)sizeof(float);
+        gemm_np(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * NR, sj, t->bk, 0, next, half_bytes);
+        if (cls != FA_TILE_FULL || j0 + w > nc)
+            apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
+        online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
         if (p->dropout_threshold)
-            apply_dropout(p, b, h, q0, nr, k0, nc, t->bk, s);
-        gemm_np(nr, t->dp, t->bk, s, t->bk, vtile, otile, t->dp, 1);
+            apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
+        gemm_np(nr, t->dp, w, sj, t->bk, vtile + j0 * NR, t->bk * NR, otile, t->dp, 1, next ? next + half_bytes : NULL,
+                half_bytes);
     }
     for (int64_t r = 0; r < nr; ++r) {
         inv[r] = fa_softmax_inv_sum(rows[r]);
@@ -557,7 +609,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 for (int64_t r = 0; r < nr; ++r)
                     scale_row(pm + r * bk, bk, p->scale);
                 if (cls != FA_TILE_FULL || nc < bk)
-                    apply_mask(p, &m, h, q0, nr, k0, nc, bk, pm, cls);
+                    apply_mask(p, &m, h, q0, nr, k0, nc, bk, bk, pm, cls);
                 for (int64_t r = 0; r < nr; ++r) /* LSE = -inf: fully masked row, P = 0 */
                     exp_inplace(pm + r * bk, bk, lse[r] == -INFINITY ? INFINITY : lse[r]);
                 /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */

@@ -36,7 +36,7 @@ static void test_paper_blocks_follow_formula(void **state)
 }
 
 /* Values worked by hand: the paper's A100 example (M = 192 KiB of SRAM) and the CPU table's
- * comment (M = 128 KiB: 64 x 128 at d 64, 64 x 64 at d 128, 32 x 32 at d 256). */
+ * M = 128 KiB row (64 x 128 at d 64, 64 x 64 at d 128, 32 x 32 at d 256). */
 static void test_paper_blocks_known_values(void **state)
 {
     (void)state;
