@@ -38,6 +38,16 @@ int conf_grid(conf_case *cases, int max, int full)
             c.seqlen_k = full ? 129 : 67;
             c.backward = 1;
             ADD(c);
+            /* a forward-only twin where a backend may have a forward but no backward kernel
+             * (a case whose backward is unsupported is skipped whole) */
+            if (dims[i] > 128) {
+                snprintf(name, sizeof name, "hdim%lld-%s-fwd", (long long)dims[i], dtype_tag[t]);
+                conf_case f = c;
+                snprintf(f.name, sizeof f.name, "%s", name);
+                f.backward = 0;
+                f.causal = 1;
+                ADD(f);
+            }
         }
 
     /* sequence-length pairs, equal and unequal both ways, with and without causal */
