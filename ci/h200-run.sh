@@ -25,7 +25,7 @@ if [ "$what" = sanitize ] || [ "$what" = all ]; then
   # (dropout / block lists) instances, cp.async and plain-load tiles (d 111, padded strides),
   # the deterministic two-kernel backward, varlen, d 32 .. 256
   echo "== compute-sanitizer memcheck / racecheck / synccheck"
-  for f in ${SAN_FILTERS:-hdim128-bf16 hdim111-f16 hdim256-bf16 hdim32-f16 dropout-bf16 blocksparse-random25 deterministic strides-padded-bf16 varlen1-causal}; do
+  for f in ${SAN_FILTERS:-hdim128-bf16 hdim111-f16 hdim256-bf16-fwd hdim160-f16-fwd hdim32-f16 dropout-bf16 blocksparse-random50-48x80 blocksparse-butterfly-16x128 deterministic strides-padded-bf16 varlen1-causal}; do
     for tool in memcheck racecheck synccheck; do
       timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/conformance" --backend cuda \
         --grid full --filter "$f" > "$OUT/sanitize-$tool-$f.log" 2>&1
