@@ -304,11 +304,14 @@ __device__ __forceinline__ fa_tile_class rows_class(const fa_cuda_params &p, con
     return fa_tile_class_meet(c, tile_class(p, m, h, r0 / BLOCK, kt));
 }
 
-/* GENERAL: dropout or a block mask may be present. The common case (neither) is its own
+/* MODE (see mode_of): 0 plain, 1 block lists, 2 dropout (and perhaps block lists). Each is its
+ * own instance, so registers for Philox state and list cursors do not crowd the accumulators of
+ * the cases that need neither. The common case (neither) is its own
  * instance, so their registers (Philox state, list cursors) do not crowd the accumulators. */
-template <typename T, int D, bool ALIGNED, bool GENERAL>
+template <typename T, int D, bool ALIGNED, int MODE>
 __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_params p)
 {
+    constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int LD = D + 8, MT = fwd_shape<D>::MT, BR = fwd_shape<D>::BR, SUB = BR / BLOCK, KN = fwd_shape<D>::KN;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *qs = reinterpret_cast<T *>(smem_raw); /* [BR][LD], reused to stage O */
@@ -325,7 +328,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int wrow = warp * 16 * MT;        /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;          /* ... in the sequence */
-    key_walk<SUB, GENERAL> walk = key_walk_of<SUB, GENERAL>(p, m, h, q0, BR);
+    key_walk<SUB, LISTS> walk = key_walk_of<SUB, LISTS>(p, m, h, q0, BR);
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f; /* see the softmax step */
     /* fragment base addresses (bytes, shared space); everything else is an immediate offset */
     const uint32_t q_frag = smem_addr(qs) + 2u * (uint32_t)(lane_off_a(LD) + wrow * LD);
@@ -365,7 +368,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
             cp_async_wait<0>();
         }
         __syncthreads();
-        const fa_tile_class cls = GENERAL ? rows_class(p, m, h, wq0, wq0 + 16 * MT, kt)
+        const fa_tile_class cls = LISTS ? rows_class(p, m, h, wq0, wq0 + 16 * MT, kt)
                                           : fa_mask_classify_tile(&m, wq0, wq0 + 16 * MT, k0, k0 + BLOCK);
         /* the 64-key tile in steps of KN keys (one online-softmax update each) */
 #pragma unroll
@@ -431,7 +434,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
                             for (int c = 0; c < 2; ++c) {
                                 const int col = nt * 8 + 2 * t4 + c;
                                 if (col < clo || col >= chi ||
-                                    (GENERAL && check_blocks && !block_keep(p, h, i, k0x + col)))
+                                    (LISTS && check_blocks && !block_keep(p, h, i, k0x + col)))
                                     sacc[mt][nt][2 * r + c] = -CUDART_INF_F;
                             }
                     }
@@ -465,7 +468,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
                         o[mt][i][2 * r + 1] *= alpha;
                     }
                 }
-            if (GENERAL && p.dropout_threshold) {
+            if (DROP && p.dropout_threshold) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -843,9 +846,10 @@ template <int D> struct bwd_shape {
     static constexpr int LDS = BQ + 8;
 };
 
-template <typename T, int D, bool ALIGNED, bool GENERAL>
+template <typename T, int D, bool ALIGNED, int MODE>
 __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_params p)
 {
+    constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     using S = bwd_shape<D>;
     constexpr int LD = D + 8, BN = S::BN, BQ = S::BQ, NT = S::NT, LDS = S::LDS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -878,7 +882,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
      * of the block lists when n == 1) */
     auto keys_class = [&](int64_t h, int64_t q0, int64_t j0, int64_t j1) -> fa_tile_class {
         fa_tile_class c = fa_mask_classify_tile(&m, q0, q0 + BQ, j0, j1);
-        if (!GENERAL || c == FA_TILE_EMPTY || !p.bl_row_ptr)
+        if (!LISTS || c == FA_TILE_EMPTY || !p.bl_row_ptr)
             return c;
         fa_tile_class best = FA_TILE_EMPTY;
         for (int64_t t = j0 / BLOCK; t * BLOCK < j1; ++t) {
@@ -950,8 +954,8 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
         const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
         if (cls != FA_TILE_EMPTY) {
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
-            const bool check_blocks = GENERAL && p.bm_bits && cls != FA_TILE_FULL;
-            const bool drop = GENERAL && p.dropout_threshold;
+            const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
+            const bool drop = DROP && p.dropout_threshold;
             /* P^T = exp2(S^T * scale log2 e - LSE log2 e) */
             float pt[BQ / 8][4];
 #pragma unroll
@@ -1091,12 +1095,20 @@ template <typename T, int D> __global__ void dq_convert_kernel(const fa_cuda_par
 
 /* ------------------------------------------------------------------ launchers */
 
+/* The kernel instance a call needs: 0 neither dropout nor a block mask, 1 a block mask only,
+ * 2 dropout (with or without a block mask). */
+__host__ __forceinline__ int mode_of(const fa_cuda_params &p)
+{
+    return p.dropout_threshold ? 2 : p.bm_bits ? 1 : 0;
+}
+
 template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t st)
 {
     constexpr int LD = D + 8, BR = fwd_shape<D>::BR;
     const size_t smem = sizeof(T) * (BR + 4 * BLOCK) * LD;
-    auto kernel = p.dropout_threshold || p.bm_bits ? forward_kernel<T, D, ALIGNED, true>
-                                                   : forward_kernel<T, D, ALIGNED, false>;
+    const int mode = mode_of(p);
+    auto kernel = mode == 2 ? forward_kernel<T, D, ALIGNED, 2>
+                            : mode == 1 ? forward_kernel<T, D, ALIGNED, 1> : forward_kernel<T, D, ALIGNED, 0>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
@@ -1105,12 +1117,12 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_c
     return cudaGetLastError();
 }
 
-template <typename T, int D, bool ALIGNED, bool GENERAL> cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
+template <typename T, int D, bool ALIGNED, int MODE> cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
 {
     using S = bwd_shape<D>;
     constexpr int LD = D + 8;
     const size_t smem = sizeof(T) * (2 * S::BN * LD + 4 * S::BQ * LD + S::BN * S::LDS) + sizeof(float) * 4 * S::BQ;
-    auto k = bwd_kernel<T, D, ALIGNED, GENERAL>;
+    auto k = bwd_kernel<T, D, ALIGNED, MODE>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
@@ -1139,8 +1151,9 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
             return e0;
     }
     if (p.dq_accum && p.seqlen_q > 0)
-        return p.dropout_threshold || p.bm_bits ? launch_fused_backward<T, D, ALIGNED, true>(p, st)
-                                                : launch_fused_backward<T, D, ALIGNED, false>(p, st);
+        return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)
+               : mode_of(p) == 1 ? launch_fused_backward<T, D, ALIGNED, 1>(p, st)
+                                 : launch_fused_backward<T, D, ALIGNED, 0>(p, st);
     const size_t smem1 = sizeof(T) * 6 * BLOCK * LD + sizeof(float) * 4 * BQ;
     auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
     cudaError_t e = cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
