@@ -100,9 +100,10 @@ static void cuda_close(fa_context *ctx)
     ctx->priv = NULL;
 }
 
-/* One tile shape for every sm80 kernel (tiles.h would grow a row per architecture): 64 x 64,
- * four warps of 16 rows, which keeps a 16 x d fp32 accumulator per warp in registers up to
- * d = 256 and two blocks per SM at d = 128. M is the shared memory a block may opt into. */
+/* The core builds block-sparse lists (and plans) at the 64 x 64 granularity every sm80 kernel
+ * walks: the forward's 128-row query tiles merge the lists of their two 64-row halves, the fused
+ * backward's 128-key blocks test both 64-key halves. The kernels' own tile shapes per head dim,
+ * with the reason for each, are in sm80/tiles.h. M is the shared memory a block may opt into. */
 static void cuda_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
 {
     (void)p;

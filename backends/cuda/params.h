@@ -39,7 +39,8 @@ typedef struct fa_cuda_params {
     int64_t bl_heads, bl_nq;
 } fa_cuda_params;
 
-/* The tile every sm80 kernel uses: B_r = B_c = 64, four warps of 16 rows. */
+/* The granularity of key tiles and of the core's block lists for every sm80 kernel; the kernels'
+ * own shapes per head dim are in sm80/tiles.h. */
 #define FA_SM80_BLOCK 64
 
 /* Launchers, one per (kernel, dtype, padded head dim); return a cudaError_t value. dtype: 1 fp16,

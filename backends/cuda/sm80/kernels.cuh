@@ -11,6 +11,7 @@
 
 #include "params.h"
 #include "primitives.cuh"
+#include "tiles.h"
 
 #include "mask.h"
 #include "philox.h"
@@ -218,11 +219,11 @@ __device__ __forceinline__ float fast_exp2(float x)
  * mma instead of one, and each warp has twice the independent accumulator chains. Above d 128
  * the 16 x d accumulator per m tile already takes 64 .. 128 registers, so one tile per warp. */
 template <int D> struct fwd_shape {
-    static constexpr int MT = D <= 128 ? 2 : 1;
+    static constexpr int MT = tile_of(D).fwd_mtiles;
     static constexpr int BR = 4 * 16 * MT;
-    /* keys per online-softmax step: 32 when two m tiles of a d > 64 accumulator (128 registers
-     * at d 128) would otherwise share the register file with a 64-wide S tile and spill */
-    static constexpr int KN = MT == 2 && D > 64 ? 32 : BLOCK;
+    static constexpr int KN = tile_of(D).fwd_keys;
+    static_assert(MT == 1 || MT == 2, "tiles.h: one or two m tiles per warp");
+    static_assert(KN == 32 || KN == BLOCK, "tiles.h: 32 or 64 keys per softmax step");
 };
 
 /* Key tiles of a B_r-row query tile in increasing order: the range the causal / window mask
@@ -837,10 +838,10 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
  * two-kernel path). Five products per tile instead of seven. */
 template <int D> struct bwd_shape {
     static constexpr int NW = 8, NT = NW * 32, BN = NW * 16;
-    /* query rows per step: 32 at d 128 keeps dK, dV (128 registers) and the 16 x BQ S^T and
-     * dP^T tiles in registers; 64 below. BQ / 16 m tiles times NW / (BQ / 16) column groups of
+    /* query rows per step (tiles.h). BQ / 16 m tiles times NW / (BQ / 16) column groups of
      * D / (NW / (BQ / 16)) columns (a multiple of 16) cover the dQ tile. */
-    static constexpr int BQ = D > 128 ? 32 : 64;
+    static constexpr int BQ = tile_of(D).bwd_rows;
+    static_assert(BQ == 32 || BQ == 64, "tiles.h: no fused backward tile for this head dim");
     static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = D / CG;
     static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
     static constexpr int LDS = BQ + 8;
