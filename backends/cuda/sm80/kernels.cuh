@@ -981,7 +981,8 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 }
             {
                 uint32_t pf[BQ / 16][4];
-                if (drop) {
+                if (drop) { /* the factors are recomputed for dS below rather than kept: their 32
+                               registers are the accumulators' (dropout calls only) */
                     float pz[BQ / 8][4];
 #pragma unroll
                     for (int nt = 0; nt < BQ / 8; ++nt)
