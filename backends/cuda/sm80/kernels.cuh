@@ -628,15 +628,15 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
     for (int n = 0; it < niter; ++n) {
         const int buf = n & 1;
         const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        /* this step's tiles landed and every warp is done with the previous step: its buffers
+         * (Q, dO, LSE, D of buf ^ 1, and dS^T) are free for the prefetch and the dS^T stores */
+        cp_async_wait<0>();
+        __syncthreads();
         const int64_t it_next = next_iter(it + 1);
         if (it_next < niter) {
             load_q_side(it_next, buf ^ 1);
             cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads();
         const T *q = qs + buf * BLOCK * LD, *dout = dos + buf * BLOCK * LD;
         const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
         const fa_tile_class cls =
@@ -831,11 +831,12 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
 
 /* FlashAttention-2's backward: one block of eight warps per (128-key tile, kv head, batch), each
  * warp owning 16 keys; query tiles of BQ rows of every query head of the group stream through
- * shared memory. Per query tile: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q
- * (as in dkdv_kernel), then dS goes through shared memory and the block computes
- * dQ += dS K, added with fp32 atomics into dq_accum [heads_q][total_q][D] (the order of the
+ * shared memory. Per query tile: S^T = K Q^T and dP^T = V dO^T (in one k loop), P^T,
+ * dV += P^T dO, dS^T (as in dkdv_kernel), then dS goes through shared memory and the block
+ * computes dQ += dS K, added with fp32 reductions into dq_accum [heads_q][total_q][D] (the order of the
  * additions varies, so dQ is not bitwise reproducible; the deterministic option uses the
- * two-kernel path). Five products per tile instead of seven. */
+ * two-kernel path), and last dK += dS^T Q, whose MMAs overlap the draining reductions. Five
+ * products per tile instead of seven. */
 template <int D> struct bwd_shape {
     static constexpr int NW = 8, NT = NW * 32, BN = NW * 16;
     /* query rows per step (tiles.h). BQ / 16 m tiles times NW / (BQ / 16) column groups of
@@ -939,36 +940,34 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
     for (int n = 0; it < niter; ++n) {
         const int buf = n & 1;
         const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        /* this step's tiles landed and every warp is done with the previous step: its buffers
+         * (Q, dO, LSE, D of buf ^ 1, and dS^T) are free for the prefetch and the dS^T stores */
+        cp_async_wait<0>();
+        __syncthreads();
         const int64_t it_next = next_iter(it + 1);
         if (it_next < niter) {
             load_q_side(it_next, buf ^ 1);
             cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads();
         /* fragment bases of this step's Q and dO tiles (A: lane_off_a, transposed-B: lane_off_bt) */
         const uint32_t q_a = q_a0 + 2u * (uint32_t)(buf * BQ * LD), q_bt = q_bt0 + 2u * (uint32_t)(buf * BQ * LD);
         const uint32_t do_a = do_a0 + 2u * (uint32_t)(buf * BQ * LD), do_bt = do_bt0 + 2u * (uint32_t)(buf * BQ * LD);
         const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
         const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
+        uint32_t df[BQ / 16][4]; /* dS^T as A fragments, for dK after the dQ product */
         if (cls != FA_TILE_EMPTY) {
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
             const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
             const bool drop = DROP && p.dropout_threshold;
             /* P^T = exp2(S^T * scale log2 e - LSE log2 e) */
-            float pt[BQ / 8][4];
+            /* and dP^T = V dO^T in the same k loop: the two products are independent */
+            float pt[BQ / 8][4], dpt[BQ / 8][4];
 #pragma unroll
             for (int i = 0; i < BQ / 8; ++i)
-                pt[i][0] = pt[i][1] = pt[i][2] = pt[i][3] = 0.0f;
-            gemm_nt_s<T, BQ, D, LD, LD>(pt, k_a, q_bt);
-            /* dP^T = V dO^T, next to S^T so the two independent products overlap */
-            float dpt[BQ / 8][4];
 #pragma unroll
-            for (int i = 0; i < BQ / 8; ++i)
-                dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
-            gemm_nt_s<T, BQ, D, LD, LD>(dpt, v_a, do_bt);
+                for (int e = 0; e < 4; ++e)
+                    pt[i][e] = dpt[i][e] = 0.0f;
+            gemm_nt2_s<T, BQ, D, LD, LD>(pt, k_a, q_bt, dpt, v_a, do_bt);
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -1005,9 +1004,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                     float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
                     dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
                 }
-            uint32_t df[BQ / 16][4];
             acc_to_a<T, BQ>(df, dpt);
-            gemm_pn_s<T, D, BQ, LD>(dk, df, q_a);
             /* dS^T (key-major, query pairs in one word) for the dQ product */
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
@@ -1047,16 +1044,15 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 if (i < s.sq) {
                     float *row = p.dq_accum + (h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * D + dq_c0;
 #pragma unroll
-                    for (int nt = 0; nt < S::DC / 8; ++nt) {
-                        atomicAdd(row + nt * 8 + 2 * t4, acc[nt][2 * r]);
-                        atomicAdd(row + nt * 8 + 2 * t4 + 1, acc[nt][2 * r + 1]);
-                    }
+                    for (int nt = 0; nt < S::DC / 8; ++nt)
+                        red_add2(row + nt * 8 + 2 * t4, acc[nt][2 * r], acc[nt][2 * r + 1]);
                 }
             }
         }
-        /* no barrier here: the next step's prefetch overwrites the Q / dO / LSE buffers this step
-         * finished with before the barrier above, and its dS stores come after its first barrier,
-         * which every warp reaches only after this dQ product */
+        /* dK += dS^T Q after dQ (FlashAttention-2's order), so these MMAs overlap the draining
+         * reductions */
+        if (cls != FA_TILE_EMPTY)
+            gemm_pn_s<T, D, BQ, LD>(dk, df, q_a);
         it = it_next;
     }
 

@@ -191,6 +191,42 @@ __device__ __forceinline__ void gemm_nt_s(float (*acc)[4], uint32_t a, uint32_t 
     }
 }
 
+/* Two independent products in one k loop, C0 += A0 X0^T and C1 += A1 X1^T (the backward's S^T
+ * and dP^T): twice the independent MMAs behind each wait for fragments. */
+template <typename T, int N, int K, int LDA, int LDX>
+__device__ __forceinline__ void gemm_nt2_s(float (*acc0)[4], uint32_t a0, uint32_t x0, float (*acc1)[4], uint32_t a1,
+                                           uint32_t x1)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+        uint32_t af0[4], af1[4];
+        ldsm_x4(af0, a0 + 2u * kk);
+        ldsm_x4(af1, a1 + 2u * kk);
+#pragma unroll
+        for (int n = 0; n < N; n += 16) {
+            uint32_t bf0[4], bf1[4];
+            ldsm_x4(bf0, x0 + 2u * (n * LDX + kk));
+            ldsm_x4(bf1, x1 + 2u * (n * LDX + kk));
+            elem<T>::mma(acc0[n / 8], af0, bf0[0], bf0[1]);
+            elem<T>::mma(acc0[n / 8 + 1], af0, bf0[2], bf0[3]);
+            elem<T>::mma(acc1[n / 8], af1, bf1[0], bf1[1]);
+            elem<T>::mma(acc1[n / 8 + 1], af1, bf1[2], bf1[3]);
+        }
+    }
+}
+
+/* p[0] += a, p[1] += b in global memory (p 8-byte aligned), unordered: one vector reduction on
+ * sm_90 (half the instructions through the LSU), two scalar ones before. */
+__device__ __forceinline__ void red_add2(float *p, float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
+}
+
 template <typename T, int N, int K, int LDX>
 __device__ __forceinline__ void gemm_pn_s(float (*acc)[4], const uint32_t (*pf)[4], uint32_t x)
 {

@@ -25,7 +25,8 @@ constexpr tile_row TILES[] = {
     {64, 2, 64, 64},
     /* d 96, 128: two m tiles of O take 96 / 128 registers, and a 64-wide S tile next to them
      * spilled (96-112 bytes at d 128); 32-key steps spill 40-60 bytes outside the inner loop.
-     * Backward: 64 rows measured 154 TFLOP/s against 148 with 32 at d 128 (bf16, 4k, H200) */
+     * Backward: 64 rows measured 178 TFLOP/s against 158 with 32 at d 128 (bf16, 4k, H200, the
+     * session-3 kernel; 154 / 148 before) */
     {96, 2, 32, 64},
     {128, 2, 32, 64},
     /* d 160 .. 256: one m tile (O is 80 .. 128 registers); two would not fit. No backward: dK and
