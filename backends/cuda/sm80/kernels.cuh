@@ -337,8 +337,10 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
     const uint32_t v_frag = smem_addr(vs) + 2u * (uint32_t)lane_off_a(LD);
     int64_t kt = s.sk > 0 ? walk.peek() : -1;
 
-    load_tile<T, D, ALIGNED, BR>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    /* no visible key tile: no loads at all, since the epilogue below stages O in the Q tile
+     * without the loop's barrier (an in-flight Q copy would land on top of it) */
     if (kt >= 0) {
+        load_tile<T, D, ALIGNED, BR>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
         load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
         load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
     }
@@ -629,7 +631,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
         const int buf = n & 1;
         const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
         /* this step's tiles landed and every warp is done with the previous step: its buffers
-         * (Q, dO, LSE, D of buf ^ 1, and dS^T) are free for the prefetch and the dS^T stores */
+         * (Q, dO, LSE, D of buf ^ 1) are free for the prefetch */
         cp_async_wait<0>();
         __syncthreads();
         const int64_t it_next = next_iter(it + 1);
