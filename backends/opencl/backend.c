@@ -160,7 +160,7 @@ typedef struct ocl_buffer {
 typedef struct ocl_program {
     char options[192];
     cl_program program;
-    cl_kernel forward, dsum, dkdv, dq;
+    cl_kernel forward, forward_vec, dsum, dkdv, dq;
 } ocl_program;
 
 typedef struct ocl_state {
@@ -188,7 +188,7 @@ static void release_programs(ocl_state *s)
 {
     for (int i = 0; i < s->nprograms; ++i) {
         ocl_program *p = &s->programs[i];
-        cl_kernel ks[] = {p->forward, p->dsum, p->dkdv, p->dq};
+        cl_kernel ks[] = {p->forward, p->forward_vec, p->dsum, p->dkdv, p->dq};
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; ++k)
             if (ks[k])
                 clReleaseKernel(ks[k]);
@@ -403,12 +403,13 @@ static const ocl_tile_row gpu_bwd_tiles[] = {
     /* 16 x 16 at d 256: 32 KiB each */
     {.max_d = 256, .block_q = 16, .block_k = 16, .rows_per_item = 1},
 };
+/* CPU devices run the forward as fa_forward_vec (one work-item per query tile, float8 blocks);
+ * rows_per_item 0 selects it. */
 static const ocl_tile_row cpu_fwd_tiles[] = {
-    /* PoCL runs a work-group as a loop over its work-items (vectorised across them); 64 rows fill
-     * 8-wide vectors 8 times and 64 keys amortise a tile's barriers; K + V tiles stay in L2 */
-    {.max_d = 128, .block_q = 64, .block_k = 64, .rows_per_item = 1},
-    /* larger head dims: 32 keys keep K + V at 64 KiB */
-    {.max_d = 256, .block_q = 64, .block_k = 32, .rows_per_item = 1},
+    /* 32 x 64: Q, O (2 x 32 d) and K^T, V (2 x 64 d) fp32 tiles, 48 KiB at d 64, stay in a core's L2
+     * share; 64-key rows give the vector exp and the 4 x 16 blocks whole vectors */
+    {.max_d = 128, .block_q = 32, .block_k = 64, .rows_per_item = 0},
+    {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 0},
 };
 static const ocl_tile_row cpu_bwd_tiles[] = {
     {.max_d = 128, .block_q = 64, .block_k = 64, .rows_per_item = 1},
@@ -439,10 +440,13 @@ static void ocl_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
     out->multiple = small;
 }
 
+/* The forward's rows per work-item; 0: the one-work-item-per-tile kernel (fa_forward_vec). */
 static int64_t rows_per_item(const ocl_state *s, const fa_problem *p)
 {
     ocl_tile_row t = tile_row(s, p);
     int64_t rm = p->backward ? 1 : t.rows_per_item;
+    if (rm == 0)
+        return p->block_q % 4 == 0 && p->block_k % 16 == 0 ? 0 : 1;
     return p->block_q % rm == 0 ? rm : 1;
 }
 
@@ -455,16 +459,20 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     int64_t wider = p->block_q > p->block_k ? p->block_q : p->block_k;
     /* forward: B_r / rm work-items, K and V tiles; backward: the larger of the dQ (B_r) and dK/dV
      * (B_c) kernels, and their larger pair of tiles plus LSE and D */
-    int64_t group = p->backward ? wider : p->block_q / rm;
-    int64_t local = p->backward ? 4 * (2 * p->d * wider + 2 * p->block_q) : 4 * 2 * p->d * p->block_k;
+    int64_t dv = (p->d + 15) / 16 * 16;
+    int64_t group = p->backward ? wider : rm ? p->block_q / rm : 1;
+    int64_t local = p->backward ? 4 * (2 * p->d * wider + 2 * p->block_q)
+                    : rm        ? 4 * 2 * p->d * p->block_k
+                                : 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
     if ((size_t)group > s->max_group || (cl_ulong)local > s->local_bytes)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
                         "opencl: tile %lld x %lld at d %lld needs %lld work-items and %lld bytes of local memory; "
                         "the device has %zu and %llu",
                         (long long)p->block_q, (long long)p->block_k, (long long)p->d, (long long)group,
                         (long long)local, s->max_group, (unsigned long long)s->local_bytes);
-    snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-r%lld", p->backward ? "bwd" : "fwd",
-             fa_dtype_name(p->dtype), (long long)p->d, (long long)p->block_q, (long long)p->block_k, (long long)rm);
+    snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-%s%lld", p->backward ? "bwd" : "fwd",
+             fa_dtype_name(p->dtype), (long long)p->d, (long long)p->block_q, (long long)p->block_k,
+             rm ? "r" : "vec", (long long)(rm ? rm : 8));
     out->kernel = (int)rm;
     return FA_SUCCESS;
 }
@@ -576,7 +584,7 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, o
     ocl_state *s = state(ctx);
     char options[192];
     snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_RM=%lld",
-             (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k, (long long)rm);
+             (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k, (long long)(rm ? rm : 1));
     for (int i = 0; i < s->nprograms; ++i)
         if (strcmp(s->programs[i].options, options) == 0) {
             *out = &s->programs[i];
@@ -632,6 +640,8 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, o
     snprintf(pr->options, sizeof pr->options, "%s", options);
     pr->program = prog;
     pr->forward = clCreateKernel(prog, "fa_forward", &e);
+    if (e == CL_SUCCESS)
+        pr->forward_vec = clCreateKernel(prog, "fa_forward_vec", &e);
     if (e == CL_SUCCESS)
         pr->dsum = clCreateKernel(prog, "fa_backward_dsum", &e);
     if (e == CL_SUCCESS)
@@ -828,12 +838,14 @@ static fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_vari
         float scale = p->scale, drop = p->dropout_scale;
         const void *vals[] = {&a.params, &scale, &drop, &a.mem[FA_T_Q], &a.mem[FA_T_K], &a.mem[FA_T_V], &a.mem[FA_T_O],
                               &a.mem[FA_T_LSE], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls};
-        cl_int e = set_args(pr->forward, "mffmmmmmmmmmmm", vals);
+        cl_kernel k = v->kernel ? pr->forward : pr->forward_vec;
+        cl_int e = set_args(k, "mffmmmmmmmmmmm", vals);
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(fa_forward)");
         else
-            st = launch(ctx, pr->forward, "clEnqueueNDRangeKernel(fa_forward)", (p->seqlen_q + p->block_q - 1) / p->block_q,
-                        p->block_q / v->kernel, p->heads_q, p->batch);
+            st = launch(ctx, k, v->kernel ? "clEnqueueNDRangeKernel(fa_forward)" : "clEnqueueNDRangeKernel(fa_forward_vec)",
+                        (p->seqlen_q + p->block_q - 1) / p->block_q, v->kernel ? p->block_q / v->kernel : 1, p->heads_q,
+                        p->batch);
     }
     call_release(&a);
     if (st == FA_SUCCESS)
