@@ -411,9 +411,12 @@ static const ocl_tile_row cpu_fwd_tiles[] = {
     {.max_d = 128, .block_q = 32, .block_k = 64, .rows_per_item = 0},
     {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 0},
 };
+/* and the backward as backward_vec.cl's kernels (rows_per_item 0): 64 x 64 tiles at d <= 128 (the
+ * CPU backend's backward tile at d 64), 32 x 32 above, so that the dK/dV kernel's ten tiles stay
+ * within PoCL's 512 KiB of local memory */
 static const ocl_tile_row cpu_bwd_tiles[] = {
-    {.max_d = 128, .block_q = 64, .block_k = 64, .rows_per_item = 1},
-    {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 1},
+    {.max_d = 128, .block_q = 64, .block_k = 64, .rows_per_item = 0},
+    {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 0},
 };
 
 static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
@@ -444,9 +447,11 @@ static void ocl_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
 static int64_t rows_per_item(const ocl_state *s, const fa_problem *p)
 {
     ocl_tile_row t = tile_row(s, p);
-    int64_t rm = p->backward ? 1 : t.rows_per_item;
+    int64_t rm = t.rows_per_item;
     if (rm == 0)
         return p->block_q % 4 == 0 && p->block_k % 16 == 0 ? 0 : 1;
+    if (p->backward)
+        return 1;
     return p->block_q % rm == 0 ? rm : 1;
 }
 
@@ -460,8 +465,9 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     /* forward: B_r / rm work-items, K and V tiles; backward: the larger of the dQ (B_r) and dK/dV
      * (B_c) kernels, and their larger pair of tiles plus LSE and D */
     int64_t dv = (p->d + 15) / 16 * 16;
-    int64_t group = p->backward ? wider : rm ? p->block_q / rm : 1;
-    int64_t local = p->backward ? 4 * (2 * p->d * wider + 2 * p->block_q)
+    int64_t group = p->backward ? (rm ? wider : p->block_q) : rm ? p->block_q / rm : 1;
+    int64_t local = p->backward ? (rm ? 4 * (2 * p->d * wider + 2 * p->block_q)
+                                      : 4 * (3 * p->block_q * dv + 5 * p->block_k * dv + 4 * p->block_q * p->block_k))
                     : rm        ? 4 * 2 * p->d * p->block_k
                                 : 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
     if ((size_t)group > s->max_group || (cl_ulong)local > s->local_bytes)
@@ -583,7 +589,9 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, o
 {
     ocl_state *s = state(ctx);
     char options[192];
-    snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_RM=%lld",
+    int kernels = p->backward ? (rm ? 3 : 4) : rm ? 1 : 2;
+    snprintf(options, sizeof options,
+             "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_RM=%lld", kernels,
              (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k, (long long)(rm ? rm : 1));
     for (int i = 0; i < s->nprograms; ++i)
         if (strcmp(s->programs[i].options, options) == 0) {
@@ -639,15 +647,17 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, o
     memset(pr, 0, sizeof *pr);
     snprintf(pr->options, sizeof pr->options, "%s", options);
     pr->program = prog;
-    pr->forward = clCreateKernel(prog, "fa_forward", &e);
-    if (e == CL_SUCCESS)
+    if (kernels == 1)
+        pr->forward = clCreateKernel(prog, "fa_forward", &e);
+    if (kernels == 2)
         pr->forward_vec = clCreateKernel(prog, "fa_forward_vec", &e);
-    if (e == CL_SUCCESS)
+    if (kernels >= 3) {
         pr->dsum = clCreateKernel(prog, "fa_backward_dsum", &e);
-    if (e == CL_SUCCESS)
-        pr->dkdv = clCreateKernel(prog, "fa_backward_dkdv", &e);
-    if (e == CL_SUCCESS)
-        pr->dq = clCreateKernel(prog, "fa_backward_dq", &e);
+        if (e == CL_SUCCESS)
+            pr->dkdv = clCreateKernel(prog, kernels == 3 ? "fa_backward_dkdv" : "fa_backward_dkdv_vec", &e);
+        if (e == CL_SUCCESS)
+            pr->dq = clCreateKernel(prog, kernels == 3 ? "fa_backward_dq" : "fa_backward_dq_vec", &e);
+    }
     s->nprograms++;
     if (e != CL_SUCCESS)
         return OCL_FAIL(ctx, e, "clCreateKernel");
@@ -885,9 +895,10 @@ static fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_var
             st = OCL_FAIL(ctx, e, "clSetKernelArg(backward)");
         else if ((st = launch(ctx, pr->dsum, "clEnqueueNDRangeKernel(fa_backward_dsum)", nq, p->block_q, p->heads_q,
                               p->batch)) == FA_SUCCESS &&
-                 (st = launch(ctx, pr->dkdv, "clEnqueueNDRangeKernel(fa_backward_dkdv)", nk, p->block_k, p->heads_kv,
-                              p->batch)) == FA_SUCCESS)
-            st = launch(ctx, pr->dq, "clEnqueueNDRangeKernel(fa_backward_dq)", nq, p->block_q, p->heads_q, p->batch);
+                 (st = launch(ctx, pr->dkdv, "clEnqueueNDRangeKernel(fa_backward_dkdv)", nk, v->kernel ? p->block_k : 1,
+                              p->heads_kv, p->batch)) == FA_SUCCESS)
+            st = launch(ctx, pr->dq, "clEnqueueNDRangeKernel(fa_backward_dq)", nq, v->kernel ? p->block_q : 1,
+                        p->heads_q, p->batch);
     }
     call_release(&a);
     if (st == FA_SUCCESS)

@@ -6,6 +6,7 @@
  * per query tile, one query row per work-item, K and V tiles in __local memory, the same
  * recomputation). Dropout factors are regenerated from core/philox.h. */
 
+#if FA_KERNELS == 3 || FA_KERNELS == 4
 __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store_t *o,
                                __global const fa_store_t *dout, __global float *dsum, __global const int *cu_q,
                                __global const int *cu_k)
@@ -23,6 +24,9 @@ __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store
     const long row = prm[FA_P_VARLEN] ? qs + i : b * prm[FA_P_SEQLEN_Q] + i;
     dsum[h * prm[FA_P_TOTAL_Q] + row] = acc;
 }
+#endif
+
+#if FA_KERNELS == 3
 
 __kernel __attribute__((reqd_work_group_size(FA_BN, 1, 1))) void
 fa_backward_dkdv(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
@@ -256,3 +260,4 @@ fa_backward_dq(__global const long *prm, const float scale, const float drop_sca
             FA_STORE(dq, at + c, dqr[c]);
     }
 }
+#endif

@@ -21,6 +21,11 @@
 #define FA_RM 1 /* forward: query rows per work-item (register blocking over rows) */
 #endif
 #define FA_WG (FA_BM / FA_RM) /* forward work-group size */
+#ifndef FA_KERNELS
+#define FA_KERNELS 1 /* which kernels a program holds: 1 fa_forward, 2 fa_forward_vec, 3 the backward's
+                      * three, 4 the backward for CPU devices (backward_vec.cl); one program per
+                      * direction and kind keeps the compile time at first use short */
+#endif
 
 #if FA_DTYPE == 0
 typedef float fa_store_t;

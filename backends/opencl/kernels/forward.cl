@@ -5,6 +5,7 @@
  * memory shared by the work-group; every work-item reads the same key at the same time (a
  * broadcast, no bank conflicts on GPUs; the vectorisable work-item loop on PoCL). */
 
+#if FA_KERNELS == 1
 __kernel __attribute__((reqd_work_group_size(FA_WG, 1, 1))) void
 fa_forward(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
            __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o, __global float *lse,
@@ -155,3 +156,4 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             lse[fa_at(vl, b, qs + i, h)] = (l == 0.0f || mx == -INFINITY) ? -INFINITY : mx + log(l);
     }
 }
+#endif

@@ -7,6 +7,7 @@
  * __local memory (an ordinary cache-resident array on a CPU). FA_BM is a multiple of 4, FA_BN of
  * 16; the head dim is padded to FA_DV (a multiple of 16) with zeros. */
 
+#if FA_KERNELS == 2
 #define FA_DV ((FA_D + 15) / 16 * 16)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
@@ -199,3 +200,4 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
             lse[fa_at(vl, b, qs + q0 + r, h)] = (l == 0.0f || mx == -INFINITY) ? -INFINITY : mx + log(l);
     }
 }
+#endif
