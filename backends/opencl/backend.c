@@ -169,6 +169,7 @@ typedef struct ocl_state {
     cl_context context;
     cl_command_queue queue;
     cl_device_type type;
+    int gpu_tiles; /* the GPU rows of the tile table and the work-item kernels */
     size_t max_group;
     cl_ulong local_bytes;
     char device_name[256], device_version[128], driver_version[128], platform_version[256];
@@ -252,6 +253,12 @@ static fa_status ocl_open(fa_context *ctx, int device)
         ocl_close(ctx);
         return OCL_FAIL(ctx, e, "clGetDeviceInfo");
     }
+    /* FLASHATTN_OPENCL_TILES=gpu|cpu overrides the device type's choice: the tests run the GPU
+     * kernels on PoCL this way, since CI has no GPU */
+    const char *tiles = getenv("FLASHATTN_OPENCL_TILES");
+    s->gpu_tiles = tiles && strcmp(tiles, "gpu") == 0   ? 1
+                   : tiles && strcmp(tiles, "cpu") == 0 ? 0
+                                                        : (s->type & CL_DEVICE_TYPE_GPU) != 0;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)s->platform, 0};
     s->context = clCreateContext(props, 1, &s->device, NULL, NULL, &e);
     if (e == CL_SUCCESS)
@@ -386,10 +393,11 @@ typedef struct ocl_tile_row {
 } ocl_tile_row;
 
 static const ocl_tile_row gpu_fwd_tiles[] = {
-    /* d <= 64: 128 rows (two per work-item: each K element read from local feeds two FMAs),
-     * 64 keys: K + V tiles 32 KiB */
-    {.max_d = 64, .block_q = 128, .block_k = 64, .rows_per_item = 2},
-    /* d <= 128: one row per work-item (q and the accumulator already take 2 d registers),
+    /* d <= 64: 128 rows, one per work-item (q, the accumulator and 64 scores: about 200
+     * registers; two rows per work-item would spill), 64 keys: K + V tiles 32 KiB */
+    {.max_d = 64, .block_q = 128, .block_k = 64, .rows_per_item = 1},
+    /* d <= 128: one row per work-item (q and the accumulator already take 2 d registers; more
+     * than 255 with the scores, so some spill: splitting d over two work-items is the next step),
      * 32 keys: 32 KiB of K + V */
     {.max_d = 128, .block_q = 64, .block_k = 32, .rows_per_item = 1},
     /* d <= 256: 16 keys keep K + V at 32 KiB */
@@ -421,7 +429,7 @@ static const ocl_tile_row cpu_bwd_tiles[] = {
 
 static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
 {
-    int gpu = (s->type & CL_DEVICE_TYPE_GPU) != 0;
+    int gpu = s->gpu_tiles;
     const ocl_tile_row *t = p->backward ? (gpu ? gpu_bwd_tiles : cpu_bwd_tiles) : (gpu ? gpu_fwd_tiles : cpu_fwd_tiles);
     size_t n = p->backward ? (gpu ? 3 : 2) : (gpu ? 3 : 2), i = 0;
     while (i + 1 < n && p->d > t[i].max_d)
@@ -591,8 +599,9 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, o
     char options[192];
     int kernels = p->backward ? (rm ? 3 : 4) : rm ? 1 : 2;
     snprintf(options, sizeof options,
-             "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_RM=%lld", kernels,
-             (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k, (long long)(rm ? rm : 1));
+             "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_RM=%lld -DFA_UNROLL=%d",
+             kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
+             (long long)(rm ? rm : 1), (s->type & CL_DEVICE_TYPE_GPU) != 0);
     for (int i = 0; i < s->nprograms; ++i)
         if (strcmp(s->programs[i].options, options) == 0) {
             *out = &s->programs[i];

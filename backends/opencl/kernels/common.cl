@@ -21,6 +21,14 @@
 #define FA_RM 1 /* forward: query rows per work-item (register blocking over rows) */
 #endif
 #define FA_WG (FA_BM / FA_RM) /* forward work-group size */
+/* Full unrolling of the loops that index private rows, so a GPU compiler keeps them in
+ * registers; the host sets FA_UNROLL=1 on GPUs only (on a CPU runtime it costs tens of seconds of
+ * compile time per program and the CPU kernels do not need it). */
+#if defined(FA_UNROLL) && FA_UNROLL
+#define FA_UNROLL_LOOP _Pragma("unroll")
+#else
+#define FA_UNROLL_LOOP
+#endif
 #ifndef FA_KERNELS
 #define FA_KERNELS 1 /* which kernels a program holds: 1 fa_forward, 2 fa_forward_vec, 3 the backward's
                       * three, 4 the backward for CPU devices (backward_vec.cl); one program per

@@ -3,7 +3,9 @@
  * owning FA_RM query rows: their scaled Q, the output accumulators and the online-softmax state
  * stay in private memory. Key and value tiles (FA_BN x FA_D, widened to fp32) live in __local
  * memory shared by the work-group; every work-item reads the same key at the same time (a
- * broadcast, no bank conflicts on GPUs; the vectorisable work-item loop on PoCL). */
+ * broadcast, no bank conflicts on GPUs). On GPUs the loops over the head dim and the tile's keys
+ * are unrolled (FA_UNROLL_LOOP) so that the private rows indexed by them live in registers. CPU devices run
+ * forward_vec.cl instead (FLASHATTN_OPENCL_TILES=gpu runs this kernel anywhere, as the tests do). */
 
 #if FA_KERNELS == 1
 __kernel __attribute__((reqd_work_group_size(FA_WG, 1, 1))) void
@@ -32,10 +34,12 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
 
     float qr[FA_RM][FA_D], acc[FA_RM][FA_D], row_max[FA_RM], row_sum[FA_RM];
     long lo[FA_RM], hi[FA_RM];
+    FA_UNROLL_LOOP
     for (int r = 0; r < FA_RM; ++r) {
         const long i = q0 + tid + (long)r * FA_WG;
         const int valid = i < sq;
         const long at = valid ? fa_at(vq, b, qs + i, h) : 0;
+        FA_UNROLL_LOOP
         for (int c = 0; c < FA_D; ++c) {
             qr[r][c] = valid ? scale * FA_LOAD(q, at + c) : 0.0f;
             acc[r][c] = 0.0f;
@@ -95,6 +99,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
+        FA_UNROLL_LOOP
         for (int r = 0; r < FA_RM; ++r) {
             const long i = q0 + tid + (long)r * FA_WG;
             if (i >= sq)
@@ -103,8 +108,10 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             const long jlo = max(lo[r] - k0, 0L), jhi = min(hi[r] - k0, (long)nc);
             float s[FA_BN];
             float tile_max = -INFINITY;
+            FA_UNROLL_LOOP
             for (int j = 0; j < FA_BN; ++j) {
                 float x = 0.0f;
+                FA_UNROLL_LOOP
                 for (int c = 0; c < FA_D; ++c)
                     x = mad(qr[r][c], k_tile[j * FA_D + c], x);
                 int vis = j >= jlo && j < jhi;
@@ -119,23 +126,31 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             const float shift = m_new == -INFINITY ? 0.0f : m_new;
             row_max[r] = m_new;
             float sum = 0.0f;
+            FA_UNROLL_LOOP
             for (int j = 0; j < FA_BN; ++j) {
                 s[j] = exp(s[j] - shift);
                 sum += s[j];
             }
             row_sum[r] = row_sum[r] * alpha + sum;
-            if (threshold) /* k0 is a multiple of 4: one Philox block per 4 keys */
+            if (threshold) { /* k0 is a multiple of 4: one Philox block per 4 keys */
+                FA_UNROLL_LOOP
                 for (int j = 0; j < FA_BN; j += 4) {
                     const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)heads_q, (ulong)h,
                                                              (ulong)i, (ulong)(k0 + j));
+                    FA_UNROLL_LOOP
                     for (int t = 0; t < 4; ++t)
                         s[j + t] *= fa_drop_factor(bits.v[t], threshold, drop_scale);
                 }
-            if (alpha != 1.0f)
+            }
+            if (alpha != 1.0f) {
+                FA_UNROLL_LOOP
                 for (int c = 0; c < FA_D; ++c)
                     acc[r][c] *= alpha;
+            }
+            FA_UNROLL_LOOP
             for (int j = 0; j < FA_BN; ++j) {
                 const float pj = s[j];
+                FA_UNROLL_LOOP
                 for (int c = 0; c < FA_D; ++c)
                     acc[r][c] = mad(pj, v_tile[j * FA_D + c], acc[r][c]);
             }
@@ -143,6 +158,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
     }
 
     const fa_ocl_view vo = fa_view_of(prm, FA_T_O), vl = fa_view_of(prm, FA_T_LSE);
+    FA_UNROLL_LOOP
     for (int r = 0; r < FA_RM; ++r) {
         const long i = q0 + tid + (long)r * FA_WG;
         if (i >= sq)
@@ -150,6 +166,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         const float l = row_sum[r], mx = row_max[r];
         const float inv = l == 0.0f ? 0.0f : 1.0f / l;
         const long at = fa_at(vo, b, qs + i, h);
+        FA_UNROLL_LOOP
         for (int c = 0; c < FA_D; ++c)
             FA_STORE(o, at + c, acc[r][c] * inv);
         if (prm[FA_P_HAS_LSE])
