@@ -338,10 +338,11 @@ int main(int argc, char **argv)
            op.device, name, fa_dtype_name(op.dtype), op.batch, op.heads, op.causal ? ", causal" : "", op.repeat);
     std_cl sc;
     int have_std = op.standard && std_open(&sc, op.device, op.dtype);
-    printf("| seqlen | d | fused fwd ms | TFLOP/s |%s%s%s\n", op.backward ? " fused bwd ms | TFLOP/s |" : "",
-           op.cpu ? " cpu fwd ms | fused/cpu time |" : "", have_std ? " standard fwd ms | TFLOP/s | speedup | max|O diff| |" : "");
-    printf("|---|---|---|---|%s%s%s\n", op.backward ? "---|---|" : "", op.cpu ? "---|---|" : "",
-           have_std ? "---|---|---|---|" : "");
+    printf("| seqlen | d | fused fwd ms | TFLOP/s |%s%s%s%s\n", op.backward ? " fused bwd ms | TFLOP/s |" : "",
+           op.cpu ? " cpu fwd ms | fused/cpu time |" : "", op.cpu && op.backward ? " cpu bwd ms | fused/cpu time |" : "",
+           have_std ? " standard fwd ms | TFLOP/s | speedup | max abs O diff |" : "");
+    printf("|---|---|---|---|%s%s%s%s\n", op.backward ? "---|---|" : "", op.cpu ? "---|---|" : "",
+           op.cpu && op.backward ? "---|---|" : "", have_std ? "---|---|---|---|" : "");
     for (int si = 0; si < op.nseq; ++si)
         for (int di = 0; di < op.ndim; ++di) {
             shape s = {op.batch, op.heads, op.seqlens[si], op.dims[di]};
@@ -355,7 +356,7 @@ int main(int argc, char **argv)
                 in[i] = (float)((double)(st >> 11) / 9007199254740992.0 * 2.0 - 1.0);
             }
             double flops = 4.0 * (double)(s.b * s.h) * (double)s.sq * (double)s.sq * (double)s.d * (op.causal ? 0.5 : 1.0);
-            double tf = 0, tb = 0, tc = 0, ts = 0;
+            double tf = 0, tb = 0, tc = 0, tcb = 0, ts = 0;
             printf("| %lld | %lld |", (long long)s.sq, (long long)s.d);
             if (run_fused(&op, op.backend, op.device, &s, in, o1, &tf, op.backward ? &tb : NULL))
                 printf(" %.2f | %.4f |", tf * 1e3, flops / tf * 1e-12);
@@ -364,10 +365,12 @@ int main(int argc, char **argv)
             if (op.backward)
                 printf(tb > 0 ? " %.2f | %.4f |" : " n/a | |", tb * 1e3, tb > 0 ? 2.5 * flops / tb * 1e-12 : 0.0);
             if (op.cpu) {
-                if (run_fused(&op, "cpu", 0, &s, in, o2, &tc, NULL) && tf > 0)
+                if (run_fused(&op, "cpu", 0, &s, in, o2, &tc, op.backward ? &tcb : NULL) && tf > 0)
                     printf(" %.2f | %.2fx |", tc * 1e3, tf / tc);
                 else
                     printf(" n/a | |");
+                if (op.backward)
+                    printf(tcb > 0 && tb > 0 ? " %.2f | %.2fx |" : " n/a | |", tcb * 1e3, tcb > 0 ? tb / tcb : 0.0);
             }
             if (have_std) {
                 if (run_standard(&sc, &op, &s, in, o2, &ts))
