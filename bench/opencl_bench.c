@@ -79,7 +79,6 @@ static int run_fused(const opts *op, const char *backend, int device, const shap
         return 0;
     size_t n = (size_t)(s->b * s->sq * s->h * s->d), es = fa_dtype_size(op->dtype);
     void *host = malloc(n * es), *dev[9] = {0};
-    float *lse_host = NULL;
     int ok = host != NULL;
     for (int t = 0; t < 9 && ok; ++t)
         ok = fa_malloc(ctx, t == 4 ? (size_t)(s->b * s->h * s->sq) * 4 : n * es, &dev[t]) == FA_SUCCESS;
@@ -139,7 +138,6 @@ static int run_fused(const opts *op, const char *backend, int device, const shap
     for (int i = 0; i < 9; ++i)
         fa_free(ctx, dev[i]);
     free(host);
-    free(lse_host);
     fa_context_destroy(ctx);
     return ok;
 }

@@ -556,7 +556,7 @@ static unsigned char *read_file(const char *path, size_t *len)
 
 /* Best effort: the cache only saves time, so a failure to write it is not an error. Written to a
  * temporary name and renamed, so a concurrent reader never sees half a file. */
-static void save_binary(const ocl_state *s, cl_program prog, const char *dir, const char *path)
+static void save_binary(cl_program prog, const char *dir, const char *path)
 {
     size_t size = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
@@ -565,7 +565,6 @@ static void save_binary(const ocl_state *s, cl_program prog, const char *dir, co
     if (!bin)
         return;
     unsigned char *bins[1] = {bin};
-    (void)s;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
         char tmp[4300], d[4096];
         snprintf(d, sizeof d, "%s", dir);
@@ -653,7 +652,7 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, o
             return st;
         }
         if (cached)
-            save_binary(s, prog, dir, path);
+            save_binary(prog, dir, path);
     }
     ocl_program *pr = &s->programs[s->nprograms];
     memset(pr, 0, sizeof *pr);
@@ -696,13 +695,15 @@ static void call_release(call_args *a)
             clReleaseMemObject(all[i]);
 }
 
+/* A buffer holding bytes from src (or uninitialised when src is NULL); an empty one gets 4 bytes,
+ * since OpenCL has no zero-sized buffers (the kernels never read them). */
 static fa_status upload(fa_context *ctx, const void *src, size_t bytes, cl_mem *out)
 {
     cl_int e;
-    cl_mem_flags flags = src ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
-    *out = clCreateBuffer(state(ctx)->context, flags, bytes ? bytes : 4, bytes ? (void *)src : NULL, &e);
-    if (e != CL_SUCCESS && src && !bytes)
-        *out = clCreateBuffer(state(ctx)->context, CL_MEM_READ_WRITE, 4, NULL, &e);
+    if (src && bytes)
+        *out = clCreateBuffer(state(ctx)->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)src, &e);
+    else
+        *out = clCreateBuffer(state(ctx)->context, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
     if (e != CL_SUCCESS)
         return OCL_FAIL(ctx, e, "clCreateBuffer");
     return FA_SUCCESS;
@@ -793,7 +794,6 @@ static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a
     if ((st = bind_cu(ctx, p, p->cu_q, &a->cu_q, &q[FA_P_CU_Q_OFF])) ||
         (st = bind_cu(ctx, p, p->cu_k, &a->cu_k, &q[FA_P_CU_K_OFF])))
         return st;
-    a->bits = a->row_ptr = a->col = a->cls = NULL;
     if (p->block_mask && p->lists) {
         const fa_block_mask *bm = p->block_mask;
         const fa_block_lists *l = p->lists;
@@ -811,8 +811,6 @@ static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a
             (st = upload(ctx, l->cls, (size_t)l->nnz, &a->cls)))
             return st;
     }
-    if (!a->bits)
-        a->bits = a->row_ptr = a->col = a->cls = NULL;
     return upload(ctx, a->prm, sizeof a->prm, &a->params);
 }
 
