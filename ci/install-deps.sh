@@ -6,4 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential meson ninja-build pkg-config libcmocka-dev python3 python3-numpy >/dev/null
+  build-essential meson ninja-build pkg-config libcmocka-dev python3 python3-numpy \
+  ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd >/dev/null
+# ocl-icd-opencl-dev + opencl-c-headers build the OpenCL backend; pocl-opencl-icd (PoCL, a CPU
+# OpenCL platform) lets CI run its conformance grid without a GPU

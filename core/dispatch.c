@@ -1,5 +1,5 @@
-/* dispatch.c: the registry of compiled-in backends, the default-backend choice (CUDA, HIP, an
- * OpenCL GPU, then the CPU; FLASHATTN_BACKEND overrides), contexts, and discovery queries. */
+/* dispatch.c: the registry of compiled-in backends, the default-backend choice (CUDA, HIP, then
+ * the CPU; OpenCL only by name; FLASHATTN_BACKEND overrides), contexts, and discovery queries. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -54,8 +54,9 @@ static int usable(const fa_backend *b)
     return b->device_count(&n) == FA_SUCCESS && n > 0;
 }
 
-/* The first backend in preference order with a device; a CPU-only OpenCL platform is not
- * preferred over the native CPU backend (the backend reports is_gpu for its devices). */
+/* The first GPU backend in preference order with a device, else the CPU. The OpenCL backend
+ * reports is_gpu = 0 (the flag is per backend, and a CPU-only platform such as PoCL must not be
+ * preferred over the native CPU backend), so it runs only when named. */
 static const fa_backend *default_backend(void)
 {
     for (int i = 0; i < REGISTRY_SIZE; ++i)

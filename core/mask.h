@@ -11,10 +11,15 @@
 #ifndef FA_MASK_H
 #define FA_MASK_H
 
+/* Includable from CUDA/HIP device code and as OpenCL C text too (the OpenCL backend prepends
+ * this file to its kernels): every GPU kernel classifies tiles and tests elements with these same
+ * functions. OpenCL C has no <stdint.h>; its long is 64 bits. */
+#if defined(__OPENCL_VERSION__)
+typedef long int64_t;
+#else
 #include <stdint.h>
+#endif
 
-/* Includable from CUDA/HIP device code too: the GPU kernels classify tiles and test elements
- * with these same functions. */
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define FA_MASK_FN static __host__ __device__ __forceinline__
 #else

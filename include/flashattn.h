@@ -170,16 +170,19 @@ typedef struct fa_bwd_args {
 typedef struct fa_context fa_context;
 
 /* backend: "cpu", "cuda", "hip", "opencl", or NULL / "default" for the best one available
- * (CUDA, HIP, an OpenCL GPU, then CPU), overridden by the environment variable FLASHATTN_BACKEND.
- * device: index within that backend. */
+ * (CUDA, HIP, then CPU; OpenCL only when named, so that a CPU OpenCL platform never replaces the
+ * native CPU backend), overridden by the environment variable FLASHATTN_BACKEND.
+ * device: index within that backend; for "opencl", the position in the list of every platform's
+ * devices in platform order (FLASHATTN_OPENCL_PLATFORM=<index> keeps one platform's devices). */
 FA_API fa_status fa_context_create(fa_context **ctx, const char *backend, int device);
 FA_API void fa_context_destroy(fa_context *ctx);
 FA_API const char *fa_context_backend_name(const fa_context *ctx);
 FA_API int fa_context_device(const fa_context *ctx);
 /* The last error's message ("" after success); valid until the next call on ctx. */
 FA_API const char *fa_context_last_error(const fa_context *ctx);
-/* GPU backends: the stream / queue to run on (cudaStream_t, hipStream_t, cl_command_queue);
- * NULL restores the context's own. The CPU backend accepts only NULL. */
+/* GPU backends: the stream to run on (cudaStream_t, hipStream_t); NULL restores the context's
+ * own. The CPU and OpenCL backends accept only NULL (OpenCL: one in-order queue per context,
+ * owned by the library, since buffers belong to the context's own cl_context). */
 FA_API fa_status fa_context_set_stream(fa_context *ctx, void *stream);
 /* CPU backend: worker threads (0 = FLASHATTN_NUM_THREADS or the number of online processors).
  * fa_context_num_threads gives the count a call would use (1 on backends without threads). */
@@ -239,6 +242,10 @@ typedef enum fa_copy_kind {
     FA_COPY_HOST_TO_HOST
 } fa_copy_kind;
 
+/* Device memory of the context's backend. CUDA/HIP: device pointers. OpenCL: the pointer is an
+ * address the library reserved for the buffer (never dereferenceable on the host) that stands for
+ * (cl_mem, offset): pointer arithmetic inside the allocation works (a tensor or cu_seqlens may
+ * start inside it), and only fa_memcpy and the attention calls of the same context accept it. */
 FA_API fa_status fa_malloc(fa_context *ctx, size_t bytes, void **ptr);
 FA_API fa_status fa_free(fa_context *ctx, void *ptr);
 FA_API fa_status fa_memcpy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind);

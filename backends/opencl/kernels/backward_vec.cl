@@ -1,0 +1,269 @@
+/* backward_vec.cl: the same deterministic backward for CPU devices (PoCL), one work-item per tile
+ * computing with float8 4 x 16 register blocks like forward_vec.cl: fa_backward_dkdv_vec (one key
+ * tile: S = Q K^T, P from LSE, dP = dO V^T, dV += (P o Z)^T dO, dS = P o (Z o dP - D) scale,
+ * dK += dS^T Q, over every query tile and query head of the GQA group in order) and
+ * fa_backward_dq_vec (one query tile: the same recomputation, dQ += dS K). D comes from
+ * fa_backward_dsum (backward.cl). FA_BM and FA_BN are multiples of 16; d is padded to FA_DV. */
+#if FA_KERNELS == 4
+#define FA_DV ((FA_D + 15) / 16 * 16)
+
+/* C[M x N] (+)= A[M x K] B[K x N], row-major __local matrices; M a multiple of 4, N of 16. */
+static void fa_mm(int M, int N, int K, __local const float *A, int lda, __local const float *B, int ldb,
+                  __local float *C, int ldc, int accumulate)
+{
+    for (int i = 0; i < M; i += 4)
+        for (int j = 0; j < N; j += 16) {
+            __local float *c0 = C + i * ldc + j;
+            float8 a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f, a20 = 0.0f, a21 = 0.0f, a30 = 0.0f, a31 = 0.0f;
+            if (accumulate) {
+                a00 = vload8(0, c0);
+                a01 = vload8(0, c0 + 8);
+                a10 = vload8(0, c0 + ldc);
+                a11 = vload8(0, c0 + ldc + 8);
+                a20 = vload8(0, c0 + 2 * ldc);
+                a21 = vload8(0, c0 + 2 * ldc + 8);
+                a30 = vload8(0, c0 + 3 * ldc);
+                a31 = vload8(0, c0 + 3 * ldc + 8);
+            }
+            for (int k = 0; k < K; ++k) {
+                const float8 b0 = vload8(0, B + k * ldb + j), b1 = vload8(0, B + k * ldb + j + 8);
+                const float x0 = A[i * lda + k], x1 = A[(i + 1) * lda + k];
+                const float x2 = A[(i + 2) * lda + k], x3 = A[(i + 3) * lda + k];
+                a00 = mad((float8)x0, b0, a00);
+                a01 = mad((float8)x0, b1, a01);
+                a10 = mad((float8)x1, b0, a10);
+                a11 = mad((float8)x1, b1, a11);
+                a20 = mad((float8)x2, b0, a20);
+                a21 = mad((float8)x2, b1, a21);
+                a30 = mad((float8)x3, b0, a30);
+                a31 = mad((float8)x3, b1, a31);
+            }
+            vstore8(a00, 0, c0);
+            vstore8(a01, 0, c0 + 8);
+            vstore8(a10, 0, c0 + ldc);
+            vstore8(a11, 0, c0 + ldc + 8);
+            vstore8(a20, 0, c0 + 2 * ldc);
+            vstore8(a21, 0, c0 + 2 * ldc + 8);
+            vstore8(a30, 0, c0 + 3 * ldc);
+            vstore8(a31, 0, c0 + 3 * ldc + 8);
+        }
+}
+
+/* rows [row0, row0 + n) of a tensor's head into dst (FA_DV columns, zero-padded, `rows` rows) */
+static void fa_load_rows(__global const fa_store_t *src, fa_ocl_view v, long b, long row0, int n, int rows, long h,
+                         __local float *dst)
+{
+    for (int r = 0; r < rows; ++r) {
+        const long at = r < n ? fa_at(v, b, row0 + r, h) : 0;
+        for (int c = 0; c < FA_DV; ++c)
+            dst[r * FA_DV + c] = r < n && c < FA_D ? FA_LOAD(src, at + c) : 0.0f;
+    }
+}
+
+/* dst[c * ld + r] = src[r * FA_DV + c]: a tile transposed */
+static void fa_transpose_rows(__local const float *src, int rows, __local float *dst, int ld)
+{
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < FA_DV; ++c)
+            dst[c * ld + r] = src[r * FA_DV + c];
+}
+
+/* The shared recomputation of one (query tile, key tile): P (into p, masked and fully masked rows
+ * 0), Z o dP - D (into dp) with Z the dropout factors (z, when dropout is on), then dS (into dp,
+ * times scale). s and dp must hold S = Q K^T (unscaled) and dO V^T on entry. */
+static void fa_tile_grads(__local float *p, __local float *dp, __local float *z, const fa_mask *m,
+                          const fa_ocl_blocks *blk, __global const uchar *bm_bits, int cls, long q0, long k0, int nr,
+                          int nc, const float *lse_r, const float *d_r, float scale, uint threshold, float drop_scale,
+                          ulong seed, ulong offset, long b, long heads_q, long h)
+{
+    for (int r = 0; r < FA_BM; ++r) {
+        int64_t lo = 0, hi = 0;
+        if (r < nr)
+            fa_mask_row_range(m, q0 + r, &lo, &hi);
+        const int jlo = (int)clamp(lo - k0, 0L, (long)FA_BN), jhi = (int)clamp(hi - k0, 0L, (long)nc);
+        const float l = lse_r[r];
+        for (int j = 0; j < FA_BN; ++j) {
+            int vis = j >= jlo && j < jhi && l != -INFINITY;
+            if (vis && cls == FA_TILE_PARTIAL && blk->on)
+                vis = fa_block_keep(blk, bm_bits, q0 + r, k0 + j);
+            const float pv = vis ? exp(scale * p[r * FA_BN + j] - l) : 0.0f;
+            p[r * FA_BN + j] = pv;
+        }
+        if (threshold)
+            for (int j = 0; j < FA_BN; j += 4) {
+                const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)heads_q, (ulong)h,
+                                                         (ulong)(q0 + r), (ulong)(k0 + j));
+                for (int t = 0; t < 4; ++t)
+                    z[r * FA_BN + j + t] = fa_drop_factor(bits.v[t], threshold, drop_scale);
+            }
+        for (int j = 0; j < FA_BN; ++j) {
+            const float zz = threshold ? z[r * FA_BN + j] : 1.0f;
+            dp[r * FA_BN + j] = p[r * FA_BN + j] * (zz * dp[r * FA_BN + j] - d_r[r]) * scale;
+        }
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+fa_backward_dkdv_vec(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
+                     __global const fa_store_t *k, __global const fa_store_t *v, __global const fa_store_t *dout,
+                     __global const float *lse, __global const float *dsum, __global fa_store_t *dk,
+                     __global fa_store_t *dv, __global const int *cu_q, __global const int *cu_k,
+                     __global const uchar *bm_bits, __global const long *bl_row_ptr, __global const int *bl_col,
+                     __global const uchar *bl_cls)
+{
+    __local float q_t[FA_BM * FA_DV], do_t[FA_BM * FA_DV];
+    __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], kv_rows[FA_BN * FA_DV];
+    __local float dk_t[FA_BN * FA_DV], dv_t[FA_BN * FA_DV];
+    __local float p[FA_BM * FA_BN], dp[FA_BM * FA_BN], z[FA_BM * FA_BN], tr[FA_BN * FA_BM];
+
+    const long kt = (long)get_group_id(0), hk = (long)get_group_id(1), b = (long)get_group_id(2);
+    long sq, sk, qs, ks;
+    fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
+    const long k0 = kt * FA_BN;
+    if (k0 >= sk)
+        return;
+    const int nc = (int)min((long)FA_BN, sk - k0);
+    const long heads_q = prm[FA_P_HEADS_Q], group = prm[FA_P_GROUP], total_q = prm[FA_P_TOTAL_Q];
+    const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+    const fa_ocl_view vd = fa_view_of(prm, FA_T_DO), vl = fa_view_of(prm, FA_T_LSE);
+    const fa_mask m = fa_mask_make(sq, sk, (int)prm[FA_P_CAUSAL], prm[FA_P_WINDOW_LEFT], prm[FA_P_WINDOW_RIGHT]);
+    const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
+    const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
+    const long row0 = prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q];
+
+    fa_load_rows(k, vk, b, ks + k0, nc, FA_BN, hk, kv_rows);
+    fa_transpose_rows(kv_rows, FA_BN, kT, FA_BN);
+    fa_load_rows(v, vv, b, ks + k0, nc, FA_BN, hk, kv_rows);
+    fa_transpose_rows(kv_rows, FA_BN, vT, FA_BN);
+    for (int e = 0; e < FA_BN * FA_DV; ++e) {
+        dk_t[e] = 0.0f;
+        dv_t[e] = 0.0f;
+    }
+    const long nq = (sq + FA_BM - 1) / FA_BM;
+    float lse_r[FA_BM], d_r[FA_BM];
+    for (long h = hk * group; h < (hk + 1) * group; ++h) {
+        const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+        for (long qt = 0; qt < nq; ++qt) {
+            const long q0 = qt * FA_BM;
+            int cls = fa_mask_classify_tile(&m, q0, q0 + FA_BM, k0, k0 + FA_BN);
+            if (cls != FA_TILE_EMPTY && blk.on)
+                cls = fa_tile_class_meet((fa_tile_class)cls,
+                                         (fa_tile_class)fa_list_class(prm, bl_row_ptr, bl_col, bl_cls, blk.mh, qt, kt));
+            if (cls == FA_TILE_EMPTY)
+                continue;
+            const int nr = (int)min((long)FA_BM, sq - q0);
+            fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, q_t);
+            fa_load_rows(dout, vd, b, qs + q0, nr, FA_BM, h, do_t);
+            for (int r = 0; r < FA_BM; ++r) {
+                lse_r[r] = r < nr ? lse[fa_at(vl, b, qs + q0 + r, h)] : -INFINITY;
+                d_r[r] = r < nr ? dsum[h * total_q + row0 + q0 + r] : 0.0f;
+            }
+            fa_mm(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
+            fa_mm(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
+            fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale,
+                          seed, offset, b, heads_q, h);
+            /* dV += (P o Z)^T dO */
+            for (int r = 0; r < FA_BM; ++r)
+                for (int j = 0; j < FA_BN; ++j)
+                    tr[j * FA_BM + r] = threshold ? p[r * FA_BN + j] * z[r * FA_BN + j] : p[r * FA_BN + j];
+            fa_mm(FA_BN, FA_DV, FA_BM, tr, FA_BM, do_t, FA_DV, dv_t, FA_DV, 1);
+            /* dK += dS^T Q */
+            for (int r = 0; r < FA_BM; ++r)
+                for (int j = 0; j < FA_BN; ++j)
+                    tr[j * FA_BM + r] = dp[r * FA_BN + j];
+            fa_mm(FA_BN, FA_DV, FA_BM, tr, FA_BM, q_t, FA_DV, dk_t, FA_DV, 1);
+        }
+    }
+    const fa_ocl_view vdk = fa_view_of(prm, FA_T_DK), vdv = fa_view_of(prm, FA_T_DV);
+    for (int j = 0; j < nc; ++j) {
+        const long ak = fa_at(vdk, b, ks + k0 + j, hk), av = fa_at(vdv, b, ks + k0 + j, hk);
+        for (int c = 0; c < FA_D; ++c) {
+            FA_STORE(dk, ak + c, dk_t[j * FA_DV + c]);
+            FA_STORE(dv, av + c, dv_t[j * FA_DV + c]);
+        }
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+fa_backward_dq_vec(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
+                   __global const fa_store_t *k, __global const fa_store_t *v, __global const fa_store_t *dout,
+                   __global const float *lse, __global const float *dsum, __global fa_store_t *dq,
+                   __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
+                   __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls)
+{
+    __local float q_t[FA_BM * FA_DV], do_t[FA_BM * FA_DV], dq_t[FA_BM * FA_DV];
+    __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], k_rows[FA_BN * FA_DV];
+    __local float p[FA_BM * FA_BN], dp[FA_BM * FA_BN], z[FA_BM * FA_BN];
+
+    const long qt = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
+    long sq, sk, qs, ks;
+    fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
+    const long q0 = qt * FA_BM;
+    if (q0 >= sq)
+        return;
+    const int nr = (int)min((long)FA_BM, sq - q0);
+    const long heads_q = prm[FA_P_HEADS_Q], hk = h / prm[FA_P_GROUP];
+    const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+    const fa_ocl_view vd = fa_view_of(prm, FA_T_DO), vl = fa_view_of(prm, FA_T_LSE);
+    const fa_mask m = fa_mask_make(sq, sk, (int)prm[FA_P_CAUSAL], prm[FA_P_WINDOW_LEFT], prm[FA_P_WINDOW_RIGHT]);
+    const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
+    const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
+    const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+    const long row0 = prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q];
+
+    fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, q_t);
+    fa_load_rows(dout, vd, b, qs + q0, nr, FA_BM, h, do_t);
+    float lse_r[FA_BM], d_r[FA_BM];
+    for (int r = 0; r < FA_BM; ++r) {
+        lse_r[r] = r < nr ? lse[fa_at(vl, b, qs + q0 + r, h)] : -INFINITY;
+        d_r[r] = r < nr ? dsum[h * prm[FA_P_TOTAL_Q] + row0 + q0 + r] : 0.0f;
+        for (int c = 0; c < FA_DV; ++c)
+            dq_t[r * FA_DV + c] = 0.0f;
+    }
+
+    long it_begin, it_end, kt_base = 0;
+    if (blk.on) {
+        const long nq = prm[FA_P_BL_NQ];
+        it_begin = bl_row_ptr[blk.mh * nq + qt];
+        it_end = bl_row_ptr[blk.mh * nq + qt + 1];
+    } else {
+        int64_t first_lo, first_hi, last_lo, last_hi;
+        fa_mask_row_range(&m, q0, &first_lo, &first_hi);
+        fa_mask_row_range(&m, q0 + nr - 1, &last_lo, &last_hi);
+        const long nk = (sk + FA_BN - 1) / FA_BN;
+        kt_base = first_lo / FA_BN;
+        it_begin = 0;
+        it_end = last_hi <= first_lo ? 0 : min(nk, (last_hi + FA_BN - 1) / FA_BN) - kt_base;
+    }
+    for (long it = it_begin; it < it_end; ++it) {
+        long kt = kt_base + it;
+        int cls_list = FA_TILE_FULL;
+        if (blk.on) {
+            kt = bl_col[it];
+            cls_list = bl_cls[it];
+        }
+        const long k0 = kt * FA_BN;
+        const int cls = fa_tile_class_meet(fa_mask_classify_tile(&m, q0, q0 + FA_BM, k0, k0 + FA_BN),
+                                           (fa_tile_class)cls_list);
+        if (cls == FA_TILE_EMPTY)
+            continue;
+        const int nc = (int)min((long)FA_BN, sk - k0);
+        fa_load_rows(v, vv, b, ks + k0, nc, FA_BN, hk, k_rows);
+        fa_transpose_rows(k_rows, FA_BN, vT, FA_BN);
+        fa_load_rows(k, vk, b, ks + k0, nc, FA_BN, hk, k_rows);
+        fa_transpose_rows(k_rows, FA_BN, kT, FA_BN);
+        fa_mm(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
+        fa_mm(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
+        fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale, seed,
+                      offset, b, heads_q, h);
+        /* dQ += dS K */
+        fa_mm(FA_BM, FA_DV, FA_BN, dp, FA_BN, k_rows, FA_DV, dq_t, FA_DV, 1);
+    }
+    const fa_ocl_view vdq = fa_view_of(prm, FA_T_DQ);
+    for (int r = 0; r < nr; ++r) {
+        const long at = fa_at(vdq, b, qs + q0 + r, h);
+        for (int c = 0; c < FA_D; ++c)
+            FA_STORE(dq, at + c, dq_t[r * FA_DV + c]);
+    }
+}
+#endif

@@ -1,0 +1,145 @@
+/* common.cl: what the forward and backward kernels share: the storage type of the dtype, loads
+ * that widen to fp32 and stores that round to nearest even (core/half.h's rule), the parameter
+ * block, sequence bounds and per-element visibility. OpenCL C 1.2; fp16 only as storage through
+ * vload_half / vstore_half_rte (core OpenCL, no cl_khr_fp16), bf16 as 16-bit words. The build
+ * prepends params.h, core/mask.h and core/philox.h to this file (see embed_cl.py). */
+
+/* Compile-time shape; the host passes every one with -D (backend.c's tile table). */
+#ifndef FA_DTYPE
+#define FA_DTYPE 0 /* fa_dtype: 0 fp32, 1 fp16, 2 bf16 */
+#endif
+#ifndef FA_D
+#define FA_D 64 /* head dim, exact: private rows are FA_D floats */
+#endif
+#ifndef FA_BM
+#define FA_BM 64 /* query rows per tile */
+#endif
+#ifndef FA_BN
+#define FA_BN 64 /* keys per tile (a multiple of 4: one Philox block covers 4 keys) */
+#endif
+#ifndef FA_RM
+#define FA_RM 1 /* forward: query rows per work-item (register blocking over rows) */
+#endif
+#define FA_WG (FA_BM / FA_RM) /* forward work-group size */
+/* Full unrolling of the loops that index private rows, so a GPU compiler keeps them in
+ * registers; the host sets FA_UNROLL=1 on GPUs only (on a CPU runtime it costs tens of seconds of
+ * compile time per program and the CPU kernels do not need it). */
+#if defined(FA_UNROLL) && FA_UNROLL
+#define FA_UNROLL_LOOP _Pragma("unroll")
+#else
+#define FA_UNROLL_LOOP
+#endif
+#ifndef FA_KERNELS
+#define FA_KERNELS 1 /* which kernels a program holds: 1 fa_forward, 2 fa_forward_vec, 3 the backward's
+                      * three, 4 the backward for CPU devices (backward_vec.cl); one program per
+                      * direction and kind keeps the compile time at first use short */
+#endif
+
+#if FA_DTYPE == 0
+typedef float fa_store_t;
+#define FA_LOAD(p, i) ((p)[(i)])
+#define FA_STORE(p, i, x) ((p)[(i)] = (x))
+#elif FA_DTYPE == 1
+typedef half fa_store_t; /* pointers to half need no extension; arithmetic on half would */
+#define FA_LOAD(p, i) vload_half((size_t)(i), (p))
+#define FA_STORE(p, i, x) vstore_half_rte((x), (size_t)(i), (p))
+#else
+typedef ushort fa_store_t;
+#define FA_LOAD(p, i) as_float((uint)(p)[(i)] << 16)
+#define FA_STORE(p, i, x) ((p)[(i)] = fa_float_to_bf16(x))
+#endif
+
+/* core/half.h's fa_float_to_bfloat: round to nearest even, NaN kept quiet. */
+static inline ushort fa_float_to_bf16(float f)
+{
+    uint x = as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (ushort)(x >> 16);
+}
+
+typedef struct fa_ocl_view {
+    long off, sb, ss, sh;
+} fa_ocl_view;
+
+static inline fa_ocl_view fa_view_of(__global const long *prm, int t)
+{
+    fa_ocl_view v;
+    v.off = prm[FA_P_TENSORS + 4 * t];
+    v.sb = prm[FA_P_TENSORS + 4 * t + 1];
+    v.ss = prm[FA_P_TENSORS + 4 * t + 2];
+    v.sh = prm[FA_P_TENSORS + 4 * t + 3];
+    return v;
+}
+
+/* Element offset of (batch b, packed row, head h, column 0). */
+static inline long fa_at(fa_ocl_view v, long b, long row, long h)
+{
+    return v.off + b * v.sb + row * v.ss + h * v.sh;
+}
+
+/* Sequence b's lengths and first packed rows (fa_problem_seq in core/internal.h). */
+static inline void fa_seq(__global const long *prm, __global const int *cu_q, __global const int *cu_k, long b,
+                          long *sq, long *sk, long *qs, long *ks)
+{
+    if (prm[FA_P_VARLEN]) {
+        __global const int *cq = cu_q + prm[FA_P_CU_Q_OFF], *ck = cu_k + prm[FA_P_CU_K_OFF];
+        *qs = cq[b];
+        *ks = ck[b];
+        *sq = cq[b + 1] - *qs;
+        *sk = ck[b + 1] - *ks;
+    } else {
+        *qs = 0;
+        *ks = 0;
+        *sq = prm[FA_P_SEQLEN_Q];
+        *sk = prm[FA_P_SEQLEN_K];
+    }
+}
+
+/* The block-sparse state of one (mask head, query tile): the core's list of non-empty key tiles. */
+typedef struct fa_ocl_blocks {
+    int on;
+    long mh, bm_rows, bm_cols, bm_bq, bm_bk;
+} fa_ocl_blocks;
+
+static inline fa_ocl_blocks fa_blocks_of(__global const long *prm, long h)
+{
+    fa_ocl_blocks bl;
+    bl.on = prm[FA_P_BLOCK_MASK] != 0;
+    bl.mh = prm[FA_P_BM_HEADS] == 1 ? 0 : h;
+    bl.bm_rows = prm[FA_P_BM_ROWS];
+    bl.bm_cols = prm[FA_P_BM_COLS];
+    bl.bm_bq = prm[FA_P_BM_BQ];
+    bl.bm_bk = prm[FA_P_BM_BK];
+    return bl;
+}
+
+/* The block mask's bit for local element (i, j) (fa_problem_block_keep). */
+static inline int fa_block_keep(const fa_ocl_blocks *bl, __global const uchar *bits, long i, long j)
+{
+    return bits[(bl->mh * bl->bm_rows + i / bl->bm_bq) * bl->bm_cols + j / bl->bm_bk] != 0;
+}
+
+/* Class of key tile kt for query tile qt of list head lh in the core's lists: EMPTY when the
+ * list has no entry for it (binary search: a row's columns ascend). */
+static inline int fa_list_class(__global const long *prm, __global const long *row_ptr, __global const int *col,
+                                __global const uchar *cls, long lh, long qt, long kt)
+{
+    long nq = prm[FA_P_BL_NQ];
+    long lo = row_ptr[lh * nq + qt], end = row_ptr[lh * nq + qt + 1], hi = end;
+    while (lo < hi) {
+        long mid = lo + (hi - lo) / 2;
+        if (col[mid] < kt)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < end && col[lo] == kt ? (int)cls[lo] : (int)FA_TILE_EMPTY;
+}
+
+/* The dropout factor of element (b, h, i, j) taken from its Philox block's word: 0 or 1/(1-p). */
+static inline float fa_drop_factor(uint word, uint threshold, float drop_scale)
+{
+    return word >= threshold ? drop_scale : 0.0f;
+}

@@ -1,0 +1,203 @@
+/* forward_vec.cl: the same fused forward for CPU devices (PoCL): one work-item per query tile of
+ * FA_BM rows, computing with explicit float8 vectors (AVX2's width) the way the CPU backend's
+ * micro-kernel does: S = Q K^T in 4 x 16 register blocks over a transposed K tile, the online
+ * softmax row by row with vector exp, O += P V in 4 x 16 blocks. A CPU OpenCL runtime runs a
+ * work-group of one work-item as plain compiled code; the work-item kernel in forward.cl instead
+ * relies on vectorisation across work-items, which its private arrays defeat. Tiles live in
+ * __local memory (an ordinary cache-resident array on a CPU). FA_BM is a multiple of 4, FA_BN of
+ * 16; the head dim is padded to FA_DV (a multiple of 16) with zeros. */
+
+#if FA_KERNELS == 2
+#define FA_DV ((FA_D + 15) / 16 * 16)
+
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+fa_forward_vec(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
+               __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o,
+               __global float *lse, __global const int *cu_q, __global const int *cu_k,
+               __global const uchar *bm_bits, __global const long *bl_row_ptr, __global const int *bl_col,
+               __global const uchar *bl_cls)
+{
+    __local float k_t[FA_DV * FA_BN]; /* K^T: k_t[c * FA_BN + j] */
+    __local float v_t[FA_BN * FA_DV];
+    __local float q_t[FA_BM * FA_DV]; /* scaled Q */
+    __local float acc[FA_BM * FA_DV];
+    __local float s_t[FA_BM * FA_BN];
+
+    const long qt = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
+    long sq, sk, qs, ks;
+    fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
+    const long q0 = qt * FA_BM;
+    if (q0 >= sq)
+        return;
+    const long q1 = min(q0 + (long)FA_BM, sq);
+    const int nr = (int)(q1 - q0);
+    const long heads_q = prm[FA_P_HEADS_Q], hk = h / prm[FA_P_GROUP];
+    const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+    const fa_mask m = fa_mask_make(sq, sk, (int)prm[FA_P_CAUSAL], prm[FA_P_WINDOW_LEFT], prm[FA_P_WINDOW_RIGHT]);
+    const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
+    const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
+    const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+
+    float row_max[FA_BM], row_sum[FA_BM];
+    long lo[FA_BM], hi[FA_BM];
+    for (int r = 0; r < FA_BM; ++r) {
+        const long at = r < nr ? fa_at(vq, b, qs + q0 + r, h) : 0;
+        for (int c = 0; c < FA_DV; ++c) {
+            q_t[r * FA_DV + c] = r < nr && c < FA_D ? scale * FA_LOAD(q, at + c) : 0.0f;
+            acc[r * FA_DV + c] = 0.0f;
+        }
+        row_max[r] = -INFINITY;
+        row_sum[r] = 0.0f;
+        int64_t a = 0, z = 0;
+        if (r < nr)
+            fa_mask_row_range(&m, q0 + r, &a, &z);
+        lo[r] = a;
+        hi[r] = r < nr ? z : 0;
+    }
+
+    long it_begin, it_end, kt_base = 0;
+    if (blk.on) {
+        const long nq = prm[FA_P_BL_NQ];
+        it_begin = bl_row_ptr[blk.mh * nq + qt];
+        it_end = bl_row_ptr[blk.mh * nq + qt + 1];
+    } else {
+        const long nk = (sk + FA_BN - 1) / FA_BN;
+        kt_base = lo[0] / FA_BN;
+        it_begin = 0;
+        it_end = hi[nr - 1] <= lo[0] ? 0 : min(nk, (hi[nr - 1] + FA_BN - 1) / FA_BN) - kt_base;
+    }
+
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    for (long it = it_begin; it < it_end; ++it) {
+        long kt = kt_base + it;
+        int cls_list = FA_TILE_FULL;
+        if (blk.on) {
+            kt = bl_col[it];
+            cls_list = bl_cls[it];
+        }
+        const long k0 = kt * FA_BN;
+        const int cls = fa_tile_class_meet(fa_mask_classify_tile(&m, q0, q0 + FA_BM, k0, k0 + FA_BN),
+                                           (fa_tile_class)cls_list);
+        if (cls == FA_TILE_EMPTY)
+            continue;
+        const int nc = (int)min((long)FA_BN, sk - k0);
+        for (int j = 0; j < FA_BN; ++j) {
+            const long ak = j < nc ? fa_at(vk, b, ks + k0 + j, hk) : 0, av = j < nc ? fa_at(vv, b, ks + k0 + j, hk) : 0;
+            for (int c = 0; c < FA_DV; ++c) {
+                const int in = j < nc && c < FA_D;
+                k_t[c * FA_BN + j] = in ? FA_LOAD(k, ak + c) : 0.0f;
+                v_t[j * FA_DV + c] = in ? FA_LOAD(v, av + c) : 0.0f;
+            }
+        }
+        /* S = (scale Q) K^T, 4 rows x 16 keys per block */
+        for (int r0 = 0; r0 < FA_BM; r0 += 4)
+            for (int j0 = 0; j0 < FA_BN; j0 += 16) {
+                float8 a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f, a20 = 0.0f, a21 = 0.0f, a30 = 0.0f, a31 = 0.0f;
+                for (int c = 0; c < FA_DV; ++c) {
+                    const float8 k0v = vload8(0, k_t + c * FA_BN + j0), k1v = vload8(0, k_t + c * FA_BN + j0 + 8);
+                    const float x0 = q_t[r0 * FA_DV + c], x1 = q_t[(r0 + 1) * FA_DV + c];
+                    const float x2 = q_t[(r0 + 2) * FA_DV + c], x3 = q_t[(r0 + 3) * FA_DV + c];
+                    a00 = mad((float8)x0, k0v, a00);
+                    a01 = mad((float8)x0, k1v, a01);
+                    a10 = mad((float8)x1, k0v, a10);
+                    a11 = mad((float8)x1, k1v, a11);
+                    a20 = mad((float8)x2, k0v, a20);
+                    a21 = mad((float8)x2, k1v, a21);
+                    a30 = mad((float8)x3, k0v, a30);
+                    a31 = mad((float8)x3, k1v, a31);
+                }
+                vstore8(a00, 0, s_t + r0 * FA_BN + j0);
+                vstore8(a01, 0, s_t + r0 * FA_BN + j0 + 8);
+                vstore8(a10, 0, s_t + (r0 + 1) * FA_BN + j0);
+                vstore8(a11, 0, s_t + (r0 + 1) * FA_BN + j0 + 8);
+                vstore8(a20, 0, s_t + (r0 + 2) * FA_BN + j0);
+                vstore8(a21, 0, s_t + (r0 + 2) * FA_BN + j0 + 8);
+                vstore8(a30, 0, s_t + (r0 + 3) * FA_BN + j0);
+                vstore8(a31, 0, s_t + (r0 + 3) * FA_BN + j0 + 8);
+            }
+        /* mask, online softmax (core/softmax.h's guards), dropout, rescale of the accumulators */
+        for (int r = 0; r < FA_BM; ++r) {
+            __local float *srow = s_t + r * FA_BN;
+            const int jlo = (int)clamp(lo[r] - k0, 0L, (long)FA_BN), jhi = (int)clamp(hi[r] - k0, 0L, (long)nc);
+            if (cls == FA_TILE_PARTIAL && blk.on)
+                for (int j = jlo; j < jhi; ++j)
+                    if (!fa_block_keep(&blk, bm_bits, q0 + r, k0 + j))
+                        srow[j] = -INFINITY;
+            float8 mx8 = (float8)(-INFINITY);
+            for (int j = 0; j < FA_BN; j += 8) {
+                const int8 idx = lane + j;
+                float8 x = select(vload8(0, srow + j), (float8)(-INFINITY), idx < jlo || idx >= jhi);
+                vstore8(x, 0, srow + j);
+                mx8 = fmax(mx8, x);
+            }
+            const float4 mx4 = fmax(mx8.lo, mx8.hi);
+            const float2 mx2 = fmax(mx4.lo, mx4.hi);
+            const float tile_max = fmax(mx2.lo, mx2.hi);
+            const float m_old = row_max[r], m_new = fmax(m_old, tile_max);
+            const float alpha = m_old == -INFINITY ? 0.0f : m_new == m_old ? 1.0f : exp(m_old - m_new);
+            const float shift = m_new == -INFINITY ? 0.0f : m_new;
+            row_max[r] = m_new;
+            float8 sum8 = 0.0f;
+            for (int j = 0; j < FA_BN; j += 8) {
+                const float8 e = exp(vload8(0, srow + j) - shift);
+                vstore8(e, 0, srow + j);
+                sum8 += e;
+            }
+            const float4 s4 = sum8.lo + sum8.hi;
+            const float2 s2 = s4.lo + s4.hi;
+            row_sum[r] = row_sum[r] * alpha + (s2.lo + s2.hi);
+            if (threshold && jhi > jlo)
+                for (int j = jlo & ~3; j < jhi; j += 4) {
+                    const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)heads_q, (ulong)h,
+                                                             (ulong)(q0 + r), (ulong)(k0 + j));
+                    for (int t = 0; t < 4; ++t)
+                        srow[j + t] *= fa_drop_factor(bits.v[t], threshold, drop_scale);
+                }
+            if (alpha != 1.0f)
+                for (int c = 0; c < FA_DV; c += 8)
+                    vstore8(vload8(0, acc + r * FA_DV + c) * alpha, 0, acc + r * FA_DV + c);
+        }
+        /* O += P V, 4 rows x 16 columns per block */
+        for (int r0 = 0; r0 < FA_BM; r0 += 4)
+            for (int c0 = 0; c0 < FA_DV; c0 += 16) {
+                __local float *o0 = acc + r0 * FA_DV + c0;
+                float8 a00 = vload8(0, o0), a01 = vload8(0, o0 + 8);
+                float8 a10 = vload8(0, o0 + FA_DV), a11 = vload8(0, o0 + FA_DV + 8);
+                float8 a20 = vload8(0, o0 + 2 * FA_DV), a21 = vload8(0, o0 + 2 * FA_DV + 8);
+                float8 a30 = vload8(0, o0 + 3 * FA_DV), a31 = vload8(0, o0 + 3 * FA_DV + 8);
+                for (int j = 0; j < FA_BN; ++j) {
+                    const float8 v0 = vload8(0, v_t + j * FA_DV + c0), v1 = vload8(0, v_t + j * FA_DV + c0 + 8);
+                    const float p0 = s_t[r0 * FA_BN + j], p1 = s_t[(r0 + 1) * FA_BN + j];
+                    const float p2 = s_t[(r0 + 2) * FA_BN + j], p3 = s_t[(r0 + 3) * FA_BN + j];
+                    a00 = mad((float8)p0, v0, a00);
+                    a01 = mad((float8)p0, v1, a01);
+                    a10 = mad((float8)p1, v0, a10);
+                    a11 = mad((float8)p1, v1, a11);
+                    a20 = mad((float8)p2, v0, a20);
+                    a21 = mad((float8)p2, v1, a21);
+                    a30 = mad((float8)p3, v0, a30);
+                    a31 = mad((float8)p3, v1, a31);
+                }
+                vstore8(a00, 0, o0);
+                vstore8(a01, 0, o0 + 8);
+                vstore8(a10, 0, o0 + FA_DV);
+                vstore8(a11, 0, o0 + FA_DV + 8);
+                vstore8(a20, 0, o0 + 2 * FA_DV);
+                vstore8(a21, 0, o0 + 2 * FA_DV + 8);
+                vstore8(a30, 0, o0 + 3 * FA_DV);
+                vstore8(a31, 0, o0 + 3 * FA_DV + 8);
+            }
+    }
+
+    const fa_ocl_view vo = fa_view_of(prm, FA_T_O), vl = fa_view_of(prm, FA_T_LSE);
+    for (int r = 0; r < nr; ++r) {
+        const float l = row_sum[r], mx = row_max[r];
+        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        const long at = fa_at(vo, b, qs + q0 + r, h);
+        for (int c = 0; c < FA_D; ++c)
+            FA_STORE(o, at + c, acc[r * FA_DV + c] * inv);
+        if (prm[FA_P_HAS_LSE])
+            lse[fa_at(vl, b, qs + q0 + r, h)] = (l == 0.0f || mx == -INFINITY) ? -INFINITY : mx + log(l);
+    }
+}
+#endif

@@ -1,0 +1,42 @@
+/* params.h: the layout of the 64-bit parameter block every OpenCL kernel receives as its first
+ * argument. Shared text: backend.c includes it, and the build prepends it to the kernel source, so
+ * the host and the kernels can never disagree on an index. Plain enums: valid C and OpenCL C. */
+#ifndef FA_OCL_PARAMS_H
+#define FA_OCL_PARAMS_H
+
+/* The tensors, each described by four longs: element offset inside its cl_mem (the fa_malloc
+ * pointer's byte offset / element size), then the batch, row and head strides in elements (the
+ * form of fa_view in core/internal.h). */
+enum fa_ocl_tensor { FA_T_Q, FA_T_K, FA_T_V, FA_T_O, FA_T_LSE, FA_T_DO, FA_T_DQ, FA_T_DK, FA_T_DV, FA_T_COUNT };
+
+enum fa_ocl_param {
+    FA_P_BATCH,
+    FA_P_HEADS_Q,
+    FA_P_HEADS_KV,
+    FA_P_GROUP,
+    FA_P_SEQLEN_Q,          /* dense lengths or varlen maxima */
+    FA_P_SEQLEN_K,
+    FA_P_TOTAL_Q,
+    FA_P_VARLEN,            /* 1: cu_seqlens give each sequence's rows */
+    FA_P_CU_Q_OFF,          /* element offsets of cu_seqlens_q / _k inside their cl_mem */
+    FA_P_CU_K_OFF,
+    FA_P_CAUSAL,
+    FA_P_WINDOW_LEFT,
+    FA_P_WINDOW_RIGHT,
+    FA_P_DROPOUT_THRESHOLD, /* core/philox.h threshold; 0 = no dropout */
+    FA_P_SEED,              /* uint64 bits */
+    FA_P_OFFSET,
+    FA_P_HAS_LSE,
+    FA_P_BLOCK_MASK,        /* 1: block-sparse, the mask bits and the core's lists are bound */
+    FA_P_BM_HEADS,
+    FA_P_BM_ROWS,
+    FA_P_BM_COLS,
+    FA_P_BM_BQ,
+    FA_P_BM_BK,
+    FA_P_BL_HEADS,
+    FA_P_BL_NQ,
+    FA_P_TENSORS,           /* 4 per tensor from here, in fa_ocl_tensor order */
+    FA_P_COUNT = FA_P_TENSORS + 4 * FA_T_COUNT
+};
+
+#endif

@@ -1,0 +1,320 @@
+/* opencl_vs_cpu.c: the OpenCL backend against the CPU backend on the same inputs, options and
+ * seed (through the public API only): forward and backward outputs agree to the storage dtype's
+ * rounding, the dropout masks are the same elements (read off exactly, see test_dropout_mask),
+ * the backward is bitwise reproducible, and the program-binary cache is written where the README
+ * says. Exits 77 (SKIP) when the OpenCL backend is not compiled in or has no device. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "flashattn.h"
+
+static char cache_root[256];
+
+/* ------------------------------------------------------------------ data */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void put(fa_dtype dt, void *buf, size_t i, float x)
+{
+    if (dt == FA_DTYPE_F32)
+        ((float *)buf)[i] = x;
+    else
+        ((uint16_t *)buf)[i] = dt == FA_DTYPE_F16 ? fa_f32_to_f16(x) : fa_f32_to_bf16(x);
+}
+
+static float get(fa_dtype dt, const void *buf, size_t i)
+{
+    if (dt == FA_DTYPE_F32)
+        return ((const float *)buf)[i];
+    uint16_t h = ((const uint16_t *)buf)[i];
+    return dt == FA_DTYPE_F16 ? fa_f16_to_f32(h) : fa_bf16_to_f32(h);
+}
+
+/* One problem's host tensors; every run uploads them to its own context. */
+typedef struct problem {
+    fa_dtype dt;
+    int64_t batch, sq, sk, hq, hkv, d;
+    fa_options opts;
+    void *q, *k, *v, *dout;
+} problem;
+
+enum { T_Q, T_K, T_V, T_O, T_LSE, T_DO, T_DQ, T_DK, T_DV, T_N };
+
+typedef struct outputs {
+    void *host[T_N];
+    size_t bytes[T_N];
+} outputs;
+
+static size_t elems_q(const problem *p) { return (size_t)(p->batch * p->sq * p->hq * p->d); }
+static size_t elems_k(const problem *p) { return (size_t)(p->batch * p->sk * p->hkv * p->d); }
+
+/* Forward then backward on the named backend; host copies of every output in *out. */
+static void run(const char *backend, const problem *p, outputs *out)
+{
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx, backend, 0), FA_SUCCESS);
+    size_t es = fa_dtype_size(p->dt);
+    size_t n[T_N] = {elems_q(p), elems_k(p), elems_k(p), elems_q(p), (size_t)(p->batch * p->hq * p->sq),
+                     elems_q(p), elems_q(p), elems_k(p), elems_k(p)};
+    void *dev[T_N];
+    const void *in[T_N] = {p->q, p->k, p->v, NULL, NULL, p->dout, NULL, NULL, NULL};
+    for (int t = 0; t < T_N; ++t) {
+        out->bytes[t] = n[t] * (t == T_LSE ? sizeof(float) : es);
+        out->host[t] = calloc(1, out->bytes[t]);
+        assert_non_null(out->host[t]);
+        assert_int_equal(fa_malloc(ctx, out->bytes[t], &dev[t]), FA_SUCCESS);
+        if (in[t])
+            assert_int_equal(fa_memcpy(ctx, dev[t], in[t], out->bytes[t], FA_COPY_HOST_TO_DEVICE), FA_SUCCESS);
+    }
+    int64_t qs[4] = {p->batch, p->sq, p->hq, p->d}, ks[4] = {p->batch, p->sk, p->hkv, p->d};
+    int64_t ls[3] = {p->batch, p->hq, p->sq};
+    fa_fwd_args f = {
+        .q = fa_tensor_contiguous(dev[T_Q], p->dt, 4, qs),
+        .k = fa_tensor_contiguous(dev[T_K], p->dt, 4, ks),
+        .v = fa_tensor_contiguous(dev[T_V], p->dt, 4, ks),
+        .o = fa_tensor_contiguous(dev[T_O], p->dt, 4, qs),
+        .lse = fa_tensor_contiguous(dev[T_LSE], FA_DTYPE_F32, 3, ls),
+        .opts = p->opts,
+    };
+    fa_status st = fa_forward(ctx, &f);
+    if (st != FA_SUCCESS)
+        fail_msg("%s forward: %s", backend, fa_context_last_error(ctx));
+    fa_bwd_args g = {
+        .q = f.q, .k = f.k, .v = f.v, .o = f.o, .lse = f.lse,
+        .dout = fa_tensor_contiguous(dev[T_DO], p->dt, 4, qs),
+        .dq = fa_tensor_contiguous(dev[T_DQ], p->dt, 4, qs),
+        .dk = fa_tensor_contiguous(dev[T_DK], p->dt, 4, ks),
+        .dv = fa_tensor_contiguous(dev[T_DV], p->dt, 4, ks),
+        .opts = p->opts,
+    };
+    st = fa_backward(ctx, &g);
+    if (st != FA_SUCCESS)
+        fail_msg("%s backward: %s", backend, fa_context_last_error(ctx));
+    for (int t = 0; t < T_N; ++t) {
+        if (!in[t])
+            assert_int_equal(fa_memcpy(ctx, out->host[t], dev[t], out->bytes[t], FA_COPY_DEVICE_TO_HOST), FA_SUCCESS);
+        assert_int_equal(fa_free(ctx, dev[t]), FA_SUCCESS);
+    }
+    fa_context_destroy(ctx);
+}
+
+static void release(outputs *o)
+{
+    for (int t = 0; t < T_N; ++t)
+        free(o->host[t]);
+}
+
+static void make_problem(problem *p, fa_dtype dt, int64_t sq, int64_t sk, int64_t hq, int64_t hkv, int64_t d)
+{
+    memset(p, 0, sizeof *p);
+    p->dt = dt;
+    p->batch = 2;
+    p->sq = sq;
+    p->sk = sk;
+    p->hq = hq;
+    p->hkv = hkv;
+    p->d = d;
+    p->opts = fa_options_default();
+    size_t es = fa_dtype_size(dt);
+    p->q = malloc(elems_q(p) * es);
+    p->k = malloc(elems_k(p) * es);
+    p->v = malloc(elems_k(p) * es);
+    p->dout = malloc(elems_q(p) * es);
+    assert_true(p->q && p->k && p->v && p->dout);
+    for (size_t i = 0; i < elems_q(p); ++i) {
+        put(dt, p->q, i, rnd());
+        put(dt, p->dout, i, rnd());
+    }
+    for (size_t i = 0; i < elems_k(p); ++i) {
+        put(dt, p->k, i, rnd());
+        put(dt, p->v, i, rnd());
+    }
+}
+
+static void free_problem(problem *p)
+{
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->dout);
+}
+
+/* max |a - b| over a tensor, relative to max |b| (at least 1) */
+static double rel_diff(fa_dtype dt, const void *a, const void *b, size_t n)
+{
+    double diff = 0.0, scale = 1.0;
+    for (size_t i = 0; i < n; ++i) {
+        double x = get(dt, a, i), y = get(dt, b, i);
+        if (isinf(x) || isinf(y)) {
+            if (x != y)
+                return INFINITY;
+            continue;
+        }
+        diff = fmax(diff, fabs(x - y));
+        scale = fmax(scale, fabs(y));
+    }
+    return diff / scale;
+}
+
+/* ------------------------------------------------------------------ tests */
+
+/* Both backends compute in fp32 and round once into the storage dtype: they may differ by the
+ * summation order (a few fp32 ulps, more in the gradients' long sums) and then by one rounding
+ * step of the storage type. A wrong mask or dropout element would differ by O(1). */
+static double tolerance(fa_dtype dt)
+{
+    return dt == FA_DTYPE_F32 ? 2e-5 : dt == FA_DTYPE_F16 ? 1e-3 : 8e-3;
+}
+
+static void agree(const problem *p)
+{
+    outputs c, o;
+    run("cpu", p, &c);
+    run("opencl", p, &o);
+    static const char *const names[T_N] = {"q", "k", "v", "O", "LSE", "dO", "dQ", "dK", "dV"};
+    for (int t = T_O; t < T_N; ++t) {
+        if (t == T_DO)
+            continue;
+        fa_dtype dt = t == T_LSE ? FA_DTYPE_F32 : p->dt;
+        double r = rel_diff(dt, o.host[t], c.host[t], o.bytes[t] / (t == T_LSE ? 4 : fa_dtype_size(p->dt)));
+        print_message("    %s %s: max relative difference opencl vs cpu %.3g\n", fa_dtype_name(p->dt), names[t], r);
+        if (!(r <= tolerance(p->dt) * (t >= T_DQ ? 4 : 1)))
+            fail_msg("%s differs: %.3g", names[t], r);
+    }
+    release(&c);
+    release(&o);
+}
+
+static void test_agree_causal_gqa_dropout(void **state)
+{
+    (void)state;
+    static const fa_dtype dts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    for (int i = 0; i < 3; ++i) {
+        problem p;
+        make_problem(&p, dts[i], 77, 130, 4, 2, 64);
+        p.opts.causal = 1;
+        p.opts.dropout_p = 0.2f;
+        p.opts.dropout_seed = 42 + (uint64_t)i;
+        p.opts.dropout_offset = 7;
+        agree(&p);
+        free_problem(&p);
+    }
+}
+
+static void test_agree_window_blocksparse(void **state)
+{
+    (void)state;
+    problem p;
+    make_problem(&p, FA_DTYPE_F32, 150, 150, 2, 2, 40);
+    fa_block_mask bm;
+    assert_int_equal(fa_block_mask_create(&bm, FA_BLOCK_RANDOM, 1, 150, 150, 32, 48, 0, 0.5, 3), FA_SUCCESS);
+    p.opts.block_mask = &bm;
+    p.opts.window_left = 40;
+    p.opts.window_right = 10;
+    agree(&p);
+    fa_block_mask_destroy(&bm);
+    free_problem(&p);
+}
+
+/* With Q = 0 every visible score is 0, so P = 1/seqlen_k on each row; with V the identity
+ * (d = seqlen_k, V[j] = e_j) the output is O[i][j] = P_ij * Z_ij: exactly 0 where dropout drops
+ * (i, j) and 1/((1 - p) seqlen_k) where it keeps it. The two backends' zero sets must be equal. */
+static void test_dropout_mask(void **state)
+{
+    (void)state;
+    problem p;
+    make_problem(&p, FA_DTYPE_F32, 45, 64, 3, 3, 64);
+    memset(p.q, 0, elems_q(&p) * sizeof(float));
+    memset(p.v, 0, elems_k(&p) * sizeof(float));
+    for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t j = 0; j < p.sk; ++j)
+            for (int64_t h = 0; h < p.hkv; ++h)
+                ((float *)p.v)[((b * p.sk + j) * p.hkv + h) * p.d + j] = 1.0f;
+    p.opts.dropout_p = 0.5f;
+    p.opts.dropout_seed = 0x123456789abcdefull;
+    p.opts.dropout_offset = 1000;
+    outputs c, o;
+    run("cpu", &p, &c);
+    run("opencl", &p, &o);
+    size_t n = elems_q(&p), dropped = 0, mismatched = 0;
+    for (size_t i = 0; i < n; ++i) {
+        float x = ((float *)c.host[T_O])[i], y = ((float *)o.host[T_O])[i];
+        dropped += x == 0.0f;
+        mismatched += (x == 0.0f) != (y == 0.0f);
+    }
+    print_message("    %zu of %zu elements dropped by the CPU backend, %zu differ on OpenCL\n", dropped, n, mismatched);
+    assert_int_equal(mismatched, 0);
+    assert_true(dropped > n / 4 && dropped < 3 * n / 4);
+    release(&c);
+    release(&o);
+    free_problem(&p);
+}
+
+static void test_backward_reproducible_and_cached(void **state)
+{
+    (void)state;
+    problem p;
+    make_problem(&p, FA_DTYPE_BF16, 100, 90, 4, 1, 96);
+    p.opts.causal = 1;
+    p.opts.dropout_p = 0.1f;
+    outputs a, b;
+    run("opencl", &p, &a);
+    run("opencl", &p, &b);
+    for (int t = T_O; t < T_N; ++t)
+        if (t != T_DO)
+            assert_memory_equal(a.host[t], b.host[t], a.bytes[t]);
+    release(&a);
+    release(&b);
+    free_problem(&p);
+    /* the programs just built are in the disk cache */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/opencl", cache_root);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int bins = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        bins += strstr(e->d_name, ".bin") != NULL;
+    closedir(d);
+    print_message("    %d program binaries in %s\n", bins, dir);
+    assert_true(bins >= 1);
+}
+
+int main(void)
+{
+    int n = 0;
+    if (fa_device_count("opencl", &n) != FA_SUCCESS || n == 0) {
+        printf("opencl backend not compiled in or no OpenCL device: skipped\n");
+        return 77;
+    }
+    /* a fresh cache directory, so the cache test sees this run's files */
+    snprintf(cache_root, sizeof cache_root, "/tmp/flashattn-test-cache-%ld", (long)getpid());
+    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_agree_causal_gqa_dropout),
+        cmocka_unit_test(test_agree_window_blocksparse),
+        cmocka_unit_test(test_dropout_mask),
+        cmocka_unit_test(test_backward_reproducible_and_cached),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_root);
+    if (system(cmd) != 0)
+        printf("could not remove %s\n", cache_root);
+    return failed;
+}
