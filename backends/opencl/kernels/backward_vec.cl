@@ -145,10 +145,7 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
         const fa_ocl_blocks blk = fa_blocks_of(prm, h);
         for (long qt = 0; qt < nq; ++qt) {
             const long q0 = qt * FA_BM;
-            int cls = fa_mask_classify_tile(&m, q0, q0 + FA_BM, k0, k0 + FA_BN);
-            if (cls != FA_TILE_EMPTY && blk.on)
-                cls = fa_tile_class_meet((fa_tile_class)cls,
-                                         (fa_tile_class)fa_list_class(prm, bl_row_ptr, bl_col, bl_cls, blk.mh, qt, kt));
+            const int cls = fa_pair_class(prm, bl_row_ptr, bl_col, bl_cls, &m, &blk, qt, kt);
             if (cls == FA_TILE_EMPTY)
                 continue;
             const int nr = (int)min((long)FA_BM, sq - q0);
@@ -221,30 +218,10 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
             dq_t[r * FA_DV + c] = 0.0f;
     }
 
-    long it_begin, it_end, kt_base = 0;
-    if (blk.on) {
-        const long nq = prm[FA_P_BL_NQ];
-        it_begin = bl_row_ptr[blk.mh * nq + qt];
-        it_end = bl_row_ptr[blk.mh * nq + qt + 1];
-    } else {
-        int64_t first_lo, first_hi, last_lo, last_hi;
-        fa_mask_row_range(&m, q0, &first_lo, &first_hi);
-        fa_mask_row_range(&m, q0 + nr - 1, &last_lo, &last_hi);
-        const long nk = (sk + FA_BN - 1) / FA_BN;
-        kt_base = first_lo / FA_BN;
-        it_begin = 0;
-        it_end = last_hi <= first_lo ? 0 : min(nk, (last_hi + FA_BN - 1) / FA_BN) - kt_base;
-    }
-    for (long it = it_begin; it < it_end; ++it) {
-        long kt = kt_base + it;
-        int cls_list = FA_TILE_FULL;
-        if (blk.on) {
-            kt = bl_col[it];
-            cls_list = bl_cls[it];
-        }
-        const long k0 = kt * FA_BN;
-        const int cls = fa_tile_class_meet(fa_mask_classify_tile(&m, q0, q0 + FA_BM, k0, k0 + FA_BN),
-                                           (fa_tile_class)cls_list);
+    const fa_walk walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qt, q0, nr, sk);
+    for (long it = walk.begin; it < walk.end; ++it) {
+        long k0;
+        const int cls = fa_walk_step(&walk, it, bl_col, bl_cls, &m, q0, &k0);
         if (cls == FA_TILE_EMPTY)
             continue;
         const int nc = (int)min((long)FA_BN, sk - k0);

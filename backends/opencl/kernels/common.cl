@@ -143,3 +143,61 @@ static inline float fa_drop_factor(uint word, uint threshold, float drop_scale)
 {
     return word >= threshold ? drop_scale : 0.0f;
 }
+
+/* The key tiles one query tile (rows [q0, q0 + nr) of tile qt) visits: the core's list for
+ * block-sparse masks, else the tiles between the first row's first visible key and the last row's
+ * last (both ends are monotone in the row). Steps it in [begin, end) go to fa_walk_step. */
+typedef struct fa_walk {
+    long begin, end, base;
+    int list;
+} fa_walk;
+
+static inline fa_walk fa_walk_of(__global const long *prm, __global const long *row_ptr, const fa_mask *m,
+                                 const fa_ocl_blocks *blk, long qt, long q0, long nr, long sk)
+{
+    fa_walk w;
+    w.list = blk->on;
+    w.base = 0;
+    if (blk->on) {
+        const long nq = prm[FA_P_BL_NQ];
+        w.begin = row_ptr[blk->mh * nq + qt];
+        w.end = row_ptr[blk->mh * nq + qt + 1];
+    } else {
+        int64_t first_lo, first_hi, last_lo, last_hi;
+        fa_mask_row_range(m, q0, &first_lo, &first_hi);
+        fa_mask_row_range(m, q0 + nr - 1, &last_lo, &last_hi);
+        const long nk = (sk + FA_BN - 1) / FA_BN;
+        w.base = first_lo / FA_BN;
+        w.begin = 0;
+        w.end = last_hi <= first_lo ? 0 : min(nk, (last_hi + FA_BN - 1) / FA_BN) - w.base;
+    }
+    return w;
+}
+
+/* Step it of a walk: the key tile's first key (*k0) and its class, the mask's met with the list's;
+ * FA_TILE_EMPTY: nothing in it is visible, skip it. */
+static inline int fa_walk_step(const fa_walk *w, long it, __global const int *col, __global const uchar *cls,
+                               const fa_mask *m, long q0, long *k0)
+{
+    long kt = w->base + it;
+    int c = FA_TILE_FULL;
+    if (w->list) {
+        kt = col[it];
+        c = cls[it];
+    }
+    *k0 = kt * FA_BN;
+    return fa_tile_class_meet(fa_mask_classify_tile(m, q0, q0 + FA_BM, *k0, *k0 + FA_BN), (fa_tile_class)c);
+}
+
+/* The class of the pair (query tile qt, key tile kt), the mask's met with the block list's, for
+ * the kernels that own a key tile and walk the query tiles. */
+static inline int fa_pair_class(__global const long *prm, __global const long *row_ptr, __global const int *col,
+                                __global const uchar *cls, const fa_mask *m, const fa_ocl_blocks *blk, long qt,
+                                long kt)
+{
+    const long q0 = qt * FA_BM, k0 = kt * FA_BN;
+    int c = fa_mask_classify_tile(m, q0, q0 + FA_BM, k0, k0 + FA_BN);
+    if (c != FA_TILE_EMPTY && blk->on)
+        c = fa_tile_class_meet((fa_tile_class)c, (fa_tile_class)fa_list_class(prm, row_ptr, col, cls, blk->mh, qt, kt));
+    return c;
+}

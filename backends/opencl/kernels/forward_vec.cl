@@ -55,29 +55,10 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
         hi[r] = r < nr ? z : 0;
     }
 
-    long it_begin, it_end, kt_base = 0;
-    if (blk.on) {
-        const long nq = prm[FA_P_BL_NQ];
-        it_begin = bl_row_ptr[blk.mh * nq + qt];
-        it_end = bl_row_ptr[blk.mh * nq + qt + 1];
-    } else {
-        const long nk = (sk + FA_BN - 1) / FA_BN;
-        kt_base = lo[0] / FA_BN;
-        it_begin = 0;
-        it_end = hi[nr - 1] <= lo[0] ? 0 : min(nk, (hi[nr - 1] + FA_BN - 1) / FA_BN) - kt_base;
-    }
-
-    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-    for (long it = it_begin; it < it_end; ++it) {
-        long kt = kt_base + it;
-        int cls_list = FA_TILE_FULL;
-        if (blk.on) {
-            kt = bl_col[it];
-            cls_list = bl_cls[it];
-        }
-        const long k0 = kt * FA_BN;
-        const int cls = fa_tile_class_meet(fa_mask_classify_tile(&m, q0, q0 + FA_BM, k0, k0 + FA_BN),
-                                           (fa_tile_class)cls_list);
+    const fa_walk walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qt, q0, nr, sk);
+    for (long it = walk.begin; it < walk.end; ++it) {
+        long k0;
+        const int cls = fa_walk_step(&walk, it, bl_col, bl_cls, &m, q0, &k0);
         if (cls == FA_TILE_EMPTY)
             continue;
         const int nc = (int)min((long)FA_BN, sk - k0);
