@@ -157,6 +157,13 @@ typedef struct ocl_buffer {
     cl_mem mem;
 } ocl_buffer;
 
+/* One row of the tile table (see gpu_fwd_tiles below). */
+typedef struct ocl_tile_row {
+    int64_t max_d, block_q, block_k;
+    int kernel;
+    int64_t tm, tn, dc;
+} ocl_tile_row;
+
 typedef struct ocl_program {
     char options[192];
     cl_program program;
@@ -169,7 +176,8 @@ typedef struct ocl_state {
     cl_context context;
     cl_command_queue queue;
     cl_device_type type;
-    int gpu_tiles; /* the GPU rows of the tile table and the work-item kernels */
+    int gpu_tiles;          /* the GPU rows of the tile table and the work-group kernels */
+    ocl_tile_row fwd_tile; /* FLASHATTN_OPENCL_FWD_TILE's row; block_q 0 when unset */
     size_t max_group;
     cl_ulong local_bytes;
     char device_name[256], device_version[128], driver_version[128], platform_version[256];
@@ -179,6 +187,8 @@ typedef struct ocl_state {
     int nprograms;
     cl_mem dummy; /* bound where a kernel's optional buffer is absent */
 } ocl_state;
+
+static int parse_fwd_tile(ocl_tile_row *out);
 
 static ocl_state *state(const fa_context *ctx)
 {
@@ -259,6 +269,8 @@ static fa_status ocl_open(fa_context *ctx, int device)
     s->gpu_tiles = tiles && strcmp(tiles, "gpu") == 0   ? 1
                    : tiles && strcmp(tiles, "cpu") == 0 ? 0
                                                         : (s->type & CL_DEVICE_TYPE_GPU) != 0;
+    if (!parse_fwd_tile(&s->fwd_tile))
+        s->fwd_tile.block_q = 0;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)s->platform, 0};
     s->context = clCreateContext(props, 1, &s->device, NULL, NULL, &e);
     if (e == CL_SUCCESS)
@@ -385,59 +397,71 @@ static fa_status ocl_sync(fa_context *ctx)
 
 /* ---------------------------------------------------------------- tiles */
 
-/* The tile table: per device type and head-dim bound, B_r (query rows per work-group), B_c (keys
- * per tile) and the forward's rows per work-item. A GPU's __local memory (48 KiB on NVIDIA) must
- * hold the fp32 K and V tiles (2 B_c d floats) and the backward's Q and dO tiles (2 B_r d). */
-typedef struct ocl_tile_row {
-    int64_t max_d, block_q, block_k, rows_per_item;
-} ocl_tile_row;
-
+/* The tile table: per device type and head-dim bound, B_r (query rows per work-group) and B_c
+ * (keys per tile), the kernel kind (1: the work-group kernels of forward.cl and backward.cl, 0:
+ * one work-item per tile, forward_vec.cl and backward_vec.cl, for CPU devices) and, for the GPU
+ * forward, the work-item's block of S (tm x tn) and the head-dim columns per pass (dc). */
 static const ocl_tile_row gpu_fwd_tiles[] = {
-    /* d <= 64: 128 rows, one per work-item (q, the accumulator and 64 scores: about 200
-     * registers; two rows per work-item would spill), 64 keys: K + V tiles 32 KiB */
-    {.max_d = 64, .block_q = 128, .block_k = 64, .rows_per_item = 1},
-    /* d <= 128: one row per work-item (q and the accumulator already take 2 d registers; more
-     * than 255 with the scores, so some spill: splitting d over two work-items is the next step),
-     * 32 keys: 32 KiB of K + V */
-    {.max_d = 128, .block_q = 64, .block_k = 32, .rows_per_item = 1},
-    /* d <= 256: 16 keys keep K + V at 32 KiB */
-    {.max_d = 256, .block_q = 64, .block_k = 16, .rows_per_item = 1},
+    /* 64 x 64, 4 x 4 per work-item: 256 work-items, 16 scores and 4 x d / 16 outputs each in
+     * registers; Q^T and K^T in 32-column passes (16 KiB) then V in 64-column chunks through the
+     * same region, P^T 16 KiB: 32 KiB of __local memory at every head dim */
+    {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 32},
 };
 static const ocl_tile_row gpu_bwd_tiles[] = {
     /* the dK/dV kernel keeps 4 d floats per work-item; 32 x 64 tiles: 16 + 16 KiB of Q, dO and K, V */
-    {.max_d = 64, .block_q = 32, .block_k = 64, .rows_per_item = 1},
+    {.max_d = 64, .block_q = 32, .block_k = 64, .kernel = 1},
     /* 32 x 32: Q + dO 32 KiB, K + V 32 KiB */
-    {.max_d = 128, .block_q = 32, .block_k = 32, .rows_per_item = 1},
+    {.max_d = 128, .block_q = 32, .block_k = 32, .kernel = 1},
     /* 16 x 16 at d 256: 32 KiB each */
-    {.max_d = 256, .block_q = 16, .block_k = 16, .rows_per_item = 1},
+    {.max_d = 256, .block_q = 16, .block_k = 16, .kernel = 1},
 };
-/* CPU devices run the forward as fa_forward_vec (one work-item per query tile, float8 blocks);
- * rows_per_item 0 selects it. */
+/* CPU devices run the forward as fa_forward_vec (one work-item per query tile, float8 blocks) */
 static const ocl_tile_row cpu_fwd_tiles[] = {
     /* d <= 64: 64 x 128 (Q, O, K^T, V and S: 128 KiB, a core's L2 share), as the CPU backend;
      * measured at seqlen 1024 on the 2-core EPYC: 31 ms against 42 (64 x 64) and 45 (32 x 64) */
-    {.max_d = 64, .block_q = 64, .block_k = 128, .rows_per_item = 0},
+    {.max_d = 64, .block_q = 64, .block_k = 128, .kernel = 0},
     /* d <= 128: 64 x 64 (144 KiB): 61 ms against 64 (64 x 128) and 76 (32 x 64) */
-    {.max_d = 128, .block_q = 64, .block_k = 64, .rows_per_item = 0},
+    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 0},
     /* larger head dims: 32 x 32 keeps the tiles at 136 KiB at d 256 */
-    {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 0},
+    {.max_d = 256, .block_q = 32, .block_k = 32, .kernel = 0},
 };
-/* and the backward as backward_vec.cl's kernels (rows_per_item 0): 64 x 64 tiles at d <= 128 (the
- * CPU backend's backward tile at d 64), 32 x 32 above, so that the dK/dV kernel's ten tiles stay
- * within PoCL's 512 KiB of local memory */
+/* and the backward as backward_vec.cl's kernels: 64 x 64 tiles at d <= 128 (the CPU backend's
+ * backward tile at d 64), 32 x 32 above, so that the dK/dV kernel's ten tiles stay within PoCL's
+ * 512 KiB of local memory */
 static const ocl_tile_row cpu_bwd_tiles[] = {
-    {.max_d = 128, .block_q = 64, .block_k = 64, .rows_per_item = 0},
-    {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 0},
+    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 0},
+    {.max_d = 256, .block_q = 32, .block_k = 32, .kernel = 0},
 };
+
+#define OCL_ROWS(t) (sizeof(t) / sizeof((t)[0]))
 
 static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
 {
     int gpu = s->gpu_tiles;
+    if (!p->backward && gpu && s->fwd_tile.block_q) /* FLASHATTN_OPENCL_FWD_TILE */
+        return s->fwd_tile;
     const ocl_tile_row *t = p->backward ? (gpu ? gpu_bwd_tiles : cpu_bwd_tiles) : (gpu ? gpu_fwd_tiles : cpu_fwd_tiles);
-    size_t n = p->backward ? (gpu ? 3 : 2) : 3, i = 0;
+    size_t n = p->backward ? (gpu ? OCL_ROWS(gpu_bwd_tiles) : OCL_ROWS(cpu_bwd_tiles))
+                           : (gpu ? OCL_ROWS(gpu_fwd_tiles) : OCL_ROWS(cpu_fwd_tiles));
+    size_t i = 0;
     while (i + 1 < n && p->d > t[i].max_d)
         ++i;
     return t[i];
+}
+
+/* FLASHATTN_OPENCL_FWD_TILE=bm,bn,tm,tn,dc replaces the GPU forward's row (for tuning; the
+ * benchmarks name it where they use it). Returns 0 when the variable is unset or malformed. */
+static int parse_fwd_tile(ocl_tile_row *out)
+{
+    const char *v = getenv("FLASHATTN_OPENCL_FWD_TILE");
+    long long bm, bn, tm, tn, dc;
+    if (!v || sscanf(v, "%lld,%lld,%lld,%lld,%lld", &bm, &bn, &tm, &tn, &dc) != 5)
+        return 0;
+    if (bm < 32 || bn < 32 || tm < 4 || tn < 4 || dc < 4 || bm % tm || bn % tn || tm % 4 || tn % 4 || dc % 4 ||
+        bm > 256 || bn > 256)
+        return 0;
+    *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc};
+    return 1;
 }
 
 /* The core plans (and builds block lists) at exactly the table's tile: M is made large enough
@@ -454,16 +478,24 @@ static void ocl_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
     out->multiple = small;
 }
 
-/* The forward's rows per work-item; 0: the one-work-item-per-tile kernel (fa_forward_vec). */
-static int64_t rows_per_item(const ocl_state *s, const fa_problem *p)
+/* The kernel kind for the planned tile: the table's, except that the vec kernels need B_r a
+ * multiple of 4 and B_c of 16 (the work-group kernels take any planned tile). */
+static int kernel_kind(const ocl_state *s, const fa_problem *p)
 {
     ocl_tile_row t = tile_row(s, p);
-    int64_t rm = t.rows_per_item;
-    if (rm == 0)
+    if (t.kernel == 0)
         return p->block_q % 4 == 0 && p->block_k % 16 == 0 ? 0 : 1;
-    if (p->backward)
-        return 1;
-    return p->block_q % rm == 0 ? rm : 1;
+    return 1;
+}
+
+/* The GPU forward's work-item block for the planned tile: the table's when the tile is the
+ * table's, else 4 x 4 in 32-column passes (a tile of at least 32 x 32 keeps its kernel valid). */
+static ocl_tile_row fwd_block(const ocl_state *s, const fa_problem *p)
+{
+    ocl_tile_row t = tile_row(s, p);
+    if (t.block_q != p->block_q || t.block_k != p->block_k || t.tm == 0)
+        t = (ocl_tile_row){.block_q = p->block_q, .block_k = p->block_k, .kernel = 1, .tm = 4, .tn = 4, .dc = 32};
+    return t;
 }
 
 static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
@@ -471,16 +503,30 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     const ocl_state *s = state(ctx);
     if (p->d > 256)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dim %lld > 256", (long long)p->d);
-    int64_t rm = rows_per_item(s, p);
+    int kind = kernel_kind(s, p);
     int64_t wider = p->block_q > p->block_k ? p->block_q : p->block_k;
-    /* forward: B_r / rm work-items, K and V tiles; backward: the larger of the dQ (B_r) and dK/dV
-     * (B_c) kernels, and their larger pair of tiles plus LSE and D */
     int64_t dv = (p->d + 15) / 16 * 16;
-    int64_t group = p->backward ? (rm ? wider : p->block_q) : rm ? p->block_q / rm : 1;
-    int64_t local = p->backward ? (rm ? 4 * (2 * p->d * wider + 2 * p->block_q)
-                                      : 4 * (3 * p->block_q * dv + 5 * p->block_k * dv + 4 * p->block_q * p->block_k))
-                    : rm        ? 4 * 2 * p->d * p->block_k
-                                : 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
+    int64_t group, local;
+    if (p->backward) { /* the larger of the dQ (B_r) and dK/dV (B_c) kernels, their larger pair of
+                        * tiles plus LSE and D; the vec kernels: backward_vec.cl's tiles */
+        group = kind ? wider : 1;
+        local = kind ? 4 * (2 * p->d * wider + 2 * p->block_q)
+                     : 4 * (3 * p->block_q * dv + 5 * p->block_k * dv + 4 * p->block_q * p->block_k);
+    } else if (kind) { /* forward.cl: region A (Q^T, K^T passes; V chunks) and P^T */
+        ocl_tile_row t = fwd_block(s, p);
+        if (p->block_q < 32 || p->block_k < 32 || p->block_q % t.tm || p->block_k % t.tn ||
+            t.dc * (p->block_q + p->block_k) / p->block_k < 4 * (p->block_k / t.tn))
+            return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                            "opencl: forward tile %lld x %lld with %lld x %lld per work-item and %lld columns per "
+                            "pass is not a shape forward.cl takes",
+                            (long long)p->block_q, (long long)p->block_k, (long long)t.tm, (long long)t.tn,
+                            (long long)t.dc);
+        group = (p->block_q / t.tm) * (p->block_k / t.tn);
+        local = 4 * (t.dc * (p->block_q + p->block_k) + p->block_q * p->block_k);
+    } else {
+        group = 1;
+        local = 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
+    }
     if ((size_t)group > s->max_group || (cl_ulong)local > s->local_bytes)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
                         "opencl: tile %lld x %lld at d %lld needs %lld work-items and %lld bytes of local memory; "
@@ -489,8 +535,8 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
                         (long long)local, s->max_group, (unsigned long long)s->local_bytes);
     snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-%s%lld", p->backward ? "bwd" : "fwd",
              fa_dtype_name(p->dtype), (long long)p->d, (long long)p->block_q, (long long)p->block_k,
-             rm ? "r" : "vec", (long long)(rm ? rm : 8));
-    out->kernel = (int)rm;
+             kind ? "wg" : "vec", (long long)group);
+    out->kernel = kind;
     return FA_SUCCESS;
 }
 
@@ -595,15 +641,19 @@ static fa_status build_failed(fa_context *ctx, const ocl_state *s, cl_program pr
 
 /* The program compiled for these options on this context's device: from the context's list,
  * else from a cached binary, else from the embedded source (then cached). */
-static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, ocl_program **out)
+static fa_status get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_program **out)
 {
     ocl_state *s = state(ctx);
     char options[192];
-    int kernels = p->backward ? (rm ? 3 : 4) : rm ? 1 : 2;
-    snprintf(options, sizeof options,
-             "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_RM=%lld -DFA_UNROLL=%d",
-             kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
-             (long long)(rm ? rm : 1), (s->type & CL_DEVICE_TYPE_GPU) != 0);
+    int kernels = p->backward ? (kind ? 3 : 4) : kind ? 1 : 2;
+    int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_UNROLL=%d",
+                     kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
+                     (s->type & CL_DEVICE_TYPE_GPU) != 0);
+    if (kernels == 1) {
+        ocl_tile_row t = fwd_block(s, p);
+        snprintf(options + n, sizeof options - (size_t)n, " -DFA_TM=%lld -DFA_TN=%lld -DFA_DC=%lld", (long long)t.tm,
+                 (long long)t.tn, (long long)t.dc);
+    }
     for (int i = 0; i < s->nprograms; ++i)
         if (strcmp(s->programs[i].options, options) == 0) {
             *out = &s->programs[i];
@@ -862,10 +912,15 @@ static fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_vari
         cl_int e = set_args(k, "mffmmmmmmmmmmm", vals);
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(fa_forward)");
-        else
+        else {
+            int64_t group = 1;
+            if (v->kernel) {
+                ocl_tile_row t = fwd_block(s, p);
+                group = (p->block_q / t.tm) * (p->block_k / t.tn);
+            }
             st = launch(ctx, k, v->kernel ? "clEnqueueNDRangeKernel(fa_forward)" : "clEnqueueNDRangeKernel(fa_forward_vec)",
-                        (p->seqlen_q + p->block_q - 1) / p->block_q, v->kernel ? p->block_q / v->kernel : 1, p->heads_q,
-                        p->batch);
+                        (p->seqlen_q + p->block_q - 1) / p->block_q, group, p->heads_q, p->batch);
+        }
     }
     call_release(&a);
     if (st == FA_SUCCESS)

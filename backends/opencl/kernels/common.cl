@@ -17,10 +17,6 @@
 #ifndef FA_BN
 #define FA_BN 64 /* keys per tile (a multiple of 4: one Philox block covers 4 keys) */
 #endif
-#ifndef FA_RM
-#define FA_RM 1 /* forward: query rows per work-item (register blocking over rows) */
-#endif
-#define FA_WG (FA_BM / FA_RM) /* forward work-group size */
 /* Full unrolling of the loops that index private rows, so a GPU compiler keeps them in
  * registers; the host sets FA_UNROLL=1 on GPUs only (on a CPU runtime it costs tens of seconds of
  * compile time per program and the CPU kernels do not need it). */
@@ -57,6 +53,53 @@ static inline ushort fa_float_to_bf16(float f)
         return (ushort)((x >> 16) | 0x40u);
     x += 0x7fffu + ((x >> 16) & 1u);
     return (ushort)(x >> 16);
+}
+
+/* Four consecutive elements from index i, widened to fp32; only the first n (< 4 at a row's end)
+ * are read, the rest are 0. Vector loads where the index allows: vload_half4 addresses whole
+ * groups of four, so an fp16 row that starts off a multiple of 4 reads element by element. */
+static inline float4 fa_load4(__global const fa_store_t *p, long i, long n)
+{
+#if FA_DTYPE == 0
+    if (n >= 4)
+        return vload4(0, p + i);
+#elif FA_DTYPE == 1
+    if (n >= 4 && (i & 3) == 0)
+        return vload_half4((size_t)(i >> 2), p);
+#else
+    if (n >= 4)
+        return as_float4(convert_uint4(vload4(0, p + i)) << 16);
+#endif
+    float4 x = (float4)(0.0f);
+    x.s0 = n > 0 ? FA_LOAD(p, i) : 0.0f;
+    x.s1 = n > 1 ? FA_LOAD(p, i + 1) : 0.0f;
+    x.s2 = n > 2 ? FA_LOAD(p, i + 2) : 0.0f;
+    x.s3 = n > 3 ? FA_LOAD(p, i + 3) : 0.0f;
+    return x;
+}
+
+/* The first n (at most 4) elements of x to index i, rounded to the storage type. */
+static inline void fa_store4(__global fa_store_t *p, long i, long n, float4 x)
+{
+#if FA_DTYPE == 0
+    if (n >= 4) {
+        vstore4(x, 0, p + i);
+        return;
+    }
+#elif FA_DTYPE == 1
+    if (n >= 4 && (i & 3) == 0) {
+        vstore_half4_rte(x, (size_t)(i >> 2), p);
+        return;
+    }
+#endif
+    if (n > 0)
+        FA_STORE(p, i, x.s0);
+    if (n > 1)
+        FA_STORE(p, i + 1, x.s1);
+    if (n > 2)
+        FA_STORE(p, i + 2, x.s2);
+    if (n > 3)
+        FA_STORE(p, i + 3, x.s3);
 }
 
 typedef struct fa_ocl_view {
