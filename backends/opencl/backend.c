@@ -161,11 +161,11 @@ typedef struct ocl_buffer {
 typedef struct ocl_tile_row {
     int64_t max_d, block_q, block_k;
     int kernel;
-    int64_t tm, tn, dc;
+    int64_t tm, tn, dc, maxreg; /* maxreg: NVIDIA's register cap for the GPU forward (0: none) */
 } ocl_tile_row;
 
 typedef struct ocl_program {
-    char options[192];
+    char options[320];
     cl_program program;
     cl_kernel forward, forward_vec, dsum, dkdv, dq;
 } ocl_program;
@@ -177,6 +177,7 @@ typedef struct ocl_state {
     cl_command_queue queue;
     cl_device_type type;
     int gpu_tiles;          /* the GPU rows of the tile table and the work-group kernels */
+    int nv_options;         /* the device takes NVIDIA's compiler options (cl_nv_compiler_options) */
     ocl_tile_row fwd_tile; /* FLASHATTN_OPENCL_FWD_TILE's row; block_q 0 when unset */
     size_t max_group;
     cl_ulong local_bytes;
@@ -271,6 +272,15 @@ static fa_status ocl_open(fa_context *ctx, int device)
                                                         : (s->type & CL_DEVICE_TYPE_GPU) != 0;
     if (!parse_fwd_tile(&s->fwd_tile))
         s->fwd_tile.block_q = 0;
+    size_t ext_len = 0;
+    if (clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
+        char *ext = malloc(ext_len + 1);
+        if (ext && clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
+            ext[ext_len] = '\0';
+            s->nv_options = strstr(ext, "cl_nv_compiler_options") != NULL;
+        }
+        free(ext);
+    }
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)s->platform, 0};
     s->context = clCreateContext(props, 1, &s->device, NULL, NULL, &e);
     if (e == CL_SUCCESS)
@@ -403,9 +413,9 @@ static fa_status ocl_sync(fa_context *ctx)
  * forward, the work-item's block of S (tm x tn) and the head-dim columns per pass (dc). */
 static const ocl_tile_row gpu_fwd_tiles[] = {
     /* 64 x 64, 4 x 4 per work-item: 256 work-items, 16 scores and 4 x d / 16 outputs each in
-     * registers; Q^T and K^T in 32-column passes (16 KiB) then V in 64-column chunks through the
-     * same region, P^T 16 KiB: 32 KiB of __local memory at every head dim */
-    {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 32},
+     * registers; Q^T and K^T in 32-column passes (17 KiB) then V in 64-column chunks through the
+     * same region, P^T 17 KiB: 34 KiB of __local memory at every head dim */
+    {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 32, .maxreg = 128},
 };
 static const ocl_tile_row gpu_bwd_tiles[] = {
     /* the dK/dV kernel keeps 4 d floats per work-item; 32 x 64 tiles: 16 + 16 KiB of Q, dO and K, V */
@@ -460,7 +470,8 @@ static int parse_fwd_tile(ocl_tile_row *out)
     if (bm < 32 || bn < 32 || tm < 4 || tn < 4 || dc < 4 || bm % tm || bn % tn || tm % 4 || tn % 4 || dc % 4 ||
         bm > 256 || bn > 256)
         return 0;
-    *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc};
+    *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc,
+                          .maxreg = 65536 / (bm / tm * bn / tn) >= 256 ? 0 : 128};
     return 1;
 }
 
@@ -494,7 +505,8 @@ static ocl_tile_row fwd_block(const ocl_state *s, const fa_problem *p)
 {
     ocl_tile_row t = tile_row(s, p);
     if (t.block_q != p->block_q || t.block_k != p->block_k || t.tm == 0)
-        t = (ocl_tile_row){.block_q = p->block_q, .block_k = p->block_k, .kernel = 1, .tm = 4, .tn = 4, .dc = 32};
+        t = (ocl_tile_row){.block_q = p->block_q, .block_k = p->block_k, .kernel = 1, .tm = 4, .tn = 4, .dc = 32,
+                           .maxreg = 128};
     return t;
 }
 
@@ -503,6 +515,9 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     const ocl_state *s = state(ctx);
     if (p->d > 256)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dim %lld > 256", (long long)p->d);
+    if (p->seqlen_q > INT32_MAX || p->seqlen_k > INT32_MAX) /* the kernels index within a sequence in 32 bits */
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: sequences longer than %d tokens",
+                        (int)INT32_MAX);
     int kind = kernel_kind(s, p);
     int64_t wider = p->block_q > p->block_k ? p->block_q : p->block_k;
     int64_t dv = (p->d + 15) / 16 * 16;
@@ -515,14 +530,14 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     } else if (kind) { /* forward.cl: region A (Q^T, K^T passes; V chunks) and P^T */
         ocl_tile_row t = fwd_block(s, p);
         if (p->block_q < 32 || p->block_k < 32 || p->block_q % t.tm || p->block_k % t.tn ||
-            t.dc * (p->block_q + p->block_k) / p->block_k < 4 * (p->block_k / t.tn))
+            (t.dc + 4) * (p->block_q + p->block_k) / p->block_k < 4 * (p->block_k / t.tn))
             return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
                             "opencl: forward tile %lld x %lld with %lld x %lld per work-item and %lld columns per "
                             "pass is not a shape forward.cl takes",
                             (long long)p->block_q, (long long)p->block_k, (long long)t.tm, (long long)t.tn,
                             (long long)t.dc);
         group = (p->block_q / t.tm) * (p->block_k / t.tn);
-        local = 4 * (t.dc * (p->block_q + p->block_k) + p->block_q * p->block_k);
+        local = 4 * ((t.dc + 4) * (p->block_q + p->block_k) + p->block_k * (p->block_q + 4));
     } else {
         group = 1;
         local = 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
@@ -644,16 +659,25 @@ static fa_status build_failed(fa_context *ctx, const ocl_state *s, cl_program pr
 static fa_status get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_program **out)
 {
     ocl_state *s = state(ctx);
-    char options[192];
+    char options[320];
     int kernels = p->backward ? (kind ? 3 : 4) : kind ? 1 : 2;
     int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_UNROLL=%d",
                      kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
                      (s->type & CL_DEVICE_TYPE_GPU) != 0);
     if (kernels == 1) {
         ocl_tile_row t = fwd_block(s, p);
-        snprintf(options + n, sizeof options - (size_t)n, " -DFA_TM=%lld -DFA_TN=%lld -DFA_DC=%lld", (long long)t.tm,
-                 (long long)t.tn, (long long)t.dc);
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_TM=%lld -DFA_TN=%lld -DFA_DC=%lld",
+                      (long long)t.tm, (long long)t.tn, (long long)t.dc);
+        /* two work-groups of 256 per SM instead of one: the kernel has no reqd_work_group_size,
+         * so the cap reaches ptxas */
+        if (s->nv_options && t.maxreg)
+            n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
     }
+    /* FLASHATTN_OPENCL_OPTIONS: more compiler options, for tuning (for example NVIDIA's
+     * -cl-nv-verbose -cl-nv-maxrregcount=N); they are part of the program cache's key */
+    const char *extra = getenv("FLASHATTN_OPENCL_OPTIONS");
+    if (extra && *extra && (size_t)n + strlen(extra) + 2 < sizeof options)
+        snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     for (int i = 0; i < s->nprograms; ++i)
         if (strcmp(s->programs[i].options, options) == 0) {
             *out = &s->programs[i];
@@ -700,6 +724,16 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int kind, ocl
             fa_status st = build_failed(ctx, s, prog, e, options);
             clReleaseProgram(prog);
             return st;
+        }
+        if (getenv("FLASHATTN_OPENCL_LOG")) { /* the compiler's report, e.g. NVIDIA's register counts */
+            size_t ln = 0;
+            clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &ln);
+            char *log = ln ? malloc(ln + 1) : NULL;
+            if (log && clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, ln, log, NULL) == CL_SUCCESS) {
+                log[ln] = '\0';
+                fprintf(stderr, "flashattn opencl build (%s):\n%s\n", options, log);
+            }
+            free(log);
         }
         if (cached)
             save_binary(prog, dir, path);

@@ -22,8 +22,11 @@
  * compile time per program and the CPU kernels do not need it). */
 #if defined(FA_UNROLL) && FA_UNROLL
 #define FA_UNROLL_LOOP _Pragma("unroll")
+#define FA_PRAGMA(x) _Pragma(#x)
+#define FA_UNROLL_BY(n) FA_PRAGMA(unroll n)
 #else
 #define FA_UNROLL_LOOP
+#define FA_UNROLL_BY(n)
 #endif
 #ifndef FA_KERNELS
 #define FA_KERNELS 1 /* which kernels a program holds: 1 fa_forward, 2 fa_forward_vec, 3 the backward's

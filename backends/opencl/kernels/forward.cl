@@ -2,9 +2,10 @@
  * matrix product is: one work-group per (query tile of FA_BM rows, query head, batch), a
  * FA_TY x FA_TX grid of work-items, each owning an FA_TM x FA_TN block of the score tile S and
  * the FA_TM x (4 FA_G) block of O on the same rows, all in registers. Per key tile:
- *   S = (scale log2 e) Q K^T   Q and K pass through __local memory transposed, FA_DC head-dim
- *                              columns at a time (region A), each work-item reading one float4 of
- *                              Q^T and FA_TN / 4 of K^T per column for FA_TM x FA_TN multiply-adds;
+ *   S = (scale log2 e) Q K^T   Q and K pass through __local memory FA_DC head-dim columns at a
+ *                              time (region A); per 4 columns a work-item reads a float4 of each
+ *                              of its FA_TM rows and FA_TN keys (keys tx + FA_TX j) for
+ *                              4 FA_TM FA_TN multiply-adds;
  *   online softmax             each row's maximum is reduced over the FA_TX work-items sharing it
  *                              through __local memory (no subgroups needed); the row sums stay
  *                              partial per work-item, all scaled by the same factors, and are
@@ -12,9 +13,11 @@
  *   O += P V                   P goes to __local memory transposed (region P), V in chunks of
  *                              FA_VC columns through region A.
  * Every mask option, dropout (core/philox.h, one block per 4 keys), block-sparse lists and varlen
- * are handled as in the other backends. Transposed __local tiles are stored with their float4
- * slots XOR-swizzled by the column (FA_SWZ), so that the transposing scalar stores of a warp hit
- * distinct banks while the float4 reads of one column stay whole. fp32 compute; fp16 and bf16 as
+ * are handled as in the other backends. __local rows are one float4 longer than the data, so that
+ * the float4 stores of the coalesced loaders and the float4 reads of a warp (consecutive keys)
+ * fall in distinct banks, at offsets the compiler knows (transposed tiles with an XOR swizzle
+ * instead cost 7 integer instructions per read in the PTX of NVIDIA's compiler, and padded
+ * transposed ones uncoalesced loads: both measured slower). fp32 compute; fp16 and bf16 as
  * storage. CPU devices run forward_vec.cl instead (FLASHATTN_OPENCL_TILES=gpu runs this kernel
  * anywhere, as the tests do). */
 
@@ -28,17 +31,25 @@
 #ifndef FA_DC
 #define FA_DC 32 /* head-dim columns of Q and K per pass through __local memory */
 #endif
+#ifndef FA_UC
+#define FA_UC 8 /* unrolling of the head-dim loop of S (in float4 steps): immediate __local offsets */
+#endif
+#ifndef FA_UJ
+#define FA_UJ 4 /* unrolling of the key loop of O += P V */
+#endif
 #define FA_TY (FA_BM / FA_TM)
 #define FA_TX (FA_BN / FA_TN)
 #define FA_WG (FA_TY * FA_TX)
 #define FA_DS ((FA_D + FA_DC - 1) / FA_DC * FA_DC) /* head dim rounded up to whole Q K^T passes */
 #define FA_OW (4 * FA_TX)                           /* O columns one float4 per work-item covers */
 #define FA_G ((FA_D + FA_OW - 1) / FA_OW)           /* float4 columns of O per work-item */
-#define FA_RA (FA_DC * (FA_BM + FA_BN))             /* region A, floats: Q^T and K^T, then V */
+#define FA_CP (FA_DC + 4)                           /* row pitches of the Q and K passes and of P^T: */
+#define FA_QP (FA_BM + 4)                           /* one float4 of padding spreads a warp's float4 */
+#define FA_RA (FA_CP * (FA_BM + FA_BN))             /* region A, floats: Q and K passes, then V */
+#define FA_RP (FA_BN * FA_QP)                       /* region P, floats: P^T (and row reductions) */
 #define FA_VG_MAX (FA_RA / FA_BN / FA_OW)           /* float4 groups of V region A holds */
 #define FA_VG (FA_VG_MAX < FA_G ? FA_VG_MAX : FA_G) /* float4 groups per V chunk */
 #define FA_VC (FA_VG * FA_OW)                       /* V chunk width */
-#define FA_SWZ(c) (((c) >> 2) & 7)                  /* the float4 slot swizzle of column c */
 
 #if FA_BM % FA_TM || FA_BN % FA_TN || FA_TM % 4 || FA_TN % 4 || FA_DC % 4 || FA_BM < 32 || FA_BN < 32
 #error "forward.cl: tile shape"
@@ -47,8 +58,6 @@
 #error "forward.cl: region A holds no V chunk"
 #endif
 
-/* Element offset of (row, column) in a transposed tile of `ld` rows (ld a multiple of 32). */
-#define FA_TIDX(col, row, ld) ((col) * (ld) + ((((row) >> 2) ^ FA_SWZ(col)) << 2) + ((row) & 3))
 /* float4 access to __local floats at an index that is a multiple of 4 (16-byte aligned, so the
  * compiler emits one 128-bit access) */
 #define FA_LD4(ptr, idx) (((__local const float4 *)(ptr))[(idx) >> 2])
@@ -62,16 +71,26 @@
         (arr)[(at) + 3] = x_.s3;                                                                                       \
     } while (0)
 
-__kernel __attribute__((reqd_work_group_size(FA_WG, 1, 1))) void
+/* No reqd_work_group_size: with it NVIDIA's ptxas takes up to 255 registers for 256 work-items and
+ * ignores -cl-nv-maxrregcount, and one work-group per SM cannot hide its own loads; the host
+ * always launches FA_WG work-items and caps the registers on NVIDIA (backend.c). */
+__kernel void
 fa_forward(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
            __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o, __global float *lse,
            __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
            __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls)
 {
-    __local float4 region_a[FA_RA / 4];      /* Q^T [FA_DC][FA_BM], K^T [FA_DC][FA_BN]; V [FA_BN][FA_VC] */
-    __local float4 region_p[FA_BM * FA_BN / 4]; /* P^T [FA_BN][FA_BM]; row reductions [FA_BM][FA_TX] */
-    __local float *const qt_l = (__local float *)region_a, *const kt_l = qt_l + FA_DC * FA_BM;
+    __local float4 region_a[FA_RA / 4]; /* Q [FA_BM][FA_CP], K [FA_BN][FA_CP]; V [FA_BN][FA_VC] */
+    __local float4 region_p[FA_RP / 4]; /* P^T [FA_BN][FA_QP]; row reductions [FA_BM][FA_TX] */
+    __local float *const q_l = (__local float *)region_a, *const k_l = q_l + FA_BM * FA_CP;
     __local float *const v_l = (__local float *)region_a, *const p_l = (__local float *)region_p;
+    /* What every tile needs but no work-item should hold in registers through the key loop (the
+     * loop's barriers keep the compiler from hoisting these loads; holding the 64-bit views, mask
+     * ranges and block-mask fields took the work-item to 215-255 registers): the element offsets
+     * of row 0 of Q (this tile), K and V (this sequence and head) with their row strides, and each
+     * row's visible keys [lo, hi) (sequence-relative; the host keeps sequences below 2^31). */
+    __local long base_l[6];
+    __local int range_l[2 * FA_BM];
 
     const int tid = (int)get_local_id(0), tx = tid % FA_TX, ty = tid / FA_TX;
     const long qtile = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
@@ -81,26 +100,34 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
     if (q0 >= sq) /* the same for the whole work-group: no barrier is skipped by part of it */
         return;
     const int nr = (int)min((long)FA_BM, sq - q0);
-    const long heads_q = prm[FA_P_HEADS_Q], hk = h / prm[FA_P_GROUP];
-    const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+    const long hk = h / prm[FA_P_GROUP];
     const fa_mask m = fa_mask_make(sq, sk, (int)prm[FA_P_CAUSAL], prm[FA_P_WINDOW_LEFT], prm[FA_P_WINDOW_RIGHT]);
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
-    const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
-    const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+    const int bm_on = prm[FA_P_BLOCK_MASK] != 0;
     const float qscale = scale * M_LOG2E_F;
+    if (tid == 0) {
+        const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+        base_l[0] = fa_at(vq, b, qs + q0, h);
+        base_l[1] = vq.ss;
+        base_l[2] = fa_at(vk, b, ks, hk);
+        base_l[3] = vk.ss;
+        base_l[4] = fa_at(vv, b, ks, hk);
+        base_l[5] = vv.ss;
+    }
+    for (int r = tid; r < FA_BM; r += FA_WG) {
+        int64_t a = 0, z = 0;
+        if (r < nr)
+            fa_mask_row_range(&m, q0 + r, &a, &z);
+        range_l[2 * r] = (int)a;
+        range_l[2 * r + 1] = (int)z;
+    }
+    /* (the key loop's first barrier publishes them) */
 
     /* this work-item's rows ty FA_TM + r and keys 4 tx + FA_OW u + t (u < FA_TN / 4, t < 4) */
     float4 acc[FA_TM][FA_G];
     float row_max[FA_TM], row_sum[FA_TM];
-    long lo[FA_TM], hi[FA_TM];
     FA_UNROLL_LOOP
     for (int r = 0; r < FA_TM; ++r) {
-        const long i = q0 + ty * FA_TM + r;
-        int64_t a = 0, z = 0;
-        if (i < sq)
-            fa_mask_row_range(&m, i, &a, &z);
-        lo[r] = a;
-        hi[r] = z;
         row_max[r] = -INFINITY;
         row_sum[r] = 0.0f;
         FA_UNROLL_LOOP
@@ -108,13 +135,17 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             acc[r][g] = (float4)(0.0f);
     }
 
-    const fa_walk walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qtile, q0, nr, sk);
+    fa_walk walk;
+    {
+        const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+        walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qtile, q0, nr, sk);
+    }
     for (long it = walk.begin; it < walk.end; ++it) {
-        long k0;
-        const int cls = fa_walk_step(&walk, it, bl_col, bl_cls, &m, q0, &k0);
+        long k0l;
+        const int cls = fa_walk_step(&walk, it, bl_col, bl_cls, &m, q0, &k0l);
         if (cls == FA_TILE_EMPTY) /* uniform: depends on the work-group's tiles only */
             continue;
-        const int nc = (int)min((long)FA_BN, sk - k0);
+        const int k0 = (int)k0l, nc = min(FA_BN, (int)sk - k0);
 
         /* S = (scale log2 e) Q K^T, FA_DC columns at a time */
         float s[FA_TM][FA_TN];
@@ -126,42 +157,41 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         }
         for (int dc = 0; dc < FA_DS; dc += FA_DC) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous pass (or tile) is done with region A, P */
-            /* consecutive work-items take consecutive float4 columns of a row (coalesced) */
+            /* consecutive work-items take consecutive float4 of a row: coalesced loads, and the
+             * row pitch FA_CP puts a warp's float4 stores in distinct banks */
             for (int e = tid; e < FA_BM * FA_DC / 4; e += FA_WG) {
                 const int r = e / (FA_DC / 4), c = (e % (FA_DC / 4)) * 4;
                 float4 x = (float4)(0.0f);
                 if (r < nr && dc + c < FA_D)
-                    x = qscale * fa_load4(q, fa_at(vq, b, qs + q0 + r, h) + dc + c, FA_D - dc - c);
-                qt_l[FA_TIDX(c, r, FA_BM)] = x.s0;
-                qt_l[FA_TIDX(c + 1, r, FA_BM)] = x.s1;
-                qt_l[FA_TIDX(c + 2, r, FA_BM)] = x.s2;
-                qt_l[FA_TIDX(c + 3, r, FA_BM)] = x.s3;
+                    x = qscale * fa_load4(q, base_l[0] + r * base_l[1] + dc + c, FA_D - dc - c);
+                FA_ST4(q_l, r * FA_CP + c, x);
             }
             for (int e = tid; e < FA_BN * FA_DC / 4; e += FA_WG) {
                 const int j = e / (FA_DC / 4), c = (e % (FA_DC / 4)) * 4;
                 float4 x = (float4)(0.0f);
                 if (j < nc && dc + c < FA_D)
-                    x = fa_load4(k, fa_at(vk, b, ks + k0 + j, hk) + dc + c, FA_D - dc - c);
-                kt_l[FA_TIDX(c, j, FA_BN)] = x.s0;
-                kt_l[FA_TIDX(c + 1, j, FA_BN)] = x.s1;
-                kt_l[FA_TIDX(c + 2, j, FA_BN)] = x.s2;
-                kt_l[FA_TIDX(c + 3, j, FA_BN)] = x.s3;
+                    x = fa_load4(k, base_l[2] + (k0 + j) * base_l[3] + dc + c, FA_D - dc - c);
+                FA_ST4(k_l, j * FA_CP + c, x);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            FA_UNROLL_LOOP
-            for (int c = 0; c < FA_DC; ++c) {
-                float a[FA_TM], bk[FA_TN];
+            FA_UNROLL_BY(FA_UC)
+            for (int c = 0; c < FA_DC; c += 4) {
+                float4 a[FA_TM], bk[FA_TN];
                 FA_UNROLL_LOOP
-                for (int w = 0; w < FA_TM / 4; ++w)
-                    FA_SPLIT4(a, 4 * w, FA_LD4(qt_l, FA_TIDX(c, ty * FA_TM + 4 * w, FA_BM)));
+                for (int r = 0; r < FA_TM; ++r)
+                    a[r] = FA_LD4(q_l, (ty * FA_TM + r) * FA_CP + c);
                 FA_UNROLL_LOOP
-                for (int u = 0; u < FA_TN / 4; ++u)
-                    FA_SPLIT4(bk, 4 * u, FA_LD4(kt_l, FA_TIDX(c, 4 * tx + FA_OW * u, FA_BN)));
+                for (int j = 0; j < FA_TN; ++j)
+                    bk[j] = FA_LD4(k_l, (tx + FA_TX * j) * FA_CP + c);
                 FA_UNROLL_LOOP
                 for (int r = 0; r < FA_TM; ++r) {
                     FA_UNROLL_LOOP
-                    for (int j = 0; j < FA_TN; ++j)
-                        s[r][j] = mad(a[r], bk[j], s[r][j]);
+                    for (int j = 0; j < FA_TN; ++j) {
+                        float x = mad(a[r].s0, bk[j].s0, s[r][j]);
+                        x = mad(a[r].s1, bk[j].s1, x);
+                        x = mad(a[r].s2, bk[j].s2, x);
+                        s[r][j] = mad(a[r].s3, bk[j].s3, x);
+                    }
                 }
             }
         }
@@ -169,15 +199,17 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         /* the mask, and each row's maximum over this work-item's keys */
         FA_UNROLL_LOOP
         for (int r = 0; r < FA_TM; ++r) {
-            const long i = q0 + ty * FA_TM + r;
-            const long jlo = lo[r] - k0, jhi = min(hi[r] - k0, (long)nc);
+            const int rr = ty * FA_TM + r;
+            const int jlo = range_l[2 * rr] - k0, jhi = min(range_l[2 * rr + 1] - k0, nc);
             float mx = -INFINITY;
             FA_UNROLL_LOOP
             for (int j = 0; j < FA_TN; ++j) {
-                const int jj = 4 * tx + FA_OW * (j / 4) + (j % 4);
+                const int jj = tx + FA_TX * j;
                 int vis = jj >= jlo && jj < jhi;
-                if (vis && cls == FA_TILE_PARTIAL && blk.on)
-                    vis = fa_block_keep(&blk, bm_bits, i, k0 + jj);
+                if (vis && cls == FA_TILE_PARTIAL && bm_on) {
+                    const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+                    vis = fa_block_keep(&blk, bm_bits, q0 + rr, k0 + jj);
+                }
                 s[r][j] = vis ? s[r][j] : -INFINITY;
                 mx = fmax(mx, s[r][j]);
             }
@@ -204,15 +236,16 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
                 sum += s[r][j];
             }
             row_sum[r] = row_sum[r] * alpha + sum;
-            if (threshold) { /* 4 tx + FA_OW u is a multiple of 4: one Philox block per 4 keys */
+            if (threshold) { /* one Philox block per 4 keys; this work-item's keys are FA_TX apart, so
+                              * each takes one word of its own block */
                 const long i = q0 + ty * FA_TM + r;
+                const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
                 FA_UNROLL_LOOP
-                for (int u = 0; u < FA_TN / 4; ++u) {
-                    const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)heads_q, (ulong)h,
-                                                             (ulong)i, (ulong)(k0 + 4 * tx + FA_OW * u));
-                    FA_UNROLL_LOOP
-                    for (int t = 0; t < 4; ++t)
-                        s[r][4 * u + t] *= fa_drop_factor(bits.v[t], threshold, drop_scale);
+                for (int j = 0; j < FA_TN; ++j) {
+                    const int key = k0 + tx + FA_TX * j;
+                    const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)prm[FA_P_HEADS_Q],
+                                                             (ulong)h, (ulong)i, (ulong)(key & ~3));
+                    s[r][j] *= fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
                 }
             }
             if (alpha != 1.0f) {
@@ -226,10 +259,10 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         /* P^T to region P: per key, this work-item's FA_TM rows as float4 */
         FA_UNROLL_LOOP
         for (int j = 0; j < FA_TN; ++j) {
-            const int jj = 4 * tx + FA_OW * (j / 4) + (j % 4);
+            const int jj = tx + FA_TX * j;
             FA_UNROLL_LOOP
             for (int w = 0; w < FA_TM / 4; ++w)
-                FA_ST4(p_l, FA_TIDX(jj, ty * FA_TM + 4 * w, FA_BM),
+                FA_ST4(p_l, jj * FA_QP + ty * FA_TM + 4 * w,
                        (float4)(s[4 * w][j], s[4 * w + 1][j], s[4 * w + 2][j], s[4 * w + 3][j]));
         }
         /* O += P V, FA_VC columns of V at a time */
@@ -241,15 +274,16 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
                 const int j = e / (FA_VC / 4), c = (e % (FA_VC / 4)) * 4, col = g0 * FA_OW + c;
                 float4 x = (float4)(0.0f);
                 if (j < nc && col < FA_D)
-                    x = fa_load4(v, fa_at(vv, b, ks + k0 + j, hk) + col, FA_D - col);
+                    x = fa_load4(v, base_l[4] + (k0 + j) * base_l[5] + col, FA_D - col);
                 FA_ST4(v_l, j * FA_VC + c, x);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
+            FA_UNROLL_BY(FA_UJ)
             for (int j = 0; j < FA_BN; ++j) {
                 float p[FA_TM];
                 FA_UNROLL_LOOP
                 for (int w = 0; w < FA_TM / 4; ++w)
-                    FA_SPLIT4(p, 4 * w, FA_LD4(p_l, FA_TIDX(j, ty * FA_TM + 4 * w, FA_BM)));
+                    FA_SPLIT4(p, 4 * w, FA_LD4(p_l, j * FA_QP + ty * FA_TM + 4 * w));
                 FA_UNROLL_LOOP
                 for (int gl = 0; gl < FA_VG; ++gl) {
                     if (g0 + gl < FA_G) {
