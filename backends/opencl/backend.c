@@ -471,7 +471,7 @@ static int parse_fwd_tile(ocl_tile_row *out)
         bm > 256 || bn > 256)
         return 0;
     *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc,
-                          .maxreg = 65536 / (bm / tm * bn / tn) >= 256 ? 0 : 128};
+                          .maxreg = 32768 / (bm / tm * bn / tn) >= 255 ? 0 : 32768 / (bm / tm * bn / tn)};
     return 1;
 }
 

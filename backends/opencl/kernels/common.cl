@@ -59,20 +59,22 @@ static inline ushort fa_float_to_bf16(float f)
 }
 
 /* Four consecutive elements from index i, widened to fp32; only the first n (< 4 at a row's end)
- * are read, the rest are 0. Vector loads where the index allows: vload_half4 addresses whole
- * groups of four, so an fp16 row that starts off a multiple of 4 reads element by element. */
+ * are read, the rest are 0. Where i is a multiple of 4 (and buffers are, as OpenCL allocates
+ * them, aligned) one aligned vector load: vload4 / vload_half4 only promise element alignment, and
+ * NVIDIA's compiler splits them into scalar loads. fp16 widens through vload_half4 on the private
+ * copy (core OpenCL, no cl_khr_fp16). */
 static inline float4 fa_load4(__global const fa_store_t *p, long i, long n)
 {
+    if (n >= 4 && (i & 3) == 0) {
 #if FA_DTYPE == 0
-    if (n >= 4)
-        return vload4(0, p + i);
+        return *(__global const float4 *)(p + i);
 #elif FA_DTYPE == 1
-    if (n >= 4 && (i & 3) == 0)
-        return vload_half4((size_t)(i >> 2), p);
+        const ushort4 u = *(__global const ushort4 *)((__global const ushort *)p + i);
+        return vload_half4(0, (const half *)&u);
 #else
-    if (n >= 4)
-        return as_float4(convert_uint4(vload4(0, p + i)) << 16);
+        return as_float4(convert_uint4(*(__global const ushort4 *)(p + i)) << 16);
 #endif
+    }
     float4 x = (float4)(0.0f);
     x.s0 = n > 0 ? FA_LOAD(p, i) : 0.0f;
     x.s1 = n > 1 ? FA_LOAD(p, i + 1) : 0.0f;
@@ -81,20 +83,25 @@ static inline float4 fa_load4(__global const fa_store_t *p, long i, long n)
     return x;
 }
 
-/* The first n (at most 4) elements of x to index i, rounded to the storage type. */
+/* The first n (at most 4) elements of x to index i, rounded to the storage type (aligned vector
+ * stores as in fa_load4). */
 static inline void fa_store4(__global fa_store_t *p, long i, long n, float4 x)
 {
-#if FA_DTYPE == 0
-    if (n >= 4) {
-        vstore4(x, 0, p + i);
-        return;
-    }
-#elif FA_DTYPE == 1
     if (n >= 4 && (i & 3) == 0) {
-        vstore_half4_rte(x, (size_t)(i >> 2), p);
+#if FA_DTYPE == 0
+        *(__global float4 *)(p + i) = x;
         return;
-    }
+#elif FA_DTYPE == 1
+        ushort4 u;
+        vstore_half4_rte(x, 0, (half *)&u);
+        *(__global ushort4 *)((__global ushort *)p + i) = u;
+        return;
+#else
+        *(__global ushort4 *)(p + i) = (ushort4)(fa_float_to_bf16(x.s0), fa_float_to_bf16(x.s1),
+                                                 fa_float_to_bf16(x.s2), fa_float_to_bf16(x.s3));
+        return;
 #endif
+    }
     if (n > 0)
         FA_STORE(p, i, x.s0);
     if (n > 1)

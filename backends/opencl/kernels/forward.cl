@@ -51,6 +51,16 @@
 #define FA_VG (FA_VG_MAX < FA_G ? FA_VG_MAX : FA_G) /* float4 groups per V chunk */
 #define FA_VC (FA_VG * FA_OW)                       /* V chunk width */
 
+#define FA_NQ (FA_BM * FA_DC / 4 / FA_WG) /* float4 of a Q pass, a K pass and a V chunk per work-item */
+#define FA_NK (FA_BN * FA_DC / 4 / FA_WG)
+#define FA_NV (FA_BN * FA_VC / 4 / FA_WG)
+#ifndef FA_PF
+#define FA_PF 1 /* 1: each pass's global loads are issued a pass ahead, into registers */
+#endif
+
+#if (FA_BM * FA_DC / 4) % FA_WG || (FA_BN * FA_DC / 4) % FA_WG || (FA_BN * FA_VC / 4) % FA_WG
+#error "forward.cl: a pass is not a whole number of float4 per work-item"
+#endif
 #if FA_BM % FA_TM || FA_BN % FA_TN || FA_TM % 4 || FA_TN % 4 || FA_DC % 4 || FA_BM < 32 || FA_BN < 32
 #error "forward.cl: tile shape"
 #endif
@@ -147,7 +157,53 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             continue;
         const int k0 = (int)k0l, nc = min(FA_BN, (int)sk - k0);
 
-        /* S = (scale log2 e) Q K^T, FA_DC columns at a time */
+        /* S = (scale log2 e) Q K^T, FA_DC columns at a time. Loads: consecutive work-items take
+         * consecutive float4 of a row (coalesced), and the row pitch FA_CP puts a warp's float4
+         * stores in distinct banks. With FA_PF the next pass (and after the last, V's first chunk)
+         * is loaded into registers while this one is multiplied. */
+        float4 qn[FA_NQ], kn[FA_NK], vn[FA_NV];
+#define FA_FETCH_QK(dc_)                                                                                               \
+    do {                                                                                                               \
+        FA_UNROLL_LOOP                                                                                                 \
+        for (int u = 0; u < FA_NQ; ++u) {                                                                              \
+            const int e = tid + u * FA_WG, r = e / (FA_DC / 4), c = (dc_) + (e % (FA_DC / 4)) * 4;                     \
+            qn[u] = r < nr && c < FA_D ? qscale * fa_load4(q, base_l[0] + r * base_l[1] + c, FA_D - c)                 \
+                                       : (float4)(0.0f);                                                               \
+        }                                                                                                              \
+        FA_UNROLL_LOOP                                                                                                 \
+        for (int u = 0; u < FA_NK; ++u) {                                                                              \
+            const int e = tid + u * FA_WG, j = e / (FA_DC / 4), c = (dc_) + (e % (FA_DC / 4)) * 4;                     \
+            kn[u] = j < nc && c < FA_D ? fa_load4(k, base_l[2] + (k0 + j) * base_l[3] + c, FA_D - c) : (float4)(0.0f); \
+        }                                                                                                              \
+    } while (0)
+#define FA_STORE_QK()                                                                                                  \
+    do {                                                                                                               \
+        FA_UNROLL_LOOP                                                                                                 \
+        for (int u = 0; u < FA_NQ; ++u) {                                                                              \
+            const int e = tid + u * FA_WG;                                                                             \
+            FA_ST4(q_l, e / (FA_DC / 4) * FA_CP + (e % (FA_DC / 4)) * 4, qn[u]);                                       \
+        }                                                                                                              \
+        FA_UNROLL_LOOP                                                                                                 \
+        for (int u = 0; u < FA_NK; ++u) {                                                                              \
+            const int e = tid + u * FA_WG;                                                                             \
+            FA_ST4(k_l, e / (FA_DC / 4) * FA_CP + (e % (FA_DC / 4)) * 4, kn[u]);                                       \
+        }                                                                                                              \
+    } while (0)
+#define FA_FETCH_V(g0_)                                                                                                \
+    do {                                                                                                               \
+        FA_UNROLL_LOOP                                                                                                 \
+        for (int u = 0; u < FA_NV; ++u) {                                                                              \
+            const int e = tid + u * FA_WG, j = e / (FA_VC / 4), col = (g0_) * FA_OW + (e % (FA_VC / 4)) * 4;          \
+            vn[u] = j < nc && col < FA_D ? fa_load4(v, base_l[4] + (k0 + j) * base_l[5] + col, FA_D - col)             \
+                                         : (float4)(0.0f);                                                             \
+        }                                                                                                              \
+    } while (0)
+#define FA_STORE_V()                                                                                                   \
+    do {                                                                                                               \
+        FA_UNROLL_LOOP                                                                                                 \
+        for (int u = 0; u < FA_NV; ++u)                                                                                \
+            FA_ST4(v_l, tid * 4 + u * FA_WG * 4, vn[u]);                                                               \
+    } while (0)
         float s[FA_TM][FA_TN];
         FA_UNROLL_LOOP
         for (int r = 0; r < FA_TM; ++r) {
@@ -155,24 +211,21 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             for (int j = 0; j < FA_TN; ++j)
                 s[r][j] = 0.0f;
         }
+#if FA_PF
+        FA_FETCH_QK(0);
+#endif
         for (int dc = 0; dc < FA_DS; dc += FA_DC) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous pass (or tile) is done with region A, P */
-            /* consecutive work-items take consecutive float4 of a row: coalesced loads, and the
-             * row pitch FA_CP puts a warp's float4 stores in distinct banks */
-            for (int e = tid; e < FA_BM * FA_DC / 4; e += FA_WG) {
-                const int r = e / (FA_DC / 4), c = (e % (FA_DC / 4)) * 4;
-                float4 x = (float4)(0.0f);
-                if (r < nr && dc + c < FA_D)
-                    x = qscale * fa_load4(q, base_l[0] + r * base_l[1] + dc + c, FA_D - dc - c);
-                FA_ST4(q_l, r * FA_CP + c, x);
-            }
-            for (int e = tid; e < FA_BN * FA_DC / 4; e += FA_WG) {
-                const int j = e / (FA_DC / 4), c = (e % (FA_DC / 4)) * 4;
-                float4 x = (float4)(0.0f);
-                if (j < nc && dc + c < FA_D)
-                    x = fa_load4(k, base_l[2] + (k0 + j) * base_l[3] + dc + c, FA_D - dc - c);
-                FA_ST4(k_l, j * FA_CP + c, x);
-            }
+#if FA_PF
+            FA_STORE_QK();
+            if (dc + FA_DC < FA_DS)
+                FA_FETCH_QK(dc + FA_DC);
+            else
+                FA_FETCH_V(0);
+#else
+            FA_FETCH_QK(dc);
+            FA_STORE_QK();
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             FA_UNROLL_BY(FA_UC)
             for (int c = 0; c < FA_DC; c += 4) {
@@ -270,13 +323,14 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         for (int g0 = 0; g0 < FA_G; g0 += FA_VG) {
             if (g0 > 0)
                 barrier(CLK_LOCAL_MEM_FENCE); /* the previous chunk is read */
-            for (int e = tid; e < FA_BN * FA_VC / 4; e += FA_WG) {
-                const int j = e / (FA_VC / 4), c = (e % (FA_VC / 4)) * 4, col = g0 * FA_OW + c;
-                float4 x = (float4)(0.0f);
-                if (j < nc && col < FA_D)
-                    x = fa_load4(v, base_l[4] + (k0 + j) * base_l[5] + col, FA_D - col);
-                FA_ST4(v_l, j * FA_VC + c, x);
-            }
+#if FA_PF
+            FA_STORE_V();
+            if (g0 + FA_VG < FA_G)
+                FA_FETCH_V(g0 + FA_VG);
+#else
+            FA_FETCH_V(g0);
+            FA_STORE_V();
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             FA_UNROLL_BY(FA_UJ)
             for (int j = 0; j < FA_BN; ++j) {
