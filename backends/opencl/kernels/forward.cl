@@ -54,9 +54,6 @@
 #define FA_NQ (FA_BM * FA_DC / 4 / FA_WG) /* float4 of a Q pass, a K pass and a V chunk per work-item */
 #define FA_NK (FA_BN * FA_DC / 4 / FA_WG)
 #define FA_NV (FA_BN * FA_VC / 4 / FA_WG)
-#ifndef FA_PF
-#define FA_PF 1 /* 1: each pass's global loads are issued a pass ahead, into registers */
-#endif
 
 #if (FA_BM * FA_DC / 4) % FA_WG || (FA_BN * FA_DC / 4) % FA_WG || (FA_BN * FA_VC / 4) % FA_WG
 #error "forward.cl: a pass is not a whole number of float4 per work-item"
@@ -131,7 +128,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         range_l[2 * r] = (int)a;
         range_l[2 * r + 1] = (int)z;
     }
-    /* (the key loop's first barrier publishes them) */
+    barrier(CLK_LOCAL_MEM_FENCE); /* publish them before any use */
 
     /* this work-item's rows ty FA_TM + r and keys 4 tx + FA_OW u + t (u < FA_TN / 4, t < 4) */
     float4 acc[FA_TM][FA_G];
@@ -159,8 +156,8 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
 
         /* S = (scale log2 e) Q K^T, FA_DC columns at a time. Loads: consecutive work-items take
          * consecutive float4 of a row (coalesced), and the row pitch FA_CP puts a warp's float4
-         * stores in distinct banks. With FA_PF the next pass (and after the last, V's first chunk)
-         * is loaded into registers while this one is multiplied. */
+         * stores in distinct banks. (Loading each pass one pass ahead into registers measured
+         * 0.5-1.3 TFLOP/s slower on the H200: more spills under the 128-register cap.) */
         float4 qn[FA_NQ], kn[FA_NK], vn[FA_NV];
 #define FA_FETCH_QK(dc_)                                                                                               \
     do {                                                                                                               \
@@ -211,21 +208,10 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             for (int j = 0; j < FA_TN; ++j)
                 s[r][j] = 0.0f;
         }
-#if FA_PF
-        FA_FETCH_QK(0);
-#endif
         for (int dc = 0; dc < FA_DS; dc += FA_DC) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous pass (or tile) is done with region A, P */
-#if FA_PF
-            FA_STORE_QK();
-            if (dc + FA_DC < FA_DS)
-                FA_FETCH_QK(dc + FA_DC);
-            else
-                FA_FETCH_V(0);
-#else
             FA_FETCH_QK(dc);
             FA_STORE_QK();
-#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             FA_UNROLL_BY(FA_UC)
             for (int c = 0; c < FA_DC; c += 4) {
@@ -323,14 +309,8 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         for (int g0 = 0; g0 < FA_G; g0 += FA_VG) {
             if (g0 > 0)
                 barrier(CLK_LOCAL_MEM_FENCE); /* the previous chunk is read */
-#if FA_PF
-            FA_STORE_V();
-            if (g0 + FA_VG < FA_G)
-                FA_FETCH_V(g0 + FA_VG);
-#else
             FA_FETCH_V(g0);
             FA_STORE_V();
-#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             FA_UNROLL_BY(FA_UJ)
             for (int j = 0; j < FA_BN; ++j) {
