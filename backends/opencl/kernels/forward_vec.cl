@@ -55,6 +55,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
         hi[r] = r < nr ? z : 0;
     }
 
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
     const fa_walk walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qt, q0, nr, sk);
     for (long it = walk.begin; it < walk.end; ++it) {
         long k0;
