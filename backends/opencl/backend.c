@@ -170,6 +170,7 @@ typedef struct ocl_state {
     cl_command_queue queue;
     cl_device_type type;
     int gpu_tiles; /* the GPU rows of the tile table and the work-item kernels */
+    int fma;       /* CL_FP_FMA in the single-precision config: the CPU kernels use fma() (FA_FMA) */
     size_t max_group;
     cl_ulong local_bytes;
     char device_name[256], device_version[128], driver_version[128], platform_version[256];
@@ -253,6 +254,9 @@ static fa_status ocl_open(fa_context *ctx, int device)
         ocl_close(ctx);
         return OCL_FAIL(ctx, e, "clGetDeviceInfo");
     }
+    cl_device_fp_config fp = 0;
+    if (clGetDeviceInfo(s->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
+        s->fma = (fp & CL_FP_FMA) != 0;
     /* FLASHATTN_OPENCL_TILES=gpu|cpu overrides the device type's choice: the tests run the GPU
      * kernels on PoCL this way, since CI has no GPU */
     const char *tiles = getenv("FLASHATTN_OPENCL_TILES");
@@ -604,6 +608,8 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int64_t rm, o
              "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_RM=%lld -DFA_UNROLL=%d",
              kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
              (long long)(rm ? rm : 1), (s->type & CL_DEVICE_TYPE_GPU) != 0);
+    if (!rm && s->fma) /* only the CPU kernels read it: the GPU programs' options stay as they were */
+        strcat(options, " -DFA_FMA=1");
     for (int i = 0; i < s->nprograms; ++i)
         if (strcmp(s->programs[i].options, options) == 0) {
             *out = &s->programs[i];
