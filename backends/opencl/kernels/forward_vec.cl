@@ -34,7 +34,11 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
     __local float acc[FA_BM * FA_DV];
     __local float s_t[FA_BM * FA_BN];
 
-    const long qt = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
+    /* the last query tiles first: under a causal mask they have the most key tiles, and PoCL hands
+     * out work-groups in order, so the short ones fill the end instead of one long one (as the CPU
+     * backend orders its tasks) */
+    const long qt = (long)(get_num_groups(0) - 1 - get_group_id(0));
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     long sq, sk, qs, ks;
     fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
     const long q0 = qt * FA_BM;
