@@ -427,8 +427,13 @@ static const ocl_tile_row cpu_fwd_tiles[] = {
     {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 0},
 };
 /* and the backward as backward_vec.cl's kernels (rows_per_item 0): 64 x 64 tiles at d <= 128 (the
- * CPU backend's backward tile at d 64), 32 x 32 above, so that the dK/dV kernel's ten tiles stay
- * within PoCL's 512 KiB of local memory */
+ * CPU backend's backward tile at d 64), 32 x 32 above, so that the dK/dV kernel's tiles stay
+ * within PoCL's 512 KiB of local memory. Measured on the 2-core EPYC after the float8/fma rework
+ * (fp32, 4 heads, not causal; backward ms, single runs, about 5% noise): d 64 at seqlen 1024:
+ * 64 x 64 139, 64 x 128 141, 32 x 64 141, 32 x 128 149; at 2048: 290 against 319 for 32 x 128;
+ * d 128 at 1024 / 2048: 64 x 64 132 / 514, 128 x 64 130 / 513, 64 x 32 133 / 551, 32 x 64
+ * 143 / 581. None is clearly better, so 64 x 64 stays (and the core's B_r <= d rules out 128
+ * rows at d 64). */
 static const ocl_tile_row cpu_bwd_tiles[] = {
     {.max_d = 128, .block_q = 64, .block_k = 64, .rows_per_item = 0},
     {.max_d = 256, .block_q = 32, .block_k = 32, .rows_per_item = 0},
@@ -478,11 +483,16 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     int64_t rm = rows_per_item(s, p);
     int64_t wider = p->block_q > p->block_k ? p->block_q : p->block_k;
     /* forward: B_r / rm work-items, K and V tiles; backward: the larger of the dQ (B_r) and dK/dV
-     * (B_c) kernels, and their larger pair of tiles plus LSE and D */
+     * (B_c) kernels, and their larger pair of tiles plus LSE and D; backward_vec.cl: dK/dV holds Q
+     * and dO, K^T, V^T, a row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and
+     * Z (B_r x B_c each) */
     int64_t dv = (p->d + 15) / 16 * 16;
     int64_t group = p->backward ? (rm ? wider : p->block_q) : rm ? p->block_q / rm : 1;
+    int64_t vec_tiles = 2 * p->block_q + 5 * p->block_k > 3 * p->block_q + 3 * p->block_k
+                            ? 2 * p->block_q + 5 * p->block_k
+                            : 3 * p->block_q + 3 * p->block_k;
     int64_t local = p->backward ? (rm ? 4 * (2 * p->d * wider + 2 * p->block_q)
-                                      : 4 * (3 * p->block_q * dv + 5 * p->block_k * dv + 4 * p->block_q * p->block_k))
+                                      : 4 * (vec_tiles * dv + 3 * p->block_q * p->block_k))
                     : rm        ? 4 * 2 * p->d * p->block_k
                                 : 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
     if ((size_t)group > s->max_group || (cl_ulong)local > s->local_bytes)
