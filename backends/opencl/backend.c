@@ -178,6 +178,7 @@ typedef struct ocl_state {
     cl_device_type type;
     int gpu_tiles;          /* the GPU rows of the tile table and the work-group kernels */
     int nv_options;         /* the device takes NVIDIA's compiler options (cl_nv_compiler_options) */
+    int fma;                /* CL_FP_FMA in the single-precision config: the CPU kernels use fma() (FA_FMA) */
     ocl_tile_row fwd_tile; /* FLASHATTN_OPENCL_FWD_TILE's row; block_q 0 when unset */
     size_t max_group;
     cl_ulong local_bytes;
@@ -264,6 +265,9 @@ static fa_status ocl_open(fa_context *ctx, int device)
         ocl_close(ctx);
         return OCL_FAIL(ctx, e, "clGetDeviceInfo");
     }
+    cl_device_fp_config fp = 0;
+    if (clGetDeviceInfo(s->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
+        s->fma = (fp & CL_FP_FMA) != 0;
     /* FLASHATTN_OPENCL_TILES=gpu|cpu overrides the device type's choice: the tests run the GPU
      * kernels on PoCL this way, since CI has no GPU */
     const char *tiles = getenv("FLASHATTN_OPENCL_TILES");
@@ -436,8 +440,12 @@ static const ocl_tile_row cpu_fwd_tiles[] = {
     {.max_d = 256, .block_q = 32, .block_k = 32, .kernel = 0},
 };
 /* and the backward as backward_vec.cl's kernels: 64 x 64 tiles at d <= 128 (the CPU backend's
- * backward tile at d 64), 32 x 32 above, so that the dK/dV kernel's ten tiles stay within PoCL's
- * 512 KiB of local memory */
+ * backward tile at d 64), 32 x 32 above, so that the dK/dV kernel's tiles stay within PoCL's
+ * 512 KiB of local memory. Measured on the 2-core EPYC after the float8/fma rework (fp32, 4 heads,
+ * not causal; backward ms, single runs, about 5% noise): d 64 at seqlen 1024: 64 x 64 139,
+ * 64 x 128 141, 32 x 64 141, 32 x 128 149; at 2048: 290 against 319 for 32 x 128; d 128 at
+ * 1024 / 2048: 64 x 64 132 / 514, 128 x 64 130 / 513, 64 x 32 133 / 551, 32 x 64 143 / 581. None
+ * is clearly better, so 64 x 64 stays (and the core's B_r <= d rules out 128 rows at d 64). */
 static const ocl_tile_row cpu_bwd_tiles[] = {
     {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 0},
     {.max_d = 256, .block_q = 32, .block_k = 32, .kernel = 0},
@@ -523,11 +531,15 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     int64_t dv = (p->d + 15) / 16 * 16;
     int64_t group, local;
     if (p->backward) { /* the larger of the dQ (B_r) and dK/dV (B_c) kernels, their larger pair of
-                        * tiles plus LSE and D; the vec kernels: backward_vec.cl's tiles */
+                        * tiles plus LSE and D; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
+                        * row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and
+                        * Z (B_r x B_c each) */
+        int64_t vec_tiles = 2 * p->block_q + 5 * p->block_k > 3 * p->block_q + 3 * p->block_k
+                                ? 2 * p->block_q + 5 * p->block_k
+                                : 3 * p->block_q + 3 * p->block_k;
         group = kind ? wider : 1;
-        local = kind ? 4 * (2 * p->d * wider + 2 * p->block_q)
-                     : 4 * (3 * p->block_q * dv + 5 * p->block_k * dv + 4 * p->block_q * p->block_k);
-    } else if (kind) { /* forward.cl: region A (Q^T, K^T passes; V chunks) and P^T */
+        local = kind ? 4 * (2 * p->d * wider + 2 * p->block_q) : 4 * (vec_tiles * dv + 3 * p->block_q * p->block_k);
+    } else if (kind) { /* forward.cl: region A (Q and K passes; V chunks) and P^T */
         ocl_tile_row t = fwd_block(s, p);
         if (p->block_q < 32 || p->block_k < 32 || p->block_q % t.tm || p->block_k % t.tn ||
             (t.dc + 4) * (p->block_q + p->block_k) / p->block_k < 4 * (p->block_k / t.tn))
@@ -673,6 +685,8 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int kind, ocl
         if (s->nv_options && t.maxreg)
             n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
     }
+    if (!kind && s->fma) /* only the CPU kernels read it: the GPU programs' options stay as they were */
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_FMA=1");
     /* FLASHATTN_OPENCL_OPTIONS: more compiler options, for tuning (for example NVIDIA's
      * -cl-nv-verbose -cl-nv-maxrregcount=N); they are part of the program cache's key */
     const char *extra = getenv("FLASHATTN_OPENCL_OPTIONS");

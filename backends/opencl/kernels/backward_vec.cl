@@ -7,56 +7,83 @@
 #if FA_KERNELS == 4
 #define FA_DV ((FA_D + 15) / 16 * 16)
 
-/* C[M x N] (+)= A[M x K] B[K x N], row-major __local matrices; M a multiple of 4, N of 16. */
-static void fa_mm(int M, int N, int K, __local const float *A, int lda, __local const float *B, int ldb,
-                  __local float *C, int ldc, int accumulate)
-{
-    for (int i = 0; i < M; i += 4)
-        for (int j = 0; j < N; j += 16) {
-            __local float *c0 = C + i * ldc + j;
-            float8 a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f, a20 = 0.0f, a21 = 0.0f, a30 = 0.0f, a31 = 0.0f;
-            if (accumulate) {
-                a00 = vload8(0, c0);
-                a01 = vload8(0, c0 + 8);
-                a10 = vload8(0, c0 + ldc);
-                a11 = vload8(0, c0 + ldc + 8);
-                a20 = vload8(0, c0 + 2 * ldc);
-                a21 = vload8(0, c0 + 2 * ldc + 8);
-                a30 = vload8(0, c0 + 3 * ldc);
-                a31 = vload8(0, c0 + 3 * ldc + 8);
-            }
-            for (int k = 0; k < K; ++k) {
-                const float8 b0 = vload8(0, B + k * ldb + j), b1 = vload8(0, B + k * ldb + j + 8);
-                const float x0 = A[i * lda + k], x1 = A[(i + 1) * lda + k];
-                const float x2 = A[(i + 2) * lda + k], x3 = A[(i + 3) * lda + k];
-                a00 = mad((float8)x0, b0, a00);
-                a01 = mad((float8)x0, b1, a01);
-                a10 = mad((float8)x1, b0, a10);
-                a11 = mad((float8)x1, b1, a11);
-                a20 = mad((float8)x2, b0, a20);
-                a21 = mad((float8)x2, b1, a21);
-                a30 = mad((float8)x3, b0, a30);
-                a31 = mad((float8)x3, b1, a31);
-            }
-            vstore8(a00, 0, c0);
-            vstore8(a01, 0, c0 + 8);
-            vstore8(a10, 0, c0 + ldc);
-            vstore8(a11, 0, c0 + ldc + 8);
-            vstore8(a20, 0, c0 + 2 * ldc);
-            vstore8(a21, 0, c0 + 2 * ldc + 8);
-            vstore8(a30, 0, c0 + 3 * ldc);
-            vstore8(a31, 0, c0 + 3 * ldc + 8);
-        }
-}
+/* Eight consecutive elements of a tensor widened to fp32 (FA_LOAD's rule, one vector load). */
+#if FA_DTYPE == 0
+#define FA_LOAD8(p, i) vload8(0, (p) + (i))
+#elif FA_DTYPE == 1
+#define FA_LOAD8(p, i) vload_half8(0, (p) + (i))
+#else
+#define FA_LOAD8(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)
+#endif
 
-/* rows [row0, row0 + n) of a tensor's head into dst (FA_DV columns, zero-padded, `rows` rows) */
+/* C[M x N] (+)= op(A) B for row-major __local matrices, M a multiple of 4, N of 16, in 4 x 16
+ * register blocks (eight float8 accumulators, FA_VMAD: one FMA each per step). X0..X3 read the
+ * block's four values of op(A) at step k: A[(i + t) lda + k] for A itself (fa_mm_nn) and
+ * A[k lda + i + t] for A^T with A stored K x M (fa_mm_tn), so that P^T dO and dS^T Q read P and dS
+ * in place instead of a transposed copy (a 64 x 64 transpose per product cost about as much as a
+ * sixth of the product). Panel-outer like the CPU backend's gemm: one K x 16 panel of B (4 KiB at
+ * K = 64) stays in L1 while every row block of A streams past it. */
+#define FA_MM_DEFINE(name, X0, X1, X2, X3)                                                                          \
+    static void name(int M, int N, int K, __local const float *A, int lda, __local const float *B, int ldb,        \
+                     __local float *C, int ldc, int accumulate)                                                     \
+    {                                                                                                               \
+        for (int j = 0; j < N; j += 16)                                                                             \
+            for (int i = 0; i < M; i += 4) {                                                                        \
+                __local float *c0 = C + i * ldc + j;                                                                \
+                float8 a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f, a20 = 0.0f, a21 = 0.0f, a30 = 0.0f,          \
+                       a31 = 0.0f;                                                                                  \
+                if (accumulate) {                                                                                   \
+                    a00 = vload8(0, c0);                                                                            \
+                    a01 = vload8(0, c0 + 8);                                                                        \
+                    a10 = vload8(0, c0 + ldc);                                                                      \
+                    a11 = vload8(0, c0 + ldc + 8);                                                                  \
+                    a20 = vload8(0, c0 + 2 * ldc);                                                                  \
+                    a21 = vload8(0, c0 + 2 * ldc + 8);                                                              \
+                    a30 = vload8(0, c0 + 3 * ldc);                                                                  \
+                    a31 = vload8(0, c0 + 3 * ldc + 8);                                                              \
+                }                                                                                                   \
+                for (int k = 0; k < K; ++k) {                                                                       \
+                    const float8 b0 = vload8(0, B + k * ldb + j), b1 = vload8(0, B + k * ldb + j + 8);              \
+                    const float8 x0 = (float8)(X0), x1 = (float8)(X1), x2 = (float8)(X2), x3 = (float8)(X3);        \
+                    a00 = FA_VMAD(x0, b0, a00);                                                                     \
+                    a01 = FA_VMAD(x0, b1, a01);                                                                     \
+                    a10 = FA_VMAD(x1, b0, a10);                                                                     \
+                    a11 = FA_VMAD(x1, b1, a11);                                                                     \
+                    a20 = FA_VMAD(x2, b0, a20);                                                                     \
+                    a21 = FA_VMAD(x2, b1, a21);                                                                     \
+                    a30 = FA_VMAD(x3, b0, a30);                                                                     \
+                    a31 = FA_VMAD(x3, b1, a31);                                                                     \
+                }                                                                                                   \
+                vstore8(a00, 0, c0);                                                                                \
+                vstore8(a01, 0, c0 + 8);                                                                            \
+                vstore8(a10, 0, c0 + ldc);                                                                          \
+                vstore8(a11, 0, c0 + ldc + 8);                                                                      \
+                vstore8(a20, 0, c0 + 2 * ldc);                                                                      \
+                vstore8(a21, 0, c0 + 2 * ldc + 8);                                                                  \
+                vstore8(a30, 0, c0 + 3 * ldc);                                                                      \
+                vstore8(a31, 0, c0 + 3 * ldc + 8);                                                                  \
+            }                                                                                                       \
+    }
+FA_MM_DEFINE(fa_mm_nn, A[i * lda + k], A[(i + 1) * lda + k], A[(i + 2) * lda + k], A[(i + 3) * lda + k])
+FA_MM_DEFINE(fa_mm_tn, A[k * lda + i], A[k * lda + i + 1], A[k * lda + i + 2], A[k * lda + i + 3])
+
+/* rows [row0, row0 + n) of a tensor's head into dst (FA_DV columns, zero-padded, `rows` rows),
+ * eight columns per load */
 static void fa_load_rows(__global const fa_store_t *src, fa_ocl_view v, long b, long row0, int n, int rows, long h,
                          __local float *dst)
 {
     for (int r = 0; r < rows; ++r) {
-        const long at = r < n ? fa_at(v, b, row0 + r, h) : 0;
-        for (int c = 0; c < FA_DV; ++c)
-            dst[r * FA_DV + c] = r < n && c < FA_D ? FA_LOAD(src, at + c) : 0.0f;
+        __local float *d = dst + r * FA_DV;
+        int c = 0;
+        if (r < n) {
+            const long at = fa_at(v, b, row0 + r, h);
+            for (; c + 8 <= FA_D; c += 8)
+                vstore8(FA_LOAD8(src, at + c), 0, d + c);
+            for (; c < FA_D; ++c)
+                d[c] = FA_LOAD(src, at + c);
+        }
+        for (; c < FA_DV; ++c)
+            d[c] = 0.0f;
     }
 }
 
@@ -69,37 +96,61 @@ static void fa_transpose_rows(__local const float *src, int rows, __local float 
 }
 
 /* The shared recomputation of one (query tile, key tile): P (into p, masked and fully masked rows
- * 0), Z o dP - D (into dp) with Z the dropout factors (z, when dropout is on), then dS (into dp,
- * times scale). s and dp must hold S = Q K^T (unscaled) and dO V^T on entry. */
+ * 0), dS = P o (Z o dP - D) scale (into dp) with Z the dropout factors, and P o Z (into z, when
+ * dropout is on: dV's left factor). s and dp must hold S = Q K^T (unscaled) and dO V^T on entry.
+ * Eight keys per step with vector exp, as the forward; steps wholly outside a row's visible keys
+ * skip the exp, and a row with none (masked, beyond the sequence, or LSE = -inf) is zeroed. */
 static void fa_tile_grads(__local float *p, __local float *dp, __local float *z, const fa_mask *m,
                           const fa_ocl_blocks *blk, __global const uchar *bm_bits, int cls, long q0, long k0, int nr,
                           int nc, const float *lse_r, const float *d_r, float scale, uint threshold, float drop_scale,
                           ulong seed, ulong offset, long b, long heads_q, long h)
 {
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
     for (int r = 0; r < FA_BM; ++r) {
+        __local float *prow = p + r * FA_BN, *dprow = dp + r * FA_BN, *zrow = z + r * FA_BN;
         int64_t lo = 0, hi = 0;
         if (r < nr)
             fa_mask_row_range(m, q0 + r, &lo, &hi);
-        const int jlo = (int)clamp(lo - k0, 0L, (long)FA_BN), jhi = (int)clamp(hi - k0, 0L, (long)nc);
         const float l = lse_r[r];
-        for (int j = 0; j < FA_BN; ++j) {
-            int vis = j >= jlo && j < jhi && l != -INFINITY;
-            if (vis && cls == FA_TILE_PARTIAL && blk->on)
-                vis = fa_block_keep(blk, bm_bits, q0 + r, k0 + j);
-            const float pv = vis ? exp(scale * p[r * FA_BN + j] - l) : 0.0f;
-            p[r * FA_BN + j] = pv;
+        const int jlo = (int)clamp(lo - k0, 0L, (long)FA_BN), jhi = (int)clamp(hi - k0, 0L, (long)nc);
+        if (jhi <= jlo || l == -INFINITY) {
+            for (int j = 0; j < FA_BN; j += 8) {
+                vstore8((float8)0.0f, 0, prow + j);
+                vstore8((float8)0.0f, 0, dprow + j);
+                if (threshold)
+                    vstore8((float8)0.0f, 0, zrow + j);
+            }
+            continue;
         }
-        if (threshold)
+        const int jv0 = jlo & ~7, jv1 = (jhi + 7) & ~7;
+        for (int j = 0; j < FA_BN; j += 8) {
+            float8 e = 0.0f;
+            if (j >= jv0 && j < jv1) {
+                const int8 idx = lane + j;
+                e = select(exp(scale * vload8(0, prow + j) - l), (float8)0.0f, idx < jlo || idx >= jhi);
+            }
+            vstore8(e, 0, prow + j);
+        }
+        if (cls == FA_TILE_PARTIAL && blk->on)
+            for (int j = jlo; j < jhi; ++j)
+                if (!fa_block_keep(blk, bm_bits, q0 + r, k0 + j))
+                    prow[j] = 0.0f;
+        const float d = d_r[r];
+        if (threshold) {
             for (int j = 0; j < FA_BN; j += 4) {
                 const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)heads_q, (ulong)h,
                                                          (ulong)(q0 + r), (ulong)(k0 + j));
                 for (int t = 0; t < 4; ++t)
-                    z[r * FA_BN + j + t] = fa_drop_factor(bits.v[t], threshold, drop_scale);
+                    zrow[j + t] = fa_drop_factor(bits.v[t], threshold, drop_scale);
             }
-        for (int j = 0; j < FA_BN; ++j) {
-            const float zz = threshold ? z[r * FA_BN + j] : 1.0f;
-            dp[r * FA_BN + j] = p[r * FA_BN + j] * (zz * dp[r * FA_BN + j] - d_r[r]) * scale;
-        }
+            for (int j = 0; j < FA_BN; j += 8) {
+                const float8 pv = vload8(0, prow + j), zv = vload8(0, zrow + j);
+                vstore8(pv * (zv * vload8(0, dprow + j) - d) * scale, 0, dprow + j);
+                vstore8(pv * zv, 0, zrow + j);
+            }
+        } else
+            for (int j = 0; j < FA_BN; j += 8)
+                vstore8(vload8(0, prow + j) * (vload8(0, dprow + j) - d) * scale, 0, dprow + j);
     }
 }
 
@@ -114,7 +165,7 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
     __local float q_t[FA_BM * FA_DV], do_t[FA_BM * FA_DV];
     __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], kv_rows[FA_BN * FA_DV];
     __local float dk_t[FA_BN * FA_DV], dv_t[FA_BN * FA_DV];
-    __local float p[FA_BM * FA_BN], dp[FA_BM * FA_BN], z[FA_BM * FA_BN], tr[FA_BN * FA_BM];
+    __local float p[FA_BM * FA_BN], dp[FA_BM * FA_BN], z[FA_BM * FA_BN];
 
     const long kt = (long)get_group_id(0), hk = (long)get_group_id(1), b = (long)get_group_id(2);
     long sq, sk, qs, ks;
@@ -135,9 +186,9 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
     fa_transpose_rows(kv_rows, FA_BN, kT, FA_BN);
     fa_load_rows(v, vv, b, ks + k0, nc, FA_BN, hk, kv_rows);
     fa_transpose_rows(kv_rows, FA_BN, vT, FA_BN);
-    for (int e = 0; e < FA_BN * FA_DV; ++e) {
-        dk_t[e] = 0.0f;
-        dv_t[e] = 0.0f;
+    for (int e = 0; e < FA_BN * FA_DV; e += 8) {
+        vstore8((float8)0.0f, 0, dk_t + e);
+        vstore8((float8)0.0f, 0, dv_t + e);
     }
     const long nq = (sq + FA_BM - 1) / FA_BM;
     float lse_r[FA_BM], d_r[FA_BM];
@@ -155,20 +206,13 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
                 lse_r[r] = r < nr ? lse[fa_at(vl, b, qs + q0 + r, h)] : -INFINITY;
                 d_r[r] = r < nr ? dsum[h * total_q + row0 + q0 + r] : 0.0f;
             }
-            fa_mm(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
-            fa_mm(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
+            fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
+            fa_mm_nn(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
             fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale,
                           seed, offset, b, heads_q, h);
-            /* dV += (P o Z)^T dO */
-            for (int r = 0; r < FA_BM; ++r)
-                for (int j = 0; j < FA_BN; ++j)
-                    tr[j * FA_BM + r] = threshold ? p[r * FA_BN + j] * z[r * FA_BN + j] : p[r * FA_BN + j];
-            fa_mm(FA_BN, FA_DV, FA_BM, tr, FA_BM, do_t, FA_DV, dv_t, FA_DV, 1);
-            /* dK += dS^T Q */
-            for (int r = 0; r < FA_BM; ++r)
-                for (int j = 0; j < FA_BN; ++j)
-                    tr[j * FA_BM + r] = dp[r * FA_BN + j];
-            fa_mm(FA_BN, FA_DV, FA_BM, tr, FA_BM, q_t, FA_DV, dk_t, FA_DV, 1);
+            /* dV += (P o Z)^T dO ; dK += dS^T Q */
+            fa_mm_tn(FA_BN, FA_DV, FA_BM, threshold ? z : p, FA_BN, do_t, FA_DV, dv_t, FA_DV, 1);
+            fa_mm_tn(FA_BN, FA_DV, FA_BM, dp, FA_BN, q_t, FA_DV, dk_t, FA_DV, 1);
         }
     }
     const fa_ocl_view vdk = fa_view_of(prm, FA_T_DK), vdv = fa_view_of(prm, FA_T_DV);
@@ -192,7 +236,11 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
     __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], k_rows[FA_BN * FA_DV];
     __local float p[FA_BM * FA_BN], dp[FA_BM * FA_BN], z[FA_BM * FA_BN];
 
-    const long qt = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
+    /* the last query tiles first: under a causal mask they have the most key tiles, and PoCL hands
+     * out work-groups in order, so the short ones fill the end instead of one long one (as the CPU
+     * backend orders its tasks) */
+    const long qt = (long)(get_num_groups(0) - 1 - get_group_id(0));
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     long sq, sk, qs, ks;
     fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
     const long q0 = qt * FA_BM;
@@ -214,9 +262,9 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
     for (int r = 0; r < FA_BM; ++r) {
         lse_r[r] = r < nr ? lse[fa_at(vl, b, qs + q0 + r, h)] : -INFINITY;
         d_r[r] = r < nr ? dsum[h * prm[FA_P_TOTAL_Q] + row0 + q0 + r] : 0.0f;
-        for (int c = 0; c < FA_DV; ++c)
-            dq_t[r * FA_DV + c] = 0.0f;
     }
+    for (int e = 0; e < FA_BM * FA_DV; e += 8)
+        vstore8((float8)0.0f, 0, dq_t + e);
 
     const fa_walk walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qt, q0, nr, sk);
     for (long it = walk.begin; it < walk.end; ++it) {
@@ -229,12 +277,12 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
         fa_transpose_rows(k_rows, FA_BN, vT, FA_BN);
         fa_load_rows(k, vk, b, ks + k0, nc, FA_BN, hk, k_rows);
         fa_transpose_rows(k_rows, FA_BN, kT, FA_BN);
-        fa_mm(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
-        fa_mm(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
+        fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
+        fa_mm_nn(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
         fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale, seed,
                       offset, b, heads_q, h);
         /* dQ += dS K */
-        fa_mm(FA_BM, FA_DV, FA_BN, dp, FA_BN, k_rows, FA_DV, dq_t, FA_DV, 1);
+        fa_mm_nn(FA_BM, FA_DV, FA_BN, dp, FA_BN, k_rows, FA_DV, dq_t, FA_DV, 1);
     }
     const fa_ocl_view vdq = fa_view_of(prm, FA_T_DQ);
     for (int r = 0; r < nr; ++r) {

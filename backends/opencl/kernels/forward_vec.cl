@@ -7,6 +7,17 @@
  * __local memory (an ordinary cache-resident array on a CPU). FA_BM is a multiple of 4, FA_BN of
  * 16; the head dim is padded to FA_DV (a multiple of 16) with zeros. */
 
+/* The CPU kernels' float8 multiply-add (here and in backward_vec.cl, later in the same source):
+ * fma() where the device has a fused multiply-add (the host passes FA_FMA=1 when
+ * CL_DEVICE_SINGLE_FP_CONFIG says CL_FP_FMA), since PoCL compiles mad() to a separate multiply and
+ * add (vmulps + vaddps on AVX2) and fma() to one vfmadd; without the hardware instruction fma()
+ * would be a software routine, so mad() there. */
+#if defined(FA_FMA) && FA_FMA
+#define FA_VMAD(a, b, c) fma((a), (b), (c))
+#else
+#define FA_VMAD(a, b, c) mad((a), (b), (c))
+#endif
+
 #if FA_KERNELS == 2
 #define FA_DV ((FA_D + 15) / 16 * 16)
 
@@ -23,7 +34,11 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
     __local float acc[FA_BM * FA_DV];
     __local float s_t[FA_BM * FA_BN];
 
-    const long qt = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
+    /* the last query tiles first: under a causal mask they have the most key tiles, and PoCL hands
+     * out work-groups in order, so the short ones fill the end instead of one long one (as the CPU
+     * backend orders its tasks) */
+    const long qt = (long)(get_num_groups(0) - 1 - get_group_id(0));
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     long sq, sk, qs, ks;
     fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
     const long q0 = qt * FA_BM;
@@ -79,14 +94,14 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
                     const float8 k0v = vload8(0, k_t + c * FA_BN + j0), k1v = vload8(0, k_t + c * FA_BN + j0 + 8);
                     const float x0 = q_t[r0 * FA_DV + c], x1 = q_t[(r0 + 1) * FA_DV + c];
                     const float x2 = q_t[(r0 + 2) * FA_DV + c], x3 = q_t[(r0 + 3) * FA_DV + c];
-                    a00 = mad((float8)x0, k0v, a00);
-                    a01 = mad((float8)x0, k1v, a01);
-                    a10 = mad((float8)x1, k0v, a10);
-                    a11 = mad((float8)x1, k1v, a11);
-                    a20 = mad((float8)x2, k0v, a20);
-                    a21 = mad((float8)x2, k1v, a21);
-                    a30 = mad((float8)x3, k0v, a30);
-                    a31 = mad((float8)x3, k1v, a31);
+                    a00 = FA_VMAD((float8)x0, k0v, a00);
+                    a01 = FA_VMAD((float8)x0, k1v, a01);
+                    a10 = FA_VMAD((float8)x1, k0v, a10);
+                    a11 = FA_VMAD((float8)x1, k1v, a11);
+                    a20 = FA_VMAD((float8)x2, k0v, a20);
+                    a21 = FA_VMAD((float8)x2, k1v, a21);
+                    a30 = FA_VMAD((float8)x3, k0v, a30);
+                    a31 = FA_VMAD((float8)x3, k1v, a31);
                 }
                 vstore8(a00, 0, s_t + r0 * FA_BN + j0);
                 vstore8(a01, 0, s_t + r0 * FA_BN + j0 + 8);
@@ -151,14 +166,14 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
                     const float8 v0 = vload8(0, v_t + j * FA_DV + c0), v1 = vload8(0, v_t + j * FA_DV + c0 + 8);
                     const float p0 = s_t[r0 * FA_BN + j], p1 = s_t[(r0 + 1) * FA_BN + j];
                     const float p2 = s_t[(r0 + 2) * FA_BN + j], p3 = s_t[(r0 + 3) * FA_BN + j];
-                    a00 = mad((float8)p0, v0, a00);
-                    a01 = mad((float8)p0, v1, a01);
-                    a10 = mad((float8)p1, v0, a10);
-                    a11 = mad((float8)p1, v1, a11);
-                    a20 = mad((float8)p2, v0, a20);
-                    a21 = mad((float8)p2, v1, a21);
-                    a30 = mad((float8)p3, v0, a30);
-                    a31 = mad((float8)p3, v1, a31);
+                    a00 = FA_VMAD((float8)p0, v0, a00);
+                    a01 = FA_VMAD((float8)p0, v1, a01);
+                    a10 = FA_VMAD((float8)p1, v0, a10);
+                    a11 = FA_VMAD((float8)p1, v1, a11);
+                    a20 = FA_VMAD((float8)p2, v0, a20);
+                    a21 = FA_VMAD((float8)p2, v1, a21);
+                    a30 = FA_VMAD((float8)p3, v0, a30);
+                    a31 = FA_VMAD((float8)p3, v1, a31);
                 }
                 vstore8(a00, 0, o0);
                 vstore8(a01, 0, o0 + 8);
