@@ -16,55 +16,6 @@
 #define FA_LOAD8(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)
 #endif
 
-/* C[M x N] (+)= op(A) B for row-major __local matrices, M a multiple of 4, N of 16, in 4 x 16
- * register blocks (eight float8 accumulators, FA_VMAD: one FMA each per step). X0..X3 read the
- * block's four values of op(A) at step k: A[(i + t) lda + k] for A itself (fa_mm_nn) and
- * A[k lda + i + t] for A^T with A stored K x M (fa_mm_tn), so that P^T dO and dS^T Q read P and dS
- * in place instead of a transposed copy (a 64 x 64 transpose per product cost about as much as a
- * sixth of the product). Panel-outer like the CPU backend's gemm: one K x 16 panel of B (4 KiB at
- * K = 64) stays in L1 while every row block of A streams past it. */
-#define FA_MM_DEFINE(name, X0, X1, X2, X3)                                                                          \
-    static void name(int M, int N, int K, __local const float *A, int lda, __local const float *B, int ldb,        \
-                     __local float *C, int ldc, int accumulate)                                                     \
-    {                                                                                                               \
-        for (int j = 0; j < N; j += 16)                                                                             \
-            for (int i = 0; i < M; i += 4) {                                                                        \
-                __local float *c0 = C + i * ldc + j;                                                                \
-                float8 a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f, a20 = 0.0f, a21 = 0.0f, a30 = 0.0f,          \
-                       a31 = 0.0f;                                                                                  \
-                if (accumulate) {                                                                                   \
-                    a00 = vload8(0, c0);                                                                            \
-                    a01 = vload8(0, c0 + 8);                                                                        \
-                    a10 = vload8(0, c0 + ldc);                                                                      \
-                    a11 = vload8(0, c0 + ldc + 8);                                                                  \
-                    a20 = vload8(0, c0 + 2 * ldc);                                                                  \
-                    a21 = vload8(0, c0 + 2 * ldc + 8);                                                              \
-                    a30 = vload8(0, c0 + 3 * ldc);                                                                  \
-                    a31 = vload8(0, c0 + 3 * ldc + 8);                                                              \
-                }                                                                                                   \
-                for (int k = 0; k < K; ++k) {                                                                       \
-                    const float8 b0 = vload8(0, B + k * ldb + j), b1 = vload8(0, B + k * ldb + j + 8);              \
-                    const float8 x0 = (float8)(X0), x1 = (float8)(X1), x2 = (float8)(X2), x3 = (float8)(X3);        \
-                    a00 = FA_VMAD(x0, b0, a00);                                                                     \
-                    a01 = FA_VMAD(x0, b1, a01);                                                                     \
-                    a10 = FA_VMAD(x1, b0, a10);                                                                     \
-                    a11 = FA_VMAD(x1, b1, a11);                                                                     \
-                    a20 = FA_VMAD(x2, b0, a20);                                                                     \
-                    a21 = FA_VMAD(x2, b1, a21);                                                                     \
-                    a30 = FA_VMAD(x3, b0, a30);                                                                     \
-                    a31 = FA_VMAD(x3, b1, a31);                                                                     \
-                }                                                                                                   \
-                vstore8(a00, 0, c0);                                                                                \
-                vstore8(a01, 0, c0 + 8);                                                                            \
-                vstore8(a10, 0, c0 + ldc);                                                                          \
-                vstore8(a11, 0, c0 + ldc + 8);                                                                      \
-                vstore8(a20, 0, c0 + 2 * ldc);                                                                      \
-                vstore8(a21, 0, c0 + 2 * ldc + 8);                                                                  \
-                vstore8(a30, 0, c0 + 3 * ldc);                                                                      \
-                vstore8(a31, 0, c0 + 3 * ldc + 8);                                                                  \
-            }                                                                                                       \
-    }
-FA_MM_DEFINE(fa_mm_nn, A[i * lda + k], A[(i + 1) * lda + k], A[(i + 2) * lda + k], A[(i + 3) * lda + k])
 FA_MM_DEFINE(fa_mm_tn, A[k * lda + i], A[k * lda + i + 1], A[k * lda + i + 2], A[k * lda + i + 3])
 
 /* rows [row0, row0 + n) of a tensor's head into dst (FA_DV columns, zero-padded, `rows` rows),

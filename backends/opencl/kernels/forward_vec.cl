@@ -18,6 +18,59 @@
 #define FA_VMAD(a, b, c) mad((a), (b), (c))
 #endif
 
+#if FA_KERNELS == 2 || FA_KERNELS == 4
+/* C[M x N] (+)= op(A) B for row-major __local matrices, M a multiple of 4, N of 16, in 4 x 16
+ * register blocks (eight float8 accumulators, FA_VMAD: one FMA each per step). X0..X3 read the
+ * block's four values of op(A) at step k: A[(i + t) lda + k] for A itself (fa_mm_nn) and
+ * A[k lda + i + t] for A^T with A stored K x M (fa_mm_tn, backward_vec.cl), so that the backward's
+ * P^T dO and dS^T Q read P and dS in place instead of a transposed copy (a 64 x 64 transpose per
+ * product cost about as much as a sixth of the product). Panel-outer like the CPU backend's gemm:
+ * one K x 16 panel of B (4 KiB at K = 64) stays in L1 while every row block of A streams past it.
+ * The forward's S = Q K^T and O += P V use fa_mm_nn too. */
+#define FA_MM_DEFINE(name, X0, X1, X2, X3)                                                                          \
+    static void name(int M, int N, int K, __local const float *A, int lda, __local const float *B, int ldb,        \
+                     __local float *C, int ldc, int accumulate)                                                     \
+    {                                                                                                               \
+        for (int j = 0; j < N; j += 16)                                                                             \
+            for (int i = 0; i < M; i += 4) {                                                                        \
+                __local float *c0 = C + i * ldc + j;                                                                \
+                float8 a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f, a20 = 0.0f, a21 = 0.0f, a30 = 0.0f,          \
+                       a31 = 0.0f;                                                                                  \
+                if (accumulate) {                                                                                   \
+                    a00 = vload8(0, c0);                                                                            \
+                    a01 = vload8(0, c0 + 8);                                                                        \
+                    a10 = vload8(0, c0 + ldc);                                                                      \
+                    a11 = vload8(0, c0 + ldc + 8);                                                                  \
+                    a20 = vload8(0, c0 + 2 * ldc);                                                                  \
+                    a21 = vload8(0, c0 + 2 * ldc + 8);                                                              \
+                    a30 = vload8(0, c0 + 3 * ldc);                                                                  \
+                    a31 = vload8(0, c0 + 3 * ldc + 8);                                                              \
+                }                                                                                                   \
+                for (int k = 0; k < K; ++k) {                                                                       \
+                    const float8 b0 = vload8(0, B + k * ldb + j), b1 = vload8(0, B + k * ldb + j + 8);              \
+                    const float8 x0 = (float8)(X0), x1 = (float8)(X1), x2 = (float8)(X2), x3 = (float8)(X3);        \
+                    a00 = FA_VMAD(x0, b0, a00);                                                                     \
+                    a01 = FA_VMAD(x0, b1, a01);                                                                     \
+                    a10 = FA_VMAD(x1, b0, a10);                                                                     \
+                    a11 = FA_VMAD(x1, b1, a11);                                                                     \
+                    a20 = FA_VMAD(x2, b0, a20);                                                                     \
+                    a21 = FA_VMAD(x2, b1, a21);                                                                     \
+                    a30 = FA_VMAD(x3, b0, a30);                                                                     \
+                    a31 = FA_VMAD(x3, b1, a31);                                                                     \
+                }                                                                                                   \
+                vstore8(a00, 0, c0);                                                                                \
+                vstore8(a01, 0, c0 + 8);                                                                            \
+                vstore8(a10, 0, c0 + ldc);                                                                          \
+                vstore8(a11, 0, c0 + ldc + 8);                                                                      \
+                vstore8(a20, 0, c0 + 2 * ldc);                                                                      \
+                vstore8(a21, 0, c0 + 2 * ldc + 8);                                                                  \
+                vstore8(a30, 0, c0 + 3 * ldc);                                                                      \
+                vstore8(a31, 0, c0 + 3 * ldc + 8);                                                                  \
+            }                                                                                                       \
+    }
+FA_MM_DEFINE(fa_mm_nn, A[i * lda + k], A[(i + 1) * lda + k], A[(i + 2) * lda + k], A[(i + 3) * lda + k])
+#endif
+
 #if FA_KERNELS == 2
 #define FA_DV ((FA_D + 15) / 16 * 16)
 
@@ -87,31 +140,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
             }
         }
         /* S = (scale Q) K^T, 4 rows x 16 keys per block */
-        for (int r0 = 0; r0 < FA_BM; r0 += 4)
-            for (int j0 = 0; j0 < FA_BN; j0 += 16) {
-                float8 a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f, a20 = 0.0f, a21 = 0.0f, a30 = 0.0f, a31 = 0.0f;
-                for (int c = 0; c < FA_DV; ++c) {
-                    const float8 k0v = vload8(0, k_t + c * FA_BN + j0), k1v = vload8(0, k_t + c * FA_BN + j0 + 8);
-                    const float x0 = q_t[r0 * FA_DV + c], x1 = q_t[(r0 + 1) * FA_DV + c];
-                    const float x2 = q_t[(r0 + 2) * FA_DV + c], x3 = q_t[(r0 + 3) * FA_DV + c];
-                    a00 = FA_VMAD((float8)x0, k0v, a00);
-                    a01 = FA_VMAD((float8)x0, k1v, a01);
-                    a10 = FA_VMAD((float8)x1, k0v, a10);
-                    a11 = FA_VMAD((float8)x1, k1v, a11);
-                    a20 = FA_VMAD((float8)x2, k0v, a20);
-                    a21 = FA_VMAD((float8)x2, k1v, a21);
-                    a30 = FA_VMAD((float8)x3, k0v, a30);
-                    a31 = FA_VMAD((float8)x3, k1v, a31);
-                }
-                vstore8(a00, 0, s_t + r0 * FA_BN + j0);
-                vstore8(a01, 0, s_t + r0 * FA_BN + j0 + 8);
-                vstore8(a10, 0, s_t + (r0 + 1) * FA_BN + j0);
-                vstore8(a11, 0, s_t + (r0 + 1) * FA_BN + j0 + 8);
-                vstore8(a20, 0, s_t + (r0 + 2) * FA_BN + j0);
-                vstore8(a21, 0, s_t + (r0 + 2) * FA_BN + j0 + 8);
-                vstore8(a30, 0, s_t + (r0 + 3) * FA_BN + j0);
-                vstore8(a31, 0, s_t + (r0 + 3) * FA_BN + j0 + 8);
-            }
+        fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, k_t, FA_BN, s_t, FA_BN, 0);
         /* mask, online softmax (core/softmax.h's guards), dropout, rescale of the accumulators */
         for (int r = 0; r < FA_BM; ++r) {
             __local float *srow = s_t + r * FA_BN;
@@ -155,35 +184,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
                     vstore8(vload8(0, acc + r * FA_DV + c) * alpha, 0, acc + r * FA_DV + c);
         }
         /* O += P V, 4 rows x 16 columns per block */
-        for (int r0 = 0; r0 < FA_BM; r0 += 4)
-            for (int c0 = 0; c0 < FA_DV; c0 += 16) {
-                __local float *o0 = acc + r0 * FA_DV + c0;
-                float8 a00 = vload8(0, o0), a01 = vload8(0, o0 + 8);
-                float8 a10 = vload8(0, o0 + FA_DV), a11 = vload8(0, o0 + FA_DV + 8);
-                float8 a20 = vload8(0, o0 + 2 * FA_DV), a21 = vload8(0, o0 + 2 * FA_DV + 8);
-                float8 a30 = vload8(0, o0 + 3 * FA_DV), a31 = vload8(0, o0 + 3 * FA_DV + 8);
-                for (int j = 0; j < FA_BN; ++j) {
-                    const float8 v0 = vload8(0, v_t + j * FA_DV + c0), v1 = vload8(0, v_t + j * FA_DV + c0 + 8);
-                    const float p0 = s_t[r0 * FA_BN + j], p1 = s_t[(r0 + 1) * FA_BN + j];
-                    const float p2 = s_t[(r0 + 2) * FA_BN + j], p3 = s_t[(r0 + 3) * FA_BN + j];
-                    a00 = FA_VMAD((float8)p0, v0, a00);
-                    a01 = FA_VMAD((float8)p0, v1, a01);
-                    a10 = FA_VMAD((float8)p1, v0, a10);
-                    a11 = FA_VMAD((float8)p1, v1, a11);
-                    a20 = FA_VMAD((float8)p2, v0, a20);
-                    a21 = FA_VMAD((float8)p2, v1, a21);
-                    a30 = FA_VMAD((float8)p3, v0, a30);
-                    a31 = FA_VMAD((float8)p3, v1, a31);
-                }
-                vstore8(a00, 0, o0);
-                vstore8(a01, 0, o0 + 8);
-                vstore8(a10, 0, o0 + FA_DV);
-                vstore8(a11, 0, o0 + FA_DV + 8);
-                vstore8(a20, 0, o0 + 2 * FA_DV);
-                vstore8(a21, 0, o0 + 2 * FA_DV + 8);
-                vstore8(a30, 0, o0 + 3 * FA_DV);
-                vstore8(a31, 0, o0 + 3 * FA_DV + 8);
-            }
+        fa_mm_nn(FA_BM, FA_DV, FA_BN, s_t, FA_BN, v_t, FA_DV, acc, FA_DV, 1);
     }
 
     const fa_ocl_view vo = fa_view_of(prm, FA_T_O), vl = fa_view_of(prm, FA_T_LSE);
