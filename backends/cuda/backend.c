@@ -1,6 +1,9 @@
-/* backend.c: the CUDA backend's table: devices, streams, device memory, the chooser (which sm80
- * instance runs a problem, or why none does) and the launch glue. Kernels live in sm80/. Every
- * CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with the CUDA error's name. */
+/* backend.c: the CUDA backend's table: devices, streams, device memory, the chooser (which kernel
+ * family and instance runs a problem, or why none does) and the launch glue. Two kernel families:
+ * sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT kernels of backends/portable/
+ * (any dtype, any head dim up to 256, any compute capability), which run what sm80 does not cover,
+ * or everything when FLASHATTN_CUDA_KERNELS=portable. Every CUDA call is checked; errors reach the
+ * caller as FA_ERR_BACKEND with the CUDA error's name. */
 #include "internal.h"
 #include "params.h"
 
@@ -13,7 +16,16 @@
 typedef struct cuda_state {
     cudaStream_t own, stream;
     struct cudaDeviceProp prop;
+    int force_portable; /* FLASHATTN_CUDA_KERNELS=portable, read when the context opens */
 } cuda_state;
+
+/* fa_variant.kernel: sm80 ids are dpad * 2 + aligned; portable ids carry this bit and the bucket */
+#define KERNEL_PORTABLE 0x100000
+
+static int variant_is_portable(const fa_variant *v)
+{
+    return (v->kernel & KERNEL_PORTABLE) != 0;
+}
 
 static cuda_state *state(const fa_context *ctx)
 {
@@ -56,17 +68,16 @@ static fa_status cuda_device_name(int device, char *buf, size_t len)
 
 static void cuda_capabilities(fa_capabilities *caps)
 {
-    static const int dims[] = {32, 64, 96, 128, 160, 192, 224, 256, 0};
-    caps->dtypes = (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
-    caps->max_head_dim = 256;
-    memcpy(caps->head_dims, dims, sizeof dims);
+    caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
+    caps->max_head_dim = 256; /* every d in 1..256: sm80 pads, the portable kernels take d exactly */
+    caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync path, cc >= 8.0; other d <= 256 padded up inside the kernel; backward d <= 128; "
-             "no fp32; backward: fused kernel with fp32 atomic dQ, or two bitwise-reproducible kernels "
-             "with the deterministic option");
+             "sm80 mma.sync path (cc >= 8.0, fp16/bf16, backward d <= 128; fused atomic-dQ backward or "
+             "deterministic kernels); portable SIMT kernels for the rest (fp32, backward d > 128, cc < 8.0; "
+             "always deterministic), or for all with FLASHATTN_CUDA_KERNELS=portable");
 }
 
 static fa_status cuda_open(fa_context *ctx, int device)
@@ -84,6 +95,10 @@ static fa_status cuda_open(fa_context *ctx, int device)
         return FA_ERR_BACKEND;
     }
     s->stream = s->own;
+    /* FLASHATTN_CUDA_KERNELS=portable runs every call on the portable SIMT kernels (testing them on
+     * a GPU the sm80 path covers, comparing the two); unset or any other value: the chooser's pick */
+    const char *kernels = getenv("FLASHATTN_CUDA_KERNELS");
+    s->force_portable = kernels && strcmp(kernels, "portable") == 0;
     ctx->priv = s;
     return FA_SUCCESS;
 }
@@ -101,7 +116,8 @@ static void cuda_close(fa_context *ctx)
 }
 
 /* The core builds block-sparse lists (and plans) at the 64 x 64 granularity every sm80 kernel
- * walks: the forward's 128-row query tiles merge the lists of their two 64-row halves, the fused
+ * and every portable kernel walks (the portable forward's tiles are 64 x 64; its backward's row
+ * blocks divide 64): the forward's 128-row query tiles merge the lists of their two 64-row halves, the fused
  * backward's 128-key blocks test both 64-key halves. The kernels' own tile shapes per head dim,
  * with the reason for each, are in sm80/tiles.h. M is the shared memory a block may opt into. */
 static void cuda_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
@@ -119,19 +135,29 @@ static int view_aligned(const fa_view *v)
     return v->data == NULL || ((uintptr_t)v->data % 16 == 0 && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0);
 }
 
+/* Whether the sm80 tensor-core path has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
+ * an instance for the padded head dim (backward d <= 128). Everything else is the portable
+ * family's, as is everything under FLASHATTN_CUDA_KERNELS=portable. */
+static int sm80_covers(const cuda_state *s, const fa_problem *p)
+{
+    int dpad = (int)((p->d + 31) / 32 * 32);
+    return !s->force_portable && s->prop.major >= 8 && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
+           fa_sm80_has_instance((int)p->dtype, dpad, p->backward);
+}
+
 static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
-    const struct cudaDeviceProp *prop = &state(ctx)->prop;
-    if (prop->major < 8)
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
-                        "cuda: compute capability %d.%d; the sm80 path needs 8.0 or newer", prop->major, prop->minor);
-    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
-                        "cuda: %s is not supported by the tensor-core path (use fp16 or bf16)", fa_dtype_name(p->dtype));
+    if (!sm80_covers(state(ctx), p)) {
+        int bucket = fa_portable_bucket(p->d);
+        if (bucket == 0)
+            return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "cuda: no kernel for head dim %lld (1..256)",
+                            (long long)p->d);
+        snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s", p->backward ? "bwd" : "fwd",
+                 fa_dtype_name(p->dtype), bucket, p->backward ? "-deterministic" : "");
+        out->kernel = KERNEL_PORTABLE | bucket;
+        return FA_SUCCESS;
+    }
     int dpad = (int)((p->d + 31) / 32 * 32);
-    if (!fa_sm80_has_instance((int)p->dtype, dpad, p->backward))
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "cuda: no sm80 %s kernel for head dim %lld",
-                        p->backward ? "backward" : "forward", (long long)p->d);
     int aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v);
     if (p->backward)
         aligned = aligned && view_aligned(&p->dout);
@@ -237,7 +263,11 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_var
     CUDA_TRY(ctx, cudaSetDevice(ctx->device));
     fa_status st = make_params(ctx, p, &kp, &cb);
     if (st == FA_SUCCESS) {
-        cudaError_t e = (cudaError_t)fa_sm80_forward(&kp, (int)p->dtype, v->kernel / 2, v->kernel & 1, state(ctx)->stream);
+        cudaError_t e = variant_is_portable(v)
+                            ? (cudaError_t)fa_portable_forward(&kp, (int)p->dtype, v->kernel & ~KERNEL_PORTABLE,
+                                                               state(ctx)->stream)
+                            : (cudaError_t)fa_sm80_forward(&kp, (int)p->dtype, v->kernel / 2, v->kernel & 1,
+                                                           state(ctx)->stream);
         if (e != cudaSuccess)
             st = cuda_fail(ctx, e, v->name);
     }
@@ -253,14 +283,18 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
     fa_status st = make_params(ctx, p, &kp, &cb);
     if (st == FA_SUCCESS)
         st = upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q) * 2, &cb.dsum); /* D, LSE log2 e */
-    if (st == FA_SUCCESS && !p->deterministic) /* fp32 dQ for the fused kernel's atomics */
+    if (st == FA_SUCCESS && !p->deterministic && !variant_is_portable(v)) /* fp32 dQ for the fused kernel's atomics */
         st = upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q * (v->kernel / 2)), &cb.dq_accum);
     if (st == FA_SUCCESS && p->batch > 0) {
         kp.dsum = cb.dsum;
         kp.dq_accum = cb.dq_accum;
         if (kp.dq_accum)
             kp.lse2 = (float *)cb.dsum + p->total_q * p->heads_q;
-        cudaError_t e = (cudaError_t)fa_sm80_backward(&kp, (int)p->dtype, v->kernel / 2, v->kernel & 1, state(ctx)->stream);
+        cudaError_t e = variant_is_portable(v)
+                            ? (cudaError_t)fa_portable_backward(&kp, (int)p->dtype, v->kernel & ~KERNEL_PORTABLE,
+                                                                state(ctx)->stream)
+                            : (cudaError_t)fa_sm80_backward(&kp, (int)p->dtype, v->kernel / 2, v->kernel & 1,
+                                                            state(ctx)->stream);
         if (e != cudaSuccess)
             st = cuda_fail(ctx, e, v->name);
     }
@@ -270,11 +304,10 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
 
 static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 {
-    (void)ctx;
     int64_t bytes = 0;
     if (p->backward) {
         bytes += p->total_q * p->heads_q * 8; /* D and LSE log2(e) */
-        if (!p->deterministic) /* fp32 dQ accumulator at the padded head dim */
+        if (!p->deterministic && sm80_covers(state(ctx), p)) /* fp32 dQ accumulator at the padded head dim */
             bytes += p->total_q * p->heads_q * ((p->d + 31) / 32 * 32) * 4;
     }
     if (p->block_mask) {

@@ -50,6 +50,14 @@ int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, int a
 /* Whether an instance exists for (dtype, padded head dim) and direction. */
 int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward);
 
+/* The portable SIMT kernels (backends/portable/): any dtype (0 fp32, 1 fp16, 2 bf16), head dims
+ * 1..256 exact, grouped into buckets of 64, 128, 256 (fa_portable_bucket: 0 outside 1..256), any
+ * compute capability the build targets. The backward is always deterministic and needs p->dsum
+ * ([heads_q][total_q] floats); p->dq_accum and p->lse2 are unused. Return a cudaError_t value. */
+int fa_portable_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_portable_backward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_portable_bucket(int64_t head_dim);
+
 #ifdef __cplusplus
 }
 #endif
