@@ -7,6 +7,7 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential meson ninja-build pkg-config libcmocka-dev python3 python3-numpy \
-  ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd >/dev/null
+  ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd hipcc >/dev/null
 # ocl-icd-opencl-dev + opencl-c-headers build the OpenCL backend; pocl-opencl-icd (PoCL, a CPU
-# OpenCL platform) lets CI run its conformance grid without a GPU
+# OpenCL platform) lets CI run its conformance grid without a GPU; hipcc (ROCm 5.2, clang 15 and
+# LLVM 15's tools, libamdhip64) builds the HIP backend and lets tests/hip inspect its code objects

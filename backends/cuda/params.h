@@ -58,7 +58,37 @@ int fa_portable_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket,
 int fa_portable_backward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_portable_bucket(int64_t head_dim);
 
+/* The HIP backend's MFMA forward (backends/hip/mfma/) compiled as CUDA, each matrix instruction
+ * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA
+ * hardware (FLASHATTN_CUDA_KERNELS=mfma-emulated), not a fast path. dtype 1 fp16, 2 bf16; buckets
+ * 64 and 128. */
+int fa_mfma_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
+
 #ifdef __cplusplus
+}
+#endif
+
+#if defined(__cplusplus) && (defined(__CUDACC__) || defined(__HIPCC__))
+/* Sequence b's lengths and first packed rows (fa_problem_seq's rule), for every kernel family of
+ * the CUDA and HIP backends: the offsets from cu_q/cu_k when packed, else the dense lengths. */
+struct fa_seq {
+    int64_t sq, sk, q_start, k_start;
+};
+
+__device__ __forceinline__ fa_seq fa_sequence(const fa_cuda_params &p, int64_t b)
+{
+    fa_seq s;
+    if (p.cu_q) {
+        s.q_start = p.cu_q[b];
+        s.k_start = p.cu_k[b];
+        s.sq = p.cu_q[b + 1] - s.q_start;
+        s.sk = p.cu_k[b + 1] - s.k_start;
+    } else {
+        s.q_start = s.k_start = 0;
+        s.sq = p.seqlen_q;
+        s.sk = p.seqlen_k;
+    }
+    return s;
 }
 #endif
 #endif

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-namespace fa_portable {
+namespace FA_PORTABLE_NS {
 
 /* Query and key tiles: the granularity at which the core builds block-sparse lists for the CUDA
  * backend (cuda_tile_limits), so a tile's list entry is found directly. */
@@ -28,6 +28,7 @@ static_assert(BM == FA_SM80_BLOCK && BN == FA_SM80_BLOCK, "tiles must match the 
 
 struct store_f32 {
     typedef float T;
+    static constexpr bool bf16 = false;
     static FA_DEVICE float load(const T *p, int64_t i) { return p[i]; }
     static FA_DEVICE void store(T *p, int64_t i, float x) { p[i] = x; }
     static FA_DEVICE float4 load4v(const T *p, int64_t i) { return *reinterpret_cast<const float4 *>(p + i); }
@@ -36,6 +37,7 @@ struct store_f32 {
 
 struct store_f16 {
     typedef unsigned short T;
+    static constexpr bool bf16 = false;
     static FA_DEVICE float load(const T *p, int64_t i) { return fa_f16_bits_to_float(p[i]); }
     static FA_DEVICE void store(T *p, int64_t i, float x) { p[i] = fa_float_to_f16_bits(x); }
     static FA_DEVICE float4 load4v(const T *p, int64_t i)
@@ -57,6 +59,7 @@ struct store_f16 {
 
 struct store_bf16 {
     typedef unsigned short T;
+    static constexpr bool bf16 = true;
     static FA_DEVICE float load(const T *p, int64_t i) { return fa_bf16_bits_to_float(p[i]); }
     static FA_DEVICE void store(T *p, int64_t i, float x) { p[i] = fa_float_to_bf16_bits(x); }
     static FA_DEVICE float4 load4v(const T *p, int64_t i)
@@ -111,28 +114,6 @@ template <class S> FA_DEVICE void store4(typename S::T *p, int64_t i, int n, flo
 FA_DEVICE int64_t offset_of(const fa_cuda_tensor &t, int64_t b, int64_t row, int64_t h)
 {
     return b * t.sb + row * t.ss + h * t.sh;
-}
-
-/* Sequence b's lengths and first packed rows (fa_problem_seq). */
-struct seq_info {
-    int64_t sq, sk, qs, ks;
-};
-
-FA_DEVICE seq_info seq_of(const fa_cuda_params &p, int64_t b)
-{
-    seq_info s;
-    if (p.cu_q) {
-        s.qs = p.cu_q[b];
-        s.ks = p.cu_k[b];
-        s.sq = p.cu_q[b + 1] - s.qs;
-        s.sk = p.cu_k[b + 1] - s.ks;
-    } else {
-        s.qs = 0;
-        s.ks = 0;
-        s.sq = p.seqlen_q;
-        s.sk = p.seqlen_k;
-    }
-    return s;
 }
 
 /* The block-mask bit of query head h's local element (i, j) (fa_problem_block_keep). */
@@ -251,7 +232,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kern
 
     const int tid = (int)threadIdx.x, tx = tid % TX, ty = tid / TX;
     const int64_t qtile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const seq_info sqi = seq_of(p, b);
+    const fa_seq sqi = fa_sequence(p, b);
     const int64_t q0 = qtile * BM;
     if (q0 >= sqi.sq) /* the same for the whole block: no barrier is skipped by part of it */
         return;
@@ -260,9 +241,9 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kern
     const int64_t hk = h / p.group;
     const fa_mask m = fa_mask_make(sqi.sq, sqi.sk, p.causal, p.window_left, p.window_right);
     const float qscale = p.scale_log2;
-    const T *const qp = static_cast<const T *>(p.q.data) + offset_of(p.q, b, sqi.qs + q0, h);
-    const T *const kp = static_cast<const T *>(p.k.data) + offset_of(p.k, b, sqi.ks, hk);
-    const T *const vp = static_cast<const T *>(p.v.data) + offset_of(p.v, b, sqi.ks, hk);
+    const T *const qp = static_cast<const T *>(p.q.data) + offset_of(p.q, b, sqi.q_start + q0, h);
+    const T *const kp = static_cast<const T *>(p.k.data) + offset_of(p.k, b, sqi.k_start, hk);
+    const T *const vp = static_cast<const T *>(p.v.data) + offset_of(p.v, b, sqi.k_start, hk);
     for (int r = tid; r < BM; r += THREADS) {
         int64_t a = 0, z = 0;
         if (r < nr)
@@ -467,7 +448,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kern
         if (rr >= nr)
             continue;
         const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-        const int64_t at = offset_of(p.o, b, sqi.qs + q0 + rr, h);
+        const int64_t at = offset_of(p.o, b, sqi.q_start + q0 + rr, h);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             const int col = 4 * tx + OW * g;
@@ -476,7 +457,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kern
                           make_float4(acc[r][g].x * inv, acc[r][g].y * inv, acc[r][g].z * inv, acc[r][g].w * inv), vec);
         }
         if (tx == 0 && p.lse.data)
-            static_cast<float *>(p.lse.data)[offset_of(p.lse, b, sqi.qs + q0 + rr, h)] =
+            static_cast<float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + q0 + rr, h)] =
                 (l == 0.0f || row_max[r] == -INFINITY) ? -INFINITY : row_max[r] * 0.69314718055994531f + logf(l);
     }
 }
@@ -489,15 +470,15 @@ template <class S> __global__ void FA_LAUNCH_BOUNDS(THREADS) dsum_kernel(const f
 {
     typedef typename S::T T;
     const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const seq_info sqi = seq_of(p, b);
+    const fa_seq sqi = fa_sequence(p, b);
     if (i >= sqi.sq)
         return;
-    const T *const op = static_cast<const T *>(p.o.data) + offset_of(p.o, b, sqi.qs + i, h);
-    const T *const dp = static_cast<const T *>(p.dout.data) + offset_of(p.dout, b, sqi.qs + i, h);
+    const T *const op = static_cast<const T *>(p.o.data) + offset_of(p.o, b, sqi.q_start + i, h);
+    const T *const dp = static_cast<const T *>(p.dout.data) + offset_of(p.dout, b, sqi.q_start + i, h);
     float acc = 0.0f;
     for (int64_t c = 0; c < p.d; ++c)
         acc = fmaf(S::load(op, c), S::load(dp, c), acc);
-    const int64_t row = p.cu_q ? sqi.qs + i : b * p.seqlen_q + i;
+    const int64_t row = p.cu_q ? sqi.q_start + i : b * p.seqlen_q + i;
     p.dsum[h * p.total_q + row] = acc;
 }
 
@@ -526,6 +507,45 @@ template <int TPK> FA_DEVICE float group_sum(float x)
     return x;
 }
 
+/* Rows [r0, r0 + STEP) of head hd of two tensors with the same shape (Q and dO, or K and V) into
+ * shared tiles [STEP][D], widened; rows >= n and columns >= d are 0. Every thread of the block
+ * takes part (the caller's barriers bracket it). */
+template <class S, int D, int STEP>
+FA_DEVICE void load_tile_pair(const fa_cuda_params &p, const fa_cuda_tensor &ta, const fa_cuda_tensor &tb, int64_t b,
+                              int64_t r0, int n, int64_t hd, float *a_t, float *b_t)
+{
+    typedef typename S::T T;
+    const int d = (int)p.d;
+    for (int e = (int)threadIdx.x; e < STEP * D; e += THREADS) {
+        const int r = e / D, c = e - r * D;
+        float ax = 0.0f, bx = 0.0f;
+        if (r < n && c < d) {
+            ax = S::load(static_cast<const T *>(ta.data), offset_of(ta, b, r0 + r, hd) + c);
+            bx = S::load(static_cast<const T *>(tb.data), offset_of(tb, b, r0 + r, hd) + c);
+        }
+        a_t[e] = ax;
+        b_t[e] = bx;
+    }
+}
+
+/* This thread's CPT columns (lane + TPK u) of row `row` of head hd of two tensors (K and V, or Q
+ * and dO) into registers; 0 for an invalid row and past d. */
+template <class S, int CPT, int TPK>
+FA_DEVICE void load_row_pair(const fa_cuda_params &p, const fa_cuda_tensor &ta, const fa_cuda_tensor &tb, int64_t b,
+                             int64_t row, int64_t hd, bool valid, int lane, float *ar, float *br)
+{
+    typedef typename S::T T;
+    const int d = (int)p.d;
+    const T *const ap = static_cast<const T *>(ta.data) + (valid ? offset_of(ta, b, row, hd) : 0);
+    const T *const bp = static_cast<const T *>(tb.data) + (valid ? offset_of(tb, b, row, hd) : 0);
+#pragma unroll
+    for (int u = 0; u < CPT; ++u) {
+        const int c = lane + TPK * u;
+        ar[u] = valid && c < d ? S::load(ap, c) : 0.0f;
+        br[u] = valid && c < d ? S::load(bp, c) : 0.0f;
+    }
+}
+
 /* dK, dV for ROWS keys of kv head hk: the query heads of the GQA group in order, each query tile
  * in order (the same sums on every run). */
 template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(const fa_cuda_params p)
@@ -537,7 +557,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(
 
     const int tid = (int)threadIdx.x, lane = tid % TPK;
     const int64_t kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const seq_info sqi = seq_of(p, b);
+    const fa_seq sqi = fa_sequence(p, b);
     const int64_t k0 = kb * sh::ROWS;
     if (k0 >= sqi.sk) /* uniform */
         return;
@@ -545,20 +565,14 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(
     const bool valid = j < sqi.sk;
     const int d = (int)p.d;
     const fa_mask m = fa_mask_make(sqi.sq, sqi.sk, p.causal, p.window_left, p.window_right);
-    const int64_t row0 = p.cu_q ? sqi.qs : b * p.seqlen_q; /* D's row of query 0 */
+    const int64_t row0 = p.cu_q ? sqi.q_start : b * p.seqlen_q; /* D's row of query 0 */
 
     float kr[CPT], vr[CPT], dkr[CPT], dvr[CPT];
-    {
-        const T *const kp = static_cast<const T *>(p.k.data) + (valid ? offset_of(p.k, b, sqi.ks + j, hk) : 0);
-        const T *const vp = static_cast<const T *>(p.v.data) + (valid ? offset_of(p.v, b, sqi.ks + j, hk) : 0);
+    load_row_pair<S, CPT, TPK>(p, p.k, p.v, b, sqi.k_start + j, hk, valid, lane, kr, vr);
 #pragma unroll
-        for (int u = 0; u < CPT; ++u) {
-            const int c = lane + TPK * u;
-            kr[u] = valid && c < d ? S::load(kp, c) : 0.0f;
-            vr[u] = valid && c < d ? S::load(vp, c) : 0.0f;
-            dkr[u] = 0.0f;
-            dvr[u] = 0.0f;
-        }
+    for (int u = 0; u < CPT; ++u) {
+        dkr[u] = 0.0f;
+        dvr[u] = 0.0f;
     }
     const int64_t nsteps = (sqi.sq + STEP - 1) / STEP;
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
@@ -571,18 +585,9 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(
                 continue;
             const int nr = (int)(sqi.sq - q0 < STEP ? sqi.sq - q0 : STEP);
             FA_SYNC(); /* the previous tile's reads are done */
-            for (int e = tid; e < STEP * D; e += THREADS) {
-                const int r = e / D, c = e - r * D;
-                float qx = 0.0f, dx = 0.0f;
-                if (r < nr && c < d) {
-                    qx = S::load(static_cast<const T *>(p.q.data), offset_of(p.q, b, sqi.qs + q0 + r, h) + c);
-                    dx = S::load(static_cast<const T *>(p.dout.data), offset_of(p.dout, b, sqi.qs + q0 + r, h) + c);
-                }
-                q_t[e] = qx;
-                do_t[e] = dx;
-            }
+            load_tile_pair<S, D, STEP>(p, p.q, p.dout, b, sqi.q_start + q0, nr, h, q_t, do_t);
             for (int r = tid; r < STEP; r += THREADS) {
-                lse_t[r] = r < nr ? static_cast<const float *>(p.lse.data)[offset_of(p.lse, b, sqi.qs + q0 + r, h)]
+                lse_t[r] = r < nr ? static_cast<const float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + q0 + r, h)]
                                   : -INFINITY;
                 dsum_t[r] = r < nr ? p.dsum[h * p.total_q + row0 + q0 + r] : 0.0f;
             }
@@ -619,8 +624,8 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(
         }
     }
     if (valid) {
-        T *const dkp = static_cast<T *>(p.dk.data) + offset_of(p.dk, b, sqi.ks + j, hk);
-        T *const dvp = static_cast<T *>(p.dv.data) + offset_of(p.dv, b, sqi.ks + j, hk);
+        T *const dkp = static_cast<T *>(p.dk.data) + offset_of(p.dk, b, sqi.k_start + j, hk);
+        T *const dvp = static_cast<T *>(p.dv.data) + offset_of(p.dv, b, sqi.k_start + j, hk);
 #pragma unroll
         for (int u = 0; u < CPT; ++u) {
             const int c = lane + TPK * u;
@@ -642,7 +647,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq_kernel(co
 
     const int tid = (int)threadIdx.x, lane = tid % TPK;
     const int64_t rb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const seq_info sqi = seq_of(p, b);
+    const fa_seq sqi = fa_sequence(p, b);
     const int64_t q0 = rb * sh::ROWS;
     if (q0 >= sqi.sq) /* uniform */
         return;
@@ -655,21 +660,14 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq_kernel(co
     float qr[CPT], dor[CPT], dqr[CPT];
     float l = -INFINITY, di = 0.0f;
     int64_t lo = 0, hi = 0;
-    {
-        const T *const qp = static_cast<const T *>(p.q.data) + (valid ? offset_of(p.q, b, sqi.qs + i, h) : 0);
-        const T *const dp = static_cast<const T *>(p.dout.data) + (valid ? offset_of(p.dout, b, sqi.qs + i, h) : 0);
+    load_row_pair<S, CPT, TPK>(p, p.q, p.dout, b, sqi.q_start + i, h, valid, lane, qr, dor);
 #pragma unroll
-        for (int u = 0; u < CPT; ++u) {
-            const int c = lane + TPK * u;
-            qr[u] = valid && c < d ? S::load(qp, c) : 0.0f;
-            dor[u] = valid && c < d ? S::load(dp, c) : 0.0f;
-            dqr[u] = 0.0f;
-        }
-        if (valid) {
-            l = static_cast<const float *>(p.lse.data)[offset_of(p.lse, b, sqi.qs + i, h)];
-            di = p.dsum[h * p.total_q + (p.cu_q ? sqi.qs : b * p.seqlen_q) + i];
-            fa_mask_row_range(&m, i, &lo, &hi);
-        }
+    for (int u = 0; u < CPT; ++u)
+        dqr[u] = 0.0f;
+    if (valid) {
+        l = static_cast<const float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + i, h)];
+        di = p.dsum[h * p.total_q + (p.cu_q ? sqi.q_start : b * p.seqlen_q) + i];
+        fa_mask_row_range(&m, i, &lo, &hi);
     }
     const bool live = valid && l != -INFINITY; /* rows outside or fully masked: P = 0 */
 
@@ -683,16 +681,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq_kernel(co
                 continue;
             const int nc = (int)(sqi.sk - kc0 < STEP ? sqi.sk - kc0 : STEP);
             FA_SYNC(); /* the previous tile's reads are done */
-            for (int e = tid; e < STEP * D; e += THREADS) {
-                const int jj = e / D, c = e - jj * D;
-                float kx = 0.0f, vx = 0.0f;
-                if (jj < nc && c < d) {
-                    kx = S::load(static_cast<const T *>(p.k.data), offset_of(p.k, b, sqi.ks + kc0 + jj, hk) + c);
-                    vx = S::load(static_cast<const T *>(p.v.data), offset_of(p.v, b, sqi.ks + kc0 + jj, hk) + c);
-                }
-                k_t[e] = kx;
-                v_t[e] = vx;
-            }
+            load_tile_pair<S, D, STEP>(p, p.k, p.v, b, sqi.k_start + kc0, nc, hk, k_t, v_t);
             FA_SYNC();
             for (int jj = 0; jj < nc; ++jj) { /* uniform bound: every lane reaches the shuffles */
                 float s = 0.0f, dp = 0.0f;
@@ -719,7 +708,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq_kernel(co
         }
     }
     if (valid) {
-        T *const dqp = static_cast<T *>(p.dq.data) + offset_of(p.dq, b, sqi.qs + i, h);
+        T *const dqp = static_cast<T *>(p.dq.data) + offset_of(p.dq, b, sqi.q_start + i, h);
 #pragma unroll
         for (int u = 0; u < CPT; ++u) {
             const int c = lane + TPK * u;
@@ -792,6 +781,6 @@ template <class S, int D> fa_gpu_error launch_backward(const fa_cuda_params &p, 
     return e;
 }
 
-} // namespace fa_portable
+} // namespace FA_PORTABLE_NS
 
 #endif /* FA_PORTABLE_KERNELS_CUH */

@@ -23,6 +23,10 @@ typedef hipStream_t fa_gpu_stream;
 #endif
 /* HIP's shuffles take no mask: a wavefront executes in lock step */
 #define FA_SHFL_XOR(x, lane_mask) __shfl_xor((x), (lane_mask))
+/* the kernels' namespace and C entry points, distinct from the CUDA build's: a library built with
+ * both backends links both compilations of the same source */
+#define FA_PORTABLE_NS fa_portable_hip
+#define FA_PORTABLE_ENTRY(name) fa_hip_##name
 
 #elif defined(__CUDACC__)
 #include <cuda_fp16.h>
@@ -36,6 +40,8 @@ typedef cudaStream_t fa_gpu_stream;
 #define FA_WARP_SIZE 32
 /* every lane of the warp must reach it: the kernels call it outside divergent code only */
 #define FA_SHFL_XOR(x, lane_mask) __shfl_xor_sync(0xffffffffu, (x), (lane_mask))
+#define FA_PORTABLE_NS fa_portable_cuda
+#define FA_PORTABLE_ENTRY(name) fa_##name
 
 #else
 #error "backends/portable/vendor.h: compile as CUDA (nvcc) or HIP (hipcc)"

@@ -31,26 +31,6 @@ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-struct seq_info {
-    int64_t sq, sk, q_start, k_start; /* lengths and first packed row (0 when dense) */
-};
-
-__device__ __forceinline__ seq_info sequence(const fa_cuda_params &p, int64_t b)
-{
-    seq_info s;
-    if (p.cu_q) {
-        s.q_start = p.cu_q[b];
-        s.k_start = p.cu_k[b];
-        s.sq = p.cu_q[b + 1] - s.q_start;
-        s.sk = p.cu_k[b + 1] - s.k_start;
-    } else {
-        s.q_start = s.k_start = 0;
-        s.sq = p.seqlen_q;
-        s.sk = p.seqlen_k;
-    }
-    return s;
-}
-
 template <typename T>
 __device__ __forceinline__ const T *row_ptr(const fa_cuda_tensor &t, int64_t b, int64_t row, int64_t h)
 {
@@ -320,7 +300,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
     T *vs = ks + 2 * BLOCK * LD;             /* [2][BLOCK][LD] */
 
     const int64_t h = blockIdx.y, b = blockIdx.z;
-    const seq_info s = sequence(p, b);
+    const fa_seq s = fa_sequence(p, b);
     const int64_t q0 = (int64_t)blockIdx.x * BR;
     if (q0 >= s.sq)
         return;
@@ -540,7 +520,7 @@ template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
 {
     /* one warp per (row, head) of one sequence: grid (ceil(seqlen_q / 4), heads_q, batch) */
     const int64_t b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32;
-    const seq_info s = sequence(p, b);
+    const fa_seq s = fa_sequence(p, b);
     if (i >= s.sq)
         return;
     const T *o = row_ptr<T>(p.o, b, s.q_start + i, h), *dout = row_ptr<T>(p.dout, b, s.q_start + i, h);
@@ -577,7 +557,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
     float *dsum_s = lse_s + 2 * BQ;                                  /* [2][BQ] */
 
     const int64_t kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const seq_info s = sequence(p, b);
+    const fa_seq s = fa_sequence(p, b);
     const int64_t k0 = kt * BLOCK;
     if (k0 >= s.sk)
         return;
@@ -732,7 +712,7 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
     T *vs = ks + 2 * BLOCK * LD; /* [2] */
 
     const int64_t qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const seq_info s = sequence(p, b);
+    const fa_seq s = fa_sequence(p, b);
     const int64_t q0 = qt * BLOCK;
     if (q0 >= s.sq)
         return;
@@ -866,7 +846,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
     float *dsum_s = lse_s + 2 * BQ;                           /* [2][BQ] */
 
     const int64_t kblk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const seq_info s = sequence(p, b);
+    const fa_seq s = fa_sequence(p, b);
     const int64_t k0 = kblk * BN;
     if (k0 >= s.sk)
         return;
@@ -1084,7 +1064,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
 template <typename T, int D> __global__ void dq_convert_kernel(const fa_cuda_params p)
 {
     const int64_t b = blockIdx.z, h = blockIdx.y;
-    const seq_info s = sequence(p, b);
+    const fa_seq s = fa_sequence(p, b);
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = e / D;
     const int c = (int)(e % D);
     if (i >= s.sq || c >= p.d)

@@ -1,8 +1,9 @@
-// The C entry points of the portable kernels (declared in backends/cuda/params.h): one launcher
-// per (dtype, head-dim bucket), instantiated in fp32.cu, fp16.cu and bf16.cu.
+// The C entry points of the portable kernels: one launcher per (dtype, head-dim bucket),
+// instantiated in fp32.cu, fp16.cu and bf16.cu. Compiled as CUDA they are fa_portable_* (declared
+// in backends/cuda/params.h), as HIP fa_hip_portable_* (backends/hip/kernels.h).
 #include "../kernels.cuh"
 
-namespace fa_portable {
+namespace FA_PORTABLE_NS {
 #define FA_PORTABLE_EXTERN(S, D)                                                                                       \
     extern template fa_gpu_error launch_forward<S, D>(const fa_cuda_params &, fa_gpu_stream);                        \
     extern template fa_gpu_error launch_backward<S, D>(const fa_cuda_params &, fa_gpu_stream);
@@ -37,19 +38,19 @@ static fa_gpu_error run_dtype(const fa_cuda_params &p, int dtype, int bucket, in
     default: return FA_GPU_INVALID_VALUE;
     }
 }
-} // namespace fa_portable
+} // namespace FA_PORTABLE_NS
 
-extern "C" int fa_portable_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream)
+extern "C" int FA_PORTABLE_ENTRY(portable_forward)(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream)
 {
-    return (int)fa_portable::run_dtype(*p, dtype, head_dim_bucket, 0, stream);
+    return (int)FA_PORTABLE_NS::run_dtype(*p, dtype, head_dim_bucket, 0, stream);
 }
 
-extern "C" int fa_portable_backward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream)
+extern "C" int FA_PORTABLE_ENTRY(portable_backward)(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream)
 {
-    return (int)fa_portable::run_dtype(*p, dtype, head_dim_bucket, 1, stream);
+    return (int)FA_PORTABLE_NS::run_dtype(*p, dtype, head_dim_bucket, 1, stream);
 }
 
-extern "C" int fa_portable_bucket(int64_t head_dim)
+extern "C" int FA_PORTABLE_ENTRY(portable_bucket)(int64_t head_dim)
 {
-    return fa_portable::bucket_of(head_dim);
+    return FA_PORTABLE_NS::bucket_of(head_dim);
 }

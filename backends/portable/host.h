@@ -1,0 +1,283 @@
+/* host.h: the host glue the CUDA and HIP backends share (their tables differ in the chooser and
+ * the kernel families only): per-context state, runtime errors mapped to statuses, device memory,
+ * copies, streams, the kernels' parameter block and the device copies of block-sparse lists. Each
+ * backend.c includes runtime.h (FA_RUNTIME_HIP or not) and then this file once; every function is
+ * static, so the two backends' copies are separate objects of the same source. Plain C. */
+#ifndef FA_PORTABLE_HOST_H
+#define FA_PORTABLE_HOST_H
+
+#include "internal.h"
+#include "params.h"
+#include "runtime.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gpu_state {
+    fa_rt_stream own, stream; /* the context's stream, and the one calls run on (fa_set_stream) */
+    fa_rt_prop prop;
+    int kernels;              /* FLASHATTN_<BACKEND>_KERNELS, read when the context opens: */
+} gpu_state;
+
+enum {
+    GPU_KERNELS_CHOOSER = 0,  /* unset or unknown: the chooser's pick */
+    GPU_KERNELS_PORTABLE,     /* "portable": the portable SIMT family for everything */
+    GPU_KERNELS_MFMA_EMULATED /* "mfma-emulated" (CUDA only): the HIP backend's choice on gfx90a, its
+                                 MFMA forward emulated (backends/hip/mfma/mfma.cuh) */
+};
+
+static gpu_state *gpu_of(const fa_context *ctx)
+{
+    return (gpu_state *)ctx->priv;
+}
+
+static fa_status gpu_fail(fa_context *ctx, fa_rt_error e, const char *what)
+{
+    fa_status st = e == FA_RT_ERR_NO_MEMORY ? FA_ERR_OUT_OF_MEMORY : FA_ERR_BACKEND;
+    return FA_ERROR(ctx, st, "%s: %s (%s)", what, FA_RT(GetErrorName)(e), FA_RT(GetErrorString)(e));
+}
+
+#define GPU_TRY(ctx, call)                                                                                         \
+    do {                                                                                                           \
+        fa_rt_error e_ = (call);                                                                                   \
+        if (e_ != FA_RT(Success))                                                                                  \
+            return gpu_fail((ctx), e_, #call);                                                                     \
+    } while (0)
+
+static fa_status gpu_device_count(int *count)
+{
+    int n = 0;
+    if (FA_RT(GetDeviceCount)(&n) != FA_RT(Success)) {
+        (void)FA_RT(GetLastError)(); /* no driver or no device: zero devices, not an error */
+        n = 0;
+    }
+    *count = n;
+    return FA_SUCCESS;
+}
+
+/* kernels_env: the variable that picks the kernel family ("FLASHATTN_CUDA_KERNELS"). */
+static fa_status gpu_open(fa_context *ctx, int device, const char *kernels_env)
+{
+    gpu_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return FA_ERR_OUT_OF_MEMORY;
+    fa_rt_error e = FA_RT(SetDevice)(device);
+    if (e == FA_RT(Success))
+        e = FA_RT(GetDeviceProperties)(&s->prop, device);
+    if (e == FA_RT(Success))
+        e = FA_RT(StreamCreateWithFlags)(&s->own, FA_RT(StreamNonBlocking));
+    if (e != FA_RT(Success)) {
+        free(s);
+        return FA_ERR_BACKEND;
+    }
+    s->stream = s->own;
+    /* =portable runs every call on the portable SIMT kernels (testing them on a GPU a fast path
+     * covers, comparing the two); unset or any other value: the chooser's pick */
+    const char *kernels = getenv(kernels_env);
+    s->kernels = !kernels                               ? GPU_KERNELS_CHOOSER
+                 : strcmp(kernels, "portable") == 0      ? GPU_KERNELS_PORTABLE
+                 : strcmp(kernels, "mfma-emulated") == 0 ? GPU_KERNELS_MFMA_EMULATED
+                                                         : GPU_KERNELS_CHOOSER;
+    ctx->priv = s;
+    return FA_SUCCESS;
+}
+
+static void gpu_close(fa_context *ctx)
+{
+    gpu_state *s = gpu_of(ctx);
+    if (!s)
+        return;
+    FA_RT(SetDevice)(ctx->device);
+    FA_RT(StreamSynchronize)(s->own);
+    FA_RT(StreamDestroy)(s->own);
+    free(s);
+    ctx->priv = NULL;
+}
+
+static fa_cuda_tensor gpu_tensor(const fa_view *v)
+{
+    fa_cuda_tensor t = {v->data, v->sb, v->ss, v->sh};
+    return t;
+}
+
+/* Device copies of what the kernels read besides the tensors (block-mask bits and lists) and the
+ * backward's workspace. */
+typedef struct gpu_buffers {
+    void *bits, *row_ptr, *col, *cls, *dsum, *dq_accum;
+} gpu_buffers;
+
+/* Stream-ordered: *dst (bytes, at least 1) holds src's bytes (when src) by the time the stream
+ * reaches the kernels. */
+static fa_status gpu_upload(fa_context *ctx, const void *src, size_t bytes, void **dst)
+{
+    gpu_state *s = gpu_of(ctx);
+    GPU_TRY(ctx, FA_RT(MallocAsync)(dst, bytes ? bytes : 1, s->stream));
+    if (bytes && src)
+        GPU_TRY(ctx, FA_RT(MemcpyAsync)(*dst, src, bytes, FA_RT(MemcpyHostToDevice), s->stream));
+    return FA_SUCCESS;
+}
+
+static void gpu_release(fa_context *ctx, gpu_buffers *cb)
+{
+    fa_rt_stream st = gpu_of(ctx)->stream;
+    void *all[] = {cb->bits, cb->row_ptr, cb->col, cb->cls, cb->dsum, cb->dq_accum};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+        if (all[i])
+            FA_RT(FreeAsync)(all[i], st);
+}
+
+static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_cuda_params *kp, gpu_buffers *cb)
+{
+    memset(kp, 0, sizeof *kp);
+    memset(cb, 0, sizeof *cb);
+    kp->q = gpu_tensor(&p->q);
+    kp->k = gpu_tensor(&p->k);
+    kp->v = gpu_tensor(&p->v);
+    kp->o = gpu_tensor(&p->o);
+    kp->lse = gpu_tensor(&p->lse);
+    if (!p->has_lse)
+        kp->lse.data = NULL;
+    kp->dout = gpu_tensor(&p->dout);
+    kp->dq = gpu_tensor(&p->dq);
+    kp->dk = gpu_tensor(&p->dk);
+    kp->dv = gpu_tensor(&p->dv);
+    kp->batch = p->batch;
+    kp->heads_q = p->heads_q;
+    kp->heads_kv = p->heads_kv;
+    kp->group = p->group;
+    kp->d = p->d;
+    kp->seqlen_q = p->seqlen_q;
+    kp->seqlen_k = p->seqlen_k;
+    kp->total_q = p->total_q;
+    kp->cu_q = p->varlen ? p->cu_q : NULL;
+    kp->cu_k = p->varlen ? p->cu_k : NULL;
+    kp->scale = p->scale;
+    kp->scale_log2 = (float)((double)p->scale * 1.4426950408889634);
+    kp->causal = p->causal;
+    kp->window_left = p->window_left;
+    kp->window_right = p->window_right;
+    kp->dropout_threshold = p->dropout_threshold;
+    kp->dropout_scale = p->dropout_scale;
+    kp->seed = p->seed;
+    kp->offset = p->offset;
+    fa_status st = FA_SUCCESS;
+    if (p->block_mask && p->lists) {
+        const fa_block_mask *bm = p->block_mask;
+        const fa_block_lists *l = p->lists;
+        if ((st = gpu_upload(ctx, bm->bits, (size_t)(bm->heads * bm->rows * bm->cols), &cb->bits)) ||
+            (st = gpu_upload(ctx, l->row_ptr, sizeof(int64_t) * (size_t)(l->heads * l->nq + 1), &cb->row_ptr)) ||
+            (st = gpu_upload(ctx, l->col, sizeof(int32_t) * (size_t)l->nnz, &cb->col)) ||
+            (st = gpu_upload(ctx, l->cls, (size_t)l->nnz, &cb->cls)))
+            return st;
+        kp->bm_bits = cb->bits;
+        kp->bm_heads = bm->heads;
+        kp->bm_rows = bm->rows;
+        kp->bm_cols = bm->cols;
+        kp->bm_bq = bm->block_q;
+        kp->bm_bk = bm->block_k;
+        kp->bl_row_ptr = cb->row_ptr;
+        kp->bl_col = cb->col;
+        kp->bl_cls = cb->cls;
+        kp->bl_heads = l->heads;
+        kp->bl_nq = l->nq;
+    }
+    return st;
+}
+
+/* One kernel family's entry for a chosen variant: returns the runtime's error as an int. */
+typedef int (*gpu_launch_fn)(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream);
+
+static fa_status gpu_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v, gpu_launch_fn launch)
+{
+    if (p->batch == 0 || p->seqlen_q == 0)
+        return FA_SUCCESS;
+    fa_cuda_params kp;
+    gpu_buffers cb;
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    fa_status st = gpu_make_params(ctx, p, &kp, &cb);
+    if (st == FA_SUCCESS) {
+        fa_rt_error e = (fa_rt_error)launch(&kp, p, v, gpu_of(ctx)->stream);
+        if (e != FA_RT(Success))
+            st = gpu_fail(ctx, e, v->name);
+    }
+    gpu_release(ctx, &cb);
+    return st;
+}
+
+/* dq_accum_floats: the fp32 dQ accumulator a non-deterministic kernel adds into (0: none). The
+ * workspace always holds D and LSE log2(e), [heads_q][total_q] floats each. */
+static fa_status gpu_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v, int64_t dq_accum_floats,
+                              gpu_launch_fn launch)
+{
+    fa_cuda_params kp;
+    gpu_buffers cb;
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    fa_status st = gpu_make_params(ctx, p, &kp, &cb);
+    if (st == FA_SUCCESS)
+        st = gpu_upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q) * 2, &cb.dsum);
+    if (st == FA_SUCCESS && dq_accum_floats > 0)
+        st = gpu_upload(ctx, NULL, sizeof(float) * (size_t)dq_accum_floats, &cb.dq_accum);
+    if (st == FA_SUCCESS && p->batch > 0) {
+        kp.dsum = cb.dsum;
+        kp.dq_accum = cb.dq_accum;
+        if (kp.dq_accum)
+            kp.lse2 = (float *)cb.dsum + p->total_q * p->heads_q;
+        fa_rt_error e = (fa_rt_error)launch(&kp, p, v, gpu_of(ctx)->stream);
+        if (e != FA_RT(Success))
+            st = gpu_fail(ctx, e, v->name);
+    }
+    gpu_release(ctx, &cb);
+    return st;
+}
+
+static fa_status gpu_alloc(fa_context *ctx, size_t bytes, void **ptr)
+{
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    GPU_TRY(ctx, FA_RT(Malloc)(ptr, bytes ? bytes : 1));
+    return FA_SUCCESS;
+}
+
+static fa_status gpu_free(fa_context *ctx, void *ptr)
+{
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    GPU_TRY(ctx, FA_RT(Free)(ptr));
+    return FA_SUCCESS;
+}
+
+static fa_status gpu_copy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind)
+{
+    const int kinds[] = {FA_RT(MemcpyHostToDevice), FA_RT(MemcpyDeviceToHost), FA_RT(MemcpyDeviceToDevice),
+                         FA_RT(MemcpyHostToHost)};
+    gpu_state *s = gpu_of(ctx);
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    GPU_TRY(ctx, FA_RT(MemcpyAsync)(dst, src, bytes, kinds[kind], s->stream));
+    GPU_TRY(ctx, FA_RT(StreamSynchronize)(s->stream)); /* the helper's contract: done on return */
+    return FA_SUCCESS;
+}
+
+static fa_status gpu_sync(fa_context *ctx)
+{
+    GPU_TRY(ctx, FA_RT(StreamSynchronize)(gpu_of(ctx)->stream));
+    return FA_SUCCESS;
+}
+
+static fa_status gpu_set_stream(fa_context *ctx, void *stream)
+{
+    gpu_state *s = gpu_of(ctx);
+    s->stream = stream ? (fa_rt_stream)stream : s->own;
+    return FA_SUCCESS;
+}
+
+/* Bytes of the block-sparse device copies for tiles of `block` rows and keys. */
+static int64_t gpu_mask_workspace(const fa_problem *p, int64_t block)
+{
+    if (!p->block_mask)
+        return 0;
+    const fa_block_mask *bm = p->block_mask;
+    int64_t nq = (p->seqlen_q + block - 1) / block, nk = (p->seqlen_k + block - 1) / block;
+    return bm->heads * bm->rows * bm->cols + bm->heads * (nq * 8 + nq * nk * 5);
+}
+
+#endif /* FA_PORTABLE_HOST_H */

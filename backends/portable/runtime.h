@@ -1,0 +1,30 @@
+/* runtime.h: the host-side twin of vendor.h: the runtime API names the CUDA and HIP backends'
+ * host code (host.h, backends/{cuda,hip}/backend.c) uses, spelled once. Define FA_RUNTIME_HIP
+ * before including it for HIP; CUDA otherwise. Both runtimes have the same calls under another
+ * prefix (HIP was modelled on CUDA), so FA_RT(Malloc) is cudaMalloc or hipMalloc; the types and
+ * constants whose spelling differs beyond the prefix are named here. Plain C. */
+#ifndef FA_PORTABLE_RUNTIME_H
+#define FA_PORTABLE_RUNTIME_H
+
+#if defined(FA_RUNTIME_HIP)
+#ifndef __HIP_PLATFORM_AMD__
+#define __HIP_PLATFORM_AMD__ 1
+#endif
+#include <hip/hip_runtime_api.h>
+#define FA_RT(name) hip##name
+#define FA_RT_NAME "hip"
+typedef hipError_t fa_rt_error;
+typedef hipStream_t fa_rt_stream;
+typedef hipDeviceProp_t fa_rt_prop;
+#define FA_RT_ERR_NO_MEMORY hipErrorOutOfMemory
+#else
+#include <cuda_runtime_api.h>
+#define FA_RT(name) cuda##name
+#define FA_RT_NAME "cuda"
+typedef cudaError_t fa_rt_error;
+typedef cudaStream_t fa_rt_stream;
+typedef struct cudaDeviceProp fa_rt_prop;
+#define FA_RT_ERR_NO_MEMORY cudaErrorMemoryAllocation
+#endif
+
+#endif /* FA_PORTABLE_RUNTIME_H */
