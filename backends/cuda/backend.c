@@ -41,10 +41,9 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync path (cc >= 8.0, fp16/bf16, backward d <= 128; fused atomic-dQ backward or "
-             "deterministic kernels); portable SIMT kernels for the rest (fp32, backward d > 128, cc < 8.0; "
-             "always deterministic), or for all with FLASHATTN_CUDA_KERNELS=portable (=mfma-emulated: the HIP "
-             "backend's MFMA forward emulated, a test)");
+             "sm80 mma.sync path (cc >= 8.0, fp16/bf16, backward d <= 128; atomic-dQ or deterministic); portable "
+             "SIMT kernels for the rest (fp32, backward d > 128, cc < 8.0); FLASHATTN_CUDA_KERNELS=portable or "
+             "=mfma-emulated (a test) forces a family");
 }
 
 static fa_status cuda_open(fa_context *ctx, int device)
