@@ -56,8 +56,7 @@ __device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64
 #pragma unroll
         for (int r = r0; r < ROWS; r += RS) {
             const bool valid = cvalid && r < nrows;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sdst),
-                         "l"(valid ? src : static_cast<const T *>(t.data)), "r"(valid ? 16 : 0));
+            cp_async16_s(sdst, valid ? src : static_cast<const T *>(t.data), valid);
             src += step;
             sdst += RS * LD * (int)sizeof(T);
         }
@@ -896,8 +895,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
             const float *src = (threadIdx.x < BQ ? p.lse2 : p.dsum) + h * p.total_q +
                                (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
             float *dst = (threadIdx.x < BQ ? lse_s : dsum_s) + buf * BQ + r;
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)),
-                         "l"(i < s.sq ? src : p.dsum), "r"(i < s.sq ? 4 : 0));
+            cp_async4(dst, i < s.sq ? src : p.dsum, i < s.sq);
         }
     };
 

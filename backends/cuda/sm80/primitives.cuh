@@ -10,6 +10,16 @@
 
 namespace fa_sm80 {
 
+/* The instructions below (mma.sync m16n8k16 with f32 accumulators, ldmatrix, cp.async) need
+ * compute capability 8.0. A build whose cuda-archs also lists older targets (70, 75: the
+ * portable kernels serve those devices) compiles these kernels for them with trapping bodies;
+ * the backend's chooser never launches an sm80 kernel on a device below 8.0. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define FA_SM80_ASM(...) __trap()
+#else
+#define FA_SM80_ASM(...) asm volatile(__VA_ARGS__)
+#endif
+
 template <typename T> struct elem;
 template <> struct elem<__half> {
     static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -21,7 +31,7 @@ template <> struct elem<__half> {
     }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
     {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        FA_SM80_ASM("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -37,7 +47,7 @@ template <> struct elem<__nv_bfloat16> {
     }
     static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
     {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        FA_SM80_ASM("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -51,14 +61,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
 {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+    FA_SM80_ASM("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p)
 {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+    FA_SM80_ASM("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_addr(p)));
 }
@@ -68,14 +78,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p)
  * hoisted per fragment). */
 __device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr)
 {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+    FA_SM80_ASM("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
 
 __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], uint32_t addr)
 {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+    FA_SM80_ASM("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
@@ -97,18 +107,31 @@ __device__ __forceinline__ int lane_off_bt(int ld)
 /* 16 bytes global -> shared; zero-filled when !valid (src is then not read). */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+    FA_SM80_ASM("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
+}
+
+/* The same to a shared-memory address already converted (smem_addr). */
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, bool valid)
+{
+    FA_SM80_ASM("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+/* 4 bytes global -> shared through L1; zero-filled when !valid (src is then not read). */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
+{
+    FA_SM80_ASM("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                "r"(valid ? 4 : 0));
 }
 
 __device__ __forceinline__ void cp_async_commit()
 {
-    asm volatile("cp.async.commit_group;\n" ::);
+    FA_SM80_ASM("cp.async.commit_group;\n" ::);
 }
 
 template <int N> __device__ __forceinline__ void cp_async_wait()
 {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+    FA_SM80_ASM("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 /* A fragment (16 x 16, row-major) at (row0, col0) of a row-major tile with leading dimension ld. */
