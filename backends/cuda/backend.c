@@ -59,11 +59,7 @@ static fa_status cuda_open(fa_context *ctx, int device)
 static void cuda_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
 {
     (void)p;
-    out->onchip_bytes = (int64_t)gpu_of(ctx)->prop.sharedMemPerBlockOptin;
-    out->min_block = FA_SM80_BLOCK;
-    out->max_block_q = FA_SM80_BLOCK;
-    out->max_block_k = FA_SM80_BLOCK;
-    out->multiple = FA_SM80_BLOCK;
+    gpu_tile_limits(out, (int64_t)gpu_of(ctx)->prop.sharedMemPerBlockOptin);
 }
 
 static int view_aligned(const fa_view *v)

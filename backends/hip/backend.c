@@ -83,11 +83,7 @@ static int arch_is_cdna_mfma(const char *arch)
 static void hip_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
 {
     (void)p;
-    out->onchip_bytes = (int64_t)gpu_of(ctx)->prop.sharedMemPerBlock;
-    out->min_block = FA_SM80_BLOCK;
-    out->max_block_q = FA_SM80_BLOCK;
-    out->max_block_k = FA_SM80_BLOCK;
-    out->multiple = FA_SM80_BLOCK;
+    gpu_tile_limits(out, (int64_t)gpu_of(ctx)->prop.sharedMemPerBlock);
 }
 
 static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)

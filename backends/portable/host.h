@@ -270,6 +270,18 @@ static fa_status gpu_set_stream(fa_context *ctx, void *stream)
     return FA_SUCCESS;
 }
 
+/* Tiles of the core's plans and block-sparse lists: 64 x 64 for every kernel family of both
+ * backends (each family's own tiles lie inside them or merge whole ones); M is the shared memory
+ * one block may use (onchip_bytes). */
+static void gpu_tile_limits(fa_tile_limits *out, int64_t onchip_bytes)
+{
+    out->onchip_bytes = onchip_bytes;
+    out->min_block = FA_SM80_BLOCK;
+    out->max_block_q = FA_SM80_BLOCK;
+    out->max_block_k = FA_SM80_BLOCK;
+    out->multiple = FA_SM80_BLOCK;
+}
+
 /* Bytes of the block-sparse device copies for tiles of `block` rows and keys. */
 static int64_t gpu_mask_workspace(const fa_problem *p, int64_t block)
 {
