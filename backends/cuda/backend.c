@@ -11,6 +11,25 @@
  * the emulated MFMA forward's the second bit too */
 #define KERNEL_PORTABLE 0x100000
 #define KERNEL_MFMA_EMULATED 0x200000
+#define KERNEL_SM90 0x400000
+
+#ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
+int fa_sm90_has_instance(int dtype, int head_dim_pad)
+{
+    (void)dtype;
+    (void)head_dim_pad;
+    return 0;
+}
+
+int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+{
+    (void)p;
+    (void)dtype;
+    (void)head_dim_pad;
+    (void)stream;
+    return (int)cudaErrorInvalidDeviceFunction;
+}
+#endif
 
 static int variant_is_portable(const fa_variant *v)
 {
@@ -41,9 +60,9 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync path (cc >= 8.0, fp16/bf16, backward d <= 128; atomic-dQ or deterministic); portable "
-             "SIMT kernels for the rest (fp32, backward d > 128, cc < 8.0); FLASHATTN_CUDA_KERNELS=portable or "
-             "=mfma-emulated (a test) forces a family");
+             "sm80 mma.sync path (cc >= 8.0, fp16/bf16, backward d <= 128); portable SIMT kernels for the rest; "
+             "FLASHATTN_CUDA_KERNELS=sm90 adds the Hopper wgmma forward (slower so far), =portable or "
+             "=mfma-emulated force a family");
 }
 
 static fa_status cuda_open(fa_context *ctx, int device)
@@ -73,7 +92,7 @@ static int view_aligned(const fa_view *v)
 static int sm80_covers(const gpu_state *s, const fa_problem *p)
 {
     int dpad = (int)((p->d + 31) / 32 * 32);
-    return s->kernels == GPU_KERNELS_CHOOSER && s->prop.major >= 8 &&
+    return (s->kernels == GPU_KERNELS_CHOOSER || s->kernels == GPU_KERNELS_SM90) && s->prop.major >= 8 &&
            (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) && fa_sm80_has_instance((int)p->dtype, dpad, p->backward);
 }
 
@@ -99,6 +118,18 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     int aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v);
     if (p->backward)
         aligned = aligned && view_aligned(&p->dout);
+    /* FLASHATTN_CUDA_KERNELS=sm90 on Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the
+     * wgmma forward where it has an instance (d 64 / 128 padded) and the rows are 16-byte aligned.
+     * Not the default: it passes the conformance grid but runs at about half the sm80 forward's
+     * speed so far (docs/benchmarks.md, issue 6) */
+    const gpu_state *gs = gpu_of(ctx);
+    int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 0;
+    if (gs->kernels == GPU_KERNELS_SM90 && gs->prop.major == 9 && gs->prop.minor == 0 && !p->backward && aligned &&
+        view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64)) {
+        snprintf(out->name, sizeof out->name, "sm90-fwd-%s-d%d-wgmma", fa_dtype_name(p->dtype), dpad64);
+        out->kernel = KERNEL_SM90 | dpad64;
+        return FA_SUCCESS;
+    }
     snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s", p->backward ? "bwd" : "fwd", fa_dtype_name(p->dtype),
              dpad, aligned ? "cpasync" : "ldg", p->backward && p->deterministic ? "-deterministic" : "");
     out->kernel = dpad * 2 + aligned;
@@ -107,6 +138,8 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
 
 static int launch_forward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
+    if (v->kernel & KERNEL_SM90)
+        return fa_sm90_forward(kp, (int)p->dtype, v->kernel & ~KERNEL_SM90, stream);
     if (v->kernel & KERNEL_MFMA_EMULATED)
         return fa_mfma_forward(kp, (int)p->dtype, variant_bucket(v), stream);
     if (variant_is_portable(v))

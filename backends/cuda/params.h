@@ -58,6 +58,11 @@ int fa_portable_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket,
 int fa_portable_backward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_portable_bucket(int64_t head_dim);
 
+/* The Hopper forward (backends/cuda/sm90/, wgmma; built when cuda-archs lists 90, for sm_90a):
+ * fp16/bf16, padded head dims 64 and 128, 16-byte aligned rows. Return a cudaError_t value. */
+int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream);
+int fa_sm90_has_instance(int dtype, int head_dim_pad);
+
 /* The HIP backend's MFMA forward (backends/hip/mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA
  * hardware (FLASHATTN_CUDA_KERNELS=mfma-emulated), not a fast path. dtype 1 fp16, 2 bf16; buckets

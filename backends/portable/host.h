@@ -24,8 +24,10 @@ typedef struct gpu_state {
 enum {
     GPU_KERNELS_CHOOSER = 0,  /* unset or unknown: the chooser's pick */
     GPU_KERNELS_PORTABLE,     /* "portable": the portable SIMT family for everything */
-    GPU_KERNELS_MFMA_EMULATED /* "mfma-emulated" (CUDA only): the HIP backend's choice on gfx90a, its
-                                 MFMA forward emulated (backends/hip/mfma/mfma.cuh) */
+    GPU_KERNELS_MFMA_EMULATED, /* "mfma-emulated" (CUDA only): the HIP backend's choice on gfx90a, its
+                                  MFMA forward emulated (backends/hip/mfma/mfma.cuh) */
+    GPU_KERNELS_SM90           /* "sm90" (CUDA only): the chooser, with the Hopper wgmma forward where
+                                  it applies (not the default until it is the faster one) */
 };
 
 static gpu_state *gpu_of(const fa_context *ctx)
@@ -79,6 +81,7 @@ static fa_status gpu_open(fa_context *ctx, int device, const char *kernels_env)
     s->kernels = !kernels                               ? GPU_KERNELS_CHOOSER
                  : strcmp(kernels, "portable") == 0      ? GPU_KERNELS_PORTABLE
                  : strcmp(kernels, "mfma-emulated") == 0 ? GPU_KERNELS_MFMA_EMULATED
+                 : strcmp(kernels, "sm90") == 0          ? GPU_KERNELS_SM90
                                                          : GPU_KERNELS_CHOOSER;
     ctx->priv = s;
     return FA_SUCCESS;

@@ -284,6 +284,103 @@ __device__ __forceinline__ fa_tile_class rows_class(const fa_cuda_params &p, con
     return fa_tile_class_meet(c, tile_class(p, m, h, r0 / BLOCK, kt));
 }
 
+/* One online-softmax step of a forward kernel on a KN-key slice of scores in the mma
+ * accumulator layout (a warp's m16 tiles; row wq0 + mt MSTRIDE + g + 8 r, key k0x + 8 nt + 2 t4
+ * + c): the scale when it is not folded into exp2 (cc), the masks on edge tiles, the running
+ * maxima and sums (row_l per thread, reduced at the end), O rescaled, scores turned into P, and
+ * dropout applied to P. Shared by the sm80 and sm90 forwards. */
+template <typename T, int MT, int KN, int DN, int MSTRIDE, bool LISTS, bool DROP>
+__device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
+                                             int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
+                                             float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
+                                             float (&row_l)[MT][2], float (&o)[MT][DN][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
+    const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+    /* scores stay raw when the scale is positive (max and exp2 argument are then one
+     * FFMA: s * c - max * c); a negative scale is applied first and cc = 1 */
+    if (!(p.scale_log2 > 0.0f)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    sacc[mt][nt][e] *= p.scale_log2;
+    }
+    if (edge) {
+        /* each row's visible key range, relative to k0 and clipped to the tile */
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int64_t i = wq0 + mt * MSTRIDE + g + r * 8;
+                int64_t lo = 0, hi = 0;
+                if (i < s.sq) {
+                    fa_mask_row_range(&m, i, &lo, &hi);
+                    hi = imin(hi, s.sk);
+                }
+                const int clo = (int)(lo < k0x ? 0 : imin(lo - k0x, KN));
+                const int chi = (int)(hi < k0x ? 0 : imin(hi - k0x, KN));
+#pragma unroll
+                for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int col = nt * 8 + 2 * t4 + c;
+                        if (col < clo || col >= chi ||
+                            (LISTS && check_blocks && !block_keep(p, h, i, k0x + col)))
+                            sacc[mt][nt][2 * r + c] = -CUDART_INF_F;
+                    }
+            }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = -CUDART_INF_F;
+#pragma unroll
+            for (int nt = 0; nt < KN / 8; ++nt)
+                mx = fmaxf(mx, fmaxf(sacc[mt][nt][2 * r], sacc[mt][nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            /* the new running max (log2 units); a row that has seen only -inf keeps shift 0 */
+            mx = fmaxf(row_m[mt][r], mx * cc);
+            const float shift = mx == -CUDART_INF_F ? 0.0f : mx;
+            const float alpha = fast_exp2(row_m[mt][r] - shift); /* old -inf: 0 */
+            float sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < KN / 8; ++nt) {
+                sacc[mt][nt][2 * r] = fast_exp2(fmaf(sacc[mt][nt][2 * r], cc, -shift));
+                sacc[mt][nt][2 * r + 1] = fast_exp2(fmaf(sacc[mt][nt][2 * r + 1], cc, -shift));
+                sum += sacc[mt][nt][2 * r] + sacc[mt][nt][2 * r + 1];
+            }
+            row_l[mt][r] = row_l[mt][r] * alpha + sum; /* per-thread partial, reduced at the end */
+            row_m[mt][r] = mx;
+#pragma unroll
+            for (int i = 0; i < DN; ++i) {
+                o[mt][i][2 * r] *= alpha;
+                o[mt][i][2 * r + 1] *= alpha;
+            }
+        }
+    if (DROP && p.dropout_threshold) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int64_t i = wq0 + mt * MSTRIDE + g + r * 8;
+                    const int64_t j = k0x + nt * 8 + 2 * t4; /* even: j and j + 1 share a Philox block */
+                    fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
+                                                       (uint64_t)h, (uint64_t)i, (uint64_t)j);
+                    sacc[mt][nt][2 * r] *= bits.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                    sacc[mt][nt][2 * r + 1] *=
+                        bits.v[(j + 1) & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                }
+    }
+}
+
 /* MODE (see mode_of): 0 plain, 1 block lists, 2 dropout (and perhaps block lists). Each is its
  * own instance, so registers for Philox state and list cursors do not crowd the accumulators of
  * the cases that need neither. The common case (neither) is its own
@@ -383,89 +480,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
                     }
                 }
             }
-            const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
-            const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
-            /* scores stay raw when the scale is positive (max and exp2 argument are then one
-             * FFMA: s * c - max * c); a negative scale is applied first and cc = 1 */
-            if (!(p.scale_log2 > 0.0f)) {
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < KN / 8; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            sacc[mt][nt][e] *= p.scale_log2;
-            }
-            if (edge) {
-                /* each row's visible key range, relative to k0 and clipped to the tile */
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const int64_t i = wq0 + mt * 16 + g + r * 8;
-                        int64_t lo = 0, hi = 0;
-                        if (i < s.sq) {
-                            fa_mask_row_range(&m, i, &lo, &hi);
-                            hi = imin(hi, s.sk);
-                        }
-                        const int clo = (int)(lo < k0x ? 0 : imin(lo - k0x, KN));
-                        const int chi = (int)(hi < k0x ? 0 : imin(hi - k0x, KN));
-#pragma unroll
-                        for (int nt = 0; nt < KN / 8; ++nt)
-#pragma unroll
-                            for (int c = 0; c < 2; ++c) {
-                                const int col = nt * 8 + 2 * t4 + c;
-                                if (col < clo || col >= chi ||
-                                    (LISTS && check_blocks && !block_keep(p, h, i, k0x + col)))
-                                    sacc[mt][nt][2 * r + c] = -CUDART_INF_F;
-                            }
-                    }
-            }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    float mx = -CUDART_INF_F;
-#pragma unroll
-                    for (int nt = 0; nt < KN / 8; ++nt)
-                        mx = fmaxf(mx, fmaxf(sacc[mt][nt][2 * r], sacc[mt][nt][2 * r + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    /* the new running max (log2 units); a row that has seen only -inf keeps shift 0 */
-                    mx = fmaxf(row_m[mt][r], mx * cc);
-                    const float shift = mx == -CUDART_INF_F ? 0.0f : mx;
-                    const float alpha = fast_exp2(row_m[mt][r] - shift); /* old -inf: 0 */
-                    float sum = 0.0f;
-#pragma unroll
-                    for (int nt = 0; nt < KN / 8; ++nt) {
-                        sacc[mt][nt][2 * r] = fast_exp2(fmaf(sacc[mt][nt][2 * r], cc, -shift));
-                        sacc[mt][nt][2 * r + 1] = fast_exp2(fmaf(sacc[mt][nt][2 * r + 1], cc, -shift));
-                        sum += sacc[mt][nt][2 * r] + sacc[mt][nt][2 * r + 1];
-                    }
-                    row_l[mt][r] = row_l[mt][r] * alpha + sum; /* per-thread partial, reduced at the end */
-                    row_m[mt][r] = mx;
-#pragma unroll
-                    for (int i = 0; i < D / 8; ++i) {
-                        o[mt][i][2 * r] *= alpha;
-                        o[mt][i][2 * r + 1] *= alpha;
-                    }
-                }
-            if (DROP && p.dropout_threshold) {
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < KN / 8; ++nt)
-#pragma unroll
-                        for (int r = 0; r < 2; ++r) {
-                            const int64_t i = wq0 + mt * 16 + g + r * 8;
-                            const int64_t j = k0x + nt * 8 + 2 * t4; /* even: j and j + 1 share a Philox block */
-                            fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
-                                                               (uint64_t)h, (uint64_t)i, (uint64_t)j);
-                            sacc[mt][nt][2 * r] *= bits.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
-                            sacc[mt][nt][2 * r + 1] *=
-                                bits.v[(j + 1) & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
-                        }
-            }
+            softmax_step<T, MT, KN, D / 8, 16, LISTS, DROP>(p, m, s, b, h, wq0, k0x, cls, cc, sacc, row_m, row_l, o);
             uint32_t pf[MT][KN / 16][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)

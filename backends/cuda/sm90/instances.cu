@@ -1,0 +1,20 @@
+// The sm90 forward's instances (fp16, bf16; head dims 64 and 128) and its C entry points
+// (backends/cuda/params.h). Built only for -gencode=arch=compute_90a,code=sm_90a.
+#include "kernels.cuh"
+
+extern "C" int fa_sm90_has_instance(int dtype, int head_dim_pad)
+{
+    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128);
+}
+
+extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+{
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    switch (dtype * 1000 + head_dim_pad) {
+    case 1064: return (int)fa_sm90::launch_forward<__half, 64>(*p, st);
+    case 1128: return (int)fa_sm90::launch_forward<__half, 128>(*p, st);
+    case 2064: return (int)fa_sm90::launch_forward<__nv_bfloat16, 64>(*p, st);
+    case 2128: return (int)fa_sm90::launch_forward<__nv_bfloat16, 128>(*p, st);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}

@@ -1,0 +1,135 @@
+/* primitives.cuh: the Hopper (sm_90a) warpgroup matrix instructions the sm90 kernels use:
+ * wgmma.mma_async with fp32 accumulators, A from shared memory (SS) or registers (RS), B from
+ * shared memory, and their fences. Shared-memory operands are described by 64-bit matrix
+ * descriptors over the canonical no-swizzle layout: 8 x 8 "core matrices" of 16-byte rows stored
+ * as 128 contiguous bytes (blocked(), below). Accumulators of m64nNk16: thread t of the
+ * warpgroup holds, for each n8 block j, rows 16 (t / 32) + (t % 32) / 4 (+ 8) and columns
+ * 8 j + 2 (t % 4) (+ 1): per warp the layout of mma.sync m16n8, so the sm80 softmax step and the
+ * accumulator-to-A conversion apply unchanged. Compile for -gencode=arch=compute_90a,code=sm_90a. */
+#ifndef FA_SM90_PRIMITIVES_CUH
+#define FA_SM90_PRIMITIVES_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace fa_sm90 {
+
+/* Byte offset of element (r, c) in a [rows][C] tile of 16-bit elements stored as core matrices:
+ * row block r / 8 (C / 8 matrices each), matrix c / 8, row r % 8 (16 bytes), column c % 8. One
+ * 16-byte chunk e of the tile in this order is rows 8 (e / 8 / (C / 8)) + e % 8, columns
+ * 8 ((e / 8) % (C / 8)): chunk e lands at byte 16 e. */
+template <int C> __device__ __forceinline__ int blocked(int r, int c)
+{
+    return (r / 8) * (C / 8) * 128 + (c / 8) * 128 + (r % 8) * 16 + (c % 8) * 2;
+}
+
+/* Descriptor of a no-swizzle operand at shared address addr: lbo, sbo are the byte distances
+ * between core matrices neighbouring along K (leading) and along M or N (stride). */
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo & 0x3ffffu) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3ffffu) >> 4) << 32);
+}
+
+__device__ __forceinline__ void fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int N> __device__ __forceinline__ void wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* Ordinary shared-memory writes (cp.async included) made visible to the async proxy that wgmma
+ * reads through; each writing thread, before the barrier. */
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+template <typename T> struct wg_type;
+template <> struct wg_type<__half> {
+    static constexpr const char *name = "f16";
+};
+template <> struct wg_type<__nv_bfloat16> {
+    static constexpr const char *name = "bf16";
+};
+
+#define FA_WG_ACC8(d, i)                                                                                            \
+    "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+        "+f"(d[i + 7])
+#define FA_WG_ACC32(d) FA_WG_ACC8(d, 0), FA_WG_ACC8(d, 8), FA_WG_ACC8(d, 16), FA_WG_ACC8(d, 24)
+#define FA_WG_ACC64(d) FA_WG_ACC32(d), FA_WG_ACC8(d, 32), FA_WG_ACC8(d, 40), FA_WG_ACC8(d, 48), FA_WG_ACC8(d, 56)
+#define FA_WG_R32                                                                                                   \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
+    "%29,%30,%31}"
+#define FA_WG_R64                                                                                                   \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
+    "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,"   \
+    "%56,%57,%58,%59,%60,%61,%62,%63}"
+
+/* D(64 x 64) += A(64 x 16, shared, K-major) B(16 x 64, shared, K-major: B^T stored [n][k]). */
+template <typename T> __device__ __forceinline__ void ss_n64(float (&d)[32], uint64_t da, uint64_t db);
+template <> __device__ __forceinline__ void ss_n64<__nv_bfloat16>(float (&d)[32], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : FA_WG_ACC32(d)
+                 : "l"(da), "l"(db));
+}
+template <> __device__ __forceinline__ void ss_n64<__half>(float (&d)[32], uint64_t da, uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : FA_WG_ACC32(d)
+                 : "l"(da), "l"(db));
+}
+
+/* D(64 x N) += A(64 x 16, registers: the mma.sync A fragment per warp) B(16 x N, shared,
+ * MN-major: stored [k][n], transposed by the instruction). */
+template <typename T, int N> struct rs;
+template <> struct rs<__nv_bfloat16, 64> {
+    static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WG_R32
+                     ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                     : FA_WG_ACC32(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+template <> struct rs<__half, 64> {
+    static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WG_R32
+                     ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                     : FA_WG_ACC32(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+template <> struct rs<__nv_bfloat16, 128> {
+    static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_WG_R64
+                     ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                     : FA_WG_ACC64(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+template <> struct rs<__half, 128> {
+    static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
+    {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_WG_R64
+                     ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                     : FA_WG_ACC64(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    }
+};
+
+} // namespace fa_sm90
+
+#endif /* FA_SM90_PRIMITIVES_CUH */
