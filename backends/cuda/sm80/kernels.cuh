@@ -82,12 +82,12 @@ __device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64
 
 /* The reverse: rows < nrows, columns < d of a shared tile to head h of t. ALIGNED: 16-byte
  * stores where a whole chunk lies inside d. The caller synchronises before. */
-template <typename T, int D, bool ALIGNED, int ROWS = BLOCK>
+template <typename T, int D, bool ALIGNED, int ROWS = BLOCK, int NT = THREADS>
 __device__ __forceinline__ void store_tile(const fa_cuda_tensor &t, const T *src, int64_t b, int64_t row0,
                                            int64_t nrows, int64_t h, int d)
 {
     constexpr int LD = D + 8, CHUNKS = D / 8;
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NT) {
         const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
         if (r >= nrows || c >= d)
             continue;

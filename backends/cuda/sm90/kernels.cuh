@@ -1,11 +1,13 @@
 /* kernels.cuh: the Hopper forward (sm_90a): the sm80 forward's algorithm with both products on
- * warpgroup MMA. One warpgroup (128 threads) per 64-row query tile; 64-key K/V tiles
+ * warpgroup MMA. Two warpgroups (256 threads) per 128-row query tile, 64 rows each, sharing the
+ * 64-key K/V tiles (so each tile is read from L2 once per 128 rows: with one warpgroup per 64
+ * rows the first version was L2-bound, 85 % of L2 throughput at half the sm80 speed); the tiles are
  * double-buffered in shared memory through cp.async in the core-matrix layout wgmma reads
  * (primitives.cuh, blocked()); S = Q K^T as wgmma m64n64k16 with both operands in shared memory;
  * the online-softmax step, masks and dropout are the sm80 kernels' (fa_sm80::softmax_step, the
  * accumulator layout is the same per warp); P goes back as the A operand from registers and
- * O += P V as wgmma m64n{D}k16 with V transposed by the instruction. Two blocks per SM (80 KiB of
- * shared memory each at d 128) overlap one block's softmax with the other's products.
+ * O += P V as wgmma m64n{D}k16 with V transposed by the instruction. The two warpgroups run
+ * independently between the per-tile barriers, so one's softmax overlaps the other's products.
  * Not yet: TMA, warp specialisation, ping-pong scheduling, intra-warpgroup pipelining (issue 6). */
 #ifndef FA_SM90_KERNELS_CUH
 #define FA_SM90_KERNELS_CUH
@@ -18,8 +20,8 @@ namespace fa_sm90 {
 using fa_sm80::elem;
 using fa_sm80::imin;
 
-constexpr int BR = 64, BN = 64, THREADS = 128;
-static_assert(THREADS == fa_sm80::THREADS && BN == FA_SM80_BLOCK, "the sm80 helpers' block shape");
+constexpr int BR = 128, BN = 64, THREADS = 256, WG_ROWS = 64;
+static_assert(BN == FA_SM80_BLOCK && BR % FA_SM80_BLOCK == 0, "the core's 64 x 64 block lists");
 
 /* Leading / stride byte offsets of V's descriptor ([keys][D] blocked, read transposed) */
 #ifndef FA_SM90_V_LBO_IS_K
@@ -45,14 +47,14 @@ __device__ __forceinline__ void load_blocked(T *dst, const fa_cuda_tensor &t, in
 }
 
 template <typename T, int D, int MODE>
-__global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
-    constexpr int TILE = BR * D; /* elements of one Q, K or V tile */
+    constexpr int TILE = BN * D; /* elements of one K or V tile */
     constexpr uint32_t ROWB = D / 8 * 128; /* bytes between core matrices 8 rows apart */
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *qs = reinterpret_cast<T *>(smem_raw); /* [BR][D] blocked */
-    T *ks = qs + TILE;                       /* [2][BN][D] blocked; stages O at the end */
+    T *ks = qs + BR * D;                     /* [2][BN][D] blocked; with vs, stages O at the end */
     T *vs = ks + 2 * TILE;                   /* [2][BN][D] blocked */
 
     const int64_t h = blockIdx.y, b = blockIdx.z;
@@ -62,11 +64,12 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
         return;
     const int64_t hk = h / p.group;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int64_t wq0 = q0 + 16 * warp; /* the warp's first row in the sequence */
-    fa_sm80::key_walk<1, LISTS> walk = fa_sm80::key_walk_of<1, LISTS>(p, m, h, q0, BR);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, wg = warp / 4;
+    const int wrow = WG_ROWS * wg + 16 * (warp & 3); /* the warp's first row in the tile */
+    const int64_t wq0 = q0 + wrow;                    /* ... in the sequence */
+    fa_sm80::key_walk<BR / BN, LISTS> walk = fa_sm80::key_walk_of<BR / BN, LISTS>(p, m, h, q0, BR);
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f;
-    const uint32_t q_addr = fa_sm80::smem_addr(qs), k_addr = fa_sm80::smem_addr(ks), v_addr = fa_sm80::smem_addr(vs);
+    const uint32_t q_addr = fa_sm80::smem_addr(qs) + (uint32_t)wg * (WG_ROWS / 8) * ROWB, k_addr = fa_sm80::smem_addr(ks), v_addr = fa_sm80::smem_addr(vs);
     int64_t kt = s.sk > 0 ? walk.peek() : -1;
 
     if (kt >= 0) {
@@ -141,14 +144,14 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
     /* epilogue: O / l staged row-major ([BR][D + 8]) in the K buffers, free after the loop's
      * last barrier (or never loaded), then 16-byte row stores; LSE as in the sm80 forward */
     constexpr int LD = D + 8;
-    T *stage = ks;
+    T *stage = ks; /* [BR][LD] over the K and V buffers */
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float l = row_l[0][r];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        const int rr = 16 * warp + g + r * 8;
+        const int rr = wrow + g + r * 8;
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt)
             *reinterpret_cast<uint32_t *>(stage + rr * LD + nt * 8 + 2 * t4) =
@@ -161,13 +164,13 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
         }
     }
     __syncthreads();
-    fa_sm80::store_tile<T, D, true, BR>(p.o, stage, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    fa_sm80::store_tile<T, D, true, BR, THREADS>(p.o, stage, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t stream)
 {
-    constexpr int SMEM = 5 * BR * D * (int)sizeof(T);
-    static_assert(BR * (D + 8) <= 2 * BN * D, "the O stage fits in the K buffers");
+    constexpr int SMEM = (BR + 4 * BN) * D * (int)sizeof(T);
+    static_assert(BR * (D + 8) <= 4 * BN * D, "the O stage fits in the K and V buffers");
     const int64_t nq = (p.seqlen_q + BR - 1) / BR;
     if (nq == 0 || p.batch == 0)
         return cudaSuccess;
