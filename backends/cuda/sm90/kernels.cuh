@@ -177,8 +177,9 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
     }
     __syncthreads(); /* both warpgroups are done with every stage before O is staged over them */
 
-    /* epilogue: O / l staged row-major ([BR][D + 8]) in the K buffers, free after the loop's
-     * last barrier (or never loaded), then 16-byte row stores; LSE as in the sm80 forward */
+    /* epilogue: O / l staged row-major ([BR][D + 8]) over the K and V stages, free after the
+     * barrier above (every copy was waited for through its full barrier), then 16-byte row
+     * stores; LSE as in the sm80 forward */
     constexpr int LD = D + 8;
     T *stage = ks; /* [BR][LD] over the K and V buffers */
 #pragma unroll
