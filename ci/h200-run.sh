@@ -15,10 +15,16 @@ export LD_LIBRARY_PATH=$PWD/.deps/h200/lib:$PWD/.deps/cm/usr/lib/x86_64-linux-gn
 export PATH=/opt/torch/.venv/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 if [ "$what" = conformance ] || [ "$what" = all ]; then
-  echo "== conformance, CUDA backend, full grid"
-  "$B/tests/conformance/conformance" --backend cuda --grid full > "$OUT/conformance-cuda.log" 2>&1
-  echo "exit $?"
-  grep -E "FAILED|SKIPPED|PASSED|ERROR|error" "$OUT/conformance-cuda.log" | head -40
+  # the chooser (sm80 + portable), then each family forced through FLASHATTN_CUDA_KERNELS: the
+  # portable kernels, the HIP MFMA forward emulated, the opt-in sm90 wgmma forward
+  for k in default portable mfma-emulated sm90; do
+    echo "== conformance, CUDA backend, full grid, kernels: $k"
+    if [ $k = default ]; then unset FLASHATTN_CUDA_KERNELS; else export FLASHATTN_CUDA_KERNELS=$k; fi
+    "$B/tests/conformance/conformance" --backend cuda --grid full > "$OUT/conformance-cuda-$k.log" 2>&1
+    echo "exit $?"
+    grep -E "FAILED|SKIPPED|PASSED|ERROR|error" "$OUT/conformance-cuda-$k.log" | head -40
+  done
+  unset FLASHATTN_CUDA_KERNELS
 fi
 if [ "$what" = sanitize ] || [ "$what" = all ]; then
   # every kernel instance kind at least once: forward and fused backward, common and general
