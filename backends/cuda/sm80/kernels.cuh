@@ -381,6 +381,39 @@ __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_m
     }
 }
 
+/* A forward's epilogue, for warps holding rows wrow + mt MSTRIDE + g + 8 r of the tile at q0:
+ * O / l (l summed over the quad) into a row-major shared stage [rows][D + 8] for store_tile, and
+ * LSE = (m + log2 l) ln 2 to global; a fully masked row gives 0 and -inf. The caller
+ * synchronises before store_tile. Shared by the sm80 and sm90 forwards. */
+template <typename T, int D, int MT, int MSTRIDE>
+__device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 8][4], const float (&row_m)[MT][2],
+                                             const float (&row_l)[MT][2], const fa_cuda_params &p, const fa_seq &s,
+                                             int64_t b, int64_t h, int64_t q0, int wrow)
+{
+    constexpr int LD = D + 8;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float l = row_l[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const int rr = wrow + mt * MSTRIDE + g + r * 8;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; ++nt)
+                *reinterpret_cast<uint32_t *>(stage + rr * LD + nt * 8 + 2 * t4) =
+                    elem<T>::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
+            const int64_t i = q0 + rr;
+            if (p.lse.data && t4 == 0 && i < s.sq) {
+                const float lse = (l > 0.0f && row_m[mt][r] != -CUDART_INF_F) ? (row_m[mt][r] + log2f(l)) * LN2
+                                                                                : -CUDART_INF_F;
+                static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
+            }
+        }
+}
+
 /* MODE (see mode_of): 0 plain, 1 block lists, 2 dropout (and perhaps block lists). Each is its
  * own instance, so registers for Philox state and list cursors do not crowd the accumulators of
  * the cases that need neither. The common case (neither) is its own
@@ -402,7 +435,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
         return;
     const int64_t hk = h / p.group;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int warp = threadIdx.x / 32;
     const int wrow = warp * 16 * MT;        /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;          /* ... in the sequence */
     key_walk<SUB, LISTS> walk = key_walk_of<SUB, LISTS>(p, m, h, q0, BR);
@@ -503,27 +536,8 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
     }
 
     /* epilogue: O / l staged through the Q tile (free after the last barrier) for 16-byte row
-     * stores; LSE = (m + log2 l) ln 2; a fully masked row gives 0 and -inf */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float l = row_l[mt][r];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            const int rr = wrow + mt * 16 + g + r * 8;
-#pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt)
-                *reinterpret_cast<uint32_t *>(qs + rr * LD + nt * 8 + 2 * t4) =
-                    elem<T>::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
-            const int64_t i = q0 + rr;
-            if (p.lse.data && t4 == 0 && i < s.sq) {
-                const float lse = (l > 0.0f && row_m[mt][r] != -CUDART_INF_F) ? (row_m[mt][r] + log2f(l)) * LN2
-                                                                                : -CUDART_INF_F;
-                static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
-            }
-        }
+     * stores */
+    stage_output<T, D, MT, 16>(qs, o, row_m, row_l, p, s, b, h, q0, wrow);
     __syncthreads();
     store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }

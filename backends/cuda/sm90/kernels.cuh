@@ -26,11 +26,6 @@ using fa_sm80::imin;
 constexpr int BR = 128, BN = 64, THREADS = 256, WG_ROWS = 64, STAGES = 3;
 static_assert(BN == FA_SM80_BLOCK && BR % FA_SM80_BLOCK == 0, "the core's 64 x 64 block lists");
 
-/* Leading / stride byte offsets of V's descriptor ([keys][D] blocked, read transposed) */
-#ifndef FA_SM90_V_LBO_IS_K
-#define FA_SM90_V_LBO_IS_K 1
-#endif
-
 /* ROWS x D of head h into a blocked tile (16-byte chunks in blocked() order: the 8 lanes of a
  * core matrix write 128 contiguous bytes); rows >= nrows and columns >= d zero. The caller
  * commits and waits. Needs 16-byte aligned rows and d % 8 == 0 (the chooser's condition). */
@@ -68,7 +63,7 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
         return;
     const int64_t hk = h / p.group;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3, wg = warp / 4;
+    const int warp = threadIdx.x / 32, wg = warp / 4;
     const int wrow = WG_ROWS * wg + 16 * (warp & 3); /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;                    /* ... in the sequence */
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f;
@@ -168,7 +163,7 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
 #pragma unroll
         for (int kk = 0; kk < BN; kk += 16) {
             const uint32_t a = vb + (uint32_t)(kk / 8) * ROWB;
-            rs<T, D>::run(oflat, pf[0][kk / 16], FA_SM90_V_LBO_IS_K ? desc(a, ROWB, 128u) : desc(a, 128u, ROWB));
+            rs<T, D>::run(oflat, pf[0][kk / 16], desc(a, ROWB, 128u)); /* LBO: along K (keys) */
         }
         commit();
         wait<0>();
@@ -180,28 +175,9 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
     /* epilogue: O / l staged row-major ([BR][D + 8]) over the K and V stages, free after the
      * barrier above (every copy was waited for through its full barrier), then 16-byte row
      * stores; LSE as in the sm80 forward */
-    constexpr int LD = D + 8;
-    T *stage = ks; /* [BR][LD] over the K and V buffers */
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_l[0][r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        const int rr = wrow + g + r * 8;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt)
-            *reinterpret_cast<uint32_t *>(stage + rr * LD + nt * 8 + 2 * t4) =
-                elem<T>::pack(o[0][nt][2 * r] * inv, o[0][nt][2 * r + 1] * inv);
-        const int64_t i = q0 + rr;
-        if (p.lse.data && t4 == 0 && i < s.sq) {
-            const float lse = (l > 0.0f && row_m[0][r] != -CUDART_INF_F) ? (row_m[0][r] + log2f(l)) * fa_sm80::LN2
-                                                                          : -CUDART_INF_F;
-            static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
-        }
-    }
+    fa_sm80::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [BR][D + 8] over the stages */
     __syncthreads();
-    fa_sm80::store_tile<T, D, true, BR, THREADS>(p.o, stage, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    fa_sm80::store_tile<T, D, true, BR, THREADS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t stream)

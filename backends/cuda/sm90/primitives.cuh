@@ -81,14 +81,6 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
-template <typename T> struct wg_type;
-template <> struct wg_type<__half> {
-    static constexpr const char *name = "f16";
-};
-template <> struct wg_type<__nv_bfloat16> {
-    static constexpr const char *name = "bf16";
-};
-
 #define FA_WG_ACC8(d, i)                                                                                            \
     "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
@@ -102,60 +94,42 @@ template <> struct wg_type<__nv_bfloat16> {
     "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,"   \
     "%56,%57,%58,%59,%60,%61,%62,%63}"
 
+/* One specialisation per (operand type, shape), written by these macros: TY is the C++ type, TN
+ * its PTX name. */
+#define FA_WG_SS(TY, TN)                                                                                            \
+    template <> __device__ __forceinline__ void ss_n64<TY>(float(&d)[32], uint64_t da, uint64_t db)                \
+    {                                                                                                               \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." TN      \
+                     "." TN " " FA_WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                          \
+                     : FA_WG_ACC32(d)                                                                               \
+                     : "l"(da), "l"(db));                                                                           \
+    }
+/* N accumulators in registers R (ACC), the A fragment and B's descriptor at operands A_OPS */
+#define FA_WG_RS(TY, TN, N, R, ACC, A_OPS)                                                                          \
+    template <> struct rs<TY, N> {                                                                                  \
+        static __device__ __forceinline__ void run(float(&d)[N / 2], const uint32_t(&a)[4], uint64_t db)           \
+        {                                                                                                           \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TN \
+                         "." TN " " R ", " A_OPS ", p, 1, 1, 1;\n}\n"                                                 \
+                         : ACC(d)                                                                                   \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                                    \
+        }                                                                                                           \
+    };
+
 /* D(64 x 64) += A(64 x 16, shared, K-major) B(16 x 64, shared, K-major: B^T stored [n][k]). */
 template <typename T> __device__ __forceinline__ void ss_n64(float (&d)[32], uint64_t da, uint64_t db);
-template <> __device__ __forceinline__ void ss_n64<__nv_bfloat16>(float (&d)[32], uint64_t da, uint64_t db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : FA_WG_ACC32(d)
-                 : "l"(da), "l"(db));
-}
-template <> __device__ __forceinline__ void ss_n64<__half>(float (&d)[32], uint64_t da, uint64_t db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : FA_WG_ACC32(d)
-                 : "l"(da), "l"(db));
-}
+FA_WG_SS(__nv_bfloat16, "bf16")
+FA_WG_SS(__half, "f16")
 
 /* D(64 x N) += A(64 x 16, registers: the mma.sync A fragment per warp) B(16 x N, shared,
  * MN-major: stored [k][n], transposed by the instruction). */
 template <typename T, int N> struct rs;
-template <> struct rs<__nv_bfloat16, 64> {
-    static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_WG_R32
-                     ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-                     : FA_WG_ACC32(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    }
-};
-template <> struct rs<__half, 64> {
-    static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_WG_R32
-                     ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-                     : FA_WG_ACC32(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    }
-};
-template <> struct rs<__nv_bfloat16, 128> {
-    static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_WG_R64
-                     ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-                     : FA_WG_ACC64(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    }
-};
-template <> struct rs<__half, 128> {
-    static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
-    {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_WG_R64
-                     ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-                     : FA_WG_ACC64(d)
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-    }
-};
+FA_WG_RS(__nv_bfloat16, "bf16", 64, FA_WG_R32, FA_WG_ACC32, "{%32,%33,%34,%35}, %36")
+FA_WG_RS(__half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "{%32,%33,%34,%35}, %36")
+FA_WG_RS(__nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "{%64,%65,%66,%67}, %68")
+FA_WG_RS(__half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "{%64,%65,%66,%67}, %68")
+#undef FA_WG_SS
+#undef FA_WG_RS
 
 } // namespace fa_sm90
 
