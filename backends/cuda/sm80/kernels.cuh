@@ -287,13 +287,14 @@ __device__ __forceinline__ fa_tile_class rows_class(const fa_cuda_params &p, con
 /* One online-softmax step of a forward kernel on a KN-key slice of scores in the mma
  * accumulator layout (a warp's m16 tiles; row wq0 + mt MSTRIDE + g + 8 r, key k0x + 8 nt + 2 t4
  * + c): the scale when it is not folded into exp2 (cc), the masks on edge tiles, the running
- * maxima and sums (row_l per thread, reduced at the end), O rescaled, scores turned into P, and
- * dropout applied to P. Shared by the sm80 and sm90 forwards. */
-template <typename T, int MT, int KN, int DN, int MSTRIDE, bool LISTS, bool DROP>
-__device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
-                                             int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
-                                             float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
-                                             float (&row_l)[MT][2], float (&o)[MT][DN][4])
+ * maxima and sums (row_l per thread, reduced at the end), scores turned into P, dropout applied
+ * to P, and the factor alpha by which O must be rescaled (left to the caller, which may still
+ * have a product into O in flight). Shared by the sm80 and sm90 forwards. */
+template <typename T, int MT, int KN, int MSTRIDE, bool LISTS, bool DROP>
+__device__ __forceinline__ void softmax_scores(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
+                                               int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
+                                               float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
+                                               float (&row_l)[MT][2], float (&alpha)[MT][2])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
@@ -347,7 +348,7 @@ __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_m
             /* the new running max (log2 units); a row that has seen only -inf keeps shift 0 */
             mx = fmaxf(row_m[mt][r], mx * cc);
             const float shift = mx == -CUDART_INF_F ? 0.0f : mx;
-            const float alpha = fast_exp2(row_m[mt][r] - shift); /* old -inf: 0 */
+            alpha[mt][r] = fast_exp2(row_m[mt][r] - shift); /* old -inf: 0 */
             float sum = 0.0f;
 #pragma unroll
             for (int nt = 0; nt < KN / 8; ++nt) {
@@ -355,13 +356,8 @@ __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_m
                 sacc[mt][nt][2 * r + 1] = fast_exp2(fmaf(sacc[mt][nt][2 * r + 1], cc, -shift));
                 sum += sacc[mt][nt][2 * r] + sacc[mt][nt][2 * r + 1];
             }
-            row_l[mt][r] = row_l[mt][r] * alpha + sum; /* per-thread partial, reduced at the end */
+            row_l[mt][r] = row_l[mt][r] * alpha[mt][r] + sum; /* per-thread partial, reduced at the end */
             row_m[mt][r] = mx;
-#pragma unroll
-            for (int i = 0; i < DN; ++i) {
-                o[mt][i][2 * r] *= alpha;
-                o[mt][i][2 * r + 1] *= alpha;
-            }
         }
     if (DROP && p.dropout_threshold) {
 #pragma unroll
@@ -379,6 +375,33 @@ __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_m
                         bits.v[(j + 1) & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
                 }
     }
+}
+
+/* O *= alpha, row by row (the accumulator layout of softmax_scores). */
+template <int MT, int DN>
+__device__ __forceinline__ void rescale(float (&o)[MT][DN][4], const float (&alpha)[MT][2])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < DN; ++i) {
+            o[mt][i][0] *= alpha[mt][0];
+            o[mt][i][1] *= alpha[mt][0];
+            o[mt][i][2] *= alpha[mt][1];
+            o[mt][i][3] *= alpha[mt][1];
+        }
+}
+
+/* softmax_scores, then O rescaled at once. */
+template <typename T, int MT, int KN, int DN, int MSTRIDE, bool LISTS, bool DROP>
+__device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
+                                             int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
+                                             float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
+                                             float (&row_l)[MT][2], float (&o)[MT][DN][4])
+{
+    float alpha[MT][2];
+    softmax_scores<T, MT, KN, MSTRIDE, LISTS, DROP>(p, m, s, b, h, wq0, k0x, cls, cc, sacc, row_m, row_l, alpha);
+    rescale<MT, DN>(o, alpha);
 }
 
 /* A forward's epilogue, for warps holding rows wrow + mt MSTRIDE + g + 8 r of the tile at q0:

@@ -29,18 +29,44 @@ static_assert(BN == FA_SM80_BLOCK && BR % FA_SM80_BLOCK == 0, "the core's 64 x 6
 /* ROWS x D of head h into a blocked tile (16-byte chunks in blocked() order: the 8 lanes of a
  * core matrix write 128 contiguous bytes); rows >= nrows and columns >= d zero. The caller
  * commits and waits. Needs 16-byte aligned rows and d % 8 == 0 (the chooser's condition). */
-template <typename T, int D, int ROWS>
+template <typename T, int D, int ROWS, int NT = THREADS>
 __device__ __forceinline__ void load_blocked(T *dst, const fa_cuda_tensor &t, int64_t b, int64_t row0, int64_t nrows,
-                                             int64_t h, int d)
+                                             int64_t h, int d, int tid = threadIdx.x)
 {
     constexpr int CB = D / 8;
     const uint32_t base = fa_sm80::smem_addr(dst);
 #pragma unroll 4
-    for (int e = threadIdx.x; e < ROWS * CB; e += THREADS) {
+    for (int e = tid; e < ROWS * CB; e += NT) {
         const int cm = e >> 3, r = (cm / CB) * 8 + (e & 7), c = (cm % CB) * 8;
         const bool valid = r < nrows && c < d;
         const T *src = valid ? fa_sm80::row_ptr<T>(t, b, row0 + r, h) + c : static_cast<const T *>(t.data);
         fa_sm80::cp_async16_s(base + 16u * (uint32_t)e, src, valid);
+    }
+}
+
+/* ROWS x D of head h into a tile in the 128-byte swizzled layout at shared address dst (sw128);
+ * rows >= nrows and columns >= d zero. Thread tid takes one 16-byte column chunk of every
+ * (NT / (D / 8))-th row: one pointer and one shared address, each advanced by a constant (the
+ * swizzle of the chunk is the same in every row it takes), so a copy costs a few instructions;
+ * consecutive threads take consecutive chunks of a row (whole 128-byte lines, whole 128-byte
+ * shared rows). The caller commits and waits. Needs 16-byte aligned rows and d % 8 == 0. */
+template <typename T, int D, int ROWS, int NT>
+__device__ __forceinline__ void load_sw128(uint32_t dst, const fa_cuda_tensor &t, int64_t b, int64_t row0,
+                                           int64_t nrows, int64_t h, int d, int tid)
+{
+    constexpr int CB = D / 8, RS = NT / CB;
+    static_assert(NT % CB == 0 && RS % 8 == 0 && ROWS % RS == 0, "a thread's rows share their swizzle");
+    const int c = tid % CB, r0 = tid / CB;
+    const bool cvalid = c * 8 < d;
+    const T *src = fa_sm80::row_ptr<T>(t, b, row0 + r0, h) + c * 8;
+    const int64_t step = RS * t.ss;
+    uint32_t sdst = dst + sw128<ROWS>(r0, c);
+#pragma unroll
+    for (int r = r0; r < ROWS; r += RS) {
+        const bool valid = cvalid && r < nrows;
+        fa_sm80::cp_async16_s(sdst, valid ? src : static_cast<const T *>(t.data), valid);
+        src += step;
+        sdst += RS * 128;
     }
 }
 
@@ -133,15 +159,12 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
         /* S = Q K^T over D / 16 k-steps (every warp of the warpgroup takes part) */
         float sacc[1][BN / 8][4];
         float(&sflat)[BN / 2] = *reinterpret_cast<float(*)[BN / 2]>(&sacc[0][0][0]);
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i)
-            sflat[i] = 0.0f;
         const uint32_t kb = k_addr + (uint32_t)(buf * TILE * 2), vb = v_addr + (uint32_t)(buf * TILE * 2);
         fence();
 #pragma unroll
         for (int kk = 0; kk < D; kk += 16)
-            ss_n64<T>(sflat, desc(q_addr + (uint32_t)(kk / 8) * 128u, 128u, ROWB),
-                      desc(kb + (uint32_t)(kk / 8) * 128u, 128u, ROWB));
+            ss<T, BN>::run(sflat, desc(q_addr + (uint32_t)(kk / 8) * 128u, 128u, ROWB),
+                           desc(kb + (uint32_t)(kk / 8) * 128u, 128u, ROWB), kk > 0);
         commit();
         wait<0>();
 
@@ -180,6 +203,185 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
     fa_sm80::store_tile<T, D, true, BR, THREADS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
+/* The warp-specialised forward, for calls with neither block lists nor dropout (MODE 0). Three
+ * warpgroups: warpgroups 0 and 1 consume, 64 query rows each of a 128-row tile; warpgroup 2
+ * produces, copying 128-key K and V tiles with cp.async into a ring of stages (3 at d 128, 4 at
+ * d 64; "full" and "empty" mbarriers per stage and operand, so a K stage is refilled as soon as
+ * its S = Q K^T is done, before the P V of the same tile) and nothing else, with its registers handed
+ * to the consumers by setmaxnreg. Each consumer pipelines inside itself: S = Q K_n^T is issued,
+ * then O += P_{n-1} V_{n-1}, and the softmax of S_n runs while the second product is still on
+ * the tensor cores; O is rescaled once that product is waited for. Causal grids start with the
+ * query tiles that see the most keys. */
+constexpr int WS_BR = 128, WS_BN = 128, WS_CONSUMERS = 256, WS_THREADS = 384;
+/* as many K/V stages as shared memory holds beside Q (227 KiB per block), at most 4 */
+template <typename T, int D> __host__ __device__ constexpr int ws_stages()
+{
+    return (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * WS_BN * D * (int)sizeof(T)) < 4
+               ? (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * WS_BN * D * (int)sizeof(T))
+               : 4;
+}
+constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
+
+template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_cuda_params p)
+{
+    constexpr int WS_STAGES = ws_stages<T, D>();
+    constexpr uint32_t TILEB = WS_BN * D * sizeof(T); /* bytes of one K or V tile */
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[4 * WS_STAGES]; /* full K, full V, empty K, empty V */
+    /* every tile in the swizzled layout, 1024-byte aligned: Q [WS_BR][D], then K [WS_STAGES][WS_BN][D]
+     * and V [WS_STAGES][WS_BN][D]; the K and V stages hold O's row-major stage at the end */
+    unsigned char *base = smem_raw + ((1024u - (fa_sm80::smem_addr(smem_raw) & 1023u)) & 1023u);
+    const uint32_t q_all = fa_sm80::smem_addr(base), k_addr = q_all + WS_BR * D * (uint32_t)sizeof(T),
+                   v_addr = k_addr + WS_STAGES * TILEB;
+    T *ks = reinterpret_cast<T *>(base + WS_BR * D * sizeof(T));
+
+    const int64_t h = blockIdx.y, b = blockIdx.z;
+    const fa_seq s = fa_sequence(p, b);
+    const int64_t qt = p.causal ? (int64_t)gridDim.x - 1 - blockIdx.x : (int64_t)blockIdx.x;
+    const int64_t q0 = qt * WS_BR;
+    if (q0 >= s.sq)
+        return;
+    const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
+    int64_t first = 0, last = 0; /* the key tiles the mask leaves to the tile's rows */
+    if (s.sk > 0) {
+        const int64_t q1 = imin(q0 + WS_BR, s.sq) - 1;
+        int64_t lo0, hi0, lo1, hi1;
+        fa_mask_row_range(&m, q0, &lo0, &hi0);
+        fa_mask_row_range(&m, q1, &lo1, &hi1);
+        if (hi1 > lo0) {
+            first = lo0 / WS_BN;
+            last = (hi1 + WS_BN - 1) / WS_BN;
+        }
+    }
+    const uint32_t fullk0 = fa_sm80::smem_addr(&bars[0]), fullv0 = fullk0 + 8u * WS_STAGES,
+                   emptyk0 = fullk0 + 16u * WS_STAGES, emptyv0 = fullk0 + 24u * WS_STAGES;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < WS_STAGES; ++i) {
+            mbar_init(fullk0 + 8u * i, WS_THREADS - WS_CONSUMERS);
+            mbar_init(fullv0 + 8u * i, WS_THREADS - WS_CONSUMERS);
+            mbar_init(emptyk0 + 8u * i, WS_CONSUMERS);
+            mbar_init(emptyv0 + 8u * i, WS_CONSUMERS);
+        }
+    }
+    __syncthreads();
+
+    if (threadIdx.x >= WS_CONSUMERS) { /* the producer */
+        setmaxnreg_dec<WS_PRODUCER_REGS>();
+        const int tid = threadIdx.x - WS_CONSUMERS;
+        const int64_t hk = h / p.group;
+        for (int64_t n = 0; first + n < last; ++n) {
+            const int st = (int)(n % WS_STAGES);
+            const uint32_t parity = (uint32_t)((n / WS_STAGES - 1) & 1);
+            if (n >= WS_STAGES)
+                mbar_wait(emptyk0 + 8u * st, parity);
+            const int64_t k0 = (first + n) * WS_BN;
+            load_sw128<T, D, WS_BN, WS_THREADS - WS_CONSUMERS>(k_addr + st * TILEB, p.k, b, s.k_start + k0, s.sk - k0,
+                                                               hk, (int)p.d, tid);
+            mbar_arrive_cp_async(fullk0 + 8u * st);
+            if (n >= WS_STAGES)
+                mbar_wait(emptyv0 + 8u * st, parity);
+            load_sw128<T, D, WS_BN, WS_THREADS - WS_CONSUMERS>(v_addr + st * TILEB, p.v, b, s.k_start + k0, s.sk - k0,
+                                                               hk, (int)p.d, tid);
+            mbar_arrive_cp_async(fullv0 + 8u * st);
+        }
+        fa_sm80::cp_async_wait<0>();
+        return;
+    }
+
+    setmaxnreg_inc<WS_CONSUMER_REGS>();
+    const int warp = threadIdx.x / 32, wg = warp / 4;
+    const int wrow = 64 * wg + 16 * (warp & 3); /* the warp's first row in the tile */
+    const int64_t wq0 = q0 + wrow;
+    const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f;
+    const uint32_t q_addr = q_all + (uint32_t)(wg * 64 * D * sizeof(T)); /* this warpgroup's 64 rows, loaded by itself */
+    load_sw128<T, D, 64, 128>(q_addr, p.q, b, s.q_start + q0 + 64 * wg, s.sq - q0 - 64 * wg, h, (int)p.d,
+                              threadIdx.x & 127);
+    fa_sm80::cp_async_commit();
+    fa_sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    if (wg == 0)
+        bar_sync<1, 128>();
+    else
+        bar_sync<2, 128>();
+
+    float o[1][D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+        o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.0f;
+    float row_m[1][2] = {{-CUDART_INF_F, -CUDART_INF_F}}, row_l[1][2] = {{0.0f, 0.0f}}, alpha[1][2];
+    float(&oflat)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0][0]);
+    float sacc[1][WS_BN / 8][4];
+    float(&sflat)[WS_BN / 2] = *reinterpret_cast<float(*)[WS_BN / 2]>(&sacc[0][0][0]);
+    uint32_t pf[WS_BN / 16][4];
+
+    auto wait_full = [&](uint32_t bar0, int64_t n) {
+        mbar_wait(bar0 + 8u * (uint32_t)(n % WS_STAGES), (uint32_t)((n / WS_STAGES) & 1));
+        fence_proxy_async();
+    };
+    auto release = [&](uint32_t bar0, int64_t n) { mbar_arrive(bar0 + 8u * (uint32_t)(n % WS_STAGES)); };
+    auto issue_s = [&](int64_t n) { /* S = Q K_n^T */
+        const uint32_t kb = k_addr + (uint32_t)(n % WS_STAGES) * TILEB;
+#pragma unroll
+        for (int kk = 0; kk < D; kk += 16) /* 64-column block kk / 64, 32 bytes per k-step inside it */
+            ss<T, WS_BN>::run(sflat, desc_sw128(q_addr + (uint32_t)((kk / 64) * 64 * 128 + (kk % 64) * 2), 16u, 1024u),
+                              desc_sw128(kb + (uint32_t)((kk / 64) * WS_BN * 128 + (kk % 64) * 2), 16u, 1024u),
+                              kk > 0);
+        commit();
+    };
+    auto issue_pv = [&](int64_t n) { /* O += P V_n: V [keys][D] is the MN-major B operand */
+        const uint32_t vb = v_addr + (uint32_t)(n % WS_STAGES) * TILEB;
+#pragma unroll
+        for (int kk = 0; kk < WS_BN; kk += 16) /* 16 keys = two 8-row groups; 64-column blocks WS_BN rows apart */
+            rs<T, D>::run(oflat, pf[kk / 16], desc_sw128(vb + (uint32_t)kk * 128u, WS_BN * 128u, 1024u));
+        commit();
+    };
+    auto scores = [&](int64_t n) { /* P of tile n in sacc, alpha for O */
+        const int64_t k0 = (first + n) * WS_BN;
+        const fa_tile_class cls = fa_mask_classify_tile(&m, wq0, wq0 + 16, k0, k0 + WS_BN);
+        if (cls == FA_TILE_EMPTY || k0 >= s.sk) { /* this warp's rows see none of the tile: P = 0 */
+#pragma unroll
+            for (int i = 0; i < WS_BN / 2; ++i)
+                sflat[i] = -CUDART_INF_F;
+        }
+        fa_sm80::softmax_scores<T, 1, WS_BN, 16, false, false>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m, row_l,
+                                                               alpha);
+    };
+
+    const int64_t ntiles = last - first;
+    if (ntiles > 0) {
+        wait_full(fullk0, 0);
+        fence();
+        issue_s(0);
+        wait<0>();
+        release(emptyk0, 0);
+        scores(0); /* O is still zero: nothing to rescale */
+        fa_sm80::acc_to_a<T, WS_BN>(pf, sacc[0]);
+        for (int64_t n = 1; n < ntiles; ++n) {
+            wait_full(fullk0, n);
+            fence();
+            issue_s(n);
+            wait_full(fullv0, n - 1);
+            issue_pv(n - 1);
+            wait<1>(); /* S_n is done; P_{n-1} V_{n-1} may still run */
+            release(emptyk0, n);
+            scores(n);
+            wait<0>();
+            release(emptyv0, n - 1);
+            fa_sm80::rescale<1, D / 8>(o, alpha);
+            fa_sm80::acc_to_a<T, WS_BN>(pf, sacc[0]);
+        }
+        wait_full(fullv0, ntiles - 1);
+        fence();
+        issue_pv(ntiles - 1);
+        wait<0>();
+        release(emptyv0, ntiles - 1);
+    }
+    bar_sync<3, WS_CONSUMERS>(); /* both consumers are done with every stage before O is staged over them */
+    fa_sm80::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
+    bar_sync<3, WS_CONSUMERS>();
+    fa_sm80::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+}
+
 template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t stream)
 {
     constexpr int SMEM = (BR + 2 * STAGES * BN) * D * (int)sizeof(T);
@@ -190,8 +392,18 @@ template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_par
     if (nq > 0x7fffffff || p.heads_q > 65535 || p.batch > 65535)
         return cudaErrorInvalidValue;
     const int mode = fa_sm80::mode_of(p);
-    const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
     cudaError_t e = cudaSuccess;
+    if (mode == 0) {
+        constexpr int WS_SMEM = (WS_BR + 2 * ws_stages<T, D>() * WS_BN) * D * (int)sizeof(T) + 1024; /* + alignment */
+        static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * WS_BN * D,
+                      "two stages at least, and the O stage fits in the K and V buffers");
+        const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
+        e = cudaFuncSetAttribute(ws_forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, WS_SMEM);
+        if (e == cudaSuccess)
+            ws_forward_kernel<T, D><<<grid, WS_THREADS, WS_SMEM, stream>>>(p);
+        return e != cudaSuccess ? e : cudaGetLastError();
+    }
+    const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
     switch (mode) {
 #define FA_SM90_LAUNCH(M)                                                                                           \
     case M:                                                                                                         \
@@ -199,7 +411,6 @@ template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_par
         if (e == cudaSuccess)                                                                                       \
             forward_kernel<T, D, M><<<grid, THREADS, SMEM, stream>>>(p);                                            \
         break;
-        FA_SM90_LAUNCH(0)
         FA_SM90_LAUNCH(1)
         FA_SM90_LAUNCH(2)
 #undef FA_SM90_LAUNCH

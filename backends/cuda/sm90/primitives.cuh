@@ -32,6 +32,24 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t s
            ((uint64_t)((sbo & 0x3ffffu) >> 4) << 32);
 }
 
+/* The same over the 128-byte swizzled layout (sw128(), below; every 8-row atom 1024-byte
+ * aligned). K-major operands: rows 128 bytes apart, sbo between 8-row groups (1024), lbo unused;
+ * a k-step inside the 128-byte row advances the start address (the hardware swizzles the final
+ * address). MN-major operands: lbo between 64-element blocks along M or N, sbo between 8-row
+ * groups along K. */
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo)
+{
+    return desc(addr, lbo, sbo) | (1ull << 62);
+}
+
+/* Byte offset of 16-byte chunk c (8 elements) of row r in a ROWS-row tile stored in the 128-byte
+ * swizzled layout: 64-column blocks of ROWS rows x 128 bytes one after another, chunk c % 8 of a
+ * row at position (c % 8) ^ (r % 8). */
+template <int ROWS> __device__ __forceinline__ uint32_t sw128(int r, int c)
+{
+    return (uint32_t)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
 __device__ __forceinline__ void fence()
 {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -81,6 +99,23 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+/* Register reallocation between warpgroups (every warp of the warpgroup executes it). */
+template <int N> __device__ __forceinline__ void setmaxnreg_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int N> __device__ __forceinline__ void setmaxnreg_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* Named barrier ID among COUNT threads (whole warps). */
+template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
+}
+
 #define FA_WG_ACC8(d, i)                                                                                            \
     "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
@@ -96,14 +131,18 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar)
 
 /* One specialisation per (operand type, shape), written by these macros: TY is the C++ type, TN
  * its PTX name. */
-#define FA_WG_SS(TY, TN)                                                                                            \
-    template <> __device__ __forceinline__ void ss_n64<TY>(float(&d)[32], uint64_t da, uint64_t db)                \
-    {                                                                                                               \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." TN      \
-                     "." TN " " FA_WG_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                          \
-                     : FA_WG_ACC32(d)                                                                               \
-                     : "l"(da), "l"(db));                                                                           \
-    }
+/* N accumulators in registers R (ACC); DESC: the descriptors' operands, SCALE: the operand that
+ * says whether D accumulates (0: D = A B) */
+#define FA_WG_SS(TY, TN, N, R, ACC, DESC, SCALE)                                                                    \
+    template <> struct ss<TY, N> {                                                                                  \
+        static __device__ __forceinline__ void run(float(&d)[N / 2], uint64_t da, uint64_t db, int accumulate)     \
+        {                                                                                                           \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N    \
+                         "k16.f32." TN "." TN " " R ", " DESC ", p, 1, 1, 0, 0;\n}\n"                               \
+                         : ACC(d)                                                                                   \
+                         : "l"(da), "l"(db), "r"(accumulate));                                                     \
+        }                                                                                                           \
+    };
 /* N accumulators in registers R (ACC), the A fragment and B's descriptor at operands A_OPS */
 #define FA_WG_RS(TY, TN, N, R, ACC, A_OPS)                                                                          \
     template <> struct rs<TY, N> {                                                                                  \
@@ -116,10 +155,12 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar)
         }                                                                                                           \
     };
 
-/* D(64 x 64) += A(64 x 16, shared, K-major) B(16 x 64, shared, K-major: B^T stored [n][k]). */
-template <typename T> __device__ __forceinline__ void ss_n64(float (&d)[32], uint64_t da, uint64_t db);
-FA_WG_SS(__nv_bfloat16, "bf16")
-FA_WG_SS(__half, "f16")
+/* D(64 x N) (+)= A(64 x 16, shared, K-major) B(16 x N, shared, K-major: B^T stored [n][k]). */
+template <typename T, int N> struct ss;
+FA_WG_SS(__nv_bfloat16, "bf16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34")
+FA_WG_SS(__half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34")
+FA_WG_SS(__nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66")
+FA_WG_SS(__half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66")
 
 /* D(64 x N) += A(64 x 16, registers: the mma.sync A fragment per warp) B(16 x N, shared,
  * MN-major: stored [k][n], transposed by the instruction). */
