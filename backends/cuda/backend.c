@@ -14,10 +14,11 @@
 #define KERNEL_SM90 0x400000
 
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
-int fa_sm90_has_instance(int dtype, int head_dim_pad)
+int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain)
 {
     (void)dtype;
     (void)head_dim_pad;
+    (void)plain;
     return 0;
 }
 
@@ -60,9 +61,9 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync path (cc >= 8.0, fp16/bf16, backward d <= 128); portable SIMT kernels for the rest; "
-             "FLASHATTN_CUDA_KERNELS=sm90 adds the Hopper wgmma forward (slower so far), =portable or "
-             "=mfma-emulated force a family");
+             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128); cc 9.0: wgmma forward without dropout or block "
+             "mask (d 64/128/256, aligned rows; else sm80); portable kernels for the rest; "
+             "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated forces a family");
 }
 
 static fa_status cuda_open(fa_context *ctx, int device)
@@ -92,7 +93,8 @@ static int view_aligned(const fa_view *v)
 static int sm80_covers(const gpu_state *s, const fa_problem *p)
 {
     int dpad = (int)((p->d + 31) / 32 * 32);
-    return (s->kernels == GPU_KERNELS_CHOOSER || s->kernels == GPU_KERNELS_SM90) && s->prop.major >= 8 &&
+    return (s->kernels == GPU_KERNELS_CHOOSER || s->kernels == GPU_KERNELS_SM90 || s->kernels == GPU_KERNELS_SM80) &&
+           s->prop.major >= 8 &&
            (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) && fa_sm80_has_instance((int)p->dtype, dpad, p->backward);
 }
 
@@ -118,15 +120,21 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     int aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v);
     if (p->backward)
         aligned = aligned && view_aligned(&p->dout);
-    /* FLASHATTN_CUDA_KERNELS=sm90 on Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the
-     * wgmma forward where it has an instance (d 64 / 128 padded) and the rows are 16-byte aligned.
-     * Not the default: it passes the conformance grid but runs at about half the sm80 forward's
-     * speed so far (docs/benchmarks.md, issue 6) */
+    /* Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the wgmma forward where it has an
+     * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
+     * for calls with neither dropout nor a block mask, at d 33..64, 97..128 and 225..256 (padded
+     * to 64, 128, 256: 1.6x the sm80 forward at d 128, docs/benchmarks.md; other d would pad
+     * further than sm80's 32-column instances); the rest stays on sm80, faster than the first
+     * wgmma kernel that covers dropout and block masks, unless FLASHATTN_CUDA_KERNELS=sm90 asks
+     * for that kernel (d <= 128, padded to 64 or 128) and for every head dim it has. */
     const gpu_state *gs = gpu_of(ctx);
-    int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 0;
-    if (gs->kernels == GPU_KERNELS_SM90 && gs->prop.major == 9 && gs->prop.minor == 0 && !p->backward && aligned &&
-        view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64)) {
-        snprintf(out->name, sizeof out->name, "sm90-fwd-%s-d%d-wgmma", fa_dtype_name(p->dtype), dpad64);
+    const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
+    const int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
+    const int want = gs->kernels == GPU_KERNELS_SM90 || (gs->kernels == GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
+    if (want && gs->prop.major == 9 && gs->prop.minor == 0 && !p->backward && aligned && view_aligned(&p->o) &&
+        fa_sm90_has_instance((int)p->dtype, dpad64, plain)) {
+        snprintf(out->name, sizeof out->name, "sm90-fwd-%s-d%d-wgmma%s", fa_dtype_name(p->dtype), dpad64,
+                 plain ? "-ws" : "");
         out->kernel = KERNEL_SM90 | dpad64;
         return FA_SUCCESS;
     }

@@ -59,9 +59,10 @@ int fa_portable_backward(const fa_cuda_params *p, int dtype, int head_dim_bucket
 int fa_portable_bucket(int64_t head_dim);
 
 /* The Hopper forward (backends/cuda/sm90/, wgmma; built when cuda-archs lists 90, for sm_90a):
- * fp16/bf16, padded head dims 64 and 128, 16-byte aligned rows. Return a cudaError_t value. */
+ * fp16/bf16, padded head dims 64 and 128, and 256 for plain calls (neither dropout nor block
+ * lists), 16-byte aligned rows. Return a cudaError_t value. */
 int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream);
-int fa_sm90_has_instance(int dtype, int head_dim_pad);
+int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain);
 
 /* The HIP backend's MFMA forward (backends/hip/mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA

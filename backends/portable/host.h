@@ -26,8 +26,10 @@ enum {
     GPU_KERNELS_PORTABLE,     /* "portable": the portable SIMT family for everything */
     GPU_KERNELS_MFMA_EMULATED, /* "mfma-emulated" (CUDA only): the HIP backend's choice on gfx90a, its
                                   MFMA forward emulated (backends/hip/mfma/mfma.cuh) */
-    GPU_KERNELS_SM90           /* "sm90" (CUDA only): the chooser, with the Hopper wgmma forward where
-                                  it applies (not the default until it is the faster one) */
+    GPU_KERNELS_SM90,          /* "sm90" (CUDA only): the chooser, with the Hopper wgmma forward for every
+                                  call it has an instance for, dropout and block lists included (the
+                                  chooser itself takes it only for calls with neither) */
+    GPU_KERNELS_SM80           /* "sm80" (CUDA only): the chooser without the Hopper path */
 };
 
 static gpu_state *gpu_of(const fa_context *ctx)
@@ -82,6 +84,7 @@ static fa_status gpu_open(fa_context *ctx, int device, const char *kernels_env)
                  : strcmp(kernels, "portable") == 0      ? GPU_KERNELS_PORTABLE
                  : strcmp(kernels, "mfma-emulated") == 0 ? GPU_KERNELS_MFMA_EMULATED
                  : strcmp(kernels, "sm90") == 0          ? GPU_KERNELS_SM90
+                 : strcmp(kernels, "sm80") == 0          ? GPU_KERNELS_SM80
                                                          : GPU_KERNELS_CHOOSER;
     ctx->priv = s;
     return FA_SUCCESS;

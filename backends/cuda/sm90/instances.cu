@@ -1,10 +1,11 @@
-// The sm90 forward's instances (fp16, bf16; head dims 64 and 128) and its C entry points
+// The sm90 forward's instances (fp16, bf16; head dims 64 and 128, and 256 for calls with neither
+// dropout nor a block mask) and its C entry points
 // (backends/cuda/params.h). Built only for -gencode=arch=compute_90a,code=sm_90a.
 #include "kernels.cuh"
 
-extern "C" int fa_sm90_has_instance(int dtype, int head_dim_pad)
+extern "C" int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain)
 {
-    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128);
+    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
 }
 
 extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
@@ -15,6 +16,8 @@ extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_
     case 1128: return (int)fa_sm90::launch_forward<__half, 128>(*p, st);
     case 2064: return (int)fa_sm90::launch_forward<__nv_bfloat16, 64>(*p, st);
     case 2128: return (int)fa_sm90::launch_forward<__nv_bfloat16, 128>(*p, st);
+    case 1256: return (int)fa_sm90::launch_forward<__half, 256>(*p, st);
+    case 2256: return (int)fa_sm90::launch_forward<__nv_bfloat16, 256>(*p, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -55,18 +55,20 @@ __device__ __forceinline__ void load_sw128(uint32_t dst, const fa_cuda_tensor &t
                                            int64_t nrows, int64_t h, int d, int tid)
 {
     constexpr int CB = D / 8, RS = NT / CB;
-    static_assert(NT % CB == 0 && RS % 8 == 0 && ROWS % RS == 0, "a thread's rows share their swizzle");
+    static_assert(NT % CB == 0 && (RS % 8 == 0 || 8 % RS == 0) && ROWS % RS == 0, "rows per step");
     const int c = tid % CB, r0 = tid / CB;
     const bool cvalid = c * 8 < d;
     const T *src = fa_sm80::row_ptr<T>(t, b, row0 + r0, h) + c * 8;
     const int64_t step = RS * t.ss;
-    uint32_t sdst = dst + sw128<ROWS>(r0, c);
+    const uint32_t sdst = dst + sw128<ROWS>(r0, c);
 #pragma unroll
-    for (int r = r0; r < ROWS; r += RS) {
+    for (int i = 0; i < ROWS / RS; ++i) {
+        const int r = r0 + i * RS;
         const bool valid = cvalid && r < nrows;
-        fa_sm80::cp_async16_s(sdst, valid ? src : static_cast<const T *>(t.data), valid);
+        /* RS a multiple of 8: every row of the thread has the swizzle of r0; else it cycles */
+        const uint32_t a = RS % 8 == 0 ? sdst + i * RS * 128 : dst + sw128<ROWS>(r, c);
+        fa_sm80::cp_async16_s(a, valid ? src : static_cast<const T *>(t.data), valid);
         src += step;
-        sdst += RS * 128;
     }
 }
 
@@ -212,19 +214,25 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
  * then O += P_{n-1} V_{n-1}, and the softmax of S_n runs while the second product is still on
  * the tensor cores; O is rescaled once that product is waited for. Causal grids start with the
  * query tiles that see the most keys. */
-constexpr int WS_BR = 128, WS_BN = 128, WS_CONSUMERS = 256, WS_THREADS = 384;
+constexpr int WS_BR = 128, WS_CONSUMERS = 256, WS_THREADS = 384;
+/* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread) */
+template <int D> __host__ __device__ constexpr int ws_bn()
+{
+    return D > 128 ? 64 : 128;
+}
 /* as many K/V stages as shared memory holds beside Q (227 KiB per block), at most 4 */
 template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 {
-    return (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * WS_BN * D * (int)sizeof(T)) < 4
-               ? (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * WS_BN * D * (int)sizeof(T))
+    return (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * ws_bn<D>() * D * (int)sizeof(T)) < 4
+               ? (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * ws_bn<D>() * D * (int)sizeof(T))
                : 4;
 }
 constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
 template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_cuda_params p)
 {
-    constexpr int WS_STAGES = ws_stages<T, D>();
+    constexpr int WS_STAGES = ws_stages<T, D>(), WS_BN = ws_bn<D>();
+    constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
     constexpr uint32_t TILEB = WS_BN * D * sizeof(T); /* bytes of one K or V tile */
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t bars[4 * WS_STAGES]; /* full K, full V, empty K, empty V */
@@ -332,7 +340,11 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
         const uint32_t vb = v_addr + (uint32_t)(n % WS_STAGES) * TILEB;
 #pragma unroll
         for (int kk = 0; kk < WS_BN; kk += 16) /* 16 keys = two 8-row groups; 64-column blocks WS_BN rows apart */
-            rs<T, D>::run(oflat, pf[kk / 16], desc_sw128(vb + (uint32_t)kk * 128u, WS_BN * 128u, 1024u));
+#pragma unroll
+            for (int nh = 0; nh < D / PV_N; ++nh)
+                rs<T, PV_N>::run(*reinterpret_cast<float(*)[PV_N / 2]>(&oflat[nh * PV_N / 2]), pf[kk / 16],
+                                 desc_sw128(vb + (uint32_t)(nh * (PV_N / 64) * WS_BN * 128 + kk * 128), WS_BN * 128u,
+                                            1024u));
         commit();
     };
     auto scores = [&](int64_t n) { /* P of tile n in sacc, alpha for O */
@@ -382,41 +394,51 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
     fa_sm80::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
+template <typename T, int D> inline cudaError_t launch_ws_forward(const fa_cuda_params &p, cudaStream_t stream)
+{
+    constexpr int SMEM = (WS_BR + 2 * ws_stages<T, D>() * ws_bn<D>()) * D * (int)sizeof(T) + 1024; /* + alignment */
+    static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D,
+                  "two stages at least, and the O stage fits in the K and V buffers");
+    const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
+    cudaError_t e = cudaFuncSetAttribute(ws_forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    if (e == cudaSuccess)
+        ws_forward_kernel<T, D><<<grid, WS_THREADS, SMEM, stream>>>(p);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* Mode 0 (neither block lists nor dropout) on the warp-specialised kernel, the others on the
+ * first one (d 64 and 128 only: the chooser sends d 256 only in mode 0). */
 template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t stream)
 {
-    constexpr int SMEM = (BR + 2 * STAGES * BN) * D * (int)sizeof(T);
-    static_assert(BR * (D + 8) <= 2 * STAGES * BN * D, "the O stage fits in the K and V buffers");
     const int64_t nq = (p.seqlen_q + BR - 1) / BR;
     if (nq == 0 || p.batch == 0)
         return cudaSuccess;
     if (nq > 0x7fffffff || p.heads_q > 65535 || p.batch > 65535)
         return cudaErrorInvalidValue;
     const int mode = fa_sm80::mode_of(p);
-    cudaError_t e = cudaSuccess;
-    if (mode == 0) {
-        constexpr int WS_SMEM = (WS_BR + 2 * ws_stages<T, D>() * WS_BN) * D * (int)sizeof(T) + 1024; /* + alignment */
-        static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * WS_BN * D,
-                      "two stages at least, and the O stage fits in the K and V buffers");
-        const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
-        e = cudaFuncSetAttribute(ws_forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, WS_SMEM);
-        if (e == cudaSuccess)
-            ws_forward_kernel<T, D><<<grid, WS_THREADS, WS_SMEM, stream>>>(p);
-        return e != cudaSuccess ? e : cudaGetLastError();
-    }
-    const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
-    switch (mode) {
+    if (mode == 0)
+        return launch_ws_forward<T, D>(p, stream);
+    if constexpr (D > 128) {
+        return cudaErrorInvalidValue;
+    } else {
+        constexpr int SMEM = (BR + 2 * STAGES * BN) * D * (int)sizeof(T);
+        static_assert(BR * (D + 8) <= 2 * STAGES * BN * D, "the O stage fits in the K and V buffers");
+        const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
+        cudaError_t e = cudaSuccess;
+        switch (mode) {
 #define FA_SM90_LAUNCH(M)                                                                                           \
     case M:                                                                                                         \
         e = cudaFuncSetAttribute(forward_kernel<T, D, M>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);      \
         if (e == cudaSuccess)                                                                                       \
             forward_kernel<T, D, M><<<grid, THREADS, SMEM, stream>>>(p);                                            \
         break;
-        FA_SM90_LAUNCH(1)
-        FA_SM90_LAUNCH(2)
+            FA_SM90_LAUNCH(1)
+            FA_SM90_LAUNCH(2)
 #undef FA_SM90_LAUNCH
-    default: return cudaErrorInvalidValue;
+        default: return cudaErrorInvalidValue;
+        }
+        return e != cudaSuccess ? e : cudaGetLastError();
     }
-    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 } // namespace fa_sm90
