@@ -359,21 +359,44 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
                                                                alpha);
     };
 
+    /* Ping-pong: the two consumers take turns at issuing their products (named barriers 4 and 5,
+     * warpgroup 0 first), so one's softmax runs while the other's products occupy the tensor
+     * cores. Both make ntiles + 1 turns; the second does not announce its last one. */
     const int64_t ntiles = last - first;
+    int64_t turns_left = ntiles + 1;
+    auto turn_begin = [&]() {
+        if (wg == 0)
+            bar_sync<4, WS_CONSUMERS>();
+        else
+            bar_sync<5, WS_CONSUMERS>();
+    };
+    auto turn_end = [&]() {
+        --turns_left;
+        if (wg == 0)
+            bar_arrive<5, WS_CONSUMERS>();
+        else if (turns_left > 0)
+            bar_arrive<4, WS_CONSUMERS>();
+    };
     if (ntiles > 0) {
+        if (wg == 1)
+            bar_arrive<4, WS_CONSUMERS>();
         wait_full(fullk0, 0);
+        turn_begin();
         fence();
         issue_s(0);
+        turn_end();
         wait<0>();
         release(emptyk0, 0);
         scores(0); /* O is still zero: nothing to rescale */
         fa_sm80::acc_to_a<T, WS_BN>(pf, sacc[0]);
         for (int64_t n = 1; n < ntiles; ++n) {
             wait_full(fullk0, n);
+            wait_full(fullv0, n - 1);
+            turn_begin();
             fence();
             issue_s(n);
-            wait_full(fullv0, n - 1);
             issue_pv(n - 1);
+            turn_end();
             wait<1>(); /* S_n is done; P_{n-1} V_{n-1} may still run */
             release(emptyk0, n);
             scores(n);
@@ -383,8 +406,10 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
             fa_sm80::acc_to_a<T, WS_BN>(pf, sacc[0]);
         }
         wait_full(fullv0, ntiles - 1);
+        turn_begin();
         fence();
         issue_pv(ntiles - 1);
+        turn_end();
         wait<0>();
         release(emptyv0, ntiles - 1);
     }

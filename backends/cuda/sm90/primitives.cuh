@@ -110,6 +110,12 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec()
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+/* Arrive on named barrier ID (COUNT threads take part, some syncing, some arriving) without waiting. */
+template <int ID, int COUNT> __device__ __forceinline__ void bar_arrive()
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
+}
+
 /* Named barrier ID among COUNT threads (whole warps). */
 template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
 {
