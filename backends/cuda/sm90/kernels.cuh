@@ -1,17 +1,20 @@
-/* kernels.cuh: the Hopper forward (sm_90a): the sm80 forward's algorithm with both products on
- * warpgroup MMA. Two warpgroups (256 threads) per 128-row query tile, 64 rows each, sharing the
- * 64-key K/V tiles (each tile is read from L2 once per 128 rows: with one warpgroup per 64 rows
- * the first version was L2-bound, 85 % of L2 throughput at half the sm80 speed). The tiles pass
- * through three shared-memory stages in the core-matrix layout wgmma reads (primitives.cuh,
- * blocked()), filled by cp.async two tiles ahead; each stage has a "full" mbarrier (every thread
- * arrives when its copies land) and an "empty" one (every thread arrives when its products on
- * the stage are done), so there is no block-wide barrier in the key loop and the warpgroups
- * drift rather than run in lock step. S = Q K^T as wgmma m64n64k16 with both operands in shared
- * memory; the online-softmax step, masks and dropout are the sm80 kernels'
- * (fa_sm80::softmax_step: the accumulator layout is the same per warp); P goes back as the A
- * operand from registers and O += P V as wgmma m64n{D}k16 with V transposed by the instruction.
- * Not yet: TMA, a producer warpgroup with setmaxnreg, ping-pong ordering of the two consumers,
- * softmax overlapped with the next S (issue 6). */
+/* kernels.cuh: the Hopper forwards (sm_90a), two kernels.
+ *
+ * ws_forward_kernel (below, the one the chooser takes): warp-specialised, for calls with neither
+ * block lists nor dropout, d 64 / 128 / 256 padded. Its comment says how it works.
+ *
+ * forward_kernel (first): the sm80 forward's algorithm with both products on warpgroup MMA, kept
+ * for dropout and block lists at d <= 128 (FLASHATTN_CUDA_KERNELS=sm90; the chooser sends those to
+ * sm80, faster there). Two warpgroups (256 threads) per 128-row query tile, 64 rows each, sharing
+ * the 64-key K/V tiles. The tiles pass through three shared-memory stages in the core-matrix
+ * layout wgmma reads (primitives.cuh, blocked()), filled by cp.async two tiles ahead; each stage
+ * has a "full" mbarrier (every thread arrives when its copies land) and an "empty" one (every
+ * thread arrives when its products on the stage are done), so there is no block-wide barrier in
+ * the key loop. S = Q K^T as wgmma m64n64k16 with both operands in shared memory; the
+ * online-softmax step, masks and dropout are the sm80 kernels' (fa_sm80::softmax_step: the
+ * accumulator layout is the same per warp); P goes back as the A operand from registers and
+ * O += P V as wgmma m64n{D}k16 with V transposed by the instruction. Every wgmma group is waited
+ * for at once. */
 #ifndef FA_SM90_KERNELS_CUH
 #define FA_SM90_KERNELS_CUH
 
