@@ -210,20 +210,22 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
 
 /* The warp-specialised forward, for calls with neither block lists nor dropout (MODE 0). Three
  * warpgroups: warpgroups 0 and 1 consume, 64 query rows each of a 128-row tile; warpgroup 2
- * produces, copying 128-key K and V tiles with cp.async into a ring of stages (3 at d 128, 4 at
- * d 64; "full" and "empty" mbarriers per stage and operand, so a K stage is refilled as soon as
- * its S = Q K^T is done, before the P V of the same tile) and nothing else, with its registers handed
- * to the consumers by setmaxnreg. Each consumer pipelines inside itself: S = Q K_n^T is issued,
+ * produces, copying K and V tiles (128 keys; 64 at d 256) with cp.async into a ring of stages
+ * (3 at d 128, 4 at d 64, 2 at d 256; "full" and "empty" mbarriers per stage and operand, so a K
+ * stage is refilled as soon as its S = Q K^T is done, before the P V of the same tile) and
+ * nothing else, with its registers handed to the consumers by setmaxnreg. Every tile is in the
+ * 128-byte swizzled layout (sw128). Each consumer pipelines inside itself: S = Q K_n^T is issued,
  * then O += P_{n-1} V_{n-1}, and the softmax of S_n runs while the second product is still on
- * the tensor cores; O is rescaled once that product is waited for. Causal grids start with the
- * query tiles that see the most keys. */
+ * the tensor cores; O is rescaled once that product is waited for. The two consumers take turns
+ * at issuing (ping-pong, below). Causal grids start with the query tiles that see the most keys. */
 constexpr int WS_BR = 128, WS_CONSUMERS = 256, WS_THREADS = 384;
 /* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread) */
 template <int D> __host__ __device__ constexpr int ws_bn()
 {
     return D > 128 ? 64 : 128;
 }
-/* as many K/V stages as shared memory holds beside Q (227 KiB per block), at most 4 */
+/* as many K/V stages as shared memory holds beside Q (227 KiB per block, less 1 KiB for aligning
+ * the tiles and 256 bytes for the barriers), at most 4 */
 template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 {
     return (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * ws_bn<D>() * D * (int)sizeof(T)) < 4
