@@ -233,6 +233,22 @@ typedef struct fa_plan_info {
 } fa_plan_info;
 FA_API fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *plan);
 
+/* The IO model of Dao et al. 2022 (section 3.2), counted exactly: device-memory bytes read and
+ * written by one head's forward pass with seqlen_q queries, seqlen_k keys and head dim d, for
+ * standard attention (S and P through memory), the paper's Algorithm 1 (K/V blocks outside) and
+ * FlashAttention-2's order (query blocks outside; this library's kernels). Elements take
+ * elem_bytes, the softmax statistics 4. block_q / block_k = 0 take the paper's B_r, B_c from
+ * onchip_bytes (M); caches are not modelled. core/iomodel.c writes the constants down.
+ * FA_ERR_INVALID_ARG for a null out or bad sizes, FA_ERR_OVERFLOW when a count exceeds 64 bits. */
+typedef struct fa_io_model {
+    int64_t block_q, block_k;                        /* B_r, B_c used */
+    int64_t standard_read, standard_write;           /* bytes */
+    int64_t flash_read, flash_write;                 /* Algorithm 1 */
+    int64_t flash_qouter_read, flash_qouter_write;   /* query blocks outside */
+} fa_io_model;
+FA_API fa_status fa_io_model_compute(int64_t seqlen_q, int64_t seqlen_k, int64_t d, int64_t onchip_bytes,
+                                     int64_t block_q, int64_t block_k, size_t elem_bytes, fa_io_model *out);
+
 /* ---------------------------------------------------------------- memory helpers */
 
 typedef enum fa_copy_kind {

@@ -1,6 +1,6 @@
 /* flashattn.c: the flashattn command-line tool. `info` lists backends, devices, capabilities and
  * plans; `run` times fa_forward/fa_backward on random inputs and can check them against the float64
- * reference; `fwd` and `bwd` run attention on .npy files. Exit status: 0 success, 1 a library or
+ * reference; `fwd` and `bwd` run attention on .npy files; `iomodel` prints the paper's IO model. Exit status: 0 success, 1 a library or
  * I/O failure (or a failed --check), 2 a usage error (bad option, unreadable or mismatched file). */
 #include "flashattn.h"
 #include "internal.h"
@@ -1699,6 +1699,144 @@ done:
 
 /* ================================================================ main */
 
+/* ================================================================ iomodel */
+
+static const char iomodel_help[] =
+    "Usage: flashattn iomodel [options]\n"
+    "\n"
+    "Device-memory (HBM) traffic of the forward pass under the IO model of Dao et al. 2022\n"
+    "(section 3.2), counted exactly (fa_io_model_compute; the constants are in core/iomodel.c) for\n"
+    "standard attention (S and P written and read back), the paper's Algorithm 1 (K/V blocks in\n"
+    "the outer loop) and FlashAttention-2's order (query blocks outside, K/V streamed: this\n"
+    "library's kernels). Caches are not modelled. Bytes are for all batch x heads.\n"
+    "\n"
+    "  --seqlen-q N          query sequence length (1024)\n"
+    "  --seqlen-k N          key/value sequence length (= seqlen-q)\n"
+    "  --dim D               head dimension (64)\n"
+    "  --batch B --heads H   (1, 1)\n"
+    "  --dtype T             fp32, fp16 or bf16: bytes per element of Q, K, V, S, P, O (fp16)\n"
+    "  --onchip M            on-chip memory in bytes for the paper's block sizes (232448: the\n"
+    "                        shared memory a block may use on H100 / H200)\n"
+    "  --block-q BR --block-k BC   block sizes (0: the paper's, B_c = ceil(M / 4d) and\n"
+    "                        B_r = min(B_c, d) with M in fp32 elements)\n"
+    "  --sweep B1,B2,...     one CSV line per block size b (B_r = B_c = b): block, then read +\n"
+    "                        written bytes of standard, Algorithm 1, query blocks outside\n";
+
+static int cmd_iomodel(int argc, char **argv)
+{
+    int64_t sq = 1024, sk = -1, d = 64, batch = 1, heads = 1, onchip = 232448, bq = 0, bk = 0;
+    size_t elem = 2;
+    const char *dtype_name = "fp16", *sweep = NULL;
+    arg_cursor a = {"iomodel", argc, argv, 0};
+    for (a.pos = 1; a.pos < argc; ++a.pos) {
+        const char *opt = argv[a.pos];
+        int rc = 0;
+        if (is_help(opt)) {
+            fputs(iomodel_help, stdout);
+            return 0;
+        } else if (strcmp(opt, "--seqlen-q") == 0) {
+            rc = take_i64(&a, opt, 0, INT64_MAX, &sq);
+        } else if (strcmp(opt, "--seqlen-k") == 0) {
+            rc = take_i64(&a, opt, 0, INT64_MAX, &sk);
+        } else if (strcmp(opt, "--dim") == 0) {
+            rc = take_i64(&a, opt, 1, INT64_MAX, &d);
+        } else if (strcmp(opt, "--batch") == 0) {
+            rc = take_i64(&a, opt, 1, INT64_MAX, &batch);
+        } else if (strcmp(opt, "--heads") == 0) {
+            rc = take_i64(&a, opt, 1, INT64_MAX, &heads);
+        } else if (strcmp(opt, "--onchip") == 0) {
+            rc = take_i64(&a, opt, 1, INT64_MAX, &onchip);
+        } else if (strcmp(opt, "--block-q") == 0) {
+            rc = take_i64(&a, opt, 0, INT64_MAX, &bq);
+        } else if (strcmp(opt, "--block-k") == 0) {
+            rc = take_i64(&a, opt, 0, INT64_MAX, &bk);
+        } else if (strcmp(opt, "--sweep") == 0) {
+            rc = take_value(&a, opt, &sweep);
+        } else if (strcmp(opt, "--dtype") == 0) {
+            rc = take_value(&a, opt, &dtype_name);
+            if (!rc) {
+                if (strcmp(dtype_name, "fp32") == 0)
+                    elem = 4;
+                else if (strcmp(dtype_name, "fp16") == 0 || strcmp(dtype_name, "bf16") == 0)
+                    elem = 2;
+                else
+                    rc = usage_error(a.cmd, "--dtype: '%s' is not fp32, fp16 or bf16", dtype_name);
+            }
+        } else {
+            rc = usage_error(a.cmd, "unknown option '%s'", opt);
+        }
+        if (rc)
+            return rc;
+    }
+    if (sk < 0)
+        sk = sq;
+    int64_t bh;
+    if (__builtin_mul_overflow(batch, heads, &bh))
+        return usage_error(a.cmd, "--batch x --heads overflows 64 bits");
+
+    if (sweep) {
+        for (const char *p = sweep; *p;) { /* the whole list is checked before anything is printed */
+            char *end = NULL;
+            errno = 0;
+            long long b = strtoll(p, &end, 10);
+            if (end == p || errno == ERANGE || b < 1 || (*end != ',' && *end != '\0') || (*end == ',' && !end[1]))
+                return usage_error(a.cmd, "--sweep: '%s' is not a list of positive integers", sweep);
+            p = *end ? end + 1 : end;
+        }
+        printf("block,standard_bytes,flash_alg1_bytes,flash_qouter_bytes\n");
+        const char *p = sweep;
+        while (*p) {
+            char *end = NULL;
+            errno = 0;
+            long long b = strtoll(p, &end, 10);
+            fa_io_model m;
+            fa_status st = fa_io_model_compute(sq, sk, d, onchip, b, b, elem, &m);
+            int64_t v[3] = {m.standard_read + m.standard_write, m.flash_read + m.flash_write,
+                            m.flash_qouter_read + m.flash_qouter_write};
+            for (int i = 0; st == FA_SUCCESS && i < 3; ++i)
+                if (__builtin_mul_overflow(v[i], bh, &v[i]))
+                    st = FA_ERR_OVERFLOW;
+            if (st != FA_SUCCESS) {
+                fprintf(stderr, "flashattn iomodel: block %lld: %s\n", b, fa_status_string(st));
+                return EXIT_LIBRARY;
+            }
+            printf("%lld,%lld,%lld,%lld\n", b, (long long)v[0], (long long)v[1], (long long)v[2]);
+            p = *end ? end + 1 : end;
+        }
+        return 0;
+    }
+
+    fa_io_model m;
+    fa_status st = fa_io_model_compute(sq, sk, d, onchip, bq, bk, elem, &m);
+    if (st != FA_SUCCESS) {
+        fprintf(stderr, "flashattn iomodel: %s\n", fa_status_string(st));
+        return EXIT_LIBRARY;
+    }
+    int64_t pq, pk;
+    fa_plan_paper_blocks(onchip, d, &pq, &pk);
+    printf("IO model (Dao et al. 2022, section 3.2), forward: batch %lld x heads %lld, seqlen_q %lld, seqlen_k %lld, "
+           "d %lld, %s (%zu-byte elements, fp32 statistics)\n",
+           (long long)batch, (long long)heads, (long long)sq, (long long)sk, (long long)d, dtype_name, elem);
+    printf("on-chip memory M = %lld bytes: the paper's blocks B_r = %lld, B_c = %lld; counted with B_r = %lld, "
+           "B_c = %lld\n",
+           (long long)onchip, (long long)pq, (long long)pk, (long long)m.block_q, (long long)m.block_k);
+    const char *names[3] = {"standard (S, P through memory)", "flash, Algorithm 1 (K/V outside)",
+                            "flash, query blocks outside"};
+    const int64_t rd[3] = {m.standard_read, m.flash_read, m.flash_qouter_read};
+    const int64_t wr[3] = {m.standard_write, m.flash_write, m.flash_qouter_write};
+    const double std_total = ((double)rd[0] + (double)wr[0]) * (double)bh;
+    printf("%-34s %12s %12s %12s %12s\n", "algorithm", "read", "written", "total", "vs standard");
+    for (int i = 0; i < 3; ++i) {
+        char r[32], w[32], t[32];
+        const double total = ((double)rd[i] + (double)wr[i]) * (double)bh;
+        format_bytes((double)rd[i] * (double)bh, r, sizeof r);
+        format_bytes((double)wr[i] * (double)bh, w, sizeof w);
+        format_bytes(total, t, sizeof t);
+        printf("%-34s %12s %12s %12s %11.2fx\n", names[i], r, w, t, total > 0.0 ? std_total / total : 0.0);
+    }
+    return 0;
+}
+
 static const char main_help[] =
     "Usage: flashattn COMMAND [options]\n"
     "\n"
@@ -1715,7 +1853,7 @@ static const char main_help[] =
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        return usage_error(NULL, "missing COMMAND (info, run, fwd or bwd)");
+        return usage_error(NULL, "missing COMMAND (info, run, fwd, bwd or iomodel)");
     const char *cmd = argv[1];
     if (is_help(cmd) || strcmp(cmd, "help") == 0) {
         fputs(main_help, stdout);
@@ -1734,8 +1872,10 @@ int main(int argc, char **argv)
         rc = cmd_attention_files(argc - 1, argv + 1, 0);
     else if (strcmp(cmd, "bwd") == 0)
         rc = cmd_attention_files(argc - 1, argv + 1, 1);
+    else if (strcmp(cmd, "iomodel") == 0)
+        rc = cmd_iomodel(argc - 1, argv + 1);
     else
-        rc = usage_error(NULL, "unknown command '%s' (info, run, fwd or bwd)", cmd);
+        rc = usage_error(NULL, "unknown command '%s' (info, run, fwd, bwd or iomodel)", cmd);
     if (fflush(stdout) != 0 && rc == 0) {
         fprintf(stderr, "flashattn: cannot write to standard output\n");
         rc = EXIT_LIBRARY;

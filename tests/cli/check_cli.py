@@ -584,6 +584,7 @@ def smoke_checks(exe, extra):
     """--help, info, and a tiny `run --check` (the tool's own float64 comparison)."""
     results = []
     for args in (["--help"], ["info", "--help"], ["run", "--help"], ["fwd", "--help"], ["bwd", "--help"],
+                 ["iomodel", "--help"],
                  ["info"] + extra,
                  ["run", "--batch", "1", "--seqlen-q", "48", "--seqlen-k", "80", "--heads", "2", "--dim", "32",
                   "--dtype", "fp16", "--causal", "--dropout", "0.1", "--seed", "3", "--repeat", "1", "--backward",
@@ -600,6 +601,59 @@ def smoke_checks(exe, extra):
                                                             first_lines(proc.stderr))))
         else:
             results.append(("PASS", "%s: exit 0" % label))
+    return results
+
+
+def iomodel_checks(exe):
+    """`flashattn iomodel`: the --sweep CSV against the paper's algorithms walked block by block in
+    Python (an independent count of the tiles each loop moves), batch x heads scaling, the text
+    report, and bad input (exit 2, nothing on stdout)."""
+    def walk(nq, nk, d, e, b):
+        blocks = lambda n: [min(b, n - i) for i in range(0, n, b)]
+        std = (nq * d + nk * d) * e + 4 * nq * nk * e + nk * d * e + nq * d * e
+        alg1 = nq * d * e + 2 * nq * 4
+        for kr in blocks(nk):
+            alg1 += 2 * kr * d * e
+            for qr in blocks(nq):
+                alg1 += 3 * qr * d * e + 4 * qr * 4
+        qout = 0
+        for qr in blocks(nq):
+            qout += qr * d * e + sum(2 * kr * d * e for kr in blocks(nk)) + qr * d * e + qr * 4
+        return std, alg1, qout
+
+    results = []
+    for nq, nk, d, dtype, bh, sweep in ((100, 100, 16, "fp16", (1, 1), [64]),
+                                        (300, 77, 64, "bf16", (2, 3), [1, 16, 64, 128, 512]),
+                                        (1024, 1024, 128, "fp32", (1, 16), [32, 64, 128])):
+        e = 4 if dtype == "fp32" else 2
+        args = ["iomodel", "--seqlen-q", str(nq), "--seqlen-k", str(nk), "--dim", str(d), "--dtype", dtype,
+                "--batch", str(bh[0]), "--heads", str(bh[1]), "--sweep", ",".join(map(str, sweep))]
+        proc = run_tool(exe, args, timeout=60)
+        label = "flashattn iomodel %dx%d d %d %s" % (nq, nk, d, dtype)
+        lines = proc.stdout.strip().splitlines()
+        want = ["block,standard_bytes,flash_alg1_bytes,flash_qouter_bytes"]
+        for b in sweep:
+            counts = [c * bh[0] * bh[1] for c in walk(nq, nk, d, e, b)]
+            want.append("%d,%d,%d,%d" % (b, counts[0], counts[1], counts[2]))
+        if proc.returncode != 0 or lines != want:
+            results.append(("FAIL", "%s: exit %d, got %s, want %s" % (label, proc.returncode, lines, want)))
+        else:
+            results.append(("PASS", "%s: %d blocks match the walked algorithms" % (label, len(sweep))))
+    proc = run_tool(exe, ["iomodel", "--seqlen-q", "4096", "--dim", "64", "--onchip", "196608"], timeout=60)
+    text = proc.stdout
+    ok = (proc.returncode == 0 and "B_r = 64, B_c = 192" in text and "standard" in text and
+          "Algorithm 1" in text and "query blocks outside" in text)
+    results.append(("PASS" if ok else "FAIL", "flashattn iomodel report with the paper's blocks (M = 192 KiB, d 64)%s"
+                    % ("" if ok else ": exit %d: %s" % (proc.returncode, first_lines(text + proc.stderr)))))
+    for args in (["--sweep", "3,x"], ["--sweep", "0"], ["--sweep", "4,"], ["--dim", "0"], ["--dtype", "fp8"],
+                 ["--onchip", "-1"], ["--bogus"]):
+        proc = run_tool(exe, ["iomodel"] + args, timeout=60)
+        ok = proc.returncode == 2 and not proc.stdout and proc.stderr.strip()
+        results.append(("PASS" if ok else "FAIL", "flashattn iomodel %s: exit %d%s" % (
+            " ".join(args), proc.returncode, "" if ok else ", stdout %r" % proc.stdout[:80])))
+    proc = run_tool(exe, ["iomodel", "--seqlen-q", str(1 << 62), "--dim", "4"], timeout=60)
+    ok = proc.returncode == 1 and "OVERFLOW" in proc.stderr and not proc.stdout
+    results.append(("PASS" if ok else "FAIL", "flashattn iomodel with a count over 64 bits: exit %d" % proc.returncode))
     return results
 
 
@@ -648,6 +702,9 @@ def main(argv):
                 report(status, line)
         if not name_filter or "smoke" in name_filter:
             for status, line in smoke_checks(exe, extra):
+                report(status, line)
+        if not name_filter or "iomodel" in name_filter:
+            for status, line in iomodel_checks(exe):
                 report(status, line)
     print("cli: %d passed, %d failed, %d skipped" % (counts["PASS"], counts["FAIL"], counts["SKIP"]))
     return 1 if counts["FAIL"] or not counts["PASS"] else 0
