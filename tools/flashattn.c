@@ -1720,13 +1720,16 @@ static const char iomodel_help[] =
     "  --block-q BR --block-k BC   block sizes (0: the paper's, B_c = ceil(M / 4d) and\n"
     "                        B_r = min(B_c, d) with M in fp32 elements)\n"
     "  --sweep B1,B2,...     one CSV line per block size b (B_r = B_c = b): block, then read +\n"
-    "                        written bytes of standard, Algorithm 1, query blocks outside\n";
+    "                        written bytes of standard, Algorithm 1, query blocks outside\n"
+    "  --csv                 the report as one CSV line (with a header): B_r, B_c and the same\n"
+    "                        three totals\n";
 
 static int cmd_iomodel(int argc, char **argv)
 {
     int64_t sq = 1024, sk = -1, d = 64, batch = 1, heads = 1, onchip = 232448, bq = 0, bk = 0;
     size_t elem = 2;
     const char *dtype_name = "fp16", *sweep = NULL;
+    int as_csv = 0;
     arg_cursor a = {"iomodel", argc, argv, 0};
     for (a.pos = 1; a.pos < argc; ++a.pos) {
         const char *opt = argv[a.pos];
@@ -1752,6 +1755,8 @@ static int cmd_iomodel(int argc, char **argv)
             rc = take_i64(&a, opt, 0, INT64_MAX, &bk);
         } else if (strcmp(opt, "--sweep") == 0) {
             rc = take_value(&a, opt, &sweep);
+        } else if (strcmp(opt, "--csv") == 0) {
+            as_csv = 1;
         } else if (strcmp(opt, "--dtype") == 0) {
             rc = take_value(&a, opt, &dtype_name);
             if (!rc) {
@@ -1811,6 +1816,18 @@ static int cmd_iomodel(int argc, char **argv)
     if (st != FA_SUCCESS) {
         fprintf(stderr, "flashattn iomodel: %s\n", fa_status_string(st));
         return EXIT_LIBRARY;
+    }
+    if (as_csv) {
+        int64_t v[3] = {m.standard_read + m.standard_write, m.flash_read + m.flash_write,
+                        m.flash_qouter_read + m.flash_qouter_write};
+        for (int i = 0; i < 3; ++i)
+            if (__builtin_mul_overflow(v[i], bh, &v[i])) {
+                fprintf(stderr, "flashattn iomodel: %s\n", fa_status_string(FA_ERR_OVERFLOW));
+                return EXIT_LIBRARY;
+            }
+        printf("block_q,block_k,standard_bytes,flash_alg1_bytes,flash_qouter_bytes\n%lld,%lld,%lld,%lld,%lld\n",
+               (long long)m.block_q, (long long)m.block_k, (long long)v[0], (long long)v[1], (long long)v[2]);
+        return 0;
     }
     int64_t pq, pk;
     fa_plan_paper_blocks(onchip, d, &pq, &pk);

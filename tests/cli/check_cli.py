@@ -639,6 +639,13 @@ def iomodel_checks(exe):
             results.append(("FAIL", "%s: exit %d, got %s, want %s" % (label, proc.returncode, lines, want)))
         else:
             results.append(("PASS", "%s: %d blocks match the walked algorithms" % (label, len(sweep))))
+    proc = run_tool(exe, ["iomodel", "--seqlen-q", "300", "--seqlen-k", "77", "--dim", "64", "--block-q", "64",
+                          "--block-k", "64", "--heads", "3", "--csv"], timeout=60)
+    want = ["block_q,block_k,standard_bytes,flash_alg1_bytes,flash_qouter_bytes",
+            "64,64,%d,%d,%d" % tuple(3 * c for c in walk(300, 77, 64, 2, 64))]
+    ok = proc.returncode == 0 and proc.stdout.strip().splitlines() == want
+    results.append(("PASS" if ok else "FAIL", "flashattn iomodel --csv matches the walked algorithms%s" % (
+        "" if ok else ": exit %d: %s" % (proc.returncode, first_lines(proc.stdout + proc.stderr)))))
     proc = run_tool(exe, ["iomodel", "--seqlen-q", "4096", "--dim", "64", "--onchip", "196608"], timeout=60)
     text = proc.stdout
     ok = (proc.returncode == 0 and "B_r = 64, B_c = 192" in text and "standard" in text and
