@@ -1724,6 +1724,17 @@ static const char iomodel_help[] =
     "  --csv                 the report as one CSV line (with a header): B_r, B_c and the same\n"
     "                        three totals\n";
 
+/* The three totals (read + written) of m for bh heads; 0 or FA_ERR_OVERFLOW. */
+static fa_status iomodel_totals(const fa_io_model *m, int64_t bh, int64_t v[3])
+{
+    const int64_t rd[3] = {m->standard_read, m->flash_read, m->flash_qouter_read};
+    const int64_t wr[3] = {m->standard_write, m->flash_write, m->flash_qouter_write};
+    for (int i = 0; i < 3; ++i)
+        if (__builtin_add_overflow(rd[i], wr[i], &v[i]) || __builtin_mul_overflow(v[i], bh, &v[i]))
+            return FA_ERR_OVERFLOW;
+    return FA_SUCCESS;
+}
+
 static int cmd_iomodel(int argc, char **argv)
 {
     int64_t sq = 1024, sk = -1, d = 64, batch = 1, heads = 1, onchip = 232448, bq = 0, bk = 0;
@@ -1795,12 +1806,10 @@ static int cmd_iomodel(int argc, char **argv)
             errno = 0;
             long long b = strtoll(p, &end, 10);
             fa_io_model m;
+            int64_t v[3];
             fa_status st = fa_io_model_compute(sq, sk, d, onchip, b, b, elem, &m);
-            int64_t v[3] = {m.standard_read + m.standard_write, m.flash_read + m.flash_write,
-                            m.flash_qouter_read + m.flash_qouter_write};
-            for (int i = 0; st == FA_SUCCESS && i < 3; ++i)
-                if (__builtin_mul_overflow(v[i], bh, &v[i]))
-                    st = FA_ERR_OVERFLOW;
+            if (st == FA_SUCCESS)
+                st = iomodel_totals(&m, bh, v);
             if (st != FA_SUCCESS) {
                 fprintf(stderr, "flashattn iomodel: block %lld: %s\n", b, fa_status_string(st));
                 return EXIT_LIBRARY;
@@ -1818,13 +1827,11 @@ static int cmd_iomodel(int argc, char **argv)
         return EXIT_LIBRARY;
     }
     if (as_csv) {
-        int64_t v[3] = {m.standard_read + m.standard_write, m.flash_read + m.flash_write,
-                        m.flash_qouter_read + m.flash_qouter_write};
-        for (int i = 0; i < 3; ++i)
-            if (__builtin_mul_overflow(v[i], bh, &v[i])) {
-                fprintf(stderr, "flashattn iomodel: %s\n", fa_status_string(FA_ERR_OVERFLOW));
-                return EXIT_LIBRARY;
-            }
+        int64_t v[3];
+        if (iomodel_totals(&m, bh, v) != FA_SUCCESS) {
+            fprintf(stderr, "flashattn iomodel: %s\n", fa_status_string(FA_ERR_OVERFLOW));
+            return EXIT_LIBRARY;
+        }
         printf("block_q,block_k,standard_bytes,flash_alg1_bytes,flash_qouter_bytes\n%lld,%lld,%lld,%lld,%lld\n",
                (long long)m.block_q, (long long)m.block_k, (long long)v[0], (long long)v[1], (long long)v[2]);
         return 0;
