@@ -59,6 +59,16 @@ FA_MASK_FN void fa_mask_row_range(const fa_mask *m, int64_t i, int64_t *lo, int6
     *hi = b;
 }
 
+/* Keys visible to at least one row of [q0, q1): [*lo, *hi), lo >= hi if none. Both ends of a
+ * row's range are non-decreasing in the row and move by at most one per row, so the first row's
+ * lo and the last row's hi bound the union, which has no gaps. */
+FA_MASK_FN void fa_mask_rows_range(const fa_mask *m, int64_t q0, int64_t q1, int64_t *lo, int64_t *hi)
+{
+    int64_t unused;
+    fa_mask_row_range(m, q0, lo, &unused);
+    fa_mask_row_range(m, q1 - 1, &unused, hi);
+}
+
 FA_MASK_FN int fa_mask_visible(const fa_mask *m, int64_t i, int64_t j)
 {
     int64_t lo, hi;

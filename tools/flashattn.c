@@ -1719,8 +1719,8 @@ static const char iomodel_help[] =
     "                        shared memory a block may use on H100 / H200)\n"
     "  --block-q BR --block-k BC   block sizes (0: the paper's, B_c = ceil(M / 4d) and\n"
     "                        B_r = min(B_c, d) with M in fp32 elements)\n"
-    "  --sweep B1,B2,...     one CSV line per block size b (B_r = B_c = b): block, then read +\n"
-    "                        written bytes of standard, Algorithm 1, query blocks outside\n"
+    "  --sweep B1,B2,...     one CSV line per block size b (B_r = B_c = b, at most 64 sizes): block,\n"
+    "                        then read + written bytes of standard, Algorithm 1, query blocks outside\n"
     "  --csv                 the report as one CSV line (with a header): B_r, B_c and the same\n"
     "                        three totals\n";
 
@@ -1791,31 +1791,30 @@ static int cmd_iomodel(int argc, char **argv)
         return usage_error(a.cmd, "--batch x --heads overflows 64 bits");
 
     if (sweep) {
-        for (const char *p = sweep; *p;) { /* the whole list is checked before anything is printed */
+        int64_t blocks[64]; /* the whole list is parsed before anything is printed */
+        int nb = 0;
+        for (const char *p = sweep; *p;) {
             char *end = NULL;
             errno = 0;
             long long b = strtoll(p, &end, 10);
-            if (end == p || errno == ERANGE || b < 1 || (*end != ',' && *end != '\0') || (*end == ',' && !end[1]))
-                return usage_error(a.cmd, "--sweep: '%s' is not a list of positive integers", sweep);
+            if (end == p || errno == ERANGE || b < 1 || (*end != ',' && *end != '\0') || (*end == ',' && !end[1]) ||
+                nb == 64)
+                return usage_error(a.cmd, "--sweep: '%s' is not a list of at most 64 positive integers", sweep);
+            blocks[nb++] = b;
             p = *end ? end + 1 : end;
         }
         printf("block,standard_bytes,flash_alg1_bytes,flash_qouter_bytes\n");
-        const char *p = sweep;
-        while (*p) {
-            char *end = NULL;
-            errno = 0;
-            long long b = strtoll(p, &end, 10);
+        for (int i = 0; i < nb; ++i) {
             fa_io_model m;
             int64_t v[3];
-            fa_status st = fa_io_model_compute(sq, sk, d, onchip, b, b, elem, &m);
+            fa_status st = fa_io_model_compute(sq, sk, d, onchip, blocks[i], blocks[i], elem, &m);
             if (st == FA_SUCCESS)
                 st = iomodel_totals(&m, bh, v);
             if (st != FA_SUCCESS) {
-                fprintf(stderr, "flashattn iomodel: block %lld: %s\n", b, fa_status_string(st));
+                fprintf(stderr, "flashattn iomodel: block %lld: %s\n", (long long)blocks[i], fa_status_string(st));
                 return EXIT_LIBRARY;
             }
-            printf("%lld,%lld,%lld,%lld\n", b, (long long)v[0], (long long)v[1], (long long)v[2]);
-            p = *end ? end + 1 : end;
+            printf("%lld,%lld,%lld,%lld\n", (long long)blocks[i], (long long)v[0], (long long)v[1], (long long)v[2]);
         }
         return 0;
     }

@@ -445,9 +445,8 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
          * [j0, j1) of the tile, rounded out to whole panels, hold every visible score. */
         int64_t j0 = 0, j1 = nc;
         if (cls != FA_TILE_FULL) {
-            int64_t lo, hi, unused;
-            fa_mask_row_range(&m, q0, &lo, &unused);
-            fa_mask_row_range(&m, q0 + nr - 1, &unused, &hi);
+            int64_t lo, hi;
+            fa_mask_rows_range(&m, q0, q0 + nr, &lo, &hi);
             if (lo > k0)
                 j0 = (lo - k0) / NR * NR;
             if (hi - k0 < j1)

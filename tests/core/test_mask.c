@@ -97,6 +97,33 @@ static void random_tile(const random_problem *p, int64_t *q0, int64_t *q1, int64
     *k1 = *k0 + 1 + random_below(20);
 }
 
+/* fa_mask_rows_range: for rows [q0, q1) inside the sequence, every visible key lies in
+ * [lo, hi), and every key of [lo, hi) is visible to some row (no gaps); lo >= hi iff no row of
+ * them sees a key. */
+static void test_rows_range_is_union_of_rows(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 3000; ++trial) {
+        random_problem p = make_random_problem(trial);
+        fa_mask m = fa_mask_make(p.seqlen_q, p.seqlen_k, p.causal, p.left, p.right);
+        for (int t = 0; t < 20; ++t) {
+            const int64_t q0 = random_below(p.seqlen_q);
+            const int64_t q1 = q0 + 1 + random_below(p.seqlen_q - q0);
+            int64_t lo, hi;
+            fa_mask_rows_range(&m, q0, q1, &lo, &hi);
+            int any = 0;
+            for (int64_t j = 0; j < p.seqlen_k; ++j) {
+                int seen = 0;
+                for (int64_t i = q0; i < q1 && !seen; ++i)
+                    seen = visible_by_definition(p.seqlen_q, p.seqlen_k, p.causal, p.left, p.right, i, j);
+                any |= seen;
+                assert_int_equal(seen, j >= lo && j < hi);
+            }
+            assert_int_equal(any, lo < hi);
+        }
+    }
+}
+
 static void test_tile_class_matches_brute_force(void **state)
 {
     (void)state;
@@ -258,6 +285,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_visible_matches_definition),
         cmocka_unit_test(test_tile_class_matches_brute_force),
+        cmocka_unit_test(test_rows_range_is_union_of_rows),
         cmocka_unit_test(test_tile_grid_on_standard_shapes),
         cmocka_unit_test(test_empty_sequences_classify_empty),
         cmocka_unit_test(test_mask_make_folds_causal_into_right),

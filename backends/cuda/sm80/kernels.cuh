@@ -154,7 +154,7 @@ struct key_tiles {
 __device__ __forceinline__ key_tiles key_tiles_of(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t qt)
 {
     key_tiles kt;
-    int64_t q0 = qt * BLOCK, q1 = imin(q0 + BLOCK, m.seqlen_q) - 1;
+    const int64_t q0 = qt * BLOCK;
     if (p.bl_row_ptr) {
         int64_t mh = p.bl_heads == 1 ? 0 : h;
         kt.list = p.bl_col;
@@ -163,14 +163,13 @@ __device__ __forceinline__ key_tiles key_tiles_of(const fa_cuda_params &p, const
         return kt;
     }
     kt.list = nullptr;
-    int64_t lo0, hi0, lo1, hi1;
-    fa_mask_row_range(&m, q0, &lo0, &hi0);
-    fa_mask_row_range(&m, q1, &lo1, &hi1);
-    if (hi1 <= lo0) {
+    int64_t lo, hi;
+    fa_mask_rows_range(&m, q0, imin(q0 + BLOCK, m.seqlen_q), &lo, &hi);
+    if (hi <= lo) {
         kt.begin = kt.end = 0;
     } else {
-        kt.begin = lo0 / BLOCK;
-        kt.end = (hi1 + BLOCK - 1) / BLOCK;
+        kt.begin = lo / BLOCK;
+        kt.end = (hi + BLOCK - 1) / BLOCK;
     }
     return kt;
 }
@@ -262,13 +261,11 @@ __device__ __forceinline__ key_walk<SUB, LISTS> key_walk_of(const fa_cuda_params
         return w;
     }
     w.list = nullptr;
-    const int64_t q1 = imin(q0 + rows, m.seqlen_q) - 1;
-    int64_t lo0, hi0, lo1, hi1;
-    fa_mask_row_range(&m, q0, &lo0, &hi0);
-    fa_mask_row_range(&m, q1, &lo1, &hi1);
-    if (hi1 > lo0) {
-        w.next = lo0 / BLOCK;
-        w.last = (hi1 + BLOCK - 1) / BLOCK;
+    int64_t lo, hi;
+    fa_mask_rows_range(&m, q0, imin(q0 + rows, m.seqlen_q), &lo, &hi);
+    if (hi > lo) {
+        w.next = lo / BLOCK;
+        w.last = (hi + BLOCK - 1) / BLOCK;
     }
     return w;
 }

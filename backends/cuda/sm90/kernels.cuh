@@ -228,9 +228,8 @@ template <int D> __host__ __device__ constexpr int ws_bn()
  * the tiles and 256 bytes for the barriers), at most 4 */
 template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 {
-    return (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * ws_bn<D>() * D * (int)sizeof(T)) < 4
-               ? (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * ws_bn<D>() * D * (int)sizeof(T))
-               : 4;
+    constexpr int fit = (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * ws_bn<D>() * D * (int)sizeof(T));
+    return fit < 4 ? fit : 4;
 }
 constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
@@ -257,13 +256,11 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
     int64_t first = 0, last = 0; /* the key tiles the mask leaves to the tile's rows */
     if (s.sk > 0) {
-        const int64_t q1 = imin(q0 + WS_BR, s.sq) - 1;
-        int64_t lo0, hi0, lo1, hi1;
-        fa_mask_row_range(&m, q0, &lo0, &hi0);
-        fa_mask_row_range(&m, q1, &lo1, &hi1);
-        if (hi1 > lo0) {
-            first = lo0 / WS_BN;
-            last = (hi1 + WS_BN - 1) / WS_BN;
+        int64_t lo, hi;
+        fa_mask_rows_range(&m, q0, imin(q0 + WS_BR, s.sq), &lo, &hi);
+        if (hi > lo) {
+            first = lo / WS_BN;
+            last = (hi + WS_BN - 1) / WS_BN;
         }
     }
     const uint32_t fullk0 = fa_sm80::smem_addr(&bars[0]), fullv0 = fullk0 + 8u * WS_STAGES,
