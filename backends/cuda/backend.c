@@ -1,9 +1,10 @@
 /* backend.c: the CUDA backend's table: the chooser (which kernel family and instance runs a
  * problem, or why none does) and the launch glue; devices, streams, memory and errors are the
- * host glue it shares with the HIP backend (backends/portable/host.h). Two kernel families:
- * sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT kernels of backends/portable/
- * (any dtype, any head dim up to 256, any compute capability), which run what sm80 does not cover,
- * or everything when FLASHATTN_CUDA_KERNELS=portable. Every CUDA call is checked; errors reach the
+ * host glue it shares with the HIP backend (backends/portable/host.h). Three kernel families:
+ * sm90/ (Hopper wgmma, cc 9.0 exactly: the forward and the non-deterministic backward of plain
+ * fp16/bf16 calls), sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT kernels of
+ * backends/portable/ (any dtype, any head dim up to 256, any compute capability), which run what
+ * the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every CUDA call is checked; errors reach the
  * caller as FA_ERR_BACKEND with the CUDA error's name. */
 #include "host.h"
 
@@ -29,6 +30,18 @@ int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *
     (void)head_dim_pad;
     (void)stream;
     return (int)cudaErrorInvalidDeviceFunction;
+}
+
+int fa_sm90_has_backward(int dtype, int head_dim_pad)
+{
+    (void)dtype;
+    (void)head_dim_pad;
+    return 0;
+}
+
+int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+{
+    return fa_sm90_forward(p, dtype, head_dim_pad, stream);
 }
 #endif
 
@@ -61,8 +74,8 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128); cc 9.0: wgmma forward without dropout or block "
-             "mask (d 64/128/256, aligned rows; else sm80); portable kernels for the rest; "
+             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128); cc 9.0 wgmma without dropout/block mask: fwd d "
+             "64/128/256, non-deterministic bwd d 64/128 (else sm80); portable for the rest; "
              "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated forces a family");
 }
 
@@ -130,9 +143,20 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     const gpu_state *gs = gpu_of(ctx);
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
+    const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
     const int want = gs->kernels == GPU_KERNELS_SM90 || (gs->kernels == GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
-    if (want && gs->prop.major == 9 && gs->prop.minor == 0 && !p->backward && aligned && view_aligned(&p->o) &&
-        fa_sm90_has_instance((int)p->dtype, dpad64, plain)) {
+    /* The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
+     * the sm80 two-kernel path), d 33..64 and 97..128 (its fp32 dQ accumulator has the padded
+     * head dim of the sm80 kernels, dq_accum_floats below), every mask; dropout and block masks
+     * only under FLASHATTN_CUDA_KERNELS=sm90 (their instances spill, sm80 stays the default). */
+    if (p->backward) {
+        if (want && hopper && !p->deterministic && aligned && dpad == dpad64 &&
+            fa_sm90_has_backward((int)p->dtype, dpad64)) {
+            snprintf(out->name, sizeof out->name, "sm90-bwd-%s-d%d-wgmma-ws", fa_dtype_name(p->dtype), dpad64);
+            out->kernel = KERNEL_SM90 | dpad64;
+            return FA_SUCCESS;
+        }
+    } else if (want && hopper && aligned && view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64, plain)) {
         snprintf(out->name, sizeof out->name, "sm90-fwd-%s-d%d-wgmma%s", fa_dtype_name(p->dtype), dpad64,
                  plain ? "-ws" : "");
         out->kernel = KERNEL_SM90 | dpad64;
@@ -157,6 +181,8 @@ static int launch_forward(const fa_cuda_params *kp, const fa_problem *p, const f
 
 static int launch_backward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
+    if (v->kernel & KERNEL_SM90)
+        return fa_sm90_backward(kp, (int)p->dtype, v->kernel & ~KERNEL_SM90, stream);
     if (variant_is_portable(v))
         return fa_portable_backward(kp, (int)p->dtype, variant_bucket(v), stream);
     return fa_sm80_backward(kp, (int)p->dtype, v->kernel / 2, v->kernel & 1, stream);

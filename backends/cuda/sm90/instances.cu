@@ -1,11 +1,17 @@
-// The sm90 forward's instances (fp16, bf16; head dims 64 and 128, and 256 for calls with neither
-// dropout nor a block mask) and its C entry points
-// (backends/cuda/params.h). Built only for -gencode=arch=compute_90a,code=sm_90a.
-#include "kernels.cuh"
+// The sm90 instances and their C entry points (backends/cuda/params.h): the forward (fp16, bf16;
+// head dims 64 and 128, and 256 for calls with neither dropout nor a block mask) and the backward
+// (fp16, bf16; head dims 64 and 128; the fused non-deterministic algorithm). Built only for
+// -gencode=arch=compute_90a,code=sm_90a.
+#include "backward.cuh"
 
 extern "C" int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain)
 {
     return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
+}
+
+extern "C" int fa_sm90_has_backward(int dtype, int head_dim_pad)
+{
+    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128);
 }
 
 extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
@@ -18,6 +24,18 @@ extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_
     case 2128: return (int)fa_sm90::launch_forward<__nv_bfloat16, 128>(*p, st);
     case 1256: return (int)fa_sm90::launch_forward<__half, 256>(*p, st);
     case 2256: return (int)fa_sm90::launch_forward<__nv_bfloat16, 256>(*p, st);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+{
+    const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    switch (dtype * 1000 + head_dim_pad) {
+    case 1064: return (int)fa_sm90::launch_backward<__half, 64>(*p, st);
+    case 1128: return (int)fa_sm90::launch_backward<__half, 128>(*p, st);
+    case 2064: return (int)fa_sm90::launch_backward<__nv_bfloat16, 64>(*p, st);
+    case 2128: return (int)fa_sm90::launch_backward<__nv_bfloat16, 128>(*p, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -99,6 +99,32 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar)
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+/* Bulk asynchronous reduction (the TMA unit, no tensor map): global[dst .. dst + bytes) += the
+ * fp32 values at shared address src; 16-byte aligned, bytes a multiple of 16. Completion is
+ * tracked per issuing thread in bulk groups: commit, then wait until at most N groups have not
+ * finished reading their source (wait_read) or completed (wait). */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes)
+{
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+template <int N> __device__ __forceinline__ void bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* Register reallocation between warpgroups (every warp of the warpgroup executes it). */
 template <int N> __device__ __forceinline__ void setmaxnreg_inc()
 {
@@ -139,12 +165,12 @@ template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
  * its PTX name. */
 /* N accumulators in registers R (ACC); DESC: the descriptors' operands, SCALE: the operand that
  * says whether D accumulates (0: D = A B) */
-#define FA_WG_SS(TY, TN, N, R, ACC, DESC, SCALE)                                                                    \
-    template <> struct ss<TY, N> {                                                                                  \
+#define FA_WG_SS(NAME, TY, TN, N, R, ACC, DESC, SCALE, TRANS)                                                      \
+    template <> struct NAME<TY, N> {                                                                                \
         static __device__ __forceinline__ void run(float(&d)[N / 2], uint64_t da, uint64_t db, int accumulate)     \
         {                                                                                                           \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N    \
-                         "k16.f32." TN "." TN " " R ", " DESC ", p, 1, 1, 0, 0;\n}\n"                               \
+                         "k16.f32." TN "." TN " " R ", " DESC ", p, 1, 1, " TRANS ";\n}\n"                           \
                          : ACC(d)                                                                                   \
                          : "l"(da), "l"(db), "r"(accumulate));                                                     \
         }                                                                                                           \
@@ -163,10 +189,16 @@ template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
 
 /* D(64 x N) (+)= A(64 x 16, shared, K-major) B(16 x N, shared, K-major: B^T stored [n][k]). */
 template <typename T, int N> struct ss;
-FA_WG_SS(__nv_bfloat16, "bf16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34")
-FA_WG_SS(__half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34")
-FA_WG_SS(__nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66")
-FA_WG_SS(__half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66")
+FA_WG_SS(ss, __nv_bfloat16, "bf16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "0, 0")
+FA_WG_SS(ss, __half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "0, 0")
+FA_WG_SS(ss, __nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 0")
+FA_WG_SS(ss, __half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 0")
+
+/* The same with both operands MN-major (A stored [k][m], B stored [k][n], both transposed by the
+ * instruction): the backward's dQ = dS K from dS^T and K as they lie in shared memory. */
+template <typename T, int N> struct ss_tt;
+FA_WG_SS(ss_tt, __nv_bfloat16, "bf16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "1, 1")
+FA_WG_SS(ss_tt, __half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "1, 1")
 
 /* D(64 x N) += A(64 x 16, registers: the mma.sync A fragment per warp) B(16 x N, shared,
  * MN-major: stored [k][n], transposed by the instruction). */

@@ -1,0 +1,354 @@
+/* backward.cuh: the Hopper backward (sm_90a), FlashAttention-2's algorithm on warpgroup MMA.
+ *
+ * One block of three warpgroups per (128-key tile, kv head, batch). Warpgroups 0 and 1 consume,
+ * 64 keys each; warpgroup 2 produces: it copies the query-side tiles (Q and dO, BQ rows each,
+ * with the rows' LSE log2(e) and D = rowsum(dO * O)) of every query tile that sees the key tile,
+ * for every query head of the group, with cp.async into a ring of stages guarded by "full" and
+ * "empty" mbarriers, and does nothing else (its registers go to the consumers by setmaxnreg).
+ * Every tile is in the 128-byte swizzled layout (primitives.cuh, sw128). Per query tile, each
+ * consumer computes, transposed as in the sm80 kernel so that P^T and dS^T come out as A
+ * fragments:
+ *   S^T = K Q^T and dP^T = V dO^T     wgmma m64n{BQ}k16, both operands K-major in shared memory
+ *   P^T = exp2(S^T scale log2 e - LSE log2 e), dS^T = P^T (Z dP^T - D) scale (the sm80 element step)
+ *   dV += P^T dO, dK += dS^T Q        wgmma m64n{D}k16, A from registers, B MN-major (transposed)
+ * then writes dS^T to shared memory; after a named barrier between the two consumers,
+ *   dQ = dS K                          wgmma m64n64k16 with both operands MN-major
+ * over the block's 128 keys, each consumer a 64 x 64 part of the BQ x D tile (split along the
+ * rows at BQ 128, along the columns at BQ 64); the parts go through shared memory in fp32 and one
+ * thread adds the tile into the fp32 dQ accumulator with one bulk asynchronous reduction
+ * (cp.reduce.async.bulk .add.f32), so dQ is not bitwise reproducible (the deterministic option
+ * keeps the sm80 two-kernel path). dK and dV stay in registers until the end.
+ *
+ * Tried and measured slower on the H200 (bf16, 4k / 16k, session 8): P^T computed while dP^T runs
+ * and dS^T while dV runs (two wgmma groups; 248 / 272 against 256 / 284 TFLOP/s at d 128), 240 or
+ * 232 consumer registers, one bulk reduction per dQ row (the padded, conflict-free layout:
+ * 219 / 236), dQ added from registers with 16-byte red.global (239 / 256), and at d 64 64-row
+ * steps with each consumer's dQ over its own keys (147 / 158 against 187 / 204). */
+#ifndef FA_SM90_BACKWARD_CUH
+#define FA_SM90_BACKWARD_CUH
+
+#include "kernels.cuh"
+
+namespace fa_sm90 {
+
+constexpr int BW_BN = 128, BW_THREADS = 384, BW_CONSUMERS = 256;
+/* query rows per step: 128 at d 64 (S^T and dP^T take 64 registers each, dK and dV 32), 64 at
+ * d 128 (dK and dV take 64 each) */
+template <int D> __host__ __device__ constexpr int bw_bq()
+{
+    return D <= 64 ? 128 : 64;
+}
+/* shared memory: K, V [128][D], dS^T [128][BQ] (16-bit), dQ [BQ][D] (fp32, the rows as the
+ * accumulator holds them, for one bulk reduction), then the query-side stages [BQ][D] x 2; as
+ * many stages as fit (227 KiB, less 1 KiB for alignment and the static arrays), at most 3 */
+template <typename T, int D> __host__ __device__ constexpr int bw_fixed_bytes()
+{
+    return (2 * BW_BN * D + BW_BN * bw_bq<D>()) * (int)sizeof(T) + bw_bq<D>() * D * 4;
+}
+template <typename T, int D> __host__ __device__ constexpr int bw_stages()
+{
+    constexpr int fit = (232448 - 1024 - 3 * 2 * bw_bq<D>() * 4 - 256 - bw_fixed_bytes<T, D>()) /
+                        (2 * bw_bq<D>() * D * (int)sizeof(T));
+    return fit < 3 ? fit : 3;
+}
+/* byte offset of k-step kk (16 columns) of rows row0.. in a K-major swizzled tile of ROWS rows */
+__device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)
+{
+    return (uint32_t)((kk / 64) * rows * 128 + row0 * 128 + (kk % 64) * 2);
+}
+constexpr int BW_CONSUMER_REGS = 224, BW_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
+
+template <typename T, int D, int MODE>
+__global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cuda_params p)
+{
+    constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
+    constexpr int BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
+    constexpr bool MSPLIT = BQ == 128; /* dQ split between the consumers along rows (else columns) */
+    constexpr uint32_t DSB = BW_BN * BQ * sizeof(T);
+    constexpr uint32_t KVB = BW_BN * D * sizeof(T), QB = BQ * D * sizeof(T);
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[2 * STAGES]; /* full, empty */
+    __shared__ float rowv[STAGES][2][BQ];              /* LSE log2(e), D of the stage's rows */
+    unsigned char *base = smem_raw + ((1024u - (fa_sm80::smem_addr(smem_raw) & 1023u)) & 1023u);
+    const uint32_t k_addr = fa_sm80::smem_addr(base), v_addr = k_addr + KVB, ds_addr = v_addr + KVB,
+                   dq_addr = ds_addr + DSB, st_addr = dq_addr + BQ * D * 4u;
+    T *dss = reinterpret_cast<T *>(base + 2 * KVB);
+    float *dqs = reinterpret_cast<float *>(base + 2 * KVB + BW_BN * BQ * sizeof(T));
+
+    const int64_t hk = blockIdx.y, b = blockIdx.z;
+    const fa_seq s = fa_sequence(p, b);
+    const int64_t k0 = (int64_t)blockIdx.x * BW_BN;
+    if (k0 >= s.sk)
+        return;
+    const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
+    const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
+
+    /* the class of query rows [q0, q0 + BQ) of head h against keys [j0, j1) under every mask */
+    auto keys_class = [&](int64_t h, int64_t q0, int64_t j0, int64_t j1) -> fa_tile_class {
+        fa_tile_class c = fa_mask_classify_tile(&m, q0, q0 + BQ, j0, j1);
+        if (!LISTS || c == FA_TILE_EMPTY || !p.bl_row_ptr)
+            return c;
+        /* the 64 x 64 list tiles the range covers: none listed, empty; all listed, the meet of
+         * their classes; some, partial */
+        fa_tile_class best = FA_TILE_FULL;
+        bool listed = false, missing = false;
+        for (int64_t qt = q0 / fa_sm80::BLOCK; qt * fa_sm80::BLOCK < imin(q0 + BQ, s.sq); ++qt)
+            for (int64_t t = j0 / fa_sm80::BLOCK; t * fa_sm80::BLOCK < imin(j1, s.sk); ++t) {
+                const fa_tile_class u = fa_sm80::tile_class(p, m, h, qt, t);
+                if (u == FA_TILE_EMPTY) {
+                    missing = true;
+                } else {
+                    listed = true;
+                    best = fa_tile_class_meet(best, u);
+                }
+            }
+        if (!listed)
+            return FA_TILE_EMPTY;
+        return fa_tile_class_meet(c, missing ? fa_tile_class_meet(best, FA_TILE_PARTIAL) : best);
+    };
+    /* the next (head, query tile) step at or after it that sees the block's keys; niter: none */
+    auto next_iter = [&](int64_t it) -> int64_t {
+        for (; it < niter; ++it)
+            if (keys_class(hk * p.group + it / nqt, (it % nqt) * BQ, k0, k0 + BW_BN) != FA_TILE_EMPTY)
+                return it;
+        return niter;
+    };
+
+    const uint32_t full0 = fa_sm80::smem_addr(&bars[0]), empty0 = full0 + 8u * STAGES;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < STAGES; ++i) {
+            mbar_init(full0 + 8u * i, BW_THREADS - BW_CONSUMERS);
+            mbar_init(empty0 + 8u * i, BW_CONSUMERS);
+        }
+    }
+    __syncthreads();
+
+    if (threadIdx.x >= BW_CONSUMERS) { /* the producer */
+        setmaxnreg_dec<BW_PRODUCER_REGS>();
+        const int tid = threadIdx.x - BW_CONSUMERS;
+        int64_t n = 0;
+        for (int64_t it = next_iter(0); it < niter; it = next_iter(it + 1), ++n) {
+            const int st = (int)(n % STAGES);
+            if (n >= STAGES)
+                mbar_wait(empty0 + 8u * st, (uint32_t)((n / STAGES - 1) & 1));
+            const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+            const uint32_t qa = st_addr + 2u * QB * (uint32_t)st;
+            load_sw128<T, D, BQ, BW_THREADS - BW_CONSUMERS>(qa, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d, tid);
+            load_sw128<T, D, BQ, BW_THREADS - BW_CONSUMERS>(qa + QB, p.dout, b, s.q_start + q0, s.sq - q0, h,
+                                                            (int)p.d, tid);
+            /* LSE log2(e) and D of the rows; rows past the end get zeros (their P is masked) */
+            for (int r = tid; r < 2 * BQ; r += BW_THREADS - BW_CONSUMERS) {
+                const int64_t i = q0 + r % BQ;
+                const float *src = (r < BQ ? p.lse2 : p.dsum) + h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
+                fa_sm80::cp_async4(&rowv[st][r / BQ][r % BQ], i < s.sq ? src : p.dsum, i < s.sq);
+            }
+            mbar_arrive_cp_async(full0 + 8u * st);
+        }
+        fa_sm80::cp_async_wait<0>();
+        return;
+    }
+
+    setmaxnreg_inc<BW_CONSUMER_REGS>();
+    const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int64_t gk0 = k0 + 64 * wg;          /* the warpgroup's first key */
+    const int64_t wk0 = gk0 + 16 * (warp & 3); /* the warp's */
+    const int krow = 64 * wg + 16 * (warp & 3) + g; /* the thread's first key row in the tile (and + 8) */
+    /* K and V of the block, every consumer thread taking its share */
+    load_sw128<T, D, BW_BN, BW_CONSUMERS>(k_addr, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
+    load_sw128<T, D, BW_BN, BW_CONSUMERS>(v_addr, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
+    fa_sm80::cp_async_commit();
+    fa_sm80::cp_async_wait<0>();
+    fence_proxy_async();
+    bar_sync<1, BW_CONSUMERS>();
+
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i)
+        dk[i] = dv[i] = 0.0f;
+    /* this consumer's part of dQ: rows dq_r0.. (64), columns dq_c0.. (64) */
+    const int dq_r0 = MSPLIT ? 64 * wg : 0, dq_c0 = MSPLIT ? 0 : 64 * wg;
+    const uint32_t ds_a = ds_addr + (MSPLIT ? (uint32_t)wg * BW_BN * 128u : 0u); /* its 64 queries of dS^T */
+    const uint32_t k_b = k_addr + (MSPLIT ? 0u : (uint32_t)wg * BW_BN * 128u);   /* its 64 columns of K */
+
+    int64_t n = 0;
+    for (int64_t it = next_iter(0); it < niter; it = next_iter(it + 1), ++n) {
+        const int st = (int)(n % STAGES);
+        const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        const uint32_t qa = st_addr + 2u * QB * (uint32_t)st, da = qa + QB;
+        const float *lse2 = rowv[st][0], *dd = rowv[st][1];
+        mbar_wait(full0 + 8u * st, (uint32_t)((n / STAGES) & 1));
+        fence_proxy_async();
+
+        uint32_t df[BQ / 16][4]; /* dS^T as A fragments */
+        const fa_tile_class gcls = keys_class(h, q0, gk0, gk0 + 64);
+        if (gcls != FA_TILE_EMPTY) {
+            float pt[BQ / 8][4], dpt[BQ / 8][4];
+            float(&ptf)[BQ / 2] = *reinterpret_cast<float(*)[BQ / 2]>(&pt[0][0]);
+            float(&dptf)[BQ / 2] = *reinterpret_cast<float(*)[BQ / 2]>(&dpt[0][0]);
+            fence();
+#pragma unroll
+            for (int kk = 0; kk < D; kk += 16) {
+                ss<T, BQ>::run(ptf, desc_sw128(k_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
+                               desc_sw128(qa + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
+                ss<T, BQ>::run(dptf, desc_sw128(v_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
+                               desc_sw128(da + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
+            }
+            commit();
+            wait<0>();
+
+            const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
+            const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
+            const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
+            const bool drop = DROP && p.dropout_threshold;
+            /* P^T = exp2(S^T scale log2 e - LSE log2 e), masked */
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t4 + (e & 1);
+                    float x = fa_sm80::fast_exp2(pt[nt][e] * p.scale_log2 - lse2[col]);
+                    if (edge && (cls == FA_TILE_EMPTY ||
+                                 !fa_sm80::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)))
+                        x = 0.0f;
+                    pt[nt][e] = x;
+                }
+            uint32_t pf[BQ / 16][4];
+            if (drop) {
+                float pz[BQ / 8][4];
+#pragma unroll
+                for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        pz[nt][e] = pt[nt][e] * fa_sm80::dropout_factor(p, b, h, q0 + nt * 8 + 2 * t4 + (e & 1),
+                                                                        wk0 + g + (e >> 1) * 8);
+                fa_sm80::acc_to_a<T, BQ>(pf, pz);
+            } else {
+                fa_sm80::acc_to_a<T, BQ>(pf, pt);
+            }
+            /* dS^T = P^T (Z dP^T - D) scale */
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t4 + (e & 1);
+                    const float z =
+                        drop ? fa_sm80::dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                }
+            fa_sm80::acc_to_a<T, BQ>(df, dpt);
+            /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */
+            fence();
+#pragma unroll
+            for (int kk = 0; kk < BQ; kk += 16)
+                rs<T, D>::run(dv, pf[kk / 16], desc_sw128(da + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+#pragma unroll
+            for (int kk = 0; kk < BQ; kk += 16)
+                rs<T, D>::run(dk, df[kk / 16], desc_sw128(qa + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+            commit();
+        } else {
+#pragma unroll
+            for (int i = 0; i < BQ / 16; ++i)
+                df[i][0] = df[i][1] = df[i][2] = df[i][3] = 0u;
+        }
+        /* dS^T [128 keys][BQ] (swizzled) for the dQ product: query pairs in one word */
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dss) +
+                                              sw128<BW_BN>(krow + 8 * r, nt) + 4 * t4) = df[nt / 2][(nt & 1) * 2 + r];
+        fence_proxy_async();
+        if (threadIdx.x == 0)
+            bulk_wait_read<0>(); /* the previous step's dQ tile has been read out of shared memory */
+        bar_sync<2, BW_CONSUMERS>();
+
+        /* dQ part = dS K over the 128 keys: dS^T [keys][queries] and K [keys][D] both MN-major */
+        float dq[32];
+        fence();
+#pragma unroll
+        for (int kk = 0; kk < BW_BN; kk += 16)
+            ss_tt<T, 64>::run(dq, desc_sw128(ds_a + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
+                              desc_sw128(k_b + (uint32_t)kk * 128u, BW_BN * 128u, 1024u), kk > 0);
+        commit();
+        wait<0>();                     /* dV, dK and dQ */
+        mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
+        {
+            const int r0 = dq_r0 + 16 * (warp & 3) + g;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<float2 *>(dqs + (r0 + 8 * r) * D + dq_c0 + 8 * j + 2 * t4) =
+                        make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+        fence_proxy_async();
+        bar_sync<3, BW_CONSUMERS>();
+        if (threadIdx.x == 0) { /* the tile into the accumulator: one bulk reduction */
+            const int64_t rows = imin(BQ, s.sq - q0);
+            bulk_reduce_add_f32(p.dq_accum + (h * p.total_q + (p.cu_q ? s.q_start + q0 : b * p.seqlen_q + q0)) * D,
+                                dq_addr, (uint32_t)(rows * D * 4));
+            bulk_commit();
+        }
+    }
+    if (threadIdx.x == 0)
+        bulk_wait<0>();
+
+    /* dK, dV: thread rows krow and krow + 8 of the tile, columns 8 j + 2 t4 (+1) */
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int64_t j = k0 + krow + 8 * r;
+        if (j >= s.sk)
+            continue;
+        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j) * p.dk.ss + hk * p.dk.sh;
+        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j) * p.dv.ss + hk * p.dv.sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            const int c = nt * 8 + 2 * t4;
+            if (c < p.d) {
+                dkrow[c] = elem<T>::from_float(dk[4 * nt + 2 * r]);
+                dvrow[c] = elem<T>::from_float(dv[4 * nt + 2 * r]);
+            }
+            if (c + 1 < p.d) {
+                dkrow[c + 1] = elem<T>::from_float(dk[4 * nt + 2 * r + 1]);
+                dvrow[c + 1] = elem<T>::from_float(dv[4 * nt + 2 * r + 1]);
+            }
+        }
+    }
+}
+
+/* D and LSE log2(e) (the sm80 kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
+ * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. */
+template <typename T, int D> inline cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
+{
+    constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
+    static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
+    if (p.seqlen_q == 0 || p.batch == 0)
+        return cudaSuccess;
+    if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535)
+        return cudaErrorInvalidValue;
+    dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
+    fa_sm80::dsum_kernel<T><<<g0, fa_sm80::THREADS, 0, st>>>(p);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st);
+    if (e == cudaSuccess && p.seqlen_k > 0) {
+        const int mode = fa_sm80::mode_of(p);
+        auto k = mode == 2 ? ws_backward_kernel<T, D, 2> : mode == 1 ? ws_backward_kernel<T, D, 1> : ws_backward_kernel<T, D, 0>;
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        if (e == cudaSuccess) {
+            const dim3 g1((unsigned)((p.seqlen_k + BW_BN - 1) / BW_BN), (unsigned)p.heads_kv, (unsigned)p.batch);
+            k<<<g1, BW_THREADS, SMEM, st>>>(p);
+            e = cudaGetLastError();
+        }
+    }
+    if (e == cudaSuccess) {
+        const dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
+        fa_sm80::dq_convert_kernel<T, D><<<g2, 256, 0, st>>>(p);
+        e = cudaGetLastError();
+    }
+    return e;
+}
+
+} // namespace fa_sm90
+
+#endif /* FA_SM90_BACKWARD_CUH */
