@@ -25,7 +25,8 @@ Parts (--parts, comma-separated; default all that this machine can run):
 
 usage: python3 bench/reproduce.py [--tool build/tools/flashattn] [--lib build/libflashattn.so]
                                   [--out docs/figures] [--parts iomodel,hbm,runtime,memory,blocksparse]
-                                  [--max-seqlen 65536]
+                                  [--max-seqlen 65536] [--plot-only]
+--plot-only redraws every PNG from the CSVs already in --out (matplotlib, no GPU).
 """
 import argparse
 import csv
@@ -37,6 +38,21 @@ import sys
 import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def device_note(args, device=""):
+    """The GPU's name for the plots: given by a measuring part (and kept in device.txt beside the
+    CSVs), else read back from there (--plot-only)."""
+    path = os.path.join(args.out, "device.txt")
+    if device:
+        with open(path, "w") as f:
+            f.write(device + "\n")
+        return device
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def write_csv(path, header, rows):
@@ -132,39 +148,94 @@ def part_iomodel(args):
 
 # ---------------------------------------------------------------- hbm (ncu)
 
+# The forward tiles (query rows B_r x keys B_c) of each CUDA kernel family at d 64:
+# sm90 backends/cuda/sm90/kernels.cuh (WS_BR, ws_bn), sm80 backends/cuda/sm80/tiles.h (4 warps x 16
+# x fwd_mtiles rows, 64-key tiles), portable backends/portable (64 x 64).
+HBM_TILES = {"sm90": (128, 128), "sm80": (128, 64), "portable": (64, 64)}
+HBM_METRICS = {"dram__bytes_read.sum": "dram_read", "dram__bytes_write.sum": "dram_write",
+               "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",
+               "lts__t_sectors_srcunit_tex_op_write.sum": "l2_write_sectors",
+               "gpu__time_duration.sum": "duration"}
+UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9,
+         "sector": 1, "Ksector": 1e3, "Msector": 1e6, "Gsector": 1e9,
+         "nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3, "ns": 1e-6, "us": 1e-3, "ms": 1.0,
+         "s": 1e3, "": 1}
+
+
 def part_hbm(args):
     ncu = shutil.which("ncu")
     if not ncu:
         print("hbm: ncu not found, skipped", flush=True)
         return
-    shape = ["--batch", "64", "--heads", "16", "--seqlen-q", "1024", "--dim", "64", "--dtype", "fp16"]
+    dims = ["--batch", "64", "--heads", "16", "--seqlen-q", "1024", "--dim", "64", "--dtype", "fp16"]
     rows = []
-    for family in ("sm90", "sm80", "portable"):
+    for family, (bq, bk) in HBM_TILES.items():
         env = dict(os.environ, FLASHATTN_CUDA_KERNELS=family)
-        info = subprocess.run([args.tool, "run", "--backend", "cuda", "--repeat", "1"] + shape, env=env,
+        info = subprocess.run([args.tool, "run", "--backend", "cuda", "--repeat", "1"] + dims, env=env,
                               capture_output=True, text=True)
         if info.returncode != 0:
             print(f"hbm: {family}: flashattn run failed: {info.stderr.strip()[:200]}", flush=True)
             continue
         kernel = next((l.split(":", 1)[1].strip() for l in info.stdout.splitlines() if l.startswith("kernel:")), "?")
-        cmd = [ncu, "--clock-control", "none", "--csv", "--metrics",
-               "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum", "-k", "regex:forward", "-c", "1",
-               args.tool, "run", "--backend", "cuda", "--repeat", "1"] + shape
+        cmd = [ncu, "--clock-control", "none", "--csv", "--metrics", ",".join(HBM_METRICS), "-k", "regex:forward",
+               "-c", "1", args.tool, "run", "--backend", "cuda", "--repeat", "1"] + dims
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         vals = {}
         for rec in csv.reader(proc.stdout.splitlines()):
-            if len(rec) > 3 and rec[-3] in ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum"):
-                unit, value = rec[-2], float(rec[-1].replace(",", ""))
-                scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-6, "usecond": 1e-3,
-                         "msecond": 1.0}.get(unit, float("nan"))
-                vals[rec[-3]] = value * scale
-        if len(vals) < 3:
-            print(f"hbm: {family}: no ncu metrics: {proc.stderr.strip()[:300]}", flush=True)
+            if len(rec) > 3 and rec[-3] in HBM_METRICS:
+                unit = rec[-2]
+                if unit not in UNITS:
+                    print(f"hbm: unknown unit {unit!r} of {rec[-3]}", flush=True)
+                vals[HBM_METRICS[rec[-3]]] = float(rec[-1].replace(",", "")) * UNITS.get(unit, float("nan"))
+        if len(vals) < len(HBM_METRICS):
+            print(f"hbm: {family}: ncu metrics missing ({sorted(vals)}): {proc.stderr.strip()[:300]}", flush=True)
             continue
-        rows.append([family, kernel, vals["dram__bytes_read.sum"], vals["dram__bytes_write.sum"],
-                     vals["gpu__time_duration.sum"]])
+        model = subprocess.run([args.tool, "iomodel"] + dims + ["--block-q", str(bq), "--block-k", str(bk), "--csv"],
+                               capture_output=True, text=True, check=True).stdout.strip().splitlines()[1].split(",")
+        rows.append([family, kernel, bq, bk, vals["dram_read"], vals["dram_write"], 32 * vals["l2_read_sectors"],
+                     32 * vals["l2_write_sectors"], int(model[4]), int(model[2]), vals["duration"]])
     write_csv(os.path.join(args.out, "hbm_measured.csv"),
-              ["kernels", "variant", "dram_read_bytes", "dram_write_bytes", "duration_ms"], rows)
+              ["kernels", "variant", "block_q", "block_k", "dram_read_bytes", "dram_write_bytes", "l2_read_bytes",
+               "l2_write_bytes", "model_qouter_bytes", "model_standard_bytes", "duration_ms"], rows)
+    plot_hbm(args)
+
+
+def plot_hbm(args):
+    with open(os.path.join(args.out, "hbm_measured.csv")) as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return
+    gib = 2.0 ** 30
+    labels = [f"{r['kernels']}\n{r['block_q']} x {r['block_k']}" for r in rows]
+    x = list(range(len(rows)))
+    series = [("IO model, query blocks outside (every tile from HBM)", "model_qouter_bytes", None),
+              ("measured L2 -> SM traffic (lts__t_sectors_srcunit_tex read + write)", "l2_read_bytes", "l2_write_bytes"),
+              ("measured DRAM traffic (dram__bytes read + write)", "dram_read_bytes", "dram_write_bytes")]
+    plt = pyplot()
+    if plt is None:
+        print("matplotlib not found: no hbm_measured.png (the CSV has the numbers)", flush=True)
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    w = 0.8 / len(series)
+    for i, (label, c1, c2) in enumerate(series):
+        ys = [(float(r[c1]) + (float(r[c2]) if c2 else 0.0)) / gib for r in rows]
+        ax.bar([xi + (i - 1) * w for xi in x], ys, width=w, label=label)
+    std = float(rows[0]["model_standard_bytes"]) / gib
+    ax.axhline(std, color="gray", linestyle="--", label=f"IO model, standard attention ({std:.1f} GiB)")
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels)
+    ax.set_yscale("log")
+    ax.set_ylabel("GiB read + written (forward)")
+    ax.set_xlabel("kernel family, forward tile B_r x B_c")
+    ax.set_title("HBM traffic vs block size: model and ncu (seqlen 1024, d 64, 16 heads, batch 64, fp16)",
+                 fontsize=10)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(args.out, "hbm_measured.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}", flush=True)
 
 
 # ---------------------------------------------------------------- torch parts (runtime, memory, blocksparse)
@@ -208,7 +279,7 @@ def part_runtime(args):
         b = max(1, 16384 // s)
         q, k, v, do, o, lse, dq, dk, dv = gb.make_inputs(b, s, h, d, dt)
         lib.bind_stream()
-        res = {}
+        res, density = {}, {}
         fa, ba = lib.fwd_args(q, k, v, o, lse, False), lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False)
         res["ours"] = (time_or_none(gb, lambda: lib.forward(fa)), time_or_none(gb, lambda: lib.backward(ba)))
         mask = butterfly_mask(gb, lib, s, 128) if s >= 256 else None
@@ -217,6 +288,7 @@ def part_runtime(args):
             bm = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False, mask)
             res["ours_butterfly"] = (time_or_none(gb, lambda: lib.forward(fm)),
                                      time_or_none(gb, lambda: lib.backward(bm)))
+            density["ours_butterfly"] = lib.mask_density(mask)
             lib.free_mask(mask)
         qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
         dot = do.transpose(1, 2)
@@ -236,29 +308,46 @@ def part_runtime(args):
                 except (RuntimeError, torch.OutOfMemoryError):
                     torch.cuda.empty_cache()
             res[name] = (tf, tb)
-        flop = 4.0 * b * h * s * s * d
         for name, (tf, tb) in res.items():
+            dens = density.get(name, 1.0)  # block-sparse: the FLOP of the blocks kept
+            flop = 4.0 * b * h * s * s * d * dens
             rows.append([s, name, tf, tb, (tf + tb) if tf is not None and tb is not None else None,
-                         flop / (tf * 1e-3) / 1e12 if tf else None, 2.5 * flop / (tb * 1e-3) / 1e12 if tb else None])
+                         flop / (tf * 1e-3) / 1e12 if tf else None, 2.5 * flop / (tb * 1e-3) / 1e12 if tb else None,
+                         dens])
         print(f"runtime: seqlen {s} done", flush=True)
         del q, k, v, do, o, lse, dq, dk, dv, qt, kt, vt
         torch.cuda.empty_cache()
     a = torch.randn(8192, 8192, device="cuda", dtype=dt)
     ceiling = 2.0 * 8192 ** 3 / (gb.bench(lambda: a @ a) * 1e-3) / 1e12
     write_csv(os.path.join(args.out, "runtime.csv"),
-              ["seqlen", "implementation", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops"], rows)
+              ["seqlen", "implementation", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "density"], rows)
     write_csv(os.path.join(args.out, "gemm_ceiling.csv"), ["what", "tflops"], [["bf16 8192^3 torch.matmul", ceiling]])
+    plot_runtime(args, torch.cuda.get_device_name())
+
+
+def plot_runtime(args, device=""):
+    device = device_note(args, device)
+    def num(x):
+        return float(x) if x not in ("", None) else None
+
+    with open(os.path.join(args.out, "runtime.csv")) as f:
+        rows = [[int(r["seqlen"]), r["implementation"], num(r["fwd_ms"]), num(r["bwd_ms"]), num(r["fwd_bwd_ms"]),
+                 num(r["fwd_tflops"]), num(r["bwd_tflops"])] for r in csv.DictReader(f)]
+    with open(os.path.join(args.out, "gemm_ceiling.csv")) as f:
+        ceiling = float(next(csv.DictReader(f))["tflops"])
+    seqlens = sorted({r[0] for r in rows})
     names = {"ours": "flashattn (dense)", "ours_butterfly": "flashattn (butterfly block-sparse)",
              "fa2": "PyTorch flash (FA2)", "cudnn": "cuDNN", "math": "standard attention (SDPA math)"}
     for col, label in ((2, "forward"), (3, "backward"), (4, "forward + backward")):
         plot(args.out, "runtime_" + label.replace(" + ", "_").replace(" ", "_"),
              f"{label} time vs seqlen (bf16, d 64, 16 heads, batch 16384/seqlen)", "seqlen", "ms",
              [(names[n], [r[0] for r in rows if r[1] == n], [r[col] for r in rows if r[1] == n]) for n in names],
-             logx=True, logy=True, note=torch.cuda.get_device_name())
-    plot(args.out, "tflops", f"achieved forward TFLOP/s vs seqlen; bf16 GEMM ceiling {ceiling:.0f}", "seqlen",
+             logx=True, logy=True, note=device)
+    plot(args.out, "tflops", f"achieved forward TFLOP/s vs seqlen (block-sparse: FLOP of the kept blocks); "
+         f"bf16 GEMM ceiling {ceiling:.0f}", "seqlen",
          "TFLOP/s", [(names[n], [r[0] for r in rows if r[1] == n], [r[5] for r in rows if r[1] == n])
                      for n in names] + [("bf16 GEMM (8192^3)", seqlens, [ceiling] * len(seqlens))],
-         logx=True, note=torch.cuda.get_device_name())
+         logx=True, note=device)
 
 
 def part_memory(args):
@@ -298,12 +387,20 @@ def part_memory(args):
         torch.cuda.empty_cache()
         print(f"memory: seqlen {s} done", flush=True)
     write_csv(os.path.join(args.out, "memory.csv"), ["seqlen", "implementation", "extra_bytes_fwd_bwd"], rows)
+    plot_memory(args, torch.cuda.get_device_name())
+
+
+def plot_memory(args, device=""):
+    device = device_note(args, device)
+    with open(os.path.join(args.out, "memory.csv")) as f:
+        rows = [[int(r["seqlen"]), r["implementation"],
+                 int(r["extra_bytes_fwd_bwd"]) if r["extra_bytes_fwd_bwd"] else None] for r in csv.DictReader(f)]
     names = {"ours": "flashattn", "fa2": "PyTorch flash (FA2)", "cudnn": "cuDNN", "math": "standard attention"}
     mib = 2.0 ** 20
     plot(args.out, "memory", "extra device memory of forward + backward vs seqlen (bf16, d 64, 16 heads, batch 1)",
          "seqlen", "MiB", [(names[n], [r[0] for r in rows if r[1] == n],
                             [r[2] / mib if r[2] is not None else None for r in rows if r[1] == n]) for n in names],
-         logx=True, logy=True, note=torch.cuda.get_device_name())
+         logx=True, logy=True, note=device)
 
 
 def part_blocksparse(args):
@@ -314,6 +411,16 @@ def part_blocksparse(args):
     lib.bind_stream()
     fa, ba = lib.fwd_args(q, k, v, o, lse, False), lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False)
     dense = gb.bench(lambda: lib.forward(fa)) + gb.bench(lambda: lib.backward(ba))
+    # block-sparse calls run on the sm80 kernels (the chooser keeps the sm90 ones for dense calls):
+    # the dense time of that family, from a second context, is the baseline sparsity scales
+    os.environ["FLASHATTN_CUDA_KERNELS"] = "sm80"
+    try:
+        lib80 = gb.Library(args.lib)
+    finally:
+        del os.environ["FLASHATTN_CUDA_KERNELS"]
+    lib80.bind_stream()
+    fa80, ba80 = lib80.fwd_args(q, k, v, o, lse, False), lib80.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False)
+    dense80 = gb.bench(lambda: lib80.forward(fa80)) + gb.bench(lambda: lib80.backward(ba80))
     rows = []
     masks = [("butterfly", blk, butterfly_mask(gb, lib, s, blk)) for blk in (64, 128, 256, 512, 1024)]
     masks += [("random", 128, lib.random_mask(1, s, s, 128, 128, dens, 1)) for dens in (0.75, 0.5, 0.25, 0.125, 0.0625)]
@@ -322,16 +429,27 @@ def part_blocksparse(args):
         fm = lib.fwd_args(q, k, v, o, lse, False, m)
         bm = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False, m)
         t = gb.bench(lambda: lib.forward(fm)) + gb.bench(lambda: lib.backward(bm))
-        rows.append([pattern, blk, density, t, density * dense, dense])
+        rows.append([pattern, blk, density, t, density * dense80, dense80, dense])
         lib.free_mask(m)
     write_csv(os.path.join(args.out, "blocksparse.csv"),
-              ["pattern", "mask_block", "density", "fwd_bwd_ms", "ideal_ms", "dense_ms"], rows)
+              ["pattern", "mask_block", "density", "fwd_bwd_ms", "ideal_ms", "dense_sm80_ms", "dense_default_ms"], rows)
+    plot_blocksparse(args, torch.cuda.get_device_name())
+
+
+def plot_blocksparse(args, device=""):
+    device = device_note(args, device)
+    with open(os.path.join(args.out, "blocksparse.csv")) as f:
+        rows = [[r["pattern"], int(r["mask_block"]), float(r["density"]), float(r["fwd_bwd_ms"]),
+                 float(r["dense_sm80_ms"]), float(r["dense_default_ms"])] for r in csv.DictReader(f)]
+    s = 4096
     series = []
     for pattern in ("butterfly", "random"):
         pts = sorted((r[2], r[3]) for r in rows if r[0] == pattern)
-        series.append((f"flashattn, {pattern}", [p[0] for p in pts], [p[1] for p in pts]))
+        series.append((f"flashattn, {pattern} (sm80 kernels)", [p[0] for p in pts], [p[1] for p in pts]))
     xs = sorted(r[2] for r in rows)
-    series.append(("ideal: density x dense", xs, [x * dense for x in xs]))
+    dense80, dense = rows[0][4], rows[0][5]
+    series.append(("ideal: density x dense (sm80 kernels)", xs, [x * dense80 for x in xs]))
+    series.append(("dense, default kernels (sm90 on H200)", xs, [dense for _ in xs]))
     plt = pyplot()
     if plt is None:
         print("matplotlib not found: no blocksparse.png", flush=True)
@@ -344,7 +462,7 @@ def part_blocksparse(args):
     ax.set_ylabel("ms")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.text(0.01, 0.01, torch.cuda.get_device_name(), fontsize=7)
+    fig.text(0.01, 0.01, device, fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "blocksparse.png"), dpi=120)
     print(f"wrote {os.path.join(args.out, 'blocksparse.png')}", flush=True)
@@ -352,6 +470,9 @@ def part_blocksparse(args):
 
 PARTS = {"iomodel": part_iomodel, "hbm": part_hbm, "runtime": part_runtime, "memory": part_memory,
          "blocksparse": part_blocksparse}
+# --plot-only: the PNGs again from the CSVs in --out (no measurement; the iomodel part is cheap and reruns)
+PLOTS = {"iomodel": part_iomodel, "hbm": plot_hbm, "runtime": plot_runtime, "memory": plot_memory,
+         "blocksparse": plot_blocksparse}
 
 
 def main():
@@ -361,6 +482,7 @@ def main():
     ap.add_argument("--out", default="docs/figures")
     ap.add_argument("--parts", default=",".join(PARTS))
     ap.add_argument("--max-seqlen", type=int, default=65536)
+    ap.add_argument("--plot-only", action="store_true", help="redraw the PNGs from the CSVs in --out")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     failed = []
@@ -368,7 +490,7 @@ def main():
         if name not in PARTS:
             ap.error(f"unknown part {name!r} (one of {', '.join(PARTS)})")
         try:
-            PARTS[name](args)
+            (PLOTS if args.plot_only else PARTS)[name](args)
         except (ImportError, RuntimeError, OSError, subprocess.CalledProcessError) as e:
             print(f"{name}: not run here: {e}", flush=True)
             failed.append(name)
