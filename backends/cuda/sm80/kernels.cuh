@@ -589,6 +589,35 @@ template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
 
 /* ------------------------------------------------------------------ backward: dK, dV */
 
+/* The end of every backward kernel that keeps dK and dV of its keys in registers (the mma / wgmma
+ * accumulator layout: n8 block nt holds columns 8 nt + 2 t4 and + 1, elements 2 r and 2 r + 1
+ * of row r): the thread's two key rows j[0], j[1] of kv head hk converted and stored; rows past
+ * the sequence and columns past d skipped. */
+template <typename T, int D>
+__device__ __forceinline__ void store_dkdv(const fa_cuda_params &p, const fa_seq &s, int64_t b, int64_t hk,
+                                           const int64_t (&j)[2], int t4, const float (*dk)[4], const float (*dv)[4])
+{
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (j[r] >= s.sk)
+            continue;
+        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j[r]) * p.dk.ss + hk * p.dk.sh;
+        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j[r]) * p.dv.ss + hk * p.dv.sh;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            const int c = nt * 8 + 2 * t4;
+            if (c < p.d) {
+                dkrow[c] = elem<T>::from_float(dk[nt][2 * r]);
+                dvrow[c] = elem<T>::from_float(dv[nt][2 * r]);
+            }
+            if (c + 1 < p.d) {
+                dkrow[c + 1] = elem<T>::from_float(dk[nt][2 * r + 1]);
+                dvrow[c + 1] = elem<T>::from_float(dv[nt][2 * r + 1]);
+            }
+        }
+    }
+}
+
 /* One block per (key tile, kv head, batch); warps own 16 key rows; query tiles of BQ rows of every
  * query head of the group stream through shared memory. Everything is computed transposed:
  * S^T = K Q^T, dP^T = V dO^T, so P^T and dS^T are A fragments for dV += P^T dO, dK += dS^T Q. */
@@ -724,26 +753,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
         it = it_next;
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int64_t j = my_key[r];
-        if (j >= s.sk)
-            continue;
-        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j) * p.dk.ss + hk * p.dk.sh;
-        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j) * p.dv.ss + hk * p.dv.sh;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-            int c = nt * 8 + 2 * t4;
-            if (c < p.d) {
-                dkrow[c] = elem<T>::from_float(dk[nt][2 * r]);
-                dvrow[c] = elem<T>::from_float(dv[nt][2 * r]);
-            }
-            if (c + 1 < p.d) {
-                dkrow[c + 1] = elem<T>::from_float(dk[nt][2 * r + 1]);
-                dvrow[c + 1] = elem<T>::from_float(dv[nt][2 * r + 1]);
-            }
-        }
-    }
+    store_dkdv<T, D>(p, s, b, hk, my_key, t4, dk, dv);
 }
 
 /* ------------------------------------------------------------------ backward: dQ */
@@ -1085,26 +1095,8 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
         it = it_next;
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int64_t j = wk0 + g + r * 8;
-        if (j >= s.sk)
-            continue;
-        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j) * p.dk.ss + hk * p.dk.sh;
-        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j) * p.dv.ss + hk * p.dv.sh;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-            int c = nt * 8 + 2 * t4;
-            if (c < p.d) {
-                dkrow[c] = elem<T>::from_float(dk[nt][2 * r]);
-                dvrow[c] = elem<T>::from_float(dv[nt][2 * r]);
-            }
-            if (c + 1 < p.d) {
-                dkrow[c + 1] = elem<T>::from_float(dk[nt][2 * r + 1]);
-                dvrow[c + 1] = elem<T>::from_float(dv[nt][2 * r + 1]);
-            }
-        }
-    }
+    const int64_t rows[2] = {wk0 + g, wk0 + g + 8};
+    store_dkdv<T, D>(p, s, b, hk, rows, t4, dk, dv);
 }
 
 /* dQ (T) from the fp32 accumulator: one thread per element of one sequence's rows. */

@@ -293,27 +293,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
     if (threadIdx.x == 0)
         bulk_wait<0>();
 
-    /* dK, dV: thread rows krow and krow + 8 of the tile, columns 8 j + 2 t4 (+1) */
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int64_t j = k0 + krow + 8 * r;
-        if (j >= s.sk)
-            continue;
-        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j) * p.dk.ss + hk * p.dk.sh;
-        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j) * p.dv.ss + hk * p.dv.sh;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-            const int c = nt * 8 + 2 * t4;
-            if (c < p.d) {
-                dkrow[c] = elem<T>::from_float(dk[4 * nt + 2 * r]);
-                dvrow[c] = elem<T>::from_float(dv[4 * nt + 2 * r]);
-            }
-            if (c + 1 < p.d) {
-                dkrow[c + 1] = elem<T>::from_float(dk[4 * nt + 2 * r + 1]);
-                dvrow[c + 1] = elem<T>::from_float(dv[4 * nt + 2 * r + 1]);
-            }
-        }
-    }
+    /* dK, dV: thread rows krow and krow + 8 of the tile (the flat accumulators in the mma layout) */
+    const int64_t rows[2] = {k0 + krow, k0 + krow + 8};
+    fa_sm80::store_dkdv<T, D>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
+                              reinterpret_cast<const float(*)[4]>(dv));
 }
 
 /* D and LSE log2(e) (the sm80 kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
