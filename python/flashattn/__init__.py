@@ -1,0 +1,157 @@
+"""flashattn: exact fused attention (FlashAttention) from the flashattn C library.
+
+The functions have the signatures of FlashAttention-2's public interface, so code switches with
+one import; layouts as FlashAttention's: q [batch, seqlen_q, heads, d], k and v [batch, seqlen_k,
+heads_kv, d] (heads a multiple of heads_kv: GQA/MQA), varlen q [total_q, heads, d] with int32
+cu_seqlens of batch + 1 offsets. They take NumPy arrays (the CPU backend; float32, float16, and
+bfloat16 from ml_dtypes) and torch tensors (CPU tensors on the CPU backend, CUDA tensors on the
+CUDA backend, on the current stream, no copies). With torch, gradients flow through
+torch.autograd; with NumPy, flash_attn_backward gives dQ, dK, dV.
+
+Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= with
+NumPy (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
+return_attn_probs=True returns (out, softmax_lse, None): the attention probabilities are never
+materialised; alibi_slopes and softcap are not supported. Bad input raises FlashAttnError (a
+RuntimeError) with the library's status and message, or ValueError / TypeError for what Python
+checks first."""
+from . import _capi, _core
+from ._capi import FlashAttnError, backends
+
+__all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "block_sparse_attn_func",
+           "flash_attn_backward", "FlashAttnError", "backends", "library_version"]
+__version__ = "0.1.0"
+
+
+def library_version():
+    """The version of the C library actually loaded."""
+    return _capi.lib().fa_version().decode()
+
+
+def _wants_grad(*xs):
+    if not any(_core._is_torch(x) for x in xs):
+        return False
+    import torch
+    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
+def _torch_seed(dropout_p, seed, q):
+    if dropout_p > 0.0 and seed is None and _core._is_torch(q):
+        import torch
+        return int(torch.randint(0, 2 ** 62, (1,)).item())
+    return seed
+
+
+_Function = None
+
+
+def _autograd():
+    """The torch.autograd.Function, defined on first use so that importing flashattn needs no torch."""
+    global _Function
+    if _Function is None:
+        import torch
+
+        class FlashAttnFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, call):
+                out, lse = _core.forward(call, q, k, v)
+                ctx.save_for_backward(q, k, v, out, lse)
+                ctx.call = call
+                return out, lse
+
+            @staticmethod
+            def backward(ctx, dout, dlse):
+                q, k, v, out, lse = ctx.saved_tensors
+                dq, dk, dv = _core.backward(ctx.call, dout.contiguous() if dout.stride(-1) != 1 else dout, q, k, v,
+                                            out, lse)
+                return dq, dk, dv, None
+
+        FlashAttnFunction.__name__ = "FlashAttnFunction"
+        _Function = FlashAttnFunction
+    return _Function
+
+
+def _attention(q, k, v, return_attn_probs, **options):
+    options["seed"] = _torch_seed(options.get("dropout_p", 0.0), options.get("seed"), q)
+    call = _core.Call(q, **options)
+    if _wants_grad(q, k, v):
+        out, lse = _autograd().apply(q, k, v, call)
+    else:
+        out, lse = _core.forward(call, q, k, v)
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+    """Attention of q [batch, seqlen_q, heads, d] over k, v [batch, seqlen_k, heads_kv, d].
+    softmax_scale None: 1 / sqrt(d). causal: bottom-right aligned when seqlen_q != seqlen_k.
+    window_size (left, right), -1 unbounded. Returns out, or (out, softmax_lse [batch, heads,
+    seqlen_q] float32, None) with return_attn_probs."""
+    return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+    """flash_attn_func with kv [batch, seqlen_k, 2, heads_kv, d]."""
+    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, deterministic,
+                           return_attn_probs, seed=seed, offset=offset)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+    """flash_attn_func with qkv [batch, seqlen, 3, heads, d]."""
+    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
+                           deterministic, return_attn_probs, seed=seed, offset=offset)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
+                           return_attn_probs=False, *, seed=None, offset=0):
+    """Packed variable-length batches: q [total_q, heads, d], k, v [total_k, heads_kv, d],
+    cu_seqlens int32 [batch + 1]; softmax_lse [heads, total_q]."""
+    return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
+                      cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                      max_seqlen_k=max_seqlen_k)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
+                                    return_attn_probs=False, *, seed=None, offset=0):
+    """flash_attn_varlen_func with kv [total_k, 2, heads_kv, d]."""
+    return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  dropout_p, softmax_scale, causal, window_size, deterministic, return_attn_probs,
+                                  seed=seed, offset=offset)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), deterministic=False, return_attn_probs=False, *, seed=None,
+                                     offset=0):
+    """flash_attn_varlen_func with qkv [total, 3, heads, d] and one cu_seqlens."""
+    return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                  dropout_p, softmax_scale, causal, window_size, deterministic, return_attn_probs,
+                                  seed=seed, offset=offset)
+
+
+def block_sparse_attn_func(q, k, v, block_mask, block_size, dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+    """flash_attn_func restricted to a block mask: block_mask [rows, cols] or [heads, rows, cols]
+    (nonzero: query block r may attend key block c; one mask for every head or one per query
+    head), block_size (block_q, block_k). Empty blocks are skipped, so the cost follows the
+    density. Intersects causal and window masks."""
+    return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
+                      block_mask=block_mask, block_size=block_size)
+
+
+def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None, causal=False,
+                        window_size=(-1, -1), deterministic=False, *, seed=None, offset=0, cu_seqlens_q=None,
+                        cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, block_mask=None, block_size=None):
+    """dQ, dK, dV for the output gradient dout, from the forward's out and softmax_lse and the same
+    options (dropout: the same seed and offset). For NumPy arrays, and for torch without autograd."""
+    call = _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                      deterministic=deterministic, seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q,
+                      cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                      block_mask=block_mask, block_size=block_size)
+    return _core.backward(call, dout, q, k, v, out, softmax_lse)

@@ -1,0 +1,185 @@
+"""_capi.py: the C library (include/flashattn.h) through ctypes: the structures field for field,
+the library found and loaded once, contexts cached per (backend, device), and every status turned
+into a FlashAttnError carrying the library's status and message."""
+import ctypes as C
+import glob
+import os
+import sys
+import threading
+
+FA_MAX_DIMS = 4
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+STATUS_NAMES = ["FA_SUCCESS", "FA_ERR_INVALID_ARG", "FA_ERR_UNSUPPORTED", "FA_ERR_OUT_OF_MEMORY",
+                "FA_ERR_NO_BACKEND", "FA_ERR_NO_DEVICE", "FA_ERR_BACKEND", "FA_ERR_OVERFLOW", "FA_ERR_INTERNAL"]
+
+
+class Tensor(C.Structure):  # fa_tensor
+    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("ndim", C.c_int),
+                ("shape", C.c_int64 * FA_MAX_DIMS), ("stride", C.c_int64 * FA_MAX_DIMS)]
+
+
+class BlockMask(C.Structure):  # fa_block_mask
+    _fields_ = [("heads", C.c_int64), ("rows", C.c_int64), ("cols", C.c_int64),
+                ("block_q", C.c_int64), ("block_k", C.c_int64), ("bits", C.POINTER(C.c_uint8))]
+
+
+class Options(C.Structure):  # fa_options
+    _fields_ = [("softmax_scale", C.c_float), ("causal", C.c_int), ("window_left", C.c_int64),
+                ("window_right", C.c_int64), ("dropout_p", C.c_float), ("dropout_seed", C.c_uint64),
+                ("dropout_offset", C.c_uint64), ("block_mask", C.POINTER(BlockMask)), ("deterministic", C.c_int)]
+
+
+class Varlen(C.Structure):  # fa_varlen
+    _fields_ = [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p), ("batch", C.c_int64),
+                ("max_seqlen_q", C.c_int64), ("max_seqlen_k", C.c_int64)]
+
+
+class FwdArgs(C.Structure):  # fa_fwd_args
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor),
+                ("varlen", C.POINTER(Varlen)), ("opts", Options)]
+
+
+class BwdArgs(C.Structure):  # fa_bwd_args
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor), ("dout", Tensor),
+                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("varlen", C.POINTER(Varlen)), ("opts", Options)]
+
+
+class FlashAttnError(RuntimeError):
+    """A call the library refused or failed: .status is the fa_status name (FA_ERR_...), .code its
+    value, .message the library's explanation."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.status = STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else f"status {code}"
+        self.message = message
+        super().__init__(f"{self.status}: {message}")
+
+
+def _candidates():
+    """Where libflashattn may be, in order: $FLASHATTN_LIBRARY; beside this package (an editable
+    or in-tree layout); the wheel's library folder (meson-python puts the project's shared
+    libraries in site-packages/.flashattn.mesonpy.libs); the system's loader path."""
+    env = os.environ.get("FLASHATTN_LIBRARY")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    site = os.path.dirname(here)
+    for folder in (here, os.path.join(site, ".flashattn.mesonpy.libs")):
+        for name in sorted(glob.glob(os.path.join(folder, "libflashattn.so*")) +
+                           glob.glob(os.path.join(folder, "libflashattn*.dylib"))):
+            yield name
+    yield "libflashattn.so.0"
+
+
+_lib = None
+_lock = threading.Lock()
+
+
+def lib():
+    """The loaded library, its prototypes declared (once per process)."""
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        errors = []
+        for path in _candidates():
+            try:
+                L = C.CDLL(path)
+                break
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+        else:
+            raise ImportError("flashattn: cannot load libflashattn (set FLASHATTN_LIBRARY to its path): " +
+                              "; ".join(errors))
+        L.fa_version.restype = C.c_char_p
+        L.fa_status_string.restype = C.c_char_p
+        L.fa_status_string.argtypes = [C.c_int]
+        L.fa_context_create.argtypes = [C.POINTER(C.c_void_p), C.c_char_p, C.c_int]
+        L.fa_context_destroy.argtypes = [C.c_void_p]
+        L.fa_context_destroy.restype = None
+        L.fa_context_last_error.restype = C.c_char_p
+        L.fa_context_last_error.argtypes = [C.c_void_p]
+        L.fa_context_backend_name.restype = C.c_char_p
+        L.fa_context_backend_name.argtypes = [C.c_void_p]
+        L.fa_context_set_stream.argtypes = [C.c_void_p, C.c_void_p]
+        L.fa_forward.argtypes = [C.c_void_p, C.POINTER(FwdArgs)]
+        L.fa_backward.argtypes = [C.c_void_p, C.POINTER(BwdArgs)]
+        L.fa_options_default.restype = Options
+        L.fa_options_default.argtypes = []
+        L.fa_backend_count.restype = C.c_int
+        L.fa_backend_name.restype = C.c_char_p
+        L.fa_backend_name.argtypes = [C.c_int]
+        L.fa_device_count.argtypes = [C.c_char_p, C.POINTER(C.c_int)]
+        L.fa_block_mask_from_bitmap.argtypes = [C.POINTER(BlockMask), C.c_void_p, C.c_int64, C.c_int64, C.c_int64,
+                                                C.c_int64, C.c_int64]
+        L.fa_block_mask_create.argtypes = [C.POINTER(BlockMask), C.c_int, C.c_int64, C.c_int64, C.c_int64,
+                                           C.c_int64, C.c_int64, C.c_int64, C.c_double, C.c_uint64]
+        L.fa_block_mask_destroy.argtypes = [C.POINTER(BlockMask)]
+        L.fa_block_mask_destroy.restype = None
+        _lib = L
+        return L
+
+
+def status_message(code):
+    return lib().fa_status_string(code).decode()
+
+
+class Context:
+    """One fa_context (a backend and a device); calls on it are serialised by a lock."""
+
+    def __init__(self, backend, device):
+        L = lib()
+        self.ptr = C.c_void_p()
+        st = L.fa_context_create(C.byref(self.ptr), backend.encode(), device)
+        if st != 0:
+            raise FlashAttnError(st, f"cannot open backend '{backend}' device {device} ({status_message(st)})")
+        self.backend = L.fa_context_backend_name(self.ptr).decode()
+        self.lock = threading.Lock()
+
+    def check(self, st, what):
+        if st != 0:
+            msg = lib().fa_context_last_error(self.ptr)
+            raise FlashAttnError(st, f"{what}: {msg.decode() if msg else status_message(st)}")
+
+    def __del__(self):
+        if getattr(self, "ptr", None) and lib is not None and _lib is not None and not sys.is_finalizing():
+            _lib.fa_context_destroy(self.ptr)
+            self.ptr = None
+
+
+_contexts = {}
+
+
+def context(backend, device=0):
+    """The cached context for (backend, device)."""
+    key = (backend, device)
+    with _lock:
+        ctx = _contexts.get(key)
+    if ctx is None:
+        ctx = Context(backend, device)
+        with _lock:
+            ctx = _contexts.setdefault(key, ctx)
+    return ctx
+
+
+def backends():
+    """The backends compiled into the loaded library."""
+    L = lib()
+    return [L.fa_backend_name(i).decode() for i in range(L.fa_backend_count())]
+
+
+def tensor(data_ptr, dtype, shape, strides):
+    """An fa_tensor over memory at data_ptr; shape and strides in elements."""
+    t = Tensor()
+    t.data = data_ptr
+    t.dtype = dtype
+    t.ndim = len(shape)
+    for i, (n, s) in enumerate(zip(shape, strides)):
+        t.shape[i] = n
+        t.stride[i] = s
+    return t
+
+
+def empty_tensor():
+    return Tensor()

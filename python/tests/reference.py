@@ -1,0 +1,108 @@
+"""reference.py: float64 attention and its gradients (the oracle), and the plain same-precision
+implementation whose error sets the tolerance, as the C suite does (tests/conformance/harness.c,
+backends/cpu/reference.c): a result passes when its error against float64 is within 2x (forward)
+or 3x (gradients) the plain implementation's error, plus 1e-5 x max(1, |reference|)."""
+import numpy as np
+
+
+def visible(sq, sk, causal, window, block=None, heads=1):
+    """[heads or 1, sq, sk] bool: the keys each query sees (bottom-right aligned causal / window,
+    then the block mask (rows, cols, block_q, block_k) expanded)."""
+    i = np.arange(sq)[:, None]
+    j = np.arange(sk)[None, :]
+    off = sk - sq
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    ok = np.ones((sq, sk), dtype=bool)
+    if left >= 0:
+        ok &= j >= i + off - left
+    if right >= 0:
+        ok &= j <= i + off + right
+    ok = ok[None]
+    if block is not None:
+        bits, bq, bk = block
+        bits = np.asarray(bits, dtype=bool)
+        if bits.ndim == 2:
+            bits = bits[None]
+        expanded = bits[:, (np.arange(sq) // bq)[:, None], (np.arange(sk) // bk)[None, :]]
+        ok = ok & expanded
+    return ok
+
+
+def _probs(q, k, scale, vis, dt):
+    """P [heads, sq, sk] and LSE [heads, sq] of one sequence in arithmetic type dt (float64 for
+    the reference, float32 for the plain implementation); q [sq, h, d], k [sk, hk, d]."""
+    h, hk = q.shape[1], k.shape[1]
+    kk = np.repeat(k.astype(dt), h // hk, axis=1)
+    s = np.einsum("ihd,jhd->hij", q.astype(dt), kk) * dt(scale)
+    s = np.where(vis, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    e = np.exp(s - m)
+    l = e.sum(-1, keepdims=True)
+    p = np.where(l > 0, e / np.where(l > 0, l, 1), 0)
+    lse = np.where(l[..., 0] > 0, (m + np.log(np.where(l > 0, l, 1)))[..., 0], -np.inf)
+    return p.astype(dt), lse
+
+
+def _round(x, dtype):
+    return x.astype(dtype).astype(np.float32) if dtype != np.float32 else x.astype(np.float32)
+
+
+def attention(q, k, v, scale, vis, dtype=None):
+    """O [sq, h, d] and LSE [h, sq] of one sequence: float64 when dtype is None, else the plain
+    implementation (float32 arithmetic, P and O rounded to dtype)."""
+    dt = np.float64 if dtype is None else np.float32
+    p, lse = _probs(q, k, scale, vis, dt)
+    h, hk = q.shape[1], k.shape[1]
+    vv = np.repeat(v.astype(dt), h // hk, axis=1)
+    if dtype is not None:
+        p = _round(p, dtype)
+    o = np.einsum("hij,jhd->ihd", p, vv)
+    if dtype is not None:
+        o = _round(o, dtype)
+    return o.astype(np.float64), lse.astype(np.float64)
+
+
+def gradients(q, k, v, do, scale, vis, dtype=None):
+    """dQ, dK, dV of one sequence, float64 or the plain implementation (as attention())."""
+    dt = np.float64 if dtype is None else np.float32
+    p, _ = _probs(q, k, scale, vis, dt)
+    h, hk = q.shape[1], k.shape[1]
+    g = h // hk
+    kk, vv = np.repeat(k.astype(dt), g, axis=1), np.repeat(v.astype(dt), g, axis=1)
+    do_, q_ = do.astype(dt), q.astype(dt)
+    dp = np.einsum("ihd,jhd->hij", do_, vv)
+    pr = _round(p, dtype) if dtype is not None else p
+    if dtype is not None:
+        dp = _round(dp, dtype)
+    dv = np.einsum("hij,ihd->jhd", pr, do_)
+    dsum = (p * dp).sum(-1, keepdims=True)
+    ds = p * (dp - dsum)
+    if dtype is not None:
+        ds = _round(ds, dtype)
+    ds = ds * dt(scale)
+    dq = np.einsum("hij,jhd->ihd", ds, kk)
+    dk = np.einsum("hij,ihd->jhd", ds, q_)
+    sq, sk, d = q.shape[0], k.shape[0], q.shape[2]
+    dk = dk.reshape(sk, hk, g, d).sum(2)
+    dv = dv.reshape(sk, hk, g, d).sum(2)
+    out = [dq, dk, dv]
+    if dtype is not None:
+        out = [_round(x, dtype) for x in out]
+    return [x.astype(np.float64) for x in out]
+
+
+def error(x, ref):
+    """max |x - ref| over finite reference entries, and whether x is finite where ref is."""
+    x = np.asarray(x, dtype=np.float64)
+    fin = np.isfinite(ref)
+    ok = bool(np.all(np.isfinite(x[fin])))
+    err = float(np.max(np.abs(x[fin] - ref[fin]))) if fin.any() else 0.0
+    return err, ok
+
+
+def bound(factor, naive_err, ref):
+    fin = np.abs(ref[np.isfinite(ref)])
+    return factor * naive_err + 1e-5 * max(1.0, float(fin.max()) if fin.size else 1.0)

@@ -1,0 +1,202 @@
+"""The Python package on NumPy arrays (the CPU backend): outputs and gradients against float64
+with the C suite's pass rule (reference.py), the packed and varlen variants, block masks,
+dropout's determinism and its gradients, and bad input."""
+import numpy as np
+import pytest
+
+import flashattn as fa
+import reference as ref
+
+DTYPES = [np.float32, np.float16]
+try:
+    import ml_dtypes
+
+    DTYPES.append(ml_dtypes.bfloat16)
+except ImportError:  # bfloat16 arrays need ml_dtypes; without it those cases do not exist
+    pass
+
+
+def inputs(rng, b, sq, sk, h, hk, d, dtype):
+    q = rng.standard_normal((b, sq, h, d)).astype(dtype)
+    k = rng.standard_normal((b, sk, hk, d)).astype(dtype)
+    v = rng.standard_normal((b, sk, hk, d)).astype(dtype)
+    do = rng.standard_normal((b, sq, h, d)).astype(dtype)
+    return q, k, v, do
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def check_forward(o, lse, q, k, v, scale, vis_of, dtype):
+    """o [b, sq, h, d], lse [b, h, sq] against float64, per sequence"""
+    for bi in range(q.shape[0]):
+        vis = vis_of(bi)
+        ro, rl = ref.attention(f64(q[bi]), f64(k[bi]), f64(v[bi]), scale, vis)
+        no, nl = ref.attention(q[bi].astype(np.float32), k[bi].astype(np.float32), v[bi].astype(np.float32), scale,
+                               vis, dtype)
+        err, ok = ref.error(o[bi], ro)
+        assert ok, "O not finite where the reference is"
+        assert err <= ref.bound(2.0, ref.error(no, ro)[0], ro), f"O error {err}"
+        rl_masked = rl == -np.inf
+        assert np.array_equal(lse[bi] == -np.inf, rl_masked), "LSE -inf exactly on fully masked rows"
+        err, _ = ref.error(lse[bi], rl)
+        assert err <= ref.bound(2.0, ref.error(nl, rl)[0], rl), f"LSE error {err}"
+
+
+def check_backward(grads, q, k, v, do, scale, vis_of, dtype):
+    for bi in range(q.shape[0]):
+        vis = vis_of(bi)
+        rg = ref.gradients(f64(q[bi]), f64(k[bi]), f64(v[bi]), f64(do[bi]), scale, vis)
+        ng = ref.gradients(*(x[bi].astype(np.float32) for x in (q, k, v, do)), scale, vis, dtype)
+        for name, g, r, n in zip(("dQ", "dK", "dV"), grads, rg, ng):
+            err, ok = ref.error(g[bi], r)
+            assert ok, f"{name} not finite"
+            assert err <= ref.bound(3.0, ref.error(n, r)[0], r), f"{name} error {err}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("d", [32, 64, 100])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dense(dtype, d, causal):
+    rng = np.random.default_rng(d + 7 * causal)
+    b, sq, sk, h, hk = 2, 77, 96, 4, 2
+    q, k, v, do = inputs(rng, b, sq, sk, h, hk, d, dtype)
+    scale = 1.0 / np.sqrt(d)
+    o, lse, probs = fa.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert probs is None and o.dtype == q.dtype and o.shape == q.shape and lse.shape == (b, h, sq)
+    vis = ref.visible(sq, sk, causal, (-1, -1))
+    check_forward(o, lse, q, k, v, scale, lambda bi: vis, dtype)
+    grads = fa.flash_attn_backward(do, q, k, v, o, lse, causal=causal)
+    check_backward(grads, q, k, v, do, scale, lambda bi: vis, dtype)
+
+
+@pytest.mark.parametrize("window", [(16, 0), (8, 8), (-1, 5)])
+def test_window_scale_mqa(window):
+    rng = np.random.default_rng(3)
+    q, k, v, do = inputs(rng, 1, 64, 64, 4, 1, 64, np.float32)
+    scale = 0.3
+    o, lse, _ = fa.flash_attn_func(q, k, v, softmax_scale=scale, window_size=window, return_attn_probs=True)
+    vis = ref.visible(64, 64, False, window)
+    check_forward(o, lse, q, k, v, scale, lambda bi: vis, np.float32)
+    grads = fa.flash_attn_backward(do, q, k, v, o, lse, softmax_scale=scale, window_size=window, deterministic=True)
+    check_backward(grads, q, k, v, do, scale, lambda bi: vis, np.float32)
+
+
+def test_fully_masked_rows():
+    """seqlen_q > seqlen_k with causal: the first rows see no key: O = 0, LSE = -inf, no NaN"""
+    rng = np.random.default_rng(4)
+    q, k, v, do = inputs(rng, 1, 40, 24, 2, 2, 32, np.float32)
+    o, lse, _ = fa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert np.all(o[0, :16] == 0) and np.all(lse[0, :, :16] == -np.inf)
+    grads = fa.flash_attn_backward(do, q, k, v, o, lse, causal=True)
+    assert all(np.all(np.isfinite(g)) for g in grads)
+    check_forward(o, lse, q, k, v, 32 ** -0.5, lambda bi: ref.visible(40, 24, True, (-1, -1)), np.float32)
+
+
+def test_packed_variants_match():
+    rng = np.random.default_rng(5)
+    q, k, v, _ = inputs(rng, 2, 50, 50, 4, 4, 64, np.float16)
+    o = fa.flash_attn_func(q, k, v, causal=True)
+    kv = np.ascontiguousarray(np.stack([k, v], axis=2))
+    qkv = np.ascontiguousarray(np.stack([q, k, v], axis=2))
+    np.testing.assert_array_equal(fa.flash_attn_kvpacked_func(q, kv, causal=True), o)
+    np.testing.assert_array_equal(fa.flash_attn_qkvpacked_func(qkv, causal=True), o)
+
+
+def test_varlen():
+    rng = np.random.default_rng(6)
+    lens_q, lens_k = [5, 33, 0, 70], [9, 33, 12, 64]
+    h, hk, d = 4, 2, 64
+    cu_q, cu_k = np.cumsum([0] + lens_q).astype(np.int32), np.cumsum([0] + lens_k).astype(np.int32)
+    q = rng.standard_normal((cu_q[-1], h, d)).astype(np.float32)
+    k = rng.standard_normal((cu_k[-1], hk, d)).astype(np.float32)
+    v = rng.standard_normal((cu_k[-1], hk, d)).astype(np.float32)
+    do = rng.standard_normal(q.shape).astype(np.float32)
+    o, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                          return_attn_probs=True)
+    assert lse.shape == (h, cu_q[-1])
+    dq, dk, dv = fa.flash_attn_backward(do, q, k, v, o, lse, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                        max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
+    for s in range(len(lens_q)):
+        a, e, c, f = cu_q[s], cu_q[s + 1], cu_k[s], cu_k[s + 1]
+        if e == a:
+            continue
+        seq = lambda x, lo, hi: x[None, lo:hi]
+        vis = ref.visible(e - a, f - c, True, (-1, -1))
+        check_forward(seq(o, a, e), lse[None, :, a:e], seq(q, a, e), seq(k, c, f), seq(v, c, f), d ** -0.5,
+                      lambda bi: vis, np.float32)
+        check_backward((seq(dq, a, e), seq(dk, c, f), seq(dv, c, f)), seq(q, a, e), seq(k, c, f), seq(v, c, f),
+                       seq(do, a, e), d ** -0.5, lambda bi: vis, np.float32)
+    qkv = np.ascontiguousarray(np.stack([q, q, q], axis=1))
+    o2 = fa.flash_attn_varlen_qkvpacked_func(qkv, cu_q, max(lens_q))
+    np.testing.assert_array_equal(o2, fa.flash_attn_varlen_func(q, q, q, cu_q, cu_q, max(lens_q), max(lens_q)))
+
+
+def test_block_sparse():
+    rng = np.random.default_rng(8)
+    q, k, v, do = inputs(rng, 1, 96, 96, 2, 2, 64, np.float32)
+    bits = rng.random((3, 3)) < 0.5
+    bits[np.arange(3), np.arange(3)] = True
+    o, lse, _ = fa.block_sparse_attn_func(q, k, v, bits, (32, 32), return_attn_probs=True)
+    vis = ref.visible(96, 96, False, (-1, -1), (bits, 32, 32))
+    check_forward(o, lse, q, k, v, 64 ** -0.5, lambda bi: vis, np.float32)
+    grads = fa.flash_attn_backward(do, q, k, v, o, lse, block_mask=bits, block_size=(32, 32))
+    check_backward(grads, q, k, v, do, 64 ** -0.5, lambda bi: vis, np.float32)
+    dense = fa.block_sparse_attn_func(q, k, v, np.ones((3, 3), dtype=bool), (32, 32))
+    np.testing.assert_allclose(dense, fa.flash_attn_func(q, k, v), atol=1e-6)
+
+
+def test_dropout_deterministic_and_gradients():
+    rng = np.random.default_rng(9)
+    q, k, v, do = inputs(rng, 1, 32, 32, 2, 2, 32, np.float32)
+    o1, lse, _ = fa.flash_attn_func(q, k, v, dropout_p=0.3, seed=11, return_attn_probs=True)
+    o2 = fa.flash_attn_func(q, k, v, dropout_p=0.3, seed=11)
+    o3 = fa.flash_attn_func(q, k, v, dropout_p=0.3, seed=12)
+    np.testing.assert_array_equal(o1, o2)
+    assert not np.array_equal(o1, o3)
+    assert not np.allclose(o1, fa.flash_attn_func(q, k, v), atol=1e-3)
+    # the backward regenerates the same mask: d/dt of sum(O(x + t u) * dO) at t = 0, by central
+    # differences of the forward in float64 terms, matches sum(dX * u)
+    dq, dk, dv = fa.flash_attn_backward(do, q, k, v, o1, lse, dropout_p=0.3, seed=11)
+    u = [rng.standard_normal(x.shape).astype(np.float32) for x in (q, k, v)]
+    t = 1e-2
+    f = lambda s: float(np.sum(f64(fa.flash_attn_func(*(x + s * du for x, du in zip((q, k, v), u)), dropout_p=0.3,
+                                                       seed=11)) * f64(do)))
+    numeric = (f(t) - f(-t)) / (2 * t)
+    analytic = sum(float(np.sum(f64(g) * f64(du))) for g, du in zip((dq, dk, dv), u))
+    assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(analytic)), (numeric, analytic)
+
+
+def test_bad_input():
+    rng = np.random.default_rng(10)
+    q, k, v, _ = inputs(rng, 1, 16, 16, 2, 2, 32, np.float32)
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.flash_attn_func(q, k[..., :16], v)
+    assert e.value.status == "FA_ERR_INVALID_ARG" and "shape" in e.value.message
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.flash_attn_func(q, k[:, :, :1], v)  # heads_kv differ between k and v
+    assert e.value.status == "FA_ERR_INVALID_ARG"
+    with pytest.raises(fa.FlashAttnError) as e:
+        big = rng.standard_normal((1, 4, 2, 300)).astype(np.float32)
+        fa.flash_attn_func(big, big, big)
+    assert e.value.status in ("FA_ERR_UNSUPPORTED", "FA_ERR_INVALID_ARG")
+    with pytest.raises(TypeError):
+        fa.flash_attn_func(q.astype(np.float64), k, v)
+    with pytest.raises(ValueError):
+        fa.flash_attn_func(q, k, v, dropout_p=0.1)  # NumPy dropout needs a seed
+    with pytest.raises(ValueError):
+        fa.flash_attn_func(q, k, v, dropout_p=1.0, seed=1)
+    with pytest.raises(ValueError):
+        fa.flash_attn_func(q[0], k[0], v[0])
+    with pytest.raises(fa.FlashAttnError):  # non-contiguous last dimension
+        fa.flash_attn_func(q[..., ::2], k[..., ::2], v[..., ::2])
+    nan_q = q.copy()
+    nan_q[0, 3, 1, 5] = np.nan
+    o = fa.flash_attn_func(nan_q, k, v)
+    assert np.all(np.isnan(o[0, 3, 1])) and np.all(np.isfinite(np.delete(o[0], 3, axis=0)))
+
+
+def test_library_info():
+    assert fa.library_version() == "0.1.0"
+    assert "cpu" in fa.backends()
