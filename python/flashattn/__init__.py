@@ -6,7 +6,9 @@ heads_kv, d] (heads a multiple of heads_kv: GQA/MQA), varlen q [total_q, heads, 
 cu_seqlens of batch + 1 offsets. They take NumPy arrays (the CPU backend; float32, float16, and
 bfloat16 from ml_dtypes) and torch tensors (CPU tensors on the CPU backend, CUDA tensors on the
 CUDA backend, on the current stream, no copies). With torch, gradients flow through
-torch.autograd; with NumPy, flash_attn_backward gives dQ, dK, dV.
+torch.autograd, and the dense functions are torch.library custom operators (flashattn::fwd,
+flashattn::bwd) that torch.compile traces without graph breaks (varlen and block-sparse calls
+break the graph); with NumPy, flash_attn_backward gives dQ, dK, dV.
 
 Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= with
 NumPy (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
@@ -14,8 +16,23 @@ return_attn_probs=True returns (out, softmax_lse, None): the attention probabili
 materialised; alibi_slopes and softcap are not supported. Bad input raises FlashAttnError (a
 RuntimeError) with the library's status and message, or ValueError / TypeError for what Python
 checks first."""
+import importlib
+import os
+
 from . import _capi, _core
 from ._capi import FlashAttnError, backends
+
+# The torch custom operators (torch.compile traces through them) where torch is installed;
+# FLASHATTN_NO_TORCH=1 keeps torch out of the import (NumPy only).
+try:
+    if os.environ.get("FLASHATTN_NO_TORCH"):
+        raise ImportError("FLASHATTN_NO_TORCH")
+    import torch as _torch_module  # noqa: F401 (only whether it is there)
+except ImportError:
+    _torch_module = None
+# (no name _torch may exist in this module before this line: `from . import` would return it
+# instead of importing the submodule)
+_torch = importlib.import_module("._torch", __name__) if _torch_module is not None else None
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "block_sparse_attn_func",
@@ -87,6 +104,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     softmax_scale None: 1 / sqrt(d). causal: bottom-right aligned when seqlen_q != seqlen_k.
     window_size (left, right), -1 unbounded. Returns out, or (out, softmax_lse [batch, heads,
     seqlen_q] float32, None) with return_attn_probs."""
+    if _torch is not None and _core._is_torch(q):  # the custom operator (autograd and torch.compile)
+        seed = _torch_seed(dropout_p, seed, q)
+        out, lse = _torch.attention(q, k, v, dropout_p, softmax_scale, causal, window_size, deterministic, seed, offset)
+        return (out, lse, None) if return_attn_probs else out
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, deterministic=deterministic, seed=seed, offset=offset)
 

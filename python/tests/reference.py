@@ -47,7 +47,17 @@ def _probs(q, k, scale, vis, dt):
 
 
 def _round(x, dtype):
-    return x.astype(dtype).astype(np.float32) if dtype != np.float32 else x.astype(np.float32)
+    """x rounded to dtype (float16, bfloat16 given as ml_dtypes' type or the string "bfloat16",
+    float32: unchanged), returned as float32; bfloat16 by round-to-nearest-even on the bits, so
+    ml_dtypes is not needed."""
+    x = np.asarray(x, dtype=np.float32)
+    if dtype is np.float32 or dtype == np.float32:
+        return x
+    if (dtype if isinstance(dtype, str) else np.dtype(dtype).name) == "bfloat16":
+        b = x.view(np.uint32).astype(np.uint64)
+        b = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+        return b.astype(np.uint32).view(np.float32)
+    return x.astype(dtype).astype(np.float32)
 
 
 def attention(q, k, v, scale, vis, dtype=None):

@@ -1,0 +1,198 @@
+"""The Python package on torch tensors: CPU tensors (the CPU backend) and, where a GPU is present,
+CUDA tensors (the CUDA backend, current stream): outputs and gradients through autograd against
+float64 with the C suite's pass rule, the custom operators under torch.compile(fullgraph=True),
+agreement with torch's scaled_dot_product_attention, dropout from torch's generator. Skipped as
+a whole where torch is not installed, the CUDA cases where there is no GPU."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashattn as fa  # noqa: E402
+import reference as ref  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: GPU cases not run")
+
+
+def f64(t):
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+def rounding(dtype):
+    return {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: "bfloat16"}[dtype]
+
+
+def make(b, sq, sk, h, hk, d, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)
+    q, k, v, do = mk(b, sq, h, d), mk(b, sk, hk, d), mk(b, sk, hk, d), mk(b, sq, h, d)
+    return q, k, v, do
+
+
+def check(out, lse, grads, q, k, v, do, scale, vis, dtype):
+    """per sequence: O and LSE (2x the plain implementation's error) and dQ, dK, dV (3x)"""
+    rd = rounding(dtype)
+    for bi in range(q.shape[0]):
+        args64 = [f64(x[bi]) for x in (q, k, v)]
+        args32 = [a.astype(np.float32) for a in args64]
+        ro, rl = ref.attention(*args64, scale, vis)
+        no, nl = ref.attention(*args32, scale, vis, rd)
+        err, ok = ref.error(f64(out[bi]), ro)
+        assert ok and err <= ref.bound(2.0, ref.error(no, ro)[0], ro), f"O error {err}"
+        if lse is not None:
+            err, _ = ref.error(f64(lse[bi]), rl)
+            assert err <= ref.bound(2.0, ref.error(nl, rl)[0], rl), f"LSE error {err}"
+        if grads is None:
+            continue
+        rg = ref.gradients(*args64, f64(do[bi]), scale, vis)
+        ng = ref.gradients(*args32, f64(do[bi]).astype(np.float32), scale, vis, rd)
+        for name, gr, r, n in zip(("dQ", "dK", "dV"), grads, rg, ng):
+            err, ok = ref.error(f64(gr[bi]), r)
+            assert ok and err <= ref.bound(3.0, ref.error(n, r)[0], r), f"{name} error {err}"
+
+
+def dtypes_of(device):
+    return [torch.float32] if device == "cpu" else [torch.float16, torch.bfloat16]
+
+
+CASES = [(d, dt, c) for d in ("cpu", "cuda") for dt in (dtypes_of(d) if d in DEVICES else []) for c in (False, True)]
+
+
+@pytest.mark.parametrize("device,dtype,causal", CASES, ids=lambda x: str(x).replace("torch.", ""))
+@pytest.mark.parametrize("hd", [64, 128])
+def test_autograd(device, dtype, causal, hd):
+    b, sq, sk, h, hk = 2, 100, 130, 4, 2
+    q, k, v, do = make(b, sq, sk, h, hk, hd, dtype, device, seed=hd + causal)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    out, lse, _ = fa.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert out.device == q.device and out.dtype == dtype and lse.shape == (b, h, sq)
+    out.backward(do)
+    check(out, lse, (q.grad, k.grad, v.grad), q, k, v, do, hd ** -0.5, ref.visible(sq, sk, causal, (-1, -1)), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_varlen_and_block_sparse_autograd(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    lens = [7, 64, 33]
+    cu = torch.tensor(np.cumsum([0] + lens), dtype=torch.int32, device=device)
+    q, k, v, do = (x[0] for x in make(1, sum(lens), sum(lens), 2, 2, 64, dtype, device, seed=3))
+    for x in (q, k, v):
+        x.requires_grad_()
+    out = fa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+    out.backward(do)
+    for s in range(len(lens)):
+        a, e = int(cu[s]), int(cu[s + 1])
+        sl = lambda x: x[None, a:e]
+        check(sl(out), None, (sl(q.grad), sl(k.grad), sl(v.grad)), sl(q), sl(k), sl(v), sl(do), 0.125,
+              ref.visible(e - a, e - a, True, (-1, -1)), dtype)
+    q2, k2, v2, do2 = make(1, 128, 128, 2, 2, 64, dtype, device, seed=4)
+    for x in (q2, k2, v2):
+        x.requires_grad_()
+    bits = torch.tensor([[1, 0, 1, 0], [0, 1, 0, 0], [1, 1, 1, 0], [0, 0, 1, 1]], dtype=torch.bool)
+    out2 = fa.block_sparse_attn_func(q2, k2, v2, bits, (32, 32))
+    out2.backward(do2)
+    check(out2, None, (q2.grad, k2.grad, v2.grad), q2, k2, v2, do2, 0.125,
+          ref.visible(128, 128, False, (-1, -1), (bits.numpy(), 32, 32)), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
+    """a small attention model compiled with fullgraph=True: no graph break, and the same outputs
+    and gradients as eager"""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self, dim, heads):
+            super().__init__()
+            self.heads = heads
+            self.qkv = torch.nn.Linear(dim, 3 * dim)
+            self.proj = torch.nn.Linear(dim, dim)
+
+        def forward(self, x):
+            b, s, dim = x.shape
+            qkv = self.qkv(x).view(b, s, 3, self.heads, dim // self.heads)
+            y = fa.flash_attn_qkvpacked_func(qkv, causal=True)
+            return x + self.proj(y.reshape(b, s, dim))
+
+    model = Block(256, 4).to(device=device, dtype=dtype)
+    x = torch.randn(2, 96, 256, device=device, dtype=dtype)
+    eager = model(x)
+    eager.float().square().mean().backward()
+    g_eager = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    y = compiled(x)
+    y.float().square().mean().backward()
+    tol = dict(rtol=0, atol=0) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(y, eager, **tol)
+    for a, b in zip((p.grad for p in model.parameters()), g_eager):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_agrees_with_sdpa(dtype):
+    """ours and torch's scaled_dot_product_attention both within the pass rule of float64, and
+    within twice that of each other"""
+    q, k, v, do = make(2, 256, 256, 8, 8, 128, dtype, "cuda", seed=5)
+    ours = fa.flash_attn_func(q, k, v, causal=True)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                            is_causal=True).transpose(1, 2)
+    vis = ref.visible(256, 256, True, (-1, -1))
+    check(ours, None, None, q, k, v, do, 128 ** -0.5, vis, dtype)
+    ro, _ = ref.attention(f64(q[0]), f64(k[0]), f64(v[0]), 128 ** -0.5, vis)
+    no, _ = ref.attention(*(f64(x[0]).astype(np.float32) for x in (q, k, v)), 128 ** -0.5, vis, rounding(dtype))
+    b = ref.bound(2.0, ref.error(no, ro)[0], ro)
+    assert float((ours[0].float() - sdpa[0].float()).abs().max()) <= 2 * b
+
+
+@needs_gpu
+def test_current_stream():
+    q, k, v, _ = make(1, 512, 512, 4, 4, 64, torch.bfloat16, "cuda", seed=6)
+    expected = fa.flash_attn_func(q, k, v)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = fa.flash_attn_func(q, k, v)
+    s.synchronize()
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_from_torch_generator(device):
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v, do = make(1, 64, 64, 2, 2, 64, dtype, device, seed=7)
+    torch.manual_seed(123)
+    a = fa.flash_attn_func(q, k, v, dropout_p=0.2)
+    torch.manual_seed(123)
+    b = fa.flash_attn_func(q, k, v, dropout_p=0.2)
+    c = fa.flash_attn_func(q, k, v, dropout_p=0.2)  # the generator has moved on
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.equal(a, c)
+    for x in (q, k, v):
+        x.requires_grad_()
+    # autograd's backward regenerates the forward's mask: the same gradients as an explicit
+    # backward with that seed (deterministic, so bitwise)
+    out = fa.flash_attn_func(q, k, v, dropout_p=0.2, seed=5, deterministic=True)
+    out.backward(do)
+    lse = fa.flash_attn_func(q.detach(), k.detach(), v.detach(), dropout_p=0.2, seed=5, return_attn_probs=True)[1]
+    dq, dk, dv = fa.flash_attn_backward(do, q.detach(), k.detach(), v.detach(), out.detach(), lse, dropout_p=0.2,
+                                        seed=5, deterministic=True)
+    torch.testing.assert_close(q.grad, dq, rtol=0, atol=0)
+    torch.testing.assert_close(k.grad, dk, rtol=0, atol=0)
+    torch.testing.assert_close(v.grad, dv, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_errors(device):
+    q, k, v, _ = make(1, 16, 16, 2, 2, 64, torch.float32 if device == "cpu" else torch.float16, device)
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.flash_attn_func(q, k[..., :32], v)
+    assert e.value.status == "FA_ERR_INVALID_ARG"
+    with pytest.raises(TypeError):
+        fa.flash_attn_func(q.double(), k.double(), v.double())
+    if device == "cuda":
+        with pytest.raises((ValueError, RuntimeError)):
+            fa.flash_attn_func(q, k.cpu(), v.cpu())
