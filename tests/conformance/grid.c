@@ -74,6 +74,26 @@ int conf_grid(conf_case *cases, int max, int full)
             ADD(c);
         }
 
+    /* long backward walks (full grid): more query tiles per key block than a kernel keeps stages
+     * for (the Hopper backward's ring of 3 holds 3 x 64 query rows at d 128, 3 x 128 at d 64), at
+     * the tensor-core head dims and dtypes, with GQA, causal and not */
+    static const int64_t long_dims[] = {64, 128};
+    for (int i = 0; i < 2 && full; ++i)
+        for (int causal = 0; causal < 2; ++causal) {
+            snprintf(name, sizeof name, "longbwd-d%lld%s", (long long)long_dims[i], causal ? "-causal" : "");
+            conf_case c = conf_case_default(name);
+            c.dtype = i == 0 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+            c.d = long_dims[i];
+            c.batch = 1;
+            c.heads_q = 4;
+            c.heads_kv = 2;
+            c.seqlen_q = 600;
+            c.seqlen_k = 700;
+            c.causal = causal;
+            c.backward = 1;
+            ADD(c);
+        }
+
     /* GQA / MQA ratios 1, 2, 8 with batch > 1 */
     static const int64_t kv_heads[] = {8, 4, 1};
     for (int i = 0; i < 3; ++i)
