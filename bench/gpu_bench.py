@@ -25,6 +25,7 @@ usage: python3 bench/gpu_bench.py --lib build/libflashattn.so [--seqlens 1024,40
 import argparse
 import ctypes as C
 import math
+import os
 import sys
 
 import torch
@@ -40,30 +41,9 @@ FA_ERR_UNSUPPORTED = 2
 FA_BLOCK_RANDOM = 4  # fa_block_pattern: DENSE, BUTTERFLY, LOCAL, STRIDED, RANDOM
 
 
-class Tensor(C.Structure):  # fa_tensor
-    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("ndim", C.c_int),
-                ("shape", C.c_int64 * 4), ("stride", C.c_int64 * 4)]
-
-
-class BlockMask(C.Structure):  # fa_block_mask
-    _fields_ = [("heads", C.c_int64), ("rows", C.c_int64), ("cols", C.c_int64),
-                ("block_q", C.c_int64), ("block_k", C.c_int64), ("bits", C.POINTER(C.c_uint8))]
-
-
-class Options(C.Structure):  # fa_options
-    _fields_ = [("softmax_scale", C.c_float), ("causal", C.c_int), ("window_left", C.c_int64),
-                ("window_right", C.c_int64), ("dropout_p", C.c_float), ("dropout_seed", C.c_uint64),
-                ("dropout_offset", C.c_uint64), ("block_mask", C.c_void_p), ("deterministic", C.c_int)]
-
-
-class FwdArgs(C.Structure):  # fa_fwd_args
-    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor),
-                ("varlen", C.c_void_p), ("opts", Options)]
-
-
-class BwdArgs(C.Structure):  # fa_bwd_args
-    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor), ("dout", Tensor),
-                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("varlen", C.c_void_p), ("opts", Options)]
+# the structures of include/flashattn.h, from the Python package (python/flashattn/_capi.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from flashattn._capi import BlockMask, BwdArgs, FwdArgs, Options, Tensor  # noqa: E402
 
 
 class PlanInfo(C.Structure):  # fa_plan_info
@@ -138,7 +118,7 @@ class Library:
         a.opts = self.lib.fa_options_default()
         a.opts.causal = int(causal)
         if mask is not None:
-            a.opts.block_mask = C.addressof(mask)  # the caller keeps mask alive
+            a.opts.block_mask = C.pointer(mask)  # the caller keeps mask alive
         return a
 
     def bwd_args(self, q, k, v, o, lse, do, dq, dk, dv, causal, mask=None):
@@ -149,7 +129,7 @@ class Library:
         a.opts = self.lib.fa_options_default()
         a.opts.causal = int(causal)
         if mask is not None:
-            a.opts.block_mask = C.addressof(mask)
+            a.opts.block_mask = C.pointer(mask)
         return a
 
     def variant(self, args, backward):

@@ -83,7 +83,6 @@ def _autograd():
                                             out, lse)
                 return dq, dk, dv, None
 
-        FlashAttnFunction.__name__ = "FlashAttnFunction"
         _Function = FlashAttnFunction
     return _Function
 

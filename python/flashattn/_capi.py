@@ -143,7 +143,7 @@ class Context:
             raise FlashAttnError(st, f"{what}: {msg.decode() if msg else status_message(st)}")
 
     def __del__(self):
-        if getattr(self, "ptr", None) and lib is not None and _lib is not None and not sys.is_finalizing():
+        if getattr(self, "ptr", None) and _lib is not None and not sys.is_finalizing():
             _lib.fa_context_destroy(self.ptr)
             self.ptr = None
 
@@ -180,6 +180,3 @@ def tensor(data_ptr, dtype, shape, strides):
         t.stride[i] = s
     return t
 
-
-def empty_tensor():
-    return Tensor()
