@@ -181,7 +181,8 @@ FA_API int fa_context_device(const fa_context *ctx);
 /* The last error's message ("" after success); valid until the next call on ctx. */
 FA_API const char *fa_context_last_error(const fa_context *ctx);
 /* GPU backends: the stream to run on (cudaStream_t, hipStream_t); NULL restores the context's
- * own. The CPU and OpenCL backends accept only NULL (OpenCL: one in-order queue per context,
+ * own, a non-blocking stream that is not ordered with the legacy default stream: to run there
+ * (PyTorch's default stream, which it names 0), pass cudaStreamLegacy. The CPU and OpenCL backends accept only NULL (OpenCL: one in-order queue per context,
  * owned by the library, since buffers belong to the context's own cl_context). */
 FA_API fa_status fa_context_set_stream(fa_context *ctx, void *stream);
 /* CPU backend: worker threads (0 = FLASHATTN_NUM_THREADS or the number of online processors).

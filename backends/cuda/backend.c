@@ -1,8 +1,8 @@
 /* backend.c: the CUDA backend's table: the chooser (which kernel family and instance runs a
  * problem, or why none does) and the launch glue; devices, streams, memory and errors are the
  * host glue it shares with the HIP backend (backends/portable/host.h). Three kernel families:
- * sm90/ (Hopper wgmma, cc 9.0 exactly: the forward of plain fp16/bf16 calls, and under
- * FLASHATTN_CUDA_KERNELS=sm90 the non-deterministic backward), sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT kernels of
+ * sm90/ (Hopper wgmma, cc 9.0 exactly: the forward of plain fp16/bf16 calls and the
+ * non-deterministic backward), sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT kernels of
  * backends/portable/ (any dtype, any head dim up to 256, any compute capability), which run what
  * the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every CUDA call is checked; errors reach the
  * caller as FA_ERR_BACKEND with the CUDA error's name. */
@@ -75,7 +75,7 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
     snprintf(caps->notes, sizeof caps->notes,
              "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128); cc 9.0 wgmma fwd without dropout/block mask, d "
-             "64/128/256 (else sm80); wgmma bwd opt-in (sm90); portable for the rest; "
+             "64/128/256, non-deterministic bwd d 64/128 (else sm80); portable for the rest; "
              "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated forces a family");
 }
 
@@ -147,13 +147,10 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     const int want = gs->kernels == GPU_KERNELS_SM90 || (gs->kernels == GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
     /* The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
      * the sm80 two-kernel path), d 33..64 and 97..128 (its fp32 dQ accumulator has the padded
-     * head dim of the sm80 kernels, dq_accum_floats below), every mask. Only under
-     * FLASHATTN_CUDA_KERNELS=sm90 for now: the conformance grid passes on it, but a GPT-2
-     * training run through the Python package went NaN on it at sequence 1024 (more query tiles
-     * than its stage ring, a path the grid did not reach when it was measured), so sm80 stays
-     * the default backward until that is explained (docs/benchmarks.md). */
+     * head dim of the sm80 kernels, dq_accum_floats below), every mask; dropout and block masks
+     * only under FLASHATTN_CUDA_KERNELS=sm90 (their instances spill, sm80 stays the default). */
     if (p->backward) {
-        if (gs->kernels == GPU_KERNELS_SM90 && hopper && !p->deterministic && aligned && dpad == dpad64 &&
+        if (want && hopper && !p->deterministic && aligned && dpad == dpad64 &&
             fa_sm90_has_backward((int)p->dtype, dpad64)) {
             snprintf(out->name, sizeof out->name, "sm90-bwd-%s-d%d-wgmma-ws", fa_dtype_name(p->dtype), dpad64);
             out->kernel = KERNEL_SM90 | dpad64;

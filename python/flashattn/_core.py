@@ -148,10 +148,16 @@ def _context_of(views):
     return ctx, backend
 
 
+_CUDA_STREAM_LEGACY = 1  # cudaStreamLegacy ((cudaStream_t)0x1)
+
+
 def _bind_stream(ctx, backend, ref):
     if backend == "cuda" and _is_torch(ref):
         import torch
         stream = torch.cuda.current_stream(ref.device).cuda_stream
+        # torch names its default stream 0, the library's NULL (its own non-blocking stream, not
+        # ordered with torch's work): pass cudaStreamLegacy, the legacy default stream's handle
+        stream = stream or _CUDA_STREAM_LEGACY
         ctx.check(_capi.lib().fa_context_set_stream(ctx.ptr, C.c_void_p(stream)), "set_stream")
 
 

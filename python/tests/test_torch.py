@@ -196,3 +196,43 @@ def test_errors(device):
     if device == "cuda":
         with pytest.raises((ValueError, RuntimeError)):
             fa.flash_attn_func(q, k.cpu(), v.cpu())
+
+
+@needs_gpu
+@pytest.mark.parametrize("hd", [64, 128])
+def test_long_packed_backward(hd):
+    """the shape that GPT-2 training gives the package: packed QKV views (token stride 3 h d),
+    causal, 1024 tokens, many query tiles per key tile; gradients through autograd against float64"""
+    dtype, b, s, h = torch.bfloat16, 1, 1024, 3
+    g = torch.Generator().manual_seed(hd)
+    qkv = torch.randn(b, s, 3, h, hd, generator=g).to(device="cuda", dtype=dtype).requires_grad_()
+    do = torch.randn(b, s, h, hd, generator=g).to(device="cuda", dtype=dtype)
+    out = fa.flash_attn_qkvpacked_func(qkv, causal=True)
+    out.backward(do)
+    q, k, v = qkv.unbind(2)
+    dq, dk, dv = qkv.grad.unbind(2)
+    check(out, None, (dq, dk, dv), q, k, v, do, hd ** -0.5, ref.visible(s, s, True, (-1, -1)), dtype)
+
+
+@needs_gpu
+def test_default_stream_order():
+    """calls on torch's default stream (handle 0) are ordered with torch's work on it: inputs
+    written by a kernel queued behind a long sleep, outputs read by the next kernel"""
+    q, k, v, do = make(1, 2048, 2048, 8, 8, 128, torch.bfloat16, "cuda", seed=7)
+    assert torch.cuda.current_stream().cuda_stream == 0
+    q.requires_grad_()
+    out = fa.flash_attn_func(q, k, v, deterministic=True)
+    out.backward(do)
+    expected, expected_dq = out.detach().clone(), q.grad.clone()
+    torch.cuda.synchronize()
+    q2 = torch.zeros_like(q)
+    torch.cuda._sleep(200_000_000)  # some 0.1 s of spinning ahead of the copy on the default stream
+    q2.copy_(q.detach())
+    q2.requires_grad_()
+    out2 = fa.flash_attn_func(q2, k, v, deterministic=True)
+    got = out2.detach().clone()  # the next kernel on the default stream
+    torch.cuda._sleep(200_000_000)
+    do2 = do * 1
+    out2.backward(do2)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(q2.grad, expected_dq, rtol=0, atol=0)
