@@ -5,14 +5,16 @@ GELU MLP, no dropout) in plain PyTorch, trained in bf16 autocast with AdamW on s
 (a seeded noisy linear-congruential sequence, so that there is something to learn), with the
 attention from this package (flash_attn_qkvpacked_func), from SDPA's flash backend and from SDPA's
 math backend, in the same run. Every implementation starts from the same seed: the same weights
-and the same batches.
+and the same batches. NAME#2 in --impls trains NAME once more: the two non-deterministic
+backwards (ours and SDPA flash's add dQ with atomics) then show how far a run drifts from itself,
+the noise that the curves of different implementations are compared with.
 
 Prints, per context length: tokens per second (median step time after warm-up), peak device
 memory, and the loss curves' largest difference from SDPA flash's; writes the loss curves as CSV
 (and PNG where matplotlib is installed) into --out.
 
 usage: python3 bench/gpt2_train.py [--contexts 1024,4096] [--tokens-per-step 16384] [--steps 200]
-                                   [--timed-steps 30] [--impls flashattn,sdpa-flash,sdpa-math] [--out DIR]
+                                   [--timed-steps 30] [--impls flashattn,sdpa-flash,sdpa-flash#2,sdpa-math] [--out DIR]
 """
 import argparse
 import csv
@@ -98,14 +100,14 @@ def batches(context, batch, steps, device, seed):
         yield x[:, :-1], x[:, 1:]
 
 
-def run(impl, context, batch, steps, timed, device):
-    torch.manual_seed(0)
+def run(impl, context, batch, steps, timed, device, seed=0):
+    torch.manual_seed(seed)
     model = GPT(impl, context).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     losses, times = [], []
-    for step, (x, y) in enumerate(batches(context, batch, steps, device, seed=1)):
+    for step, (x, y) in enumerate(batches(context, batch, steps, device, seed=seed + 1)):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -130,9 +132,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--contexts", default="1024,4096")
     ap.add_argument("--tokens-per-step", type=int, default=16384)
-    ap.add_argument("--steps", default="200,40", help="steps per context (one value or one per context)")
+    ap.add_argument("--steps", default="200", help="steps per context (one value or one per context)")
     ap.add_argument("--timed-steps", type=int, default=30)
     ap.add_argument("--impls", default="flashattn,sdpa-flash,sdpa-math")
+    ap.add_argument("--seed", type=int, default=0, help="weights from SEED, batches from SEED + 1")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -144,15 +147,16 @@ def main():
     steps = steps + [steps[-1]] * (len(contexts) - len(steps))
     impls = args.impls.split(",")
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | flashattn {flashattn.library_version()} | "
-          f"GPT-2 small (12 x 12 heads x 768), bf16 autocast, AdamW, {args.tokens_per_step} tokens per step")
-    print("| context | attention | tokens/s | step (ms) | peak memory (GiB) | max |loss - SDPA flash's| over the steps |")
-    print("|---|---|---|---|---|---|")
+          f"GPT-2 small (12 x 12 heads x 768), bf16 autocast, AdamW, {args.tokens_per_step} tokens per step, seed {args.seed}")
+    print("| context | attention | tokens/s | step (ms) | peak memory (GiB) | loss, mean of the last 20 steps | "
+          "mean / max |loss - SDPA flash's| over the steps |")
+    print("|---|---|---|---|---|---|---|")
     for context, n in zip(contexts, steps):
         batch = max(1, args.tokens_per_step // context)
         res = {}
         for impl in impls:
             try:
-                res[impl] = run(impl, context, batch, n, args.timed_steps, "cuda")
+                res[impl] = run(impl.split("#")[0], context, batch, n, args.timed_steps, "cuda", args.seed)
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 res[impl] = None
@@ -160,17 +164,20 @@ def main():
         for impl in impls:
             r = res[impl]
             if r is None:
-                print(f"| {context} | {impl} | out of memory | | | |")
+                print(f"| {context} | {impl} | out of memory | | | | |")
                 continue
             losses, tps, peak, med = r
             bad = next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
             if bad is not None:  # a run whose loss is not finite has no valid figures
                 print(f"| {context} | {impl} | (loss not finite from step {bad}) | {med * 1e3:.1f} | "
-                      f"{peak / 2**30:.2f} | - |", flush=True)
+                      f"{peak / 2**30:.2f} | - | - |", flush=True)
                 continue
-            diff = max(abs(a - b) for a, b in zip(losses, base[0])) if base else float("nan")
-            print(f"| {context} | {impl} | {tps:,.0f} | {med * 1e3:.1f} | {peak / 2**30:.2f} | {diff:.4f} |", flush=True)
-        path = os.path.join(args.out, f"gpt2_loss_ctx{context}.csv")
+            diffs = [abs(a - b) for a, b in zip(losses, base[0])] if base else [float("nan")]
+            tail = losses[-20:]
+            print(f"| {context} | {impl} | {tps:,.0f} | {med * 1e3:.1f} | {peak / 2**30:.2f} | {sum(tail) / len(tail):.3f} | "
+                  f"{sum(diffs) / len(diffs):.4f} / {max(diffs):.4f} |", flush=True)
+        tag = f"ctx{context}" + (f"_seed{args.seed}" if args.seed else "")
+        path = os.path.join(args.out, f"gpt2_loss_{tag}.csv")
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             names = [i for i in impls if res[i] is not None]
@@ -186,12 +193,12 @@ def main():
                 ax.plot(range(n), res[i][0], label=i, linewidth=1)
             ax.set_xlabel("step")
             ax.set_ylabel("training loss")
-            ax.set_title(f"GPT-2 small, context {context}, same seed: loss per step ({torch.cuda.get_device_name()})",
+            ax.set_title(f"GPT-2 small, context {context}, seed {args.seed}: loss per step ({torch.cuda.get_device_name()})",
                          fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend()
             fig.tight_layout()
-            fig.savefig(os.path.join(args.out, f"gpt2_loss_ctx{context}.png"), dpi=120)
+            fig.savefig(os.path.join(args.out, f"gpt2_loss_{tag}.png"), dpi=120)
             plt.close(fig)
         except ImportError:
             pass
