@@ -5,10 +5,10 @@ one import; layouts as FlashAttention's: q [batch, seqlen_q, heads, d], k and v 
 heads_kv, d] (heads a multiple of heads_kv: GQA/MQA), varlen q [total_q, heads, d] with int32
 cu_seqlens of batch + 1 offsets. They take NumPy arrays (the CPU backend; float32, float16, and
 bfloat16 from ml_dtypes) and torch tensors (CPU tensors on the CPU backend, CUDA tensors on the
-CUDA backend, on the current stream, no copies). With torch, gradients flow through
-torch.autograd, and the dense functions are torch.library custom operators (flashattn::fwd,
-flashattn::bwd) that torch.compile traces without graph breaks (varlen and block-sparse calls
-break the graph); with NumPy, flash_attn_backward gives dQ, dK, dV.
+CUDA backend, on the current stream, no copies). With torch, every function goes through
+torch.library custom operators (flashattn::fwd, flashattn::bwd): gradients flow through autograd
+and torch.compile traces them without graph breaks; with NumPy, flash_attn_backward gives dQ, dK,
+dV (FLASHATTN_NO_TORCH=1 keeps torch out: torch tensors then run forward only, without autograd).
 
 Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= with
 NumPy (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
@@ -45,13 +45,6 @@ def library_version():
     return _capi.lib().fa_version().decode()
 
 
-def _wants_grad(*xs):
-    if not any(_core._is_torch(x) for x in xs):
-        return False
-    import torch
-    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
-
-
 def _torch_seed(dropout_p, seed, q):
     if dropout_p > 0.0 and seed is None and _core._is_torch(q):
         import torch
@@ -59,41 +52,12 @@ def _torch_seed(dropout_p, seed, q):
     return seed
 
 
-_Function = None
-
-
-def _autograd():
-    """The torch.autograd.Function, defined on first use so that importing flashattn needs no torch."""
-    global _Function
-    if _Function is None:
-        import torch
-
-        class FlashAttnFunction(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, call):
-                out, lse = _core.forward(call, q, k, v)
-                ctx.save_for_backward(q, k, v, out, lse)
-                ctx.call = call
-                return out, lse
-
-            @staticmethod
-            def backward(ctx, dout, dlse):
-                q, k, v, out, lse = ctx.saved_tensors
-                dq, dk, dv = _core.backward(ctx.call, dout.contiguous() if dout.stride(-1) != 1 else dout, q, k, v,
-                                            out, lse)
-                return dq, dk, dv, None
-
-        _Function = FlashAttnFunction
-    return _Function
-
-
 def _attention(q, k, v, return_attn_probs, **options):
-    options["seed"] = _torch_seed(options.get("dropout_p", 0.0), options.get("seed"), q)
-    call = _core.Call(q, **options)
-    if _wants_grad(q, k, v):
-        out, lse = _autograd().apply(q, k, v, call)
-    else:
-        out, lse = _core.forward(call, q, k, v)
+    if _torch is not None and _core._is_torch(q):  # the custom operator: autograd and torch.compile
+        options["seed"] = _torch_seed(options.get("dropout_p", 0.0), options.get("seed"), q)
+        out, lse = _torch.attention(q, k, v, **options)
+    else:  # NumPy arrays (or torch tensors under FLASHATTN_NO_TORCH: no autograd)
+        out, lse = _core.forward(_core.Call(q, **options), q, k, v)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -103,10 +67,6 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     softmax_scale None: 1 / sqrt(d). causal: bottom-right aligned when seqlen_q != seqlen_k.
     window_size (left, right), -1 unbounded. Returns out, or (out, softmax_lse [batch, heads,
     seqlen_q] float32, None) with return_attn_probs."""
-    if _torch is not None and _core._is_torch(q):  # the custom operator (autograd and torch.compile)
-        seed = _torch_seed(dropout_p, seed, q)
-        out, lse = _torch.attention(q, k, v, dropout_p, softmax_scale, causal, window_size, deterministic, seed, offset)
-        return (out, lse, None) if return_attn_probs else out
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, deterministic=deterministic, seed=seed, offset=offset)
 

@@ -70,6 +70,13 @@ def _int32_on(ref, values):
     return np.ascontiguousarray(values, dtype=np.int32)
 
 
+def check_scale(softmax_scale):
+    s = float(softmax_scale)
+    if not (math.isfinite(s) and s > 0.0):
+        raise ValueError(f"softmax_scale must be finite and > 0, got {softmax_scale}")
+    return s
+
+
 class Call:
     """The options of one attention call, shared by its forward and its backward."""
 
@@ -82,9 +89,7 @@ class Call:
             raise ValueError("dropout_p > 0 needs seed= (the backward regenerates the same mask from it)")
         left, right = window_size
         self.dropout_p = float(dropout_p)
-        self.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
-        if softmax_scale is not None and not (math.isfinite(self.softmax_scale) and self.softmax_scale > 0.0):
-            raise ValueError(f"softmax_scale must be finite and > 0, got {softmax_scale}")
+        self.softmax_scale = 0.0 if softmax_scale is None else check_scale(softmax_scale)
         self.causal, self.window = bool(causal), (int(left), int(right))
         self.deterministic = bool(deterministic)
         self.seed, self.offset = (int(seed) if seed is not None else 0), int(offset)

@@ -1,9 +1,8 @@
-"""_torch.py: the dense attention call as torch.library custom operators (flashattn::fwd and
+"""_torch.py: attention on torch tensors as torch.library custom operators (flashattn::fwd and
 flashattn::bwd, with fake implementations for tracing and autograd registered between them), so
-torch.compile traces through flash_attn_func without graph breaks. Loaded by the package when
-torch is importable; varlen and block-sparse calls use the autograd.Function in __init__.py
-instead (a graph break under torch.compile)."""
-from typing import Tuple
+torch.compile traces through every function of the package (dense, varlen, block-sparse) without
+graph breaks. Loaded by the package when torch is importable."""
+from typing import Optional, Tuple
 
 import torch
 
@@ -12,39 +11,47 @@ from . import _core
 Tensor = torch.Tensor
 
 
-def _call(q, dropout_p, softmax_scale, causal, window_left, window_right, deterministic, seed, offset):
+def _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal, window_left,
+          window_right, deterministic, seed, offset):
     return _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale if softmax_scale > 0.0 else None,
                       causal=causal, window_size=(window_left, window_right), deterministic=deterministic,
-                      seed=seed if dropout_p > 0.0 else None, offset=offset)
+                      seed=seed if dropout_p > 0.0 else None, offset=offset, block_mask=block_mask,
+                      block_size=(block_q, block_k) if block_mask is not None else None, cu_seqlens_q=cu_q,
+                      cu_seqlens_k=cu_k, max_seqlen_q=max_q if cu_q is not None else None,
+                      max_seqlen_k=max_k if cu_k is not None else None)
 
 
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
-def fwd(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, softmax_scale: float, causal: bool, window_left: int,
-        window_right: int, deterministic: bool, seed: int, offset: int) -> Tuple[Tensor, Tensor]:
-    call = _call(q, dropout_p, softmax_scale, causal, window_left, window_right, deterministic, seed, offset)
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_q: Optional[Tensor], cu_k: Optional[Tensor], max_q: int, max_k: int,
+        block_mask: Optional[Tensor], block_q: int, block_k: int, dropout_p: float, softmax_scale: float, causal: bool,
+        window_left: int, window_right: int, deterministic: bool, seed: int, offset: int) -> Tuple[Tensor, Tensor]:
+    call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
+                 window_left, window_right, deterministic, seed, offset)
     return _core.forward(call, q, k, v)
 
 
 @fwd.register_fake
-def _(q, k, v, dropout_p, softmax_scale, causal, window_left, window_right, deterministic, seed, offset):
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-            torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device))
+def _(q, k, v, cu_q, cu_k, max_q, max_k, *options):
+    # dense: LSE [batch, heads, seqlen_q]; varlen: [heads, total_q]
+    lse = (q.shape[1], q.shape[0]) if cu_q is not None else (q.shape[0], q.shape[2], q.shape[1])
+    return q.new_empty(q.shape), q.new_empty(lse, dtype=torch.float32)
 
 
 @torch.library.custom_op("flashattn::bwd", mutates_args=())
-def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dropout_p: float,
-        softmax_scale: float, causal: bool, window_left: int, window_right: int, deterministic: bool, seed: int,
-        offset: int) -> Tuple[Tensor, Tensor, Tensor]:
-    call = _call(q, dropout_p, softmax_scale, causal, window_left, window_right, deterministic, seed, offset)
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_q: Optional[Tensor],
+        cu_k: Optional[Tensor], max_q: int, max_k: int, block_mask: Optional[Tensor], block_q: int, block_k: int,
+        dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
+        deterministic: bool, seed: int, offset: int) -> Tuple[Tensor, Tensor, Tensor]:
+    call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
+                 window_left, window_right, deterministic, seed, offset)
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     return _core.backward(call, dout, q, k, v, out, lse)
 
 
 @bwd.register_fake
-def _(dout, q, k, v, out, lse, dropout_p, softmax_scale, causal, window_left, window_right, deterministic, seed,
-      offset):
-    return tuple(torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))
+def _(dout, q, k, v, out, lse, *options):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
@@ -63,8 +70,23 @@ def _backward(ctx, dout, dlse):
 fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def attention(q, k, v, dropout_p, softmax_scale, causal, window_size, deterministic, seed, offset):
-    """out, lse of the dense call through the custom operator."""
-    return fwd(q, k, v, float(dropout_p), float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal),
-               int(window_size[0]), int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0,
-               int(offset))
+def _as_tensor(x, ref, dtype):
+    if x is None or isinstance(x, Tensor):
+        return x
+    return torch.as_tensor(x, dtype=dtype, device=ref.device if dtype == torch.int32 else "cpu")
+
+
+def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
+              seed=None, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+              block_mask=None, block_size=None):
+    """out, lse through the custom operator (the options of _core.Call)."""
+    if block_mask is not None and block_size is None:
+        raise ValueError("block_mask needs block_size=(block_q, block_k)")
+    if softmax_scale is not None:  # the operator takes 0 for None: check a given one here
+        _core.check_scale(softmax_scale)
+    bq, bk = (int(block_size[0]), int(block_size[1])) if block_mask is not None else (0, 0)
+    return fwd(q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32),
+               int(max_seqlen_q) if max_seqlen_q is not None else 0, int(max_seqlen_k) if max_seqlen_k is not None else 0,
+               _as_tensor(block_mask, q, torch.uint8), bq, bk, float(dropout_p),
+               float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
+               int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0, int(offset))

@@ -131,6 +131,36 @@ def test_compile_fullgraph(device):
         torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-3)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_varlen_and_block_sparse(device):
+    """varlen and block-sparse calls under torch.compile(fullgraph=True): traced, no graph break,
+    outputs and gradients equal to eager"""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    lens = [5, 40, 19]
+    cu = torch.tensor(np.cumsum([0] + lens), dtype=torch.int32, device=device)
+    bits = torch.tensor([[1, 0], [1, 1]], dtype=torch.bool)
+
+    def f(q, k, v, q2, k2, v2):
+        a = fa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, deterministic=True)
+        b = fa.block_sparse_attn_func(q2, k2, v2, bits, (32, 32), deterministic=True)
+        return a.float().square().sum() + b.float().square().sum()
+
+    q, k, v, _ = (x[0] for x in make(1, sum(lens), sum(lens), 2, 1, 32, dtype, device, seed=8))
+    q2, k2, v2, _ = make(2, 64, 64, 2, 2, 64, dtype, device, seed=9)
+    inputs = [x.detach().requires_grad_() for x in (q, k, v, q2, k2, v2)]
+    eager = f(*inputs)
+    eager.backward()
+    g_eager = [x.grad.clone() for x in inputs]
+    for x in inputs:
+        x.grad = None
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    y = compiled(*inputs)
+    y.backward()
+    torch.testing.assert_close(y, eager, rtol=1e-6, atol=0)
+    for a, b in zip((x.grad for x in inputs), g_eager):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_agrees_with_sdpa(dtype):
