@@ -273,6 +273,47 @@ FA_API fa_status fa_synchronize(fa_context *ctx);
 FA_API fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args);
 FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
 
+/* ---------------------------------------------------------------- ring (context-parallel) attention */
+
+/* One rank's link in a ring of `size` ranks. sendrecv sends `bytes` at `send` to rank
+ * (rank + 1) % size and receives as many bytes from rank (rank + size - 1) % size into `recv`
+ * (both in the context's memory, not overlapping); every rank makes the same calls with the same
+ * byte counts. `ok` is this rank's verdict so far; the transport sets *all_ok to whether every
+ * rank's was nonzero, so that the ranks stop together when one of them fails. Returns 0 on
+ * success. */
+typedef struct fa_ring_comm {
+    int rank, size;
+    int (*sendrecv)(void *user, const void *send, void *recv, size_t bytes, int ok, int *all_ok);
+    void *user;
+} fa_ring_comm;
+
+typedef enum fa_ring_layout {
+    FA_RING_CONTIGUOUS = 0, /* rank r holds tokens [r n, (r + 1) n) of the sequence */
+    FA_RING_ZIGZAG = 1      /* the sequence cut into 2 size chunks of n / 2 tokens; rank r holds
+                               chunks r and 2 size - 1 - r (equal causal work on every rank) */
+} fa_ring_layout;
+
+/* Ring attention: every rank calls it with its shards, q, o [batch, n_q, heads_q, d], k, v
+ * [batch, n_k, heads_kv, d], lse [batch, heads_q, n_q], of a sequence of size * n tokens in the
+ * given layout (the same n on every rank); the result equals attention over the whole sequence.
+ * K and V travel the ring through comm, one shard per step; each rank merges its partial outputs
+ * with the log-sum-exp rule in fp32. Options: scale, causal (self-attention shards, n_q == n_k),
+ * GQA, deterministic; windows, dropout, block masks and varlen are not supported. So far on the
+ * CPU backend only (host memory). */
+FA_API fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_layout layout,
+                                 const fa_fwd_args *args);
+/* The backward: o and lse from fa_ring_forward; dK and dV travel the ring with their K and V
+ * (fp32) and come home after size steps, dQ accumulates locally. */
+FA_API fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_layout layout,
+                                  const fa_bwd_args *args);
+
+/* An in-process transport: `size` threads of one process stand in for the ranks (the CPU
+ * simulation of the ring; each thread calls fa_ring_* with fa_ring_local_comm(ring, its rank)). */
+typedef struct fa_ring_local fa_ring_local;
+FA_API fa_status fa_ring_local_create(fa_ring_local **ring, int size);
+FA_API fa_ring_comm fa_ring_local_comm(fa_ring_local *ring, int rank);
+FA_API void fa_ring_local_destroy(fa_ring_local *ring);
+
 /* ---------------------------------------------------------------- conversions (host) */
 
 FA_API uint16_t fa_f32_to_f16(float x);
