@@ -196,6 +196,36 @@ static fa_status ring_agree(ring_call *rc, fa_status mine)
     return FA_SUCCESS;
 }
 
+/* The checks both passes start with (the communicator has passed comm_check): the arguments
+ * through the single-device validation (fwd or bwd), then what the ring supports. */
+static fa_status ring_begin(ring_call *rc, const fa_fwd_args *fwd, const fa_bwd_args *bwd)
+{
+    fa_context *ctx = rc->ctx;
+    fa_status st;
+    if (!fwd && !bwd)
+        st = FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: args is NULL");
+    else
+        st = fwd ? fa_validate_forward(ctx, fwd, &rc->p, &rc->cu_host) : fa_validate_backward(ctx, bwd, &rc->p, &rc->cu_host);
+    free(rc->cu_host);
+    rc->cu_host = NULL;
+    if (st == FA_SUCCESS)
+        st = ring_check(rc, fwd ? &fwd->opts : &bwd->opts, fwd ? fwd->varlen : bwd->varlen);
+    return st;
+}
+
+/* One step's exchange; folds its outcome into *st. Returns 0 when every rank is to stop (each
+ * rank gets the same verdict, so all stop at the same step). */
+static int ring_pass(ring_call *rc, const void *send, void *recv, size_t bytes, fa_status *st, int step)
+{
+    int all_ok;
+    const fa_status t = ring_exchange(rc, send, recv, bytes, *st == FA_SUCCESS, &all_ok);
+    if (*st == FA_SUCCESS && t != FA_SUCCESS)
+        *st = t;
+    if (*st == FA_SUCCESS && !all_ok)
+        *st = FA_ERROR(rc->ctx, FA_ERR_BACKEND, "ring: another rank failed at step %d", step);
+    return all_ok;
+}
+
 static void *alloc_bytes(int64_t count, size_t elem)
 {
     if (count < 0 || (uint64_t)count > SIZE_MAX / elem / 2)
@@ -210,15 +240,11 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
     if (!ctx)
         return FA_ERR_INVALID_ARG;
     fa_clear_error(ctx);
-    fa_status st = comm_check(ctx, comm);
+    fa_status st = comm_check(ctx, comm); /* a bad communicator: nothing can be exchanged */
     if (st != FA_SUCCESS)
         return st;
     ring_call rc = {ctx, comm, layout, {0}, NULL};
-    st = args ? fa_validate_forward(ctx, args, &rc.p, &rc.cu_host)
-                        : FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: args is NULL");
-    if (st == FA_SUCCESS)
-        st = ring_check(&rc, &args->opts, args->varlen);
-    free(rc.cu_host);
+    st = ring_begin(&rc, args, NULL);
     const fa_problem *p = &rc.p;
     const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, NQ = p->seqlen_q, NK = p->seqlen_k;
     const fa_dtype F = FA_DTYPE_F32;
@@ -279,16 +305,7 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
                                 *l = fa_softmax_merge(*l, acc, lpart[(b * H + h) * qc[i].rows + s], tmp, acc, D);
                             }
                 }
-            if (step + 1 == comm->size)
-                break;
-            int all_ok;
-            fa_status t = ring_exchange(&rc, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es,
-                                        st == FA_SUCCESS, &all_ok);
-            if (st == FA_SUCCESS && t != FA_SUCCESS)
-                st = t;
-            if (st == FA_SUCCESS && !all_ok)
-                st = FA_ERROR(ctx, FA_ERR_BACKEND, "ring: another rank failed at step %d", step);
-            if (!all_ok) /* every rank saw the same verdict: all stop here */
+            if (step + 1 == comm->size || !ring_pass(&rc, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es, &st, step))
                 break;
             cur = 1 - cur;
         }
@@ -320,15 +337,11 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
     if (!ctx)
         return FA_ERR_INVALID_ARG;
     fa_clear_error(ctx);
-    fa_status st = comm_check(ctx, comm);
+    fa_status st = comm_check(ctx, comm); /* a bad communicator: nothing can be exchanged */
     if (st != FA_SUCCESS)
         return st;
     ring_call rc = {ctx, comm, layout, {0}, NULL};
-    st = args ? fa_validate_backward(ctx, args, &rc.p, &rc.cu_host)
-                        : FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: args is NULL");
-    if (st == FA_SUCCESS)
-        st = ring_check(&rc, &args->opts, args->varlen);
-    free(rc.cu_host);
+    st = ring_begin(&rc, NULL, args);
     const fa_problem *p = &rc.p;
     const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, NQ = p->seqlen_q, NK = p->seqlen_k;
     const fa_dtype F = FA_DTYPE_F32;
@@ -392,13 +405,7 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
                     accumulate(dv, NK, (const float *)dvpart, B, kc[j].row0, kc[j].rows, HK, D);
                 }
             /* size sends: after the last, each bundle (with its dK, dV) is back at its owner */
-            int all_ok;
-            fa_status t = ring_exchange(&rc, bundle[cur], bundle[1 - cur], bundle_bytes, st == FA_SUCCESS, &all_ok);
-            if (st == FA_SUCCESS && t != FA_SUCCESS)
-                st = t;
-            if (st == FA_SUCCESS && !all_ok)
-                st = FA_ERROR(ctx, FA_ERR_BACKEND, "ring: another rank failed at step %d", step);
-            if (!all_ok)
+            if (!ring_pass(&rc, bundle[cur], bundle[1 - cur], bundle_bytes, &st, step))
                 break;
             cur = 1 - cur;
         }
