@@ -23,6 +23,7 @@ enum { B = 2, H = 4, HK = 2, D = 32, N = 12 }; /* N tokens per rank */
 
 typedef struct problem {
     int ranks, causal;
+    int pad; /* elements of padding after each head's row in the shards (strided views) */
     fa_ring_layout layout;
     fa_dtype dt;
     int64_t total; /* tokens of the whole sequence */
@@ -52,16 +53,27 @@ static fa_tensor t3(float *data, int64_t n)
     return fa_tensor_contiguous(data, FA_DTYPE_F32, 3, shape);
 }
 
-/* copy rows between a global [B, total, heads, D] array and a shard [B, N, heads, D] */
+/* a shard [B, N, heads, D] whose head rows are D + pad elements apart */
+static fa_tensor shard4(void *data, fa_dtype dt, int64_t heads, int64_t pad)
+{
+    fa_tensor t = t4(data, dt, N, heads);
+    t.stride[2] = D + pad;
+    t.stride[1] = heads * (D + pad);
+    t.stride[0] = N * heads * (D + pad);
+    return t;
+}
+
+/* copy rows between a global [B, total, heads, D] array and a shard (shard4 layout) */
 static void move_rows(const problem *pr, int r, void *global, void *shard, int64_t heads, int to_shard)
 {
-    const size_t es = fa_dtype_size(pr->dt), row = (size_t)(heads * D) * es;
+    const size_t es = fa_dtype_size(pr->dt), row = (size_t)D * es;
     for (int64_t b = 0; b < B; ++b)
-        for (int64_t s = 0; s < N; ++s) {
-            char *g = (char *)global + (size_t)(b * pr->total + global_row(pr, r, s)) * row;
-            char *l = (char *)shard + (size_t)(b * N + s) * row;
-            memcpy(to_shard ? l : g, to_shard ? g : l, row);
-        }
+        for (int64_t s = 0; s < N; ++s)
+            for (int64_t h = 0; h < heads; ++h) {
+                char *g = (char *)global + (size_t)(((b * pr->total + global_row(pr, r, s)) * heads + h) * D) * es;
+                char *l = (char *)shard + (size_t)(((b * N + s) * heads + h) * (D + pr->pad)) * es;
+                memcpy(to_shard ? l : g, to_shard ? g : l, row);
+            }
 }
 
 typedef struct rank_job {
@@ -69,14 +81,26 @@ typedef struct rank_job {
     fa_ring_local *ring;
     int rank;
     fa_status fwd, bwd;
+    int64_t gaps_written; /* padding bytes of the output shards that changed */
 } rank_job;
+
+/* bytes of the padding after each head row of a shard that differ from the poison 0xA5 */
+static int64_t gaps_changed(const problem *pr, const void *shard, int64_t heads)
+{
+    const size_t es = fa_dtype_size(pr->dt);
+    int64_t bad = 0;
+    for (int64_t row = 0; row < B * N * heads; ++row)
+        for (size_t i = (size_t)D * es; i < (size_t)(D + pr->pad) * es; ++i)
+            bad += ((const unsigned char *)shard)[(size_t)row * (size_t)(D + pr->pad) * es + i] != 0xA5;
+    return bad;
+}
 
 static void *run_rank(void *arg)
 {
     rank_job *j = arg;
     problem *pr = j->pr;
     const size_t es = fa_dtype_size(pr->dt);
-    const size_t qb = (size_t)(B * N * H * D) * es, kb = (size_t)(B * N * HK * D) * es;
+    const size_t qb = (size_t)(B * N * H * (D + pr->pad)) * es, kb = (size_t)(B * N * HK * (D + pr->pad)) * es;
     void *q = malloc(qb), *k = malloc(kb), *v = malloc(kb), *dout = malloc(qb), *o = malloc(qb), *dq = malloc(qb),
          *dk = malloc(kb), *dv = malloc(kb);
     float *lse = malloc(sizeof(float) * B * H * N);
@@ -88,13 +112,14 @@ static void *run_rank(void *arg)
         move_rows(pr, j->rank, pr->k, k, HK, 1);
         move_rows(pr, j->rank, pr->v, v, HK, 1);
         move_rows(pr, j->rank, pr->dout, dout, H, 1);
+        memset(o, 0xA5, qb), memset(dq, 0xA5, qb), memset(dk, 0xA5, kb), memset(dv, 0xA5, kb);
         const fa_ring_comm comm = fa_ring_local_comm(j->ring, j->rank);
         fa_fwd_args f;
         memset(&f, 0, sizeof f);
-        f.q = t4(q, pr->dt, N, H);
-        f.k = t4(k, pr->dt, N, HK);
-        f.v = t4(v, pr->dt, N, HK);
-        f.o = t4(o, pr->dt, N, H);
+        f.q = shard4(q, pr->dt, H, pr->pad);
+        f.k = shard4(k, pr->dt, HK, pr->pad);
+        f.v = shard4(v, pr->dt, HK, pr->pad);
+        f.o = shard4(o, pr->dt, H, pr->pad);
         f.lse = t3(lse, N);
         f.opts = fa_options_default();
         f.opts.causal = pr->causal;
@@ -106,12 +131,14 @@ static void *run_rank(void *arg)
         g.v = f.v;
         g.o = f.o;
         g.lse = f.lse;
-        g.dout = t4(dout, pr->dt, N, H);
-        g.dq = t4(dq, pr->dt, N, H);
-        g.dk = t4(dk, pr->dt, N, HK);
-        g.dv = t4(dv, pr->dt, N, HK);
+        g.dout = shard4(dout, pr->dt, H, pr->pad);
+        g.dq = shard4(dq, pr->dt, H, pr->pad);
+        g.dk = shard4(dk, pr->dt, HK, pr->pad);
+        g.dv = shard4(dv, pr->dt, HK, pr->pad);
         g.opts = f.opts;
         j->bwd = fa_ring_backward(ctx, &comm, pr->layout, &g);
+        j->gaps_written = gaps_changed(pr, o, H) + gaps_changed(pr, dq, H) + gaps_changed(pr, dk, HK) +
+                          gaps_changed(pr, dv, HK);
         move_rows(pr, j->rank, pr->o, o, H, 0);
         move_rows(pr, j->rank, pr->dq, dq, H, 0);
         move_rows(pr, j->rank, pr->dk, dk, HK, 0);
@@ -181,7 +208,7 @@ static double bound_of(double factor, double naive, double ref_max)
     return factor * naive + 1e-5 * (ref_max > 1.0 ? ref_max : 1.0);
 }
 
-static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt)
+static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, int pad)
 {
     problem pr;
     memset(&pr, 0, sizeof pr);
@@ -190,6 +217,7 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt)
     pr.layout = layout;
     pr.dt = dt;
     pr.total = (int64_t)ranks * N;
+    pr.pad = pad;
     const int64_t nq = B * pr.total * H * D, nk = B * pr.total * HK * D, nl = B * H * pr.total;
     const size_t es = fa_dtype_size(dt);
     pr.q = random_array(dt, nq);
@@ -208,7 +236,7 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt)
     rank_job jobs[8];
     pthread_t th[8];
     for (int r = 0; r < ranks; ++r) {
-        jobs[r] = (rank_job){&pr, ring, r, FA_ERR_INTERNAL, FA_ERR_INTERNAL};
+        jobs[r] = (rank_job){&pr, ring, r, FA_ERR_INTERNAL, FA_ERR_INTERNAL, -1};
         assert_int_equal(pthread_create(&th[r], NULL, run_rank, &jobs[r]), 0);
     }
     for (int r = 0; r < ranks; ++r)
@@ -217,6 +245,7 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt)
     for (int r = 0; r < ranks; ++r) {
         assert_int_equal(jobs[r].fwd, FA_SUCCESS);
         assert_int_equal(jobs[r].bwd, FA_SUCCESS);
+        assert_int_equal(jobs[r].gaps_written, 0);
     }
 
     /* the whole sequence on one device, and the float64 reference / naive yardstick of it */
@@ -270,8 +299,8 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt)
     double omax, omax1;
     const double oerr = max_err(pr.o, dt, ro, nq, &omax), oerr1 = max_err(o1, dt, ro, nq, &omax1);
     const double obound = bound_of(2.0, max_err64(no, ro, nq), omax);
-    printf("  %d ranks %s %s %s: O %.2e (one device %.2e, bound %.2e)  LSE %.2e (%.2e, bound %.2e)\n", ranks,
-           layout == FA_RING_ZIGZAG ? "zigzag" : "contiguous", causal ? "causal" : "full", fa_dtype_name(dt), oerr,
+    printf("  %d ranks %s %s %s%s: O %.2e (one device %.2e, bound %.2e)  LSE %.2e (%.2e, bound %.2e)\n", ranks,
+           layout == FA_RING_ZIGZAG ? "zigzag" : "contiguous", causal ? "causal" : "full", fa_dtype_name(dt), pad ? " strided" : "", oerr,
            oerr1, obound, lse_err, lse_err1, bound_of(2.0, nlse_err, lmax));
     assert_true(oerr <= obound);
     assert_true(lse_err <= bound_of(2.0, nlse_err, lmax));
@@ -299,15 +328,17 @@ static void test_ring_ranks(void **state)
     for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; ++i)
         for (int layout = 0; layout < 2; ++layout)
             for (int causal = 0; causal < 2; ++causal) {
-                run_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_F32);
-                run_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_BF16);
+                run_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_F32, 0);
+                run_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_BF16, 0);
             }
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; ++i) /* strided shards */
+        run_case(ranks[i], FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 3);
 }
 
 static void test_ring_one_rank(void **state)
 {
     (void)state;
-    run_case(1, FA_RING_ZIGZAG, 1, FA_DTYPE_BF16);
+    run_case(1, FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 0);
 }
 
 /* bad input: no communication where the communicator itself is bad, a clear status otherwise */
