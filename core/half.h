@@ -3,6 +3,8 @@
 #ifndef FA_HALF_H
 #define FA_HALF_H
 
+#include "flashattn.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -77,6 +79,25 @@ static inline uint16_t fa_float_to_bfloat(float f)
     uint32_t lsb = (x >> 16) & 1u;
     x += 0x7fffu + lsb;
     return (uint16_t)(x >> 16);
+}
+
+/* Element off of an array of dtype dt, as fp32; and the store that rounds to dt. */
+static inline float fa_load_elem(fa_dtype dt, const void *base, int64_t off)
+{
+    switch (dt) {
+    case FA_DTYPE_F16: return fa_half_to_float(((const uint16_t *)base)[off]);
+    case FA_DTYPE_BF16: return fa_bfloat_to_float(((const uint16_t *)base)[off]);
+    default: return ((const float *)base)[off];
+    }
+}
+
+static inline void fa_store_elem(fa_dtype dt, void *base, int64_t off, float x)
+{
+    switch (dt) {
+    case FA_DTYPE_F16: ((uint16_t *)base)[off] = fa_float_to_half(x); break;
+    case FA_DTYPE_BF16: ((uint16_t *)base)[off] = fa_float_to_bfloat(x); break;
+    default: ((float *)base)[off] = x; break;
+    }
 }
 
 #endif /* FA_HALF_H */

@@ -9,6 +9,7 @@
  * kernels compute in fp32 whatever the storage dtype, so the chunk pairs run on fp32 copies of the
  * shards (exact for fp16 / bf16 inputs): the partial outputs and gradients are never rounded to
  * the dtype, only the final ones, once, as on one device. */
+#include "half.h"
 #include "internal.h"
 #include "softmax.h"
 
@@ -46,32 +47,6 @@ static int pair_mask(int causal, const ring_chunk *qc, const ring_chunk *kc)
 
 /* ---------------------------------------------------------------- host tensors */
 
-static float load(const void *base, fa_dtype dt, int64_t i)
-{
-    switch (dt) {
-    case FA_DTYPE_F16:
-        return fa_f16_to_f32(((const uint16_t *)base)[i]);
-    case FA_DTYPE_BF16:
-        return fa_bf16_to_f32(((const uint16_t *)base)[i]);
-    default:
-        return ((const float *)base)[i];
-    }
-}
-
-static void store(void *base, fa_dtype dt, int64_t i, float x)
-{
-    switch (dt) {
-    case FA_DTYPE_F16:
-        ((uint16_t *)base)[i] = fa_f32_to_f16(x);
-        break;
-    case FA_DTYPE_BF16:
-        ((uint16_t *)base)[i] = fa_f32_to_bf16(x);
-        break;
-    default:
-        ((float *)base)[i] = x;
-    }
-}
-
 /* Rows [row0, row0 + rows) of a [batch, seq, heads, d] view (or of an LSE [batch, heads, seq]
  * view, seq_dim 2). */
 static fa_tensor rows_of(const fa_tensor *t, int seq_dim, int64_t row0, int64_t rows)
@@ -104,7 +79,7 @@ static void gather(const fa_tensor *src, void *dst, fa_dtype dst_dt)
             for (int64_t h = 0; h < src->shape[2]; ++h) {
                 const int64_t o = b * src->stride[0] + s * src->stride[1] + h * src->stride[2];
                 for (int64_t c = 0; c < src->shape[3]; ++c, ++i)
-                    store(dst, dst_dt, i, load(src->data, src->dtype, o + c));
+                    fa_store_elem(dst_dt, dst, i, fa_load_elem(src->dtype, src->data, o + c));
             }
 }
 
@@ -116,7 +91,7 @@ static void scatter(const float *src, const fa_tensor *dst)
             for (int64_t h = 0; h < dst->shape[2]; ++h) {
                 const int64_t o = b * dst->stride[0] + s * dst->stride[1] + h * dst->stride[2];
                 for (int64_t c = 0; c < dst->shape[3]; ++c, ++i)
-                    store(dst->data, dst->dtype, o + c, src[i]);
+                    fa_store_elem(dst->dtype, dst->data, o + c, src[i]);
             }
 }
 
@@ -249,19 +224,19 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
     const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, NQ = p->seqlen_q, NK = p->seqlen_k;
     const fa_dtype F = FA_DTYPE_F32;
     const size_t es = sizeof(float);
-    float *oacc = NULL, *lacc = NULL, *lpart = NULL, *tmp = NULL, *qf = NULL;
-    unsigned char *bundle[2] = {NULL, NULL}, *opart = NULL;
+    float *oacc = NULL, *lacc = NULL, *lpart = NULL, *qf = NULL;
+    float *opart = NULL;
+    unsigned char *bundle[2] = {NULL, NULL};
     const int64_t kv = B * NK * HK * D; /* elements of one K (or V) shard */
     if (st == FA_SUCCESS) {
         oacc = alloc_bytes(B * NQ * H * D, sizeof(float));
         lacc = alloc_bytes(B * H * NQ, sizeof(float));
         lpart = alloc_bytes(B * H * NQ, sizeof(float));
-        tmp = alloc_bytes(D, sizeof(float));
         qf = alloc_bytes(B * NQ * H * D, sizeof(float));
         opart = alloc_bytes(B * NQ * H * D, es);
         bundle[0] = alloc_bytes(2 * kv, es);
         bundle[1] = alloc_bytes(2 * kv, es);
-        if (!oacc || !lacc || !lpart || !tmp || !qf || !opart || !bundle[0] || !bundle[1])
+        if (!oacc || !lacc || !lpart || !qf || !opart || !bundle[0] || !bundle[1])
             st = FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "ring: out of host memory for the shard buffers");
     }
     st = ring_agree(&rc, st);
@@ -298,11 +273,10 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
                         for (int64_t s = 0; s < qc[i].rows; ++s)
                             for (int64_t h = 0; h < H; ++h) {
                                 const int64_t row = qc[i].row0 + s;
-                                for (int64_t c = 0; c < D; ++c)
-                                    tmp[c] = ((const float *)opart)[((b * qc[i].rows + s) * H + h) * D + c];
+                                const float *part = (const float *)opart + ((b * qc[i].rows + s) * H + h) * D;
                                 float *acc = oacc + ((b * NQ + row) * H + h) * D;
                                 float *l = lacc + (b * H + h) * NQ + row;
-                                *l = fa_softmax_merge(*l, acc, lpart[(b * H + h) * qc[i].rows + s], tmp, acc, D);
+                                *l = fa_softmax_merge(*l, acc, lpart[(b * H + h) * qc[i].rows + s], part, acc, D);
                             }
                 }
             if (step + 1 == comm->size || !ring_pass(&rc, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es, &st, step))
@@ -322,7 +296,6 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
     free(oacc);
     free(lacc);
     free(lpart);
-    free(tmp);
     free(qf);
     free(opart);
     free(bundle[0]);

@@ -128,24 +128,6 @@ static void online_softmax_tile(float *s, int64_t nr, int64_t width, int64_t ld,
 
 /* ------------------------------------------------------------------ tile movement */
 
-static inline float load_elem(fa_dtype dt, const void *base, int64_t off)
-{
-    switch (dt) {
-    case FA_DTYPE_F16: return fa_half_to_float(((const uint16_t *)base)[off]);
-    case FA_DTYPE_BF16: return fa_bfloat_to_float(((const uint16_t *)base)[off]);
-    default: return ((const float *)base)[off];
-    }
-}
-
-static inline void store_elem(fa_dtype dt, void *base, int64_t off, float x)
-{
-    switch (dt) {
-    case FA_DTYPE_F16: ((uint16_t *)base)[off] = fa_float_to_half(x); break;
-    case FA_DTYPE_BF16: ((uint16_t *)base)[off] = fa_float_to_bfloat(x); break;
-    default: ((float *)base)[off] = x; break;
-    }
-}
-
 /* n elements of dtype dt at src, times mul, into fp32 dst; the dtype switch is outside the loop */
 static void convert_row(fa_dtype dt, const void *src, int64_t off, int64_t n, float mul, float *dst)
 {
@@ -207,7 +189,7 @@ static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t
                 out[c] = mul * src[r * ld + c];
         } else {
             for (int64_t c = 0; c < p->d; ++c)
-                store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
+                fa_store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
         }
     }
 }
@@ -557,7 +539,7 @@ static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
         int64_t od = b * p->dout.sb + (qs + i) * p->dout.ss + h * p->dout.sh;
         float acc = 0.0f;
         for (int64_t c = 0; c < p->d; ++c)
-            acc += load_elem(p->dtype, p->o.data, oo + c) * load_elem(p->dtype, p->dout.data, od + c);
+            acc += fa_load_elem(p->dtype, p->o.data, oo + c) * fa_load_elem(p->dtype, p->dout.data, od + c);
         bc->dsum[h * p->total_q + canon_q_row(p, b, qs, i)] = acc;
     }
 }
@@ -663,7 +645,7 @@ static void bwd_dq_task(void *argp, int64_t task, float *scratch)
             }
             int64_t off = b * p->dq.sb + (qs + i) * p->dq.ss + h * p->dq.sh;
             for (int64_t x = 0; x < p->d; ++x)
-                store_elem(p->dtype, p->dq.data, off + x, acc[x]);
+                fa_store_elem(p->dtype, p->dq.data, off + x, acc[x]);
         }
     }
 }

@@ -24,6 +24,9 @@ import zlib
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
+import reference  # noqa: E402  (python/tests/reference.py: the visibility mask)
+
 # ------------------------------------------------------------------ dtypes
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -164,23 +167,13 @@ class Case:
 
 
 def visible(case, h, sq, sk):
-    """Boolean [sq, sk]: query i sees key j (bottom-right aligned window/causal, block mask)."""
-    i = np.arange(sq)[:, None]
-    j = np.arange(sk)[None, :]
-    offset = sk - sq
-    left, right = case.window if case.window else (-1, -1)
-    if case.causal:
-        right = 0 if right < 0 else min(right, 0)
-    vis = np.ones((sq, sk), dtype=bool)
-    if left >= 0:
-        vis &= j >= i + offset - left
-    if right >= 0:
-        vis &= j <= i + offset + right
+    """Boolean [sq, sk]: query i sees key j (bottom-right aligned window/causal, block mask); the
+    Python package's test oracle (python/tests/reference.py) builds it."""
+    block = None
     if case.block is not None:
         bits, bq, bk = case.block
-        head_bits = bits[h] if bits.ndim == 3 else bits
-        vis &= head_bits[np.arange(sq) // bq][:, np.arange(sk) // bk].astype(bool)
-    return vis
+        block = (bits[h] if bits.ndim == 3 else bits, bq, bk)
+    return reference.visible(sq, sk, case.causal, case.window if case.window else (-1, -1), block)[0]
 
 
 def attention_sequence(case, b, q, k, v, do, exact):

@@ -341,13 +341,9 @@ static void test_ring_one_rank(void **state)
     run_case(1, FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 0);
 }
 
-/* bad input: no communication where the communicator itself is bad, a clear status otherwise */
-static void test_ring_errors(void **state)
+/* a valid fp32 forward of one rank's shard: q, k, v from buf, o into out */
+static fa_fwd_args small_args(float *buf, float *out, float *lse)
 {
-    (void)state;
-    fa_context *ctx;
-    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
-    static float buf[B * N * H * D], out[B * N * H * D], lse[B * H * N];
     fa_fwd_args f;
     memset(&f, 0, sizeof f);
     f.q = t4(buf, FA_DTYPE_F32, N, H);
@@ -355,6 +351,17 @@ static void test_ring_errors(void **state)
     f.o = t4(out, FA_DTYPE_F32, N, H);
     f.lse = t3(lse, N);
     f.opts = fa_options_default();
+    return f;
+}
+
+/* bad input: no communication where the communicator itself is bad, a clear status otherwise */
+static void test_ring_errors(void **state)
+{
+    (void)state;
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    static float buf[B * N * H * D], out[B * N * H * D], lse[B * H * N];
+    fa_fwd_args f = small_args(buf, out, lse);
     fa_ring_comm none = {0, 1, NULL, NULL};
     assert_int_equal(fa_ring_forward(ctx, &none, FA_RING_CONTIGUOUS, &f), FA_ERR_INVALID_ARG);
     assert_int_equal(fa_ring_forward(ctx, NULL, FA_RING_CONTIGUOUS, &f), FA_ERR_INVALID_ARG);
@@ -404,13 +411,7 @@ static void *disagree_rank(void *arg)
         return NULL;
     float *buf = calloc(B * N * H * D, sizeof(float)), *out = calloc(B * N * H * D, sizeof(float)),
           *lse = calloc(B * H * N, sizeof(float));
-    fa_fwd_args f;
-    memset(&f, 0, sizeof f);
-    f.q = t4(buf, FA_DTYPE_F32, N, H);
-    f.k = f.v = t4(buf, FA_DTYPE_F32, N, HK);
-    f.o = t4(out, FA_DTYPE_F32, N, H);
-    f.lse = t3(lse, N);
-    f.opts = fa_options_default();
+    fa_fwd_args f = small_args(buf, out, lse);
     if (j->rank == 1)
         f.o.data = NULL; /* rejected on this rank only */
     const fa_ring_comm comm = fa_ring_local_comm(j->ring, j->rank);
