@@ -36,6 +36,7 @@ typedef struct fa_block_lists {
 typedef struct fa_problem {
     int backward;
     fa_dtype dtype;
+    fa_dtype out_dtype;                 /* o / dq, dk, dv: dtype, or fp32 for fp16 / bf16 inputs */
     int64_t batch, heads_q, heads_kv, group, d;
     int64_t seqlen_q, seqlen_k;         /* dense: the lengths; varlen: the maxima */
     int64_t total_q, total_k;           /* rows of the packed tensors (dense: batch * seqlen) */
@@ -127,7 +128,24 @@ typedef struct fa_backend {
     fa_status (*sync)(struct fa_context *ctx);
     fa_status (*set_stream)(struct fa_context *ctx, void *stream); // optional
     int (*num_threads)(const struct fa_context *ctx);               // optional
+    /* Ring attention's element-wise steps (core/ring.c), in the context's memory, queued on its
+     * stream; optional (NULL: no ring attention on this backend). Q-like views [b, n, h, d],
+     * LSE views [b, h, n]; strides as fa_tensor's. ring_copy: dst = src, same shape, converting
+     * the dtype. ring_merge (fp32): o, lse = the log-sum-exp merge of (o, lse) and (o_part,
+     * lse_part), row by row (fa_softmax_merge). ring_add (fp32): acc += part. stream: the
+     * stream a transport orders its transfers against (NULL on the host). */
+    fa_status (*ring_copy)(struct fa_context *ctx, const fa_tensor *dst, const fa_tensor *src);
+    fa_status (*ring_merge)(struct fa_context *ctx, const fa_tensor *o, const fa_tensor *lse, const fa_tensor *o_part,
+                            const fa_tensor *lse_part);
+    fa_status (*ring_add)(struct fa_context *ctx, const fa_tensor *acc, const fa_tensor *part);
+    void *(*stream)(const struct fa_context *ctx);
 } fa_backend;
+
+/* The host versions of the ring steps (core/ring.c), for backends whose memory is the host's. */
+fa_status fa_host_ring_copy(struct fa_context *ctx, const fa_tensor *dst, const fa_tensor *src);
+fa_status fa_host_ring_merge(struct fa_context *ctx, const fa_tensor *o, const fa_tensor *lse, const fa_tensor *o_part,
+                             const fa_tensor *lse_part);
+fa_status fa_host_ring_add(struct fa_context *ctx, const fa_tensor *acc, const fa_tensor *part);
 
 extern const fa_backend fa_backend_cpu;
 

@@ -1,14 +1,15 @@
-/* ring.c: context-parallel (ring) attention over a caller's transport, and an in-process
- * transport whose ranks are threads (the CPU simulation). Every rank holds a shard of Q and of
- * K / V; K / V shards travel the ring one step at a time, each rank runs fa_forward of its Q
- * chunks against the K / V chunks it holds (full, causal or skipped by their places in the
- * sequence) and merges the partial outputs with the log-sum-exp rule (core/softmax.h) in fp32.
- * The backward runs fa_backward per chunk pair with the merged O and LSE (so P and D are the
- * whole sequence's); dK / dV ride the ring with their K / V in fp32 and arrive home after `size`
- * steps. Host memory only for now (the CPU backend): the merge is host code. The CPU backend's
- * kernels compute in fp32 whatever the storage dtype, so the chunk pairs run on fp32 copies of the
- * shards (exact for fp16 / bf16 inputs): the partial outputs and gradients are never rounded to
- * the dtype, only the final ones, once, as on one device. */
+/* ring.c: context-parallel (ring) attention over a caller's transport, the host versions of its
+ * element-wise steps, and an in-process transport whose ranks are threads (the CPU simulation).
+ * Every rank holds a shard of Q and of K / V; K / V shards travel the ring one step at a time (the
+ * next step's transfer started before the current step's attention, so that it overlaps), each
+ * rank runs fa_forward of its Q chunks against the K / V chunks it holds (full, causal or skipped
+ * by their places in the sequence) with fp32 outputs, and merges the partial outputs with the
+ * log-sum-exp rule (core/softmax.h) in fp32. The backward runs fa_backward per chunk pair with the
+ * merged O and LSE (so P and D are the whole sequence's); dK / dV (fp32) follow their K / V one
+ * step behind and arrive home after `size` steps. The partial outputs and gradients are never
+ * rounded to the dtype, only the final ones, once, as on one device (rounding each partial to
+ * bf16 measurably breaks the conformance pass rule: 3 ranks, zigzag, causal). The schedule is
+ * the same on every backend; the element-wise steps are the backend's (fa_backend.ring_*). */
 #include "half.h"
 #include "internal.h"
 #include "softmax.h"
@@ -37,7 +38,9 @@ static int chunks_of(fa_ring_layout layout, int rank, int size, int64_t n, ring_
 }
 
 /* -1: the pair sees nothing (keys after the queries under causal); 0: every key; 1: causal
- * within the chunk (the same tokens on both sides). */
+ * within the chunk (the same tokens on both sides). At step 0 (a rank's own K / V) chunk i of Q
+ * and chunk i of K are the same tokens, so every Q chunk and every K chunk has a pair then: the
+ * first pair of each writes its accumulator directly (no zero fill needed). */
 static int pair_mask(int causal, const ring_chunk *qc, const ring_chunk *kc)
 {
     if (!causal || kc->place < qc->place)
@@ -45,7 +48,7 @@ static int pair_mask(int causal, const ring_chunk *qc, const ring_chunk *kc)
     return kc->place == qc->place ? 1 : -1;
 }
 
-/* ---------------------------------------------------------------- host tensors */
+/* ---------------------------------------------------------------- views */
 
 /* Rows [row0, row0 + rows) of a [batch, seq, heads, d] view (or of an LSE [batch, heads, seq]
  * view, seq_dim 2). */
@@ -57,7 +60,7 @@ static fa_tensor rows_of(const fa_tensor *t, int seq_dim, int64_t row0, int64_t 
     return r;
 }
 
-/* A contiguous [b, n, h, d] tensor over host memory at data. */
+/* A contiguous [b, n, h, d] tensor at data. */
 static fa_tensor dense4(void *data, fa_dtype dt, int64_t b, int64_t n, int64_t h, int64_t d)
 {
     const int64_t shape[4] = {b, n, h, d};
@@ -70,42 +73,60 @@ static fa_tensor dense3(void *data, int64_t b, int64_t h, int64_t n)
     return fa_tensor_contiguous(data, FA_DTYPE_F32, 3, shape);
 }
 
-/* dst (contiguous fp32 or dtype) <-> a strided [b, n, h, d] view, element by element */
-static void gather(const fa_tensor *src, void *dst, fa_dtype dst_dt)
+/* ---------------------------------------------------------------- host element-wise steps */
+
+static int64_t off4(const fa_tensor *t, int64_t i0, int64_t i1, int64_t i2)
 {
-    int64_t i = 0;
-    for (int64_t b = 0; b < src->shape[0]; ++b)
-        for (int64_t s = 0; s < src->shape[1]; ++s)
-            for (int64_t h = 0; h < src->shape[2]; ++h) {
-                const int64_t o = b * src->stride[0] + s * src->stride[1] + h * src->stride[2];
-                for (int64_t c = 0; c < src->shape[3]; ++c, ++i)
-                    fa_store_elem(dst_dt, dst, i, fa_load_elem(src->dtype, src->data, o + c));
-            }
+    return i0 * t->stride[0] + i1 * t->stride[1] + i2 * t->stride[2];
 }
 
-static void scatter(const float *src, const fa_tensor *dst)
+fa_status fa_host_ring_copy(fa_context *ctx, const fa_tensor *dst, const fa_tensor *src)
 {
-    int64_t i = 0;
-    for (int64_t b = 0; b < dst->shape[0]; ++b)
-        for (int64_t s = 0; s < dst->shape[1]; ++s)
-            for (int64_t h = 0; h < dst->shape[2]; ++h) {
-                const int64_t o = b * dst->stride[0] + s * dst->stride[1] + h * dst->stride[2];
-                for (int64_t c = 0; c < dst->shape[3]; ++c, ++i)
-                    fa_store_elem(dst->dtype, dst->data, o + c, src[i]);
+    (void)ctx;
+    const int four = src->ndim == 4;
+    const int64_t inner = four ? src->shape[3] : src->shape[2];
+    for (int64_t a = 0; a < src->shape[0]; ++a)
+        for (int64_t b = 0; b < src->shape[1]; ++b)
+            for (int64_t c = 0; c < (four ? src->shape[2] : 1); ++c) {
+                const int64_t so = four ? off4(src, a, b, c) : a * src->stride[0] + b * src->stride[1];
+                const int64_t d_o = four ? off4(dst, a, b, c) : a * dst->stride[0] + b * dst->stride[1];
+                const int64_t ss = four ? 1 : src->stride[2], ds = four ? 1 : dst->stride[2];
+                for (int64_t e = 0; e < inner; ++e)
+                    fa_store_elem(dst->dtype, dst->data, d_o + e * ds, fa_load_elem(src->dtype, src->data, so + e * ss));
             }
+    return FA_SUCCESS;
 }
 
-/* acc[b, row0 + s, h, :] += part[b, s, h, :] (part contiguous [b, rows, h, d]) */
-static void accumulate(float *acc, int64_t n, const float *part, int64_t b_, int64_t row0, int64_t rows, int64_t h_,
-                       int64_t d)
+fa_status fa_host_ring_merge(fa_context *ctx, const fa_tensor *o, const fa_tensor *lse, const fa_tensor *o_part,
+                             const fa_tensor *lse_part)
 {
-    for (int64_t b = 0; b < b_; ++b)
-        for (int64_t s = 0; s < rows; ++s) {
-            float *a = acc + ((b * n + row0 + s) * h_) * d;
-            const int64_t p = ((b * rows + s) * h_) * d;
-            for (int64_t e = 0; e < h_ * d; ++e)
-                a[e] += part[p + e];
-        }
+    (void)ctx;
+    const int64_t d = o->shape[3];
+    for (int64_t b = 0; b < o->shape[0]; ++b)
+        for (int64_t s = 0; s < o->shape[1]; ++s)
+            for (int64_t h = 0; h < o->shape[2]; ++h) {
+                float *acc = (float *)o->data + off4(o, b, s, h);
+                const float *part = (const float *)o_part->data + off4(o_part, b, s, h);
+                float *l = (float *)lse->data + b * lse->stride[0] + h * lse->stride[1] + s * lse->stride[2];
+                const float lp =
+                    ((const float *)lse_part->data)[b * lse_part->stride[0] + h * lse_part->stride[1] + s * lse_part->stride[2]];
+                *l = fa_softmax_merge(*l, acc, lp, part, acc, d);
+            }
+    return FA_SUCCESS;
+}
+
+fa_status fa_host_ring_add(fa_context *ctx, const fa_tensor *acc, const fa_tensor *part)
+{
+    (void)ctx;
+    for (int64_t b = 0; b < acc->shape[0]; ++b)
+        for (int64_t s = 0; s < acc->shape[1]; ++s)
+            for (int64_t h = 0; h < acc->shape[2]; ++h) {
+                float *a = (float *)acc->data + off4(acc, b, s, h);
+                const float *p = (const float *)part->data + off4(part, b, s, h);
+                for (int64_t e = 0; e < acc->shape[3]; ++e)
+                    a[e] += p[e];
+            }
+    return FA_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- checks shared by both passes */
@@ -116,13 +137,17 @@ typedef struct ring_call {
     fa_ring_layout layout;
     fa_problem p;
     int32_t *cu_host;
+    void *stream;
+    void *bufs[8]; /* the call's buffers in the context's memory */
+    int nbufs;
 } ring_call;
 
 /* The communicator itself: when it is bad no rank can be told, so nothing is exchanged. */
 static fa_status comm_check(fa_context *ctx, const fa_ring_comm *c)
 {
-    if (!c || !c->sendrecv || c->size < 1 || c->rank < 0 || c->rank >= c->size)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: comm is NULL, has no sendrecv, or rank %d / size %d is invalid",
+    if (!c || !c->start || !c->finish || !c->agree || c->size < 1 || c->rank < 0 || c->rank >= c->size)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                        "ring: comm is NULL, lacks start / finish / agree, or rank %d / size %d is invalid",
                         c ? c->rank : -1, c ? c->size : -1);
     return FA_SUCCESS;
 }
@@ -132,12 +157,16 @@ static fa_status ring_check(ring_call *rc, const fa_options *o, const fa_varlen 
     fa_context *ctx = rc->ctx;
     if (rc->layout != FA_RING_CONTIGUOUS && rc->layout != FA_RING_ZIGZAG)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: unknown layout %d", (int)rc->layout);
-    if (strcmp(ctx->backend->name, "cpu") != 0)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ring: the %s backend has no ring attention yet (cpu only)",
-                        ctx->backend->name);
+    const fa_backend *be = ctx->backend;
+    if (!be->ring_copy || !be->ring_merge || !be->ring_add)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ring: the %s backend has no ring attention (cpu and cuda have it)",
+                        be->name);
     if (varlen || o->block_mask || o->dropout_p != 0.0f || o->window_left >= 0 || o->window_right >= 0)
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ring: varlen, block masks, dropout and windows are not supported");
     const fa_problem *p = &rc->p;
+    if (p->out_dtype != p->dtype)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: the outputs must have the inputs' dtype (%s)",
+                        fa_dtype_name(p->dtype));
     if (p->causal && p->seqlen_q != p->seqlen_k)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: causal needs self-attention shards (n_q %lld != n_k %lld)",
                         (long long)p->seqlen_q, (long long)p->seqlen_k);
@@ -147,27 +176,19 @@ static fa_status ring_check(ring_call *rc, const fa_options *o, const fa_varlen 
     return FA_SUCCESS;
 }
 
-/* the transport: 0 bytes carry only the verdicts */
-static fa_status ring_exchange(ring_call *rc, const void *send, void *recv, size_t bytes, int ok, int *all_ok)
+/* The verdict of every rank: a rank whose own status failed keeps it, the others get `others`
+ * naming the ring. */
+static fa_status ring_agree(ring_call *rc, fa_status mine, fa_status others, const char *what)
 {
-    *all_ok = 0;
-    if (rc->comm->sendrecv(rc->comm->user, send, recv, bytes, ok, all_ok) != 0)
-        return FA_ERROR(rc->ctx, FA_ERR_BACKEND, "ring: rank %d: the transport's sendrecv failed", rc->comm->rank);
-    return FA_SUCCESS;
-}
-
-/* The verdict of every rank on its arguments: a rank whose arguments failed keeps its own status,
- * the others get FA_ERR_INVALID_ARG naming the ring. */
-static fa_status ring_agree(ring_call *rc, fa_status mine)
-{
-    int all_ok;
-    fa_status st = ring_exchange(rc, NULL, NULL, 0, mine == FA_SUCCESS, &all_ok);
+    int all_ok = 0;
+    if (rc->comm->agree(rc->comm->user, mine == FA_SUCCESS, &all_ok) != 0)
+        return mine != FA_SUCCESS ? mine
+                                  : FA_ERROR(rc->ctx, FA_ERR_BACKEND, "ring: rank %d: the transport's agree failed",
+                                             rc->comm->rank);
     if (mine != FA_SUCCESS)
         return mine;
-    if (st != FA_SUCCESS)
-        return st;
     if (!all_ok)
-        return FA_ERROR(rc->ctx, FA_ERR_INVALID_ARG, "ring: another rank's arguments were rejected");
+        return FA_ERROR(rc->ctx, others, "ring: another rank %s", what);
     return FA_SUCCESS;
 }
 
@@ -185,27 +206,67 @@ static fa_status ring_begin(ring_call *rc, const fa_fwd_args *fwd, const fa_bwd_
     rc->cu_host = NULL;
     if (st == FA_SUCCESS)
         st = ring_check(rc, fwd ? &fwd->opts : &bwd->opts, fwd ? fwd->varlen : bwd->varlen);
+    rc->stream = ctx->backend->stream ? ctx->backend->stream(ctx) : NULL;
     return st;
 }
 
-/* One step's exchange; folds its outcome into *st. Returns 0 when every rank is to stop (each
- * rank gets the same verdict, so all stop at the same step). */
-static int ring_pass(ring_call *rc, const void *send, void *recv, size_t bytes, fa_status *st, int step)
+/* A buffer of count elements of elem bytes in the context's memory, released by ring_end. */
+static void *ring_alloc(ring_call *rc, int64_t count, size_t elem, fa_status *st)
 {
-    int all_ok;
-    const fa_status t = ring_exchange(rc, send, recv, bytes, *st == FA_SUCCESS, &all_ok);
-    if (*st == FA_SUCCESS && t != FA_SUCCESS)
-        *st = t;
-    if (*st == FA_SUCCESS && !all_ok)
-        *st = FA_ERROR(rc->ctx, FA_ERR_BACKEND, "ring: another rank failed at step %d", step);
-    return all_ok;
+    void *ptr = NULL;
+    if (*st != FA_SUCCESS)
+        return NULL;
+    if (count < 0 || (uint64_t)count > SIZE_MAX / elem / 2 || rc->nbufs == 8) {
+        *st = FA_ERROR(rc->ctx, FA_ERR_OVERFLOW, "ring: a shard buffer of %lld elements", (long long)count);
+        return NULL;
+    }
+    if ((*st = fa_malloc(rc->ctx, (size_t)(count > 0 ? count : 1) * elem, &ptr)) != FA_SUCCESS)
+        return NULL;
+    rc->bufs[rc->nbufs++] = ptr;
+    return ptr;
 }
 
-static void *alloc_bytes(int64_t count, size_t elem)
+/* Waits for the queued work (so no buffer is freed under it) and frees the buffers. */
+static fa_status ring_end(ring_call *rc, fa_status st)
 {
-    if (count < 0 || (uint64_t)count > SIZE_MAX / elem / 2)
-        return NULL;
-    return calloc((size_t)(count > 0 ? count : 1), elem);
+    const fa_status s = rc->nbufs ? fa_synchronize(rc->ctx) : FA_SUCCESS;
+    if (st == FA_SUCCESS)
+        st = s;
+    for (int i = 0; i < rc->nbufs; ++i)
+        fa_free(rc->ctx, rc->bufs[i]);
+    return st;
+}
+
+/* The transport's start / finish; a failure of the transport itself ends the call (*broken). */
+static void ring_start(ring_call *rc, int channel, const void *send, void *recv, size_t bytes, fa_status *st,
+                       int *broken)
+{
+    if (*broken || rc->comm->start(rc->comm->user, channel, send, recv, bytes, rc->stream) == 0)
+        return;
+    *broken = 1;
+    if (*st == FA_SUCCESS)
+        *st = FA_ERROR(rc->ctx, FA_ERR_BACKEND, "ring: rank %d: the transport's start failed", rc->comm->rank);
+}
+
+static void ring_finish(ring_call *rc, int channel, fa_status *st, int *broken)
+{
+    if (*broken || rc->comm->finish(rc->comm->user, channel, rc->stream) == 0)
+        return;
+    *broken = 1;
+    if (*st == FA_SUCCESS)
+        *st = FA_ERROR(rc->ctx, FA_ERR_BACKEND, "ring: rank %d: the transport's finish failed", rc->comm->rank);
+}
+
+/* K and V of a shard into a contiguous bundle [K | V] in the dtype (the unit that travels) */
+static fa_status pack_kv(ring_call *rc, const fa_tensor *k, const fa_tensor *v, void *bundle)
+{
+    const fa_problem *p = &rc->p;
+    const int64_t kv = p->batch * p->seqlen_k * p->heads_kv * p->d;
+    const fa_tensor kt = dense4(bundle, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->d);
+    const fa_tensor vt = dense4((char *)bundle + kv * (int64_t)fa_dtype_size(p->dtype), p->dtype, p->batch,
+                                p->seqlen_k, p->heads_kv, p->d);
+    fa_status st = rc->ctx->backend->ring_copy(rc->ctx, &kt, k);
+    return st == FA_SUCCESS ? rc->ctx->backend->ring_copy(rc->ctx, &vt, v) : st;
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -218,89 +279,63 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
     fa_status st = comm_check(ctx, comm); /* a bad communicator: nothing can be exchanged */
     if (st != FA_SUCCESS)
         return st;
-    ring_call rc = {ctx, comm, layout, {0}, NULL};
+    ring_call rc = {.ctx = ctx, .comm = comm, .layout = layout};
     st = ring_begin(&rc, args, NULL);
     const fa_problem *p = &rc.p;
+    const fa_backend *be = ctx->backend;
     const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, NQ = p->seqlen_q, NK = p->seqlen_k;
     const fa_dtype F = FA_DTYPE_F32;
-    const size_t es = sizeof(float);
-    float *oacc = NULL, *lacc = NULL, *lpart = NULL, *qf = NULL;
-    float *opart = NULL;
-    unsigned char *bundle[2] = {NULL, NULL};
+    const size_t es = fa_dtype_size(p->dtype);
     const int64_t kv = B * NK * HK * D; /* elements of one K (or V) shard */
-    if (st == FA_SUCCESS) {
-        oacc = alloc_bytes(B * NQ * H * D, sizeof(float));
-        lacc = alloc_bytes(B * H * NQ, sizeof(float));
-        lpart = alloc_bytes(B * H * NQ, sizeof(float));
-        qf = alloc_bytes(B * NQ * H * D, sizeof(float));
-        opart = alloc_bytes(B * NQ * H * D, es);
-        bundle[0] = alloc_bytes(2 * kv, es);
-        bundle[1] = alloc_bytes(2 * kv, es);
-        if (!oacc || !lacc || !lpart || !qf || !opart || !bundle[0] || !bundle[1])
-            st = FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "ring: out of host memory for the shard buffers");
+    float *oacc = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
+    float *lacc = ring_alloc(&rc, B * H * NQ, sizeof(float), &st);
+    float *opart = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
+    float *lpart = ring_alloc(&rc, B * H * NQ, sizeof(float), &st);
+    unsigned char *bundle[2] = {ring_alloc(&rc, 2 * kv, es, &st), ring_alloc(&rc, 2 * kv, es, &st)};
+    st = ring_agree(&rc, st, FA_ERR_INVALID_ARG, "rejected its arguments or could not allocate");
+    if (st != FA_SUCCESS)
+        return ring_end(&rc, st);
+    st = pack_kv(&rc, &args->k, &args->v, bundle[0]);
+    const fa_tensor ot = dense4(oacc, F, B, NQ, H, D), lt = dense3(lacc, B, H, NQ);
+    ring_chunk qc[2], kc[2];
+    const int nq = chunks_of(layout, comm->rank, comm->size, NQ, qc);
+    int cur = 0, broken = 0, done[2] = {0, 0};
+    for (int step = 0; step < comm->size && !broken; ++step) {
+        if (step > 0)
+            ring_finish(&rc, 0, &st, &broken); /* this step's K / V have arrived */
+        if (step + 1 < comm->size) /* the next step's move under this step's attention */
+            ring_start(&rc, 0, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es, &st, &broken);
+        const int src = (comm->rank - step + comm->size) % comm->size;
+        const int nk = chunks_of(layout, src, comm->size, NK, kc);
+        const fa_tensor kt = dense4(bundle[cur], p->dtype, B, NK, HK, D);
+        const fa_tensor vt = dense4(bundle[cur] + kv * (int64_t)es, p->dtype, B, NK, HK, D);
+        for (int i = 0; i < nq && st == FA_SUCCESS; ++i)
+            for (int j = 0; j < nk && st == FA_SUCCESS; ++j) {
+                const int m = pair_mask(p->causal, &qc[i], &kc[j]);
+                if (m < 0)
+                    continue;
+                fa_fwd_args a = *args;
+                a.q = rows_of(&args->q, 1, qc[i].row0, qc[i].rows);
+                a.k = rows_of(&kt, 1, kc[j].row0, kc[j].rows);
+                a.v = rows_of(&vt, 1, kc[j].row0, kc[j].rows);
+                const fa_tensor oi = rows_of(&ot, 1, qc[i].row0, qc[i].rows), li = rows_of(&lt, 2, qc[i].row0, qc[i].rows);
+                a.o = done[i] ? dense4(opart, F, B, qc[i].rows, H, D) : oi;
+                a.lse = done[i] ? dense3(lpart, B, H, qc[i].rows) : li;
+                a.opts.causal = m;
+                st = fa_forward(ctx, &a);
+                if (st == FA_SUCCESS && done[i])
+                    st = be->ring_merge(ctx, &oi, &li, &a.o, &a.lse);
+                done[i] = 1;
+            }
+        cur = 1 - cur;
     }
-    st = ring_agree(&rc, st);
-    if (st == FA_SUCCESS) {
-        for (int64_t i = 0; i < B * H * NQ; ++i)
-            lacc[i] = -INFINITY;
-        gather(&args->q, qf, F);
-        gather(&args->k, bundle[0], F);
-        gather(&args->v, bundle[0] + kv * es, F);
-        const fa_tensor qt = dense4(qf, F, B, NQ, H, D);
-        ring_chunk qc[2], kc[2];
-        const int nq = chunks_of(layout, comm->rank, comm->size, NQ, qc);
-        int cur = 0;
-        for (int step = 0; step < comm->size; ++step) {
-            const int src = (comm->rank - step + comm->size) % comm->size;
-            const int nk = chunks_of(layout, src, comm->size, NK, kc);
-            const fa_tensor kt = dense4(bundle[cur], F, B, NK, HK, D);
-            const fa_tensor vt = dense4(bundle[cur] + kv * es, F, B, NK, HK, D);
-            for (int i = 0; i < nq && st == FA_SUCCESS; ++i)
-                for (int j = 0; j < nk && st == FA_SUCCESS; ++j) {
-                    const int m = pair_mask(p->causal, &qc[i], &kc[j]);
-                    if (m < 0)
-                        continue;
-                    fa_fwd_args a = *args;
-                    a.q = rows_of(&qt, 1, qc[i].row0, qc[i].rows);
-                    a.k = rows_of(&kt, 1, kc[j].row0, kc[j].rows);
-                    a.v = rows_of(&vt, 1, kc[j].row0, kc[j].rows);
-                    a.o = dense4(opart, F, B, qc[i].rows, H, D);
-                    a.lse = dense3(lpart, B, H, qc[i].rows);
-                    a.opts.causal = m;
-                    if ((st = fa_forward(ctx, &a)) != FA_SUCCESS)
-                        break;
-                    for (int64_t b = 0; b < B; ++b)
-                        for (int64_t s = 0; s < qc[i].rows; ++s)
-                            for (int64_t h = 0; h < H; ++h) {
-                                const int64_t row = qc[i].row0 + s;
-                                const float *part = (const float *)opart + ((b * qc[i].rows + s) * H + h) * D;
-                                float *acc = oacc + ((b * NQ + row) * H + h) * D;
-                                float *l = lacc + (b * H + h) * NQ + row;
-                                *l = fa_softmax_merge(*l, acc, lpart[(b * H + h) * qc[i].rows + s], part, acc, D);
-                            }
-                }
-            if (step + 1 == comm->size || !ring_pass(&rc, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es, &st, step))
-                break;
-            cur = 1 - cur;
-        }
-    }
-    if (st == FA_SUCCESS) {
-        scatter(oacc, &args->o);
-        if (args->lse.data)
-            for (int64_t b = 0; b < B; ++b)
-                for (int64_t h = 0; h < H; ++h)
-                    for (int64_t s = 0; s < NQ; ++s)
-                        ((float *)args->lse.data)[b * args->lse.stride[0] + h * args->lse.stride[1] +
-                                                  s * args->lse.stride[2]] = lacc[(b * H + h) * NQ + s];
-    }
-    free(oacc);
-    free(lacc);
-    free(lpart);
-    free(qf);
-    free(opart);
-    free(bundle[0]);
-    free(bundle[1]);
-    return st;
+    if (!broken) /* a rank that failed has still moved every shard along, so the others did not wait */
+        st = ring_agree(&rc, st, FA_ERR_BACKEND, "failed during the ring");
+    if (st == FA_SUCCESS)
+        st = be->ring_copy(ctx, &args->o, &ot);
+    if (st == FA_SUCCESS && args->lse.data)
+        st = be->ring_copy(ctx, &args->lse, &lt);
+    return ring_end(&rc, st);
 }
 
 /* ---------------------------------------------------------------- backward */
@@ -313,92 +348,103 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
     fa_status st = comm_check(ctx, comm); /* a bad communicator: nothing can be exchanged */
     if (st != FA_SUCCESS)
         return st;
-    ring_call rc = {ctx, comm, layout, {0}, NULL};
+    ring_call rc = {.ctx = ctx, .comm = comm, .layout = layout};
     st = ring_begin(&rc, NULL, args);
     const fa_problem *p = &rc.p;
+    const fa_backend *be = ctx->backend;
     const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, NQ = p->seqlen_q, NK = p->seqlen_k;
     const fa_dtype F = FA_DTYPE_F32;
-    const size_t es = sizeof(float);
+    const size_t es = fa_dtype_size(p->dtype);
     const int64_t kv = B * NK * HK * D;
-    /* the travelling bundle (fp32): K, V, then dK, dV */
-    const size_t kv_bytes = (size_t)(2 * kv) * es, bundle_bytes = 2 * kv_bytes;
-    float *dqacc = NULL, *qf = NULL, *of = NULL, *dof = NULL;
-    unsigned char *bundle[2] = {NULL, NULL}, *dqpart = NULL, *dkpart = NULL, *dvpart = NULL;
-    if (st == FA_SUCCESS) {
-        dqacc = alloc_bytes(B * NQ * H * D, sizeof(float));
-        qf = alloc_bytes(B * NQ * H * D, sizeof(float));
-        of = alloc_bytes(B * NQ * H * D, sizeof(float));
-        dof = alloc_bytes(B * NQ * H * D, sizeof(float));
-        dqpart = alloc_bytes(B * NQ * H * D, es);
-        dkpart = alloc_bytes(kv, es);
-        dvpart = alloc_bytes(kv, es);
-        bundle[0] = alloc_bytes((int64_t)bundle_bytes, 1);
-        bundle[1] = alloc_bytes((int64_t)bundle_bytes, 1);
-        if (!dqacc || !qf || !of || !dof || !dqpart || !dkpart || !dvpart || !bundle[0] || !bundle[1])
-            st = FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "ring: out of host memory for the shard buffers");
-    }
-    st = ring_agree(&rc, st);
-    int cur = 0;
-    if (st == FA_SUCCESS) {
-        gather(&args->q, qf, F);
-        gather(&args->o, of, F);
-        gather(&args->dout, dof, F);
-        gather(&args->k, bundle[0], F);
-        gather(&args->v, bundle[0] + kv * es, F);
-        const fa_tensor qt = dense4(qf, F, B, NQ, H, D), ot = dense4(of, F, B, NQ, H, D),
-                        dot = dense4(dof, F, B, NQ, H, D);
-        ring_chunk qc[2], kc[2];
-        const int nq = chunks_of(layout, comm->rank, comm->size, NQ, qc);
-        for (int step = 0; step < comm->size; ++step) {
-            const int src = (comm->rank - step + comm->size) % comm->size;
-            const int nk = chunks_of(layout, src, comm->size, NK, kc);
-            const fa_tensor kt = dense4(bundle[cur], F, B, NK, HK, D);
-            const fa_tensor vt = dense4(bundle[cur] + kv * es, F, B, NK, HK, D);
-            float *dk = (float *)(bundle[cur] + kv_bytes), *dv = dk + kv;
-            for (int i = 0; i < nq && st == FA_SUCCESS; ++i)
-                for (int j = 0; j < nk && st == FA_SUCCESS; ++j) {
-                    const int m = pair_mask(p->causal, &qc[i], &kc[j]);
-                    if (m < 0)
-                        continue;
-                    fa_bwd_args a = *args;
-                    a.q = rows_of(&qt, 1, qc[i].row0, qc[i].rows);
-                    a.o = rows_of(&ot, 1, qc[i].row0, qc[i].rows);
-                    a.dout = rows_of(&dot, 1, qc[i].row0, qc[i].rows);
-                    a.lse = rows_of(&args->lse, 2, qc[i].row0, qc[i].rows);
-                    a.k = rows_of(&kt, 1, kc[j].row0, kc[j].rows);
-                    a.v = rows_of(&vt, 1, kc[j].row0, kc[j].rows);
-                    a.dq = dense4(dqpart, F, B, qc[i].rows, H, D);
-                    a.dk = dense4(dkpart, F, B, kc[j].rows, HK, D);
-                    a.dv = dense4(dvpart, F, B, kc[j].rows, HK, D);
-                    a.opts.causal = m;
-                    if ((st = fa_backward(ctx, &a)) != FA_SUCCESS)
-                        break;
-                    accumulate(dqacc, NQ, (const float *)dqpart, B, qc[i].row0, qc[i].rows, H, D);
-                    accumulate(dk, NK, (const float *)dkpart, B, kc[j].row0, kc[j].rows, HK, D);
-                    accumulate(dv, NK, (const float *)dvpart, B, kc[j].row0, kc[j].rows, HK, D);
+    const size_t grad_bytes = (size_t)(2 * kv) * sizeof(float); /* dK | dV, fp32 */
+    float *dqacc = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
+    float *dqpart = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
+    unsigned char *bundle[2] = {ring_alloc(&rc, 2 * kv, es, &st), ring_alloc(&rc, 2 * kv, es, &st)};
+    float *grad[2] = {ring_alloc(&rc, 2 * kv, sizeof(float), &st), ring_alloc(&rc, 2 * kv, sizeof(float), &st)};
+    float *gpart = ring_alloc(&rc, 2 * kv, sizeof(float), &st);    /* this step's dK | dV of the visiting shard */
+    float *gscratch = ring_alloc(&rc, 2 * kv, sizeof(float), &st); /* one pair's, when a chunk has two pairs */
+    st = ring_agree(&rc, st, FA_ERR_INVALID_ARG, "rejected its arguments or could not allocate");
+    if (st != FA_SUCCESS)
+        return ring_end(&rc, st);
+    st = pack_kv(&rc, &args->k, &args->v, bundle[0]);
+    const fa_tensor dqt = dense4(dqacc, F, B, NQ, H, D);
+    ring_chunk qc[2], kc[2];
+    const int nq = chunks_of(layout, comm->rank, comm->size, NQ, qc);
+    int cur = 0, gcur = 0, broken = 0, qdone[2] = {0, 0};
+    for (int step = 0; step < comm->size && !broken; ++step) {
+        if (step > 0)
+            ring_finish(&rc, 0, &st, &broken);
+        if (step + 1 < comm->size)
+            ring_start(&rc, 0, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es, &st, &broken);
+        const int src = (comm->rank - step + comm->size) % comm->size;
+        const int nk = chunks_of(layout, src, comm->size, NK, kc);
+        const fa_tensor kt = dense4(bundle[cur], p->dtype, B, NK, HK, D);
+        const fa_tensor vt = dense4(bundle[cur] + kv * (int64_t)es, p->dtype, B, NK, HK, D);
+        /* step 0 accumulates into the shard's own travelling dK | dV, later steps into gpart
+         * (the travelling one is still arriving) */
+        float *gdst = step == 0 ? grad[gcur] : gpart;
+        const fa_tensor dkt = dense4(gdst, F, B, NK, HK, D), dvt = dense4(gdst + kv, F, B, NK, HK, D);
+        const fa_tensor dks = dense4(gscratch, F, B, NK, HK, D), dvs = dense4(gscratch + kv, F, B, NK, HK, D);
+        int kdone[2] = {0, 0};
+        for (int i = 0; i < nq && st == FA_SUCCESS; ++i)
+            for (int j = 0; j < nk && st == FA_SUCCESS; ++j) {
+                const int m = pair_mask(p->causal, &qc[i], &kc[j]);
+                if (m < 0)
+                    continue;
+                fa_bwd_args a = *args;
+                a.q = rows_of(&args->q, 1, qc[i].row0, qc[i].rows);
+                a.o = rows_of(&args->o, 1, qc[i].row0, qc[i].rows);
+                a.dout = rows_of(&args->dout, 1, qc[i].row0, qc[i].rows);
+                a.lse = rows_of(&args->lse, 2, qc[i].row0, qc[i].rows);
+                a.k = rows_of(&kt, 1, kc[j].row0, kc[j].rows);
+                a.v = rows_of(&vt, 1, kc[j].row0, kc[j].rows);
+                const fa_tensor dqi = rows_of(&dqt, 1, qc[i].row0, qc[i].rows);
+                const fa_tensor dkj = rows_of(&dkt, 1, kc[j].row0, kc[j].rows), dvj = rows_of(&dvt, 1, kc[j].row0, kc[j].rows);
+                a.dq = qdone[i] ? dense4(dqpart, F, B, qc[i].rows, H, D) : dqi;
+                a.dk = kdone[j] ? rows_of(&dks, 1, kc[j].row0, kc[j].rows) : dkj;
+                a.dv = kdone[j] ? rows_of(&dvs, 1, kc[j].row0, kc[j].rows) : dvj;
+                a.opts.causal = m;
+                st = fa_backward(ctx, &a);
+                if (st == FA_SUCCESS && qdone[i])
+                    st = be->ring_add(ctx, &dqi, &a.dq);
+                if (st == FA_SUCCESS && kdone[j])
+                    st = be->ring_add(ctx, &dkj, &a.dk);
+                if (st == FA_SUCCESS && kdone[j])
+                    st = be->ring_add(ctx, &dvj, &a.dv);
+                qdone[i] = kdone[j] = 1;
+            }
+        if (step > 0) { /* the shard's dK | dV so far, from the previous rank, plus this step's */
+            ring_finish(&rc, 1, &st, &broken);
+            const fa_tensor gk = dense4(grad[gcur], F, B, NK, HK, D), gv = dense4(grad[gcur] + kv, F, B, NK, HK, D);
+            for (int j = 0; j < nk && st == FA_SUCCESS; ++j)
+                if (kdone[j]) {
+                    const fa_tensor a0 = rows_of(&gk, 1, kc[j].row0, kc[j].rows), a1 = rows_of(&gv, 1, kc[j].row0, kc[j].rows);
+                    const fa_tensor p0 = rows_of(&dkt, 1, kc[j].row0, kc[j].rows), p1 = rows_of(&dvt, 1, kc[j].row0, kc[j].rows);
+                    st = be->ring_add(ctx, &a0, &p0);
+                    if (st == FA_SUCCESS)
+                        st = be->ring_add(ctx, &a1, &p1);
                 }
-            /* size sends: after the last, each bundle (with its dK, dV) is back at its owner */
-            if (!ring_pass(&rc, bundle[cur], bundle[1 - cur], bundle_bytes, &st, step))
-                break;
-            cur = 1 - cur;
         }
+        /* size sends in all: after the last, each shard's dK | dV is back at its owner */
+        if (comm->size > 1) {
+            ring_start(&rc, 1, grad[gcur], grad[1 - gcur], grad_bytes, &st, &broken);
+            gcur = 1 - gcur;
+        }
+        cur = 1 - cur;
     }
+    if (comm->size > 1)
+        ring_finish(&rc, 1, &st, &broken);
+    if (!broken)
+        st = ring_agree(&rc, st, FA_ERR_BACKEND, "failed during the ring");
     if (st == FA_SUCCESS) {
-        const float *dk = (const float *)(bundle[cur] + kv_bytes), *dv = dk + kv;
-        scatter(dqacc, &args->dq);
-        scatter(dk, &args->dk);
-        scatter(dv, &args->dv);
+        const fa_tensor gk = dense4(grad[gcur], F, B, NK, HK, D), gv = dense4(grad[gcur] + kv, F, B, NK, HK, D);
+        st = be->ring_copy(ctx, &args->dq, &dqt);
+        if (st == FA_SUCCESS)
+            st = be->ring_copy(ctx, &args->dk, &gk);
+        if (st == FA_SUCCESS)
+            st = be->ring_copy(ctx, &args->dv, &gv);
     }
-    free(dqacc);
-    free(qf);
-    free(of);
-    free(dof);
-    free(dqpart);
-    free(dkpart);
-    free(dvpart);
-    free(bundle[0]);
-    free(bundle[1]);
-    return st;
+    return ring_end(&rc, st);
 }
 
 /* ---------------------------------------------------------------- the in-process transport */
@@ -436,26 +482,46 @@ static void local_barrier(fa_ring_local *r)
 }
 
 /* Publish the send buffer, wait for every rank, copy the previous rank's, wait again (so that no
- * send buffer is reused before it has been read). */
-static int local_sendrecv(void *user, const void *send, void *recv, size_t bytes, int ok, int *all_ok)
+ * send buffer is reused before it has been read). The transfer is done when this returns. */
+static int local_start(void *user, int channel, const void *send, void *recv, size_t bytes, void *stream)
 {
+    (void)channel;
+    (void)stream;
     ring_rank *me = user;
     fa_ring_local *r = me->ring;
     r->send[me->rank] = send;
     r->bytes[me->rank] = bytes;
-    r->ok[me->rank] = ok;
     local_barrier(r);
     const int prev = (me->rank + r->size - 1) % r->size;
-    int all = 1, same = 1;
-    for (int i = 0; i < r->size; ++i) {
-        all = all && r->ok[i];
+    int same = 1;
+    for (int i = 0; i < r->size; ++i)
         same = same && r->bytes[i] == bytes;
-    }
     if (same && bytes)
         memcpy(recv, r->send[prev], bytes);
     local_barrier(r);
-    *all_ok = all;
     return same ? 0 : -1;
+}
+
+static int local_finish(void *user, int channel, void *stream)
+{
+    (void)user;
+    (void)channel;
+    (void)stream;
+    return 0;
+}
+
+static int local_agree(void *user, int ok, int *all_ok)
+{
+    ring_rank *me = user;
+    fa_ring_local *r = me->ring;
+    r->ok[me->rank] = ok;
+    local_barrier(r);
+    int all = 1;
+    for (int i = 0; i < r->size; ++i)
+        all = all && r->ok[i];
+    local_barrier(r);
+    *all_ok = all;
+    return 0;
 }
 
 fa_status fa_ring_local_create(fa_ring_local **ring, int size)
@@ -497,7 +563,9 @@ fa_ring_comm fa_ring_local_comm(fa_ring_local *ring, int rank)
     c.rank = rank;
     c.size = ring ? ring->size : 0;
     if (ring && rank >= 0 && rank < ring->size) {
-        c.sendrecv = local_sendrecv;
+        c.start = local_start;
+        c.finish = local_finish;
+        c.agree = local_agree;
         c.user = &ring->ranks[rank];
     }
     return c;
@@ -515,3 +583,39 @@ void fa_ring_local_destroy(fa_ring_local *ring)
     free(ring->ranks);
     free(ring);
 }
+
+/* ---------------------------------------------------------------- without NCCL */
+
+#ifndef FA_HAVE_NCCL /* built without nccl.h (-Dnccl=disabled or not found): backends/cuda/nccl.c is not compiled */
+fa_status fa_ring_nccl_unique_id(unsigned char id[FA_RING_NCCL_ID_BYTES])
+{
+    (void)id;
+    return FA_ERR_NO_BACKEND;
+}
+
+fa_status fa_ring_nccl_create(fa_ring_nccl **ring, fa_context *ctx, const unsigned char id[FA_RING_NCCL_ID_BYTES],
+                              int rank, int size)
+{
+    (void)id;
+    (void)rank;
+    (void)size;
+    if (ring)
+        *ring = NULL;
+    if (!ring || !ctx)
+        return FA_ERR_INVALID_ARG;
+    return FA_ERROR(ctx, FA_ERR_NO_BACKEND, "ring nccl: this build of flashattn has no NCCL transport (-Dnccl)");
+}
+
+fa_ring_comm fa_ring_nccl_comm(fa_ring_nccl *ring)
+{
+    (void)ring;
+    fa_ring_comm c;
+    memset(&c, 0, sizeof c);
+    return c;
+}
+
+void fa_ring_nccl_destroy(fa_ring_nccl *ring)
+{
+    (void)ring;
+}
+#endif

@@ -231,7 +231,16 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
     if (!dtype_valid(q->dtype))
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: unknown dtype value %d", (int)q->dtype);
     p->dtype = q->dtype;
+    p->out_dtype = q->dtype;
     return FA_SUCCESS;
+}
+
+/* The outputs' dtype: the inputs', or fp32 for fp16 / bf16 inputs (written unrounded, e.g. the
+ * partial results that ring attention merges); out is the first output tensor. */
+static void read_out_dtype(const fa_tensor *out, fa_problem *p)
+{
+    if (out->dtype == FA_DTYPE_F32 && p->dtype != FA_DTYPE_F32)
+        p->out_dtype = FA_DTYPE_F32;
 }
 
 static void shape_qlike(const fa_problem *p, int64_t *s)
@@ -299,10 +308,11 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     shape_klike(p, sk);
     shape_lse(p, sl);
     span s_q, s_k, s_v, s_o, s_l = {0, 0};
+    read_out_dtype(&a->o, p);
     if ((st = check_tensor(ctx, "q", &a->q, nd, sq, p->dtype, 0, &s_q)) ||
         (st = check_tensor(ctx, "k", &a->k, nd, sk, p->dtype, 0, &s_k)) ||
         (st = check_tensor(ctx, "v", &a->v, nd, sk, p->dtype, 0, &s_v)) ||
-        (st = check_tensor(ctx, "o", &a->o, nd, sq, p->dtype, 1, &s_o)))
+        (st = check_tensor(ctx, "o", &a->o, nd, sq, p->out_dtype, 1, &s_o)))
         return st;
     p->has_lse = a->lse.data != NULL;
     if (p->has_lse && (st = check_tensor(ctx, "lse", &a->lse, nd - 1, sl, FA_DTYPE_F32, 1, &s_l)))
@@ -341,15 +351,16 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
     shape_klike(p, sk);
     shape_lse(p, sl);
     span in[6], out[3];
+    read_out_dtype(&a->dq, p);
     if ((st = check_tensor(ctx, "q", &a->q, nd, sq, p->dtype, 0, &in[0])) ||
         (st = check_tensor(ctx, "k", &a->k, nd, sk, p->dtype, 0, &in[1])) ||
         (st = check_tensor(ctx, "v", &a->v, nd, sk, p->dtype, 0, &in[2])) ||
         (st = check_tensor(ctx, "o", &a->o, nd, sq, p->dtype, 0, &in[3])) ||
         (st = check_tensor(ctx, "dout", &a->dout, nd, sq, p->dtype, 0, &in[4])) ||
         (st = check_tensor(ctx, "lse", &a->lse, nd - 1, sl, FA_DTYPE_F32, 0, &in[5])) ||
-        (st = check_tensor(ctx, "dq", &a->dq, nd, sq, p->dtype, 1, &out[0])) ||
-        (st = check_tensor(ctx, "dk", &a->dk, nd, sk, p->dtype, 1, &out[1])) ||
-        (st = check_tensor(ctx, "dv", &a->dv, nd, sk, p->dtype, 1, &out[2])))
+        (st = check_tensor(ctx, "dq", &a->dq, nd, sq, p->out_dtype, 1, &out[0])) ||
+        (st = check_tensor(ctx, "dk", &a->dk, nd, sk, p->out_dtype, 1, &out[1])) ||
+        (st = check_tensor(ctx, "dv", &a->dv, nd, sk, p->out_dtype, 1, &out[2])))
         return st;
     static const char *const in_names[6] = {"q", "k", "v", "o", "dout", "lse"};
     static const char *const out_names[3] = {"dq", "dk", "dv"};

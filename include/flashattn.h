@@ -66,7 +66,10 @@ FA_API const char *fa_dtype_name(fa_dtype dtype);
  * Packed variable length:      Q, O          [total_q, heads_q, d]            ndim 3
  *                              K, V          [total_k, heads_kv, d]           ndim 3
  *                              LSE           [heads_q, total_q]          fp32 ndim 2
- * data lives in the memory of the context's backend (see fa_malloc). */
+ * data lives in the memory of the context's backend (see fa_malloc). Every tensor has the dtype
+ * of q, except LSE (fp32) and the outputs o (forward) and dq, dk, dv (backward, all three alike),
+ * which may be FA_DTYPE_F32 when q is fp16 / bf16: the result is then written unrounded
+ * (FA_FEATURE_F32_OUTPUT; for results that are merged or summed further, as ring attention does). */
 typedef struct fa_tensor {
     void *data;
     fa_dtype dtype;
@@ -207,6 +210,7 @@ FA_API fa_status fa_device_name(const char *backend, int device, char *buf, size
 #define FA_FEATURE_DETERMINISTIC (1u << 7)
 #define FA_FEATURE_BACKWARD      (1u << 8)
 #define FA_FEATURE_STRIDES       (1u << 9)
+#define FA_FEATURE_F32_OUTPUT    (1u << 10) /* fp32 o / dq, dk, dv from fp16 / bf16 inputs */
 
 typedef struct fa_capabilities {
     unsigned dtypes;       /* bit (1 << fa_dtype) per supported dtype */
@@ -275,15 +279,22 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
 
 /* ---------------------------------------------------------------- ring (context-parallel) attention */
 
-/* One rank's link in a ring of `size` ranks. sendrecv sends `bytes` at `send` to rank
- * (rank + 1) % size and receives as many bytes from rank (rank + size - 1) % size into `recv`
- * (both in the context's memory, not overlapping); every rank makes the same calls with the same
- * byte counts. `ok` is this rank's verdict so far; the transport sets *all_ok to whether every
- * rank's was nonzero, so that the ranks stop together when one of them fails. Returns 0 on
- * success. */
+/* One rank's link in a ring of `size` ranks: a transport the caller provides (or one of the two
+ * below). Every rank makes the same calls in the same order with the same byte counts.
+ * - start: begin sending `bytes` at `send` to rank (rank + 1) % size and receiving as many from
+ *   rank (rank + size - 1) % size into `recv` (both in the context's memory, not overlapping), on
+ *   `channel` (0: K / V, 1: dK / dV). GPU contexts: `stream` is the context's stream; the
+ *   transfer must start only after the work already queued on it, and may run alongside the work
+ *   queued later. Host transports may complete the transfer before returning.
+ * - finish: the work queued on `stream` from now on waits for every transfer started on `channel`
+ *   (host transports: returns when they are done).
+ * - agree: blocking; *all_ok = whether every rank passed ok != 0 (so that ranks stop together).
+ * Each returns 0 on success. */
 typedef struct fa_ring_comm {
     int rank, size;
-    int (*sendrecv)(void *user, const void *send, void *recv, size_t bytes, int ok, int *all_ok);
+    int (*start)(void *user, int channel, const void *send, void *recv, size_t bytes, void *stream);
+    int (*finish)(void *user, int channel, void *stream);
+    int (*agree)(void *user, int ok, int *all_ok);
     void *user;
 } fa_ring_comm;
 
@@ -296,23 +307,41 @@ typedef enum fa_ring_layout {
 /* Ring attention: every rank calls it with its shards, q, o [batch, n_q, heads_q, d], k, v
  * [batch, n_k, heads_kv, d], lse [batch, heads_q, n_q], of a sequence of size * n tokens in the
  * given layout (the same n on every rank); the result equals attention over the whole sequence.
- * K and V travel the ring through comm, one shard per step; each rank merges its partial outputs
- * with the log-sum-exp rule in fp32. Options: scale, causal (self-attention shards, n_q == n_k),
- * GQA, deterministic; windows, dropout, block masks and varlen are not supported. So far on the
- * CPU backend only (host memory). */
+ * K and V travel the ring in their dtype, one shard per step, the transfer of the next overlapped
+ * with the attention of the current one; each rank's chunk pairs write fp32 partial outputs
+ * (FA_FEATURE_F32_OUTPUT) that are merged with the log-sum-exp rule in fp32, and rounded to the
+ * dtype once at the end. Options: scale, causal (self-attention shards, n_q == n_k), GQA,
+ * deterministic; windows, dropout, block masks and varlen are not supported. Backends: cpu
+ * (host memory) and cuda (device memory, on the context's stream). */
 FA_API fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_layout layout,
                                  const fa_fwd_args *args);
-/* The backward: o and lse from fa_ring_forward; dK and dV travel the ring with their K and V
- * (fp32) and come home after size steps, dQ accumulates locally. */
+/* The backward: o and lse from fa_ring_forward; K and V travel as in the forward, dK and dV (fp32)
+ * follow them one step behind and come home after `size` steps; dQ accumulates locally (fp32). */
 FA_API fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_layout layout,
                                   const fa_bwd_args *args);
 
-/* An in-process transport: `size` threads of one process stand in for the ranks (the CPU
- * simulation of the ring; each thread calls fa_ring_* with fa_ring_local_comm(ring, its rank)). */
+/* An in-process transport over host memory: `size` threads of one process stand in for the ranks
+ * (the CPU simulation of the ring; each thread calls fa_ring_* on a cpu context with
+ * fa_ring_local_comm(ring, its rank)). Transfers complete inside start. */
 typedef struct fa_ring_local fa_ring_local;
 FA_API fa_status fa_ring_local_create(fa_ring_local **ring, int size);
 FA_API fa_ring_comm fa_ring_local_comm(fa_ring_local *ring, int rank);
 FA_API void fa_ring_local_destroy(fa_ring_local *ring);
+
+/* The NCCL transport (built with -Dnccl, cuda contexts): ncclSend / ncclRecv on a stream of its
+ * own, ordered against the context's stream with events, so that K / V of the next step move
+ * while the current step computes. One rank per GPU, in one process per GPU or one thread per
+ * GPU: rank 0 makes an id with fa_ring_nccl_unique_id and hands it to every rank (any way the
+ * caller likes: a file, a socket, fork, shared memory); each rank then calls
+ * fa_ring_nccl_create with its context (the GPU it owns), which blocks until all ranks have joined.
+ * FA_ERR_NO_BACKEND when the library was built without NCCL. */
+#define FA_RING_NCCL_ID_BYTES 128
+typedef struct fa_ring_nccl fa_ring_nccl;
+FA_API fa_status fa_ring_nccl_unique_id(unsigned char id[FA_RING_NCCL_ID_BYTES]);
+FA_API fa_status fa_ring_nccl_create(fa_ring_nccl **ring, fa_context *ctx,
+                                     const unsigned char id[FA_RING_NCCL_ID_BYTES], int rank, int size);
+FA_API fa_ring_comm fa_ring_nccl_comm(fa_ring_nccl *ring);
+FA_API void fa_ring_nccl_destroy(fa_ring_nccl *ring);
 
 /* ---------------------------------------------------------------- conversions (host) */
 

@@ -183,13 +183,13 @@ static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t
     for (int64_t r = 0; r < n; ++r) {
         int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
         float mul = row_mul ? row_mul[r] : mul_default;
-        if (p->dtype == FA_DTYPE_F32) { /* the dtype switch outside the loop */
+        if (p->out_dtype == FA_DTYPE_F32) { /* the dtype switch outside the loop */
             float *out = (float *)v->data + off;
             for (int64_t c = 0; c < p->d; ++c)
                 out[c] = mul * src[r * ld + c];
         } else {
             for (int64_t c = 0; c < p->d; ++c)
-                fa_store_elem(p->dtype, v->data, off + c, mul * src[r * ld + c]);
+                fa_store_elem(p->out_dtype, v->data, off + c, mul * src[r * ld + c]);
         }
     }
 }
@@ -645,7 +645,7 @@ static void bwd_dq_task(void *argp, int64_t task, float *scratch)
             }
             int64_t off = b * p->dq.sb + (qs + i) * p->dq.ss + h * p->dq.sh;
             for (int64_t x = 0; x < p->d; ++x)
-                fa_store_elem(p->dtype, p->dq.data, off + x, acc[x]);
+                fa_store_elem(p->out_dtype, p->dq.data, off + x, acc[x]);
         }
     }
 }

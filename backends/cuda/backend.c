@@ -7,6 +7,7 @@
  * the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every CUDA call is checked; errors reach the
  * caller as FA_ERR_BACKEND with the CUDA error's name. */
 #include "host.h"
+#include "ring.h"
 
 /* fa_variant.kernel: sm80 ids are dpad * 2 + aligned; portable ids carry this bit and the bucket,
  * the emulated MFMA forward's the second bit too */
@@ -72,11 +73,11 @@ static void cuda_capabilities(fa_capabilities *caps)
     caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128); cc 9.0 wgmma fwd without dropout/block mask, d "
-             "64/128/256, non-deterministic bwd d 64/128 (else sm80); portable for the rest; "
-             "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated forces a family");
+             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128); cc 9.0 wgmma: fwd d 64/128/256 w/o dropout or block "
+             "mask, non-deterministic bwd d 64/128; portable for the rest (no fp32 outputs from f16/bf16); "
+             "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated");
 }
 
 static fa_status cuda_open(fa_context *ctx, int device)
@@ -113,6 +114,10 @@ static int sm80_covers(const gpu_state *s, const fa_problem *p)
 
 static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
+    if (p->out_dtype != p->dtype && !sm80_covers(gpu_of(ctx), p)) /* the portable kernels store the input dtype */
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                        "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s)",
+                        fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256");
     if (!sm80_covers(gpu_of(ctx), p)) {
         int bucket = fa_portable_bucket(p->d);
         if (bucket == 0)
@@ -214,6 +219,34 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
     return bytes;
 }
 
+/* ring attention's steps (ring.cu) on the context's device and stream */
+static fa_status cuda_ring_copy(fa_context *ctx, const fa_tensor *dst, const fa_tensor *src)
+{
+    GPU_TRY(ctx, cudaSetDevice(ctx->device));
+    GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_copy(dst, src, gpu_of(ctx)->stream));
+    return FA_SUCCESS;
+}
+
+static fa_status cuda_ring_merge(fa_context *ctx, const fa_tensor *o, const fa_tensor *lse, const fa_tensor *o_part,
+                                 const fa_tensor *lse_part)
+{
+    GPU_TRY(ctx, cudaSetDevice(ctx->device));
+    GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_merge(o, lse, o_part, lse_part, gpu_of(ctx)->stream));
+    return FA_SUCCESS;
+}
+
+static fa_status cuda_ring_add(fa_context *ctx, const fa_tensor *acc, const fa_tensor *part)
+{
+    GPU_TRY(ctx, cudaSetDevice(ctx->device));
+    GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_add(acc, part, gpu_of(ctx)->stream));
+    return FA_SUCCESS;
+}
+
+static void *cuda_stream(const fa_context *ctx)
+{
+    return gpu_of(ctx)->stream;
+}
+
 const fa_backend fa_backend_cuda = {
     .name = "cuda",
     .is_gpu = 1,
@@ -233,4 +266,8 @@ const fa_backend fa_backend_cuda = {
     .sync = gpu_sync,
     .set_stream = gpu_set_stream,
     .num_threads = NULL, // optional
+    .ring_copy = cuda_ring_copy,
+    .ring_merge = cuda_ring_merge,
+    .ring_add = cuda_ring_add,
+    .stream = cuda_stream,
 };

@@ -26,6 +26,8 @@ typedef struct fa_cuda_params {
     const int32_t *cu_q, *cu_k;  /* device, NULL when dense */
     float scale, scale_log2;     /* softmax scale, and scale * log2(e) */
     int causal;
+    int out_f32;                 /* o (forward) or dq, dk, dv (backward) are fp32 while the inputs are
+                                    fp16 / bf16 (fa_problem.out_dtype): written unrounded */
     int64_t window_left, window_right;
     uint32_t dropout_threshold;
     float dropout_scale;

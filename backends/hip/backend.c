@@ -88,6 +88,10 @@ static void hip_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
 
 static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
+    if (p->out_dtype != p->dtype)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                        "hip: fp32 outputs from %s inputs are not supported (the cpu and cuda backends have them)",
+                        fa_dtype_name(p->dtype));
     const gpu_state *s = gpu_of(ctx);
     char arch[64];
     arch_of(s, arch, sizeof arch);

@@ -520,6 +520,10 @@ static ocl_tile_row fwd_block(const ocl_state *s, const fa_problem *p)
 
 static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
+    if (p->out_dtype != p->dtype)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                        "opencl: fp32 outputs from %s inputs are not supported (the cpu and cuda backends have them)",
+                        fa_dtype_name(p->dtype));
     const ocl_state *s = state(ctx);
     if (p->d > 256)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dim %lld > 256", (long long)p->d);

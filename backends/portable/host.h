@@ -162,6 +162,7 @@ static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_cuda_p
     kp->scale = p->scale;
     kp->scale_log2 = (float)((double)p->scale * 1.4426950408889634);
     kp->causal = p->causal;
+    kp->out_f32 = p->out_dtype != p->dtype;
     kp->window_left = p->window_left;
     kp->window_right = p->window_right;
     kp->dropout_threshold = p->dropout_threshold;

@@ -16,63 +16,78 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* sizes of the CPU cases; the GPU cases (problem.gpu) take their own */
 enum { B = 2, H = 4, HK = 2, D = 32, N = 12 }; /* N tokens per rank */
+
+enum transport { LOCAL, NCCL_THREADS, NCCL_PROCESSES };
 
 typedef struct problem {
     int ranks, causal;
     int pad; /* elements of padding after each head's row in the shards (strided views) */
     fa_ring_layout layout;
     fa_dtype dt;
-    int64_t total; /* tokens of the whole sequence */
-    void *q, *k, *v, *dout;                      /* global inputs [B, total, heads, D] */
+    enum transport tr;
+    int64_t b, h, hk, d, n; /* batch, heads, kv heads, head dim, tokens per rank */
+    int64_t total;          /* tokens of the whole sequence */
+    unsigned char nccl_id[FA_RING_NCCL_ID_BYTES];
+    void *q, *k, *v, *dout;                      /* global inputs [b, total, heads, d] */
     void *o, *dq, *dk, *dv;                      /* global outputs of the ring, in sequence order */
-    float *lse;                                  /* [B, H, total] */
+    float *lse;                                  /* [b, h, total] */
 } problem;
 
 /* the sequence row of row s of rank r's shard */
 static int64_t global_row(const problem *pr, int r, int64_t s)
 {
     if (pr->layout == FA_RING_CONTIGUOUS)
-        return r * (int64_t)N + s;
-    const int64_t c = N / 2;
+        return r * pr->n + s;
+    const int64_t c = pr->n / 2;
     return s < c ? r * c + s : (2 * (int64_t)pr->ranks - 1 - r) * c + (s - c);
 }
 
-static fa_tensor t4(void *data, fa_dtype dt, int64_t n, int64_t heads)
+static fa_tensor t4(const problem *pr, void *data, fa_dtype dt, int64_t n, int64_t heads)
 {
-    const int64_t shape[4] = {B, n, heads, D};
+    const int64_t shape[4] = {pr->b, n, heads, pr->d};
     return fa_tensor_contiguous(data, dt, 4, shape);
 }
 
-static fa_tensor t3(float *data, int64_t n)
+static fa_tensor t3(const problem *pr, float *data, int64_t n)
 {
-    const int64_t shape[3] = {B, H, n};
+    const int64_t shape[3] = {pr->b, pr->h, n};
     return fa_tensor_contiguous(data, FA_DTYPE_F32, 3, shape);
 }
 
-/* a shard [B, N, heads, D] whose head rows are D + pad elements apart */
-static fa_tensor shard4(void *data, fa_dtype dt, int64_t heads, int64_t pad)
+/* a shard [b, n, heads, d] whose head rows are d + pad elements apart */
+static fa_tensor shard4(const problem *pr, void *data, int64_t heads)
 {
-    fa_tensor t = t4(data, dt, N, heads);
-    t.stride[2] = D + pad;
-    t.stride[1] = heads * (D + pad);
-    t.stride[0] = N * heads * (D + pad);
+    fa_tensor t = t4(pr, data, pr->dt, pr->n, heads);
+    const int64_t row = pr->d + pr->pad;
+    t.stride[2] = row;
+    t.stride[1] = heads * row;
+    t.stride[0] = pr->n * heads * row;
     return t;
 }
 
-/* copy rows between a global [B, total, heads, D] array and a shard (shard4 layout) */
+static size_t shard_bytes(const problem *pr, int64_t heads)
+{
+    return (size_t)(pr->b * pr->n * heads * (pr->d + pr->pad)) * fa_dtype_size(pr->dt);
+}
+
+/* copy rows between a global [b, total, heads, d] array and a shard (shard4 layout) */
 static void move_rows(const problem *pr, int r, void *global, void *shard, int64_t heads, int to_shard)
 {
-    const size_t es = fa_dtype_size(pr->dt), row = (size_t)D * es;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t s = 0; s < N; ++s)
+    const size_t es = fa_dtype_size(pr->dt), row = (size_t)pr->d * es;
+    for (int64_t b = 0; b < pr->b; ++b)
+        for (int64_t s = 0; s < pr->n; ++s)
             for (int64_t h = 0; h < heads; ++h) {
-                char *g = (char *)global + (size_t)(((b * pr->total + global_row(pr, r, s)) * heads + h) * D) * es;
-                char *l = (char *)shard + (size_t)(((b * N + s) * heads + h) * (D + pr->pad)) * es;
+                char *g = (char *)global + (size_t)(((b * pr->total + global_row(pr, r, s)) * heads + h) * pr->d) * es;
+                char *l = (char *)shard + (size_t)(((b * pr->n + s) * heads + h) * (pr->d + pr->pad)) * es;
                 memcpy(to_shard ? l : g, to_shard ? g : l, row);
             }
 }
@@ -83,6 +98,7 @@ typedef struct rank_job {
     int rank;
     fa_status fwd, bwd;
     int64_t gaps_written; /* padding bytes of the output shards that changed */
+    char msg[256];
 } rank_job;
 
 /* bytes of the padding after each head row of a shard that differ from the poison 0xA5 */
@@ -90,41 +106,68 @@ static int64_t gaps_changed(const problem *pr, const void *shard, int64_t heads)
 {
     const size_t es = fa_dtype_size(pr->dt);
     int64_t bad = 0;
-    for (int64_t row = 0; row < B * N * heads; ++row)
-        for (size_t i = (size_t)D * es; i < (size_t)(D + pr->pad) * es; ++i)
-            bad += ((const unsigned char *)shard)[(size_t)row * (size_t)(D + pr->pad) * es + i] != 0xA5;
+    for (int64_t row = 0; row < pr->b * pr->n * heads; ++row)
+        for (size_t i = (size_t)pr->d * es; i < (size_t)(pr->d + pr->pad) * es; ++i)
+            bad += ((const unsigned char *)shard)[(size_t)row * (size_t)(pr->d + pr->pad) * es + i] != 0xA5;
     return bad;
 }
+
+/* Host shard buffers (8: q, k, v, dout, o, dq, dk, dv; then lse) and, on a GPU, their device copies */
+enum { NBUF = 9 };
 
 static void *run_rank(void *arg)
 {
     rank_job *j = arg;
     problem *pr = j->pr;
-    const size_t es = fa_dtype_size(pr->dt);
-    const size_t qb = (size_t)(B * N * H * (D + pr->pad)) * es, kb = (size_t)(B * N * HK * (D + pr->pad)) * es;
-    void *q = malloc(qb), *k = malloc(kb), *v = malloc(kb), *dout = malloc(qb), *o = malloc(qb), *dq = malloc(qb),
-         *dk = malloc(kb), *dv = malloc(kb);
-    float *lse = malloc(sizeof(float) * B * H * N);
+    const int gpu = pr->tr != LOCAL;
+    const size_t qb = shard_bytes(pr, pr->h), kb = shard_bytes(pr, pr->hk);
+    const size_t bytes[NBUF] = {qb, kb, kb, qb, qb, qb, kb, kb, sizeof(float) * (size_t)(pr->b * pr->h * pr->n)};
+    void *host[NBUF] = {0}, *dev[NBUF] = {0};
     fa_context *ctx = NULL;
+    fa_ring_nccl *nccl = NULL;
     j->fwd = j->bwd = FA_ERR_INTERNAL;
-    if (q && k && v && dout && o && dq && dk && dv && lse && fa_context_create(&ctx, "cpu", 0) == FA_SUCCESS) {
+    int ok = 1;
+    for (int i = 0; i < NBUF; ++i)
+        ok = ok && (host[i] = malloc(bytes[i])) != NULL;
+    if (ok && fa_context_create(&ctx, gpu ? "cuda" : "cpu", gpu ? j->rank : 0) != FA_SUCCESS) {
+        snprintf(j->msg, sizeof j->msg, "rank %d: no context", j->rank);
+        ok = 0;
+    }
+    if (ok && !gpu)
         fa_context_set_num_threads(ctx, 1);
-        move_rows(pr, j->rank, pr->q, q, H, 1);
-        move_rows(pr, j->rank, pr->k, k, HK, 1);
-        move_rows(pr, j->rank, pr->v, v, HK, 1);
-        move_rows(pr, j->rank, pr->dout, dout, H, 1);
-        memset(o, 0xA5, qb), memset(dq, 0xA5, qb), memset(dk, 0xA5, kb), memset(dv, 0xA5, kb);
-        const fa_ring_comm comm = fa_ring_local_comm(j->ring, j->rank);
+    if (ok && gpu) {
+        const fa_status st = fa_ring_nccl_create(&nccl, ctx, pr->nccl_id, j->rank, pr->ranks);
+        if (st != FA_SUCCESS) {
+            snprintf(j->msg, sizeof j->msg, "rank %d: fa_ring_nccl_create: %s", j->rank, fa_context_last_error(ctx));
+            ok = 0;
+        }
+    }
+    if (ok) {
+        move_rows(pr, j->rank, pr->q, host[0], pr->h, 1);
+        move_rows(pr, j->rank, pr->k, host[1], pr->hk, 1);
+        move_rows(pr, j->rank, pr->v, host[2], pr->hk, 1);
+        move_rows(pr, j->rank, pr->dout, host[3], pr->h, 1);
+        for (int i = 4; i < 8; ++i)
+            memset(host[i], 0xA5, bytes[i]);
+        void **buf = host;
+        if (gpu) {
+            for (int i = 0; i < NBUF && ok; ++i)
+                ok = fa_malloc(ctx, bytes[i], &dev[i]) == FA_SUCCESS &&
+                     fa_memcpy(ctx, dev[i], host[i], bytes[i], FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS;
+            buf = dev;
+        }
+        const fa_ring_comm comm = gpu ? fa_ring_nccl_comm(nccl) : fa_ring_local_comm(j->ring, j->rank);
         fa_fwd_args f;
         memset(&f, 0, sizeof f);
-        f.q = shard4(q, pr->dt, H, pr->pad);
-        f.k = shard4(k, pr->dt, HK, pr->pad);
-        f.v = shard4(v, pr->dt, HK, pr->pad);
-        f.o = shard4(o, pr->dt, H, pr->pad);
-        f.lse = t3(lse, N);
+        f.q = shard4(pr, buf[0], pr->h);
+        f.k = shard4(pr, buf[1], pr->hk);
+        f.v = shard4(pr, buf[2], pr->hk);
+        f.o = shard4(pr, buf[4], pr->h);
+        f.lse = t3(pr, buf[8], pr->n);
         f.opts = fa_options_default();
         f.opts.causal = pr->causal;
-        j->fwd = fa_ring_forward(ctx, &comm, pr->layout, &f);
+        if (ok)
+            j->fwd = fa_ring_forward(ctx, &comm, pr->layout, &f);
         fa_bwd_args g;
         memset(&g, 0, sizeof g);
         g.q = f.q;
@@ -132,25 +175,36 @@ static void *run_rank(void *arg)
         g.v = f.v;
         g.o = f.o;
         g.lse = f.lse;
-        g.dout = shard4(dout, pr->dt, H, pr->pad);
-        g.dq = shard4(dq, pr->dt, H, pr->pad);
-        g.dk = shard4(dk, pr->dt, HK, pr->pad);
-        g.dv = shard4(dv, pr->dt, HK, pr->pad);
+        g.dout = shard4(pr, buf[3], pr->h);
+        g.dq = shard4(pr, buf[5], pr->h);
+        g.dk = shard4(pr, buf[6], pr->hk);
+        g.dv = shard4(pr, buf[7], pr->hk);
         g.opts = f.opts;
-        j->bwd = fa_ring_backward(ctx, &comm, pr->layout, &g);
-        j->gaps_written = gaps_changed(pr, o, H) + gaps_changed(pr, dq, H) + gaps_changed(pr, dk, HK) +
-                          gaps_changed(pr, dv, HK);
-        move_rows(pr, j->rank, pr->o, o, H, 0);
-        move_rows(pr, j->rank, pr->dq, dq, H, 0);
-        move_rows(pr, j->rank, pr->dk, dk, HK, 0);
-        move_rows(pr, j->rank, pr->dv, dv, HK, 0);
-        for (int64_t b = 0; b < B; ++b)
-            for (int64_t h = 0; h < H; ++h)
-                for (int64_t s = 0; s < N; ++s)
-                    pr->lse[(b * H + h) * pr->total + global_row(pr, j->rank, s)] = lse[(b * H + h) * N + s];
+        if (ok && j->fwd == FA_SUCCESS)
+            j->bwd = fa_ring_backward(ctx, &comm, pr->layout, &g);
+        if (j->fwd != FA_SUCCESS || j->bwd != FA_SUCCESS)
+            snprintf(j->msg, sizeof j->msg, "rank %d: %s", j->rank, fa_context_last_error(ctx));
+        for (int i = 4; i < NBUF && gpu && ok; ++i)
+            ok = fa_memcpy(ctx, host[i], dev[i], bytes[i], FA_COPY_DEVICE_TO_HOST) == FA_SUCCESS;
+        j->gaps_written = gaps_changed(pr, host[4], pr->h) + gaps_changed(pr, host[5], pr->h) +
+                          gaps_changed(pr, host[6], pr->hk) + gaps_changed(pr, host[7], pr->hk);
+        move_rows(pr, j->rank, pr->o, host[4], pr->h, 0);
+        move_rows(pr, j->rank, pr->dq, host[5], pr->h, 0);
+        move_rows(pr, j->rank, pr->dk, host[6], pr->hk, 0);
+        move_rows(pr, j->rank, pr->dv, host[7], pr->hk, 0);
+        const float *lse = host[8];
+        for (int64_t b = 0; b < pr->b; ++b)
+            for (int64_t h = 0; h < pr->h; ++h)
+                for (int64_t s = 0; s < pr->n; ++s)
+                    pr->lse[(b * pr->h + h) * pr->total + global_row(pr, j->rank, s)] = lse[(b * pr->h + h) * pr->n + s];
     }
+    for (int i = 0; i < NBUF; ++i) {
+        if (dev[i])
+            fa_free(ctx, dev[i]);
+        free(host[i]);
+    }
+    fa_ring_nccl_destroy(nccl);
     fa_context_destroy(ctx);
-    free(q), free(k), free(v), free(dout), free(o), free(dq), free(dk), free(dv), free(lse);
     return NULL;
 }
 
@@ -163,6 +217,8 @@ static void *random_array(fa_dtype dt, int64_t count)
         const float x = (float)rng_normal(&rng_state);
         if (dt == FA_DTYPE_BF16)
             ((uint16_t *)a)[i] = fa_f32_to_bf16(x);
+        else if (dt == FA_DTYPE_F16)
+            ((uint16_t *)a)[i] = fa_f32_to_f16(x);
         else
             ((float *)a)[i] = x;
     }
@@ -171,7 +227,9 @@ static void *random_array(fa_dtype dt, int64_t count)
 
 static double value(fa_dtype dt, const void *a, int64_t i)
 {
-    return dt == FA_DTYPE_BF16 ? fa_bf16_to_f32(((const uint16_t *)a)[i]) : ((const float *)a)[i];
+    return dt == FA_DTYPE_BF16  ? fa_bf16_to_f32(((const uint16_t *)a)[i])
+           : dt == FA_DTYPE_F16 ? fa_f16_to_f32(((const uint16_t *)a)[i])
+                                : ((const float *)a)[i];
 }
 
 /* max |x - ref| over n elements (x in dt or fp32 when dt < 0) and the reference's max |.| */
@@ -200,45 +258,111 @@ static double bound_of(double factor, double naive, double ref_max)
     return factor * naive + 1e-5 * (ref_max > 1.0 ? ref_max : 1.0);
 }
 
-static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, int pad)
+/* Global arrays: shared with the child processes in the NCCL_PROCESSES mode (mmap), else calloc. */
+static void *global_alloc(const problem *pr, size_t bytes)
 {
-    problem pr;
-    memset(&pr, 0, sizeof pr);
-    pr.ranks = ranks;
-    pr.causal = causal;
-    pr.layout = layout;
-    pr.dt = dt;
-    pr.total = (int64_t)ranks * N;
-    pr.pad = pad;
-    const int64_t nq = B * pr.total * H * D, nk = B * pr.total * HK * D, nl = B * H * pr.total;
+    if (pr->tr != NCCL_PROCESSES)
+        return calloc(bytes, 1);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void global_free(const problem *pr, void *p, size_t bytes)
+{
+    if (pr->tr != NCCL_PROCESSES)
+        free(p);
+    else if (p)
+        munmap(p, bytes);
+}
+
+/* NCCL_PROCESSES: the ranks are child processes (fork; the parent never touches CUDA). Rank 0
+ * makes the NCCL id and hands it to the others through shared memory, as a launcher would. */
+typedef struct shared_id {
+    volatile int ready;
+    unsigned char id[FA_RING_NCCL_ID_BYTES];
+} shared_id;
+
+static void run_processes(problem *pr, rank_job *jobs)
+{
+    shared_id *sid = global_alloc(pr, sizeof *sid);
+    assert_non_null(sid);
+    pid_t pid[8];
+    for (int r = 0; r < pr->ranks; ++r) {
+        pid[r] = fork();
+        assert_true(pid[r] >= 0);
+        if (pid[r] == 0) {
+            if (r == 0) {
+                if (fa_ring_nccl_unique_id(sid->id) != FA_SUCCESS)
+                    _exit(2);
+                __sync_synchronize();
+                sid->ready = 1;
+            }
+            for (int t = 0; !sid->ready && t < 120000; ++t)
+                usleep(1000);
+            if (!sid->ready)
+                _exit(3);
+            memcpy(pr->nccl_id, sid->id, sizeof sid->id);
+            run_rank(&jobs[r]);
+            _exit(0);
+        }
+    }
+    for (int r = 0; r < pr->ranks; ++r) {
+        int status = 0;
+        assert_int_equal(waitpid(pid[r], &status, 0), pid[r]);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    global_free(pr, sid, sizeof *sid);
+}
+
+static void run_case(problem pr)
+{
+    const int ranks = pr.ranks, causal = pr.causal, pad = pr.pad;
+    const fa_ring_layout layout = pr.layout;
+    const fa_dtype dt = pr.dt;
+    pr.total = (int64_t)ranks * pr.n;
+    const int64_t nq = pr.b * pr.total * pr.h * pr.d, nk = pr.b * pr.total * pr.hk * pr.d, nl = pr.b * pr.h * pr.total;
     const size_t es = fa_dtype_size(dt);
     pr.q = random_array(dt, nq);
     pr.k = random_array(dt, nk);
     pr.v = random_array(dt, nk);
     pr.dout = random_array(dt, nq);
-    pr.o = calloc((size_t)nq, es);
-    pr.dq = calloc((size_t)nq, es);
-    pr.dk = calloc((size_t)nk, es);
-    pr.dv = calloc((size_t)nk, es);
-    pr.lse = calloc((size_t)nl, sizeof(float));
+    pr.o = global_alloc(&pr, (size_t)nq * es);
+    pr.dq = global_alloc(&pr, (size_t)nq * es);
+    pr.dk = global_alloc(&pr, (size_t)nk * es);
+    pr.dv = global_alloc(&pr, (size_t)nk * es);
+    pr.lse = global_alloc(&pr, (size_t)nl * sizeof(float));
+    assert_true(pr.o && pr.dq && pr.dk && pr.dv && pr.lse);
 
     /* the ranks */
-    fa_ring_local *ring;
-    assert_int_equal(fa_ring_local_create(&ring, ranks), FA_SUCCESS);
-    rank_job jobs[8];
-    pthread_t th[8];
-    for (int r = 0; r < ranks; ++r) {
-        jobs[r] = (rank_job){&pr, ring, r, FA_ERR_INTERNAL, FA_ERR_INTERNAL, -1};
-        assert_int_equal(pthread_create(&th[r], NULL, run_rank, &jobs[r]), 0);
-    }
+    fa_ring_local *ring = NULL;
+    rank_job *jobs = global_alloc(&pr, sizeof(rank_job) * 8);
+    assert_non_null(jobs);
     for (int r = 0; r < ranks; ++r)
-        pthread_join(th[r], NULL);
-    fa_ring_local_destroy(ring);
+        jobs[r] = (rank_job){&pr, NULL, r, FA_ERR_INTERNAL, FA_ERR_INTERNAL, -1, ""};
+    if (pr.tr == NCCL_PROCESSES) {
+        run_processes(&pr, jobs);
+    } else {
+        if (pr.tr == LOCAL)
+            assert_int_equal(fa_ring_local_create(&ring, ranks), FA_SUCCESS);
+        else
+            assert_int_equal(fa_ring_nccl_unique_id(pr.nccl_id), FA_SUCCESS);
+        pthread_t th[8];
+        for (int r = 0; r < ranks; ++r) {
+            jobs[r].ring = ring;
+            assert_int_equal(pthread_create(&th[r], NULL, run_rank, &jobs[r]), 0);
+        }
+        for (int r = 0; r < ranks; ++r)
+            pthread_join(th[r], NULL);
+        fa_ring_local_destroy(ring);
+    }
     for (int r = 0; r < ranks; ++r) {
+        if (jobs[r].msg[0])
+            printf("  %s\n", jobs[r].msg);
         assert_int_equal(jobs[r].fwd, FA_SUCCESS);
         assert_int_equal(jobs[r].bwd, FA_SUCCESS);
         assert_int_equal(jobs[r].gaps_written, 0);
     }
+    global_free(&pr, jobs, sizeof(rank_job) * 8);
 
     /* the whole sequence on one device, and the float64 reference / naive yardstick of it */
     fa_context *ctx;
@@ -248,15 +372,15 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, 
     float *lse1 = calloc((size_t)nl, sizeof(float));
     fa_bwd_args g;
     memset(&g, 0, sizeof g);
-    g.q = t4(pr.q, dt, pr.total, H);
-    g.k = t4(pr.k, dt, pr.total, HK);
-    g.v = t4(pr.v, dt, pr.total, HK);
-    g.o = t4(o1, dt, pr.total, H);
-    g.lse = t3(lse1, pr.total);
-    g.dout = t4(pr.dout, dt, pr.total, H);
-    g.dq = t4(dq1, dt, pr.total, H);
-    g.dk = t4(dk1, dt, pr.total, HK);
-    g.dv = t4(dv1, dt, pr.total, HK);
+    g.q = t4(&pr, pr.q, dt, pr.total, pr.h);
+    g.k = t4(&pr, pr.k, dt, pr.total, pr.hk);
+    g.v = t4(&pr, pr.v, dt, pr.total, pr.hk);
+    g.o = t4(&pr, o1, dt, pr.total, pr.h);
+    g.lse = t3(&pr, lse1, pr.total);
+    g.dout = t4(&pr, pr.dout, dt, pr.total, pr.h);
+    g.dq = t4(&pr, dq1, dt, pr.total, pr.h);
+    g.dk = t4(&pr, dk1, dt, pr.total, pr.hk);
+    g.dv = t4(&pr, dv1, dt, pr.total, pr.hk);
     g.opts = fa_options_default();
     g.opts.causal = causal;
     fa_fwd_args f = {g.q, g.k, g.v, g.o, g.lse, NULL, g.opts};
@@ -276,11 +400,11 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, 
 
     /* LSE: the reference is [H, total] per batch-major row; ours [B, H, total] */
     double lse_err = 0.0, lse_err1 = 0.0, lmax = 0.0;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
+    for (int64_t b = 0; b < pr.b; ++b)
+        for (int64_t h = 0; h < pr.h; ++h)
             for (int64_t s = 0; s < pr.total; ++s) {
-                const double r = rl[h * B * pr.total + b * pr.total + s];
-                const double x = pr.lse[(b * H + h) * pr.total + s], x1 = lse1[(b * H + h) * pr.total + s];
+                const double r = rl[h * pr.b * pr.total + b * pr.total + s];
+                const double x = pr.lse[(b * pr.h + h) * pr.total + s], x1 = lse1[(b * pr.h + h) * pr.total + s];
                 lse_err = fmax(lse_err, fabs(x - r));
                 lse_err1 = fmax(lse_err1, fabs(x1 - r));
                 lmax = fmax(lmax, fabs(r));
@@ -291,7 +415,8 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, 
     double omax, omax1;
     const double oerr = max_err(pr.o, dt, ro, nq, &omax), oerr1 = max_err(o1, dt, ro, nq, &omax1);
     const double obound = bound_of(2.0, max_err64(no, ro, nq), omax);
-    printf("  %d ranks %s %s %s%s: O %.2e (one device %.2e, bound %.2e)  LSE %.2e (%.2e, bound %.2e)\n", ranks,
+    printf("  %s %d ranks d %lld %s %s %s%s: O %.2e (one device %.2e, bound %.2e)  LSE %.2e (%.2e, bound %.2e)\n",
+           pr.tr == LOCAL ? "cpu" : pr.tr == NCCL_THREADS ? "nccl-threads" : "nccl-processes", ranks, (long long)pr.d,
            layout == FA_RING_ZIGZAG ? "zigzag" : "contiguous", causal ? "causal" : "full", fa_dtype_name(dt), pad ? " strided" : "", oerr,
            oerr1, obound, lse_err, lse_err1, bound_of(2.0, nlse_err, lmax));
     assert_true(oerr <= obound);
@@ -310,7 +435,24 @@ static void run_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, 
     free(ro), free(rl), free(no), free(nl_), free(cu);
     free(o1), free(dq1), free(dk1), free(dv1), free(lse1);
     fa_context_destroy(ctx);
-    free(pr.q), free(pr.k), free(pr.v), free(pr.dout), free(pr.o), free(pr.dq), free(pr.dk), free(pr.dv), free(pr.lse);
+    free(pr.q), free(pr.k), free(pr.v), free(pr.dout);
+    global_free(&pr, pr.o, (size_t)nq * es), global_free(&pr, pr.dq, (size_t)nq * es);
+    global_free(&pr, pr.dk, (size_t)nk * es), global_free(&pr, pr.dv, (size_t)nk * es);
+    global_free(&pr, pr.lse, (size_t)nl * sizeof(float));
+}
+
+static problem cpu_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, int pad)
+{
+    problem pr;
+    memset(&pr, 0, sizeof pr);
+    pr.ranks = ranks;
+    pr.causal = causal;
+    pr.layout = layout;
+    pr.dt = dt;
+    pr.pad = pad;
+    pr.tr = LOCAL;
+    pr.b = B, pr.h = H, pr.hk = HK, pr.d = D, pr.n = N;
+    return pr;
 }
 
 static void test_ring_ranks(void **state)
@@ -320,17 +462,95 @@ static void test_ring_ranks(void **state)
     for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; ++i)
         for (int layout = 0; layout < 2; ++layout)
             for (int causal = 0; causal < 2; ++causal) {
-                run_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_F32, 0);
-                run_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_BF16, 0);
+                run_case(cpu_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_F32, 0));
+                run_case(cpu_case(ranks[i], (fa_ring_layout)layout, causal, FA_DTYPE_BF16, 0));
             }
     for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; ++i) /* strided shards */
-        run_case(ranks[i], FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 3);
+        run_case(cpu_case(ranks[i], FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 3));
 }
 
 static void test_ring_one_rank(void **state)
 {
     (void)state;
-    run_case(1, FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 0);
+    run_case(cpu_case(1, FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 0));
+}
+
+/* ---------------------------------------------------------------- on GPUs, over NCCL */
+
+static int gpu_count = -1; /* CUDA devices, counted in a child process (the parent stays CUDA-free for fork) */
+
+static int count_gpus(void)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return 0;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        int n = 0;
+        if (fa_device_count("cuda", &n) != FA_SUCCESS)
+            n = 0;
+        unsigned char id[FA_RING_NCCL_ID_BYTES];
+        if (fa_ring_nccl_unique_id(id) != FA_SUCCESS) /* built without NCCL, or no libnccl.so.2 */
+            n = -1;
+        if (write(fds[1], &n, sizeof n) != (ssize_t)sizeof n)
+            _exit(1);
+        _exit(0);
+    }
+    int n = 0;
+    close(fds[1]);
+    if (pid < 0 || read(fds[0], &n, sizeof n) != (ssize_t)sizeof n)
+        n = 0;
+    close(fds[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return n;
+}
+
+/* every GPU a rank (at most 8): d 64 and 128, contiguous and zigzag, causal and not, bf16 and fp16 */
+static void gpu_cases(enum transport tr)
+{
+    if (gpu_count == 0) {
+        printf("  no CUDA device: the NCCL ring cases are not run\n");
+        skip();
+    }
+    if (gpu_count < 0) {
+        printf("  flashattn built without NCCL or libnccl.so.2 not loadable: the NCCL ring cases are not run\n");
+        skip();
+    }
+    const int ranks = gpu_count < 8 ? gpu_count : 8;
+    const int64_t dims[2] = {64, 128};
+    for (int di = 0; di < 2; ++di)
+        for (int layout = 0; layout < 2; ++layout)
+            for (int causal = 0; causal < 2; ++causal)
+                for (int t = 0; t < 2; ++t) {
+                    if (tr == NCCL_PROCESSES && (di == 0 || t == 1))
+                        continue; /* the process mode: d 128 bf16, both layouts and masks */
+                    problem pr = cpu_case(ranks, (fa_ring_layout)layout, causal, t ? FA_DTYPE_F16 : FA_DTYPE_BF16, 0);
+                    pr.tr = tr;
+                    pr.b = 1, pr.h = 4, pr.hk = 2, pr.d = dims[di], pr.n = 256;
+                    run_case(pr);
+                }
+    if (tr == NCCL_THREADS) { /* strided shards (16-byte aligned rows, and not) */
+        for (int pad = 8; pad >= 3; pad -= 5) {
+            problem pr = cpu_case(ranks, FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, pad);
+            pr.tr = tr;
+            pr.b = 2, pr.h = 4, pr.hk = 2, pr.d = 128, pr.n = 128;
+            run_case(pr);
+        }
+    }
+}
+
+/* processes first: the threads test initialises CUDA in this process, after which fork is unsafe */
+static void test_ring_nccl_processes(void **state)
+{
+    (void)state;
+    gpu_cases(NCCL_PROCESSES);
+}
+
+static void test_ring_nccl_threads(void **state)
+{
+    (void)state;
+    gpu_cases(NCCL_THREADS);
 }
 
 /* a valid fp32 forward of one rank's shard: q, k, v from buf, o into out */
@@ -338,10 +558,11 @@ static fa_fwd_args small_args(float *buf, float *out, float *lse)
 {
     fa_fwd_args f;
     memset(&f, 0, sizeof f);
-    f.q = t4(buf, FA_DTYPE_F32, N, H);
-    f.k = f.v = t4(buf, FA_DTYPE_F32, N, HK);
-    f.o = t4(out, FA_DTYPE_F32, N, H);
-    f.lse = t3(lse, N);
+    const problem pr = cpu_case(1, FA_RING_CONTIGUOUS, 0, FA_DTYPE_F32, 0);
+    f.q = t4(&pr, buf, FA_DTYPE_F32, N, H);
+    f.k = f.v = t4(&pr, buf, FA_DTYPE_F32, N, HK);
+    f.o = t4(&pr, out, FA_DTYPE_F32, N, H);
+    f.lse = t3(&pr, lse, N);
     f.opts = fa_options_default();
     return f;
 }
@@ -354,7 +575,7 @@ static void test_ring_errors(void **state)
     assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
     static float buf[B * N * H * D], out[B * N * H * D], lse[B * H * N];
     fa_fwd_args f = small_args(buf, out, lse);
-    fa_ring_comm none = {0, 1, NULL, NULL};
+    fa_ring_comm none = {0, 1, NULL, NULL, NULL, NULL};
     assert_int_equal(fa_ring_forward(ctx, &none, FA_RING_CONTIGUOUS, &f), FA_ERR_INVALID_ARG);
     assert_int_equal(fa_ring_forward(ctx, NULL, FA_RING_CONTIGUOUS, &f), FA_ERR_INVALID_ARG);
     assert_int_equal(fa_ring_forward(NULL, NULL, FA_RING_CONTIGUOUS, &f), FA_ERR_INVALID_ARG);
@@ -362,7 +583,7 @@ static void test_ring_errors(void **state)
     assert_int_equal(fa_ring_local_create(&ring, 1), FA_SUCCESS);
     fa_ring_comm one = fa_ring_local_comm(ring, 0);
     fa_ring_comm bad_rank = fa_ring_local_comm(ring, 3);
-    assert_null(bad_rank.sendrecv);
+    assert_null(bad_rank.start);
     assert_int_equal(fa_ring_forward(ctx, &bad_rank, FA_RING_CONTIGUOUS, &f), FA_ERR_INVALID_ARG);
     assert_int_equal(fa_ring_forward(ctx, &one, FA_RING_CONTIGUOUS, NULL), FA_ERR_INVALID_ARG);
     assert_int_equal(fa_ring_forward(ctx, &one, (fa_ring_layout)7, &f), FA_ERR_INVALID_ARG);
@@ -433,7 +654,12 @@ static void test_ring_one_rank_rejects(void **state)
 
 int main(void)
 {
+    gpu_count = count_gpus();
+    if (getenv("RING_TEST_FILTER")) /* e.g. "*threads" for one test under compute-sanitizer */
+        cmocka_set_test_filter(getenv("RING_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_nccl_processes),
+        cmocka_unit_test(test_ring_nccl_threads),
         cmocka_unit_test(test_ring_errors),
         cmocka_unit_test(test_ring_one_rank_rejects),
         cmocka_unit_test(test_ring_one_rank),

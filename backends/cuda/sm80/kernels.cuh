@@ -402,7 +402,8 @@ __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_m
 }
 
 /* A forward's epilogue, for warps holding rows wrow + mt MSTRIDE + g + 8 r of the tile at q0:
- * O / l (l summed over the quad) into a row-major shared stage [rows][D + 8] for store_tile, and
+ * O / l (l summed over the quad) into a row-major shared stage [rows][D + 8] for store_tile (or,
+ * for an fp32 output, p.out_f32, straight to global, and the caller skips store_tile), and
  * LSE = (m + log2 l) ln 2 to global; a fully masked row gives 0 and -inf. The caller
  * synchronises before store_tile. Shared by the sm80 and sm90 forwards. */
 template <typename T, int D, int MT, int MSTRIDE>
@@ -421,11 +422,23 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
             const int rr = wrow + mt * MSTRIDE + g + r * 8;
-#pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt)
-                *reinterpret_cast<uint32_t *>(stage + rr * LD + nt * 8 + 2 * t4) =
-                    elem<T>::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
             const int64_t i = q0 + rr;
+            if (p.out_f32) { /* fp32 output: straight from the registers, unrounded */
+                float *orow = static_cast<float *>(p.o.data) + b * p.o.sb + (s.q_start + i) * p.o.ss + h * p.o.sh;
+#pragma unroll
+                for (int nt = 0; nt < D / 8; ++nt) {
+                    const int c = nt * 8 + 2 * t4;
+                    if (i < s.sq && c < p.d)
+                        orow[c] = o[mt][nt][2 * r] * inv;
+                    if (i < s.sq && c + 1 < p.d)
+                        orow[c + 1] = o[mt][nt][2 * r + 1] * inv;
+                }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < D / 8; ++nt)
+                    *reinterpret_cast<uint32_t *>(stage + rr * LD + nt * 8 + 2 * t4) =
+                        elem<T>::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
+            }
             if (p.lse.data && t4 == 0 && i < s.sq) {
                 const float lse = (l > 0.0f && row_m[mt][r] != -CUDART_INF_F) ? (row_m[mt][r] + log2f(l)) * LN2
                                                                                 : -CUDART_INF_F;
@@ -559,7 +572,8 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
      * stores */
     stage_output<T, D, MT, 16>(qs, o, row_m, row_l, p, s, b, h, q0, wrow);
     __syncthreads();
-    store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    if (!p.out_f32)
+        store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 /* ------------------------------------------------------------------ backward: D = rowsum(dO * O) */
@@ -601,6 +615,23 @@ __device__ __forceinline__ void store_dkdv(const fa_cuda_params &p, const fa_seq
     for (int r = 0; r < 2; ++r) {
         if (j[r] >= s.sk)
             continue;
+        if (p.out_f32) { /* fp32 gradients, unrounded */
+            float *dkrow = static_cast<float *>(p.dk.data) + b * p.dk.sb + (s.k_start + j[r]) * p.dk.ss + hk * p.dk.sh;
+            float *dvrow = static_cast<float *>(p.dv.data) + b * p.dv.sb + (s.k_start + j[r]) * p.dv.ss + hk * p.dv.sh;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; ++nt) {
+                const int c = nt * 8 + 2 * t4;
+                if (c < p.d) {
+                    dkrow[c] = dk[nt][2 * r];
+                    dvrow[c] = dv[nt][2 * r];
+                }
+                if (c + 1 < p.d) {
+                    dkrow[c + 1] = dk[nt][2 * r + 1];
+                    dvrow[c + 1] = dv[nt][2 * r + 1];
+                }
+            }
+            continue;
+        }
         T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j[r]) * p.dk.ss + hk * p.dk.sh;
         T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j[r]) * p.dv.ss + hk * p.dv.sh;
 #pragma unroll
@@ -855,14 +886,18 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
         const int64_t i = my_row[r];
         if (i >= s.sq)
             continue;
-        T *row = static_cast<T *>(p.dq.data) + b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh;
+        const int64_t off = b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh;
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
             int c = nt * 8 + 2 * t4;
-            if (c < p.d)
-                row[c] = elem<T>::from_float(dq[nt][2 * r]);
-            if (c + 1 < p.d)
-                row[c + 1] = elem<T>::from_float(dq[nt][2 * r + 1]);
+            for (int e = 0; e < 2; ++e) {
+                if (c + e >= p.d)
+                    continue;
+                if (p.out_f32)
+                    static_cast<float *>(p.dq.data)[off + c + e] = dq[nt][2 * r + e];
+                else
+                    static_cast<T *>(p.dq.data)[off + c + e] = elem<T>::from_float(dq[nt][2 * r + e]);
+            }
         }
     }
 }
@@ -1099,7 +1134,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
     store_dkdv<T, D>(p, s, b, hk, rows, t4, dk, dv);
 }
 
-/* dQ (T) from the fp32 accumulator: one thread per element of one sequence's rows. */
+/* dQ (T, or fp32 for p.out_f32) from the fp32 accumulator: one thread per element of one sequence's rows. */
 template <typename T, int D> __global__ void dq_convert_kernel(const fa_cuda_params p)
 {
     const int64_t b = blockIdx.z, h = blockIdx.y;
@@ -1109,7 +1144,11 @@ template <typename T, int D> __global__ void dq_convert_kernel(const fa_cuda_par
     if (i >= s.sq || c >= p.d)
         return;
     const float v = p.dq_accum[(h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * D + c];
-    static_cast<T *>(p.dq.data)[b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c] = elem<T>::from_float(v);
+    const int64_t off = b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c;
+    if (p.out_f32)
+        static_cast<float *>(p.dq.data)[off] = v;
+    else
+        static_cast<T *>(p.dq.data)[off] = elem<T>::from_float(v);
 }
 
 /* ------------------------------------------------------------------ launchers */

@@ -205,7 +205,8 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
      * stores; LSE as in the sm80 forward */
     fa_sm80::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [BR][D + 8] over the stages */
     __syncthreads();
-    fa_sm80::store_tile<T, D, true, BR, THREADS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    if (!p.out_f32)
+        fa_sm80::store_tile<T, D, true, BR, THREADS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 /* The warp-specialised forward, for calls with neither block lists nor dropout (MODE 0). Three
@@ -418,7 +419,8 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
     bar_sync<3, WS_CONSUMERS>(); /* both consumers are done with every stage before O is staged over them */
     fa_sm80::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
     bar_sync<3, WS_CONSUMERS>();
-    fa_sm80::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+    if (!p.out_f32)
+        fa_sm80::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 template <typename T, int D> inline cudaError_t launch_ws_forward(const fa_cuda_params &p, cudaStream_t stream)
