@@ -346,6 +346,7 @@ static void print_capabilities(const fa_capabilities *caps)
         {FA_FEATURE_DROPOUT, "dropout"}, {FA_FEATURE_BLOCK_SPARSE, "block-sparse"},
         {FA_FEATURE_LSE, "lse"},         {FA_FEATURE_DETERMINISTIC, "deterministic"},
         {FA_FEATURE_BACKWARD, "backward"}, {FA_FEATURE_STRIDES, "strides"},
+        {FA_FEATURE_F32_OUTPUT, "f32-output"},
     };
     printf("\n    features:");
     for (size_t i = 0; i < sizeof features / sizeof features[0]; ++i)
