@@ -603,6 +603,16 @@ template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
 
 /* ------------------------------------------------------------------ backward: dK, dV */
 
+/* One output element at element offset off: fp32 when the call asks for fp32 outputs
+ * (p.out_f32, written unrounded), else converted to T. */
+template <typename T> __device__ __forceinline__ void store_out(void *data, int64_t off, float v, int out_f32)
+{
+    if (out_f32)
+        static_cast<float *>(data)[off] = v;
+    else
+        static_cast<T *>(data)[off] = elem<T>::from_float(v);
+}
+
 /* The end of every backward kernel that keeps dK and dV of its keys in registers (the mma / wgmma
  * accumulator layout: n8 block nt holds columns 8 nt + 2 t4 and + 1, elements 2 r and 2 r + 1
  * of row r): the thread's two key rows j[0], j[1] of kv head hk converted and stored; rows past
@@ -615,37 +625,18 @@ __device__ __forceinline__ void store_dkdv(const fa_cuda_params &p, const fa_seq
     for (int r = 0; r < 2; ++r) {
         if (j[r] >= s.sk)
             continue;
-        if (p.out_f32) { /* fp32 gradients, unrounded */
-            float *dkrow = static_cast<float *>(p.dk.data) + b * p.dk.sb + (s.k_start + j[r]) * p.dk.ss + hk * p.dk.sh;
-            float *dvrow = static_cast<float *>(p.dv.data) + b * p.dv.sb + (s.k_start + j[r]) * p.dv.ss + hk * p.dv.sh;
+        const int64_t ko = b * p.dk.sb + (s.k_start + j[r]) * p.dk.ss + hk * p.dk.sh;
+        const int64_t vo = b * p.dv.sb + (s.k_start + j[r]) * p.dv.ss + hk * p.dv.sh;
 #pragma unroll
-            for (int nt = 0; nt < D / 8; ++nt) {
-                const int c = nt * 8 + 2 * t4;
+        for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int c = nt * 8 + 2 * t4 + e;
                 if (c < p.d) {
-                    dkrow[c] = dk[nt][2 * r];
-                    dvrow[c] = dv[nt][2 * r];
-                }
-                if (c + 1 < p.d) {
-                    dkrow[c + 1] = dk[nt][2 * r + 1];
-                    dvrow[c + 1] = dv[nt][2 * r + 1];
+                    store_out<T>(p.dk.data, ko + c, dk[nt][2 * r + e], p.out_f32);
+                    store_out<T>(p.dv.data, vo + c, dv[nt][2 * r + e], p.out_f32);
                 }
             }
-            continue;
-        }
-        T *dkrow = static_cast<T *>(p.dk.data) + b * p.dk.sb + (s.k_start + j[r]) * p.dk.ss + hk * p.dk.sh;
-        T *dvrow = static_cast<T *>(p.dv.data) + b * p.dv.sb + (s.k_start + j[r]) * p.dv.ss + hk * p.dv.sh;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-            const int c = nt * 8 + 2 * t4;
-            if (c < p.d) {
-                dkrow[c] = elem<T>::from_float(dk[nt][2 * r]);
-                dvrow[c] = elem<T>::from_float(dv[nt][2 * r]);
-            }
-            if (c + 1 < p.d) {
-                dkrow[c + 1] = elem<T>::from_float(dk[nt][2 * r + 1]);
-                dvrow[c + 1] = elem<T>::from_float(dv[nt][2 * r + 1]);
-            }
-        }
     }
 }
 
@@ -890,14 +881,9 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
             int c = nt * 8 + 2 * t4;
-            for (int e = 0; e < 2; ++e) {
-                if (c + e >= p.d)
-                    continue;
-                if (p.out_f32)
-                    static_cast<float *>(p.dq.data)[off + c + e] = dq[nt][2 * r + e];
-                else
-                    static_cast<T *>(p.dq.data)[off + c + e] = elem<T>::from_float(dq[nt][2 * r + e]);
-            }
+            for (int e = 0; e < 2; ++e)
+                if (c + e < p.d)
+                    store_out<T>(p.dq.data, off + c + e, dq[nt][2 * r + e], p.out_f32);
         }
     }
 }
@@ -1144,11 +1130,7 @@ template <typename T, int D> __global__ void dq_convert_kernel(const fa_cuda_par
     if (i >= s.sq || c >= p.d)
         return;
     const float v = p.dq_accum[(h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * D + c];
-    const int64_t off = b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c;
-    if (p.out_f32)
-        static_cast<float *>(p.dq.data)[off] = v;
-    else
-        static_cast<T *>(p.dq.data)[off] = elem<T>::from_float(v);
+    store_out<T>(p.dq.data, b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c, v, p.out_f32);
 }
 
 /* ------------------------------------------------------------------ launchers */
