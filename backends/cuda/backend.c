@@ -75,8 +75,8 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128); cc 9.0 wgmma: fwd d 64/128/256 w/o dropout or block "
-             "mask, non-deterministic bwd d 64/128; portable for the rest (no fp32 outputs from f16/bf16); "
+             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128, 225..256 non-det); cc 9.0 wgmma: fwd d 64/128/256 w/o dropout or block "
+             "mask, non-det bwd d 64/128; portable for the rest (no fp32 outputs from f16/bf16); "
              "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated");
 }
 
@@ -101,12 +101,20 @@ static int view_aligned(const fa_view *v)
     return v->data == NULL || ((uintptr_t)v->data % 16 == 0 && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0);
 }
 
+/* Shared memory of the sm80 fused backward at d 256 (sm80/tiles.h: K, V [128][264], Q, dO
+ * [2][32][264], dS^T [128][40], 2-byte elements, and 4 x 32 floats): more than an A100 offers. */
+#define SM80_BWD_D256_SMEM ((2 * 128 * 264 + 4 * 32 * 264 + 128 * 40) * 2 + 4 * 32 * 4)
+
 /* Whether the sm80 tensor-core path has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
- * an instance for the padded head dim (backward d <= 128). Everything else is the portable
+ * an instance for the padded head dim (backward d <= 128, and d 225..256 without the
+ * deterministic option where the device has the shared memory). Everything else is the portable
  * family's, as is everything under FLASHATTN_CUDA_KERNELS=portable or =mfma-emulated. */
 static int sm80_covers(const gpu_state *s, const fa_problem *p)
 {
     int dpad = (int)((p->d + 31) / 32 * 32);
+    if (p->backward && dpad > 128 &&
+        (p->deterministic || (int64_t)s->prop.sharedMemPerBlockOptin < SM80_BWD_D256_SMEM))
+        return 0;
     return (s->kernels == GPU_KERNELS_CHOOSER || s->kernels == GPU_KERNELS_SM90 || s->kernels == GPU_KERNELS_SM80) &&
            s->prop.major >= 8 &&
            (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) && fa_sm80_has_instance((int)p->dtype, dpad, p->backward);

@@ -77,12 +77,12 @@ int conf_grid(conf_case *cases, int max, int full)
     /* long backward walks (full grid): more query tiles per key block than a kernel keeps stages
      * for (the Hopper backward's ring of 3 holds 3 x 64 query rows at d 128, 3 x 128 at d 64), at
      * the tensor-core head dims and dtypes, with GQA, causal and not */
-    static const int64_t long_dims[] = {64, 128};
-    for (int i = 0; i < 2 && full; ++i)
+    static const int64_t long_dims[] = {64, 128, 256};
+    for (int i = 0; i < 3 && full; ++i)
         for (int causal = 0; causal < 2; ++causal) {
             snprintf(name, sizeof name, "longbwd-d%lld%s", (long long)long_dims[i], causal ? "-causal" : "");
             conf_case c = conf_case_default(name);
-            c.dtype = i == 0 ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+            c.dtype = i == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
             c.d = long_dims[i];
             c.batch = 1;
             c.heads_q = 4;
@@ -93,6 +93,34 @@ int conf_grid(conf_case *cases, int max, int full)
             c.backward = 1;
             ADD(c);
         }
+
+    /* d 256 backward with dropout (GQA), with a block mask, and d 250 causal (unaligned rows): the
+     * column-split fused kernel's other instances */
+    for (int v = 0; v < 3 && full; ++v) {
+        static const char *const tag[] = {"d256-dropout-bf16", "d256-blocksparse-f16", "d250-causal-f16"};
+        snprintf(name, sizeof name, "bwd-%s", tag[v]);
+        conf_case c = conf_case_default(name);
+        c.dtype = v ? FA_DTYPE_F16 : FA_DTYPE_BF16;
+        c.d = v == 2 ? 250 : 256; /* 250: padded to the d 256 instance, unaligned rows */
+        c.batch = 2;
+        c.heads_q = 4;
+        c.heads_kv = v ? 4 : 2;
+        c.seqlen_q = 197;
+        c.seqlen_k = 261;
+        c.backward = 1;
+        if (v == 2) {
+            c.causal = 1;
+        } else if (v) {
+            c.block = FA_BLOCK_RANDOM;
+            c.block_q = 32;
+            c.block_k = 64;
+            c.block_density = 0.5;
+        } else {
+            c.dropout_p = 0.17f;
+            c.seed = 7;
+        }
+        ADD(c);
+    }
 
     /* GQA / MQA ratios 1, 2, 8 with batch > 1 */
     static const int64_t kv_heads[] = {8, 4, 1};

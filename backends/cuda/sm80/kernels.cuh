@@ -614,12 +614,13 @@ template <typename T> __device__ __forceinline__ void store_out(void *data, int6
 }
 
 /* The end of every backward kernel that keeps dK and dV of its keys in registers (the mma / wgmma
- * accumulator layout: n8 block nt holds columns 8 nt + 2 t4 and + 1, elements 2 r and 2 r + 1
- * of row r): the thread's two key rows j[0], j[1] of kv head hk converted and stored; rows past
- * the sequence and columns past d skipped. */
+ * accumulator layout: n8 block nt holds columns col0 + 8 nt + 2 t4 and + 1, elements 2 r and
+ * 2 r + 1 of row r): the thread's two key rows j[0], j[1] of kv head hk converted and stored; rows
+ * past the sequence and columns past d skipped. */
 template <typename T, int D>
 __device__ __forceinline__ void store_dkdv(const fa_cuda_params &p, const fa_seq &s, int64_t b, int64_t hk,
-                                           const int64_t (&j)[2], int t4, const float (*dk)[4], const float (*dv)[4])
+                                           const int64_t (&j)[2], int t4, const float (*dk)[4], const float (*dv)[4],
+                                           int col0 = 0)
 {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -631,7 +632,7 @@ __device__ __forceinline__ void store_dkdv(const fa_cuda_params &p, const fa_seq
         for (int nt = 0; nt < D / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int c = nt * 8 + 2 * t4 + e;
+                const int c = col0 + nt * 8 + 2 * t4 + e;
                 if (c < p.d) {
                     store_out<T>(p.dk.data, ko + c, dk[nt][2 * r + e], p.out_f32);
                     store_out<T>(p.dv.data, vo + c, dv[nt][2 * r + e], p.out_f32);
@@ -900,11 +901,14 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
  * products per tile instead of seven. */
 template <int D> struct bwd_shape {
     static constexpr int NW = 8, NT = NW * 32, BN = NW * 16;
+    /* output columns per pass: d > 128 runs PASSES blocks per key tile, each computing S and dP
+     * over all D columns and dK, dV, dQ for its DV of them (tiles.h) */
+    static constexpr int DV = D > 128 ? D / 2 : D, PASSES = D / DV;
     /* query rows per step (tiles.h). BQ / 16 m tiles times NW / (BQ / 16) column groups of
-     * D / (NW / (BQ / 16)) columns (a multiple of 16) cover the dQ tile. */
+     * DV / (NW / (BQ / 16)) columns (a multiple of 16) cover the pass's dQ tile. */
     static constexpr int BQ = tile_of(D).bwd_rows;
     static_assert(BQ == 32 || BQ == 64, "tiles.h: no fused backward tile for this head dim");
-    static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = D / CG;
+    static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = DV / CG;
     static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
     static constexpr int LDS = BQ + 8;
 };
@@ -914,7 +918,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     using S = bwd_shape<D>;
-    constexpr int LD = D + 8, BN = S::BN, BQ = S::BQ, NT = S::NT, LDS = S::LDS;
+    constexpr int LD = D + 8, BN = S::BN, BQ = S::BQ, NT = S::NT, LDS = S::LDS, DV = S::DV;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *ks = reinterpret_cast<T *>(smem_raw); /* [BN][LD] */
     T *vs = ks + BN * LD;                    /* [BN][LD] */
@@ -924,7 +928,8 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
     float *lse_s = reinterpret_cast<float *>(dss + BN * LDS); /* [2][BQ], times log2(e) */
     float *dsum_s = lse_s + 2 * BQ;                           /* [2][BQ] */
 
-    const int64_t kblk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const int64_t kblk = blockIdx.x / S::PASSES, hk = blockIdx.y, b = blockIdx.z;
+    const int col0 = (int)(blockIdx.x % S::PASSES) * DV; /* this pass's output columns [col0, col0 + DV) */
     const fa_seq s = fa_sequence(p, b);
     const int64_t k0 = kblk * BN;
     if (k0 >= s.sk)
@@ -934,9 +939,9 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
     const int64_t wk0 = k0 + warp * 16; /* the warp's first key */
     const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
 
-    float dk[D / 8][4], dv[D / 8][4];
+    float dk[DV / 8][4], dv[DV / 8][4];
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
+    for (int i = 0; i < DV / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             dk[i][e] = dv[i][e] = 0.0f;
@@ -988,7 +993,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
 
     /* dQ step: warp -> (m tile, column group); its A fragments (dS, 16 queries x 16 keys) come
      * transposed out of the key-major dS^T tile */
-    const int dq_mt = warp % S::MTQ, dq_c0 = (warp / S::MTQ) * S::DC;
+    const int dq_mt = warp % S::MTQ, dq_c0 = col0 + (warp / S::MTQ) * S::DC;
     const uint32_t dss_frag = smem_addr(dss) + 2u * (uint32_t)(lane_off_bt(LDS) + dq_mt * 16);
     const uint32_t k_a = smem_addr(ks) + 2u * (uint32_t)(lane_off_a(LD) + warp * 16 * LD);
     const uint32_t v_a = smem_addr(vs) + 2u * (uint32_t)(lane_off_a(LD) + warp * 16 * LD);
@@ -1053,7 +1058,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 } else {
                     acc_to_a<T, BQ>(pf, pt);
                 }
-                gemm_pn_s<T, D, BQ, LD>(dv, pf, do_a);
+                gemm_pn_s<T, DV, BQ, LD>(dv, pf, do_a + 2u * (uint32_t)col0);
             }
             /* dS^T = P^T (Z dP^T - D) scale */
 #pragma unroll
@@ -1112,12 +1117,12 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
         /* dK += dS^T Q after dQ (FlashAttention-2's order), so these MMAs overlap the draining
          * reductions */
         if (cls != FA_TILE_EMPTY)
-            gemm_pn_s<T, D, BQ, LD>(dk, df, q_a);
+            gemm_pn_s<T, DV, BQ, LD>(dk, df, q_a + 2u * (uint32_t)col0);
         it = it_next;
     }
 
     const int64_t rows[2] = {wk0 + g, wk0 + g + 8};
-    store_dkdv<T, D>(p, s, b, hk, rows, t4, dk, dv);
+    store_dkdv<T, DV>(p, s, b, hk, rows, t4, dk, dv, col0);
 }
 
 /* dQ (T, or fp32 for p.out_f32) from the fp32 accumulator: one thread per element of one sequence's rows. */
@@ -1166,34 +1171,27 @@ template <typename T, int D, bool ALIGNED, int MODE> cudaError_t launch_fused_ba
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    if ((e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st)) != cudaSuccess)
+    if (p.dq_accum &&
+        (e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st)) != cudaSuccess)
         return e;
     if (p.seqlen_k > 0) {
-        dim3 g1((unsigned)((p.seqlen_k + S::BN - 1) / S::BN), (unsigned)p.heads_kv, (unsigned)p.batch);
+        dim3 g1((unsigned)((p.seqlen_k + S::BN - 1) / S::BN * S::PASSES), (unsigned)p.heads_kv, (unsigned)p.batch);
         k<<<g1, S::NT, smem, st>>>(p);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     }
+    if (p.seqlen_q == 0)
+        return cudaSuccess;
     dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
     dq_convert_kernel<T, D><<<g2, 256, 0, st>>>(p);
     return cudaGetLastError();
 }
 
-template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
+/* The deterministic two-kernel backward (dK / dV, then dQ), d <= 128; D already computed. */
+template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_backward(const fa_cuda_params &p, cudaStream_t st)
 {
     constexpr int LD = D + 8;
     constexpr int BQ = D > 64 ? 32 : 64;
-    if (p.seqlen_q > 0) {
-        dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
-        dsum_kernel<T><<<g0, THREADS, 0, st>>>(p);
-        cudaError_t e0 = cudaGetLastError();
-        if (e0 != cudaSuccess)
-            return e0;
-    }
-    if (p.dq_accum && p.seqlen_q > 0)
-        return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)
-               : mode_of(p) == 1 ? launch_fused_backward<T, D, ALIGNED, 1>(p, st)
-                                 : launch_fused_backward<T, D, ALIGNED, 0>(p, st);
     const size_t smem1 = sizeof(T) * 6 * BLOCK * LD + sizeof(float) * 4 * BQ;
     auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
     cudaError_t e = cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
@@ -1216,6 +1214,29 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
     }
     return e;
 }
+
+template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
+{
+    if (p.seqlen_q > 0) {
+        dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
+        dsum_kernel<T><<<g0, THREADS, 0, st>>>(p);
+        cudaError_t e0 = cudaGetLastError();
+        if (e0 != cudaSuccess)
+            return e0;
+    }
+    /* d > 128 has the fused kernel only (no deterministic kernels; the chooser takes the portable
+     * ones for that option); with no queries it writes dK = dV = 0 */
+    const bool fused = D > 128 ? (p.dq_accum || p.seqlen_q == 0) : (p.dq_accum && p.seqlen_q > 0);
+    if (fused)
+        return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)
+               : mode_of(p) == 1 ? launch_fused_backward<T, D, ALIGNED, 1>(p, st)
+                                 : launch_fused_backward<T, D, ALIGNED, 0>(p, st);
+    if constexpr (D > 128)
+        return cudaErrorNotSupported;
+    else
+        return launch_deterministic_backward<T, D, ALIGNED>(p, st);
+}
+
 
 } // namespace fa_sm80
 

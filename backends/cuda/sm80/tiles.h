@@ -29,12 +29,17 @@ constexpr tile_row TILES[] = {
      * session-3 kernel; 154 / 148 before) */
     {96, 2, 32, 64},
     {128, 2, 32, 64},
-    /* d 160 .. 256: one m tile (O is 80 .. 128 registers); two would not fit. No backward: dK and
-     * dV of 16 keys x d would need 160 .. 256 registers per thread */
+    /* d 160 .. 256: one m tile (O is 80 .. 128 registers); two would not fit. Backward: dK and dV
+     * of 16 keys x d would need 160 .. 256 registers per thread, so at d 256 the fused backward
+     * splits the output columns in two passes of 128 (bwd_shape::PASSES: S and dP recomputed per
+     * pass over the whole d, dK, dV, dQ of the pass's columns), 32 query rows per step so the
+     * full-width K, V, Q, dO tiles fit in 213.5 KB of shared memory (Hopper-class; an A100 has
+     * 164 KB and keeps the portable backward); d 160 .. 224 have no backward (their halves are not
+     * whole n16 column groups) */
     {160, 1, 64, 0},
     {192, 1, 64, 0},
     {224, 1, 64, 0},
-    {256, 1, 64, 0},
+    {256, 1, 64, 32},
 };
 
 constexpr tile_row tile_of(int d)

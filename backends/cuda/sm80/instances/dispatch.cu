@@ -42,6 +42,8 @@ extern template cudaError_t launch_backward<__half, 96, true>(const fa_cuda_para
 extern template cudaError_t launch_backward<__half, 96, false>(const fa_cuda_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__half, 128, true>(const fa_cuda_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__half, 128, false>(const fa_cuda_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 256, true>(const fa_cuda_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 256, false>(const fa_cuda_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__nv_bfloat16, 32, true>(const fa_cuda_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__nv_bfloat16, 32, false>(const fa_cuda_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__nv_bfloat16, 64, true>(const fa_cuda_params &, cudaStream_t);
@@ -50,6 +52,8 @@ extern template cudaError_t launch_backward<__nv_bfloat16, 96, true>(const fa_cu
 extern template cudaError_t launch_backward<__nv_bfloat16, 96, false>(const fa_cuda_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__nv_bfloat16, 128, true>(const fa_cuda_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__nv_bfloat16, 128, false>(const fa_cuda_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 256, true>(const fa_cuda_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 256, false>(const fa_cuda_params &, cudaStream_t);
 } // namespace fa_sm80
 
 extern "C" int fa_sm80_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream)
@@ -101,6 +105,8 @@ extern "C" int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim
         return aligned ? fa_sm80::launch_backward<__half, 96, true>(*p, st) : fa_sm80::launch_backward<__half, 96, false>(*p, st);
     if (dtype == 1 && head_dim_pad == 128)
         return aligned ? fa_sm80::launch_backward<__half, 128, true>(*p, st) : fa_sm80::launch_backward<__half, 128, false>(*p, st);
+    if (dtype == 1 && head_dim_pad == 256)
+        return aligned ? fa_sm80::launch_backward<__half, 256, true>(*p, st) : fa_sm80::launch_backward<__half, 256, false>(*p, st);
     if (dtype == 2 && head_dim_pad == 32)
         return aligned ? fa_sm80::launch_backward<__nv_bfloat16, 32, true>(*p, st) : fa_sm80::launch_backward<__nv_bfloat16, 32, false>(*p, st);
     if (dtype == 2 && head_dim_pad == 64)
@@ -109,6 +115,8 @@ extern "C" int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim
         return aligned ? fa_sm80::launch_backward<__nv_bfloat16, 96, true>(*p, st) : fa_sm80::launch_backward<__nv_bfloat16, 96, false>(*p, st);
     if (dtype == 2 && head_dim_pad == 128)
         return aligned ? fa_sm80::launch_backward<__nv_bfloat16, 128, true>(*p, st) : fa_sm80::launch_backward<__nv_bfloat16, 128, false>(*p, st);
+    if (dtype == 2 && head_dim_pad == 256)
+        return aligned ? fa_sm80::launch_backward<__nv_bfloat16, 256, true>(*p, st) : fa_sm80::launch_backward<__nv_bfloat16, 256, false>(*p, st);
     return cudaErrorInvalidValue;
 }
 
@@ -124,7 +132,7 @@ extern "C" int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward)
     case 160: return !backward;
     case 192: return !backward;
     case 224: return !backward;
-    case 256: return !backward;
+    case 256: return 1;
     default: return 0;
     }
 }
