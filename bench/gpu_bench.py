@@ -8,8 +8,9 @@ triton.testing.do_bench (CUDA events). Our library is called through ctypes on t
 memory (no copies) on PyTorch's current stream.
 
 Modes (one per run):
-  default        the side-by-side table (TFLOP/s of ours, FA2, cuDNN, math). Cases our library reports
-                 unsupported (e.g. backward at d 256) print "not supported by flashattn: <message>"
+  default        the side-by-side table (TFLOP/s of ours, FA2, cuDNN, math; --sm80 adds a column for
+                 our sm80 path, FLASHATTN_CUDA_KERNELS=sm80, on the same inputs). Cases our library reports
+                 unsupported (e.g. fp32 inputs) print "not supported by flashattn: <message>"
                  in the variant column and "n/s" in place of the number.
   --blocksparse  our forward and backward with RANDOM block masks (fa_block_mask_create) at densities
                  1, 0.5, 0.25, 0.125 against our dense (no mask) time: d 128, non-causal, seqlens
@@ -18,7 +19,7 @@ Modes (one per run):
                  1k, 4k, 16k, 64k beside standard attention's N x N.
 
 usage: python3 bench/gpu_bench.py --lib build/libflashattn.so [--seqlens 1024,4096,16384] [--dims 64,128]
-       [--dtype bf16|fp16|bf16,fp16] [--causal both|yes|no] [--no-math]
+       [--dtype bf16|fp16|bf16,fp16] [--causal both|yes|no] [--no-math] [--sm80]
        python3 bench/gpu_bench.py --lib build/libflashattn.so --blocksparse [--mask-block 128] [--densities ...]
        python3 bench/gpu_bench.py --lib build/libflashattn.so --memory [--seqlens 1024,4096,16384,65536]
 """
@@ -74,7 +75,9 @@ class Unsupported(Exception):
 
 
 class Library:
-    def __init__(self, path):
+    def __init__(self, path, kernels=None):
+        """kernels: a FLASHATTN_CUDA_KERNELS value for this context only (read when the context is
+        created), e.g. "sm80" for the sm80 path beside the default chooser's context"""
         self.lib = C.CDLL(path)
         L = self.lib
         L.fa_status_string.restype = C.c_char_p
@@ -96,7 +99,17 @@ class Library:
         L.fa_block_mask_density.restype = C.c_double
         L.fa_block_mask_density.argtypes = [C.POINTER(BlockMask)]
         self.ctx = C.c_void_p()
-        self.check(L.fa_context_create(C.byref(self.ctx), b"cuda", 0), "fa_context_create")
+        saved = os.environ.get("FLASHATTN_CUDA_KERNELS")
+        if kernels is not None:
+            os.environ["FLASHATTN_CUDA_KERNELS"] = kernels
+        try:
+            self.check(L.fa_context_create(C.byref(self.ctx), b"cuda", 0), "fa_context_create")
+        finally:
+            if kernels is not None:
+                if saved is None:
+                    del os.environ["FLASHATTN_CUDA_KERNELS"]
+                else:
+                    os.environ["FLASHATTN_CUDA_KERNELS"] = saved
 
     def message(self, st):
         msg = self.lib.fa_context_last_error(self.ctx).decode() if self.ctx else ""
@@ -237,8 +250,12 @@ def side_by_side(lib, args, dtype_name):
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | "
           "TFLOP/s fwd / bwd (median of do_bench) | hidden 2048, batch 16384/seqlen")
-    print("| d | causal | seqlen | flashattn | PyTorch flash (FA2) | cuDNN | standard (math) | ours / FA2 | variant |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    # --sm80: a second context under FLASHATTN_CUDA_KERNELS=sm80 (the sm80 tensor-core path where it has
+    # a kernel, else the portable one), timed on the same inputs in the same run
+    lib80 = Library(args.lib, kernels="sm80") if args.sm80 else None
+    extra = " sm80 path |" if lib80 else ""
+    print(f"| d | causal | seqlen | flashattn |{extra} PyTorch flash (FA2) | cuDNN | standard (math) | ours / FA2 | variant |")
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if lib80 else ""))
     for d in ints(args.dims or "64,128"):
         for causal in causals:
             for s in ints(args.seqlens or "1024,4096,16384"):
@@ -261,6 +278,22 @@ def side_by_side(lib, args, dtype_name):
                 ours_b = bench(lambda: lib.backward(ba)) if ours[0] and ours[1] else None
                 if ours[1] and not ours[0]:
                     variants[1] += " (not run: needs our forward)"
+                sm80_cell = ""
+                if lib80:
+                    lib80.bind_stream()
+                    fa80 = lib80.fwd_args(q, k, v, o, lse, causal)
+                    ba80 = lib80.bwd_args(q, k, v, o, lse, do, dq, dk, dv, causal)
+                    t80 = []
+                    for backward, run in ((False, lambda: lib80.forward(fa80)), (True, lambda: lib80.backward(ba80))):
+                        try:
+                            t80.append((lib80.variant(fa80, backward), bench(run)))
+                        except Unsupported:
+                            t80.append(None)
+                    sm80_cell = " " + " / ".join(
+                        "n/s" if x is None else f"{tflops(flop * (2.5 if i else 1), x[1]):.0f}"
+                        for i, x in enumerate(t80)) + " |"
+                    if ours_f is not None:
+                        lib.forward(fa)  # O and LSE of the default path again for the agreement line
                 # agreement with PyTorch on this input (not a test: a sanity line)
                 agree = None
                 if ours_f is not None:
@@ -308,7 +341,7 @@ def side_by_side(lib, args, dtype_name):
                     fa2_f, fa2_b = res["flash"]
                     ratio = f"{fa2_f / ours_f:.2f} / " + ("n/s" if ours_b is None else f"{fa2_b / ours_b:.2f}")
                 tail = f" (max|O - FA2| {agree:.1e})" if agree is not None else ""
-                print(f"| {d} | {'yes' if causal else 'no'} | {s} | {ours_cell} | {cell(res['flash'])} | "
+                print(f"| {d} | {'yes' if causal else 'no'} | {s} | {ours_cell} |{sm80_cell} {cell(res['flash'])} | "
                       f"{cell(res['cudnn'])} | {cell(res['math'])} | {ratio} | "
                       f"{variants[0]} / {variants[1]}{tail} |", flush=True)
                 del q, k, v, do, o, lse, dq, dk, dv
@@ -481,6 +514,8 @@ def main():
     ap.add_argument("--dtype", default="bf16", help="bf16, fp16, or a list: bf16,fp16 (one table each)")
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--no-math", action="store_true")
+    ap.add_argument("--sm80", action="store_true",
+                    help="default mode: also time the sm80 path (FLASHATTN_CUDA_KERNELS=sm80) in the same run")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--blocksparse", action="store_true", help="block-sparse table (RANDOM masks)")
     mode.add_argument("--memory", action="store_true", help="extra device memory table")
