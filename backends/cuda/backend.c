@@ -33,10 +33,11 @@ int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *
     return (int)cudaErrorInvalidDeviceFunction;
 }
 
-int fa_sm90_has_backward(int dtype, int head_dim_pad)
+int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain)
 {
     (void)dtype;
     (void)head_dim_pad;
+    (void)plain;
     return 0;
 }
 
@@ -75,8 +76,8 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync (cc>=8.0, f16/bf16, bwd d<=128, 225..256 non-det); cc 9.0 wgmma: fwd d 64/128/256 w/o dropout or block "
-             "mask, non-det bwd d 64/128; portable for the rest (no fp32 outputs from f16/bf16); "
+             "sm80 mma.sync (cc>=8.0, f16/bf16; bwd d<=128, d 256 non-det); cc 9.0 wgmma: fwd, non-det bwd, d "
+             "64/128/256 w/o dropout or block mask; portable for the rest (no fp32 outputs from f16/bf16); "
              "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated");
 }
 
@@ -159,12 +160,13 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
     const int want = gs->kernels == GPU_KERNELS_SM90 || (gs->kernels == GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
     /* The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
-     * the sm80 two-kernel path), d 33..64 and 97..128 (its fp32 dQ accumulator has the padded
-     * head dim of the sm80 kernels, dq_accum_floats below), every mask; dropout and block masks
-     * only under FLASHATTN_CUDA_KERNELS=sm90 (their instances spill, sm80 stays the default). */
+     * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
+     * padded head dim of the sm80 kernels, dq_accum_floats below), every mask at d <= 128;
+     * dropout and block masks only under FLASHATTN_CUDA_KERNELS=sm90 (their instances spill, sm80
+     * stays the default); at d 256 plain calls only (the rest: sm80's column-split kernel). */
     if (p->backward) {
         if (want && hopper && !p->deterministic && aligned && dpad == dpad64 &&
-            fa_sm90_has_backward((int)p->dtype, dpad64)) {
+            fa_sm90_has_backward((int)p->dtype, dpad64, plain)) {
             snprintf(out->name, sizeof out->name, "sm90-bwd-%s-d%d-wgmma-ws", fa_dtype_name(p->dtype), dpad64);
             out->kernel = KERNEL_SM90 | dpad64;
             return FA_SUCCESS;

@@ -65,11 +65,11 @@ int fa_portable_bucket(int64_t head_dim);
  * lists), 16-byte aligned rows. Return a cudaError_t value. */
 int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream);
 int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain);
-/* The Hopper backward (sm90/backward.cuh): fp16/bf16, padded head dims 64 and 128, 16-byte
- * aligned rows, the fused non-deterministic algorithm: needs p->dsum, p->lse2 and p->dq_accum
- * ([heads_q][total_q][head_dim_pad] floats). */
+/* The Hopper backward (sm90/backward.cuh): fp16/bf16, padded head dims 64 and 128, and 256 for
+ * plain calls, 16-byte aligned rows, the fused non-deterministic algorithm: needs p->dsum,
+ * p->lse2 and p->dq_accum (heads_q x total_q x head_dim_pad floats). */
 int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream);
-int fa_sm90_has_backward(int dtype, int head_dim_pad);
+int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain);
 
 /* The HIP backend's MFMA forward (backends/hip/mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA

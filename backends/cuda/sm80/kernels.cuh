@@ -1126,15 +1126,17 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
 }
 
 /* dQ (T, or fp32 for p.out_f32) from the fp32 accumulator: one thread per element of one sequence's rows. */
-template <typename T, int D> __global__ void dq_convert_kernel(const fa_cuda_params p)
+template <typename T, int D, int DV = D> __global__ void dq_convert_kernel(const fa_cuda_params p)
 {
+    /* DV < D: the accumulator is [D / DV][heads_q][total_q][DV] (column blocks of DV, sm90 d 256) */
     const int64_t b = blockIdx.z, h = blockIdx.y;
     const fa_seq s = fa_sequence(p, b);
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = e / D;
     const int c = (int)(e % D);
     if (i >= s.sq || c >= p.d)
         return;
-    const float v = p.dq_accum[(h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * D + c];
+    const int64_t hp = (int64_t)(c / DV) * p.heads_q + h;
+    const float v = p.dq_accum[(hp * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * DV + c % DV];
     store_out<T>(p.dq.data, b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c, v, p.out_f32);
 }
 

@@ -36,14 +36,22 @@ constexpr int BW_BN = 128, BW_THREADS = 384, BW_CONSUMERS = 256;
  * d 128 (dK and dV take 64 each) */
 template <int D> __host__ __device__ constexpr int bw_bq()
 {
-    return D <= 64 ? 128 : 64;
+    return D <= 64 ? 128 : D <= 128 ? 64 : 32;
 }
-/* shared memory: K, V [128][D], dS^T [128][BQ] (16-bit), dQ [BQ][D] (fp32, the rows as the
- * accumulator holds them, for one bulk reduction), then the query-side stages [BQ][D] x 2; as
- * many stages as fit (227 KiB, less 1 KiB for alignment and the static arrays), at most 3 */
+/* output columns per block: d 256 splits them in two passes of 128 (two blocks per key tile, each
+ * recomputing S^T and dP^T over all 256 columns; dK and dV of 64 keys x 256 would need 256
+ * registers per thread), 32 query rows per step so that K, V [128][256] and two stages fit */
+template <int D> __host__ __device__ constexpr int bw_dv()
+{
+    return D > 128 ? 128 : D;
+}
+/* shared memory: K, V [128][D], dS^T [128][BQ] (16-bit; d 256: dS [BQ][128]), dQ [BQ][DV]
+ * (fp32, the rows as the accumulator holds them, for one bulk reduction), then the query-side
+ * stages [BQ][D] x 2; as many stages as fit (227 KiB, less 1 KiB for alignment and the static
+ * arrays), at most 3 */
 template <typename T, int D> __host__ __device__ constexpr int bw_fixed_bytes()
 {
-    return (2 * BW_BN * D + BW_BN * bw_bq<D>()) * (int)sizeof(T) + bw_bq<D>() * D * 4;
+    return (2 * BW_BN * D + BW_BN * bw_bq<D>()) * (int)sizeof(T) + bw_bq<D>() * bw_dv<D>() * 4;
 }
 template <typename T, int D> __host__ __device__ constexpr int bw_stages()
 {
@@ -64,6 +72,11 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
     constexpr bool MSPLIT = BQ == 128; /* dQ split between the consumers along rows (else columns) */
+    /* d 256: output columns [col0, col0 + DV) in this block, dQ computed transposed (its 32 rows
+     * are less than a wgmma's 64) from dS stored query-major */
+    constexpr int DV = bw_dv<D>(), PASSES = D / DV;
+    constexpr bool SPLIT = PASSES > 1;
+    static_assert(!SPLIT || MODE == 0, "the d 256 backward has the plain instance only");
     constexpr uint32_t DSB = BW_BN * BQ * sizeof(T);
     constexpr uint32_t KVB = BW_BN * D * sizeof(T), QB = BQ * D * sizeof(T);
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -71,13 +84,14 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
     __shared__ float rowv[STAGES][2][BQ];              /* LSE log2(e), D of the stage's rows */
     unsigned char *base = smem_raw + ((1024u - (fa_sm80::smem_addr(smem_raw) & 1023u)) & 1023u);
     const uint32_t k_addr = fa_sm80::smem_addr(base), v_addr = k_addr + KVB, ds_addr = v_addr + KVB,
-                   dq_addr = ds_addr + DSB, st_addr = dq_addr + BQ * D * 4u;
+                   dq_addr = ds_addr + DSB, st_addr = dq_addr + BQ * DV * 4u;
     T *dss = reinterpret_cast<T *>(base + 2 * KVB);
     float *dqs = reinterpret_cast<float *>(base + 2 * KVB + BW_BN * BQ * sizeof(T));
 
     const int64_t hk = blockIdx.y, b = blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
-    const int64_t k0 = (int64_t)blockIdx.x * BW_BN;
+    const int64_t k0 = (int64_t)(blockIdx.x / PASSES) * BW_BN;
+    const int col0 = (int)(blockIdx.x % PASSES) * DV;
     if (k0 >= s.sk)
         return;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
@@ -161,9 +175,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
     fence_proxy_async();
     bar_sync<1, BW_CONSUMERS>();
 
-    float dk[D / 2], dv[D / 2];
+    float dk[DV / 2], dv[DV / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i)
+    for (int i = 0; i < DV / 2; ++i)
         dk[i] = dv[i] = 0.0f;
     /* this consumer's part of dQ: rows dq_r0.. (64), columns dq_c0.. (64) */
     const int dq_r0 = MSPLIT ? 64 * wg : 0, dq_c0 = MSPLIT ? 0 : 64 * wg;
@@ -238,41 +252,78 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
             fa_sm80::acc_to_a<T, BQ>(df, dpt);
             /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */
             fence();
+            const uint32_t cb = (uint32_t)(col0 / 64) * BQ * 128u; /* the pass's first 64-column block */
 #pragma unroll
             for (int kk = 0; kk < BQ; kk += 16)
-                rs<T, D>::run(dv, pf[kk / 16], desc_sw128(da + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+                rs<T, DV>::run(dv, pf[kk / 16], desc_sw128(da + cb + (uint32_t)kk * 128u, BQ * 128u, 1024u));
 #pragma unroll
             for (int kk = 0; kk < BQ; kk += 16)
-                rs<T, D>::run(dk, df[kk / 16], desc_sw128(qa + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+                rs<T, DV>::run(dk, df[kk / 16], desc_sw128(qa + cb + (uint32_t)kk * 128u, BQ * 128u, 1024u));
             commit();
         } else {
 #pragma unroll
             for (int i = 0; i < BQ / 16; ++i)
                 df[i][0] = df[i][1] = df[i][2] = df[i][3] = 0u;
         }
-        /* dS^T [128 keys][BQ] (swizzled) for the dQ product: query pairs in one word */
+        if constexpr (SPLIT) {
+            /* dS [BQ queries][128 keys] (swizzled, K-major for dQ^T = K^T dS): 16-bit stores */
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; ++nt)
+            for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-            for (int r = 0; r < 2; ++r)
-                *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dss) +
-                                              sw128<BW_BN>(krow + 8 * r, nt) + 4 * t4) = df[nt / 2][(nt & 1) * 2 + r];
+                for (int r = 0; r < 2; ++r)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int q = nt * 8 + 2 * t4 + e, kr = krow + 8 * r;
+                        *reinterpret_cast<uint16_t *>(reinterpret_cast<unsigned char *>(dss) + sw128<BQ>(q, kr / 8) +
+                                                      2 * (kr % 8)) =
+                            (uint16_t)(df[nt / 2][(nt & 1) * 2 + r] >> (16 * e));
+                    }
+        } else {
+            /* dS^T [128 keys][BQ] (swizzled) for the dQ product: query pairs in one word */
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dss) + sw128<BW_BN>(krow + 8 * r, nt) +
+                                                  4 * t4) = df[nt / 2][(nt & 1) * 2 + r];
+        }
         fence_proxy_async();
         if (threadIdx.x == 0)
             bulk_wait_read<0>(); /* the previous step's dQ tile has been read out of shared memory */
         bar_sync<2, BW_CONSUMERS>();
 
-        /* dQ part = dS K over the 128 keys: dS^T [keys][queries] and K [keys][D] both MN-major */
-        float dq[32];
-        fence();
+        if constexpr (SPLIT) {
+            /* dQ^T part = K^T dS over the 128 keys: the consumer's 64 of the pass's columns x BQ
+             * queries; K [keys][D] MN-major, dS [queries][keys] K-major */
+            float dq[BQ / 2];
+            const uint32_t ka = k_addr + (uint32_t)((col0 + 64 * wg) / 64) * BW_BN * 128u;
+            fence();
 #pragma unroll
-        for (int kk = 0; kk < BW_BN; kk += 16)
-            ss_tt<T, 64>::run(dq, desc_sw128(ds_a + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
-                              desc_sw128(k_b + (uint32_t)kk * 128u, BW_BN * 128u, 1024u), kk > 0);
-        commit();
-        wait<0>();                     /* dV, dK and dQ */
-        mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
-        {
+            for (int kk = 0; kk < BW_BN; kk += 16)
+                ss_tn<T, BQ>::run(dq, desc_sw128(ka + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
+                                  desc_sw128(ds_addr + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
+            commit();
+            wait<0>();                     /* dV, dK and dQ */
+            mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
+            const int c = 64 * wg + 16 * (warp & 3) + g; /* the thread's column (and + 8) of the pass */
+#pragma unroll
+            for (int j = 0; j < BQ / 8; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        dqs[(8 * j + 2 * t4 + e) * DV + c + 8 * r] = dq[4 * j + 2 * r + e];
+        } else {
+            /* dQ part = dS K over the 128 keys: dS^T [keys][queries] and K [keys][D] both MN-major */
+            float dq[32];
+            fence();
+#pragma unroll
+            for (int kk = 0; kk < BW_BN; kk += 16)
+                ss_tt<T, 64>::run(dq, desc_sw128(ds_a + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
+                                  desc_sw128(k_b + (uint32_t)kk * 128u, BW_BN * 128u, 1024u), kk > 0);
+            commit();
+            wait<0>();                     /* dV, dK and dQ */
+            mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
             const int r0 = dq_r0 + 16 * (warp & 3) + g;
 #pragma unroll
             for (int j = 0; j < 8; ++j)
@@ -285,8 +336,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
         bar_sync<3, BW_CONSUMERS>();
         if (threadIdx.x == 0) { /* the tile into the accumulator: one bulk reduction */
             const int64_t rows = imin(BQ, s.sq - q0);
-            bulk_reduce_add_f32(p.dq_accum + (h * p.total_q + (p.cu_q ? s.q_start + q0 : b * p.seqlen_q + q0)) * D,
-                                dq_addr, (uint32_t)(rows * D * 4));
+            /* d 256: the accumulator is [PASSES][heads_q][total_q][DV] (dq_convert_kernel's DV) */
+            const int64_t hp = (int64_t)(col0 / DV) * p.heads_q + h;
+            bulk_reduce_add_f32(p.dq_accum + (hp * p.total_q + (p.cu_q ? s.q_start + q0 : b * p.seqlen_q + q0)) * DV,
+                                dq_addr, (uint32_t)(rows * DV * 4));
             bulk_commit();
         }
     }
@@ -295,12 +348,13 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
 
     /* dK, dV: thread rows krow and krow + 8 of the tile (the flat accumulators in the mma layout) */
     const int64_t rows[2] = {k0 + krow, k0 + krow + 8};
-    fa_sm80::store_dkdv<T, D>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
-                              reinterpret_cast<const float(*)[4]>(dv));
+    fa_sm80::store_dkdv<T, DV>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
+                               reinterpret_cast<const float(*)[4]>(dv), col0);
 }
 
 /* D and LSE log2(e) (the sm80 kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
- * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. */
+ * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. d 256:
+ * calls with neither dropout nor a block mask only. */
 template <typename T, int D> inline cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
 {
     constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
@@ -316,17 +370,22 @@ template <typename T, int D> inline cudaError_t launch_backward(const fa_cuda_pa
         e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st);
     if (e == cudaSuccess && p.seqlen_k > 0) {
         const int mode = fa_sm80::mode_of(p);
-        auto k = mode == 2 ? ws_backward_kernel<T, D, 2> : mode == 1 ? ws_backward_kernel<T, D, 1> : ws_backward_kernel<T, D, 0>;
+        auto k = ws_backward_kernel<T, D, 0>;
+        if constexpr (D <= 128)
+            k = mode == 2 ? ws_backward_kernel<T, D, 2> : mode == 1 ? ws_backward_kernel<T, D, 1> : k;
+        else if (mode != 0)
+            return cudaErrorInvalidValue;
         e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
         if (e == cudaSuccess) {
-            const dim3 g1((unsigned)((p.seqlen_k + BW_BN - 1) / BW_BN), (unsigned)p.heads_kv, (unsigned)p.batch);
+            constexpr int PASSES = D / bw_dv<D>();
+            const dim3 g1((unsigned)((p.seqlen_k + BW_BN - 1) / BW_BN * PASSES), (unsigned)p.heads_kv, (unsigned)p.batch);
             k<<<g1, BW_THREADS, SMEM, st>>>(p);
             e = cudaGetLastError();
         }
     }
     if (e == cudaSuccess) {
         const dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
-        fa_sm80::dq_convert_kernel<T, D><<<g2, 256, 0, st>>>(p);
+        fa_sm80::dq_convert_kernel<T, D, bw_dv<D>()><<<g2, 256, 0, st>>>(p);
         e = cudaGetLastError();
     }
     return e;

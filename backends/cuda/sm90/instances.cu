@@ -1,6 +1,7 @@
 // The sm90 instances and their C entry points (backends/cuda/params.h): the forward (fp16, bf16;
 // head dims 64 and 128, and 256 for calls with neither dropout nor a block mask) and the backward
-// (fp16, bf16; head dims 64 and 128; the fused non-deterministic algorithm). Built only for
+// (fp16, bf16; head dims 64 and 128, and 256 for calls with neither dropout nor a block mask; the
+// fused non-deterministic algorithm). Built only for
 // -gencode=arch=compute_90a,code=sm_90a.
 #include "backward.cuh"
 
@@ -9,9 +10,9 @@ extern "C" int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain)
     return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
 }
 
-extern "C" int fa_sm90_has_backward(int dtype, int head_dim_pad)
+extern "C" int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain)
 {
-    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128);
+    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
 }
 
 extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
@@ -36,6 +37,8 @@ extern "C" int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim
     case 1128: return (int)fa_sm90::launch_backward<__half, 128>(*p, st);
     case 2064: return (int)fa_sm90::launch_backward<__nv_bfloat16, 64>(*p, st);
     case 2128: return (int)fa_sm90::launch_backward<__nv_bfloat16, 128>(*p, st);
+    case 1256: return (int)fa_sm90::launch_backward<__half, 256>(*p, st);
+    case 2256: return (int)fa_sm90::launch_backward<__nv_bfloat16, 256>(*p, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }
