@@ -19,11 +19,20 @@
  * (cp.reduce.async.bulk .add.f32), so dQ is not bitwise reproducible (the deterministic option
  * keeps the sm80 two-kernel path). dK and dV stay in registers until the end.
  *
+ * d 256 (plain calls): dK and dV of 64 keys x 256 columns would need 256 registers per thread, so
+ * two blocks share each key tile, each recomputing S^T and dP^T over all 256 columns and keeping
+ * dK, dV for its 128 (col0..); 32 query rows per step so that K, V and two stages fit; the dQ
+ * tile's 32 rows are fewer than a wgmma's 64, so it is computed transposed, dQ^T = K^T dS (K as
+ * an MN-major A operand, dS written query-major), into an accumulator laid out
+ * [2][heads][tokens][128] (sm80's dq_convert_kernel with DV = 128 reads it back).
+ *
  * Tried and measured slower on the H200 (bf16, 4k / 16k, session 8): P^T computed while dP^T runs
  * and dS^T while dV runs (two wgmma groups; 248 / 272 against 256 / 284 TFLOP/s at d 128), 240 or
  * 232 consumer registers, one bulk reduction per dQ row (the padded, conflict-free layout:
  * 219 / 236), dQ added from registers with 16-byte red.global (239 / 256), and at d 64 64-row
- * steps with each consumer's dQ over its own keys (147 / 158 against 187 / 204). */
+ * steps with each consumer's dQ over its own keys (147 / 158 against 187 / 204); at d 128 each
+ * consumer's dQ over its own 64 keys, reduced with its own bulk add, no block-wide barrier
+ * (session 11: 243 / 260 against 269 / 289). */
 #ifndef FA_SM90_BACKWARD_CUH
 #define FA_SM90_BACKWARD_CUH
 
