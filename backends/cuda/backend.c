@@ -102,10 +102,6 @@ static int view_aligned(const fa_view *v)
     return v->data == NULL || ((uintptr_t)v->data % 16 == 0 && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0);
 }
 
-/* Shared memory of the sm80 fused backward at d 256 (sm80/tiles.h: K, V [128][264], Q, dO
- * [2][32][264], dS^T [128][40], 2-byte elements, and 4 x 32 floats): more than an A100 offers. */
-#define SM80_BWD_D256_SMEM ((2 * 128 * 264 + 4 * 32 * 264 + 128 * 40) * 2 + 4 * 32 * 4)
-
 /* Whether the sm80 tensor-core path has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
  * an instance for the padded head dim (backward d <= 128, and d 225..256 without the
  * deterministic option where the device has the shared memory). Everything else is the portable
@@ -113,8 +109,9 @@ static int view_aligned(const fa_view *v)
 static int sm80_covers(const gpu_state *s, const fa_problem *p)
 {
     int dpad = (int)((p->d + 31) / 32 * 32);
+    /* d 256 has the fused backward only, and it needs 213.5 KB (more than an A100 offers) */
     if (p->backward && dpad > 128 &&
-        (p->deterministic || (int64_t)s->prop.sharedMemPerBlockOptin < SM80_BWD_D256_SMEM))
+        (p->deterministic || (size_t)s->prop.sharedMemPerBlockOptin < fa_sm80_fused_backward_smem(dpad)))
         return 0;
     return (s->kernels == GPU_KERNELS_CHOOSER || s->kernels == GPU_KERNELS_SM90 || s->kernels == GPU_KERNELS_SM80) &&
            s->prop.major >= 8 &&

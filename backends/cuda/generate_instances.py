@@ -56,6 +56,10 @@ def main():
         bwd = "1" if dim in BACKWARD_DIMS else "!backward"
         d += f"    case {dim}: return {bwd};\n"
     d += "    default: return 0;\n    }\n}\n"
+    d += '\nextern "C" size_t fa_sm80_fused_backward_smem(int head_dim_pad)\n{\n    switch (head_dim_pad) {\n'
+    for dim in BACKWARD_DIMS:
+        d += f"    case {dim}: return fa_sm80::bwd_shape<{dim}>::SMEM;\n"
+    d += "    default: return 0;\n    }\n}\n"
     write(os.path.join(OUT, "dispatch.cu"), d)
     names.append("dispatch.cu")
     write(os.path.join(OUT, "instances.txt"), "\n".join(sorted(names)) + "\n")

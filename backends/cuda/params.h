@@ -3,6 +3,7 @@
 #ifndef FA_CUDA_PARAMS_H
 #define FA_CUDA_PARAMS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -51,6 +52,9 @@ int fa_sm80_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, int al
 int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream);
 /* Whether an instance exists for (dtype, padded head dim) and direction. */
 int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward);
+/* Dynamic shared memory of the fused (non-deterministic) backward at a padded head dim with a
+ * backward instance, in bytes; 0 for the others. */
+size_t fa_sm80_fused_backward_smem(int head_dim_pad);
 
 /* The portable SIMT kernels (backends/portable/): any dtype (0 fp32, 1 fp16, 2 bf16), head dims
  * 1..256 exact, grouped into buckets of 64, 128, 256 (fa_portable_bucket: 0 outside 1..256), any

@@ -910,7 +910,10 @@ template <int D> struct bwd_shape {
     static_assert(BQ == 32 || BQ == 64, "tiles.h: no fused backward tile for this head dim");
     static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = DV / CG;
     static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
-    static constexpr int LDS = BQ + 8;
+    static constexpr int LDS = BQ + 8, LD = D + 8;
+    /* dynamic shared memory (16-bit elements): K, V [BN][LD], Q, dO [2][BQ][LD], dS^T [BN][LDS],
+     * then LSE and D of two query tiles in fp32 */
+    static constexpr size_t SMEM = 2 * (2 * BN * LD + 4 * BQ * LD + BN * LDS) + sizeof(float) * 4 * BQ;
 };
 
 template <typename T, int D, bool ALIGNED, int MODE>
@@ -1167,8 +1170,8 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_c
 template <typename T, int D, bool ALIGNED, int MODE> cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
 {
     using S = bwd_shape<D>;
-    constexpr int LD = D + 8;
-    const size_t smem = sizeof(T) * (2 * S::BN * LD + 4 * S::BQ * LD + S::BN * S::LDS) + sizeof(float) * 4 * S::BQ;
+    static_assert(sizeof(T) == 2, "bwd_shape::SMEM counts 16-bit elements");
+    const size_t smem = S::SMEM;
     auto k = bwd_kernel<T, D, ALIGNED, MODE>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
@@ -1238,7 +1241,6 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
     else
         return launch_deterministic_backward<T, D, ALIGNED>(p, st);
 }
-
 
 } // namespace fa_sm80
 

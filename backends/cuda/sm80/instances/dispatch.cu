@@ -136,3 +136,15 @@ extern "C" int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward)
     default: return 0;
     }
 }
+
+extern "C" size_t fa_sm80_fused_backward_smem(int head_dim_pad)
+{
+    switch (head_dim_pad) {
+    case 32: return fa_sm80::bwd_shape<32>::SMEM;
+    case 64: return fa_sm80::bwd_shape<64>::SMEM;
+    case 96: return fa_sm80::bwd_shape<96>::SMEM;
+    case 128: return fa_sm80::bwd_shape<128>::SMEM;
+    case 256: return fa_sm80::bwd_shape<256>::SMEM;
+    default: return 0;
+    }
+}
