@@ -89,7 +89,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
                            return_attn_probs=False, *, seed=None, offset=0):
     """Packed variable-length batches: q [total_q, heads, d], k, v [total_k, heads_kv, d],
-    cu_seqlens int32 [batch + 1]; softmax_lse [heads, total_q]."""
+    cu_seqlens int32 [batch + 1]; softmax_lse [heads, total_q]. cu_seqlens[-1] may be below the
+    packed rows (padding at the end): those rows get out = 0 and softmax_lse = -inf (and zero
+    gradients), where FlashAttention-2 leaves them undefined."""
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,

@@ -60,6 +60,24 @@ def _empty_like(a, shape=None, dtype=None):
     return np.empty(shape, dtype=a.dtype if dtype is None else dtype)
 
 
+def _filled_like(a, value, shape=None, dtype=None):
+    """An array of a's kind on a's device, every element value."""
+    shape = tuple(a.shape) if shape is None else shape
+    if _is_torch(a):
+        import torch
+        return torch.full(shape, value, dtype=a.dtype if dtype is None else getattr(torch, dtype), device=a.device)
+    import numpy as np
+    return np.full(shape, value, dtype=a.dtype if dtype is None else dtype)
+
+
+def _outputs_like(varlen, a, shape=None, dtype=None, fill=0.0):
+    """Output buffers. Packed (varlen) rows after cu_seqlens[-1] belong to no sequence and the
+    library writes nothing there (FlashAttention-2 leaves them undefined); here they are defined:
+    O, dQ, dK, dV = 0 and LSE = -inf, like a row that sees no key. Dense outputs are written
+    whole by the library, so they start uninitialised."""
+    return _filled_like(a, fill, shape, dtype) if varlen else _empty_like(a, shape, dtype)
+
+
 def _int32_on(ref, values):
     """cu_seqlens as int32 in ref's memory (the library reads them where the tensors live)."""
     if _is_torch(values) or _is_torch(ref):
@@ -174,8 +192,8 @@ def forward(call, q, k, v):
         if len(q.shape) != 4:
             raise ValueError(f"q must be [batch, seqlen, heads, d], got shape {tuple(q.shape)}")
         lse_shape = (q.shape[0], q.shape[2], q.shape[1])
-    out = _empty_like(q)
-    lse = _empty_like(q, lse_shape, "float32")
+    out = _outputs_like(call.varlen, q)
+    lse = _outputs_like(call.varlen, q, lse_shape, "float32", fill=-math.inf)
     views = [_View(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (lse, "lse"))]
     ctx, backend = _context_of(views)
     a = _capi.FwdArgs()
@@ -190,7 +208,7 @@ def forward(call, q, k, v):
 
 def backward(call, dout, q, k, v, out, lse):
     """dQ, dK, dV of attention(q, k, v) for the output gradient dout."""
-    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+    dq, dk, dv = (_outputs_like(call.varlen, x) for x in (q, k, v))
     names = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout), ("dq", dq), ("dk", dk),
              ("dv", dv))
     views = [_View(x, n) for n, x in names]

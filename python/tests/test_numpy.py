@@ -133,6 +133,38 @@ def test_varlen():
     np.testing.assert_array_equal(o2, fa.flash_attn_varlen_func(q, q, q, cu_q, cu_q, max(lens_q), max(lens_q)))
 
 
+def test_varlen_rows_after_the_last_sequence(monkeypatch):
+    """cu_seqlens[-1] below the packed rows (padding at the end, as FlashAttention-2 users pass):
+    those rows belong to no sequence, and the package defines them as O = 0, LSE = -inf and zero
+    gradients. np.empty is poisoned with NaN, so an output row the package leaves unwritten shows."""
+    real_empty = np.empty
+
+    def poisoned_empty(shape, dtype=float, *args, **kwargs):
+        a = real_empty(shape, dtype, *args, **kwargs)
+        if np.issubdtype(a.dtype, np.floating):
+            a.fill(np.nan)
+        return a
+
+    monkeypatch.setattr(np, "empty", poisoned_empty)
+    rng = np.random.default_rng(12)
+    h, d, total_q, total_k = 2, 16, 64, 40
+    cu_q, cu_k = np.array([0, 1, 5], np.int32), np.array([0, 7, 30], np.int32)
+    q = rng.standard_normal((total_q, h, d)).astype(np.float32)
+    k = rng.standard_normal((total_k, h, d)).astype(np.float32)
+    v = rng.standard_normal((total_k, h, d)).astype(np.float32)
+    do = rng.standard_normal(q.shape).astype(np.float32)
+    o, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 23, return_attn_probs=True)
+    assert np.all(o[5:] == 0) and np.all(lse[:, 5:] == -np.inf)
+    assert np.all(np.isfinite(o[:5])) and np.all(np.isfinite(lse[:, :5]))
+    dq, dk, dv = fa.flash_attn_backward(do, q, k, v, o, lse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=4,
+                                        max_seqlen_k=23)
+    assert np.all(dq[5:] == 0) and np.all(dk[30:] == 0) and np.all(dv[30:] == 0)
+    assert all(np.all(np.isfinite(g)) for g in (dq, dk, dv))
+    # the rows inside the sequences are those of the unpadded call
+    o_exact = fa.flash_attn_varlen_func(q[:5], k[:30], v[:30], cu_q, cu_k, 4, 23)
+    np.testing.assert_array_equal(o[:5], o_exact)
+
+
 def test_block_sparse():
     rng = np.random.default_rng(8)
     q, k, v, do = inputs(rng, 1, 96, 96, 2, 2, 64, np.float32)
