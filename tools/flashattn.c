@@ -1,13 +1,18 @@
 /* flashattn.c: the flashattn command-line tool. `info` lists backends, devices, capabilities and
  * plans; `run` times fa_forward/fa_backward on random inputs and can check them against the float64
- * reference; `fwd` and `bwd` run attention on .npy files; `iomodel` prints the paper's IO model. Exit status: 0 success, 1 a library or
- * I/O failure (or a failed --check), 2 a usage error (bad option, unreadable or mismatched file). */
+ * reference; `fwd` and `bwd` run attention on .npy files; `iomodel` prints the paper's IO model.
+ * Exit status (main_help states it for users): 0 success; 1 the library or the device could not do
+ * it, an output could not be written, or --check failed; 2 a usage error: a bad option, an input
+ * that is missing, unreadable, not a valid .npy file or does not fit the others (what the library
+ * rejects as an invalid argument included), an output path refused before computing. */
 #include "flashattn.h"
 #include "internal.h"
 #include "npy.h"
+#include "outputs.h"
 #include "reference.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,13 +53,15 @@ static int usage_error(const char *cmd, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-/* A failed library call: the status string and the context's message (with its file and line). */
+/* A failed library call: the status string and the context's message (with its file and line).
+ * An argument the library rejects (a bad shape, option or size) is the user's input: a usage
+ * error; anything else is the library's or the device's failure. */
 static int library_error(const char *cmd, fa_context *ctx, const char *what, fa_status st)
 {
     const char *detail = ctx ? fa_context_last_error(ctx) : "";
     fprintf(stderr, "flashattn %s: %s failed: %s%s%s\n", cmd, what, fa_status_string(st),
             detail && *detail ? "\n  " : "", detail ? detail : "");
-    return EXIT_LIBRARY;
+    return st == FA_ERR_INVALID_ARG || st == FA_ERR_OVERFLOW ? EXIT_USAGE : EXIT_LIBRARY;
 }
 
 /* fa_context_create leaves no context to hold a message, so explain the common causes here. */
@@ -203,6 +210,8 @@ static int parse_attention_option(arg_cursor *a, fa_options *opts, int *handled)
         int rc = take_f64(a, opt, -3.0e38, 3.0e38, 1, &s);
         if (!rc)
             opts->softmax_scale = (float)s;
+        if (!rc && s != 0.0 && opts->softmax_scale == 0.0f) /* 0 would mean the default 1/sqrt(d) */
+            return usage_error(a->cmd, "--scale: %g rounds to 0 in single precision (0 means 1/sqrt(d))", s);
         return rc;
     }
     if (strcmp(opt, "--dropout") == 0) {
@@ -1199,6 +1208,23 @@ done:
 
 /* ================================================================ fwd / bwd on .npy files */
 
+/* The output-safety rules of fwd and bwd (tools/outputs.h), and the exit status. */
+#define OUTPUT_FILES_HELP                                                                                   \
+    "\n"                                                                                                     \
+    "Output files are checked before anything is computed: each must be absent or a regular file\n"         \
+    "(writable) in an existing, writable directory. A symbolic link is written through: the link\n"          \
+    "stays and the file it points to is replaced (a link to a missing file is refused). Two outputs\n"       \
+    "naming one file, or an output naming an input (the same path, a link or a hard link), are\n"           \
+    "refused. Every output is written to a temporary '.NAME.XXXXXX' beside it, and all are renamed\n"       \
+    "into place only when all were written: a failure before then removes the temporaries and\n"           \
+    "changes no existing file. A replaced file keeps its permissions; it is a new file, so its other\n"     \
+    "hard links keep the old contents.\n"                                                                   \
+    "\n"                                                                                                     \
+    "Exit status: 0 success; 1 the library or device failed (no such backend or device, an\n"              \
+    "unsupported case, out of memory) or an output could not be written; 2 a usage error: a bad\n"         \
+    "option, an input file missing, unreadable, not a valid .npy or not fitting the others (also\n"         \
+    "when the library rejects it as an invalid argument), or an output path refused as above.\n"
+
 static const char fwd_help[] =
     "Usage: flashattn fwd --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy] [options]\n"
     "\n"
@@ -1217,7 +1243,14 @@ static const char fwd_help[] =
     "                        uint8/bool block bitmap [rows, cols] or [heads_q, rows, cols]\n"
     "  --cu-seqlens-q A.npy --cu-seqlens-k B.npy   packed variable-length batch\n"
     "  --bf16                read '<u2' arrays as bfloat16\n"
-    "  --backend NAME --device N --threads T\n";
+    "  --backend NAME --device N --threads T\n"
+    "\n"
+    "Inputs must be regular files: a FIFO, device or directory is refused, never waited on. With\n"
+    "--cu-seqlens the last offsets must equal the packed rows (total_q, total_k). --scale (or\n"
+    "1/sqrt(d)) times the largest |q_i| and |k_j| (row norms) must stay below FLT_MAX / 4, so no\n"
+    "score can overflow float32; an input with larger rows is refused.\n"
+    OUTPUT_FILES_HELP;
+
 
 static const char bwd_help[] =
     "Usage: flashattn bwd --q Q.npy --k K.npy --v V.npy --o O.npy --lse LSE.npy --do DO.npy\n"
@@ -1225,8 +1258,10 @@ static const char bwd_help[] =
     "\n"
     "Attention gradients on NumPy arrays: O and LSE as written by 'flashattn fwd' with the same\n"
     "options, DO the gradient of O (Q's shape and dtype). dQ has Q's shape, dK and dV K's; all in\n"
-    "Q's dtype. Layouts and options as for 'flashattn fwd' (see 'flashattn fwd --help'), plus\n"
-    "  --deterministic       bitwise reproducible gradients\n";
+    "Q's dtype. Layouts, options and the rules for inputs as for 'flashattn fwd' (see 'flashattn\n"
+    "fwd --help'), plus\n"
+    "  --deterministic       bitwise reproducible gradients\n"
+    OUTPUT_FILES_HELP;
 
 /* The arrays fwd/bwd read, by role; the option that names each is kept for messages. */
 enum {
@@ -1257,6 +1292,7 @@ typedef struct file_job {
     fa_options opts;
 } file_job;
 
+static const char *const out_option[OUT_COUNT] = {"--out", "--lse", "--dq", "--dk", "--dv"};
 static const char *const in_option[IN_COUNT] = {"--q",   "--k",   "--v",           "--o",           "--lse",
                                                 "--do", "--cu-seqlens-q", "--cu-seqlens-k", "--block-mask"};
 
@@ -1427,6 +1463,43 @@ static int check_shape(const file_job *j, int role, int ndim, const int64_t *exp
     return file_error(j, role, "shape %s does not match the expected (%s) %s", got, want, layout);
 }
 
+/* The largest Euclidean norm of a row of d elements (non-finite elements left out: they propagate
+ * as documented, and are not what this bound is about). */
+static double max_row_norm(fa_dtype dt, const npy_array *a, int64_t d)
+{
+    double best = 0.0;
+    if (d <= 0)
+        return 0.0;
+    for (int64_t row = 0; row < a->count / d; ++row) {
+        double sum = 0.0;
+        for (int64_t c = 0; c < d; ++c) {
+            double x = dtype_load(dt, a->data, row * d + c);
+            if (isfinite(x))
+                sum += x * x;
+        }
+        if (sqrt(sum) > best)
+            best = sqrt(sum);
+    }
+    return best;
+}
+
+/* Every score is scale * q_i . k_j, bounded by |scale| * |q_i| * |k_j|. Kernels also multiply it
+ * by log2(e) and subtract a running maximum of either sign, so the bound must stay below
+ * FLT_MAX / 4 for no intermediate to overflow float32 (where it would become inf and then NaN). */
+static int check_score_range(const file_job *j, fa_dtype dt, int64_t d)
+{
+    double scale = j->opts.softmax_scale != 0.0f ? fabs((double)j->opts.softmax_scale) : 1.0 / sqrt((double)d);
+    double nq = max_row_norm(dt, &j->in[IN_Q], d), nk = max_row_norm(dt, &j->in[IN_K], d);
+    double reach = scale * nq * nk;
+    if (reach <= (double)FLT_MAX / 4.0)
+        return 0;
+    fprintf(stderr,
+            "flashattn %s: the scores can reach %.3g (scale %.3g x largest row norm of %s %.3g x of %s %.3g), above "
+            "FLT_MAX / 4 = %.3g: they could overflow float32; use a smaller --scale or scale the inputs down\n",
+            j->cmd, reach, scale, j->in_path[IN_Q], nq, j->in_path[IN_K], nk, (double)FLT_MAX / 4.0);
+    return EXIT_USAGE;
+}
+
 static void file_job_release(file_job *j)
 {
     for (int i = 0; i < IN_COUNT; ++i)
@@ -1450,6 +1523,22 @@ static int cmd_attention_files(int argc, char **argv, int backward)
         return 0;
     }
 
+    /* ---- the output paths, checked before anything is read or computed (usage errors, exit 2) */
+    char err[1200];
+    static output_file outs[OUT_COUNT]; /* PATH_MAX buffers: kept off the stack */
+    int out_role[OUT_COUNT], n_out = 0;
+    for (int r = 0; r < OUT_COUNT; ++r)
+        if (j.out_path[r]) {
+            memset(&outs[n_out], 0, sizeof outs[n_out]);
+            outs[n_out].option = out_option[r];
+            outs[n_out].path = j.out_path[r];
+            out_role[n_out++] = r;
+        }
+    if (outputs_check(outs, n_out, j.in_path, in_option, IN_COUNT, err, sizeof err) != 0) {
+        fprintf(stderr, "flashattn %s: %s\n", j.cmd, err);
+        return EXIT_USAGE;
+    }
+
     fa_context *ctx = NULL;
     fa_block_mask mask;
     int have_mask = 0;
@@ -1460,7 +1549,6 @@ static int cmd_attention_files(int argc, char **argv, int backward)
     rc = EXIT_USAGE;
 
     /* ---- read and check the inputs (usage errors, exit 2) */
-    char err[600];
     for (int r = 0; r < IN_COUNT; ++r) {
         if (!j.in_path[r])
             continue;
@@ -1524,6 +1612,16 @@ static int cmd_attention_files(int argc, char **argv, int backward)
             goto done;
         }
         vl.batch = j.in[IN_CU_Q].shape[0] - 1;
+        /* rows after the last offset would belong to no sequence and their outputs to nothing */
+        for (int r = IN_CU_Q; r <= IN_CU_K; ++r) {
+            int packed = r == IN_CU_Q ? IN_Q : IN_K;
+            int64_t last = ((const int32_t *)j.in[r].data)[vl.batch], rows = j.in[packed].shape[0];
+            if (last != rows) {
+                rc = file_error(&j, r, "the last offset is %lld but %s %s has %lld packed rows: they must be equal",
+                                (long long)last, in_option[packed], j.in_path[packed], (long long)rows);
+                goto done;
+            }
+        }
         /* the longest sequence bounds each side; a decreasing array is the library's to reject */
         for (int r = IN_CU_Q; r <= IN_CU_K; ++r) {
             const int32_t *cu = j.in[r].data;
@@ -1580,6 +1678,9 @@ static int cmd_attention_files(int argc, char **argv, int backward)
         have_mask = 1;
         j.opts.block_mask = &mask;
     }
+
+    if ((rc = check_score_range(&j, dt, q->shape[nd - 1])) != 0)
+        goto done;
 
     /* ---- the library (exit 1 from here on) */
     rc = EXIT_LIBRARY;
@@ -1661,10 +1762,10 @@ static int cmd_attention_files(int argc, char **argv, int backward)
         goto done;
     }
 
-    /* ---- write the outputs */
-    for (int r = 0; r < OUT_COUNT; ++r) {
-        if (!j.out_path[r] || (!out[r].ptr && out[r].bytes))
-            continue;
+    /* ---- every output into its temporary; all renamed into place only when all were written */
+    rc = EXIT_LIBRARY;
+    for (int i = 0; i < n_out; ++i) {
+        int r = out_role[i];
         int is_lse = r == OUT_LSE;
         const int64_t *shape = is_lse ? lse_shape : (r == OUT_DK || r == OUT_DV) ? k->shape : q->shape;
         int ndim = is_lse ? lse_nd : nd;
@@ -1677,14 +1778,27 @@ static int cmd_attention_files(int argc, char **argv, int backward)
             rc = library_error(j.cmd, ctx, "downloading the outputs", st);
             goto done;
         }
-        if (npy_write(j.out_path[r], is_lse ? NPY_TYPE_F32 : npy_type_of(dt), ndim, shape, host_out[r], err,
-                      sizeof err) != 0) {
+        FILE *f = outputs_open_temp(&outs[i], err, sizeof err);
+        if (!f) {
             fprintf(stderr, "flashattn %s: %s\n", j.cmd, err);
             goto done;
         }
+        char close_err[sizeof err];
+        int written = npy_write_stream(f, j.out_path[r], is_lse ? NPY_TYPE_F32 : npy_type_of(dt), ndim, shape,
+                                       host_out[r], err, sizeof err) == 0;
+        int closed = outputs_close_temp(&outs[i], f, close_err, sizeof close_err) == 0;
+        if (!written || !closed) {
+            fprintf(stderr, "flashattn %s: %s; no output was changed\n", j.cmd, written ? close_err : err);
+            goto done;
+        }
+    }
+    if (outputs_commit(outs, n_out, err, sizeof err) != 0) {
+        fprintf(stderr, "flashattn %s: %s\n", j.cmd, err);
+        goto done;
     }
     rc = 0;
 done:
+    outputs_discard(outs, n_out);
     for (int r = 0; r < IN_COUNT; ++r)
         device_release(ctx, &dev[r]);
     for (int r = 0; r < OUT_COUNT; ++r) {
@@ -1870,9 +1984,12 @@ static const char main_help[] =
     "  fwd    attention on .npy files: Q, K, V -> O (and LSE)\n"
     "  bwd    gradients on .npy files: Q, K, V, O, LSE, dO -> dQ, dK, dV\n"
     "\n"
-    "'flashattn COMMAND --help' describes each. Exit status: 0 success, 1 a library or I/O error\n"
-    "(or a failed --check), 2 a usage error. FLASHATTN_BACKEND picks the default backend and\n"
-    "FLASHATTN_NUM_THREADS the CPU backend's threads.\n";
+    "'flashattn COMMAND --help' describes each. Exit status: 0 success; 1 the library or the device\n"
+    "failed (no such backend or device, an unsupported case, out of memory), an output could not be\n"
+    "written, or --check exceeded its bound; 2 a usage error: a bad option, an input file missing,\n"
+    "unreadable, not a valid .npy or not fitting the others (also when the library rejects it as an\n"
+    "invalid argument), or an output path refused before computing. FLASHATTN_BACKEND picks the\n"
+    "default backend and FLASHATTN_NUM_THREADS the CPU backend's threads.\n";
 
 int main(int argc, char **argv)
 {

@@ -5,12 +5,14 @@
 #include "npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* "\x93NUMPY", major, minor, then a 2-byte (v1) or 4-byte (v2, v3) little-endian header length. */
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
@@ -294,25 +296,65 @@ void npy_free(npy_array *arr)
     memset(arr, 0, sizeof *arr);
 }
 
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a regular file";
+}
+
+/* Opens path for reading without blocking: a FIFO or a device would make a plain open (or fopen)
+ * wait for a writer or for the device, so the file is opened with O_NONBLOCK, checked to be a
+ * regular file with fstat, and only then switched back to blocking reads. */
+static FILE *open_regular_file(const char *path, struct stat *st, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        set_error(err, err_len, path, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, st) != 0) {
+        set_error(err, err_len, path, "cannot stat: %s", strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        set_error(err, err_len, path, "is %s, not a regular file: inputs must be .npy files", file_kind(st->st_mode));
+        close(fd);
+        return NULL;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        set_error(err, err_len, path, "cannot set blocking reads: %s", strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        set_error(err, err_len, path, "cannot open: %s", strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 int npy_read(const char *path, npy_array *arr, char *err, size_t err_len)
 {
     memset(arr, 0, sizeof *arr);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        set_error(err, err_len, path, "cannot open: %s", strerror(errno));
+    struct stat st;
+    FILE *f = open_regular_file(path, &st, err, err_len);
+    if (!f)
         return -1;
-    }
     char *header = NULL;
     int result = -1;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        set_error(err, err_len, path, "cannot stat: %s", strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        set_error(err, err_len, path, "not a regular file");
-        goto done;
-    }
     uint64_t file_size = (uint64_t)st.st_size;
 
     unsigned char pre[12];
@@ -433,7 +475,7 @@ done:
 
 /* ---------------------------------------------------------------- writing */
 
-int npy_write(const char *path, npy_type type, int ndim, const int64_t *shape, const void *data, char *err,
+int npy_write_stream(FILE *f, const char *path, npy_type type, int ndim, const int64_t *shape, const void *data, char *err,
               size_t err_len)
 {
     if (ndim < 0 || ndim > NPY_MAX_NDIM) {
@@ -477,22 +519,13 @@ int npy_write(const char *path, npy_type type, int ndim, const int64_t *shape, c
     memset(head + preamble + dict_len, ' ', header_len - (size_t)dict_len - 1);
     head[total - 1] = '\n';
 
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        set_error(err, err_len, path, "cannot create: %s", strerror(errno));
-        return -1;
-    }
     int ok = fwrite(head, 1, total, f) == total;
     if (ok && data_bytes)
         ok = fwrite(data, 1, (size_t)data_bytes, f) == (size_t)data_bytes;
-    int saved_errno = errno;
-    if (fclose(f) != 0 && ok) {
+    if (ok && fflush(f) != 0)
         ok = 0;
-        saved_errno = errno;
-    }
     if (!ok) {
-        set_error(err, err_len, path, "write failed: %s", strerror(saved_errno));
-        remove(path);
+        set_error(err, err_len, path, "write failed: %s", strerror(errno));
         return -1;
     }
     return 0;

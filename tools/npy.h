@@ -5,6 +5,7 @@
 #define FA_TOOLS_NPY_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #define NPY_MAX_NDIM 8
@@ -31,13 +32,16 @@ typedef struct npy_array {
 const char *npy_type_descr(npy_type t);
 size_t npy_type_size(npy_type t);
 
-/* Reads path into *arr. Returns 0 on success; on failure -1 with a message (starting with the path)
- * in err, and *arr left empty (safe to npy_free). */
+/* Reads path into *arr. Only a regular file is read: anything else (a FIFO, a device, a directory)
+ * is refused without blocking. Returns 0 on success; on failure -1 with a message (starting with
+ * the path) in err, and *arr left empty (safe to npy_free). */
 int npy_read(const char *path, npy_array *arr, char *err, size_t err_len);
 
 /* Writes a C-order array with a version 1.0 header (ndim <= NPY_MAX_NDIM keeps it far below the
- * 64 KiB that version allows). Returns 0 or -1 with a message in err; a partial file is removed. */
-int npy_write(const char *path, npy_type type, int ndim, const int64_t *shape, const void *data, char *err,
+ * 64 KiB that version allows) to the open stream f and flushes it; path only names it in
+ * messages. Returns 0 or -1 with a message in err. The stream is neither closed nor removed: the
+ * caller owns the file (tools/outputs.h writes to a temporary and renames it). */
+int npy_write_stream(FILE *f, const char *path, npy_type type, int ndim, const int64_t *shape, const void *data, char *err,
               size_t err_len);
 
 void npy_free(npy_array *arr);

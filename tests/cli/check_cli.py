@@ -4,7 +4,8 @@
 Writes random inputs as .npy files, runs the tool, and compares its outputs with attention computed
 here in float64 from the documented semantics (include/flashattn.h, core/philox.h), not from the C
 code: forward O and LSE, and dQ, dK, dV by the analytic backward. Also runs the tool on bad input
-(missing, truncated, mismatched files, bad options) and expects a clean non-zero exit.
+(missing, truncated, mismatched files, bad options) and expects a clean non-zero exit;
+check_cli_safety.py covers output paths, FIFOs and the exit statuses --help documents.
 
 Pass rule (the C conformance suite's): max|tool - ref64| <= F * max|naive - ref64| + floor, F = 2
 for O and 3 for gradients, floor = 1e-5 * max(1, max|ref64|), where "naive" is a plain NumPy
@@ -493,7 +494,8 @@ def bad_input_checks(exe, tmp):
                        "--dk", out + ".dk.npy", "--dv", out + ".dv.npy"]
 
     cases = [
-        # (name, args, expected exit status, a word the message must contain)
+        # (name, args, expected exit status, a word the message must contain); what the library
+        # rejects as FA_ERR_INVALID_ARG is the user's input too: exit 2 like the tool's own checks
         ("missing file", ["fwd", "--q", os.path.join(tmp, "nope.npy"), "--k", good["k"], "--v", good["v"],
                           "--out", out], 2, "nope.npy"),
         ("truncated data", ["fwd", "--q", truncated, "--k", good["k"], "--v", good["v"], "--out", out], 2,
@@ -528,11 +530,11 @@ def bad_input_checks(exe, tmp):
         ("cu_seqlens not int32", ["fwd", "--q", q3, "--k", k3, "--v", k3, "--out", out, "--cu-seqlens-q", cu_f32,
                                   "--cu-seqlens-k", cu_f32], 2, "cu_f32.npy"),
         ("decreasing cu_seqlens", ["fwd", "--q", q3, "--k", k3, "--v", k3, "--out", out, "--cu-seqlens-q",
-                                   cu_dec_q, "--cu-seqlens-k", cu_ok_k], 1, "cu_seqlens"),
+                                   cu_dec_q, "--cu-seqlens-k", cu_ok_k], 2, "cu_seqlens"),
         ("block mask without size", ["fwd"] + base + ["--out", out, "--block-mask", small_mask], 2, "--block-size"),
         ("block mask too small", ["fwd"] + base + ["--out", out, "--block-mask", small_mask, "--block-size", "4",
-                                                   "4"], 1, "block"),
-        ("heads not a multiple", ["fwd", "--q", q_h3, "--k", good["k"], "--v", good["v"], "--out", out], 1,
+                                                   "4"], 2, "block"),
+        ("heads not a multiple", ["fwd", "--q", q_h3, "--k", good["k"], "--v", good["v"], "--out", out], 2,
          "heads"),
         ("bwd LSE wrong shape", ["bwd"] + bwd_base, 2, "lse_bad.npy"),
         ("bwd missing --do", ["bwd", "--q", good["q"], "--k", good["k"], "--v", good["v"], "--o", good["q"],
