@@ -145,7 +145,7 @@ def dropout_keep(seed, offset, b, heads_q, h, sq, sk, p):
 
 class Case:
     def __init__(self, name, dtype, batch, sq, sk, hq, hkv, d, causal=False, window=None, scale=None,
-                 dropout=None, block=None, varlen=None, backward=True):
+                 dropout=None, block=None, varlen=None, backward=True, tool_window=None):
         self.name, self.dtype = name, dtype
         self.batch, self.sq, self.sk, self.hq, self.hkv, self.d = batch, sq, sk, hq, hkv, d
         self.causal, self.window, self.scale = causal, window, scale
@@ -153,6 +153,10 @@ class Case:
         self.block = block  # (bitmap [rows, cols] or [heads_q, rows, cols], block_q, block_k)
         self.varlen = varlen  # (cu_seqlens_q, cu_seqlens_k) as lists; batch/sq/sk then unused
         self.backward = backward
+        # the --window the tool gets when it differs from the reference's: a bound of 2^63 - 1 on
+        # the command line must mean what -1 (unbounded) means to the reference, whose own index
+        # arithmetic would overflow with it
+        self.tool_window = tool_window
 
     def scale32(self):
         s = self.scale if self.scale is not None else 1.0 / math.sqrt(self.d)
@@ -335,8 +339,9 @@ def check_case(exe, case, tmp, extra):
     opts = []
     if case.causal:
         opts.append("--causal")
-    if case.window:
-        opts += ["--window", case.window[0], case.window[1]]
+    window = case.tool_window or case.window
+    if window:
+        opts += ["--window", window[0], window[1]]
     if case.scale is not None:
         opts += ["--scale", repr(case.scale)]
     if case.dropout:
@@ -446,6 +451,27 @@ def numerical_cases():
         Case("fp16-d128-causal", "fp16", 1, 128, 128, 2, 2, 128, causal=True),
         Case("bf16-d128-dropout", "bf16", 1, 64, 100, 2, 1, 128, dropout=(0.17, 5, 11)),
         Case("fp32-d40-odd", "fp32", 1, 33, 47, 2, 1, 40),
+    ] + window_bound_cases(cu_a)
+
+
+INT64_MAX = (1 << 63) - 1
+
+
+def window_bound_cases(cu):
+    """Window bounds at 2^63 - 1 (issue 21: core/mask.h overflowed and masked every key, giving
+    O = 0 and LSE = -inf): the tool gets the huge bound, the reference the unbounded side (-1)."""
+    return [
+        Case("fp32-window-0-int64max", "fp32", 1, 40, 40, 2, 2, 16, window=(0, -1), tool_window=(0, INT64_MAX)),
+        Case("fp32-window-0-int64max-sq>sk", "fp32", 1, 70, 30, 2, 2, 16, window=(0, -1),
+             tool_window=(0, INT64_MAX)),
+        Case("fp16-window-int64max-0-sq<sk", "fp16", 2, 30, 70, 2, 1, 32, window=(-1, 0),
+             tool_window=(INT64_MAX, 0)),
+        Case("fp32-window-int64max-both", "fp32", 1, 50, 60, 2, 2, 16, window=(-1, -1),
+             tool_window=(INT64_MAX, INT64_MAX)),
+        Case("bf16-window-int64max-both-causal", "bf16", 1, 64, 48, 2, 2, 32, causal=True, window=(-1, -1),
+             tool_window=(INT64_MAX, INT64_MAX)),
+        Case("fp32-varlen-window-int64max-3", "fp32", 0, 0, 0, 2, 2, 16, window=(-1, 3), varlen=cu,
+             tool_window=(INT64_MAX, 3)),
     ]
 
 
