@@ -1488,6 +1488,8 @@ static double max_row_norm(fa_dtype dt, const npy_array *a, int64_t d)
  * FLT_MAX / 4 for no intermediate to overflow float32 (where it would become inf and then NaN). */
 static int check_score_range(const file_job *j, fa_dtype dt, int64_t d)
 {
+    if (d <= 0) /* no scores at all; the library judges the shape */
+        return 0;
     double scale = j->opts.softmax_scale != 0.0f ? fabs((double)j->opts.softmax_scale) : 1.0 / sqrt((double)d);
     double nq = max_row_norm(dt, &j->in[IN_Q], d), nk = max_row_norm(dt, &j->in[IN_K], d);
     double reach = scale * nq * nk;

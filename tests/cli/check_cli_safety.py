@@ -352,6 +352,12 @@ def scale_refused_unless_meaningful(exe, tmp):
     if not problems and not (np.all(np.isfinite(np.load(s.path("out.npy")))) and
                              np.all(np.isfinite(np.load(s.path("l.npy"))))):
         problems.append("--scale 1e30: non-finite O or LSE")
+    # d = 0: no scores to bound (the default scale 1/sqrt(0) is no reason to refuse); the library
+    # rejects the shape itself
+    for n in ("q0", "k0"):
+        np.save(s.path(n + ".npy"), np.zeros((1, 8, 2, 0), np.float32))
+    problems += ["d = 0: %s" % p for p in expect(exe, s, ["fwd", "--q", "q0.npy", "--k", "k0.npy", "--v", "k0.npy",
+                                                          "--out", "out0.npy"], 2, "head dim")]
     return problems
 
 
