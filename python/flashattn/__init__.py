@@ -13,9 +13,10 @@ dV (FLASHATTN_NO_TORCH=1 keeps torch out: torch tensors then run forward only, w
 Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= with
 NumPy (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
 return_attn_probs=True returns (out, softmax_lse, None): the attention probabilities are never
-materialised; alibi_slopes and softcap are not supported. Bad input raises FlashAttnError (a
-RuntimeError) with the library's status and message, or ValueError / TypeError for what Python
-checks first."""
+materialised; alibi_slopes and softcap are not supported; varlen rows after cu_seqlens[-1]
+(padding) get out = 0, softmax_lse = -inf and zero gradients instead of undefined values. Bad
+input raises FlashAttnError (a RuntimeError) with the library's status and message, or
+ValueError / TypeError for what Python checks first."""
 import importlib
 import os
 
