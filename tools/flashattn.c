@@ -1217,8 +1217,9 @@ done:
     "naming one file, or an output naming an input (the same path, a link or a hard link), are\n"           \
     "refused. Every output is written to a temporary '.NAME.XXXXXX' beside it, and all are renamed\n"       \
     "into place only when all were written: a failure before then removes the temporaries and\n"           \
-    "changes no existing file. A replaced file keeps its permissions; it is a new file, so its other\n"     \
-    "hard links keep the old contents.\n"                                                                   \
+    "changes no existing file (a process killed while writing leaves its temporary behind). A\n"           \
+    "replaced file keeps its permissions; it is a new file, so its other hard links keep the old\n"        \
+    "contents.\n"                                                                                           \
     "\n"                                                                                                     \
     "Exit status: 0 success; 1 the library or device failed (no such backend or device, an\n"              \
     "unsupported case, out of memory) or an output could not be written; 2 a usage error: a bad\n"         \
