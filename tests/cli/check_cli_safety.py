@@ -108,15 +108,21 @@ class Scene:
                 "--do", "do.npy"] + list(extra)
 
 
-def run_in(exe, scene, args, limit_file_size=False, timeout=HANG_SECONDS):
-    """Runs the tool in the scene's directory; None when it hung (killed after timeout)."""
-    def file_size_limit():  # bash -c 'trap "" XFSZ; ulimit -f 1; ...'
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+def run_in(exe, scene, args, limit_file_size=False, as_user=None, timeout=HANG_SECONDS):
+    """Runs the tool in the scene's directory (with a 1 KiB file-size limit and SIGXFSZ ignored, as
+    `trap "" XFSZ; ulimit -f 1` does; as another user id); None when it hung (killed after timeout)."""
+    def prepare():
+        if limit_file_size:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+        if as_user is not None:
+            os.setgid(as_user)
+            os.setuid(as_user)
 
     try:
         return subprocess.run([exe] + [str(a) for a in args], cwd=scene.dir, capture_output=True, text=True,
-                              errors="replace", timeout=timeout, preexec_fn=file_size_limit if limit_file_size else None)
+                              errors="replace", timeout=timeout,
+                              preexec_fn=prepare if limit_file_size or as_user is not None else None)
     except subprocess.TimeoutExpired:
         return None
 
@@ -299,14 +305,24 @@ def replaced_output_keeps_permissions(exe, tmp):
 
 
 def unwritable_directory_refused(exe, tmp):
-    if os.geteuid() == 0:
-        return "SKIP: running as root, who may write in any directory"
+    """An output in a directory the user may not write to: refused before computing. Root may
+    write anywhere, so as root the tool runs as the user nobody (65534) for this case."""
     s = Scene(tmp, "unwritable")
     os.mkdir(s.path("ro"))
     s.write("ro/o.npy")
+    s.write("ro_file.npy")
     os.chmod(s.path("ro"), 0o555)
+    as_nobody = os.geteuid() == 0
+    if as_nobody:  # nobody reads the inputs (0644) through 0755 directories and may write nothing here
+        os.chmod(tmp, 0o755)
+        os.chmod(s.dir, 0o755)
     try:
-        return expect(exe, s, s.fwd("--out", "ro/new.npy"), 2, "ro")
+        problems = []
+        for out, word in (("ro/new.npy", "ro"), ("ro/o.npy", "ro/o.npy")) + ((("ro_file.npy", "ro_file.npy"),)
+                                                                             if as_nobody else ()):
+            problems += ["--out %s: %s" % (out, p) for p in expect(exe, s, s.fwd("--out", out), 2, word,
+                                                                   as_user=65534 if as_nobody else None)]
+        return problems
     finally:
         os.chmod(s.path("ro"), 0o755)
 
