@@ -97,6 +97,36 @@ def test_varlen_and_block_sparse_autograd(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_varlen_rows_after_the_last_sequence(device, monkeypatch):
+    """cu_seqlens[-1] below the packed rows (padding at the end): those rows get out = 0,
+    LSE = -inf and zero gradients. torch.empty is poisoned with NaN, so an output row the package
+    leaves unwritten shows."""
+    real_empty = torch.empty
+
+    def poisoned_empty(*size, **kwargs):
+        t = real_empty(*size, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    g = torch.Generator().manual_seed(12)
+    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)
+    q, k, v = mk(64, 2, 64), mk(40, 2, 64), mk(40, 2, 64)
+    for x in (q, k, v):
+        x.requires_grad_()
+    cu_q = torch.tensor([0, 1, 5], dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0, 7, 30], dtype=torch.int32, device=device)
+    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 23, return_attn_probs=True)
+    assert bool((out[5:] == 0).all()) and bool((lse[:, 5:] == float("-inf")).all())
+    assert bool(torch.isfinite(out[:5]).all()) and bool(torch.isfinite(lse[:, :5]).all())
+    out.backward(mk(64, 2, 64))
+    assert bool((q.grad[5:] == 0).all()) and bool((k.grad[30:] == 0).all()) and bool((v.grad[30:] == 0).all())
+    assert all(bool(torch.isfinite(x.grad).all()) for x in (q, k, v))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compile_fullgraph(device):
     """a small attention model compiled with fullgraph=True: no graph break, and the same outputs
     and gradients as eager"""
