@@ -54,14 +54,14 @@ static int usage_error(const char *cmd, const char *fmt, ...)
 }
 
 /* A failed library call: the status string and the context's message (with its file and line).
- * An argument the library rejects (a bad shape, option or size) is the user's input: a usage
- * error; anything else is the library's or the device's failure. */
+ * An argument the library rejects as invalid (a bad shape, option or size) is the user's input:
+ * a usage error; anything else is the library's or the device's failure. */
 static int library_error(const char *cmd, fa_context *ctx, const char *what, fa_status st)
 {
     const char *detail = ctx ? fa_context_last_error(ctx) : "";
     fprintf(stderr, "flashattn %s: %s failed: %s%s%s\n", cmd, what, fa_status_string(st),
             detail && *detail ? "\n  " : "", detail ? detail : "");
-    return st == FA_ERR_INVALID_ARG || st == FA_ERR_OVERFLOW ? EXIT_USAGE : EXIT_LIBRARY;
+    return st == FA_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_LIBRARY;
 }
 
 /* fa_context_create leaves no context to hold a message, so explain the common causes here. */

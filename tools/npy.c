@@ -312,11 +312,17 @@ static const char *file_kind(mode_t mode)
     return "not a regular file";
 }
 
-/* Opens path for reading without blocking: a FIFO or a device would make a plain open (or fopen)
- * wait for a writer or for the device, so the file is opened with O_NONBLOCK, checked to be a
- * regular file with fstat, and only then switched back to blocking reads. */
+/* Opens a regular file for reading without ever blocking: a FIFO or a device would make a plain
+ * open (or fopen) wait for a writer or for the device, so the file is opened with O_NONBLOCK,
+ * checked to be a regular file with fstat, and only then switched back to blocking reads. */
 static FILE *open_regular_file(const char *path, struct stat *st, char *err, size_t err_len)
 {
+    /* a path seen to be something else is not opened at all (opening some devices acts on them);
+     * the fstat below closes the race with a path replaced in between */
+    if (stat(path, st) == 0 && !S_ISREG(st->st_mode)) {
+        set_error(err, err_len, path, "is %s, not a regular file: inputs must be .npy files", file_kind(st->st_mode));
+        return NULL;
+    }
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         set_error(err, err_len, path, "cannot open: %s", strerror(errno));
