@@ -481,8 +481,8 @@ done:
 
 /* ---------------------------------------------------------------- writing */
 
-int npy_write_stream(FILE *f, const char *path, npy_type type, int ndim, const int64_t *shape, const void *data, char *err,
-              size_t err_len)
+int npy_write_stream(FILE *f, const char *path, npy_type type, int ndim, const int64_t *shape, const void *data,
+                     char *err, size_t err_len)
 {
     if (ndim < 0 || ndim > NPY_MAX_NDIM) {
         set_error(err, err_len, path, "cannot write %d dimensions", ndim);

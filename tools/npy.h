@@ -41,8 +41,8 @@ int npy_read(const char *path, npy_array *arr, char *err, size_t err_len);
  * 64 KiB that version allows) to the open stream f and flushes it; path only names it in
  * messages. Returns 0 or -1 with a message in err. The stream is neither closed nor removed: the
  * caller owns the file (tools/outputs.h writes to a temporary and renames it). */
-int npy_write_stream(FILE *f, const char *path, npy_type type, int ndim, const int64_t *shape, const void *data, char *err,
-              size_t err_len);
+int npy_write_stream(FILE *f, const char *path, npy_type type, int ndim, const int64_t *shape, const void *data,
+                     char *err, size_t err_len);
 
 void npy_free(npy_array *arr);
 
