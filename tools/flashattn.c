@@ -330,6 +330,45 @@ static int shape_bytes(int ndim, const int64_t *shape, size_t elem, int64_t *cou
     return 1;
 }
 
+/* The largest Euclidean norm of the count / d rows of d elements (non-finite elements left out:
+ * they propagate as documented, and are not what the score bound is about). */
+static double max_row_norm(fa_dtype dt, const void *data, int64_t count, int64_t d)
+{
+    double best = 0.0;
+    for (int64_t row = 0; row < count / d; ++row) {
+        double sum = 0.0;
+        for (int64_t c = 0; c < d; ++c) {
+            double x = dtype_load(dt, data, row * d + c);
+            if (isfinite(x))
+                sum += x * x;
+        }
+        if (sqrt(sum) > best)
+            best = sqrt(sum);
+    }
+    return best;
+}
+
+/* Every score is scale * q_i . k_j, bounded by |scale| * |q_i| * |k_j|. Kernels also multiply it
+ * by log2(e) and subtract a running maximum of either sign, so the bound must stay below
+ * FLT_MAX / 4 for no intermediate to overflow float32 (where it would become inf and then NaN).
+ * Returns 0, or EXIT_USAGE after a message naming the inputs (q_name, k_name). */
+static int check_score_range(const char *cmd, float softmax_scale, fa_dtype dt, int64_t d, const void *q,
+                             int64_t q_count, const char *q_name, const void *k, int64_t k_count, const char *k_name)
+{
+    if (d <= 0) /* no scores at all; the library judges the shape */
+        return 0;
+    double scale = softmax_scale != 0.0f ? fabs((double)softmax_scale) : 1.0 / sqrt((double)d);
+    double nq = max_row_norm(dt, q, q_count, d), nk = max_row_norm(dt, k, k_count, d);
+    double reach = scale * nq * nk;
+    if (reach <= (double)FLT_MAX / 4.0)
+        return 0;
+    fprintf(stderr,
+            "flashattn %s: the scores can reach %.3g (scale %.3g x largest row norm of %s %.3g x of %s %.3g), above "
+            "FLT_MAX / 4 = %.3g: they could overflow float32; use a smaller --scale or scale the inputs down\n",
+            cmd, reach, scale, q_name, nq, k_name, nk, (double)FLT_MAX / 4.0);
+    return EXIT_USAGE;
+}
+
 /* ================================================================ info */
 
 static void print_capabilities(const fa_capabilities *caps)
@@ -1078,6 +1117,10 @@ static int cmd_run(int argc, char **argv)
         fill_normal(&rng, c.dtype, hv, n_k);
         if (c.backward)
             fill_normal(&rng, c.dtype, hdo, n_q);
+        if ((rc = check_score_range(cmd, c.opts.softmax_scale, c.dtype, c.dim, hq, n_q, "the random q", hk, n_k,
+                                    "the random k")) != 0)
+            goto done;
+        rc = EXIT_LIBRARY;
         if ((st = device_upload(s.ctx, hq, b_q, &s.q)) || (st = device_upload(s.ctx, hk, b_k, &s.k)) ||
             (st = device_upload(s.ctx, hv, b_k, &s.v)) || (st = device_alloc(s.ctx, b_q, &s.o)) ||
             (st = device_alloc(s.ctx, b_lse, &s.lse)) ||
@@ -1464,45 +1507,6 @@ static int check_shape(const file_job *j, int role, int ndim, const int64_t *exp
     return file_error(j, role, "shape %s does not match the expected (%s) %s", got, want, layout);
 }
 
-/* The largest Euclidean norm of a row of d elements (non-finite elements left out: they propagate
- * as documented, and are not what this bound is about). */
-static double max_row_norm(fa_dtype dt, const npy_array *a, int64_t d)
-{
-    double best = 0.0;
-    if (d <= 0)
-        return 0.0;
-    for (int64_t row = 0; row < a->count / d; ++row) {
-        double sum = 0.0;
-        for (int64_t c = 0; c < d; ++c) {
-            double x = dtype_load(dt, a->data, row * d + c);
-            if (isfinite(x))
-                sum += x * x;
-        }
-        if (sqrt(sum) > best)
-            best = sqrt(sum);
-    }
-    return best;
-}
-
-/* Every score is scale * q_i . k_j, bounded by |scale| * |q_i| * |k_j|. Kernels also multiply it
- * by log2(e) and subtract a running maximum of either sign, so the bound must stay below
- * FLT_MAX / 4 for no intermediate to overflow float32 (where it would become inf and then NaN). */
-static int check_score_range(const file_job *j, fa_dtype dt, int64_t d)
-{
-    if (d <= 0) /* no scores at all; the library judges the shape */
-        return 0;
-    double scale = j->opts.softmax_scale != 0.0f ? fabs((double)j->opts.softmax_scale) : 1.0 / sqrt((double)d);
-    double nq = max_row_norm(dt, &j->in[IN_Q], d), nk = max_row_norm(dt, &j->in[IN_K], d);
-    double reach = scale * nq * nk;
-    if (reach <= (double)FLT_MAX / 4.0)
-        return 0;
-    fprintf(stderr,
-            "flashattn %s: the scores can reach %.3g (scale %.3g x largest row norm of %s %.3g x of %s %.3g), above "
-            "FLT_MAX / 4 = %.3g: they could overflow float32; use a smaller --scale or scale the inputs down\n",
-            j->cmd, reach, scale, j->in_path[IN_Q], nq, j->in_path[IN_K], nk, (double)FLT_MAX / 4.0);
-    return EXIT_USAGE;
-}
-
 static void file_job_release(file_job *j)
 {
     for (int i = 0; i < IN_COUNT; ++i)
@@ -1682,7 +1686,8 @@ static int cmd_attention_files(int argc, char **argv, int backward)
         j.opts.block_mask = &mask;
     }
 
-    if ((rc = check_score_range(&j, dt, q->shape[nd - 1])) != 0)
+    if ((rc = check_score_range(j.cmd, j.opts.softmax_scale, dt, q->shape[nd - 1], q->data, q->count,
+                                j.in_path[IN_Q], k->data, k->count, j.in_path[IN_K])) != 0)
         goto done;
 
     /* ---- the library (exit 1 from here on) */

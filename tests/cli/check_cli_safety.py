@@ -368,6 +368,9 @@ def scale_refused_unless_meaningful(exe, tmp):
     if not problems and not (np.all(np.isfinite(np.load(s.path("out.npy")))) and
                              np.all(np.isfinite(np.load(s.path("l.npy"))))):
         problems.append("--scale 1e30: non-finite O or LSE")
+    problems += ["run --scale 3e38: %s" % p for p in expect(exe, s, ["run", "--seqlen-q", "64", "--heads", "1", "--dim",
+                                                                    "16", "--repeat", "1", "--scale", "3e38"], 2,
+                                                             "scale")]
     # d = 0: no scores to bound (the default scale 1/sqrt(0) is no reason to refuse); the library
     # rejects the shape itself
     for n in ("q0", "k0"):
