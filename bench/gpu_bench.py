@@ -7,6 +7,8 @@ FLOPs: forward 4 b h s^2 d (halved when causal), backward 2.5x forward. Times ar
 triton.testing.do_bench (CUDA events). Our library is called through ctypes on the tensors' device
 memory (no copies) on PyTorch's current stream.
 
+The output's first line is its provenance (date, commit, device, command; bench/provenance.py).
+
 Modes (one per run):
   default        the side-by-side table (TFLOP/s of ours, FA2, cuDNN, math; --sm80 adds a column for
                  our sm80 path, FLASHATTN_CUDA_KERNELS=sm80, on the same inputs). Cases our library reports
@@ -33,6 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import triton.testing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance as prov  # noqa: E402
 
 
 # ---------------------------------------------------------------- include/flashattn.h, field for field
@@ -530,6 +535,8 @@ def main():
     if args.mask_block < 1:
         ap.error("--mask-block must be >= 1")
     lib = Library(args.lib)
+    # the first line of the output (saved as .md by ci/h200-run.sh): date, commit, device, command
+    print(prov.comment(torch.cuda.get_device_name()), flush=True)
     torch.manual_seed(0)
     stream = use_own_stream()  # noqa: F841 (kept current for the run)
     run = block_sparse if args.blocksparse else memory if args.memory else side_by_side
