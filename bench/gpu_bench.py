@@ -187,7 +187,8 @@ class DevicePool:
     libcuda): the CUDA backend allocates its workspace with cudaMallocAsync from that pool, outside
     PyTorch's caching allocator, so torch.cuda.max_memory_allocated does not see it. None where the
     driver library or the calls are not available."""
-    USED_MEM_HIGH = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH (cuda.h), value type cuuint64_t
+    USED_MEM_CURRENT = 7  # CU_MEMPOOL_ATTR_USED_MEM_CURRENT (cuda.h), value type cuuint64_t
+    USED_MEM_HIGH = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH
 
     def __init__(self):
         self.pool = None
@@ -208,13 +209,21 @@ class DevicePool:
             zero = C.c_uint64(0)
             self.cu.cuMemPoolSetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(zero))
 
-    def high(self):
+    def _get(self, attr):
         if self.pool is None:
             return None
         v = C.c_uint64(0)
-        if self.cu.cuMemPoolGetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(v)) != 0:
+        if self.cu.cuMemPoolGetAttribute(self.pool, attr, C.byref(v)) != 0:
             return None
         return v.value
+
+    def high(self):
+        """bytes: the pool's used-memory high-water mark since the last reset()"""
+        return self._get(self.USED_MEM_HIGH)
+
+    def used(self):
+        """bytes: the pool's memory in use now"""
+        return self._get(self.USED_MEM_CURRENT)
 
 
 def bench(fn):

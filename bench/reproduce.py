@@ -17,8 +17,10 @@ Parts (--parts, comma-separated; default all that this machine can run):
                our block-sparse kernels (butterfly mask, 128 x 128 blocks), PyTorch's flash (FA2) and
                cuDNN backends and standard attention (SDPA math) until it runs out of memory
                (the paper's Figure 3), and the achieved TFLOP/s beside a measured bf16 GEMM ceiling.
-  memory       (CUDA GPU, torch) extra device memory of forward + backward against seqlen for the
-               same set (ours: the library's stream-ordered pool high-water mark plus torch's).
+  memory       (CUDA GPU, torch) device memory of one forward + backward against seqlen for the
+               same set, every implementation from one baseline: inputs, outputs, gradients and
+               workspace (torch's peak plus the stream-ordered pool's high-water mark, where our
+               workspace lives). Alone: --parts memory (about a minute on an H200).
   blocksparse  (CUDA GPU, torch) our forward + backward time against mask density, butterfly (the
                density set by the mask block size) and random (128 x 128 blocks), next to the ideal
                density x dense time; seqlen 4096, d 64.
@@ -27,6 +29,9 @@ usage: python3 bench/reproduce.py [--tool build/tools/flashattn] [--lib build/li
                                   [--out docs/figures] [--parts iomodel,hbm,runtime,memory,blocksparse]
                                   [--max-seqlen 65536] [--plot-only]
 --plot-only redraws every PNG from the CSVs already in --out (matplotlib, no GPU).
+Every CSV starts with a provenance comment line (date, commit, device, command; bench/provenance.py)
+and every PNG carries the same in its text chunks (Date, Commit, Device, Command, and Data: the
+provenance lines of the CSVs it was drawn from).
 """
 import argparse
 import csv
@@ -389,10 +394,10 @@ def memory_of(torch, pool, s, h, d, dt, run, Unsupported):
     yet), for every implementation alike: its inputs Q, K, V, dO (allocated after the baseline), the
     outputs and gradients it allocates (O, LSE, dQ, dK, dV) and its workspace. Peak = PyTorch's
     max_memory_allocated beyond the baseline plus the high-water mark of the device's stream-ordered
-    pool (where the CUDA backend takes its workspace with cudaMallocAsync, outside PyTorch's
-    allocator; SDPA leaves it at 0). run(q, k, v, do) does the call; one call before the measured
-    one warms up the libraries' one-time allocations. Returns (inputs, torch peak, pool high) in
-    bytes; peaks None when the call ran out of memory."""
+    pool beyond what it held at the baseline (where the CUDA backend takes its workspace with
+    cudaMallocAsync, outside PyTorch's allocator; SDPA leaves it at 0). run(q, k, v, do) does the
+    call; one call before the measured one warms up the libraries' one-time allocations. Returns
+    (inputs, torch peak, pool high) in bytes; the peaks None when the call ran out of memory."""
     def once():
         q = torch.randn(1, s, h, d, device="cuda", dtype=dt)
         k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
@@ -409,12 +414,13 @@ def memory_of(torch, pool, s, h, d, dt, run, Unsupported):
     torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    pool_base = pool.used() or 0  # what the pool holds already (counted for no one)
     pool.reset()
     try:
         inputs = once()
         peak = torch.cuda.max_memory_allocated() - base
         high = pool.high()
-        return inputs, peak, high if high is not None else 0
+        return inputs, peak, max(0, high - pool_base) if high is not None else 0
     except (RuntimeError, torch.OutOfMemoryError, Unsupported):
         torch.cuda.empty_cache()
         return 4 * s * h * d * torch.tensor([], dtype=dt).element_size(), None, None
