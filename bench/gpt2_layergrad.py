@@ -153,7 +153,7 @@ def main():
     checkpoints = sorted(int(s) for s in args.train_steps.split(","))
     md = [prov.comment(device),
           f"# {device} | torch {torch.__version__} | flashattn {flashattn.library_version()} | GPT-2 small, "
-          f"{args.tokens} tokens per batch, seed {args.seed}; reference: SDPA math, model and attention in "
+          f"{g2.LAYERS} layers, {g2.HEADS} heads, hidden {g2.HIDDEN}, {args.tokens} tokens per batch, seed {args.seed}; reference: SDPA math, model and attention in "
           f"fp32 (attn-only: {args.ref_dtype}); TF32 off",
           "# rel err = |g - g_ref| / |g_ref|, ratio = |g| / |g_ref|, cos = cos(g, g_ref), "
           "err cos = cos(g - g_ref, g_sdpa-flash - g_ref)"]

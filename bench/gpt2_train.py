@@ -175,7 +175,7 @@ def across_seeds(summary, contexts, impls):
                 continue
             d = [r[7] - b[7] for r, b in pairs]
             out.append(f"| {context} | {impl} | {','.join(str(r[1]) for r, _ in pairs)} | "
-                       f"{sum(d) / len(d):+.3f} / {min(d):+.3f} / {max(d):+.3f} | {sum(x > 0 for x in d)} of {len(d)} | "
+                       f"{sum(d) / len(d):+.4f} / {min(d):+.4f} / {max(d):+.4f} | {sum(x > 0 for x in d)} of {len(d)} | "
                        f"{sum(r[8] for r, _ in pairs) / len(pairs):.4f} |")
     return out
 
@@ -209,7 +209,7 @@ def main():
     device = torch.cuda.get_device_name() if args.device == "cuda" else prov.torch_device()
     md = [prov.comment(device),
           f"# {device} | torch {torch.__version__} | flashattn {flashattn.library_version()} | "
-          f"GPT-2 small (12 x 12 heads x 768), bf16 autocast, AdamW, {args.tokens_per_step} tokens per step, "
+          f"GPT-2 small shape ({LAYERS} layers, {HEADS} heads, hidden {HIDDEN}), bf16 autocast, AdamW, {args.tokens_per_step} tokens per step, "
           f"seeds {','.join(map(str, seeds))}"]
     print("\n".join(md), flush=True)
     summary, run_wall = [], {}
