@@ -4,8 +4,9 @@
 bench/provenance.py). Checked here on what runs without a GPU:
   - cpu_bench's output (the C helper), with an argument that needs shell quoting;
   - bench/provenance.py: the comment line, write_csv / read_csv, the PNG text chunks' fields;
-  - bench/reproduce.py --parts iomodel: its CSVs (and the PNGs' text chunks where matplotlib is
-    installed) and --plot-only reading them back.
+  - bench/reproduce.py --parts iomodel: its CSVs; --plot-only on made-up CSVs of the GPU parts
+    (runtime, memory, blocksparse) written by the same writer, and the PNGs' text chunks where
+    matplotlib and Pillow are installed.
 
 usage: check_provenance.py CPU_BENCH FLASHATTN_TOOL SOURCE_ROOT
 """
@@ -99,16 +100,48 @@ def main():
                 continue
             check_line(text, f"reproduce.py {name}", argv_tail=cmd[1:])
             check(len(prov.read_csv(os.path.join(out, name))) > 3, f"{name} has rows after its provenance line")
+
+        # --plot-only on made-up measurements (the GPU parts' CSVs, written by the same writer):
+        # the readers skip the provenance line, and a memory.csv of the old format is refused
+        dev = "Fake GPU"
+        prov.write_csv(os.path.join(out, "runtime.csv"),
+                       ["seqlen", "implementation", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops",
+                        "density"],
+                       [[s, n, 1.0, 2.0, 3.0, 100.0, 90.0, 1.0] for s in (1024, 2048)
+                        for n in ("ours", "fa2", "cudnn", "math")], dev)
+        prov.write_csv(os.path.join(out, "gemm_ceiling.csv"), ["what", "tflops"], [["made up", 600.0]], dev)
+        prov.write_csv(os.path.join(out, "memory.csv"),
+                       ["seqlen", "implementation", "inputs_bytes", "torch_peak_bytes", "pool_high_bytes", "peak_bytes",
+                        "beyond_inputs_bytes"],
+                       [[s, n, 8 * s, 20 * s, 4 * s, 24 * s, 16 * s] for s in (1024, 2048)
+                        for n in ("ours", "fa2", "cudnn", "math")], dev)
+        prov.write_csv(os.path.join(out, "blocksparse.csv"),
+                       ["pattern", "mask_block", "density", "fwd_bwd_ms", "ideal_ms", "dense_sm80_ms",
+                        "dense_default_ms"],
+                       [["butterfly", 128, 0.5, 3.0, 2.5, 5.0, 4.0], ["random", 128, 0.25, 2.0, 1.25, 5.0, 4.0]], dev)
+        plot_cmd = [sys.executable, os.path.join(root, "bench", "reproduce.py"), "--tool", tool, "--out", out,
+                    "--plot-only", "--parts", "runtime,memory,blocksparse"]
+        proc = subprocess.run(plot_cmd, capture_output=True, text=True, timeout=300)
+        check(proc.returncode == 0 and "not run here" not in proc.stdout,
+              f"reproduce.py --plot-only reads CSVs with a provenance line ({proc.stdout[-400:]} {proc.stderr[-300:]})")
+        with open(os.path.join(out, "memory.csv"), "w") as f:  # the format before the common baseline
+            f.write("seqlen,implementation,extra_bytes_fwd_bwd\n1024,ours,4325376\n")
+        proc = subprocess.run(plot_cmd[:-1] + ["memory"], capture_output=True, text=True, timeout=300)
+        check(proc.returncode != 0 and "measure again" in proc.stdout,
+              f"reproduce.py --plot-only refuses an old-format memory.csv ({proc.stdout[-300:]})")
+
         try:
             from PIL import Image
         except ImportError:
             Image = None
-        png = os.path.join(out, "iomodel_blocksize.png")
-        if Image is not None and os.path.exists(png):
-            info = Image.open(png).text
-            check(LINE.match("# provenance: " + " | ".join(
-                f"{k.lower()} {info.get(k, '')}" for k in ("Date", "Commit", "Device", "Command"))) is not None,
-                f"iomodel_blocksize.png text chunks carry the provenance ({sorted(info)})")
+        pngs = [os.path.join(out, n) for n in ("iomodel_blocksize.png", "runtime_forward.png", "blocksparse.png")]
+        if Image is not None and all(os.path.exists(p) for p in pngs):
+            for png in pngs:
+                info = Image.open(png).text
+                check(LINE.match("# provenance: " + " | ".join(
+                    f"{k.lower()} {info.get(k, '')}" for k in ("Date", "Commit", "Device", "Command"))) is not None
+                    and info.get("Data", "").count("# provenance:") >= 1,
+                    f"{os.path.basename(png)} text chunks carry its provenance and its data's ({sorted(info)})")
         else:
             print("note: PNG text chunks not read back here (matplotlib or Pillow not installed)", flush=True)
     print(f"{len(failures)} failed" if failures else "all passed", flush=True)
