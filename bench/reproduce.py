@@ -20,7 +20,7 @@ Parts (--parts, comma-separated; default all that this machine can run):
   memory       (CUDA GPU, torch) device memory of one forward + backward against seqlen for the
                same set, every implementation from one baseline: inputs, outputs, gradients and
                workspace (torch's peak plus the stream-ordered pool's high-water mark, where our
-               workspace lives). Alone: --parts memory (about a minute on an H200).
+               workspace lives). Alone: --parts memory (a few minutes at most; not yet timed).
   blocksparse  (CUDA GPU, torch) our forward + backward time against mask density, butterfly (the
                density set by the mask block size) and random (128 x 128 blocks), next to the ideal
                density x dense time; seqlen 4096, d 64.
