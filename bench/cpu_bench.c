@@ -14,6 +14,7 @@
  *   cpu_bench [--seqlens 512,1024,...] [--dims 64,128] [--heads 2] [--batch 1] [--threads N]
  *             [--causal no|yes|both] [--budget SECONDS] [--quick] [--memory] [--no-check] */
 #include "flashattn.h"
+#include "provenance.h"
 #include "standard_attention.h"
 
 #include <errno.h>
@@ -446,6 +447,8 @@ typedef struct options {
     int causal_modes[2], ncausal;
     double budget_s;
     int quick, memory, check;
+    int argc; /* the command line, for the provenance line */
+    char **argv;
 } options;
 
 static int parse_list(const char *s, int64_t *out, int *n)
@@ -491,6 +494,8 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
+    o->argc = argc;
+    o->argv = argv;
     o->heads = 2;
     o->batch = 1;
     o->threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -566,6 +571,7 @@ static void print_preamble(const options *o, const char *what)
 {
     char model[160];
     cpu_model(model, sizeof model);
+    fa_bench_provenance(stdout, model, o->argc, o->argv);
     printf("cpu_bench %s: fp32 forward, batch %lld, heads %lld, threads %d (both paths); %s, %ld online processors\n",
            what, (long long)o->batch, (long long)o->heads, o->threads, model, sysconf(_SC_NPROCESSORS_ONLN));
     printf("fused = fa_forward on a \"cpu\" context (no LSE); standard = bench/standard_attention.c "

@@ -4,6 +4,9 @@
 this package and of SDPA's flash backend, each against SDPA's math backend on the same values in
 fp32: max and rms error. Inputs scaled by 1 and by 4 (sharper softmax rows, as training produces).
 
+Its output starts with a provenance line (date, commit, device, command; bench/provenance.py).
+bench/gpt2_layergrad.py compares the whole model's gradients, layer by layer.
+
 usage: python3 bench/gpt2_gradcheck.py [--seqlens 1024,4096]
 """
 import argparse
@@ -14,7 +17,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashattn  # noqa: E402
+import provenance as prov  # noqa: E402
 
 
 def sdpa(qkv, do, backend):
@@ -44,6 +49,7 @@ def main():
     if not torch.cuda.is_available():
         print("gpt2_gradcheck: no CUDA device, nothing run")
         return 0
+    print(prov.comment(torch.cuda.get_device_name()), flush=True)  # first line of a saved output
     torch.manual_seed(0)
     for s in (int(x) for x in args.seqlens.split(",")):
         b = max(1, 16384 // s)

@@ -7,6 +7,8 @@ FLOPs: forward 4 b h s^2 d (halved when causal), backward 2.5x forward. Times ar
 triton.testing.do_bench (CUDA events). Our library is called through ctypes on the tensors' device
 memory (no copies) on PyTorch's current stream.
 
+The output's first line is its provenance (date, commit, device, command; bench/provenance.py).
+
 Modes (one per run):
   default        the side-by-side table (TFLOP/s of ours, FA2, cuDNN, math; --sm80 adds a column for
                  our sm80 path, FLASHATTN_CUDA_KERNELS=sm80, on the same inputs). Cases our library reports
@@ -33,6 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import triton.testing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance as prov  # noqa: E402
 
 
 # ---------------------------------------------------------------- include/flashattn.h, field for field
@@ -182,7 +187,8 @@ class DevicePool:
     libcuda): the CUDA backend allocates its workspace with cudaMallocAsync from that pool, outside
     PyTorch's caching allocator, so torch.cuda.max_memory_allocated does not see it. None where the
     driver library or the calls are not available."""
-    USED_MEM_HIGH = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH (cuda.h), value type cuuint64_t
+    USED_MEM_CURRENT = 7  # CU_MEMPOOL_ATTR_USED_MEM_CURRENT (cuda.h), value type cuuint64_t
+    USED_MEM_HIGH = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH
 
     def __init__(self):
         self.pool = None
@@ -203,13 +209,21 @@ class DevicePool:
             zero = C.c_uint64(0)
             self.cu.cuMemPoolSetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(zero))
 
-    def high(self):
+    def _get(self, attr):
         if self.pool is None:
             return None
         v = C.c_uint64(0)
-        if self.cu.cuMemPoolGetAttribute(self.pool, self.USED_MEM_HIGH, C.byref(v)) != 0:
+        if self.cu.cuMemPoolGetAttribute(self.pool, attr, C.byref(v)) != 0:
             return None
         return v.value
+
+    def high(self):
+        """bytes: the pool's used-memory high-water mark since the last reset()"""
+        return self._get(self.USED_MEM_HIGH)
+
+    def used(self):
+        """bytes: the pool's memory in use now"""
+        return self._get(self.USED_MEM_CURRENT)
 
 
 def bench(fn):
@@ -530,6 +544,8 @@ def main():
     if args.mask_block < 1:
         ap.error("--mask-block must be >= 1")
     lib = Library(args.lib)
+    # the first line of the output (saved as .md by ci/h200-run.sh): date, commit, device, command
+    print(prov.comment(torch.cuda.get_device_name()), flush=True)
     torch.manual_seed(0)
     stream = use_own_stream()  # noqa: F841 (kept current for the run)
     run = block_sparse if args.blocksparse else memory if args.memory else side_by_side

@@ -11,6 +11,7 @@
  *                [--no-cpu] [--no-standard] */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "flashattn.h"
+#include "provenance.h"
 
 #include <CL/cl.h>
 #include <math.h>
@@ -332,6 +333,9 @@ int main(int argc, char **argv)
         op.repeat = MAX_REPS;
     char name[256] = "?";
     fa_device_name(op.backend, op.device, name, sizeof name);
+    char device[320];
+    snprintf(device, sizeof device, "%s device %d: %s", op.backend, op.device, name);
+    fa_bench_provenance(stdout, device, argc, argv);
     printf("fused: %s device %d: %s; %s, batch %d, heads %d%s; median of %d runs after a warm-up\n\n", op.backend,
            op.device, name, fa_dtype_name(op.dtype), op.batch, op.heads, op.causal ? ", causal" : "", op.repeat);
     std_cl sc;

@@ -17,8 +17,10 @@ Parts (--parts, comma-separated; default all that this machine can run):
                our block-sparse kernels (butterfly mask, 128 x 128 blocks), PyTorch's flash (FA2) and
                cuDNN backends and standard attention (SDPA math) until it runs out of memory
                (the paper's Figure 3), and the achieved TFLOP/s beside a measured bf16 GEMM ceiling.
-  memory       (CUDA GPU, torch) extra device memory of forward + backward against seqlen for the
-               same set (ours: the library's stream-ordered pool high-water mark plus torch's).
+  memory       (CUDA GPU, torch) device memory of one forward + backward against seqlen for the
+               same set, every implementation from one baseline: inputs, outputs, gradients and
+               workspace (torch's peak plus the stream-ordered pool's high-water mark, where our
+               workspace lives). Alone: --parts memory (a few minutes at most; not yet timed).
   blocksparse  (CUDA GPU, torch) our forward + backward time against mask density, butterfly (the
                density set by the mask block size) and random (128 x 128 blocks), next to the ideal
                density x dense time; seqlen 4096, d 64.
@@ -27,6 +29,9 @@ usage: python3 bench/reproduce.py [--tool build/tools/flashattn] [--lib build/li
                                   [--out docs/figures] [--parts iomodel,hbm,runtime,memory,blocksparse]
                                   [--max-seqlen 65536] [--plot-only]
 --plot-only redraws every PNG from the CSVs already in --out (matplotlib, no GPU).
+Every CSV starts with a provenance comment line (date, commit, device, command; bench/provenance.py)
+and every PNG carries the same in its text chunks (Date, Commit, Device, Command, and Data: the
+provenance lines of the CSVs it was drawn from).
 """
 import argparse
 import csv
@@ -38,6 +43,10 @@ import sys
 import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import provenance as prov  # noqa: E402
+
+IOMODEL_DEVICE = "none: the IO model (flashattn iomodel, core/iomodel.c)"
 
 
 def device_note(args, device=""):
@@ -46,21 +55,30 @@ def device_note(args, device=""):
     path = os.path.join(args.out, "device.txt")
     if device:
         with open(path, "w") as f:
-            f.write(device + "\n")
+            f.write(prov.comment(device) + "\n" + device + "\n")
         return device
     try:
         with open(path) as f:
-            return f.read().strip()
+            return "".join(l for l in f if not l.startswith("#")).strip()
     except OSError:
         return ""
 
 
-def write_csv(path, header, rows):
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    print(f"wrote {path}", flush=True)
+def png_metadata(device, sources=()):
+    """The PNG's text chunks: its own provenance (bench/provenance.py) and, under Data, the
+    provenance line of each CSV it was drawn from."""
+    meta = prov.png_metadata(device)
+    data = []
+    for src in sources:
+        try:
+            with open(src) as f:
+                first = f.readline().strip()
+        except OSError:
+            continue
+        data.append(f"{os.path.basename(src)}: " + (first if first.startswith("#") else "(no provenance line)"))
+    if data:
+        meta["Data"] = "\n".join(data)
+    return meta
 
 
 def pyplot():
@@ -73,8 +91,9 @@ def pyplot():
         return None
 
 
-def plot(out, name, title, xlabel, ylabel, series, logx=False, logy=False, note=None):
-    """series: [(label, xs, ys)]; points with y None are skipped."""
+def plot(out, name, title, xlabel, ylabel, series, logx=False, logy=False, note=None, device="", sources=()):
+    """series: [(label, xs, ys)]; points with y None are skipped. device and sources (the CSVs
+    drawn) go into the PNG's provenance text chunks."""
     plt = pyplot()
     if plt is None:
         print(f"matplotlib not found: no {name}.png (the CSV has the numbers)", flush=True)
@@ -97,7 +116,7 @@ def plot(out, name, title, xlabel, ylabel, series, logx=False, logy=False, note=
         fig.text(0.01, 0.01, note, fontsize=7)
     fig.tight_layout()
     path = os.path.join(out, name + ".png")
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata=png_metadata(device, sources))
     plt.close(fig)
     print(f"wrote {path}", flush=True)
 
@@ -116,8 +135,8 @@ def part_iomodel(args):
              "--onchip", str(192 * 1024)]
     blocks = [16, 32, 64, 128, 256, 512, 1024]
     rows = iomodel_sweep(args.tool, shape + ["--sweep", ",".join(map(str, blocks))])
-    write_csv(os.path.join(args.out, "iomodel_blocksize.csv"),
-              ["block", "standard_bytes", "flash_alg1_bytes", "flash_qouter_bytes"], rows)
+    bpath = os.path.join(args.out, "iomodel_blocksize.csv")
+    prov.write_csv(bpath, ["block", "standard_bytes", "flash_alg1_bytes", "flash_qouter_bytes"], rows, IOMODEL_DEVICE)
     gib = 2.0 ** 30
     plot(args.out, "iomodel_blocksize",
          "IO model: HBM traffic vs block size (seqlen 1024, d 64, 16 heads, batch 64, fp16)",
@@ -125,7 +144,8 @@ def part_iomodel(args):
          [("standard attention", blocks, [r[1] / gib for r in rows]),
           ("FlashAttention, Algorithm 1 (K/V outside)", blocks, [r[2] / gib for r in rows]),
           ("FlashAttention, query blocks outside (our kernels)", blocks, [r[3] / gib for r in rows])],
-         logx=True, logy=True, note="flashattn iomodel --sweep (core/iomodel.c); forward only; caches not modelled")
+         logx=True, logy=True, note="flashattn iomodel --sweep (core/iomodel.c); forward only; caches not modelled",
+         device=IOMODEL_DEVICE, sources=[bpath])
     seqlens = [128 << i for i in range(10)]
     srows = []
     for n in seqlens:  # the paper's blocks from M = 192 KiB at d 64: B_r = 64, B_c = 192
@@ -135,15 +155,17 @@ def part_iomodel(args):
         head, line = proc.stdout.strip().splitlines()
         assert head == "block_q,block_k,standard_bytes,flash_alg1_bytes,flash_qouter_bytes", head
         srows.append([n] + [int(x) for x in line.split(",")])
-    write_csv(os.path.join(args.out, "iomodel_seqlen.csv"),
-              ["seqlen", "block_q", "block_k", "standard_bytes", "flash_alg1_bytes", "flash_qouter_bytes"], srows)
+    spath = os.path.join(args.out, "iomodel_seqlen.csv")
+    prov.write_csv(spath, ["seqlen", "block_q", "block_k", "standard_bytes", "flash_alg1_bytes", "flash_qouter_bytes"],
+                   srows, IOMODEL_DEVICE)
     bq, bk = srows[0][1], srows[0][2]
     plot(args.out, "iomodel_seqlen", "IO model: HBM traffic vs seqlen (d 64, 16 heads, fp16, M = 192 KiB)",
          "seqlen", "GiB read + written (model)",
          [("standard attention", seqlens, [r[3] / gib for r in srows]),
           (f"FlashAttention, Algorithm 1 (paper's blocks {bq} x {bk})", seqlens, [r[4] / gib for r in srows]),
           (f"FlashAttention, query blocks outside ({bq}-row blocks)", seqlens, [r[5] / gib for r in srows])],
-         logx=True, logy=True, note="flashattn iomodel (core/iomodel.c); forward only; caches not modelled")
+         logx=True, logy=True, note="flashattn iomodel (core/iomodel.c); forward only; caches not modelled",
+         device=IOMODEL_DEVICE, sources=[spath])
 
 
 # ---------------------------------------------------------------- hbm (ncu)
@@ -194,15 +216,30 @@ def part_hbm(args):
                                capture_output=True, text=True, check=True).stdout.strip().splitlines()[1].split(",")
         rows.append([family, kernel, bq, bk, vals["dram_read"], vals["dram_write"], 32 * vals["l2_read_sectors"],
                      32 * vals["l2_write_sectors"], int(model[4]), int(model[2]), vals["duration"]])
-    write_csv(os.path.join(args.out, "hbm_measured.csv"),
+    prov.write_csv(os.path.join(args.out, "hbm_measured.csv"),
               ["kernels", "variant", "block_q", "block_k", "dram_read_bytes", "dram_write_bytes", "l2_read_bytes",
-               "l2_write_bytes", "model_qouter_bytes", "model_standard_bytes", "duration_ms"], rows)
+               "l2_write_bytes", "model_qouter_bytes", "model_standard_bytes", "duration_ms"], rows, hbm_device(args))
     plot_hbm(args)
 
 
+def hbm_device(args):
+    """The CUDA device's name from `flashattn info` (the hbm part runs without torch)."""
+    try:
+        info = subprocess.run([args.tool, "info"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    in_cuda = False
+    for l in info.splitlines():
+        if l.startswith("backend "):
+            in_cuda = l.strip() == "backend cuda"
+        elif in_cuda and l.strip().startswith("0: "):
+            return l.strip()[3:]
+    return "unknown"
+
+
 def plot_hbm(args):
-    with open(os.path.join(args.out, "hbm_measured.csv")) as f:
-        rows = list(csv.DictReader(f))
+    hpath = os.path.join(args.out, "hbm_measured.csv")
+    rows = prov.read_csv(hpath)
     if not rows:
         return
     gib = 2.0 ** 30
@@ -233,7 +270,7 @@ def plot_hbm(args):
     ax.legend(fontsize=7)
     fig.tight_layout()
     path = os.path.join(args.out, "hbm_measured.png")
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata=png_metadata(device_note(args) or hbm_device(args), [hpath]))
     plt.close(fig)
     print(f"wrote {path}", flush=True)
 
@@ -319,9 +356,12 @@ def part_runtime(args):
         torch.cuda.empty_cache()
     a = torch.randn(8192, 8192, device="cuda", dtype=dt)
     ceiling = 2.0 * 8192 ** 3 / (gb.bench(lambda: a @ a) * 1e-3) / 1e12
-    write_csv(os.path.join(args.out, "runtime.csv"),
-              ["seqlen", "implementation", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "density"], rows)
-    write_csv(os.path.join(args.out, "gemm_ceiling.csv"), ["what", "tflops"], [["bf16 8192^3 torch.matmul", ceiling]])
+    device = torch.cuda.get_device_name()
+    prov.write_csv(os.path.join(args.out, "runtime.csv"),
+                   ["seqlen", "implementation", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "density"],
+                   rows, device)
+    prov.write_csv(os.path.join(args.out, "gemm_ceiling.csv"), ["what", "tflops"],
+                   [["bf16 8192^3 torch.matmul", ceiling]], device)
     plot_runtime(args, torch.cuda.get_device_name())
 
 
@@ -330,11 +370,10 @@ def plot_runtime(args, device=""):
     def num(x):
         return float(x) if x not in ("", None) else None
 
-    with open(os.path.join(args.out, "runtime.csv")) as f:
-        rows = [[int(r["seqlen"]), r["implementation"], num(r["fwd_ms"]), num(r["bwd_ms"]), num(r["fwd_bwd_ms"]),
-                 num(r["fwd_tflops"]), num(r["bwd_tflops"])] for r in csv.DictReader(f)]
-    with open(os.path.join(args.out, "gemm_ceiling.csv")) as f:
-        ceiling = float(next(csv.DictReader(f))["tflops"])
+    rpath, gpath = os.path.join(args.out, "runtime.csv"), os.path.join(args.out, "gemm_ceiling.csv")
+    rows = [[int(r["seqlen"]), r["implementation"], num(r["fwd_ms"]), num(r["bwd_ms"]), num(r["fwd_bwd_ms"]),
+             num(r["fwd_tflops"]), num(r["bwd_tflops"])] for r in prov.read_csv(rpath)]
+    ceiling = float(prov.read_csv(gpath)[0]["tflops"])
     seqlens = sorted({r[0] for r in rows})
     names = {"ours": "flashattn (dense)", "ours_butterfly": "flashattn (butterfly block-sparse)",
              "fa2": "PyTorch flash (FA2)", "cudnn": "cuDNN", "math": "standard attention (SDPA math)"}
@@ -342,65 +381,111 @@ def plot_runtime(args, device=""):
         plot(args.out, "runtime_" + label.replace(" + ", "_").replace(" ", "_"),
              f"{label} time vs seqlen (bf16, d 64, 16 heads, batch 16384/seqlen)", "seqlen", "ms",
              [(names[n], [r[0] for r in rows if r[1] == n], [r[col] for r in rows if r[1] == n]) for n in names],
-             logx=True, logy=True, note=device)
+             logx=True, logy=True, note=device, device=device, sources=[rpath])
     plot(args.out, "tflops", f"achieved forward TFLOP/s vs seqlen (block-sparse: FLOP of the kept blocks); "
          f"bf16 GEMM ceiling {ceiling:.0f}", "seqlen",
          "TFLOP/s", [(names[n], [r[0] for r in rows if r[1] == n], [r[5] for r in rows if r[1] == n])
                      for n in names] + [("bf16 GEMM (8192^3)", seqlens, [ceiling] * len(seqlens))],
-         logx=True, note=device)
+         logx=True, note=device, device=device, sources=[rpath, gpath])
+
+
+def memory_of(torch, pool, s, h, d, dt, run, Unsupported):
+    """Device memory of one forward + backward from a common baseline (nothing of the call allocated
+    yet), for every implementation alike: its inputs Q, K, V, dO (allocated after the baseline), the
+    outputs and gradients it allocates (O, LSE, dQ, dK, dV) and its workspace. Peak = PyTorch's
+    max_memory_allocated beyond the baseline plus the high-water mark of the device's stream-ordered
+    pool beyond what it held at the baseline (where the CUDA backend takes its workspace with
+    cudaMallocAsync, outside PyTorch's allocator; SDPA leaves it at 0). run(q, k, v, do) does the
+    call; one call before the measured one warms up the libraries' one-time allocations. Returns
+    (inputs, torch peak, pool high) in bytes; the peaks None when the call ran out of memory."""
+    def once():
+        q = torch.randn(1, s, h, d, device="cuda", dtype=dt)
+        k, v, do = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
+        run(q, k, v, do)
+        torch.cuda.synchronize()
+        return 4 * q.numel() * q.element_size()
+
+    try:
+        once()
+    except (RuntimeError, torch.OutOfMemoryError, Unsupported):
+        torch.cuda.empty_cache()
+        return 4 * s * h * d * torch.tensor([], dtype=dt).element_size(), None, None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    pool_base = pool.used() or 0  # what the pool holds already (counted for no one)
+    pool.reset()
+    try:
+        inputs = once()
+        peak = torch.cuda.max_memory_allocated() - base
+        high = pool.high()
+        return inputs, peak, max(0, high - pool_base) if high is not None else 0
+    except (RuntimeError, torch.OutOfMemoryError, Unsupported):
+        torch.cuda.empty_cache()
+        return 4 * s * h * d * torch.tensor([], dtype=dt).element_size(), None, None
+    finally:
+        torch.cuda.empty_cache()
+
+
+MEMORY_HEADER = ["seqlen", "implementation", "inputs_bytes", "torch_peak_bytes", "pool_high_bytes", "peak_bytes",
+                 "beyond_inputs_bytes"]
 
 
 def part_memory(args):
     gb, torch, lib = torch_setup(args)
     F, SDPBackend, sdpa_kernel = gb.F, gb.SDPBackend, gb.sdpa_kernel
     pool = gb.DevicePool()
+    if pool.pool is None:
+        raise RuntimeError("the device's memory pool is not readable (libcuda): our workspace would go uncounted")
     d, h, dt, rows = 64, 16, torch.bfloat16, []
-    for s in [s for s in (1024 << i for i in range(7)) if s <= args.max_seqlen]:
-        q, k, v, do, o, lse, dq, dk, dv = gb.make_inputs(1, s, h, d, dt)
+
+    def ours(q, k, v, do):
+        o, lse = torch.empty_like(q), torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda",
+                                                   dtype=torch.float32)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(q)
         lib.bind_stream()
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        pool.reset()
         lib.forward(lib.fwd_args(q, k, v, o, lse, False))
         lib.backward(lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False))
-        torch.cuda.synchronize()
-        ours = (torch.cuda.max_memory_allocated() - base) + (pool.high() or 0)
-        rows.append([s, "ours", ours])
-        qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
-        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                              ("math", SDPBackend.MATH)):
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            try:
-                with sdpa_kernel([backend]):
-                    out = F.scaled_dot_product_attention(qt, kt, vt)
-                torch.autograd.grad(out, (qt, kt, vt), do.transpose(1, 2))
-                torch.cuda.synchronize()
-                rows.append([s, name, torch.cuda.max_memory_allocated() - base])
-                del out
-            except (RuntimeError, torch.OutOfMemoryError):
-                rows.append([s, name, None])
-            torch.cuda.empty_cache()
-        del q, k, v, do, o, lse, dq, dk, dv, qt, kt, vt
-        torch.cuda.empty_cache()
+
+    def sdpa(backend):
+        def call(q, k, v, do):
+            qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+            with sdpa_kernel([backend]):
+                out = F.scaled_dot_product_attention(qt, kt, vt)
+            grads = torch.autograd.grad(out, (qt, kt, vt), do.transpose(1, 2))
+            return out, grads
+        return call
+
+    impls = [("ours", ours), ("fa2", sdpa(SDPBackend.FLASH_ATTENTION)), ("cudnn", sdpa(SDPBackend.CUDNN_ATTENTION)),
+             ("math", sdpa(SDPBackend.MATH))]
+    for s in [s for s in (1024 << i for i in range(7)) if s <= args.max_seqlen]:
+        for name, run in impls:
+            inputs, peak, high = memory_of(torch, pool, s, h, d, dt, run, gb.Unsupported)
+            total = peak + high if peak is not None else None
+            rows.append([s, name, inputs, peak, high, total, total - inputs if total is not None else None])
         print(f"memory: seqlen {s} done", flush=True)
-    write_csv(os.path.join(args.out, "memory.csv"), ["seqlen", "implementation", "extra_bytes_fwd_bwd"], rows)
-    plot_memory(args, torch.cuda.get_device_name())
+    device = torch.cuda.get_device_name()
+    prov.write_csv(os.path.join(args.out, "memory.csv"), MEMORY_HEADER, rows, device)
+    plot_memory(args, device)
 
 
 def plot_memory(args, device=""):
     device = device_note(args, device)
-    with open(os.path.join(args.out, "memory.csv")) as f:
-        rows = [[int(r["seqlen"]), r["implementation"],
-                 int(r["extra_bytes_fwd_bwd"]) if r["extra_bytes_fwd_bwd"] else None] for r in csv.DictReader(f)]
+    path = os.path.join(args.out, "memory.csv")
+    recs = prov.read_csv(path)
+    if recs and "peak_bytes" not in recs[0]:
+        raise RuntimeError(f"{path} is from before the common-baseline measurement (no peak_bytes column): "
+                           "measure again with --parts memory")
+    rows = [[int(r["seqlen"]), r["implementation"], int(r["peak_bytes"]) if r["peak_bytes"] else None]
+            for r in recs]
     names = {"ours": "flashattn", "fa2": "PyTorch flash (FA2)", "cudnn": "cuDNN", "math": "standard attention"}
     mib = 2.0 ** 20
-    plot(args.out, "memory", "extra device memory of forward + backward vs seqlen (bf16, d 64, 16 heads, batch 1)",
+    plot(args.out, "memory", "device memory of forward + backward vs seqlen: inputs, outputs, gradients, workspace "
+         "(bf16, d 64, 16 heads, batch 1)",
          "seqlen", "MiB", [(names[n], [r[0] for r in rows if r[1] == n],
                             [r[2] / mib if r[2] is not None else None for r in rows if r[1] == n]) for n in names],
-         logx=True, logy=True, note=device)
+         logx=True, logy=True, note=device, device=device, sources=[path])
 
 
 def part_blocksparse(args):
@@ -431,16 +516,17 @@ def part_blocksparse(args):
         t = gb.bench(lambda: lib.forward(fm)) + gb.bench(lambda: lib.backward(bm))
         rows.append([pattern, blk, density, t, density * dense80, dense80, dense])
         lib.free_mask(m)
-    write_csv(os.path.join(args.out, "blocksparse.csv"),
-              ["pattern", "mask_block", "density", "fwd_bwd_ms", "ideal_ms", "dense_sm80_ms", "dense_default_ms"], rows)
+    prov.write_csv(os.path.join(args.out, "blocksparse.csv"),
+                   ["pattern", "mask_block", "density", "fwd_bwd_ms", "ideal_ms", "dense_sm80_ms", "dense_default_ms"],
+                   rows, torch.cuda.get_device_name())
     plot_blocksparse(args, torch.cuda.get_device_name())
 
 
 def plot_blocksparse(args, device=""):
     device = device_note(args, device)
-    with open(os.path.join(args.out, "blocksparse.csv")) as f:
-        rows = [[r["pattern"], int(r["mask_block"]), float(r["density"]), float(r["fwd_bwd_ms"]),
-                 float(r["dense_sm80_ms"]), float(r["dense_default_ms"])] for r in csv.DictReader(f)]
+    bpath = os.path.join(args.out, "blocksparse.csv")
+    rows = [[r["pattern"], int(r["mask_block"]), float(r["density"]), float(r["fwd_bwd_ms"]),
+             float(r["dense_sm80_ms"]), float(r["dense_default_ms"])] for r in prov.read_csv(bpath)]
     s = 4096
     series = []
     for pattern in ("butterfly", "random"):
@@ -464,7 +550,7 @@ def plot_blocksparse(args, device=""):
     ax.legend()
     fig.text(0.01, 0.01, device, fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "blocksparse.png"), dpi=120)
+    fig.savefig(os.path.join(args.out, "blocksparse.png"), dpi=120, metadata=png_metadata(device, [bpath]))
     print(f"wrote {os.path.join(args.out, 'blocksparse.png')}", flush=True)
 
 

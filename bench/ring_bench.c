@@ -9,8 +9,11 @@
  * seeded normal values (the kernels' speed does not depend on them).
  *
  *   ring_bench [--ranks R] [--seqlens 131072,262144] [--heads 16] [--dim 128] [--dtype bf16|fp16]
- *              [--causal] [--iters 2] [--single-max S] [--csv FILE] */
+ *              [--causal] [--iters 2] [--single-max S] [--csv FILE]
+ * --csv appends one row per seqlen, after a provenance comment line (bench/provenance.h); a new
+ * file starts with the column names. */
 #include "flashattn.h"
+#include "provenance.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -366,6 +369,21 @@ int main(int argc, char **argv)
     }
     char name[256];
     fa_device_name("cuda", 0, name, sizeof name);
+    char device[300];
+    snprintf(device, sizeof device, "%d x %s", c.ranks, name);
+    fa_bench_provenance(stdout, device, argc, argv);
+    if (c.csv) { /* a provenance comment before this run's rows; the column names where the file starts */
+        FILE *fp = fopen(c.csv, "a");
+        if (!fp) {
+            fprintf(stderr, "ring_bench: cannot open %s for appending\n", c.csv);
+            return 2;
+        }
+        if (fseek(fp, 0, SEEK_END) == 0 && ftell(fp) == 0)
+            fputs("seqlen,mask,ranks,heads,dim,dtype,ring_fwd_s,ring_bwd_s,compute_fwd_s,compute_bwd_s,kv_transfer_s,"
+                  "grad_transfer_s,one_gpu_fwd_s,one_gpu_bwd_s,hidden\n", fp);
+        fa_bench_provenance(fp, device, argc, argv);
+        fclose(fp);
+    }
     printf("# ring_bench: %d x %s, %s, heads %d, d %d, batch 1, NCCL ring, one thread a GPU\n", c.ranks, name,
            fa_dtype_name(c.dt), c.heads, c.dim);
     printf("# times in ms; hidden = 1 - (ring - compute alone) / transfers alone; eff = one GPU / (ranks x ring);\n"

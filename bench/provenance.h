@@ -1,0 +1,59 @@
+/* provenance.h: the line a C benchmark writes first into everything it writes (its stdout table,
+ * a --csv file), so that a saved result carries the date (UTC), the commit the binary was built
+ * from, the device and the exact command line:
+ *   # provenance: date 2026-12-01T08:30:00Z | commit <hash>[-dirty] | device <name> | command <argv>
+ * bench/provenance.py writes the same line for the Python benchmarks. A build made without git
+ * metadata reads "unknown" for the commit; FLASHATTN_BENCH_COMMIT in the environment then names it
+ * ("<value> (from FLASHATTN_BENCH_COMMIT)"). */
+#ifndef FA_BENCH_PROVENANCE_H
+#define FA_BENCH_PROVENANCE_H
+
+#include "provenance_commit.h" /* FA_BENCH_COMMIT */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One argument as a POSIX shell reads it back: bare when it holds only safe characters, else in
+ * single quotes (an embedded quote as '\''). */
+static inline void fa_bench_print_shell_word(FILE *f, const char *arg)
+{
+    const char *safe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=,:+-@%";
+    if (*arg && strspn(arg, safe) == strlen(arg)) {
+        fputs(arg, f);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *c = arg; *c; ++c) {
+        if (*c == '\'')
+            fputs("'\\''", f);
+        else
+            fputc(*c, f);
+    }
+    fputc('\'', f);
+}
+
+static inline void fa_bench_provenance(FILE *f, const char *device, int argc, char **argv)
+{
+    char date[32] = "unknown";
+    time_t now = time(NULL);
+    struct tm utc;
+    if (now != (time_t)-1 && gmtime_r(&now, &utc))
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    const char *env = getenv("FLASHATTN_BENCH_COMMIT");
+    fprintf(f, "# provenance: date %s | commit ", date);
+    if (strcmp(FA_BENCH_COMMIT, "unknown") == 0 && env && *env)
+        fprintf(f, "%s (from FLASHATTN_BENCH_COMMIT)", env);
+    else
+        fputs(FA_BENCH_COMMIT, f);
+    fprintf(f, " | device %s | command ", device && *device ? device : "unknown");
+    for (int i = 0; i < argc; ++i) {
+        if (i)
+            fputc(' ', f);
+        fa_bench_print_shell_word(f, argv[i]);
+    }
+    fputc('\n', f);
+}
+
+#endif
