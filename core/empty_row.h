@@ -31,6 +31,14 @@ FA_EMPTY_ROW_FN float fa_row_output(float acc, float inv_sum)
     return inv_sum == 0.0f ? 0.0f : acc * inv_sum;
 }
 
+#if defined(__OPENCL_VERSION__)
+/* The same for four elements (OpenCL's float4 epilogues). */
+static inline float4 fa_row_output4(float4 acc, float inv_sum)
+{
+    return inv_sum == 0.0f ? (float4)(0.0f) : acc * inv_sum;
+}
+#endif
+
 /* The backward's test for a row that saw no key: its LSE is -inf (and only then). */
 FA_EMPTY_ROW_FN int fa_row_absent(float lse)
 {
