@@ -219,6 +219,7 @@ static void bufs_copy_inputs(const prob *p, bufs *dst, const bufs *src)
 
 static fa_context *g_ctx;
 static char g_fail[512];
+static char g_variant[3][128]; /* the kernels that ran: forward, deterministic backward, backward */
 
 /* Uploads the inputs of b, runs the forward (backward = 0) or the backward, downloads the
  * outputs into b. Returns the status; FA_ERR_UNSUPPORTED is a skip. */
@@ -289,6 +290,7 @@ static fa_status run(const prob *p, bufs *b, int backward, int deterministic)
         snprintf(g_fail, sizeof g_fail, "%s", fa_context_last_error(g_ctx));
         goto done;
     }
+    snprintf(g_variant[backward ? 2 - deterministic : 0], sizeof g_variant[0], "%s", variant);
     if (!backward) {
         st = fa_forward(g_ctx, &fa);
     } else {
@@ -631,10 +633,12 @@ int main(int argc, char **argv)
                 snprintf(tag, sizeof tag, "%s/%s/%s/d%lld", backend, cases[ci].name, fa_dtype_name(dts[t]),
                          (long long)d);
                 int f0 = failures, s0 = skipped;
+                memset(g_variant, 0, sizeof g_variant);
                 run_case(&p, tag);
-                printf("%s %s (rows seeing no key %lld, keys no row sees %lld)\n",
+                printf("%s %s (rows seeing no key %lld, keys no row sees %lld; kernels %s | %s | %s)\n",
                        failures > f0 ? "FAIL" : skipped > s0 ? "SKIP" : "ok  ", tag,
-                       (long long)count(p.row_absent, p.total_q), (long long)count(p.key_dead, p.total_k));
+                       (long long)count(p.row_absent, p.total_q), (long long)count(p.key_dead, p.total_k),
+                       g_variant[0], g_variant[1], g_variant[2]);
                 ran += skipped == s0;
                 prob_free(&p);
             }
