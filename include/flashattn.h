@@ -128,7 +128,11 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
  * - dropout: element (b, h, i, j) of P is dropped iff fa_dropout_keep() in core/philox.h says so
  *   (Philox4x32-10, key = seed, counter from (offset, b, h, i, j)); kept values are scaled by
  *   1/(1 - p). p in [0, 1).
- * - a fully masked row gives O = 0 and LSE = -inf (never NaN). */
+ * - a row that sees no key gives O = 0, LSE = -inf and dQ = 0 and adds nothing to dK / dV,
+ *   whatever Q, K, V, dO hold (NaN / inf included). NaN / inf in a key a row sees propagates to
+ *   that row; NaN / inf in V or K of a key the row cannot see but which shares a kernel tile with
+ *   keys it sees may reach its O or dQ (0 * NaN in the tile's products), as in PyTorch's math
+ *   attention (README, "Options"). */
 typedef struct fa_options {
     float softmax_scale;
     int causal;

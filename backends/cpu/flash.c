@@ -8,6 +8,7 @@
  * extensions and compiled twice (x86-64-v3 and baseline) where the compiler supports it; the
  * forward prefetches the next key tile into L2 while it computes with the current one. */
 #include "cpu.h"
+#include "empty_row.h"
 #include "half.h"
 #include "philox.h"
 #include "pool.h"
@@ -177,6 +178,9 @@ static void load_rows_transposed(const fa_problem *p, const fa_view *v, int64_t 
     }
 }
 
+/* rows of src, times mul_default or (row_mul given: the forward's 1/l per row) the row's own
+ * factor, into rows [row0, row0 + n) of head h of batch b. A factor of 0 writes 0 (fa_row_output:
+ * a row that saw no key), whatever src holds. */
 static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t h,
                        const float *src, int64_t ld, float mul_default, const float *row_mul)
 {
@@ -186,10 +190,10 @@ static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t
         if (p->out_dtype == FA_DTYPE_F32) { /* the dtype switch outside the loop */
             float *out = (float *)v->data + off;
             for (int64_t c = 0; c < p->d; ++c)
-                out[c] = mul * src[r * ld + c];
+                out[c] = fa_row_output(src[r * ld + c], mul);
         } else {
             for (int64_t c = 0; c < p->d; ++c)
-                fa_store_elem(p->out_dtype, v->data, off + c, mul * src[r * ld + c]);
+                fa_store_elem(p->out_dtype, v->data, off + c, fa_row_output(src[r * ld + c], mul));
         }
     }
 }
@@ -584,6 +588,10 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 for (int64_t r = 0; r < nr; ++r) {
                     lse[r] = ((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss];
                     dsum[r] = bc->dsum[h * p->total_q + cr0 + r];
+                    if (fa_row_absent(lse[r])) { /* a row that saw no key: its Q and dO enter as 0 */
+                        memset(qtile + r * dp, 0, sizeof(float) * (size_t)dp);
+                        memset(dotile + r * dp, 0, sizeof(float) * (size_t)dp);
+                    }
                 }
                 /* P = exp(scale * Q K^T - LSE); a row with LSE = -inf is fully masked: P = 0 */
                 gemm_nn(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
@@ -591,8 +599,12 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     scale_row(pm + r * bk, bk, p->scale);
                 if (cls != FA_TILE_FULL || nc < bk)
                     apply_mask(p, &m, h, q0, nr, k0, nc, bk, bk, pm, cls);
-                for (int64_t r = 0; r < nr; ++r) /* LSE = -inf: fully masked row, P = 0 */
-                    exp_inplace(pm + r * bk, bk, lse[r] == -INFINITY ? INFINITY : lse[r]);
+                for (int64_t r = 0; r < nr; ++r) { /* LSE = -inf: a row that saw no key, P = 0 */
+                    if (fa_row_absent(lse[r]))
+                        memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);
+                    else
+                        exp_inplace(pm + r * bk, bk, lse[r]);
+                }
                 /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */
                 const float *pzv = pm;
                 if (p->dropout_threshold) {
@@ -609,7 +621,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 for (int64_t r = 0; r < nr; ++r) {
                     float *drow = ds + r * bk;
                     const float *prow = pm + r * bk;
-                    for (int64_t j = 0; j < bk; ++j)
+                    for (int64_t j = 0; j < bk; ++j) /* a select: P = 0 meets dP = NaN from V = NaN */
                         drow[j] = prow[j] == 0.0f ? 0.0f : prow[j] * (drow[j] - dsum[r]) * p->scale;
                 }
                 /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
@@ -644,8 +656,12 @@ static void bwd_dq_task(void *argp, int64_t task, float *scratch)
                     acc[x] += part[x];
             }
             int64_t off = b * p->dq.sb + (qs + i) * p->dq.ss + h * p->dq.sh;
+            /* a row that saw no key: dQ = 0 (dS = 0 there, but 0 times a NaN in K is NaN) */
+            float keep = fa_row_absent(((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + i) * p->lse.ss])
+                             ? 0.0f
+                             : 1.0f;
             for (int64_t x = 0; x < p->d; ++x)
-                fa_store_elem(p->out_dtype, p->dq.data, off + x, acc[x]);
+                fa_store_elem(p->out_dtype, p->dq.data, off + x, fa_row_output(acc[x], keep));
         }
     }
 }

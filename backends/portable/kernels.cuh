@@ -11,6 +11,7 @@
 
 #include "vendor.h"
 
+#include "empty_row.h"
 #include "mask.h"
 #include "params.h"
 #include "philox.h"
@@ -454,7 +455,9 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kern
             const int col = 4 * tx + OW * g;
             if (col < d)
                 store4<S>(op, at + col, d - col,
-                          make_float4(acc[r][g].x * inv, acc[r][g].y * inv, acc[r][g].z * inv, acc[r][g].w * inv), vec);
+                          make_float4(fa_row_output(acc[r][g].x, inv), fa_row_output(acc[r][g].y, inv),
+                                      fa_row_output(acc[r][g].z, inv), fa_row_output(acc[r][g].w, inv)),
+                          vec);
         }
         if (tx == 0 && p.lse.data)
             static_cast<float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + q0 + rr, h)] =

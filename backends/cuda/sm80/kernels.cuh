@@ -13,6 +13,7 @@
 #include "primitives.cuh"
 #include "tiles.h"
 
+#include "empty_row.h"
 #include "mask.h"
 #include "philox.h"
 
@@ -404,7 +405,9 @@ __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_m
 /* A forward's epilogue, for warps holding rows wrow + mt MSTRIDE + g + 8 r of the tile at q0:
  * O / l (l summed over the quad) into a row-major shared stage [rows][D + 8] for store_tile (or,
  * for an fp32 output, p.out_f32, straight to global, and the caller skips store_tile), and
- * LSE = (m + log2 l) ln 2 to global; a fully masked row gives 0 and -inf. The caller
+ * LSE = (m + log2 l) ln 2 to global; a row that saw no key (l = 0) gives O = 0 by selection
+ * (fa_row_output: its accumulator may hold 0 * NaN from masked keys) and LSE = -inf, and a NaN l
+ * (a NaN score the row sees) stays NaN in both. The caller
  * synchronises before store_tile. Shared by the sm80 and sm90 forwards. */
 template <typename T, int D, int MT, int MSTRIDE>
 __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 8][4], const float (&row_m)[MT][2],
@@ -420,7 +423,7 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
             float l = row_l[mt][r];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
             const int rr = wrow + mt * MSTRIDE + g + r * 8;
             const int64_t i = q0 + rr;
             if (p.out_f32) { /* fp32 output: straight from the registers, unrounded */
@@ -429,19 +432,19 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
                 for (int nt = 0; nt < D / 8; ++nt) {
                     const int c = nt * 8 + 2 * t4;
                     if (i < s.sq && c < p.d)
-                        orow[c] = o[mt][nt][2 * r] * inv;
+                        orow[c] = fa_row_output(o[mt][nt][2 * r], inv);
                     if (i < s.sq && c + 1 < p.d)
-                        orow[c + 1] = o[mt][nt][2 * r + 1] * inv;
+                        orow[c + 1] = fa_row_output(o[mt][nt][2 * r + 1], inv);
                 }
             } else {
 #pragma unroll
                 for (int nt = 0; nt < D / 8; ++nt)
                     *reinterpret_cast<uint32_t *>(stage + rr * LD + nt * 8 + 2 * t4) =
-                        elem<T>::pack(o[mt][nt][2 * r] * inv, o[mt][nt][2 * r + 1] * inv);
+                        elem<T>::pack(fa_row_output(o[mt][nt][2 * r], inv), fa_row_output(o[mt][nt][2 * r + 1], inv));
             }
             if (p.lse.data && t4 == 0 && i < s.sq) {
-                const float lse = (l > 0.0f && row_m[mt][r] != -CUDART_INF_F) ? (row_m[mt][r] + log2f(l)) * LN2
-                                                                                : -CUDART_INF_F;
+                const float lse = (l == 0.0f || row_m[mt][r] == -CUDART_INF_F) ? -CUDART_INF_F
+                                                                                : (row_m[mt][r] + log2f(l)) * LN2;
                 static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
             }
         }
@@ -641,6 +644,38 @@ __device__ __forceinline__ void store_dkdv(const fa_cuda_params &p, const fa_seq
     }
 }
 
+/* The backward's rule for rows that saw no key (core/empty_row.h): their Q and dO enter the
+ * products as 0, whatever they hold (0 * NaN in an MMA is NaN). lse2 holds the tile's LSE log2(e),
+ * +inf for such a row. Every thread of the block calls this with the same tile once it and lse2
+ * are visible; the rows are zeroed in place (row stride ld, d padded to D, NT threads), and the
+ * return value says whether any was, in which case the caller synchronises before reading the
+ * tiles. Called on edge tiles only: a row that sees no key makes its tile PARTIAL. */
+template <typename T, int D, int ROWS, int NT>
+__device__ __forceinline__ bool zero_absent_rows(T *q, T *dout, int ld, const float *lse2)
+{
+    bool any = false;
+#pragma unroll 8
+    for (int r = 0; r < ROWS; ++r)
+        any |= lse2[r] == CUDART_INF_F;
+    if (!any)
+        return false;
+    for (int e = threadIdx.x; e < ROWS * (D / 8); e += NT) {
+        const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+        if (lse2[r] == CUDART_INF_F) {
+            *reinterpret_cast<uint4 *>(q + r * ld + c) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4 *>(dout + r * ld + c) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    return true;
+}
+
+/* dS from P, dP (dropout factor applied) and D: a select where P = 0, so that a masked element
+ * whose dP is NaN (V = NaN there) gives 0 rather than 0 * NaN. */
+__device__ __forceinline__ float ds_of(float pr, float dpz, float d, float scale)
+{
+    return pr == 0.0f ? 0.0f : pr * (dpz - d) * scale;
+}
+
 /* One block per (key tile, kv head, batch); warps own 16 key rows; query tiles of BQ rows of every
  * query head of the group stream through shared memory. Everything is computed transposed:
  * S^T = K Q^T, dP^T = V dO^T, so P^T and dS^T are A fragments for dV += P^T dO, dK += dS^T Q. */
@@ -719,12 +754,14 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
             load_q_side(it_next, buf ^ 1);
             cp_async_commit();
         }
-        const T *q = qs + buf * BLOCK * LD, *dout = dos + buf * BLOCK * LD;
+        T *q = qs + buf * BLOCK * LD, *dout = dos + buf * BLOCK * LD;
         const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
         const fa_tile_class cls =
             fa_tile_class_meet(tile_class(p, m, h, q0 / BLOCK, kt), fa_mask_classify_tile(&m, q0, q0 + BQ, k0, k0 + BLOCK));
         const bool edge = cls != FA_TILE_FULL || k0 + BLOCK > s.sk || q0 + BQ > s.sq;
         const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+        if (edge && zero_absent_rows<T, D, BQ, THREADS>(q, dout, LD, lse2)) /* uniform */
+            __syncthreads();
 
         /* P^T = exp2(S^T * scale log2 e - LSE log2 e) */
         float pt[BQ / 8][4];
@@ -767,7 +804,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = nt * 8 + 2 * t4 + (e & 1);
-                dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z[nt][e] - dd[col]) * p.scale;
+                dpt[nt][e] = ds_of(pt[nt][e], dpt[nt][e] * z[nt][e], dd[col], p.scale);
             }
         uint32_t df[BQ / 16][4];
         acc_to_a<T, BQ>(df, dpt);
@@ -864,7 +901,7 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
                     if (edge && !visible(p, m, h, i, j, check_blocks))
                         x = 0.0f;
                     float zf = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
-                    dp[nt][e] = x * (dp[nt][e] * zf - dd[e >> 1]) * p.scale;
+                    dp[nt][e] = ds_of(x, dp[nt][e] * zf, dd[e >> 1], p.scale);
                 }
             uint32_t df[BLOCK / 16][4];
             acc_to_a<T, BLOCK>(df, dp);
@@ -879,12 +916,13 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
         if (i >= s.sq)
             continue;
         const int64_t off = b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh;
+        const float keep = lse2[r] == CUDART_INF_F ? 0.0f : 1.0f; /* a row that saw no key: dQ = 0 */
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
             int c = nt * 8 + 2 * t4;
             for (int e = 0; e < 2; ++e)
                 if (c + e < p.d)
-                    store_out<T>(p.dq.data, off + c + e, dq[nt][2 * r + e], p.out_f32);
+                    store_out<T>(p.dq.data, off + c + e, fa_row_output(dq[nt][2 * r + e], keep), p.out_f32);
         }
     }
 }
@@ -1017,6 +1055,10 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
             load_q_side(it_next, buf ^ 1);
             cp_async_commit();
         }
+        /* rows that saw no key (a tile with one is not FULL for the block's keys): Q, dO zeroed */
+        if ((keys_class(h, q0, k0, k0 + BN) != FA_TILE_FULL || q0 + BQ > s.sq) &&
+            zero_absent_rows<T, D, BQ, NT>(qs + buf * BQ * LD, dos + buf * BQ * LD, LD, lse_s + buf * BQ)) /* uniform */
+            __syncthreads();
         /* fragment bases of this step's Q and dO tiles (A: lane_off_a, transposed-B: lane_off_bt) */
         const uint32_t q_a = q_a0 + 2u * (uint32_t)(buf * BQ * LD), q_bt = q_bt0 + 2u * (uint32_t)(buf * BQ * LD);
         const uint32_t do_a = do_a0 + 2u * (uint32_t)(buf * BQ * LD), do_bt = do_bt0 + 2u * (uint32_t)(buf * BQ * LD);
@@ -1070,7 +1112,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 for (int e = 0; e < 4; ++e) {
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
-                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                    dpt[nt][e] = ds_of(pt[nt][e], dpt[nt][e] * z, dd[col], p.scale);
                 }
             acc_to_a<T, BQ>(df, dpt);
             /* dS^T (key-major, query pairs in one word) for the dQ product */
@@ -1140,7 +1182,10 @@ template <typename T, int D, int DV = D> __global__ void dq_convert_kernel(const
         return;
     const int64_t hp = (int64_t)(c / DV) * p.heads_q + h;
     const float v = p.dq_accum[(hp * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * DV + c % DV];
-    store_out<T>(p.dq.data, b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c, v, p.out_f32);
+    /* a row that saw no key: dQ = 0 (its dS is 0, but 0 times a NaN in K reached the accumulator) */
+    const float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
+    store_out<T>(p.dq.data, b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c,
+                 fa_row_output(v, fa_row_absent(l) ? 0.0f : 1.0f), p.out_f32);
 }
 
 /* ------------------------------------------------------------------ launchers */

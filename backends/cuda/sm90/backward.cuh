@@ -41,6 +41,29 @@
 namespace fa_sm90 {
 
 constexpr int BW_BN = 128, BW_THREADS = 384, BW_CONSUMERS = 256;
+
+/* fa_sm80::zero_absent_rows over a stage's Q and dO tiles in the 128-byte swizzled layout (shared
+ * addresses q, dout; ROWS rows, D / 8 chunks each): the rows whose lse2 is +inf (rows that saw no
+ * key) are set to 0 by the NT consumer threads (tid); returns whether any was. The caller then
+ * makes the stores visible to wgmma (fence_proxy_async) and synchronises the consumers. */
+template <int D, int ROWS, int NT>
+__device__ __forceinline__ bool zero_absent_rows_sw128(uint32_t q, uint32_t dout, const float *lse2, int tid)
+{
+    bool any = false;
+#pragma unroll 8
+    for (int r = 0; r < ROWS; ++r)
+        any |= lse2[r] == CUDART_INF_F;
+    if (!any)
+        return false;
+    for (int e = tid; e < ROWS * (D / 8); e += NT) {
+        const int r = e / (D / 8), c = e % (D / 8);
+        if (lse2[r] == CUDART_INF_F) {
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(q + sw128<ROWS>(r, c)), "r"(0u) : "memory");
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dout + sw128<ROWS>(r, c)), "r"(0u) : "memory");
+        }
+    }
+    return true;
+}
 /* query rows per step: 128 at d 64 (S^T and dP^T take 64 registers each, dK and dV 32), 64 at
  * d 128 (dK and dV take 64 each) */
 template <int D> __host__ __device__ constexpr int bw_bq()
@@ -201,6 +224,13 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
         const float *lse2 = rowv[st][0], *dd = rowv[st][1];
         mbar_wait(full0 + 8u * st, (uint32_t)((n / STAGES) & 1));
         fence_proxy_async();
+        /* rows that saw no key (a tile with one is not FULL for the block's keys): Q, dO zeroed
+         * before either consumer's wgmma reads them (core/empty_row.h) */
+        if ((keys_class(h, q0, k0, k0 + BW_BN) != FA_TILE_FULL || q0 + BQ > s.sq) &&
+            zero_absent_rows_sw128<D, BQ, BW_CONSUMERS>(qa, da, lse2, (int)threadIdx.x)) { /* uniform */
+            fence_proxy_async();
+            bar_sync<4, BW_CONSUMERS>();
+        }
 
         uint32_t df[BQ / 16][4]; /* dS^T as A fragments */
         const fa_tile_class gcls = keys_class(h, q0, gk0, gk0 + 64);
@@ -256,7 +286,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     const float z =
                         drop ? fa_sm80::dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
-                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                    dpt[nt][e] = fa_sm80::ds_of(pt[nt][e], dpt[nt][e] * z, dd[col], p.scale);
                 }
             fa_sm80::acc_to_a<T, BQ>(df, dpt);
             /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */

@@ -191,8 +191,8 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(
             const int c0 = 32 * ob + 8 * g + 4 * half;
             if (c0 < d)
                 pk::store4<S>(op, c0, d - c0,
-                              make_float4(o[ob][4 * g] * inv, o[ob][4 * g + 1] * inv, o[ob][4 * g + 2] * inv,
-                                          o[ob][4 * g + 3] * inv),
+                              make_float4(fa_row_output(o[ob][4 * g], inv), fa_row_output(o[ob][4 * g + 1], inv),
+                                          fa_row_output(o[ob][4 * g + 2], inv), fa_row_output(o[ob][4 * g + 3], inv)),
                               vec);
         }
     if (half == 0 && p.lse.data)

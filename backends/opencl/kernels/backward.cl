@@ -224,16 +224,19 @@ fa_backward_dq(__global const long *prm, const float scale, const float drop_sca
                     vis = fa_block_keep(&blk, bm_bits, i, k0 + jj);
                 const float p = vis ? exp(scale * s - l) : 0.0f;
                 const float z = threshold ? fa_drop_factor(bits.v[t], threshold, drop_scale) : 1.0f;
-                const float ds = p * (z * dp - di) * scale;
+                /* a select: a masked element's dP may be NaN (V = NaN), and 0 * NaN is NaN */
+                const float ds = vis ? p * (z * dp - di) * scale : 0.0f;
                 for (int c = 0; c < FA_D; ++c)
                     dqr[c] = mad(ds, k_tile[jj * FA_D + c], dqr[c]);
             }
         }
     }
     if (valid) {
+        /* a row that saw no key: dQ = 0 (its dS is 0, but 0 times a NaN in K is NaN) */
+        const float keep = fa_row_absent(l) ? 0.0f : 1.0f;
         const long at = fa_at(fa_view_of(prm, FA_T_DQ), b, qs + i, h);
         for (int c = 0; c < FA_D; ++c)
-            FA_STORE(dq, at + c, dqr[c]);
+            FA_STORE(dq, at + c, fa_row_output(dqr[c], keep));
     }
 }
 #endif

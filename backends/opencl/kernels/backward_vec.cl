@@ -96,12 +96,14 @@ static void fa_tile_grads(__local float *p, __local float *dp, __local float *z,
             }
             for (int j = 0; j < FA_BN; j += 8) {
                 const float8 pv = vload8(0, prow + j), zv = vload8(0, zrow + j);
-                vstore8(pv * (zv * vload8(0, dprow + j) - d) * scale, 0, dprow + j);
+                vstore8(select(pv * (zv * vload8(0, dprow + j) - d) * scale, (float8)0.0f, pv == 0.0f), 0, dprow + j);
                 vstore8(pv * zv, 0, zrow + j);
             }
-        } else
-            for (int j = 0; j < FA_BN; j += 8)
-                vstore8(vload8(0, prow + j) * (vload8(0, dprow + j) - d) * scale, 0, dprow + j);
+        } else /* a select where P = 0: a masked element's dP may be NaN (V = NaN), 0 * NaN is NaN */
+            for (int j = 0; j < FA_BN; j += 8) {
+                const float8 pv = vload8(0, prow + j);
+                vstore8(select(pv * (vload8(0, dprow + j) - d) * scale, (float8)0.0f, pv == 0.0f), 0, dprow + j);
+            }
     }
 }
 
@@ -156,6 +158,11 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
             for (int r = 0; r < FA_BM; ++r) {
                 lse_r[r] = r < nr ? lse[fa_at(vl, b, qs + q0 + r, h)] : -INFINITY;
                 d_r[r] = r < nr ? dsum[h * total_q + row0 + q0 + r] : 0.0f;
+                if (r < nr && fa_row_absent(lse_r[r])) /* a row that saw no key: Q and dO enter as 0 */
+                    for (int c = 0; c < FA_DV; c += 8) {
+                        vstore8((float8)0.0f, 0, q_t + r * FA_DV + c);
+                        vstore8((float8)0.0f, 0, do_t + r * FA_DV + c);
+                    }
             }
             fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
             fa_mm_nn(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
@@ -236,10 +243,11 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
         fa_mm_nn(FA_BM, FA_DV, FA_BN, dp, FA_BN, k_rows, FA_DV, dq_t, FA_DV, 1);
     }
     const fa_ocl_view vdq = fa_view_of(prm, FA_T_DQ);
-    for (int r = 0; r < nr; ++r) {
+    for (int r = 0; r < nr; ++r) { /* a row that saw no key: dQ = 0 (0 times a NaN in K is NaN) */
+        const float keep = fa_row_absent(lse_r[r]) ? 0.0f : 1.0f;
         const long at = fa_at(vdq, b, qs + q0 + r, h);
         for (int c = 0; c < FA_D; ++c)
-            FA_STORE(dq, at + c, dq_t[r * FA_DV + c]);
+            FA_STORE(dq, at + c, fa_row_output(dq_t[r * FA_DV + c], keep));
     }
 }
 #endif

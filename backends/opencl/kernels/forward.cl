@@ -352,7 +352,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         for (int g = 0; g < FA_G; ++g) {
             const int col = 4 * tx + FA_OW * g;
             if (col < FA_D)
-                fa_store4(o, at + col, FA_D - col, acc[r][g] * inv);
+                fa_store4(o, at + col, FA_D - col, fa_row_output4(acc[r][g], inv));
         }
         if (tx == 0 && prm[FA_P_HAS_LSE])
             lse[fa_at(vl, b, qs + i, h)] =

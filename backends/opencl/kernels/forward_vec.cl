@@ -193,7 +193,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
         const float inv = l == 0.0f ? 0.0f : 1.0f / l;
         const long at = fa_at(vo, b, qs + q0 + r, h);
         for (int c = 0; c < FA_D; ++c)
-            FA_STORE(o, at + c, acc[r * FA_DV + c] * inv);
+            FA_STORE(o, at + c, fa_row_output(acc[r * FA_DV + c], inv));
         if (prm[FA_P_HAS_LSE])
             lse[fa_at(vl, b, qs + q0 + r, h)] = (l == 0.0f || mx == -INFINITY) ? -INFINITY : mx + log(l);
     }
