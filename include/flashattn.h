@@ -123,7 +123,9 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
  * - scores s_ij = softmax_scale * q_i . k_j; softmax_scale 0 means 1/sqrt(d).
  * - causal: bottom-right aligned. With offset = seqlen_k - seqlen_q, query i sees key j only if
  *   j <= i + offset. Sliding window (left, right), -1 = unbounded on that side: query i sees key j
- *   only if i + offset - left <= j <= i + offset + right. causal is window right = 0.
+ *   only if i + offset - left <= j <= i + offset + right. causal is window right = 0. A bound of
+ *   seqlen_q + seqlen_k or more (up to INT64_MAX) limits nothing and acts as -1; a bound below -1
+ *   is FA_ERR_INVALID_ARG.
  * - GQA/MQA: heads_q a multiple of heads_kv; query head h uses kv head h / (heads_q / heads_kv).
  * - dropout: element (b, h, i, j) of P is dropped iff fa_dropout_keep() in core/philox.h says so
  *   (Philox4x32-10, key = seed, counter from (offset, b, h, i, j)); kept values are scaled by

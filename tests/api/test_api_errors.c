@@ -240,7 +240,7 @@ typedef enum case_id {
     Q_LAST_STRIDE_2, O_LAST_STRIDE_0, K_NEGATIVE_STRIDE, V_NEGATIVE_STRIDE, Q_NEGATIVE_SEQLEN, K_NEGATIVE_SEQLEN,
     Q_NEGATIVE_BATCH, Q_DTYPE_OUT_OF_RANGE, K_DTYPE_NEGATIVE, K_DTYPE_DIFFERS, V_DTYPE_DIFFERS, O_DTYPE_DIFFERS,
     LSE_DTYPE_F16, DROPOUT_NEGATIVE, DROPOUT_ONE, DROPOUT_ABOVE_ONE, DROPOUT_NAN, SCALE_NAN, SCALE_INF,
-    SCALE_MINUS_INF, WINDOW_LEFT_MINUS_2, WINDOW_RIGHT_MINUS_5, O_ALIASES_Q, LSE_OVERLAPS_O, O_ROWS_OVERLAP,
+    SCALE_MINUS_INF, WINDOW_LEFT_MINUS_2, WINDOW_RIGHT_MINUS_5, WINDOW_LEFT_INT64_MIN, WINDOW_RIGHT_INT64_MIN, O_ALIASES_Q, LSE_OVERLAPS_O, O_ROWS_OVERLAP,
     MASK_TOO_FEW_ROWS, MASK_TOO_FEW_COLS, MASK_WRONG_HEADS, MASK_BITS_NULL, MASK_BLOCK_ZERO,
     Q_BATCH_TIMES_SEQLEN_OVERFLOWS, Q_ELEMENT_COUNT_OVERFLOWS, Q_STRIDE_OFFSET_OVERFLOWS, Q_STRIDE_INT64_MAX,
     Q_SPAN_PAST_ADDRESS_SPACE,
@@ -310,6 +310,8 @@ static const invalid_case invalid_cases[] = {
     CASE(SCALE_MINUS_INF, BOTH, FA_ERR_INVALID_ARG, "softmax_scale", NULL),
     CASE(WINDOW_LEFT_MINUS_2, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
     CASE(WINDOW_RIGHT_MINUS_5, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
+    CASE(WINDOW_LEFT_INT64_MIN, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
+    CASE(WINDOW_RIGHT_INT64_MIN, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
     /* in the backward o is an input, and inputs may share memory */
     CASE(O_ALIASES_Q, FORWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
     CASE(LSE_OVERLAPS_O, FORWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
@@ -432,6 +434,8 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case SCALE_MINUS_INF: a.opts->softmax_scale = -INFINITY; break;
     case WINDOW_LEFT_MINUS_2: a.opts->window_left = -2; break;
     case WINDOW_RIGHT_MINUS_5: a.opts->window_right = -5; break;
+    case WINDOW_LEFT_INT64_MIN: a.opts->window_left = INT64_MIN; break;
+    case WINDOW_RIGHT_INT64_MIN: a.opts->window_right = INT64_MIN; break;
     case O_ALIASES_Q: a.o->data = a.q->data; break;
     case LSE_OVERLAPS_O: a.lse->data = (float *)a.o->data + 8; break;
     case O_ROWS_OVERLAP: a.o->stride[1] = 0; break; /* every query row written to the same place */
@@ -803,6 +807,69 @@ static void test_negative_scale_and_valid_windows_are_accepted(void **state)
     assert_true(all_bytes_are_poison(fx->buf[BUF_LSE], CAPACITY * sizeof(float)));
 }
 
+/* A window bound near INT64_MAX means "no limit on that side" (flashattn.h): forward and backward
+ * give bit for bit what -1 gives. (The bound once overflowed diag + right + 1 in core/mask.h and
+ * masked every key: O = 0, LSE = -inf.) */
+static void test_huge_windows_equal_unbounded(void **state)
+{
+    fixture *fx = *state;
+    const int64_t windows[][4] = {
+        {0, INT64_MAX, 0, -1},   {INT64_MAX, 0, -1, 0},         {INT64_MAX, INT64_MAX, -1, -1},
+        {INT64_MAX, -1, -1, -1}, {3, INT64_MAX - 1, 3, -1},    {INT64_MAX - 7, 1, -1, 1},
+    };
+    const size_t o_bytes = (size_t)BATCH * SEQ_Q * HEADS_Q * HEAD_DIM * sizeof(float);
+    const size_t lse_bytes = (size_t)BATCH * HEADS_Q * SEQ_Q * sizeof(float);
+    const size_t kv_bytes = (size_t)BATCH * SEQ_K * HEADS_KV * HEAD_DIM * sizeof(float);
+    float *want = malloc(o_bytes + lse_bytes + o_bytes + 2 * kv_bytes);
+    assert_non_null(want);
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; ++w)
+        for (int causal = 0; causal <= 1; ++causal) {
+            /* forward: the unbounded result, then the huge window's */
+            fill_buffers(fx);
+            fa_fwd_args f = make_forward(fx, -1, -1, -1);
+            f.opts.causal = causal;
+            f.opts.window_left = windows[w][2];
+            f.opts.window_right = windows[w][3];
+            assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+            memcpy(want, fx->buf[BUF_O], o_bytes);
+            memcpy((char *)want + o_bytes, fx->buf[BUF_LSE], lse_bytes);
+            for (int64_t i = 0; i < BATCH * HEADS_Q * SEQ_Q; ++i)
+                assert_true(isfinite(fx->buf[BUF_LSE][i])); /* seqlen_k > seqlen_q: no row fully masked */
+            f.opts.window_left = windows[w][0];
+            f.opts.window_right = windows[w][1];
+            memset(fx->buf[BUF_O], POISON_BYTE, CAPACITY * sizeof(float));
+            memset(fx->buf[BUF_LSE], POISON_BYTE, CAPACITY * sizeof(float));
+            assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+            if (memcmp(want, fx->buf[BUF_O], o_bytes) != 0 ||
+                memcmp((char *)want + o_bytes, fx->buf[BUF_LSE], lse_bytes) != 0) {
+                print_error("window (%lld, %lld) causal %d: forward differs from (%lld, %lld)\n",
+                            (long long)windows[w][0], (long long)windows[w][1], causal, (long long)windows[w][2],
+                            (long long)windows[w][3]);
+                fail();
+            }
+            /* backward from that forward's O and LSE, unbounded then huge */
+            fa_bwd_args b = make_backward(fx, -1, -1, -1);
+            b.opts = f.opts;
+            b.opts.window_left = windows[w][2];
+            b.opts.window_right = windows[w][3];
+            assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+            char *grads = (char *)want + o_bytes + lse_bytes;
+            memcpy(grads, fx->buf[BUF_DQ], o_bytes);
+            memcpy(grads + o_bytes, fx->buf[BUF_DK], kv_bytes);
+            memcpy(grads + o_bytes + kv_bytes, fx->buf[BUF_DV], kv_bytes);
+            b.opts.window_left = windows[w][0];
+            b.opts.window_right = windows[w][1];
+            memset(fx->buf[BUF_DQ], POISON_BYTE, CAPACITY * sizeof(float));
+            memset(fx->buf[BUF_DK], POISON_BYTE, CAPACITY * sizeof(float));
+            memset(fx->buf[BUF_DV], POISON_BYTE, CAPACITY * sizeof(float));
+            assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+            assert_memory_equal(grads, fx->buf[BUF_DQ], o_bytes);
+            assert_memory_equal(grads + o_bytes, fx->buf[BUF_DK], kv_bytes);
+            assert_memory_equal(grads + o_bytes + kv_bytes, fx->buf[BUF_DV], kv_bytes);
+        }
+    free(want);
+}
+
 /* fa_tensor_contiguous on shapes whose strides or element count do not fit 64 bits must not
  * overflow (undefined behaviour, caught by -fsanitize=undefined) and must lead fa_forward to
  * FA_ERR_OVERFLOW, never to a wrapped stride that passes validation. */
@@ -1049,6 +1116,7 @@ int main(void)
         cmocka_unit_test(test_empty_query_sequence),
         cmocka_unit_test(test_empty_key_sequence),
         cmocka_unit_test(test_negative_scale_and_valid_windows_are_accepted),
+        cmocka_unit_test(test_huge_windows_equal_unbounded),
         cmocka_unit_test(test_contiguous_tensor_of_impossible_shape),
         cmocka_unit_test(test_success_clears_last_error),
         cmocka_unit_test(test_plan_and_query_on_a_valid_problem),
