@@ -705,6 +705,161 @@ static void test_invalid_varlen_arguments(void **state)
     expect_varlen_rejected(fx, "o of the wrong total", &a, FA_ERR_INVALID_ARG, "o", "shape");
 }
 
+/* The varlen base as a backward: o and dout inputs, dq / dk / dv outputs in their own buffers. */
+static fa_bwd_args varlen_backward_of(fixture *fx, const fa_fwd_args *f)
+{
+    fa_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.q = f->q;
+    b.k = f->k;
+    b.v = f->v;
+    b.o = f->o;
+    b.lse = f->lse;
+    b.dout = f->o;
+    b.dout.data = fx->buf[BUF_DOUT];
+    b.dq = f->q;
+    b.dq.data = fx->buf[BUF_DQ];
+    b.dk = f->k;
+    b.dk.data = fx->buf[BUF_DK];
+    b.dv = f->v;
+    b.dv.data = fx->buf[BUF_DV];
+    b.varlen = f->varlen;
+    b.opts = f->opts;
+    return b;
+}
+
+/* max_seqlen bounds every sequence; a loose bound gives the tight bound's result and plan (the
+ * library plans with the longest actual sequence), a bound that int32 offsets cannot reach is a
+ * caller's bug and rejected, by every entry point, before anything is written. (A bound of
+ * 2^63 - 1 once made fa_plan report -576460752303423487 query blocks and fa_forward return
+ * success without writing; 2^40 never returned.) */
+static void test_varlen_max_seqlen_bounds(void **state)
+{
+    fixture *fx = *state;
+    const int32_t good_q[8] = {0, 3, 5}, good_k[8] = {0, 4, 7};
+    fa_varlen vl;
+    const size_t o_bytes = 5 * HEADS_Q * HEAD_DIM * sizeof(float), lse_bytes = HEADS_Q * 5 * sizeof(float);
+    float *tight = malloc(o_bytes + lse_bytes);
+    assert_non_null(tight);
+
+    fill_buffers(fx);
+    fa_fwd_args a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+    fa_plan_info tight_plan, plan;
+    assert_int_equal(fa_plan(fx->ctx, &a, &tight_plan), FA_SUCCESS);
+    assert_int_equal(tight_plan.num_q_blocks, (3 + tight_plan.block_q - 1) / tight_plan.block_q);
+    assert_int_equal(tight_plan.num_k_blocks, (4 + tight_plan.block_k - 1) / tight_plan.block_k);
+    assert_int_equal(fa_forward(fx->ctx, &a), FA_SUCCESS);
+    memcpy(tight, fx->buf[BUF_O], o_bytes);
+    memcpy((char *)tight + o_bytes, fx->buf[BUF_LSE], lse_bytes);
+
+    const int64_t loose[][2] = {{1000, 4}, {3, 1000000}, {INT32_MAX, INT32_MAX}};
+    for (size_t l = 0; l < sizeof loose / sizeof loose[0]; ++l) {
+        fill_buffers(fx);
+        a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+        vl.max_seqlen_q = loose[l][0];
+        vl.max_seqlen_k = loose[l][1];
+        assert_int_equal(fa_plan(fx->ctx, &a, &plan), FA_SUCCESS);
+        assert_int_equal(plan.num_q_blocks, tight_plan.num_q_blocks);
+        assert_int_equal(plan.num_k_blocks, tight_plan.num_k_blocks);
+        assert_int_equal(fa_forward(fx->ctx, &a), FA_SUCCESS);
+        assert_memory_equal(tight, fx->buf[BUF_O], o_bytes);
+        assert_memory_equal((char *)tight + o_bytes, fx->buf[BUF_LSE], lse_bytes);
+    }
+
+    const int64_t absurd[][2] = {{INT64_MAX, 4}, {(int64_t)1 << 40, 4}, {(int64_t)INT32_MAX + 1, 4}, {3, INT64_MAX},
+                                 {INT64_MAX, INT64_MAX}};
+    for (size_t l = 0; l < sizeof absurd / sizeof absurd[0]; ++l) {
+        char name[96];
+        snprintf(name, sizeof name, "max_seqlen (%lld, %lld)", (long long)absurd[l][0], (long long)absurd[l][1]);
+        fill_buffers(fx);
+        a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+        vl.max_seqlen_q = absurd[l][0];
+        vl.max_seqlen_k = absurd[l][1];
+        expect_varlen_rejected(fx, name, &a, FA_ERR_INVALID_ARG, "max_seqlen", NULL);
+        assert_int_equal(fa_plan(fx->ctx, &a, &plan), FA_ERR_INVALID_ARG);
+        assert_error_message(fx->ctx, name, "max_seqlen", NULL);
+        assert_int_equal(fa_query_support(fx->ctx, &a, 1, NULL, 0), FA_ERR_INVALID_ARG);
+        fill_lse_for_backward(fx);
+        fa_bwd_args b = varlen_backward_of(fx, &a);
+        assert_int_equal(fa_backward(fx->ctx, &b), FA_ERR_INVALID_ARG);
+        assert_error_message(fx->ctx, name, "max_seqlen", NULL);
+        assert_no_buffer_touched(fx, name);
+    }
+    free(tight);
+}
+
+/* A dense problem with no batch lets any sequence length through the element counts; lengths
+ * whose tile counts and diagonals overflow are rejected rather than planned. */
+static void test_empty_batch_of_impossible_length(void **state)
+{
+    fixture *fx = *state;
+    fill_buffers(fx);
+    fa_fwd_args f = make_forward(fx, 0, INT64_MAX, -1);
+    fa_plan_info plan;
+    assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_ERR_OVERFLOW);
+    assert_error_message(fx->ctx, "seqlen_q INT64_MAX, batch 0", "seqlen_q", NULL);
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_OVERFLOW);
+    f = make_forward(fx, 0, -1, INT64_MAX - 5);
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_OVERFLOW);
+    fa_bwd_args b = make_backward(fx, 0, INT64_MAX, INT64_MAX);
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_ERR_OVERFLOW);
+    assert_no_buffer_touched(fx, "batch 0 of impossible length");
+    /* a long but possible empty batch is fine */
+    f = make_forward(fx, 0, (int64_t)1 << 40, (int64_t)1 << 40);
+    assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_SUCCESS);
+    assert_int_equal(plan.num_q_blocks, (((int64_t)1 << 40) + plan.block_q - 1) / plan.block_q);
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+    assert_no_buffer_touched(fx, "batch 0 of length 2^40");
+}
+
+/* cu_seqlens are inputs: lying inside an output buffer they would be overwritten while the kernels
+ * read them, so they are rejected like any other input / output overlap. */
+static void test_cu_seqlens_inside_an_output(void **state)
+{
+    fixture *fx = *state;
+    const int32_t good_q[8] = {0, 3, 5}, good_k[8] = {0, 4, 7};
+    struct {
+        const char *name;
+        int buffer, is_q, backward;
+        const char *needle;
+    } cases[] = {
+        {"cu_seqlens_q inside o", BUF_O, 1, 0, "cu_seqlens_q"},
+        {"cu_seqlens_k inside lse", BUF_LSE, 0, 0, "cu_seqlens_k"},
+        {"cu_seqlens_q inside dq", BUF_DQ, 1, 1, "cu_seqlens_q"},
+        {"cu_seqlens_k inside dk", BUF_DK, 0, 1, "cu_seqlens_k"},
+        {"cu_seqlens_k inside dv", BUF_DV, 0, 1, "cu_seqlens_k"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+        fill_buffers(fx);
+        fa_varlen vl;
+        fa_fwd_args a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+        /* the offsets, copied 12 elements into the output (inside its 5-row extent) */
+        int32_t *inside = (int32_t *)(fx->buf[cases[c].buffer] + 12);
+        memcpy(inside, cases[c].is_q ? good_q : good_k, 3 * sizeof(int32_t));
+        if (cases[c].is_q)
+            vl.cu_seqlens_q = inside;
+        else
+            vl.cu_seqlens_k = inside;
+        fa_status st;
+        if (cases[c].backward) {
+            fill_lse_for_backward(fx);
+            memcpy(fx->snapshot + (size_t)cases[c].buffer * CAPACITY * sizeof(float), fx->buf[cases[c].buffer],
+                   CAPACITY * sizeof(float));
+            fa_bwd_args b = varlen_backward_of(fx, &a);
+            st = fa_backward(fx->ctx, &b);
+        } else {
+            memcpy(fx->snapshot + (size_t)cases[c].buffer * CAPACITY * sizeof(float), fx->buf[cases[c].buffer],
+                   CAPACITY * sizeof(float));
+            st = fa_forward(fx->ctx, &a);
+        }
+        if (st != FA_ERR_INVALID_ARG)
+            print_error("%s: status %d (%s)\n", cases[c].name, (int)st, fa_status_string(st));
+        assert_int_equal(st, FA_ERR_INVALID_ARG);
+        assert_no_buffer_touched(fx, cases[c].name);
+        assert_error_message(fx->ctx, cases[c].name, cases[c].needle, "overlap");
+    }
+}
+
 /* ---------------------------------------------------------------- valid edge cases */
 
 static int all_bytes_are_poison(const void *p, size_t bytes)
@@ -1112,6 +1267,9 @@ int main(void)
         cmocka_unit_test(test_invalid_backward_arguments),
         cmocka_unit_test(test_null_context_and_arguments),
         cmocka_unit_test(test_invalid_varlen_arguments),
+        cmocka_unit_test(test_varlen_max_seqlen_bounds),
+        cmocka_unit_test(test_empty_batch_of_impossible_length),
+        cmocka_unit_test(test_cu_seqlens_inside_an_output),
         cmocka_unit_test(test_empty_batch_succeeds_and_writes_nothing),
         cmocka_unit_test(test_empty_query_sequence),
         cmocka_unit_test(test_empty_key_sequence),
