@@ -1224,6 +1224,63 @@ static void test_context_settings(void **state)
     assert_int_equal(fa_synchronize(NULL), FA_ERR_INVALID_ARG);
 }
 
+/* Calls without a context report their reason through fa_last_error(), per thread; a success
+ * clears it. */
+static void expect_contextless_failure(fa_status got, fa_status expected, const char *case_name, const char *needle)
+{
+    const char *message = fa_last_error();
+    if (got != expected || strstr(message, ".c:") == NULL || !message_mentions(message, needle)) {
+        print_error("%s: status %d (expected %d), fa_last_error \"%s\" should have file:line and mention \"%s\"\n",
+                    case_name, (int)got, (int)expected, message, needle);
+        fail();
+    }
+}
+
+static void test_block_mask_and_context_failures_have_reasons(void **state)
+{
+    (void)state;
+    fa_block_mask m;
+    const uint8_t bits[4] = {1, 0, 1, 1};
+    expect_contextless_failure(fa_block_mask_create(NULL, FA_BLOCK_DENSE, 1, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "mask NULL", "mask");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, 0, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "heads 0", "heads");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, 1, -1, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "negative seqlen", "seqlen_q");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, 1, 8, 8, 0, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "block_q 0", "block_q");
+    expect_contextless_failure(fa_block_mask_create(&m, (fa_block_pattern)99, 1, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "unknown pattern", "pattern");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_LOCAL, 1, 8, 8, 4, 4, -1, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "LOCAL param -1", "param");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_STRIDED, 1, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "STRIDED param 0", "param");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_RANDOM, 1, 8, 8, 4, 4, 0, NAN, 0),
+                               FA_ERR_INVALID_ARG, "RANDOM density NaN", "density");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, (int64_t)1 << 40, (int64_t)1 << 40,
+                                                    (int64_t)1 << 40, 1, 1, 0, 0.0, 0),
+                               FA_ERR_OVERFLOW, "2^120 blocks", "overflow");
+    expect_contextless_failure(fa_block_mask_from_bitmap(&m, NULL, 1, 2, 2, 4, 4), FA_ERR_INVALID_ARG,
+                               "bitmap NULL", "bitmap");
+    expect_contextless_failure(fa_block_mask_from_bitmap(&m, bits, 1, -2, 2, 4, 4), FA_ERR_INVALID_ARG,
+                               "rows -2", "rows");
+    expect_contextless_failure(fa_block_mask_from_bitmap(NULL, bits, 1, 2, 2, 4, 4), FA_ERR_INVALID_ARG,
+                               "from_bitmap mask NULL", "mask");
+    assert_int_equal(fa_block_mask_from_bitmap(&m, bits, 1, 2, 2, 4, 4), FA_SUCCESS);
+    assert_string_equal(fa_last_error(), "");
+    fa_block_mask_destroy(&m);
+    /* fa_context_create has no context to keep its reason in either */
+    fa_context *ctx = NULL;
+    unsetenv("FLASHATTN_BACKEND");
+    expect_contextless_failure(fa_context_create(&ctx, "no-such-backend", 0), FA_ERR_NO_BACKEND, "no backend",
+                               "no-such-backend");
+    expect_contextless_failure(fa_context_create(&ctx, "cpu", 99), FA_ERR_NO_DEVICE, "device 99", "device");
+    expect_contextless_failure(fa_context_create(NULL, "cpu", 0), FA_ERR_INVALID_ARG, "out NULL", "out");
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    assert_string_equal(fa_last_error(), "");
+    fa_context_destroy(ctx);
+}
+
 static void test_memory_helpers(void **state)
 {
     fixture *fx = *state;
@@ -1284,6 +1341,7 @@ int main(void)
         cmocka_unit_test(test_environment_selects_backend),
         cmocka_unit_test(test_context_settings),
         cmocka_unit_test(test_memory_helpers),
+        cmocka_unit_test(test_block_mask_and_context_failures_have_reasons),
     };
     return cmocka_run_group_tests(tests, make_masks, free_masks);
 }
