@@ -38,7 +38,7 @@ typedef struct fa_problem {
     fa_dtype dtype;
     fa_dtype out_dtype;                 /* o / dq, dk, dv: dtype, or fp32 for fp16 / bf16 inputs */
     int64_t batch, heads_q, heads_kv, group, d;
-    int64_t seqlen_q, seqlen_k;         /* dense: the lengths; varlen: the maxima */
+    int64_t seqlen_q, seqlen_k;         /* dense: the lengths; varlen: the longest in cu_seqlens */
     int64_t total_q, total_k;           /* rows of the packed tensors (dense: batch * seqlen) */
     float scale;
     int causal;
