@@ -241,7 +241,7 @@ typedef enum case_id {
     Q_NEGATIVE_BATCH, Q_DTYPE_OUT_OF_RANGE, K_DTYPE_NEGATIVE, K_DTYPE_DIFFERS, V_DTYPE_DIFFERS, O_DTYPE_DIFFERS,
     LSE_DTYPE_F16, DROPOUT_NEGATIVE, DROPOUT_ONE, DROPOUT_ABOVE_ONE, DROPOUT_NAN, SCALE_NAN, SCALE_INF,
     SCALE_MINUS_INF, WINDOW_LEFT_MINUS_2, WINDOW_RIGHT_MINUS_5, WINDOW_LEFT_INT64_MIN, WINDOW_RIGHT_INT64_MIN, O_ALIASES_Q, LSE_OVERLAPS_O, O_ROWS_OVERLAP,
-    MASK_TOO_FEW_ROWS, MASK_TOO_FEW_COLS, MASK_WRONG_HEADS, MASK_BITS_NULL, MASK_BLOCK_ZERO,
+    MASK_TOO_FEW_ROWS, MASK_TOO_FEW_COLS, MASK_WRONG_HEADS, MASK_BITS_NULL, MASK_BLOCK_ZERO, MASK_CELLS_OVERFLOW,
     Q_BATCH_TIMES_SEQLEN_OVERFLOWS, Q_ELEMENT_COUNT_OVERFLOWS, Q_STRIDE_OFFSET_OVERFLOWS, Q_STRIDE_INT64_MAX,
     Q_SPAN_PAST_ADDRESS_SPACE,
     DQ_SHAPE_MISMATCH, DK_DTYPE_DIFFERS, DV_DATA_NULL, DOUT_NDIM_3, DOUT_SHAPE_MISMATCH, DQ_ALIASES_Q,
@@ -321,6 +321,8 @@ static const invalid_case invalid_cases[] = {
     CASE(MASK_WRONG_HEADS, BOTH, FA_ERR_INVALID_ARG, "block_mask", "heads"),
     CASE(MASK_BITS_NULL, BOTH, FA_ERR_INVALID_ARG, "block_mask", NULL),
     CASE(MASK_BLOCK_ZERO, BOTH, FA_ERR_INVALID_ARG, "block_mask", NULL),
+    /* a hand-made mask claiming 2^40 x 2^40 blocks: heads * rows * cols does not fit 64 bits */
+    CASE(MASK_CELLS_OVERFLOW, BOTH, FA_ERR_INVALID_ARG, "block_mask", "overflow"),
     /* sizes whose byte counts cannot be formed: rejected before any pointer is dereferenced (the
      * data pointers here are fake, so touching them would crash the test) */
     CASE(Q_BATCH_TIMES_SEQLEN_OVERFLOWS, BOTH, FA_ERR_OVERFLOW, "overflow", NULL),
@@ -341,6 +343,8 @@ static const invalid_case invalid_cases[] = {
 
 /* Block masks used by the mask cases; built once per test run. */
 static fa_block_mask mask_short_rows, mask_short_cols, mask_two_heads, mask_null_bits, mask_zero_block;
+static uint8_t huge_mask_bits[16];
+static const fa_block_mask mask_huge = {1, (int64_t)1 << 40, (int64_t)1 << 40, 2, 2, huge_mask_bits};
 
 /* A fake, never-mapped address: if validation let it through, the test would crash. */
 #define FAKE_POINTER ((void *)(uintptr_t)0x1000)
@@ -444,6 +448,7 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case MASK_WRONG_HEADS: a.opts->block_mask = &mask_two_heads; break;
     case MASK_BITS_NULL: a.opts->block_mask = &mask_null_bits; break;
     case MASK_BLOCK_ZERO: a.opts->block_mask = &mask_zero_block; break;
+    case MASK_CELLS_OVERFLOW: a.opts->block_mask = &mask_huge; break;
     case Q_BATCH_TIMES_SEQLEN_OVERFLOWS: {
         /* 2^40 x 2^40 rows: batch * seqlen does not fit 64 bits */
         const int64_t huge = (int64_t)1 << 40;
