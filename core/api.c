@@ -123,8 +123,8 @@ fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
         info->block_k = c.p.block_k;
         info->onchip_bytes = lim.onchip_bytes;
         fa_plan_paper_blocks(lim.onchip_bytes, c.p.d, &info->paper_block_q, &info->paper_block_k);
-        info->num_q_blocks = (c.p.seqlen_q + c.p.block_q - 1) / c.p.block_q;
-        info->num_k_blocks = (c.p.seqlen_k + c.p.block_k - 1) / c.p.block_k;
+        info->num_q_blocks = c.p.seqlen_q / c.p.block_q + (c.p.seqlen_q % c.p.block_q != 0);
+        info->num_k_blocks = c.p.seqlen_k / c.p.block_k + (c.p.seqlen_k % c.p.block_k != 0);
         info->workspace_fwd = ctx->backend->workspace(ctx, &c.p);
         c.p.backward = 1; /* a backend may tile its backward differently */
         plan_problem(ctx, &c.p, &lim);

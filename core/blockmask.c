@@ -24,15 +24,16 @@ static uint64_t splitmix64(uint64_t *state)
 }
 
 /* FA_ERR_OVERFLOW when heads * rows * cols bytes cannot even be counted, OUT_OF_MEMORY when
- * they can but calloc fails. */
+ * they can but calloc fails (each with its message for fa_last_error). */
 static fa_status mask_alloc(fa_block_mask *mask, int64_t heads, int64_t rows, int64_t cols, int64_t bq, int64_t bk)
 {
     int64_t n;
     if (!fa_mul_ok(heads, rows, &n) || !fa_mul_ok(n, cols, &n) || (uint64_t)n > SIZE_MAX)
-        return FA_ERR_OVERFLOW;
+        return FA_ERROR(NULL, FA_ERR_OVERFLOW, "block mask: heads %lld x rows %lld x cols %lld bytes overflow",
+                        (long long)heads, (long long)rows, (long long)cols);
     mask->bits = calloc(n > 0 ? (size_t)n : 1, 1);
     if (!mask->bits)
-        return FA_ERR_OUT_OF_MEMORY;
+        return FA_ERROR(NULL, FA_ERR_OUT_OF_MEMORY, "block mask: cannot allocate %lld bytes", (long long)n);
     mask->heads = heads;
     mask->rows = rows;
     mask->cols = cols;
@@ -46,16 +47,26 @@ fa_status fa_block_mask_create(fa_block_mask *mask, fa_block_pattern pattern, in
                                uint64_t seed)
 {
     if (!mask)
-        return FA_ERR_INVALID_ARG;
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: mask is NULL");
     memset(mask, 0, sizeof *mask);
-    if (heads < 1 || seqlen_q < 0 || seqlen_k < 0 || block_q < 1 || block_k < 1)
-        return FA_ERR_INVALID_ARG;
+    if (heads < 1)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: heads = %lld must be >= 1", (long long)heads);
+    if (seqlen_q < 0 || seqlen_k < 0)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: seqlen_q = %lld and seqlen_k = %lld must be >= 0",
+                        (long long)seqlen_q, (long long)seqlen_k);
+    if (block_q < 1 || block_k < 1)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: block_q = %lld and block_k = %lld must be >= 1",
+                        (long long)block_q, (long long)block_k);
     if (pattern < FA_BLOCK_DENSE || pattern > FA_BLOCK_RANDOM)
-        return FA_ERR_INVALID_ARG;
-    if ((pattern == FA_BLOCK_LOCAL && param < 0) || (pattern == FA_BLOCK_STRIDED && param < 1))
-        return FA_ERR_INVALID_ARG;
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: unknown pattern %d", (int)pattern);
+    if (pattern == FA_BLOCK_LOCAL && param < 0)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: LOCAL band width param = %lld must be >= 0",
+                        (long long)param);
+    if (pattern == FA_BLOCK_STRIDED && param < 1)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: STRIDED stride param = %lld must be >= 1",
+                        (long long)param);
     if (pattern == FA_BLOCK_RANDOM && !(density >= 0.0 && density <= 1.0))
-        return FA_ERR_INVALID_ARG;
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_create: RANDOM density = %g must be in [0, 1]", density);
     int64_t rows = ceil_div(seqlen_q, block_q), cols = ceil_div(seqlen_k, block_k);
     fa_status st = mask_alloc(mask, heads, rows, cols, block_q, block_k);
     if (st != FA_SUCCESS)
@@ -80,6 +91,7 @@ fa_status fa_block_mask_create(fa_block_mask *mask, fa_block_pattern pattern, in
                 }
                 mask->bits[(h * rows + r) * cols + c] = (uint8_t)keep;
             }
+    fa_clear_error(NULL);
     return FA_SUCCESS;
 }
 
@@ -87,15 +99,25 @@ fa_status fa_block_mask_from_bitmap(fa_block_mask *mask, const uint8_t *bitmap, 
                                     int64_t cols, int64_t block_q, int64_t block_k)
 {
     if (!mask)
-        return FA_ERR_INVALID_ARG;
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_from_bitmap: mask is NULL");
     memset(mask, 0, sizeof *mask);
-    if (heads < 1 || rows < 0 || cols < 0 || block_q < 1 || block_k < 1 || (!bitmap && rows > 0 && cols > 0))
-        return FA_ERR_INVALID_ARG;
+    if (heads < 1)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_from_bitmap: heads = %lld must be >= 1",
+                        (long long)heads);
+    if (rows < 0 || cols < 0)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_from_bitmap: rows = %lld and cols = %lld must be >= 0",
+                        (long long)rows, (long long)cols);
+    if (block_q < 1 || block_k < 1)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_from_bitmap: block_q = %lld and block_k = %lld must be >= 1",
+                        (long long)block_q, (long long)block_k);
+    if (!bitmap && rows > 0 && cols > 0)
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_block_mask_from_bitmap: bitmap is NULL");
     fa_status st = mask_alloc(mask, heads, rows, cols, block_q, block_k);
     if (st != FA_SUCCESS)
         return st;
     for (int64_t i = 0; i < heads * rows * cols; ++i)
         mask->bits[i] = bitmap[i] != 0;
+    fa_clear_error(NULL);
     return FA_SUCCESS;
 }
 
@@ -111,8 +133,9 @@ double fa_block_mask_density(const fa_block_mask *mask)
 {
     if (!mask || !mask->bits)
         return 0.0;
-    int64_t n = mask->heads * mask->rows * mask->cols, kept = 0;
-    if (n <= 0)
+    int64_t n, kept = 0;
+    if (mask->heads < 1 || mask->rows < 0 || mask->cols < 0 || !fa_mul_ok(mask->heads, mask->rows, &n) ||
+        !fa_mul_ok(n, mask->cols, &n) || n <= 0)
         return 0.0;
     for (int64_t i = 0; i < n; ++i)
         kept += mask->bits[i] != 0;
@@ -124,10 +147,13 @@ fa_status fa_block_mask_check(const fa_block_mask *m, int64_t heads_q, int64_t s
 {
     const char *msg = NULL;
     char buf[160];
+    int64_t cells;
     if (m->block_q < 1 || m->block_k < 1)
         msg = "block sizes must be >= 1";
     else if (m->heads != 1 && m->heads != heads_q)
         msg = "heads must be 1 (broadcast) or heads_q";
+    else if (!fa_mul_ok(m->heads, m->rows, &cells) || !fa_mul_ok(cells, m->cols, &cells))
+        msg = "heads x rows x cols overflows 64 bits";
     else if (m->rows < ceil_div(seqlen_q, m->block_q) || m->cols < ceil_div(seqlen_k, m->block_k)) {
         snprintf(buf, sizeof buf, "%lld x %lld blocks do not cover seqlen %lld x %lld at block size %lld x %lld",
                  (long long)m->rows, (long long)m->cols, (long long)seqlen_q, (long long)seqlen_k,

@@ -106,7 +106,7 @@ fa_status fa_backend_capabilities(const char *backend, fa_capabilities *caps)
 fa_status fa_context_create(fa_context **out, const char *backend, int device)
 {
     if (!out)
-        return FA_ERR_INVALID_ARG;
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_context_create: out is NULL");
     *out = NULL;
     const char *env = getenv("FLASHATTN_BACKEND");
     if ((!backend || strcmp(backend, "default") == 0) && env && *env && strcmp(env, "default") != 0)
@@ -117,26 +117,35 @@ fa_status fa_context_create(fa_context **out, const char *backend, int device)
     } else {
         b = find_backend(backend);
         if (!b)
-            return FA_ERR_NO_BACKEND;
+            return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: no backend \"%s\" in this build%s", backend,
+                            backend == env ? " (named by FLASHATTN_BACKEND)" : "");
     }
     int n = 0;
     fa_status st = b->device_count(&n);
     if (st != FA_SUCCESS)
-        return st;
+        return FA_ERROR(NULL, st, "fa_context_create: the %s backend cannot count its devices", b->name);
     if (n == 0)
-        return FA_ERR_NO_BACKEND;
+        return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: the %s backend has no usable device", b->name);
     if (device < 0 || device >= n)
-        return FA_ERR_NO_DEVICE;
+        return FA_ERROR(NULL, FA_ERR_NO_DEVICE, "fa_context_create: device %d of the %s backend: it has %d (0..%d)",
+                        device, b->name, n, n - 1);
     fa_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
-        return FA_ERR_OUT_OF_MEMORY;
+        return FA_ERROR(NULL, FA_ERR_OUT_OF_MEMORY, "fa_context_create: cannot allocate the context");
     ctx->backend = b;
     ctx->device = device;
+    ctx->serial = fa_context_next_serial();
+    fa_clear_error(NULL);
     st = b->open(ctx, device);
     if (st != FA_SUCCESS) {
+        /* the backend recorded its reason against the context that is about to go */
+        fa_error_move_to_thread(ctx);
+        if (!*fa_last_error())
+            FA_ERROR(NULL, st, "fa_context_create: the %s backend could not open device %d", b->name, device);
         free(ctx);
         return st;
     }
+    fa_clear_error(NULL);
     *out = ctx;
     return FA_SUCCESS;
 }

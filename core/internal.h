@@ -38,7 +38,7 @@ typedef struct fa_problem {
     fa_dtype dtype;
     fa_dtype out_dtype;                 /* o / dq, dk, dv: dtype, or fp32 for fp16 / bf16 inputs */
     int64_t batch, heads_q, heads_kv, group, d;
-    int64_t seqlen_q, seqlen_k;         /* dense: the lengths; varlen: the maxima */
+    int64_t seqlen_q, seqlen_k;         /* dense: the lengths; varlen: the longest in cu_seqlens */
     int64_t total_q, total_k;           /* rows of the packed tensors (dense: batch * seqlen) */
     float scale;
     int causal;
@@ -155,18 +155,29 @@ struct fa_context {
     const fa_backend *backend;
     int device;
     int num_threads;
-    void *priv; /* backend state */
-    char last_error[512];
+    void *priv;      /* backend state */
+    uint64_t serial; /* distinct for every context created: a thread's stored message for an
+                        earlier context at the same address is not this one's */
 };
 
-/* Records a message (with file:line) and returns status; FA_SUCCESS clears the message. */
+/* Error messages are per thread (core/status.c): each thread keeps, for itself, the last message
+ * of calls without a context (ctx NULL) and of each of the few contexts it used most recently, so a
+ * thread sharing a context with others reads its own call's message. */
+#define FA_ERROR_MESSAGE_BYTES 512
+/* Records a message (with file:line) for the calling thread and ctx (NULL: a call without a
+ * context) and returns status; FA_SUCCESS clears the message. */
 fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int line, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
 #define FA_ERROR(ctx, status, ...) fa_error_at((ctx), (status), __FILE__, __LINE__, __VA_ARGS__)
-void fa_clear_error(fa_context *ctx);
+void fa_clear_error(const fa_context *ctx);
+/* Moves the calling thread's message for ctx to its context-free slot (for a context that failed to
+ * open and is about to be freed, so that fa_last_error() reports why). */
+void fa_error_move_to_thread(const fa_context *ctx);
+/* The next context serial. */
+uint64_t fa_context_next_serial(void);
 
 /* ---------------------------------------------------------------- core modules */
 

@@ -30,7 +30,8 @@ typedef enum fa_tile_class { FA_TILE_EMPTY = 0, FA_TILE_PARTIAL = 1, FA_TILE_FUL
 
 typedef struct fa_mask {
     int64_t seqlen_q, seqlen_k;
-    int64_t left, right; /* effective window, -1 unbounded; causal already folded into right */
+    int64_t left, right; /* effective window in [-1, seqlen_q + seqlen_k), -1 unbounded; causal
+                            already folded into right */
 } fa_mask;
 
 FA_MASK_FN fa_mask fa_mask_make(int64_t seqlen_q, int64_t seqlen_k, int causal, int64_t left,
@@ -39,8 +40,12 @@ FA_MASK_FN fa_mask fa_mask_make(int64_t seqlen_q, int64_t seqlen_k, int causal, 
     fa_mask m;
     m.seqlen_q = seqlen_q;
     m.seqlen_k = seqlen_k;
-    m.left = left < 0 ? -1 : left;
-    m.right = right < 0 ? -1 : right;
+    /* Every key j of row i lies within seqlen_q + seqlen_k - 1 of i's diagonal on either side, so
+     * a bound of seqlen_q + seqlen_k or more limits nothing: it becomes -1 here, once, which keeps
+     * diag - left and diag + right + 1 below from overflowing for bounds up to INT64_MAX (the
+     * differences below cannot overflow: the bound is >= 0 and the lengths are). */
+    m.left = left < 0 || left - seqlen_k >= seqlen_q ? -1 : left;
+    m.right = right < 0 || right - seqlen_k >= seqlen_q ? -1 : right;
     if (causal && (m.right < 0 || m.right > 0))
         m.right = 0;
     return m;

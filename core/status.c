@@ -1,7 +1,8 @@
-/* status.c: status strings, dtype names and sizes, and the context's last-error message. */
+/* status.c: status strings, dtype names and sizes, and the last-error messages (per thread). */
 #include "internal.h"
 #include "half.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,35 +50,96 @@ const char *fa_dtype_name(fa_dtype dtype)
     return "unknown";
 }
 
-fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int line, const char *fmt, ...)
+/* A thread's messages: slot 0 for calls without a context, the others for the contexts this thread
+ * used most recently (reused in turn when there are more). Thread-local, so that threads sharing a
+ * context never read or clear each other's message; no lock is needed. */
+#define FA_ERROR_SLOTS 8
+
+typedef struct error_slot {
+    const fa_context *ctx;
+    uint64_t serial;
+    char message[FA_ERROR_MESSAGE_BYTES];
+} error_slot;
+
+static _Thread_local error_slot thread_errors[FA_ERROR_SLOTS];
+static _Thread_local unsigned thread_next_slot;
+
+static atomic_uint_fast64_t context_serials;
+
+uint64_t fa_context_next_serial(void)
+{
+    return (uint64_t)atomic_fetch_add(&context_serials, 1) + 1;
+}
+
+/* The calling thread's slot for ctx; NULL if it has none and create is 0. */
+static error_slot *thread_slot(const fa_context *ctx, int create)
 {
     if (!ctx)
-        return status;
+        return &thread_errors[0];
+    error_slot *free_slot = NULL;
+    for (int i = 1; i < FA_ERROR_SLOTS; ++i) {
+        error_slot *s = &thread_errors[i];
+        if (s->ctx == ctx && s->serial == ctx->serial)
+            return s;
+        if (!s->ctx && !free_slot)
+            free_slot = s;
+    }
+    if (!create)
+        return NULL;
+    error_slot *s = free_slot ? free_slot : &thread_errors[1 + thread_next_slot++ % (FA_ERROR_SLOTS - 1)];
+    s->ctx = ctx;
+    s->serial = ctx->serial;
+    s->message[0] = '\0';
+    return s;
+}
+
+fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int line, const char *fmt, ...)
+{
     if (status == FA_SUCCESS) {
-        ctx->last_error[0] = '\0';
+        fa_clear_error(ctx);
         return status;
     }
+    error_slot *s = thread_slot(ctx, 1);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    int n = snprintf(ctx->last_error, sizeof ctx->last_error, "%s:%d: ", base, line);
-    if (n < 0 || (size_t)n >= sizeof ctx->last_error)
+    int n = snprintf(s->message, sizeof s->message, "%s:%d: ", base, line);
+    if (n < 0 || (size_t)n >= sizeof s->message)
         return status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->last_error + n, sizeof ctx->last_error - (size_t)n, fmt, ap);
+    vsnprintf(s->message + n, sizeof s->message - (size_t)n, fmt, ap);
     va_end(ap);
     return status;
 }
 
-void fa_clear_error(fa_context *ctx)
+void fa_clear_error(const fa_context *ctx)
 {
-    if (ctx)
-        ctx->last_error[0] = '\0';
+    error_slot *s = thread_slot(ctx, 0);
+    if (s)
+        s->message[0] = '\0';
+}
+
+void fa_error_move_to_thread(const fa_context *ctx)
+{
+    error_slot *s = ctx ? thread_slot(ctx, 0) : NULL;
+    if (!s)
+        return;
+    memcpy(thread_errors[0].message, s->message, sizeof s->message);
+    s->ctx = NULL;
+    s->message[0] = '\0';
 }
 
 const char *fa_context_last_error(const fa_context *ctx)
 {
-    return ctx ? ctx->last_error : "no context";
+    if (!ctx)
+        return "no context";
+    const error_slot *s = thread_slot(ctx, 0);
+    return s ? s->message : "";
+}
+
+const char *fa_last_error(void)
+{
+    return thread_errors[0].message;
 }
 
 uint16_t fa_f32_to_f16(float x) { return fa_float_to_half(x); }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #define FA_MAX_HEAD_DIM 256
+#define FA_MAX_SEQLEN ((int64_t)1 << 60)
 
 static int dtype_valid(fa_dtype dt)
 {
@@ -157,17 +158,25 @@ static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem 
     return FA_SUCCESS;
 }
 
-/* Reads and checks cu_seqlens (batch + 1 int32 in the context's memory). */
+/* Reads and checks cu_seqlens (batch + 1 int32 in the context's memory, not inside any output);
+ * *longest receives the longest sequence's length. */
 static fa_status load_cu_seqlens(fa_context *ctx, const char *name, const int32_t *cu, int64_t batch,
-                                 int64_t total, int64_t max_len, int32_t *host)
+                                 int64_t total, int64_t max_len, const span *outs, const char *const *out_names,
+                                 int n_outs, int32_t *host, int64_t *longest)
 {
     if (!cu)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s is NULL", name);
+    /* the kernels read the offsets while they write the outputs (on GPUs, from device memory) */
+    span s_cu = {(uintptr_t)cu, (uintptr_t)cu + (uintptr_t)(batch + 1) * sizeof(int32_t)};
+    for (int i = 0; i < n_outs; ++i)
+        if (spans_overlap(s_cu, outs[i]))
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s overlaps output %s in memory", name, out_names[i]);
     fa_status st = ctx->backend->copy(ctx, host, cu, (size_t)(batch + 1) * sizeof(int32_t), FA_COPY_DEVICE_TO_HOST);
     if (st != FA_SUCCESS)
         return st;
     if (host[0] != 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s[0] = %d, must be 0", name, (int)host[0]);
+    *longest = 0;
     for (int64_t b = 0; b < batch; ++b) {
         int64_t len = (int64_t)host[b + 1] - host[b];
         if (len < 0)
@@ -175,6 +184,8 @@ static fa_status load_cu_seqlens(fa_context *ctx, const char *name, const int32_
         if (len > max_len)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: sequence %lld of %s has length %lld > max_seqlen %lld",
                             (long long)b, name, (long long)len, (long long)max_len);
+        if (len > *longest)
+            *longest = len;
     }
     if (host[batch] > total)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: %s[%lld] = %d exceeds the %lld packed rows", name,
@@ -195,6 +206,13 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: batch and max_seqlen must be >= 0");
         if (vl->batch >= INT32_MAX)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: batch too large");
+        /* int32 offsets cannot describe a longer sequence; a larger bound is a caller's bug (a
+         * bound that is merely loose is accepted: the plan uses the longest actual sequence) */
+        if (vl->max_seqlen_q > INT32_MAX || vl->max_seqlen_k > INT32_MAX)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                            "varlen: max_seqlen_q = %lld, max_seqlen_k = %lld: each must be at most 2^31 - 1 (the "
+                            "longest sequence int32 cu_seqlens can describe)",
+                            (long long)vl->max_seqlen_q, (long long)vl->max_seqlen_k);
         p->varlen = 1;
         p->batch = vl->batch;
         p->seqlen_q = vl->max_seqlen_q;
@@ -210,6 +228,11 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
         p->seqlen_k = k->shape[1];
         if (!fa_mul_ok(p->batch, p->seqlen_q, &p->total_q) || !fa_mul_ok(p->batch, p->seqlen_k, &p->total_k))
             return FA_ERROR(ctx, FA_ERR_OVERFLOW, "batch * seqlen overflows 64 bits");
+        /* only an empty batch lets a length this large through the element counts; tile counts,
+         * diagonals (seqlen_k - seqlen_q + i) and window edges must stay inside 64 bits */
+        if (p->seqlen_q > FA_MAX_SEQLEN || p->seqlen_k > FA_MAX_SEQLEN)
+            return FA_ERROR(ctx, FA_ERR_OVERFLOW, "seqlen_q = %lld, seqlen_k = %lld: each must be at most 2^60",
+                            (long long)p->seqlen_q, (long long)p->seqlen_k);
     }
     p->heads_q = q->shape[nd - 2];
     p->heads_kv = k->shape[nd - 2];
@@ -270,7 +293,10 @@ static void shape_lse(const fa_problem *p, int64_t *s)
     }
 }
 
-static fa_status finish_varlen(fa_context *ctx, const fa_varlen *vl, fa_problem *p, int32_t **cu_host)
+/* Loads cu_seqlens; the problem's seqlen_q / seqlen_k become the longest actual sequences (the
+ * kernels' grids and tile counts follow them, however loose max_seqlen was). */
+static fa_status finish_varlen(fa_context *ctx, const fa_varlen *vl, fa_problem *p, const span *outs,
+                               const char *const *out_names, int n_outs, int32_t **cu_host)
 {
     *cu_host = NULL;
     if (!vl)
@@ -278,9 +304,12 @@ static fa_status finish_varlen(fa_context *ctx, const fa_varlen *vl, fa_problem 
     int32_t *h = malloc(sizeof(int32_t) * 2 * (size_t)(p->batch + 1));
     if (!h)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "varlen: cannot allocate %lld host offsets", (long long)p->batch);
-    fa_status st = load_cu_seqlens(ctx, "cu_seqlens_q", vl->cu_seqlens_q, p->batch, p->total_q, p->seqlen_q, h);
+    int64_t longest_q = 0, longest_k = 0;
+    fa_status st = load_cu_seqlens(ctx, "cu_seqlens_q", vl->cu_seqlens_q, p->batch, p->total_q, p->seqlen_q, outs,
+                                   out_names, n_outs, h, &longest_q);
     if (st == FA_SUCCESS)
-        st = load_cu_seqlens(ctx, "cu_seqlens_k", vl->cu_seqlens_k, p->batch, p->total_k, p->seqlen_k, h + p->batch + 1);
+        st = load_cu_seqlens(ctx, "cu_seqlens_k", vl->cu_seqlens_k, p->batch, p->total_k, p->seqlen_k, outs,
+                             out_names, n_outs, h + p->batch + 1, &longest_k);
     if (st != FA_SUCCESS) {
         free(h);
         return st;
@@ -289,6 +318,8 @@ static fa_status finish_varlen(fa_context *ctx, const fa_varlen *vl, fa_problem 
     p->cu_k = vl->cu_seqlens_k;
     p->host_cu_q = h;
     p->host_cu_k = h + p->batch + 1;
+    p->seqlen_q = longest_q;
+    p->seqlen_k = longest_k;
     *cu_host = h;
     return FA_SUCCESS;
 }
@@ -324,7 +355,11 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "an output (o or lse) overlaps input %s in memory", in_names[i]);
     if (spans_overlap(s_o, s_l))
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "o and lse overlap in memory");
-    if ((st = check_options(ctx, &a->opts, p)))
+    /* varlen first: the options' block mask is checked against the longest actual sequences */
+    span outs[2] = {s_o, s_l};
+    static const char *const out_names[2] = {"o", "lse"};
+    if ((st = finish_varlen(ctx, a->varlen, p, outs, out_names, 2, cu_host)) ||
+        (st = check_options(ctx, &a->opts, p)))
         return st;
     p->q = make_view(&a->q, p->varlen);
     p->k = make_view(&a->k, p->varlen);
@@ -332,7 +367,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     p->o = make_view(&a->o, p->varlen);
     if (p->has_lse)
         p->lse = make_lse_view(&a->lse, p->varlen);
-    return finish_varlen(ctx, a->varlen, p, cu_host);
+    return FA_SUCCESS;
 }
 
 fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem *p, int32_t **cu_host)
@@ -375,7 +410,8 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
             if (spans_overlap(out[i], out[j]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "outputs %s and %s overlap in memory", out_names[i],
                                 out_names[j]);
-    if ((st = check_options(ctx, &a->opts, p)))
+    if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, 3, cu_host)) ||
+        (st = check_options(ctx, &a->opts, p)))
         return st;
     p->has_lse = 1;
     p->q = make_view(&a->q, p->varlen);
@@ -387,5 +423,5 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
     p->dq = make_view(&a->dq, p->varlen);
     p->dk = make_view(&a->dk, p->varlen);
     p->dv = make_view(&a->dv, p->varlen);
-    return finish_varlen(ctx, a->varlen, p, cu_host);
+    return FA_SUCCESS;
 }

@@ -2,8 +2,22 @@
  *
  * Exact attention O = softmax(scale * Q K^T + mask) V computed by fused tiled kernels that never
  * materialise the N x N score matrix. C11; every symbol is prefixed fa_ / FA_. The library never
- * aborts and never prints: every call returns an fa_status, and a context keeps the last error
- * message (with the library file and line that raised it). */
+ * aborts and never prints: every call returns an fa_status, and the calling thread keeps the last
+ * error message (with the library file and line that raised it): fa_context_last_error for calls
+ * on a context, fa_last_error for calls without one.
+ *
+ * Threads. Functions that take no context (versions, status strings, dtypes, discovery,
+ * capabilities, fa_options_default, fa_tensor_contiguous, block masks, fa_io_model_compute,
+ * conversions) may be called from any number of threads at once. Different contexts may be used
+ * by different threads at once. One context may be shared by threads that call fa_forward,
+ * fa_backward, fa_query_support, fa_plan, fa_malloc, fa_free, fa_memcpy and fa_synchronize on it
+ * at the same time on the cpu backend (each call starts its own workers and allocates its own
+ * workspace) and on cuda / hip (each call selects the device and allocates its workspace on the
+ * context's stream; the calls queue on that one stream, in no guaranteed order between threads);
+ * an opencl context must be used by one thread at a time (its program cache and buffer table are
+ * not locked). Never concurrently with any other call on the same context: fa_context_destroy,
+ * fa_context_set_stream, fa_context_set_num_threads. Error messages are per thread, so a thread
+ * always reads the message of its own last call, whatever other threads do with the context. */
 #ifndef FLASHATTN_H
 #define FLASHATTN_H
 
@@ -105,7 +119,8 @@ typedef enum fa_block_pattern {
 
 /* Allocate mask->bits (host, heads*rows*cols bytes) for a problem of the given sequence lengths and
  * fill it with a pattern. param: band width (LOCAL) or stride (STRIDED), ignored otherwise. density
- * and seed: RANDOM only. Release with fa_block_mask_destroy. */
+ * and seed: RANDOM only. Release with fa_block_mask_destroy. These functions take no context: a
+ * failure's reason is in fa_last_error(). */
 FA_API fa_status fa_block_mask_create(fa_block_mask *mask, fa_block_pattern pattern, int64_t heads,
                                       int64_t seqlen_q, int64_t seqlen_k, int64_t block_q,
                                       int64_t block_k, int64_t param, double density, uint64_t seed);
@@ -120,10 +135,14 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
 /* ---------------------------------------------------------------- options and arguments */
 
 /* Semantics (see README, "Options"):
- * - scores s_ij = softmax_scale * q_i . k_j; softmax_scale 0 means 1/sqrt(d).
+ * - scores s_ij = softmax_scale * q_i . k_j; softmax_scale 0 means 1/sqrt(d); NaN or +-inf is
+ *   FA_ERR_INVALID_ARG. Scores are formed in fp32: a row with a score that overflows fp32 (huge
+ *   scale or inputs) has no defined result (typically NaN).
  * - causal: bottom-right aligned. With offset = seqlen_k - seqlen_q, query i sees key j only if
  *   j <= i + offset. Sliding window (left, right), -1 = unbounded on that side: query i sees key j
- *   only if i + offset - left <= j <= i + offset + right. causal is window right = 0.
+ *   only if i + offset - left <= j <= i + offset + right. causal is window right = 0. A bound of
+ *   seqlen_q + seqlen_k or more (up to INT64_MAX) limits nothing and acts as -1; a bound below -1
+ *   is FA_ERR_INVALID_ARG.
  * - GQA/MQA: heads_q a multiple of heads_kv; query head h uses kv head h / (heads_q / heads_kv).
  * - dropout: element (b, h, i, j) of P is dropped iff fa_dropout_keep() in core/philox.h says so
  *   (Philox4x32-10, key = seed, counter from (offset, b, h, i, j)); kept values are scaled by
@@ -149,7 +168,10 @@ FA_API fa_options fa_options_default(void);
 
 /* Variable-length packed batches: cu_seqlens_q/k are int32 arrays of batch + 1 non-decreasing
  * offsets into the packed token dimension, starting at 0, in the context's memory (like the
- * tensors). NULL for both means dense layout. max_seqlen_q/k bound every sequence's length. */
+ * tensors), not overlapping any output. NULL for both means dense layout. max_seqlen_q/k bound
+ * every sequence's length and are at most 2^31 - 1 (FA_ERR_INVALID_ARG otherwise); a loose bound
+ * costs nothing: the library plans with the longest sequence in cu_seqlens. Dense sequence
+ * lengths are at most 2^60 (FA_ERR_OVERFLOW; only an empty batch can name a longer one). */
 typedef struct fa_varlen {
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
@@ -185,8 +207,15 @@ FA_API fa_status fa_context_create(fa_context **ctx, const char *backend, int de
 FA_API void fa_context_destroy(fa_context *ctx);
 FA_API const char *fa_context_backend_name(const fa_context *ctx);
 FA_API int fa_context_device(const fa_context *ctx);
-/* The last error's message ("" after success); valid until the next call on ctx. */
+/* The message of the calling thread's last failed call on ctx; "" before any failure and after
+ * fa_forward, fa_backward, fa_query_support or fa_plan succeed. Per thread: another thread's calls on the same context
+ * never change it. A thread keeps the messages of the 7 contexts it used most recently. The string
+ * belongs to the library and is valid until this thread's next call on ctx. "no context" for NULL. */
 FA_API const char *fa_context_last_error(const fa_context *ctx);
+/* The message of the calling thread's last failed call that takes no context: fa_context_create,
+ * fa_block_mask_create, fa_block_mask_from_bitmap ("" if that call succeeded). Valid until this
+ * thread's next such call. */
+FA_API const char *fa_last_error(void);
 /* GPU backends: the stream to run on (cudaStream_t, hipStream_t); NULL restores the context's
  * own, a non-blocking stream that is not ordered with the legacy default stream: to run there
  * (PyTorch's default stream, which it names 0), pass cudaStreamLegacy. The CPU and OpenCL backends accept only NULL (OpenCL: one in-order queue per context,

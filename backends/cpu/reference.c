@@ -51,9 +51,23 @@ static double dropout_factor(const fa_problem *p, int64_t b, int64_t h, int64_t 
                : 0.0;
 }
 
-static int element_visible(const fa_problem *p, const fa_mask *m, int64_t h, int64_t i, int64_t j)
+/* Whether query i of a sequence of sq queries sees key j of sk keys: flashattn.h's rule written out
+ * on its own, deliberately not with core/mask.h (which the kernels use), so that a fault in that
+ * header shows up as a difference from this oracle. The rule is put as the signed distance of j from
+ * i's bottom-right diagonal, dist = j - (i + sk - sq), which lies in (-sk, sq) for i, j inside the
+ * sequence: comparing it with a window bound of any size (up to INT64_MAX) cannot overflow. */
+static int element_visible(const fa_problem *p, int64_t sq, int64_t sk, int64_t h, int64_t i, int64_t j)
 {
-    return fa_mask_visible(m, i, j) && fa_problem_block_keep(p, h, i, j);
+    if (i < 0 || i >= sq || j < 0 || j >= sk)
+        return 0;
+    int64_t dist = (j - sk) - (i - sq);
+    if (p->causal && dist > 0)
+        return 0;
+    if (p->window_left >= 0 && dist < -p->window_left)
+        return 0;
+    if (p->window_right >= 0 && dist > p->window_right)
+        return 0;
+    return fa_problem_block_keep(p, h, i, j);
 }
 
 /* Per (b, h) scratch: the materialised matrices. */
@@ -90,13 +104,12 @@ static void scratch_free(ref_scratch *sc)
 static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
                       double *s, double *pm, double *lse_row)
 {
-    fa_mask m = fa_problem_mask(p, sq, sk);
     int64_t hk = h / p->group;
     for (int64_t i = 0; i < sq; ++i) {
         double mx = -INFINITY;
         for (int64_t j = 0; j < sk; ++j) {
             double v = -INFINITY;
-            if (element_visible(p, &m, h, i, j)) {
+            if (element_visible(p, sq, sk, h, i, j)) {
                 double dot = 0.0;
                 for (int64_t c = 0; c < p->d; ++c)
                     dot += fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) * fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
@@ -230,13 +243,12 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
 static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
                         float *s, float *pm, double *lse_row)
 {
-    fa_mask m = fa_problem_mask(p, sq, sk);
     int64_t hk = h / p->group;
     for (int64_t i = 0; i < sq; ++i) {
         float mx = -INFINITY;
         for (int64_t j = 0; j < sk; ++j) {
             float v = -INFINITY;
-            if (element_visible(p, &m, h, i, j)) {
+            if (element_visible(p, sq, sk, h, i, j)) {
                 float dot = 0.0f;
                 for (int64_t c = 0; c < p->d; ++c)
                     dot += (float)fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) *

@@ -5,7 +5,8 @@
  *   o, dq        [total_q, heads_q, d]       row r = b*seqlen_q + i (dense) or cu_q[b] + i (varlen)
  *   dk, dv       [total_k, heads_kv, d]
  *   lse          [heads_q, total_q]
- * fa_ref_*: every product and sum in double, S and P materialised, dropout from core/philox.h.
+ * fa_ref_*: every product and sum in double, S and P materialised, dropout from core/philox.h, and
+ * visibility (causal / window) from flashattn.h's rule written out here, not from core/mask.h.
  * fa_naive_*: what a plain implementation in the input precision gives: fp32 arithmetic, P (and
  * in the backward dP, dS) rounded to the input dtype before each matrix product, outputs rounded
  * to the dtype. Its error against fa_ref_* is the yardstick of the conformance pass rule. */

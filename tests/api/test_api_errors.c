@@ -240,8 +240,8 @@ typedef enum case_id {
     Q_LAST_STRIDE_2, O_LAST_STRIDE_0, K_NEGATIVE_STRIDE, V_NEGATIVE_STRIDE, Q_NEGATIVE_SEQLEN, K_NEGATIVE_SEQLEN,
     Q_NEGATIVE_BATCH, Q_DTYPE_OUT_OF_RANGE, K_DTYPE_NEGATIVE, K_DTYPE_DIFFERS, V_DTYPE_DIFFERS, O_DTYPE_DIFFERS,
     LSE_DTYPE_F16, DROPOUT_NEGATIVE, DROPOUT_ONE, DROPOUT_ABOVE_ONE, DROPOUT_NAN, SCALE_NAN, SCALE_INF,
-    SCALE_MINUS_INF, WINDOW_LEFT_MINUS_2, WINDOW_RIGHT_MINUS_5, O_ALIASES_Q, LSE_OVERLAPS_O, O_ROWS_OVERLAP,
-    MASK_TOO_FEW_ROWS, MASK_TOO_FEW_COLS, MASK_WRONG_HEADS, MASK_BITS_NULL, MASK_BLOCK_ZERO,
+    SCALE_MINUS_INF, WINDOW_LEFT_MINUS_2, WINDOW_RIGHT_MINUS_5, WINDOW_LEFT_INT64_MIN, WINDOW_RIGHT_INT64_MIN, O_ALIASES_Q, LSE_OVERLAPS_O, O_ROWS_OVERLAP,
+    MASK_TOO_FEW_ROWS, MASK_TOO_FEW_COLS, MASK_WRONG_HEADS, MASK_BITS_NULL, MASK_BLOCK_ZERO, MASK_CELLS_OVERFLOW,
     Q_BATCH_TIMES_SEQLEN_OVERFLOWS, Q_ELEMENT_COUNT_OVERFLOWS, Q_STRIDE_OFFSET_OVERFLOWS, Q_STRIDE_INT64_MAX,
     Q_SPAN_PAST_ADDRESS_SPACE,
     DQ_SHAPE_MISMATCH, DK_DTYPE_DIFFERS, DV_DATA_NULL, DOUT_NDIM_3, DOUT_SHAPE_MISMATCH, DQ_ALIASES_Q,
@@ -310,6 +310,8 @@ static const invalid_case invalid_cases[] = {
     CASE(SCALE_MINUS_INF, BOTH, FA_ERR_INVALID_ARG, "softmax_scale", NULL),
     CASE(WINDOW_LEFT_MINUS_2, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
     CASE(WINDOW_RIGHT_MINUS_5, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
+    CASE(WINDOW_LEFT_INT64_MIN, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
+    CASE(WINDOW_RIGHT_INT64_MIN, BOTH, FA_ERR_INVALID_ARG, "window", NULL),
     /* in the backward o is an input, and inputs may share memory */
     CASE(O_ALIASES_Q, FORWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
     CASE(LSE_OVERLAPS_O, FORWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
@@ -319,6 +321,8 @@ static const invalid_case invalid_cases[] = {
     CASE(MASK_WRONG_HEADS, BOTH, FA_ERR_INVALID_ARG, "block_mask", "heads"),
     CASE(MASK_BITS_NULL, BOTH, FA_ERR_INVALID_ARG, "block_mask", NULL),
     CASE(MASK_BLOCK_ZERO, BOTH, FA_ERR_INVALID_ARG, "block_mask", NULL),
+    /* a hand-made mask claiming 2^40 x 2^40 blocks: heads * rows * cols does not fit 64 bits */
+    CASE(MASK_CELLS_OVERFLOW, BOTH, FA_ERR_INVALID_ARG, "block_mask", "overflow"),
     /* sizes whose byte counts cannot be formed: rejected before any pointer is dereferenced (the
      * data pointers here are fake, so touching them would crash the test) */
     CASE(Q_BATCH_TIMES_SEQLEN_OVERFLOWS, BOTH, FA_ERR_OVERFLOW, "overflow", NULL),
@@ -339,6 +343,8 @@ static const invalid_case invalid_cases[] = {
 
 /* Block masks used by the mask cases; built once per test run. */
 static fa_block_mask mask_short_rows, mask_short_cols, mask_two_heads, mask_null_bits, mask_zero_block;
+static uint8_t huge_mask_bits[16];
+static const fa_block_mask mask_huge = {1, (int64_t)1 << 40, (int64_t)1 << 40, 2, 2, huge_mask_bits};
 
 /* A fake, never-mapped address: if validation let it through, the test would crash. */
 #define FAKE_POINTER ((void *)(uintptr_t)0x1000)
@@ -432,6 +438,8 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case SCALE_MINUS_INF: a.opts->softmax_scale = -INFINITY; break;
     case WINDOW_LEFT_MINUS_2: a.opts->window_left = -2; break;
     case WINDOW_RIGHT_MINUS_5: a.opts->window_right = -5; break;
+    case WINDOW_LEFT_INT64_MIN: a.opts->window_left = INT64_MIN; break;
+    case WINDOW_RIGHT_INT64_MIN: a.opts->window_right = INT64_MIN; break;
     case O_ALIASES_Q: a.o->data = a.q->data; break;
     case LSE_OVERLAPS_O: a.lse->data = (float *)a.o->data + 8; break;
     case O_ROWS_OVERLAP: a.o->stride[1] = 0; break; /* every query row written to the same place */
@@ -440,6 +448,7 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case MASK_WRONG_HEADS: a.opts->block_mask = &mask_two_heads; break;
     case MASK_BITS_NULL: a.opts->block_mask = &mask_null_bits; break;
     case MASK_BLOCK_ZERO: a.opts->block_mask = &mask_zero_block; break;
+    case MASK_CELLS_OVERFLOW: a.opts->block_mask = &mask_huge; break;
     case Q_BATCH_TIMES_SEQLEN_OVERFLOWS: {
         /* 2^40 x 2^40 rows: batch * seqlen does not fit 64 bits */
         const int64_t huge = (int64_t)1 << 40;
@@ -701,6 +710,161 @@ static void test_invalid_varlen_arguments(void **state)
     expect_varlen_rejected(fx, "o of the wrong total", &a, FA_ERR_INVALID_ARG, "o", "shape");
 }
 
+/* The varlen base as a backward: o and dout inputs, dq / dk / dv outputs in their own buffers. */
+static fa_bwd_args varlen_backward_of(fixture *fx, const fa_fwd_args *f)
+{
+    fa_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.q = f->q;
+    b.k = f->k;
+    b.v = f->v;
+    b.o = f->o;
+    b.lse = f->lse;
+    b.dout = f->o;
+    b.dout.data = fx->buf[BUF_DOUT];
+    b.dq = f->q;
+    b.dq.data = fx->buf[BUF_DQ];
+    b.dk = f->k;
+    b.dk.data = fx->buf[BUF_DK];
+    b.dv = f->v;
+    b.dv.data = fx->buf[BUF_DV];
+    b.varlen = f->varlen;
+    b.opts = f->opts;
+    return b;
+}
+
+/* max_seqlen bounds every sequence; a loose bound gives the tight bound's result and plan (the
+ * library plans with the longest actual sequence), a bound that int32 offsets cannot reach is a
+ * caller's bug and rejected, by every entry point, before anything is written. (A bound of
+ * 2^63 - 1 once made fa_plan report -576460752303423487 query blocks and fa_forward return
+ * success without writing; 2^40 never returned.) */
+static void test_varlen_max_seqlen_bounds(void **state)
+{
+    fixture *fx = *state;
+    const int32_t good_q[8] = {0, 3, 5}, good_k[8] = {0, 4, 7};
+    fa_varlen vl;
+    const size_t o_bytes = 5 * HEADS_Q * HEAD_DIM * sizeof(float), lse_bytes = HEADS_Q * 5 * sizeof(float);
+    float *tight = malloc(o_bytes + lse_bytes);
+    assert_non_null(tight);
+
+    fill_buffers(fx);
+    fa_fwd_args a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+    fa_plan_info tight_plan, plan;
+    assert_int_equal(fa_plan(fx->ctx, &a, &tight_plan), FA_SUCCESS);
+    assert_int_equal(tight_plan.num_q_blocks, (3 + tight_plan.block_q - 1) / tight_plan.block_q);
+    assert_int_equal(tight_plan.num_k_blocks, (4 + tight_plan.block_k - 1) / tight_plan.block_k);
+    assert_int_equal(fa_forward(fx->ctx, &a), FA_SUCCESS);
+    memcpy(tight, fx->buf[BUF_O], o_bytes);
+    memcpy((char *)tight + o_bytes, fx->buf[BUF_LSE], lse_bytes);
+
+    const int64_t loose[][2] = {{1000, 4}, {3, 1000000}, {INT32_MAX, INT32_MAX}};
+    for (size_t l = 0; l < sizeof loose / sizeof loose[0]; ++l) {
+        fill_buffers(fx);
+        a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+        vl.max_seqlen_q = loose[l][0];
+        vl.max_seqlen_k = loose[l][1];
+        assert_int_equal(fa_plan(fx->ctx, &a, &plan), FA_SUCCESS);
+        assert_int_equal(plan.num_q_blocks, tight_plan.num_q_blocks);
+        assert_int_equal(plan.num_k_blocks, tight_plan.num_k_blocks);
+        assert_int_equal(fa_forward(fx->ctx, &a), FA_SUCCESS);
+        assert_memory_equal(tight, fx->buf[BUF_O], o_bytes);
+        assert_memory_equal((char *)tight + o_bytes, fx->buf[BUF_LSE], lse_bytes);
+    }
+
+    const int64_t absurd[][2] = {{INT64_MAX, 4}, {(int64_t)1 << 40, 4}, {(int64_t)INT32_MAX + 1, 4}, {3, INT64_MAX},
+                                 {INT64_MAX, INT64_MAX}};
+    for (size_t l = 0; l < sizeof absurd / sizeof absurd[0]; ++l) {
+        char name[96];
+        snprintf(name, sizeof name, "max_seqlen (%lld, %lld)", (long long)absurd[l][0], (long long)absurd[l][1]);
+        fill_buffers(fx);
+        a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+        vl.max_seqlen_q = absurd[l][0];
+        vl.max_seqlen_k = absurd[l][1];
+        expect_varlen_rejected(fx, name, &a, FA_ERR_INVALID_ARG, "max_seqlen", NULL);
+        assert_int_equal(fa_plan(fx->ctx, &a, &plan), FA_ERR_INVALID_ARG);
+        assert_error_message(fx->ctx, name, "max_seqlen", NULL);
+        assert_int_equal(fa_query_support(fx->ctx, &a, 1, NULL, 0), FA_ERR_INVALID_ARG);
+        fill_lse_for_backward(fx);
+        fa_bwd_args b = varlen_backward_of(fx, &a);
+        assert_int_equal(fa_backward(fx->ctx, &b), FA_ERR_INVALID_ARG);
+        assert_error_message(fx->ctx, name, "max_seqlen", NULL);
+        assert_no_buffer_touched(fx, name);
+    }
+    free(tight);
+}
+
+/* A dense problem with no batch lets any sequence length through the element counts; lengths
+ * whose tile counts and diagonals overflow are rejected rather than planned. */
+static void test_empty_batch_of_impossible_length(void **state)
+{
+    fixture *fx = *state;
+    fill_buffers(fx);
+    fa_fwd_args f = make_forward(fx, 0, INT64_MAX, -1);
+    fa_plan_info plan;
+    assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_ERR_OVERFLOW);
+    assert_error_message(fx->ctx, "seqlen_q INT64_MAX, batch 0", "seqlen_q", NULL);
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_OVERFLOW);
+    f = make_forward(fx, 0, -1, INT64_MAX - 5);
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_OVERFLOW);
+    fa_bwd_args b = make_backward(fx, 0, INT64_MAX, INT64_MAX);
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_ERR_OVERFLOW);
+    assert_no_buffer_touched(fx, "batch 0 of impossible length");
+    /* a long but possible empty batch is fine */
+    f = make_forward(fx, 0, (int64_t)1 << 40, (int64_t)1 << 40);
+    assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_SUCCESS);
+    assert_int_equal(plan.num_q_blocks, (((int64_t)1 << 40) + plan.block_q - 1) / plan.block_q);
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+    assert_no_buffer_touched(fx, "batch 0 of length 2^40");
+}
+
+/* cu_seqlens are inputs: lying inside an output buffer they would be overwritten while the kernels
+ * read them, so they are rejected like any other input / output overlap. */
+static void test_cu_seqlens_inside_an_output(void **state)
+{
+    fixture *fx = *state;
+    const int32_t good_q[8] = {0, 3, 5}, good_k[8] = {0, 4, 7};
+    struct {
+        const char *name;
+        int buffer, is_q, backward;
+        const char *needle;
+    } cases[] = {
+        {"cu_seqlens_q inside o", BUF_O, 1, 0, "cu_seqlens_q"},
+        {"cu_seqlens_k inside lse", BUF_LSE, 0, 0, "cu_seqlens_k"},
+        {"cu_seqlens_q inside dq", BUF_DQ, 1, 1, "cu_seqlens_q"},
+        {"cu_seqlens_k inside dk", BUF_DK, 0, 1, "cu_seqlens_k"},
+        {"cu_seqlens_k inside dv", BUF_DV, 0, 1, "cu_seqlens_k"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+        fill_buffers(fx);
+        fa_varlen vl;
+        fa_fwd_args a = make_varlen_forward(fx, &vl, good_q, good_k, 2);
+        /* the offsets, copied 12 elements into the output (inside its 5-row extent) */
+        int32_t *inside = (int32_t *)(fx->buf[cases[c].buffer] + 12);
+        memcpy(inside, cases[c].is_q ? good_q : good_k, 3 * sizeof(int32_t));
+        if (cases[c].is_q)
+            vl.cu_seqlens_q = inside;
+        else
+            vl.cu_seqlens_k = inside;
+        fa_status st;
+        if (cases[c].backward) {
+            fill_lse_for_backward(fx);
+            memcpy(fx->snapshot + (size_t)cases[c].buffer * CAPACITY * sizeof(float), fx->buf[cases[c].buffer],
+                   CAPACITY * sizeof(float));
+            fa_bwd_args b = varlen_backward_of(fx, &a);
+            st = fa_backward(fx->ctx, &b);
+        } else {
+            memcpy(fx->snapshot + (size_t)cases[c].buffer * CAPACITY * sizeof(float), fx->buf[cases[c].buffer],
+                   CAPACITY * sizeof(float));
+            st = fa_forward(fx->ctx, &a);
+        }
+        if (st != FA_ERR_INVALID_ARG)
+            print_error("%s: status %d (%s)\n", cases[c].name, (int)st, fa_status_string(st));
+        assert_int_equal(st, FA_ERR_INVALID_ARG);
+        assert_no_buffer_touched(fx, cases[c].name);
+        assert_error_message(fx->ctx, cases[c].name, cases[c].needle, "overlap");
+    }
+}
+
 /* ---------------------------------------------------------------- valid edge cases */
 
 static int all_bytes_are_poison(const void *p, size_t bytes)
@@ -801,6 +965,69 @@ static void test_negative_scale_and_valid_windows_are_accepted(void **state)
     fill_buffers(fx);
     assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
     assert_true(all_bytes_are_poison(fx->buf[BUF_LSE], CAPACITY * sizeof(float)));
+}
+
+/* A window bound near INT64_MAX means "no limit on that side" (flashattn.h): forward and backward
+ * give bit for bit what -1 gives. (The bound once overflowed diag + right + 1 in core/mask.h and
+ * masked every key: O = 0, LSE = -inf.) */
+static void test_huge_windows_equal_unbounded(void **state)
+{
+    fixture *fx = *state;
+    const int64_t windows[][4] = {
+        {0, INT64_MAX, 0, -1},   {INT64_MAX, 0, -1, 0},         {INT64_MAX, INT64_MAX, -1, -1},
+        {INT64_MAX, -1, -1, -1}, {3, INT64_MAX - 1, 3, -1},    {INT64_MAX - 7, 1, -1, 1},
+    };
+    const size_t o_bytes = (size_t)BATCH * SEQ_Q * HEADS_Q * HEAD_DIM * sizeof(float);
+    const size_t lse_bytes = (size_t)BATCH * HEADS_Q * SEQ_Q * sizeof(float);
+    const size_t kv_bytes = (size_t)BATCH * SEQ_K * HEADS_KV * HEAD_DIM * sizeof(float);
+    float *want = malloc(o_bytes + lse_bytes + o_bytes + 2 * kv_bytes);
+    assert_non_null(want);
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; ++w)
+        for (int causal = 0; causal <= 1; ++causal) {
+            /* forward: the unbounded result, then the huge window's */
+            fill_buffers(fx);
+            fa_fwd_args f = make_forward(fx, -1, -1, -1);
+            f.opts.causal = causal;
+            f.opts.window_left = windows[w][2];
+            f.opts.window_right = windows[w][3];
+            assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+            memcpy(want, fx->buf[BUF_O], o_bytes);
+            memcpy((char *)want + o_bytes, fx->buf[BUF_LSE], lse_bytes);
+            for (int64_t i = 0; i < BATCH * HEADS_Q * SEQ_Q; ++i)
+                assert_true(isfinite(fx->buf[BUF_LSE][i])); /* seqlen_k > seqlen_q: no row fully masked */
+            f.opts.window_left = windows[w][0];
+            f.opts.window_right = windows[w][1];
+            memset(fx->buf[BUF_O], POISON_BYTE, CAPACITY * sizeof(float));
+            memset(fx->buf[BUF_LSE], POISON_BYTE, CAPACITY * sizeof(float));
+            assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+            if (memcmp(want, fx->buf[BUF_O], o_bytes) != 0 ||
+                memcmp((char *)want + o_bytes, fx->buf[BUF_LSE], lse_bytes) != 0) {
+                print_error("window (%lld, %lld) causal %d: forward differs from (%lld, %lld)\n",
+                            (long long)windows[w][0], (long long)windows[w][1], causal, (long long)windows[w][2],
+                            (long long)windows[w][3]);
+                fail();
+            }
+            /* backward from that forward's O and LSE, unbounded then huge */
+            fa_bwd_args b = make_backward(fx, -1, -1, -1);
+            b.opts = f.opts;
+            b.opts.window_left = windows[w][2];
+            b.opts.window_right = windows[w][3];
+            assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+            char *grads = (char *)want + o_bytes + lse_bytes;
+            memcpy(grads, fx->buf[BUF_DQ], o_bytes);
+            memcpy(grads + o_bytes, fx->buf[BUF_DK], kv_bytes);
+            memcpy(grads + o_bytes + kv_bytes, fx->buf[BUF_DV], kv_bytes);
+            b.opts.window_left = windows[w][0];
+            b.opts.window_right = windows[w][1];
+            memset(fx->buf[BUF_DQ], POISON_BYTE, CAPACITY * sizeof(float));
+            memset(fx->buf[BUF_DK], POISON_BYTE, CAPACITY * sizeof(float));
+            memset(fx->buf[BUF_DV], POISON_BYTE, CAPACITY * sizeof(float));
+            assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+            assert_memory_equal(grads, fx->buf[BUF_DQ], o_bytes);
+            assert_memory_equal(grads + o_bytes, fx->buf[BUF_DK], kv_bytes);
+            assert_memory_equal(grads + o_bytes + kv_bytes, fx->buf[BUF_DV], kv_bytes);
+        }
+    free(want);
 }
 
 /* fa_tensor_contiguous on shapes whose strides or element count do not fit 64 bits must not
@@ -1002,6 +1229,63 @@ static void test_context_settings(void **state)
     assert_int_equal(fa_synchronize(NULL), FA_ERR_INVALID_ARG);
 }
 
+/* Calls without a context report their reason through fa_last_error(), per thread; a success
+ * clears it. */
+static void expect_contextless_failure(fa_status got, fa_status expected, const char *case_name, const char *needle)
+{
+    const char *message = fa_last_error();
+    if (got != expected || strstr(message, ".c:") == NULL || !message_mentions(message, needle)) {
+        print_error("%s: status %d (expected %d), fa_last_error \"%s\" should have file:line and mention \"%s\"\n",
+                    case_name, (int)got, (int)expected, message, needle);
+        fail();
+    }
+}
+
+static void test_block_mask_and_context_failures_have_reasons(void **state)
+{
+    (void)state;
+    fa_block_mask m;
+    const uint8_t bits[4] = {1, 0, 1, 1};
+    expect_contextless_failure(fa_block_mask_create(NULL, FA_BLOCK_DENSE, 1, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "mask NULL", "mask");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, 0, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "heads 0", "heads");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, 1, -1, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "negative seqlen", "seqlen_q");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, 1, 8, 8, 0, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "block_q 0", "block_q");
+    expect_contextless_failure(fa_block_mask_create(&m, (fa_block_pattern)99, 1, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "unknown pattern", "pattern");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_LOCAL, 1, 8, 8, 4, 4, -1, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "LOCAL param -1", "param");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_STRIDED, 1, 8, 8, 4, 4, 0, 0.0, 0),
+                               FA_ERR_INVALID_ARG, "STRIDED param 0", "param");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_RANDOM, 1, 8, 8, 4, 4, 0, NAN, 0),
+                               FA_ERR_INVALID_ARG, "RANDOM density NaN", "density");
+    expect_contextless_failure(fa_block_mask_create(&m, FA_BLOCK_DENSE, (int64_t)1 << 40, (int64_t)1 << 40,
+                                                    (int64_t)1 << 40, 1, 1, 0, 0.0, 0),
+                               FA_ERR_OVERFLOW, "2^120 blocks", "overflow");
+    expect_contextless_failure(fa_block_mask_from_bitmap(&m, NULL, 1, 2, 2, 4, 4), FA_ERR_INVALID_ARG,
+                               "bitmap NULL", "bitmap");
+    expect_contextless_failure(fa_block_mask_from_bitmap(&m, bits, 1, -2, 2, 4, 4), FA_ERR_INVALID_ARG,
+                               "rows -2", "rows");
+    expect_contextless_failure(fa_block_mask_from_bitmap(NULL, bits, 1, 2, 2, 4, 4), FA_ERR_INVALID_ARG,
+                               "from_bitmap mask NULL", "mask");
+    assert_int_equal(fa_block_mask_from_bitmap(&m, bits, 1, 2, 2, 4, 4), FA_SUCCESS);
+    assert_string_equal(fa_last_error(), "");
+    fa_block_mask_destroy(&m);
+    /* fa_context_create has no context to keep its reason in either */
+    fa_context *ctx = NULL;
+    unsetenv("FLASHATTN_BACKEND");
+    expect_contextless_failure(fa_context_create(&ctx, "no-such-backend", 0), FA_ERR_NO_BACKEND, "no backend",
+                               "no-such-backend");
+    expect_contextless_failure(fa_context_create(&ctx, "cpu", 99), FA_ERR_NO_DEVICE, "device 99", "device");
+    expect_contextless_failure(fa_context_create(NULL, "cpu", 0), FA_ERR_INVALID_ARG, "out NULL", "out");
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    assert_string_equal(fa_last_error(), "");
+    fa_context_destroy(ctx);
+}
+
 static void test_memory_helpers(void **state)
 {
     fixture *fx = *state;
@@ -1045,10 +1329,14 @@ int main(void)
         cmocka_unit_test(test_invalid_backward_arguments),
         cmocka_unit_test(test_null_context_and_arguments),
         cmocka_unit_test(test_invalid_varlen_arguments),
+        cmocka_unit_test(test_varlen_max_seqlen_bounds),
+        cmocka_unit_test(test_empty_batch_of_impossible_length),
+        cmocka_unit_test(test_cu_seqlens_inside_an_output),
         cmocka_unit_test(test_empty_batch_succeeds_and_writes_nothing),
         cmocka_unit_test(test_empty_query_sequence),
         cmocka_unit_test(test_empty_key_sequence),
         cmocka_unit_test(test_negative_scale_and_valid_windows_are_accepted),
+        cmocka_unit_test(test_huge_windows_equal_unbounded),
         cmocka_unit_test(test_contiguous_tensor_of_impossible_shape),
         cmocka_unit_test(test_success_clears_last_error),
         cmocka_unit_test(test_plan_and_query_on_a_valid_problem),
@@ -1058,6 +1346,7 @@ int main(void)
         cmocka_unit_test(test_environment_selects_backend),
         cmocka_unit_test(test_context_settings),
         cmocka_unit_test(test_memory_helpers),
+        cmocka_unit_test(test_block_mask_and_context_failures_have_reasons),
     };
     return cmocka_run_group_tests(tests, make_masks, free_masks);
 }

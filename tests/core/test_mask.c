@@ -24,18 +24,20 @@ static int64_t random_below(int64_t n)
 }
 
 /* The rule as the public header states it, in the user's terms (causal and window separately,
- * any negative window meaning unbounded). */
+ * any negative window meaning unbounded), written as the signed distance of key j from query i's
+ * diagonal: dist = j - (i + seqlen_k - seqlen_q). With i and j inside the sequence, dist lies in
+ * (-seqlen_k, seqlen_q), so no window bound, however large, can overflow the comparison. */
 static int visible_by_definition(int64_t seqlen_q, int64_t seqlen_k, int causal, int64_t left, int64_t right,
                                  int64_t i, int64_t j)
 {
-    int64_t offset = seqlen_k - seqlen_q;
     if (i < 0 || i >= seqlen_q || j < 0 || j >= seqlen_k)
         return 0;
-    if (causal && j > i + offset)
+    int64_t dist = (j - seqlen_k) - (i - seqlen_q);
+    if (causal && dist > 0)
         return 0;
-    if (left >= 0 && j < i + offset - left)
+    if (left >= 0 && dist < -left)
         return 0;
-    if (right >= 0 && j > i + offset + right)
+    if (right >= 0 && dist > right)
         return 0;
     return 1;
 }
@@ -45,13 +47,18 @@ typedef struct random_problem {
     int causal;
 } random_problem;
 
-static int64_t random_window(void)
+/* Small bounds, negative ones (any negative value means unbounded), and bounds at the edge of
+ * mattering (around seqlen_q + seqlen_k) or near INT64_MAX, where diagonal +- bound overflows. */
+static int64_t random_window(int64_t seqlen_q, int64_t seqlen_k)
 {
-    switch (random_below(6)) {
+    switch (random_below(9)) {
     case 0: return -1;
-    case 1: return -1 - random_below(5); /* any negative value means unbounded */
-    case 2: return 0;
-    case 3: return 1;
+    case 1: return -1 - random_below(5);
+    case 2: return INT64_MIN + random_below(2);
+    case 3: return 0;
+    case 4: return 1;
+    case 5: return seqlen_q + seqlen_k - 2 + random_below(4);
+    case 6: return INT64_MAX - random_below(3);
     default: return random_below(40);
     }
 }
@@ -63,8 +70,8 @@ static random_problem make_random_problem(int trial)
     p.seqlen_q = trial % 4 == 0 ? 1 : 1 + random_below(48);
     p.seqlen_k = 1 + random_below(48);
     p.causal = (int)random_below(2);
-    p.left = random_window();
-    p.right = random_window();
+    p.left = random_window(p.seqlen_q, p.seqlen_k);
+    p.right = random_window(p.seqlen_q, p.seqlen_k);
     return p;
 }
 
@@ -267,6 +274,65 @@ static void test_causal_is_bottom_right_aligned(void **state)
     assert_false(fa_mask_visible(&band, 2, 3));
 }
 
+/* Window bounds so large that diagonal - left or diagonal + right + 1 would overflow 64 bits mean
+ * "no limit on that side": every element and tile is as with -1, and fa_mask_make stores -1, so
+ * the kernels (which all test through this header) never form the overflowing sums. */
+static void test_window_bounds_near_int64_max_are_unbounded(void **state)
+{
+    (void)state;
+    const int64_t shapes[][2] = {{1, 1}, {5, 7}, {7, 5}, {64, 64}, {1, 128}, {128, 1}};
+    const int64_t huge[][2] = {{0, INT64_MAX},         {INT64_MAX, 0},     {INT64_MAX, INT64_MAX},
+                               {INT64_MAX, -1},        {-1, INT64_MAX},    {INT64_MAX - 1, 3},
+                               {2, INT64_MAX - 1},     {INT64_MIN, INT64_MAX}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s)
+        for (size_t w = 0; w < sizeof huge / sizeof huge[0]; ++w)
+            for (int causal = 0; causal <= 1; ++causal) {
+                int64_t sq = shapes[s][0], sk = shapes[s][1], left = huge[w][0], right = huge[w][1];
+                int64_t left_unbounded = left > 1000 ? -1 : left, right_unbounded = right > 1000 ? -1 : right;
+                fa_mask m = fa_mask_make(sq, sk, causal, left, right);
+                fa_mask u = fa_mask_make(sq, sk, causal, left_unbounded, right_unbounded);
+                assert_int_equal(m.left, u.left);
+                assert_int_equal(m.right, u.right);
+                for (int64_t i = 0; i < sq; ++i)
+                    for (int64_t j = 0; j < sk; ++j) {
+                        int expected = visible_by_definition(sq, sk, causal, left, right, i, j);
+                        assert_int_equal(expected, visible_by_definition(sq, sk, causal, left_unbounded,
+                                                                         right_unbounded, i, j));
+                        if (fa_mask_visible(&m, i, j) != expected)
+                            print_error("sq %lld sk %lld causal %d window (%lld, %lld): (%lld, %lld) visible %d\n",
+                                        (long long)sq, (long long)sk, causal, (long long)left, (long long)right,
+                                        (long long)i, (long long)j, !expected);
+                        assert_int_equal(fa_mask_visible(&m, i, j), expected);
+                    }
+                for (int64_t q0 = 0; q0 < sq; q0 += 16)
+                    for (int64_t k0 = 0; k0 < sk; k0 += 16)
+                        assert_int_equal(fa_mask_classify_tile(&m, q0, q0 + 16, k0, k0 + 16),
+                                         fa_mask_classify_tile(&u, q0, q0 + 16, k0, k0 + 16));
+            }
+}
+
+/* The edge: a bound of seqlen_q + seqlen_k - 1 or more already reaches every key of every row, so
+ * treating it as unbounded changes nothing, and a bound just below the edge still limits. */
+static void test_window_bounds_at_the_edge(void **state)
+{
+    (void)state;
+    for (int64_t sq = 1; sq <= 9; sq += 4)
+        for (int64_t sk = 1; sk <= 9; sk += 4)
+            for (int64_t delta = -3; delta <= 2; ++delta)
+                for (int causal = 0; causal <= 1; ++causal) {
+                    int64_t bound = sq + sk + delta;
+                    fa_mask l = fa_mask_make(sq, sk, causal, bound, 0);
+                    fa_mask r = fa_mask_make(sq, sk, causal, 0, bound);
+                    for (int64_t i = 0; i < sq; ++i)
+                        for (int64_t j = 0; j < sk; ++j) {
+                            assert_int_equal(fa_mask_visible(&l, i, j),
+                                             visible_by_definition(sq, sk, causal, bound, 0, i, j));
+                            assert_int_equal(fa_mask_visible(&r, i, j),
+                                             visible_by_definition(sq, sk, causal, 0, bound, i, j));
+                        }
+                }
+}
+
 static void test_class_meet(void **state)
 {
     (void)state;
@@ -291,6 +357,8 @@ int main(void)
         cmocka_unit_test(test_mask_make_folds_causal_into_right),
         cmocka_unit_test(test_causal_is_bottom_right_aligned),
         cmocka_unit_test(test_class_meet),
+        cmocka_unit_test(test_window_bounds_near_int64_max_are_unbounded),
+        cmocka_unit_test(test_window_bounds_at_the_edge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
