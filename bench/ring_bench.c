@@ -379,8 +379,8 @@ int main(int argc, char **argv)
             return 2;
         }
         if (fseek(fp, 0, SEEK_END) == 0 && ftell(fp) == 0)
-            fputs("seqlen,mask,ranks,heads,dim,dtype,ring_fwd_s,ring_bwd_s,compute_fwd_s,compute_bwd_s,kv_transfer_s,"
-                  "grad_transfer_s,one_gpu_fwd_s,one_gpu_bwd_s,hidden\n", fp);
+            fputs("seqlen,mask,ranks,heads,dim,dtype,ring_fwd_s,ring_bwd_s,compute_fwd_s,compute_bwd_s,kv_move_1x_s,"
+                  "grad_move_1x_s,one_gpu_fwd_s,one_gpu_bwd_s,hidden\n", fp);
         fa_bench_provenance(fp, device, argc, argv);
         fclose(fp);
     }
