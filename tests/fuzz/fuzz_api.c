@@ -348,9 +348,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         corrupt(&t[take(r) % (unsigned)ntensors], r);
     for (int i = 0; i < ntensors; ++i)
         attach(&a, &t[i], r);
-    if (take(r) % 16 == 0) { /* an output aliasing another tensor */
+    if (take(r) % 16 == 0) { /* an output sharing one buffer with another tensor, at some offset */
         int out = backward ? 6 + (int)(take(r) % 3) : 3 + (int)(take(r) % 2);
-        t[out].data = t[take(r) % (unsigned)ntensors].data;
+        int other = (int)(take(r) % (unsigned)ntensors);
+        __int128 e_out = tensor_extent(&t[out]), e_other = tensor_extent(&t[other]);
+        if (other != out && t[out].data && t[other].data && e_out >= 0 && e_other >= 0 && e_out <= BUFFER_CAP &&
+            e_other <= BUFFER_CAP) {
+            size_t off = (size_t)(take(r) % ((unsigned)(e_out / 4) + 1)) * 4;
+            size_t bytes = (size_t)e_out > off + (size_t)e_other ? (size_t)e_out : off + (size_t)e_other;
+            uint8_t *shared = arena_alloc(&a, bytes, r);
+            t[out].data = shared;
+            t[other].data = shared + off;
+        }
     }
 
     fa_options o = fa_options_default();
@@ -383,10 +392,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             bm.rows = take(r) % 2 ? sat_add(bm.rows, 1) : take_int(r, 5);
         if (take(r) % 4 == 0)
             bm.cols = take(r) % 2 ? sat_add(bm.cols, -1) : take_int(r, 5);
-        __int128 bytes = (__int128)bm.heads * bm.rows * bm.cols;
+        int64_t bytes;
+        int overflow = __builtin_mul_overflow(bm.heads, bm.rows, &bytes) || __builtin_mul_overflow(bytes, bm.cols, &bytes);
         if (take(r) % 16 == 0)
             bm.bits = NULL;
-        else if (bm.heads < 0 || bm.rows < 0 || bm.cols < 0 || bytes > INT64_MAX)
+        else if (bm.heads < 0 || bm.rows < 0 || bm.cols < 0 || overflow)
             bm.bits = arena_alloc(&a, 16, r);
         else if (bytes > BUFFER_CAP)
             a.too_big = 1;

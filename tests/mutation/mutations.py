@@ -69,13 +69,24 @@ MUTATIONS = [
             ("core/softmax.h", "    return m == -INFINITY ? 0.0f : m;\n", "    return m;\n"),
         ],
     },
+    # Not listed: the -inf guard of fa_softmax_update's rescale factor. Without it the factor is
+    # expf(-inf - m_new) = 0 for a finite new max, and 1 when both are -inf: an equivalent mutant
+    # (measured: the whole suite passes with it, as it must).
     {
-        "id": "softmax-rescale-no-inf-guard",
-        "what": "the -inf guard removed from the online softmax's rescale factor (core/softmax.h fa_softmax_update)",
+        "id": "softmax-inv-sum-no-guard",
+        "what": "the final normalisation's guard for a fully masked row (l = 0) removed: O = 0 * inf "
+                "(core/softmax.h fa_softmax_inv_sum)",
         "edits": [
-            ("core/softmax.h",
-             "float alpha = row->m == -INFINITY ? 0.0f : m_new == row->m ? 1.0f : expf(row->m - m_new);",
-             "float alpha = m_new == row->m ? 1.0f : expf(row->m - m_new);"),
+            ("core/softmax.h", "    return row.l == 0.0f ? 0.0f : 1.0f / row.l;\n", "    return 1.0f / row.l;\n"),
+        ],
+    },
+    {
+        "id": "softmax-merge-no-inf-guard",
+        "what": "the merge of two partial results loses its guard for two fully masked parts "
+                "(core/softmax.h fa_softmax_merge, used by ring attention)",
+        "edits": [
+            ("core/softmax.h", "    if (m == -INFINITY) {\n        for (int64_t c = 0; c < d; ++c)",
+             "    if (0) {\n        for (int64_t c = 0; c < d; ++c)"),
         ],
     },
     {

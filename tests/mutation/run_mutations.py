@@ -93,8 +93,9 @@ def run_suite(build, stages, stop_at_first):
             break
         for line in r.stdout.splitlines():
             m = re.match(r"^\s*\d+/\d+\s+\S+ / (\S+)\s+(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)\b", line)
-            if m:
-                failed.append(m.group(1) + ("" if m.group(2) == "FAIL" else " (" + m.group(2) + ")"))
+            name = m and m.group(1) + ("" if m.group(2) == "FAIL" else " (" + m.group(2) + ")")
+            if m and name not in failed:  # meson lists a failure twice: as it runs and in its summary
+                failed.append(name)
         if r.returncode != 0 and not failed:
             failed.append("(meson test exited %d)" % r.returncode)
         if failed and not lines:
