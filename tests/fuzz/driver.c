@@ -3,7 +3,8 @@
  * LLVMFuzzerTestOneInput, like libFuzzer, on inputs mutated from a seed corpus (byte flips,
  * interesting values, insertions, deletions, splices) by a seeded generator, so a run is
  * reproducible from its seed. No coverage feedback: the sanitizers (ASan, UBSan) are the oracle.
- * When a sanitizer reports an error the input being run is written to ./fuzz-crash-<pid>.bin.
+ * When a sanitizer reports an error (UBSan: with abort_on_error=1), an abort or a time-out, the input
+ * being run is written to ./fuzz-crash-<pid>.bin.
  * Usage: driver [-runs=N] [-max_total_time=S] [-seed=N] [-timeout=S] [DIR_OR_FILE ...]
  * A FILE argument is run once (replay of a saved input); DIR arguments are seed corpora. */
 #include <dirent.h>
@@ -66,6 +67,14 @@ static void on_alarm(int sig)
     }
     save_current();
     _exit(70);
+}
+
+/* abort(): a property the target checks, glibc's heap checks, or UBSan with abort_on_error=1 */
+static void on_abort(int sig)
+{
+    save_current();
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 static int read_file(const char *path, seed *s)
@@ -183,6 +192,7 @@ int main(int argc, char **argv)
     if (__sanitizer_set_death_callback)
         __sanitizer_set_death_callback(save_current);
     signal(SIGALRM, on_alarm);
+    signal(SIGABRT, on_abort);
     for (int i = 1; i < argc; ++i) {
         struct stat st;
         if (argv[i][0] == '-' || stat(argv[i], &st) != 0)
