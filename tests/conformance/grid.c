@@ -352,6 +352,31 @@ int conf_grid(conf_case *cases, int max, int full)
         c.heads_q = 2;
         c.heads_kv = 1;
         ADD(c);
+        /* d 256 (the CUDA backend's portable family: the sm80 deterministic kernels stop at d
+         * 128) and d 59 (unaligned rows: the sm80 kernels' ldg variant), with a window */
+        c = conf_case_default("deterministic-d256-bf16");
+        c.deterministic = 1;
+        c.backward = 1;
+        c.dtype = FA_DTYPE_BF16;
+        c.d = 256;
+        c.seqlen_q = 97;
+        c.seqlen_k = 140;
+        c.heads_q = 2;
+        c.heads_kv = 2;
+        ADD(c);
+        c = conf_case_default("deterministic-d59-f16-window");
+        c.deterministic = 1;
+        c.backward = 1;
+        c.dtype = FA_DTYPE_F16;
+        c.d = 59;
+        c.seqlen_q = 160;
+        c.seqlen_k = 150;
+        c.window_left = 50;
+        c.window_right = 10;
+        c.heads_q = 2;
+        c.heads_kv = 1;
+        c.batch = 2;
+        ADD(c);
         c = conf_case_default("empty-keys");
         c.seqlen_k = 0;
         c.backward = 1;

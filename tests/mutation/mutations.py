@@ -1,0 +1,144 @@
+"""The faults tests/mutation/run_mutations.py injects into the CPU kernels, one at a time.
+
+Each mutation is a list of exact text edits (file, old, new): `old` must occur exactly once in the
+file, so a mutation whose target code has changed is reported as STALE instead of being silently
+skipped. Every fault models a plausible kernel bug that the test suite must catch."""
+
+MUTATIONS = [
+    {
+        "id": "bwd-second-call-noop",
+        "what": "a backward called again after one forward returns success without writing dQ/dK/dV "
+                "(a kernel that believes its outputs are already up to date)",
+        "edits": [
+            ("backends/cpu/flash.c", "#include <string.h>\n",
+             "#include <string.h>\nstatic _Thread_local int mutation_backward_ran;\n"),
+            ("backends/cpu/flash.c",
+             "fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)\n{\n",
+             "fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)\n{\n"
+             "    mutation_backward_ran = 0;\n"),
+            ("backends/cpu/flash.c",
+             "fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)\n{\n",
+             "fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)\n{\n"
+             "    if (mutation_backward_ran)\n        return FA_SUCCESS;\n    mutation_backward_ran = 1;\n"),
+        ],
+    },
+    {
+        "id": "ds-1pct",
+        "what": "dS 1 % too large in the CPU backward (flash.c)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "prow[j] * (drow[j] - dsum[r]) * p->scale;",
+             "prow[j] * (drow[j] - dsum[r]) * p->scale * 1.01f;"),
+        ],
+    },
+    {
+        "id": "bf16-truncate-half.h",
+        "what": "fa_float_to_bfloat truncates instead of rounding to nearest even (core/half.h: "
+                "every user of the header, the tests' own conversions included)",
+        "edits": [
+            ("core/half.h", "    x += 0x7fffu + lsb;\n", "    (void)lsb;\n"),
+        ],
+    },
+    {
+        "id": "bf16-truncate-kernel-store",
+        "what": "the CPU kernels' bf16 stores (O, dQ, dK, dV) truncate instead of rounding to nearest "
+                "even; core/half.h itself untouched",
+        "edits": [
+            ("backends/cpu/flash.c", "#include <string.h>\n",
+             "#include <string.h>\n"
+             "static inline void mutation_store_elem(fa_dtype dt, void *base, int64_t off, float x)\n{\n"
+             "    if (dt == FA_DTYPE_BF16)\n"
+             "        ((uint16_t *)base)[off] = (uint16_t)(fa_f32_bits(x) >> 16);\n"
+             "    else\n        fa_store_elem(dt, base, off, x);\n}\n"
+             "#define fa_store_elem mutation_store_elem\n"),
+        ],
+    },
+    {
+        "id": "dropout-unscaled",
+        "what": "dropout's kept elements not scaled by 1/(1-p) (flash.c apply_dropout, forward and backward)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] * p->dropout_scale : 0.0f;",
+             "row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] : 0.0f;"),
+        ],
+    },
+    {
+        "id": "softmax-shift-no-inf-guard",
+        "what": "the -inf guard removed from the online softmax's shift (core/softmax.h fa_softmax_shift)",
+        "edits": [
+            ("core/softmax.h", "    return m == -INFINITY ? 0.0f : m;\n", "    return m;\n"),
+        ],
+    },
+    # Not listed: the -inf guard of fa_softmax_update's rescale factor. Without it the factor is
+    # expf(-inf - m_new) = 0 for a finite new max, and 1 when both are -inf: an equivalent mutant
+    # (measured: the whole suite passes with it, as it must).
+    {
+        "id": "softmax-inv-sum-no-guard",
+        "what": "the final normalisation's guard for a fully masked row (l = 0) removed: O = 0 * inf "
+                "(core/softmax.h fa_softmax_inv_sum)",
+        "edits": [
+            ("core/softmax.h", "    return row.l == 0.0f ? 0.0f : 1.0f / row.l;\n", "    return 1.0f / row.l;\n"),
+        ],
+    },
+    {
+        "id": "softmax-merge-no-inf-guard",
+        "what": "the merge of two partial results loses its guard for two fully masked parts "
+                "(core/softmax.h fa_softmax_merge, used by ring attention)",
+        "edits": [
+            ("core/softmax.h", "    if (m == -INFINITY) {\n        for (int64_t c = 0; c < d; ++c)",
+             "    if (0) {\n        for (int64_t c = 0; c < d; ++c)"),
+        ],
+    },
+    {
+        "id": "bwd-lse-no-inf-guard",
+        "what": "the backward's guard for fully masked rows (LSE = -inf) removed (flash.c)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "exp_inplace(pm + r * bk, bk, lse[r] == -INFINITY ? INFINITY : lse[r]);",
+             "exp_inplace(pm + r * bk, bk, lse[r]);"),
+        ],
+    },
+    {
+        "id": "mask-right-off-by-one",
+        "what": "causal / window right edge off by one in the CPU kernels' partial-tile mask (flash.c apply_mask)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "            if (b < hi)\n                hi = b;\n",
+             "            if (b + 1 < hi)\n                hi = b + 1;\n"),
+        ],
+    },
+    {
+        "id": "mask-left-off-by-one",
+        "what": "sliding window left edge off by one in the CPU kernels' partial-tile mask (flash.c apply_mask)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "            if (a > lo)\n                lo = a;\n",
+             "            if (a - 1 > lo)\n                lo = a - 1;\n"),
+        ],
+    },
+    {
+        "id": "lse-off-1e-3",
+        "what": "the forward's LSE 0.001 too large (flash.c)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]);",
+             "((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]) + 1e-3f;"),
+        ],
+    },
+    {
+        "id": "gqa-head-modulo",
+        "what": "GQA: query head h reads kv head h % heads_kv instead of h / group in the forward (flash.c)",
+        "edits": [
+            ("backends/cpu/flash.c", "    int64_t hk = h / p->group;\n", "    int64_t hk = h % p->heads_kv;\n"),
+        ],
+    },
+    {
+        "id": "dq-chunk-sum-drops-last",
+        "what": "the backward's sum of the per-chunk dQ buffers skips the last chunk (flash.c bwd_dq_task)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "for (int64_t c = 1; c < bc->chunks; ++c) {",
+             "for (int64_t c = 1; c < bc->chunks - 1; ++c) {"),
+        ],
+    },
+]
