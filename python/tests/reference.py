@@ -1,7 +1,9 @@
 """reference.py: float64 attention and its gradients (the oracle), and the plain same-precision
 implementation whose error sets the tolerance, as the C suite does (tests/conformance/harness.c,
 backends/cpu/reference.c): a result passes when its error against float64 is within 2x (forward)
-or 3x (gradients) the plain implementation's error, plus 1e-5 x max(1, |reference|)."""
+or 3x (gradients) the plain implementation's error, plus 1e-5 x max(1, |reference|). Dropout's
+mask comes from a NumPy Philox4x32-10 written here from its definition (Salmon et al., SC'11;
+the counter layout of core/philox.h), not from the library."""
 import numpy as np
 
 
@@ -28,6 +30,54 @@ def visible(sq, sk, causal, window, block=None, heads=1):
         expanded = bits[:, (np.arange(sq) // bq)[:, None], (np.arange(sk) // bk)[None, :]]
         ok = ok & expanded
     return ok
+
+
+PHILOX_M0, PHILOX_M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+PHILOX_W0, PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+
+
+def philox4x32_10(ctr, key):
+    """Philox4x32-10 of counters ctr (4 uint32 arrays of one shape) under key (k0, k1): four
+    uint32 arrays; the key is bumped between rounds (Random123's order)."""
+    c = [np.asarray(x, dtype=np.uint64) for x in ctr]
+    k0, k1 = int(key[0]) & 0xFFFFFFFF, int(key[1]) & 0xFFFFFFFF
+    mask = np.uint64(0xFFFFFFFF)
+    for rnd in range(10):
+        if rnd > 0:
+            k0, k1 = (k0 + PHILOX_W0) & 0xFFFFFFFF, (k1 + PHILOX_W1) & 0xFFFFFFFF
+        p0, p1 = PHILOX_M0 * c[0], PHILOX_M1 * c[2]
+        hi0, lo0, hi1, lo1 = p0 >> np.uint64(32), p0 & mask, p1 >> np.uint64(32), p1 & mask
+        c = [hi1 ^ c[1] ^ np.uint64(k0), lo1, hi0 ^ c[3] ^ np.uint64(k1), lo0]
+    return [x.astype(np.uint32) for x in c]
+
+
+def dropout_threshold(p):
+    """The integer threshold of drop probability p (the library's float32 p): floor(p * 2^32),
+    at most 2^32 - 1."""
+    t = float(np.float32(p)) * 4294967296.0
+    return 0 if p <= 0 else min(int(t), 4294967295)
+
+
+def dropout_keep(seed, offset, batch, heads_q, head, sq, sk, p):
+    """[sq, sk] bool: the elements dropout keeps for (batch, head): counter (j / 4, i,
+    lo(stream), hi(stream)), stream = offset + batch * heads_q + head (mod 2^64), key (lo(seed),
+    hi(seed)); element j is word j % 4; kept when the word is >= the threshold."""
+    stream = (offset + batch * heads_q + head) % 2 ** 64
+    i = np.arange(sq, dtype=np.uint64)[:, None]
+    j = np.arange(sk, dtype=np.uint64)[None, :]
+    shape = (sq, sk)
+    ctr = [np.broadcast_to(j >> np.uint64(2), shape), np.broadcast_to(i, shape),
+           np.full(shape, stream & 0xFFFFFFFF, dtype=np.uint64), np.full(shape, stream >> 32, dtype=np.uint64)]
+    words = philox4x32_10(ctr, (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
+    word = np.choose(np.broadcast_to(j % np.uint64(4), shape).astype(np.int64), words)
+    return word >= np.uint32(dropout_threshold(p))
+
+
+def dropout_factors(seed, offset, batch, heads_q, sq, sk, p):
+    """[heads_q, sq, sk]: 0 where dropped, 1 / (1 - p) in float64 where kept (p as the library
+    holds it, float32)."""
+    scale = 1.0 / (1.0 - float(np.float32(p)))
+    return np.stack([dropout_keep(seed, offset, batch, heads_q, h, sq, sk, p) for h in range(heads_q)]) * scale
 
 
 def _probs(q, k, scale, vis, dt):
@@ -60,13 +110,16 @@ def _round(x, dtype):
     return x.astype(dtype).astype(np.float32)
 
 
-def attention(q, k, v, scale, vis, dtype=None):
+def attention(q, k, v, scale, vis, dtype=None, z=None):
     """O [sq, h, d] and LSE [h, sq] of one sequence: float64 when dtype is None, else the plain
-    implementation (float32 arithmetic, P and O rounded to dtype)."""
+    implementation (float32 arithmetic, P and O rounded to dtype); z [h, sq, sk]: the dropout
+    factors (dropout_factors), None without dropout."""
     dt = np.float64 if dtype is None else np.float32
     p, lse = _probs(q, k, scale, vis, dt)
     h, hk = q.shape[1], k.shape[1]
     vv = np.repeat(v.astype(dt), h // hk, axis=1)
+    if z is not None:
+        p = p * z.astype(dt)
     if dtype is not None:
         p = _round(p, dtype)
     o = np.einsum("hij,jhd->ihd", p, vv)
@@ -75,18 +128,21 @@ def attention(q, k, v, scale, vis, dtype=None):
     return o.astype(np.float64), lse.astype(np.float64)
 
 
-def gradients(q, k, v, do, scale, vis, dtype=None):
-    """dQ, dK, dV of one sequence, float64 or the plain implementation (as attention())."""
+def gradients(q, k, v, do, scale, vis, dtype=None, z=None):
+    """dQ, dK, dV of one sequence, float64 or the plain implementation (as attention()). With
+    dropout factors z: dV = (P o Z)^T dO, dP = Z o (dO V^T), dS = P o (dP - rowsum(P o dP))."""
     dt = np.float64 if dtype is None else np.float32
     p, _ = _probs(q, k, scale, vis, dt)
     h, hk = q.shape[1], k.shape[1]
     g = h // hk
     kk, vv = np.repeat(k.astype(dt), g, axis=1), np.repeat(v.astype(dt), g, axis=1)
     do_, q_ = do.astype(dt), q.astype(dt)
+    zz = np.ones_like(p) if z is None else z.astype(dt)
     dp = np.einsum("ihd,jhd->hij", do_, vv)
-    pr = _round(p, dtype) if dtype is not None else p
+    pr = _round(p * zz, dtype) if dtype is not None else p * zz
     if dtype is not None:
         dp = _round(dp, dtype)
+    dp = dp * zz
     dv = np.einsum("hij,ihd->jhd", pr, do_)
     dsum = (p * dp).sum(-1, keepdims=True)
     ds = p * (dp - dsum)

@@ -1,19 +1,30 @@
 """The Python package on NumPy arrays (the CPU backend): outputs and gradients against float64
 with the C suite's pass rule (reference.py), the packed and varlen variants, block masks,
 dropout's determinism and its gradients, and bad input."""
+import ctypes
+import os
+
 import numpy as np
 import pytest
 
 import flashattn as fa
 import reference as ref
+from flashattn import _capi
 
-DTYPES = [np.float32, np.float16]
+# bfloat16 arrays need ml_dtypes (pip install ".[test]" brings it). Without it the bf16 cases are
+# reported as skipped, with the reason; where FLASHATTN_REQUIRE_ML_DTYPES=1 (.ci/run's pip
+# environment) a missing ml_dtypes is an error instead.
 try:
     import ml_dtypes
 
-    DTYPES.append(ml_dtypes.bfloat16)
-except ImportError:  # bfloat16 arrays need ml_dtypes; without it those cases do not exist
-    pass
+    BF16 = ml_dtypes.bfloat16
+except ImportError:
+    if os.environ.get("FLASHATTN_REQUIRE_ML_DTYPES") == "1":
+        raise
+    BF16 = None
+DTYPES = [np.float32, np.float16,
+          pytest.param(BF16, id="bfloat16",
+                       marks=pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed: no bfloat16 arrays"))]
 
 
 def inputs(rng, b, sq, sk, h, hk, d, dtype):
@@ -28,13 +39,14 @@ def f64(x):
     return np.asarray(x).astype(np.float64)
 
 
-def check_forward(o, lse, q, k, v, scale, vis_of, dtype):
-    """o [b, sq, h, d], lse [b, h, sq] against float64, per sequence"""
+def check_forward(o, lse, q, k, v, scale, vis_of, dtype, z_of=lambda bi: None):
+    """o [b, sq, h, d], lse [b, h, sq] against float64, per sequence; z_of(bi): the dropout
+    factors of sequence bi (reference.dropout_factors) or None"""
     for bi in range(q.shape[0]):
         vis = vis_of(bi)
-        ro, rl = ref.attention(f64(q[bi]), f64(k[bi]), f64(v[bi]), scale, vis)
+        ro, rl = ref.attention(f64(q[bi]), f64(k[bi]), f64(v[bi]), scale, vis, z=z_of(bi))
         no, nl = ref.attention(q[bi].astype(np.float32), k[bi].astype(np.float32), v[bi].astype(np.float32), scale,
-                               vis, dtype)
+                               vis, dtype, z=z_of(bi))
         err, ok = ref.error(o[bi], ro)
         assert ok, "O not finite where the reference is"
         assert err <= ref.bound(2.0, ref.error(no, ro)[0], ro), f"O error {err}"
@@ -44,11 +56,11 @@ def check_forward(o, lse, q, k, v, scale, vis_of, dtype):
         assert err <= ref.bound(2.0, ref.error(nl, rl)[0], rl), f"LSE error {err}"
 
 
-def check_backward(grads, q, k, v, do, scale, vis_of, dtype):
+def check_backward(grads, q, k, v, do, scale, vis_of, dtype, z_of=lambda bi: None):
     for bi in range(q.shape[0]):
         vis = vis_of(bi)
-        rg = ref.gradients(f64(q[bi]), f64(k[bi]), f64(v[bi]), f64(do[bi]), scale, vis)
-        ng = ref.gradients(*(x[bi].astype(np.float32) for x in (q, k, v, do)), scale, vis, dtype)
+        rg = ref.gradients(f64(q[bi]), f64(k[bi]), f64(v[bi]), f64(do[bi]), scale, vis, z=z_of(bi))
+        ng = ref.gradients(*(x[bi].astype(np.float32) for x in (q, k, v, do)), scale, vis, dtype, z=z_of(bi))
         for name, g, r, n in zip(("dQ", "dK", "dV"), grads, rg, ng):
             err, ok = ref.error(g[bi], r)
             assert ok, f"{name} not finite"
@@ -69,6 +81,44 @@ def test_dense(dtype, d, causal):
     check_forward(o, lse, q, k, v, scale, lambda bi: vis, dtype)
     grads = fa.flash_attn_backward(do, q, k, v, o, lse, causal=causal)
     check_backward(grads, q, k, v, do, scale, lambda bi: vis, dtype)
+
+
+class PlanInfo(ctypes.Structure):  # fa_plan_info
+    _fields_ = [(n, ctypes.c_int64) for n in ("block_q", "block_k", "onchip_bytes", "paper_block_q", "paper_block_k",
+                                               "num_q_blocks", "num_k_blocks", "workspace_fwd", "workspace_bwd")]
+
+
+def cpu_forward_key_tiles(q, k):
+    """How many key tiles the CPU backend's forward walks for q, k (fa_plan)."""
+    L = _capi.lib()
+    L.fa_plan.argtypes = [ctypes.c_void_p, ctypes.POINTER(_capi.FwdArgs), ctypes.POINTER(PlanInfo)]
+    code = {"float32": _capi.DTYPE_F32, "float16": _capi.DTYPE_F16, "bfloat16": _capi.DTYPE_BF16}[q.dtype.name]
+    o = np.empty_like(q)
+    t = lambda a: _capi.tensor(a.ctypes.data, code, a.shape, [s // a.itemsize for s in a.strides])
+    args = _capi.FwdArgs()
+    args.q, args.k, args.v, args.o = t(q), t(k), t(k), t(o)
+    args.opts = L.fa_options_default()
+    info = PlanInfo()
+    assert L.fa_plan(_capi.context("cpu").ptr, ctypes.byref(args), ctypes.byref(info)) == 0
+    return info.num_k_blocks
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("d", [32, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_several_key_tiles(dtype, d, causal):
+    """Sequences longer than the CPU backend's key tile (backends/cpu/backend.c: forward 256 keys
+    at d 32 and 128 at d 128, backward 256 and 64): the online softmax's rescaling across tiles
+    and the backward's accumulation over key tiles, causal with a diagonal crossing tiles."""
+    rng = np.random.default_rng(d + causal)
+    b, sq, sk, h, hk = 1, 200 if d == 128 else 230, 300 if d == 128 else 600, 2, 1
+    q, k, v, do = inputs(rng, b, sq, sk, h, hk, d, dtype)
+    assert cpu_forward_key_tiles(q, k) >= 3
+    o, lse, _ = fa.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    vis = ref.visible(sq, sk, causal, (-1, -1))
+    check_forward(o, lse, q, k, v, d ** -0.5, lambda bi: vis, dtype)
+    grads = fa.flash_attn_backward(do, q, k, v, o, lse, causal=causal)
+    check_backward(grads, q, k, v, do, d ** -0.5, lambda bi: vis, dtype)
 
 
 @pytest.mark.parametrize("window", [(16, 0), (8, 8), (-1, 5)])
@@ -198,6 +248,40 @@ def test_dropout_deterministic_and_gradients():
     numeric = (f(t) - f(-t)) / (2 * t)
     analytic = sum(float(np.sum(f64(g) * f64(du))) for g, du in zip((dq, dk, dv), u))
     assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(analytic)), (numeric, analytic)
+
+
+def test_philox_reference_matches_random123_known_answers():
+    """reference.philox4x32_10 against Random123's kat_vectors (as tests/core/test_philox.c)"""
+    vectors = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+               ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+               ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+                (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+    for ctr, key, expected in vectors:
+        got = ref.philox4x32_10([np.array([c], dtype=np.uint32) for c in ctr], key)
+        assert [int(w[0]) for w in got] == list(expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_against_numpy_reference(dtype, causal):
+    """Outputs and gradients with dropout against float64 attention whose mask comes from the
+    NumPy Philox (reference.py) and whose kept elements are scaled by 1 / (1 - p): the mask, the
+    scale and the gradients' use of both. A 64-bit seed, and an offset that carries the stream into
+    its high word; several key tiles (d 64: 128 keys a tile)."""
+    rng = np.random.default_rng(21 + causal)
+    b, sq, sk, h, hk, d, p = 2, 130, 300, 4, 2, 64, 0.17
+    seed, offset = 0x123456789ABCDEF0, 2 ** 32 - 5
+    q, k, v, do = inputs(rng, b, sq, sk, h, hk, d, dtype)
+    o, lse, _ = fa.flash_attn_func(q, k, v, dropout_p=p, causal=causal, return_attn_probs=True, seed=seed,
+                                   offset=offset)
+    vis = ref.visible(sq, sk, causal, (-1, -1))
+    z = [ref.dropout_factors(seed, offset, bi, h, sq, sk, p) for bi in range(b)]
+    assert any((offset + bi * h + hh) >> 32 for bi in range(b) for hh in range(h))  # the stream's high word
+    kept = np.mean([np.mean(zz > 0) for zz in z])
+    assert abs(kept - (1 - p)) < 0.01, kept
+    check_forward(o, lse, q, k, v, d ** -0.5, lambda bi: vis, dtype, lambda bi: z[bi])
+    grads = fa.flash_attn_backward(do, q, k, v, o, lse, dropout_p=p, causal=causal, seed=seed, offset=offset)
+    check_backward(grads, q, k, v, do, d ** -0.5, lambda bi: vis, dtype, lambda bi: z[bi])
 
 
 def test_bad_input():

@@ -1,6 +1,7 @@
 /* conformance.c: the conformance suite: the grid of grid.c on one backend and device (every
  * backend compiled in by default), plus the dropout checks (the dropped set equals the core's
- * Philox rule exactly; the dropped fraction is within 1% of p) and finite differences on the
+ * Philox rule exactly, the kept elements are P / (1 - p) against float64; the dropped fraction
+ * is within 1% of p) and finite differences on the
  * float64 reference. A backend that is not compiled in, has no device, or rejects a case as
  * unsupported is reported as skipped by name, never as passed.
  * Usage: conformance [--backend NAME] [--device N] [--grid full|short] [--filter SUBSTRING] */
@@ -35,18 +36,93 @@ static void run_grid_case(void **state)
     }
     if (r.failure[0])
         fail_msg("%s: %s", c->name, r.failure);
+    if (r.f32_twin_skip[0])
+        print_message("           fp32-output twin not run: %s\n", r.f32_twin_skip);
     if (getenv("FA_CONFORMANCE_VERBOSE"))
-        print_message("           O %.2e (bound %.2e)  LSE %.2e  dQ %.2e/%.2e dK %.2e/%.2e dV %.2e/%.2e\n", r.err_o,
+        print_message("           O %.2e (bound %.2e)  LSE %.2e  dQ %.2e/%.2e dK %.2e/%.2e dV %.2e/%.2e%s\n", r.err_o,
                       r.bound_o, r.err_lse, r.err_grad[0], r.bound_grad[0], r.err_grad[1], r.bound_grad[1],
-                      r.err_grad[2], r.bound_grad[2]);
+                      r.err_grad[2], r.bound_grad[2], r.f32_twin ? "  fp32 twin: rounded exactly" : "");
 }
 
 /* ------------------------------------------------------------------ dropout */
 
+static double load_dtype(fa_dtype dt, const void *base, size_t off)
+{
+    return dt == FA_DTYPE_F32   ? ((const float *)base)[off]
+           : dt == FA_DTYPE_F16 ? fa_half_to_float(((const uint16_t *)base)[off])
+                                : fa_bfloat_to_float(((const uint16_t *)base)[off]);
+}
+
+static float round_dtype(fa_dtype dt, float x)
+{
+    return dt == FA_DTYPE_F32   ? x
+           : dt == FA_DTYPE_F16 ? fa_half_to_float(fa_float_to_half(x))
+                                : fa_bfloat_to_float(fa_float_to_bfloat(x));
+}
+
+/* The scale of the kept elements: O[b, i, h, j] against P_ij / (1 - p) in float64 (softmax of
+ * the stored inputs, 1 / (1 - p) computed here from p, not taken from the library) where the
+ * Philox rule keeps (b, h, i, j), 0 where it drops; the pass rule of the grid: within twice the
+ * error of a plain same-precision computation (fp32 softmax, P / (1 - p) rounded to the dtype,
+ * O rounded to the dtype) plus 1e-5. */
+static void dropout_scale_error(fa_dtype dt, int64_t batch, int64_t heads, int64_t sq, int64_t sk, int64_t d,
+                                float p, uint64_t seed, uint64_t offset, const void *hq, const void *hk,
+                                const void *ho, double *err, double *bound)
+{
+    const double keep_scale = 1.0 / (1.0 - (double)p), scale = 1.0 / sqrt((double)d);
+    const uint32_t thr = fa_dropout_threshold(p);
+    double *s64 = malloc(sizeof(double) * (size_t)sk);
+    float *s32 = malloc(sizeof(float) * (size_t)sk);
+    assert_non_null(s64);
+    assert_non_null(s32);
+    double worst = 0.0, worst_naive = 0.0, ref_max = 0.0;
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t i = 0; i < sq; ++i) {
+                double m64 = -INFINITY, l64 = 0.0;
+                float m32 = -INFINITY, l32 = 0.0f;
+                for (int64_t j = 0; j < sk; ++j) {
+                    double dot = 0.0;
+                    float dot32 = 0.0f;
+                    for (int64_t c = 0; c < d; ++c) {
+                        double qv = load_dtype(dt, hq, (size_t)(((b * sq + i) * heads + h) * d + c));
+                        double kv = load_dtype(dt, hk, (size_t)((b * sk + j) * d + c));
+                        dot += qv * kv;
+                        dot32 += (float)qv * (float)kv;
+                    }
+                    s64[j] = dot * scale;
+                    s32[j] = dot32 * (float)scale;
+                    m64 = fmax(m64, s64[j]);
+                    m32 = fmaxf(m32, s32[j]);
+                }
+                for (int64_t j = 0; j < sk; ++j) {
+                    l64 += exp(s64[j] - m64);
+                    l32 += expf(s32[j] - m32);
+                }
+                for (int64_t j = 0; j < sk; ++j) {
+                    int keep = fa_dropout_keep(seed, offset, (uint64_t)b, (uint64_t)heads, (uint64_t)h, (uint64_t)i,
+                                               (uint64_t)j, thr);
+                    double ref = keep ? exp(s64[j] - m64) / l64 * keep_scale : 0.0;
+                    float naive = keep ? round_dtype(dt, round_dtype(dt, expf(s32[j] - m32) / l32 * (float)keep_scale))
+                                       : 0.0f;
+                    double got = load_dtype(dt, ho, (size_t)(((b * sq + i) * heads + h) * d + j));
+                    worst = fmax(worst, fabs(got - ref));
+                    worst_naive = fmax(worst_naive, fabs((double)naive - ref));
+                    ref_max = fmax(ref_max, fabs(ref));
+                }
+            }
+    free(s64);
+    free(s32);
+    *err = worst;
+    *bound = 2.0 * worst_naive + 1e-5 * fmax(1.0, ref_max);
+}
+
 /* Forward with V = identity (seqlen_k <= d): O[i, j] = P_ij * z_ij / (1 - p) with P > 0
- * everywhere, so the zeros of O are exactly the dropped elements. Returns the dropped count. */
+ * everywhere, so the zeros of O are exactly the dropped elements, and the kept ones show the
+ * scale (dropout_scale_error). Returns the dropped count. */
 static int64_t dropout_pattern(fa_dtype dt, int64_t batch, int64_t heads, int64_t sq, int64_t sk, float p,
-                               uint64_t seed, uint64_t offset, int64_t *mismatches)
+                               uint64_t seed, uint64_t offset, int64_t *mismatches, double *scale_err,
+                               double *scale_bound)
 {
     int64_t d = 64 > sk ? 64 : sk;
     int64_t qs[4] = {batch, sq, heads, d}, ks[4] = {batch, sk, 1, d};
@@ -114,6 +190,7 @@ static int64_t dropout_pattern(fa_dtype dt, int64_t batch, int64_t heads, int64_
                     dropped += !kept_kernel;
                     *mismatches += kept_kernel != kept_rule;
                 }
+    dropout_scale_error(dt, batch, heads, sq, sk, d, p, seed, offset, hq, hk, ho, scale_err, scale_bound);
 done:
     fa_free(g_ctx, dq);
     fa_free(g_ctx, dk);
@@ -132,7 +209,9 @@ static void test_dropout_exact_set(void **state)
     const fa_dtype dts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     for (int t = 0; t < 3; ++t) {
         int64_t mism = 0;
-        int64_t dropped = dropout_pattern(dts[t], 2, 3, 67, 64, 0.17f, 0x1234567890abcdefull, 77 + (uint64_t)t, &mism);
+        double err = 0.0, bound = 0.0;
+        int64_t dropped = dropout_pattern(dts[t], 2, 3, 67, 64, 0.17f, 0x1234567890abcdefull, 77 + (uint64_t)t, &mism,
+                                          &err, &bound);
         if (dropped < 0) {
             print_message("[ SKIPPED  ] dropout unsupported for %s\n", fa_dtype_name(dts[t]));
             continue;
@@ -140,6 +219,11 @@ static void test_dropout_exact_set(void **state)
         if (mism != 0)
             fail_msg("%s: %lld elements differ from the core's Philox rule", fa_dtype_name(dts[t]), (long long)mism);
         assert_true(dropped > 0);
+        print_message("           %s: kept elements against P / (1 - p): error %.2e (bound %.2e)\n",
+                      fa_dtype_name(dts[t]), err, bound);
+        if (!(err <= bound))
+            fail_msg("%s: kept elements are not P / (1 - p): error %.3g > bound %.3g", fa_dtype_name(dts[t]), err,
+                     bound);
     }
 }
 
@@ -148,9 +232,12 @@ static void test_dropout_fraction(void **state)
     (void)state;
     const float p = 0.17f;
     int64_t mism = 0, batch = 1, heads = 8, sq = 2048, sk = 64;
-    int64_t dropped = dropout_pattern(FA_DTYPE_F32, batch, heads, sq, sk, p, 2024, 0, &mism);
+    double err = 0.0, bound = 0.0;
+    int64_t dropped = dropout_pattern(FA_DTYPE_F32, batch, heads, sq, sk, p, 2024, 0, &mism, &err, &bound);
     if (dropped < 0)
         skip();
+    if (!(err <= bound))
+        fail_msg("kept elements are not P / (1 - p): error %.3g > bound %.3g", err, bound);
     double frac = (double)dropped / (double)(batch * heads * sq * sk);
     print_message("           dropped fraction %.5f for p = %.2f over %lld elements\n", frac, (double)p,
                   (long long)(batch * heads * sq * sk));

@@ -304,10 +304,88 @@ static void lse_from(const tbuf *b, const fa_problem *p, double *out)
         }
 }
 
+/* ------------------------------------------------------------------ the fp32-output twin */
+
+/* x rounded to nearest even with `digits` significant bits, exponent floor emin (subnormals keep
+ * the step 2^(emin - digits + 1)), infinity above max_finite: fp16 (11, -14, 65504) and bf16
+ * (8, -126, 0x1.fep127). Written without the library's conversions (core/half.h), which are what
+ * the twin check tests; nearbyint rounds half to even in the default rounding mode. */
+static double round_nearest_even(double x, int digits, int emin, double max_finite)
+{
+    if (!isfinite(x) || x == 0.0)
+        return x;
+    int e;
+    frexp(x, &e);
+    int lead = e - 1 < emin ? emin : e - 1;
+    double step = ldexp(1.0, lead - (digits - 1));
+    double r = nearbyint(x / step) * step;
+    return fabs(r) > max_finite ? copysign(INFINITY, x) : r;
+}
+
+static double round_to_dtype(fa_dtype dt, double x)
+{
+    if (dt == FA_DTYPE_F16)
+        return round_nearest_even(x, 11, -14, 65504.0);
+    return round_nearest_even(x, 8, -126, ldexp(255.0, 120));
+}
+
+/* Compares `low` (fp16/bf16) with `twin` (fp32, same shape and strides) element by element.
+ * exact: every element must be the twin's value rounded. Otherwise (dQ of a backward whose fp32
+ * dQ is summed with atomics in no fixed order, so the twin's fp32 dQ is not the one that was
+ * rounded) the element must lie within half a unit in the last place of the twin's value plus
+ * 2^-16 max|twin|, which a rounding toward zero (up to a whole unit) exceeds on about half the
+ * elements. Returns the first offending offset or -1. */
+static int64_t twin_mismatch(const tbuf *low, const tbuf *twin, int exact, double *got, double *want)
+{
+    size_t n = low->bytes / fa_dtype_size(low->t.dtype);
+    double floor_abs = 0.0;
+    if (!exact)
+        for (size_t e = 0; e < n; ++e)
+            if (low->elem_map[e] && isfinite(((const float *)twin->host)[e]))
+                floor_abs = fmax(floor_abs, fabs(((const float *)twin->host)[e]));
+    floor_abs *= ldexp(1.0, -16);
+    int digits = low->t.dtype == FA_DTYPE_F16 ? 11 : 8, emin = low->t.dtype == FA_DTYPE_F16 ? -14 : -126;
+    for (size_t e = 0; e < n; ++e) {
+        if (!low->elem_map[e])
+            continue;
+        uint16_t bits;
+        memcpy(&bits, low->host + 2 * e, 2);
+        double x = low->t.dtype == FA_DTYPE_F16 ? fa_half_to_float(bits) : fa_bfloat_to_float(bits);
+        double t = ((const float *)twin->host)[e], w = round_to_dtype(low->t.dtype, t);
+        int ok;
+        if (isnan(t) || isnan(x))
+            ok = isnan(t) && isnan(x);
+        else if (exact || !isfinite(w))
+            ok = x == w;
+        else {
+            int ex;
+            frexp(t, &ex);
+            double half_ulp = ldexp(1.0, (ex - 1 < emin ? emin : ex - 1) - digits);
+            ok = fabs(x - t) <= half_ulp + floor_abs;
+        }
+        if (!ok) {
+            *got = x;
+            *want = w;
+            return (int64_t)e;
+        }
+    }
+    return -1;
+}
+
+/* The twin tbuf: the same shape and strides as `like`, in fp32. */
+static int twin_alloc(fa_context *ctx, tbuf *twin, const tbuf *like)
+{
+    memset(twin, 0, sizeof *twin);
+    twin->t = like->t;
+    twin->t.dtype = FA_DTYPE_F32;
+    return tbuf_alloc(ctx, twin, 1) && tbuf_upload(ctx, twin) == FA_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ one case */
 
 typedef struct case_bufs {
     tbuf q, k, v, o, lse, dout, dq, dk, dv;
+    tbuf o32, lse32, dq32, dk32, dv32; /* the fp32-output twin's */
     int32_t *cu_host;
     void *cu_dev;
     fa_block_mask mask;
@@ -316,7 +394,8 @@ typedef struct case_bufs {
 
 static void bufs_free(fa_context *ctx, case_bufs *cb)
 {
-    tbuf *all[] = {&cb->q, &cb->k, &cb->v, &cb->o, &cb->lse, &cb->dout, &cb->dq, &cb->dk, &cb->dv};
+    tbuf *all[] = {&cb->q,  &cb->k,  &cb->v,     &cb->o,    &cb->lse,  &cb->dout, &cb->dq,
+                   &cb->dk, &cb->dv, &cb->o32, &cb->lse32, &cb->dq32, &cb->dk32, &cb->dv32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         tbuf_free(ctx, all[i]);
     free(cb->cu_host);
@@ -603,6 +682,60 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
             if (ck.err > r->bound_grad[i])
                 FAIL("%s error %.3g > bound %.3g (naive error %.3g)", names[i], ck.err, r->bound_grad[i], cnv.err);
         }
+    }
+    if (c->dtype == FA_DTYPE_F16 || c->dtype == FA_DTYPE_BF16) {
+        /* the twin: the same call with fp32 outputs (the backward reads the case's own O and LSE) */
+        if (!twin_alloc(ctx, &cb.o32, &cb.o) || !twin_alloc(ctx, &cb.lse32, &cb.lse))
+            FAIL("cannot allocate the fp32-output twin's buffers");
+        fa_fwd_args ft = fa;
+        ft.o = cb.o32.t;
+        ft.lse = cb.lse32.t;
+        st = fa_query_support(ctx, &ft, c->backward, variant, sizeof variant);
+        if (st == FA_ERR_UNSUPPORTED) {
+            snprintf(r->f32_twin_skip, sizeof r->f32_twin_skip, "%s", fa_context_last_error(ctx));
+            goto done;
+        }
+        if (st != FA_SUCCESS)
+            FAIL("fa_query_support (fp32-output twin): %s: %s", fa_status_string(st), fa_context_last_error(ctx));
+        st = fa_forward(ctx, &ft);
+        if (st != FA_SUCCESS || fa_synchronize(ctx) || tbuf_download(ctx, &cb.o32) || tbuf_download(ctx, &cb.lse32))
+            FAIL("fp32-output twin forward: %s: %s", fa_status_string(st), fa_context_last_error(ctx));
+        if (!check_output_buffer("o (fp32 twin)", &cb.o32, r->failure, sizeof r->failure) ||
+            !check_output_buffer("lse (fp32 twin)", &cb.lse32, r->failure, sizeof r->failure))
+            goto done;
+        double got, want;
+        int64_t at = twin_mismatch(&cb.o, &cb.o32, 1, &got, &want);
+        if (at >= 0)
+            FAIL("O at offset %lld is %.9g, not %.9g (the fp32-output twin's %.9g rounded to nearest even)",
+                 (long long)at, got, want, (double)((const float *)cb.o32.host)[at]);
+        if (memcmp(cb.lse.host, cb.lse32.host, cb.lse.bytes) != 0)
+            FAIL("LSE differs between the call and its fp32-output twin");
+        if (c->backward) {
+            if (!twin_alloc(ctx, &cb.dq32, &cb.dq) || !twin_alloc(ctx, &cb.dk32, &cb.dk) ||
+                !twin_alloc(ctx, &cb.dv32, &cb.dv))
+                FAIL("cannot allocate the fp32-output twin's gradient buffers");
+            fa_bwd_args bt = {.q = cb.q.t, .k = cb.k.t, .v = cb.v.t, .o = cb.o.t, .lse = cb.lse.t, .dout = cb.dout.t,
+                              .dq = cb.dq32.t, .dk = cb.dk32.t, .dv = cb.dv32.t, .varlen = fa.varlen, .opts = opts};
+            st = fa_backward(ctx, &bt);
+            if (st != FA_SUCCESS || fa_synchronize(ctx) || tbuf_download(ctx, &cb.dq32) ||
+                tbuf_download(ctx, &cb.dk32) || tbuf_download(ctx, &cb.dv32))
+                FAIL("fp32-output twin backward: %s: %s", fa_status_string(st), fa_context_last_error(ctx));
+            tbuf *low[3] = {&cb.dq, &cb.dk, &cb.dv}, *hi[3] = {&cb.dq32, &cb.dk32, &cb.dv32};
+            static const char *const gn[3] = {"dQ", "dK", "dV"};
+            /* dK and dV are written once per element on every backend; dQ too except where the CUDA
+             * backend's non-deterministic backward adds it up with atomics */
+            int dq_exact = c->deterministic || strcmp(fa_context_backend_name(ctx), "cuda") != 0;
+            for (int i = 0; i < 3; ++i) {
+                if (!check_output_buffer(gn[i], hi[i], r->failure, sizeof r->failure))
+                    goto done;
+                at = twin_mismatch(low[i], hi[i], i > 0 || dq_exact, &got, &want);
+                if (at >= 0)
+                    FAIL("%s at offset %lld is %.9g, not %.9g (the fp32-output twin's %.9g rounded to nearest even%s)",
+                         gn[i], (long long)at, got, want, (double)((const float *)hi[i]->host)[at],
+                         i > 0 || dq_exact ? "" : ", within half a unit and 2^-16 max|dQ|");
+            }
+        }
+        r->f32_twin = 1;
     }
 done:
     free(ref_o);

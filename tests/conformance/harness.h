@@ -3,7 +3,10 @@
  * and the memory helpers, and holds its outputs to the float64 reference with the measured pass
  * rule: max|kernel - ref64| <= factor * max|naive_same_precision - ref64| + floor (factor 2 for
  * O, 3 for gradients), no NaN where the reference has none, guard bytes after every buffer and
- * gaps inside strided outputs untouched, every output element written. */
+ * gaps inside strided outputs untouched, every output element written. fp16 / bf16 cases also run
+ * an fp32-output twin where the backend offers one (FA_FEATURE_F32_OUTPUT): every fp16 / bf16
+ * output must equal the twin's fp32 value rounded to nearest even, by a rounding written here
+ * independently of the library's conversions. */
 #ifndef FA_HARNESS_H
 #define FA_HARNESS_H
 
@@ -42,6 +45,8 @@ typedef struct conf_result {
     double err_o, naive_o, bound_o;
     double err_lse, bound_lse;
     double err_grad[3], naive_grad[3], bound_grad[3];
+    int f32_twin; /* 1 when the fp32-output twin ran: the fp16/bf16 outputs equal its values rounded */
+    char f32_twin_skip[256]; /* why it did not run, for fp16 / bf16 cases */
     int skipped;
     char skip_reason[256];
     char failure[512]; /* empty when the case passed */
