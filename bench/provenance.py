@@ -18,8 +18,11 @@ COMMIT_ENV = "FLASHATTN_BENCH_COMMIT"
 
 
 def git_commit(repo=REPO):
-    """'<40 hex>' or '<40 hex>-dirty' from git; the environment's FLASHATTN_BENCH_COMMIT where git
-    has no answer; else 'unknown'."""
+    """'<40 hex>' or '<40 hex>-dirty' from git; 'unknown' where git has no answer. A
+    FLASHATTN_BENCH_COMMIT in the environment names the tree instead (a copy of a working tree, such
+    as the one a remote GPU machine receives, may carry an older .git than the files it holds);
+    what git reads there is kept beside it."""
+    found = "unknown"
     try:
         head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)
@@ -27,11 +30,13 @@ def git_commit(repo=REPO):
             status = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
                                     capture_output=True, text=True, timeout=10)
             dirty = status.returncode != 0 or bool(status.stdout.strip())
-            return head.stdout.strip() + ("-dirty" if dirty else "")
+            found = head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
     env = os.environ.get(COMMIT_ENV, "").strip()
-    return f"{env} (from {COMMIT_ENV})" if env else "unknown"
+    if env:
+        return f"{env} (from {COMMIT_ENV}; git here: {found})"
+    return found
 
 
 def command_line(argv=None):

@@ -41,7 +41,7 @@ def check_line(text, what, argv_tail=None, device=None):
     age = (datetime.datetime.now(datetime.timezone.utc) - date).total_seconds()
     check(-60 < age < 3600, f"{what}: date {m.group(1)} is now (UTC)")
     commit = m.group(2)
-    check(re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown|.+ \(from FLASHATTN_BENCH_COMMIT\)", commit) is not None,
+    check(re.fullmatch(r"[0-9a-f]{40}(-dirty)?|unknown|.+ \(from FLASHATTN_BENCH_COMMIT(; git here: .+)?\)", commit) is not None,
           f"{what}: commit {commit!r} is a full hash, 'unknown' or named by FLASHATTN_BENCH_COMMIT")
     if device is not None:
         check(m.group(3) == device, f"{what}: device {m.group(3)!r} == {device!r}")
