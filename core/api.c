@@ -129,7 +129,11 @@ fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
         c.p.backward = 1; /* a backend may tile its backward differently */
         plan_problem(ctx, &c.p, &lim);
         info->workspace_bwd = ctx->backend->workspace(ctx, &c.p);
-        fa_clear_error(ctx);
+        if (info->workspace_fwd < 0 || info->workspace_bwd < 0)
+            st = FA_ERROR(ctx, FA_ERR_OVERFLOW, "plan: the %s workspace size overflows 64 bits",
+                          info->workspace_fwd < 0 ? "forward" : "backward");
+        else
+            fa_clear_error(ctx);
     }
     call_release(&c);
     return st;
