@@ -883,9 +883,12 @@ static void test_workspace_size_overflow(void **state)
     f.o = tensor4(fx->buf[BUF_O], FA_DTYPE_F16, 1, 1, 1, 256);
     f.k = tensor4(far_a, FA_DTYPE_F16, 1, rows, 1, 256);
     f.v = f.k;
-    fa_plan_info plan;
+    fa_plan_info plan, untouched;
+    memset(&plan, POISON_BYTE, sizeof plan);
+    memcpy(&untouched, &plan, sizeof plan);
     assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_ERR_OVERFLOW);
     assert_error_message(fx->ctx, "forward workspace of 2^64 bytes", "workspace", "overflow");
+    assert_memory_equal(&plan, &untouched, sizeof plan); /* a failed plan writes nothing */
     assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_OVERFLOW);
     assert_error_message(fx->ctx, "forward of 2^64 workspace bytes", "workspace", "overflow");
     f.q = tensor4(far_a, FA_DTYPE_F16, 1, rows, 1, 256);
@@ -894,6 +897,7 @@ static void test_workspace_size_overflow(void **state)
     f.v = f.k;
     assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_ERR_OVERFLOW);
     assert_error_message(fx->ctx, "backward workspace of 2^64 bytes", "backward", "workspace");
+    assert_memory_equal(&plan, &untouched, sizeof plan);
     assert_no_buffer_touched(fx, "workspace size overflow");
 }
 
