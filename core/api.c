@@ -117,19 +117,26 @@ fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
     fa_status st = fa_validate_forward(ctx, args, &c.p, &c.cu_host);
     if (st == FA_SUCCESS) {
         fa_tile_limits lim;
+        fa_plan_info pi; /* copied to *info only on success */
         plan_problem(ctx, &c.p, &lim);
-        memset(info, 0, sizeof *info);
-        info->block_q = c.p.block_q;
-        info->block_k = c.p.block_k;
-        info->onchip_bytes = lim.onchip_bytes;
-        fa_plan_paper_blocks(lim.onchip_bytes, c.p.d, &info->paper_block_q, &info->paper_block_k);
-        info->num_q_blocks = c.p.seqlen_q / c.p.block_q + (c.p.seqlen_q % c.p.block_q != 0);
-        info->num_k_blocks = c.p.seqlen_k / c.p.block_k + (c.p.seqlen_k % c.p.block_k != 0);
-        info->workspace_fwd = ctx->backend->workspace(ctx, &c.p);
+        memset(&pi, 0, sizeof pi);
+        pi.block_q = c.p.block_q;
+        pi.block_k = c.p.block_k;
+        pi.onchip_bytes = lim.onchip_bytes;
+        fa_plan_paper_blocks(lim.onchip_bytes, c.p.d, &pi.paper_block_q, &pi.paper_block_k);
+        pi.num_q_blocks = c.p.seqlen_q / c.p.block_q + (c.p.seqlen_q % c.p.block_q != 0);
+        pi.num_k_blocks = c.p.seqlen_k / c.p.block_k + (c.p.seqlen_k % c.p.block_k != 0);
+        pi.workspace_fwd = ctx->backend->workspace(ctx, &c.p);
         c.p.backward = 1; /* a backend may tile its backward differently */
         plan_problem(ctx, &c.p, &lim);
-        info->workspace_bwd = ctx->backend->workspace(ctx, &c.p);
-        fa_clear_error(ctx);
+        pi.workspace_bwd = ctx->backend->workspace(ctx, &c.p);
+        if (pi.workspace_fwd < 0 || pi.workspace_bwd < 0) {
+            st = FA_ERROR(ctx, FA_ERR_OVERFLOW, "plan: the %s workspace size overflows 64 bits",
+                          pi.workspace_fwd < 0 ? "forward" : "backward");
+        } else {
+            *info = pi;
+            fa_clear_error(ctx);
+        }
     }
     call_release(&c);
     return st;

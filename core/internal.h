@@ -121,7 +121,7 @@ typedef struct fa_backend {
     fa_status (*choose)(const struct fa_context *ctx, const fa_problem *p, fa_variant *out);
     fa_status (*forward)(struct fa_context *ctx, const fa_problem *p, const fa_variant *v);
     fa_status (*backward)(struct fa_context *ctx, const fa_problem *p, const fa_variant *v);
-    int64_t (*workspace)(const struct fa_context *ctx, const fa_problem *p); /* bytes */
+    int64_t (*workspace)(const struct fa_context *ctx, const fa_problem *p); /* bytes; -1: overflows */
     fa_status (*alloc)(struct fa_context *ctx, size_t bytes, void **ptr);
     fa_status (*free)(struct fa_context *ctx, void *ptr);
     fa_status (*copy)(struct fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind);

@@ -11,6 +11,9 @@
 
 #define FA_MAX_HEAD_DIM 256
 #define FA_MAX_SEQLEN ((int64_t)1 << 60)
+/* Heads are indexed as int32 on every backend's grid (and a model has far fewer); the bound also
+ * keeps the work per key tile, which walks the group of query heads sharing a kv head, finite. */
+#define FA_MAX_HEADS (int64_t)INT32_MAX
 
 static int dtype_valid(fa_dtype dt)
 {
@@ -242,6 +245,9 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
     if (p->heads_q < 1 || p->heads_kv < 1)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "heads_q = %lld and heads_kv = %lld must be >= 1",
                         (long long)p->heads_q, (long long)p->heads_kv);
+    if (p->heads_q > FA_MAX_HEADS)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "heads_q = %lld: at most 2^31 - 1 heads are supported",
+                        (long long)p->heads_q);
     if (p->heads_q % p->heads_kv != 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "GQA: heads_q = %lld is not a multiple of heads_kv = %lld",
                         (long long)p->heads_q, (long long)p->heads_kv);
@@ -291,6 +297,17 @@ static void shape_lse(const fa_problem *p, int64_t *s)
     } else {
         s[0] = p->batch; s[1] = p->heads_q; s[2] = p->seqlen_q;
     }
+}
+
+/* The backends count their work items, (batch, head, row) for the longest sequence, in int64. */
+static fa_status check_work_items(fa_context *ctx, const fa_problem *p)
+{
+    int64_t longest = p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k, items;
+    if (!fa_mul_ok(p->batch, p->heads_q, &items) || !fa_mul_ok(items, longest, &items))
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW,
+                        "batch %lld x heads_q %lld x longest sequence %lld work items overflow 64 bits",
+                        (long long)p->batch, (long long)p->heads_q, (long long)longest);
+    return FA_SUCCESS;
 }
 
 /* Loads cu_seqlens; the problem's seqlen_q / seqlen_k become the longest actual sequences (the
@@ -358,7 +375,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     /* varlen first: the options' block mask is checked against the longest actual sequences */
     span outs[2] = {s_o, s_l};
     static const char *const out_names[2] = {"o", "lse"};
-    if ((st = finish_varlen(ctx, a->varlen, p, outs, out_names, 2, cu_host)) ||
+    if ((st = finish_varlen(ctx, a->varlen, p, outs, out_names, 2, cu_host)) || (st = check_work_items(ctx, p)) ||
         (st = check_options(ctx, &a->opts, p)))
         return st;
     p->q = make_view(&a->q, p->varlen);
@@ -410,7 +427,7 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
             if (spans_overlap(out[i], out[j]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "outputs %s and %s overlap in memory", out_names[i],
                                 out_names[j]);
-    if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, 3, cu_host)) ||
+    if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, 3, cu_host)) || (st = check_work_items(ctx, p)) ||
         (st = check_options(ctx, &a->opts, p)))
         return st;
     p->has_lse = 1;

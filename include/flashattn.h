@@ -144,6 +144,8 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
  *   seqlen_q + seqlen_k or more (up to INT64_MAX) limits nothing and acts as -1; a bound below -1
  *   is FA_ERR_INVALID_ARG.
  * - GQA/MQA: heads_q a multiple of heads_kv; query head h uses kv head h / (heads_q / heads_kv).
+ *   heads_q is at most 2^31 - 1 (FA_ERR_UNSUPPORTED), and batch x heads_q x the longest sequence
+ *   (query or key) must fit 64 bits (FA_ERR_OVERFLOW), even when a tensor is empty.
  * - dropout: element (b, h, i, j) of P is dropped iff fa_dropout_keep() in core/philox.h says so
  *   (Philox4x32-10, key = seed, counter from (offset, b, h, i, j)); kept values are scaled by
  *   1/(1 - p). p in [0, 1).
@@ -261,7 +263,8 @@ FA_API fa_status fa_backend_capabilities(const char *backend, fa_capabilities *c
 FA_API fa_status fa_query_support(fa_context *ctx, const fa_fwd_args *args, int backward,
                                   char *variant, size_t variant_len);
 
-/* The tiling the core planned for these arguments on this context. */
+/* The tiling the core planned for these arguments on this context. FA_ERR_OVERFLOW when a
+ * workspace size would not fit 64 bits (the call itself would fail the same way). */
 typedef struct fa_plan_info {
     int64_t block_q, block_k;   /* B_r, B_c */
     int64_t onchip_bytes;       /* M used for the paper's formula */

@@ -14,7 +14,7 @@ int fa_cpu_threads(const fa_context *ctx);
 
 fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p);
 fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p);
-int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads);
+int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads); /* -1 when it overflows 64 bits */
 int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads);
 
 #endif

@@ -309,23 +309,47 @@ static int64_t bwd_scratch_floats(const tile_dims *t)
            2 * t->bq + 64;
 }
 
+/* a * b * c floats in bytes, rounded up to the 64 of aligned_alloc; -1 when that overflows 64 bits
+ * or size_t */
+static int64_t float_bytes(int64_t a, int64_t b, int64_t c)
+{
+    int64_t n;
+    if (!fa_mul_ok(a, b, &n) || !fa_mul_ok(n, c, &n) || !fa_mul_ok(n, 4, &n) || n > INT64_MAX - 63 ||
+        (uint64_t)n > SIZE_MAX - 63)
+        return -1;
+    return fa_round_up(n, 64);
+}
+
+/* The sum of byte counts from float_bytes; -1 when one is -1 or the sum overflows. */
+static int64_t sum_bytes(const int64_t *parts, int n)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i)
+        if (parts[i] < 0 || !fa_add_ok(total, parts[i], &total))
+            return -1;
+    return total;
+}
+
 int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads)
 {
     tile_dims t = dims_of(p);
-    int64_t bytes = (int64_t)threads * (p->backward ? bwd_scratch_floats(&t) : fwd_scratch_floats(&t)) * 4;
+    int64_t part[3] = {float_bytes(threads, p->backward ? bwd_scratch_floats(&t) : fwd_scratch_floats(&t), 1), 0, 0};
     if (!p->backward) {
         /* packed K^T and V tiles: each sequence's keys padded to whole tiles (an upper bound
          * for varlen, whose exact count needs cu_seqlens) */
-        int64_t rows = p->batch * ((p->seqlen_k + t.bk - 1) / t.bk) * t.bk;
-        if (rows > p->total_k + p->batch * t.bk)
-            rows = p->total_k + p->batch * t.bk;
-        bytes += rows * p->heads_kv * 2 * t.dp * 4;
+        int64_t rows, padded;
+        if (!fa_mul_ok(p->batch, (p->seqlen_k + t.bk - 1) / t.bk * t.bk, &rows) ||
+            !fa_mul_ok(p->batch, t.bk, &padded) || !fa_add_ok(padded, p->total_k, &padded))
+            return -1;
+        part[1] = float_bytes(rows < padded ? rows : padded, p->heads_kv, 2 * t.dp);
     } else {
-        int64_t chunks = fa_cpu_bwd_chunks(p, threads);
-        bytes += p->total_q * p->heads_q * 4;                        /* D */
-        bytes += chunks * p->total_q * p->heads_q * t.dp * 4;        /* dQ partials */
+        int64_t q_rows; /* rows of every head */
+        if (!fa_mul_ok(p->total_q, p->heads_q, &q_rows))
+            return -1;
+        part[1] = float_bytes(q_rows, 1, 1);                                  /* D */
+        part[2] = float_bytes(fa_cpu_bwd_chunks(p, threads), q_rows, t.dp);   /* dQ partials */
     }
-    return bytes;
+    return sum_bytes(part, 3);
 }
 
 int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads)
@@ -494,11 +518,23 @@ fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
     if (threads > ntasks)
         threads = (int)ntasks;
     int64_t per = fwd_scratch_floats(&fc.t);
-    float *scratch = aligned_alloc(64, (size_t)fa_round_up(per * threads * 4, 64));
     fc.tile_base = key_tile_prefix(p, fc.t.bk);
-    int64_t npack = fc.tile_base ? fc.tile_base[p->batch] * p->heads_kv : 0;
-    fc.kv_pack = aligned_alloc(64, (size_t)fa_round_up((npack * kv_tile_floats(&fc.t) + 1) * 4, 64));
-    if (!scratch || !fc.tile_base || !fc.kv_pack) {
+    if (!fc.tile_base)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu forward: cannot allocate %lld key tile offsets",
+                        (long long)p->batch + 1);
+    int64_t key_tiles = fc.tile_base[p->batch];
+    int64_t scratch_bytes = float_bytes(per, threads, 1);
+    int64_t pack_bytes = float_bytes(key_tiles, p->heads_kv, kv_tile_floats(&fc.t));
+    if (scratch_bytes < 0 || pack_bytes < 0) {
+        free(fc.tile_base);
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW,
+                        "cpu forward: workspace for %lld key tiles x %lld kv heads overflows 64 bits",
+                        (long long)key_tiles, (long long)p->heads_kv);
+    }
+    int64_t npack = key_tiles * p->heads_kv; /* fits: pack_bytes counts more than it */
+    float *scratch = aligned_alloc(64, (size_t)scratch_bytes);
+    fc.kv_pack = aligned_alloc(64, (size_t)(pack_bytes > 0 ? pack_bytes : 64));
+    if (!scratch || !fc.kv_pack) {
         free(scratch);
         free(fc.tile_base);
         free(fc.kv_pack);
@@ -576,7 +612,8 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
         load_rows_transposed(p, &p->v, b, ks + k0, nc, hk, vT, dp, bk);
         memset(dk, 0, sizeof(float) * (size_t)(bk * dp));
         memset(dv, 0, sizeof(float) * (size_t)(bk * dp));
-        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h) {
+        /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
+        for (int64_t h = hk * p->group; nq > 0 && h < (hk + 1) * p->group; ++h) {
             for (int64_t qt = 0; qt < nq; ++qt) {
                 fa_tile_class cls = tile_class(p, &m, h, qt, kt);
                 if (cls == FA_TILE_EMPTY)
@@ -674,10 +711,18 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
     int threads = fa_cpu_threads(ctx);
     bc.chunks = fa_cpu_bwd_chunks(p, threads);
     int64_t per = bwd_scratch_floats(&bc.t);
-    int64_t ndsum = p->total_q * p->heads_q, nacc = bc.chunks * p->total_q * p->heads_q * bc.t.dp;
-    float *scratch = aligned_alloc(64, (size_t)fa_round_up(per * threads * 4, 64));
-    bc.dsum = malloc(sizeof(float) * (size_t)(ndsum > 0 ? ndsum : 1));
-    bc.dq_acc = calloc((size_t)(nacc > 0 ? nacc : 1), sizeof(float));
+    int64_t q_rows = 0, scratch_bytes = float_bytes(per, threads, 1), dsum_bytes = -1, acc_bytes = -1;
+    if (fa_mul_ok(p->total_q, p->heads_q, &q_rows)) {
+        dsum_bytes = float_bytes(q_rows, 1, 1);
+        acc_bytes = float_bytes(bc.chunks, q_rows, bc.t.dp);
+    }
+    if (scratch_bytes < 0 || dsum_bytes < 0 || acc_bytes < 0)
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW,
+                        "cpu backward: workspace for %lld chunks x %lld query rows x %lld heads overflows 64 bits",
+                        (long long)bc.chunks, (long long)p->total_q, (long long)p->heads_q);
+    float *scratch = aligned_alloc(64, (size_t)scratch_bytes);
+    bc.dsum = malloc((size_t)(dsum_bytes > 0 ? dsum_bytes : 64));
+    bc.dq_acc = calloc((size_t)(acc_bytes > 0 ? acc_bytes : 64), 1);
     if (!scratch || !bc.dsum || !bc.dq_acc) {
         free(scratch);
         free(bc.dsum);

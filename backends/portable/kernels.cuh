@@ -578,7 +578,8 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(
         dvr[u] = 0.0f;
     }
     const int64_t nsteps = (sqi.sq + STEP - 1) / STEP;
-    for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
+    /* no query rows (nsteps = 0): dK = dV = 0 without walking the group's heads */
+    for (int64_t h = hk * p.group; nsteps > 0 && h < (hk + 1) * p.group; ++h) {
         for (int64_t qi = 0; qi < nsteps; ++qi) {
             const int64_t q0 = qi * STEP;
             int cls = (int)fa_mask_classify_tile(&m, q0, q0 + STEP, k0, k0 + sh::ROWS);

@@ -100,6 +100,8 @@ def lib():
         L.fa_context_destroy.restype = None
         L.fa_context_last_error.restype = C.c_char_p
         L.fa_context_last_error.argtypes = [C.c_void_p]
+        L.fa_last_error.restype = C.c_char_p
+        L.fa_last_error.argtypes = []
         L.fa_context_backend_name.restype = C.c_char_p
         L.fa_context_backend_name.argtypes = [C.c_void_p]
         L.fa_context_set_stream.argtypes = [C.c_void_p, C.c_void_p]
@@ -125,6 +127,13 @@ def status_message(code):
     return lib().fa_status_string(code).decode()
 
 
+def contextless_error(code):
+    """The reason the calling thread's last call without a context (fa_context_create, the block
+    mask constructors) failed, from fa_last_error; the status string if it left none."""
+    msg = lib().fa_last_error()
+    return msg.decode() if msg else status_message(code)
+
+
 class Context:
     """One fa_context (a backend and a device); calls on it are serialised by a lock."""
 
@@ -133,7 +142,7 @@ class Context:
         self.ptr = C.c_void_p()
         st = L.fa_context_create(C.byref(self.ptr), backend.encode(), device)
         if st != 0:
-            raise FlashAttnError(st, f"cannot open backend '{backend}' device {device} ({status_message(st)})")
+            raise FlashAttnError(st, f"cannot open backend '{backend}' device {device} ({contextless_error(st)})")
         self.backend = L.fa_context_backend_name(self.ptr).decode()
         self.lock = threading.Lock()
 

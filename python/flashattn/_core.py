@@ -142,7 +142,7 @@ class Call:
                                                    self.bits.shape[1], self.bits.shape[2], int(block_size[0]),
                                                    int(block_size[1]))
         if st != 0:
-            raise _capi.FlashAttnError(st, f"block_mask: {_capi.status_message(st)}")
+            raise _capi.FlashAttnError(st, f"block_mask: {_capi.contextless_error(st)}")
         self.mask = m
 
     def __del__(self):

@@ -1,6 +1,7 @@
 """Bounds that once overflowed inside the library, through the Python API (issue 21): a window
 of 2**63 - 1 is the unbounded window, and a varlen max_seqlen that int32 cu_seqlens cannot reach
-is a clear FlashAttnError (it used to return without writing, or never return)."""
+is a clear FlashAttnError (it used to return without writing, or never return); a block mask the
+library refuses says why."""
 import numpy as np
 import pytest
 
@@ -35,3 +36,16 @@ def test_varlen_loose_max_seqlen_gives_the_tight_result():
     c = np.array([0, 3, 8], np.int32)
     want = fa.flash_attn_varlen_func(q, q, q, c, c, 5, 5, causal=True)
     np.testing.assert_array_equal(fa.flash_attn_varlen_func(q, q, q, c, c, 1000, 2**31 - 1, causal=True), want)
+
+
+@pytest.mark.parametrize("bits,block_size,reason", [
+    (np.ones((2, 2), np.uint8), (0, 16), "block_q = 0 and block_k = 16 must be >= 1"),
+    (np.ones((0, 2, 2), np.uint8), (16, 16), "heads = 0 must be >= 1"),
+])
+def test_block_mask_error_says_why(bits, block_size, reason):
+    """A block mask the library refuses raises with the library's reason (fa_last_error), not
+    only the status name."""
+    q = np.ones((1, 32, 2, 16), np.float32)
+    with pytest.raises(fa.FlashAttnError, match=reason) as e:
+        fa.block_sparse_attn_func(q, q, q, bits, block_size)
+    assert e.value.status == "FA_ERR_INVALID_ARG"

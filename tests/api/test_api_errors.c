@@ -817,6 +817,90 @@ static void test_empty_batch_of_impossible_length(void **state)
     assert_no_buffer_touched(fx, "batch 0 of length 2^40");
 }
 
+/* Heads are bounded (2^31 - 1) and so is batch x heads x the longest sequence (64 bits), even
+ * when Q is empty: the CPU backward walks every query head of a kv head's group per key tile. */
+static void test_head_count_and_work_item_limits(void **state)
+{
+    fixture *fx = *state;
+    const int64_t too_many = (int64_t)INT32_MAX + 1;
+    fill_buffers(fx);
+    fill_lse_for_backward(fx);
+    fa_fwd_args f = make_forward(fx, 1, 0, -1);
+    f.q = tensor4(fx->buf[BUF_Q], FA_DTYPE_F32, 1, 0, too_many, HEAD_DIM);
+    f.o = f.q;
+    f.o.data = fx->buf[BUF_O];
+    f.lse = tensor3(fx->buf[BUF_LSE], FA_DTYPE_F32, 1, too_many, 0);
+    f.k = tensor4(fx->buf[BUF_K], FA_DTYPE_F32, 1, SEQ_K, 1, HEAD_DIM);
+    f.v = tensor4(fx->buf[BUF_V], FA_DTYPE_F32, 1, SEQ_K, 1, HEAD_DIM);
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_UNSUPPORTED);
+    assert_error_message(fx->ctx, "heads_q 2^31, forward", "heads_q", "2^31");
+    fa_plan_info plan;
+    assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_ERR_UNSUPPORTED);
+    fa_bwd_args b = make_backward(fx, 1, 0, -1);
+    b.q = b.o = b.dout = b.dq = f.q;
+    b.o.data = fx->buf[BUF_O];
+    b.dout.data = fx->buf[BUF_DOUT];
+    b.dq.data = fx->buf[BUF_DQ];
+    b.lse = f.lse;
+    b.k = f.k;
+    b.v = f.v;
+    b.dk = f.k;
+    b.dk.data = fx->buf[BUF_DK];
+    b.dv = f.v;
+    b.dv.data = fx->buf[BUF_DV];
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_ERR_UNSUPPORTED);
+    assert_error_message(fx->ctx, "heads_q 2^31, backward", "heads_q", "2^31");
+    /* tests/fuzz/findings/api-backward-empty-q-2e62-heads-hang.bin: 2^62 query heads on one kv head */
+    b.q.shape[2] = b.o.shape[2] = b.dout.shape[2] = b.dq.shape[2] = b.lse.shape[1] = (int64_t)1 << 62;
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_ERR_UNSUPPORTED);
+    assert_no_buffer_touched(fx, "heads_q above 2^31 - 1");
+
+    /* 2^20 sequences x 2^30 heads x 2^20 keys: an empty Q, but 2^70 work items */
+    fill_buffers(fx);
+    f = make_forward(fx, (int64_t)1 << 20, 0, (int64_t)1 << 20);
+    f.q.shape[2] = f.o.shape[2] = f.lse.shape[1] = (int64_t)1 << 30;
+    f.k = tensor4(fx->buf[BUF_K], FA_DTYPE_F32, (int64_t)1 << 20, (int64_t)1 << 20, 1, HEAD_DIM);
+    f.v = f.k;
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_OVERFLOW);
+    assert_error_message(fx->ctx, "2^70 work items", "work items", "overflow");
+    assert_no_buffer_touched(fx, "2^70 work items");
+}
+
+/* fa_plan reports the workspace the CPU backend would allocate; a size past 64 bits is an error,
+ * not a wrapped number. The tensors are never read (fake addresses far apart, so that the claimed
+ * spans do not overlap): K of 2^53 rows x d 256 in fp16 (2^62 bytes) needs 2^64 bytes of packed
+ * fp32 K^T / V tiles; Q of that size 2^64 bytes of fp32 dQ partial sums in the backward. */
+static void test_workspace_size_overflow(void **state)
+{
+    fixture *fx = *state;
+    const int64_t rows = (int64_t)1 << 53;
+    void *const far_a = (void *)((uintptr_t)1 << 62), *const far_b = (void *)((uintptr_t)1 << 63);
+    fill_buffers(fx);
+    fa_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.opts = fa_options_default();
+    f.q = tensor4(fx->buf[BUF_Q], FA_DTYPE_F16, 1, 1, 1, 256);
+    f.o = tensor4(fx->buf[BUF_O], FA_DTYPE_F16, 1, 1, 1, 256);
+    f.k = tensor4(far_a, FA_DTYPE_F16, 1, rows, 1, 256);
+    f.v = f.k;
+    fa_plan_info plan, untouched;
+    memset(&plan, POISON_BYTE, sizeof plan);
+    memcpy(&untouched, &plan, sizeof plan);
+    assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_ERR_OVERFLOW);
+    assert_error_message(fx->ctx, "forward workspace of 2^64 bytes", "workspace", "overflow");
+    assert_memory_equal(&plan, &untouched, sizeof plan); /* a failed plan writes nothing */
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_ERR_OVERFLOW);
+    assert_error_message(fx->ctx, "forward of 2^64 workspace bytes", "workspace", "overflow");
+    f.q = tensor4(far_a, FA_DTYPE_F16, 1, rows, 1, 256);
+    f.o = tensor4(far_b, FA_DTYPE_F16, 1, rows, 1, 256);
+    f.k = tensor4(fx->buf[BUF_K], FA_DTYPE_F16, 1, 1, 1, 256);
+    f.v = f.k;
+    assert_int_equal(fa_plan(fx->ctx, &f, &plan), FA_ERR_OVERFLOW);
+    assert_error_message(fx->ctx, "backward workspace of 2^64 bytes", "backward", "workspace");
+    assert_memory_equal(&plan, &untouched, sizeof plan);
+    assert_no_buffer_touched(fx, "workspace size overflow");
+}
+
 /* cu_seqlens are inputs: lying inside an output buffer they would be overwritten while the kernels
  * read them, so they are rejected like any other input / output overlap. */
 static void test_cu_seqlens_inside_an_output(void **state)
@@ -912,6 +996,57 @@ static void test_empty_query_sequence(void **state)
     assert_true(all_bytes_are_poison(fx->buf[BUF_DK] + kv_elements, (CAPACITY - kv_elements) * sizeof(float)));
     assert_true(all_bytes_are_poison(fx->buf[BUF_DV] + kv_elements, (CAPACITY - kv_elements) * sizeof(float)));
     assert_true(all_bytes_are_poison(fx->buf[BUF_DQ], CAPACITY * sizeof(float)));
+}
+
+/* No query rows and 2^31 - 1 query heads on one kv head: the backward writes dK = dV = 0 key tile
+ * by key tile without visiting the heads (2^31 of them for each of the thousands of tiles of 2^20
+ * keys would take many minutes), and touches nothing else. */
+static void test_empty_query_many_heads(void **state)
+{
+    fixture *fx = *state;
+    const int64_t keys = (int64_t)1 << 20, heads = INT32_MAX;
+    float *kv[4];
+    for (int i = 0; i < 4; ++i) {
+        void *p = NULL;
+        assert_int_equal(fa_malloc(fx->ctx, (size_t)keys * sizeof(float), &p), FA_SUCCESS);
+        kv[i] = p;
+        if (i < 2)
+            for (int64_t j = 0; j < keys; ++j)
+                kv[i][j] = (float)(j % 7) - 3.0f;
+        else
+            memset(kv[i], POISON_BYTE, (size_t)keys * sizeof(float));
+    }
+    fill_buffers(fx);
+    fill_lse_for_backward(fx);
+    fa_bwd_args b = make_backward(fx, 1, 0, keys);
+    b.q = tensor4(fx->buf[BUF_Q], FA_DTYPE_F32, 1, 0, heads, 1);
+    b.o = b.dout = b.dq = b.q;
+    b.o.data = fx->buf[BUF_O];
+    b.dout.data = fx->buf[BUF_DOUT];
+    b.dq.data = fx->buf[BUF_DQ];
+    b.lse = tensor3(fx->buf[BUF_LSE], FA_DTYPE_F32, 1, heads, 0);
+    b.k = tensor4(kv[0], FA_DTYPE_F32, 1, keys, 1, 1);
+    b.v = b.dk = b.dv = b.k;
+    b.v.data = kv[1];
+    b.dk.data = kv[2];
+    b.dv.data = kv[3];
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+    for (int64_t j = 0; j < keys; ++j) {
+        assert_true(kv[2][j] == 0.0f);
+        assert_true(kv[3][j] == 0.0f);
+    }
+    assert_no_buffer_touched(fx, "empty Q, 2^31 - 1 heads");
+    /* the forward of that has nothing to write */
+    fa_fwd_args f = make_forward(fx, 1, 0, keys);
+    f.q = b.q;
+    f.o = b.o;
+    f.lse = b.lse;
+    f.k = b.k;
+    f.v = b.v;
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+    assert_no_buffer_touched(fx, "empty Q, 2^31 - 1 heads, forward");
+    for (int i = 0; i < 4; ++i)
+        fa_free(fx->ctx, kv[i]);
 }
 
 /* No keys: every row is fully masked, so O = 0 and LSE = -inf (flashattn.h), never NaN. */
@@ -1331,9 +1466,12 @@ int main(void)
         cmocka_unit_test(test_invalid_varlen_arguments),
         cmocka_unit_test(test_varlen_max_seqlen_bounds),
         cmocka_unit_test(test_empty_batch_of_impossible_length),
+        cmocka_unit_test(test_head_count_and_work_item_limits),
+        cmocka_unit_test(test_workspace_size_overflow),
         cmocka_unit_test(test_cu_seqlens_inside_an_output),
         cmocka_unit_test(test_empty_batch_succeeds_and_writes_nothing),
         cmocka_unit_test(test_empty_query_sequence),
+        cmocka_unit_test(test_empty_query_many_heads),
         cmocka_unit_test(test_empty_key_sequence),
         cmocka_unit_test(test_negative_scale_and_valid_windows_are_accepted),
         cmocka_unit_test(test_huge_windows_equal_unbounded),

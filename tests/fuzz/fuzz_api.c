@@ -447,6 +447,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (st == FA_SUCCESS) {
                 check(plan.num_q_blocks >= 0 && plan.num_k_blocks >= 0, "fa_plan's block counts are >= 0", st);
                 check(plan.block_q > 0 && plan.block_k > 0, "fa_plan's block sizes are > 0", st);
+                check(plan.workspace_fwd >= 0 && plan.workspace_bwd >= 0, "fa_plan's workspace sizes are >= 0", st);
             }
             char variant[64];
             st = fa_query_support(g_ctx, &fa, take(r) % 2, variant, sizeof variant);

@@ -69,7 +69,8 @@ fa_backward_dkdv(__global const long *prm, const float scale, const float drop_s
         }
     }
     const long nq = (sq + FA_BM - 1) / FA_BM;
-    for (long h = hk * group; h < (hk + 1) * group; ++h) {
+    /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
+    for (long h = hk * group; nq > 0 && h < (hk + 1) * group; ++h) {
         const fa_ocl_blocks blk = fa_blocks_of(prm, h);
         for (long qt = 0; qt < nq; ++qt) {
             const long q0 = qt * FA_BM;
