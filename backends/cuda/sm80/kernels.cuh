@@ -669,11 +669,34 @@ __device__ __forceinline__ bool zero_absent_rows(T *q, T *dout, int ld, const fl
     return true;
 }
 
-/* dS from P, dP (dropout factor applied) and D: a select where P = 0, so that a masked element
- * whose dP is NaN (V = NaN there) gives 0 rather than 0 * NaN. */
-__device__ __forceinline__ float ds_of(float pr, float dpz, float d, float scale)
+/* dS from P, dP (dropout factor applied) and D. On edge tiles (the only ones with masked elements
+ * or rows that saw no key) a select where P = 0, so that a masked element whose dP or D is NaN
+ * gives 0 rather than 0 * NaN; on FULL tiles the plain product (the select costs about a tenth of
+ * the backward's speed there). EDGE is a template argument so that each caller's loop is compiled
+ * twice, once per kind of tile, and the choice is made once per tile, not per element. */
+template <bool EDGE> __device__ __forceinline__ float ds_of(float pr, float dpz, float d, float scale)
 {
-    return pr == 0.0f ? 0.0f : pr * (dpz - d) * scale;
+    if (EDGE)
+        return pr == 0.0f ? 0.0f : pr * (dpz - d) * scale;
+    return pr * (dpz - d) * scale;
+}
+
+/* dS^T = P^T (Z dP^T - D) scale over a warp's [16 keys] x [BQ queries] fragment (the fused and the
+ * Hopper backwards' layout: key row key0 + (e >> 1) * 8, query column q0 + nt * 8 + 2 t4 + (e & 1)),
+ * dropout factors recomputed where DROP calls have them. */
+template <bool EDGE, int BQ>
+__device__ __forceinline__ void ds_tile(float (&dpt)[BQ / 8][4], const float (&pt)[BQ / 8][4], const float *dd,
+                                        const fa_cuda_params &p, int64_t b, int64_t h, int64_t q0, int64_t key0,
+                                        int t4, bool drop)
+{
+#pragma unroll
+    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = nt * 8 + 2 * t4 + (e & 1);
+            const float z = drop ? dropout_factor(p, b, h, q0 + col, key0 + (e >> 1) * 8) : 1.0f;
+            dpt[nt][e] = ds_of<EDGE>(pt[nt][e], dpt[nt][e] * z, dd[col], p.scale);
+        }
 }
 
 /* One block per (key tile, kv head, batch); warps own 16 key rows; query tiles of BQ rows of every
@@ -799,13 +822,19 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
         for (int i = 0; i < BQ / 8; ++i)
             dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
         gemm_nt<T, BQ, D>(dpt, vs, LD, warp * 16, dout, LD);
+        if (edge) {
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; ++nt)
+            for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = nt * 8 + 2 * t4 + (e & 1);
-                dpt[nt][e] = ds_of(pt[nt][e], dpt[nt][e] * z[nt][e], dd[col], p.scale);
-            }
+                for (int e = 0; e < 4; ++e)
+                    dpt[nt][e] = ds_of<true>(pt[nt][e], dpt[nt][e] * z[nt][e], dd[nt * 8 + 2 * t4 + (e & 1)], p.scale);
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    dpt[nt][e] = ds_of<false>(pt[nt][e], dpt[nt][e] * z[nt][e], dd[nt * 8 + 2 * t4 + (e & 1)], p.scale);
+        }
         uint32_t df[BQ / 16][4];
         acc_to_a<T, BQ>(df, dpt);
         gemm_pn<T, D, BQ>(dk, df, q, LD);
@@ -901,7 +930,8 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
                     if (edge && !visible(p, m, h, i, j, check_blocks))
                         x = 0.0f;
                     float zf = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
-                    dp[nt][e] = ds_of(x, dp[nt][e] * zf, dd[e >> 1], p.scale);
+                    dp[nt][e] = edge ? ds_of<true>(x, dp[nt][e] * zf, dd[e >> 1], p.scale)
+                                     : ds_of<false>(x, dp[nt][e] * zf, dd[e >> 1], p.scale);
                 }
             uint32_t df[BLOCK / 16][4];
             acc_to_a<T, BLOCK>(df, dp);
@@ -1106,14 +1136,10 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 gemm_pn_s<T, DV, BQ, LD>(dv, pf, do_a + 2u * (uint32_t)col0);
             }
             /* dS^T = P^T (Z dP^T - D) scale */
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = nt * 8 + 2 * t4 + (e & 1);
-                    float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
-                    dpt[nt][e] = ds_of(pt[nt][e], dpt[nt][e] * z, dd[col], p.scale);
-                }
+            if (edge)
+                ds_tile<true, BQ>(dpt, pt, dd, p, b, h, q0, wk0 + g, t4, drop);
+            else
+                ds_tile<false, BQ>(dpt, pt, dd, p, b, h, q0, wk0 + g, t4, drop);
             acc_to_a<T, BQ>(df, dpt);
             /* dS^T (key-major, query pairs in one word) for the dQ product */
 #pragma unroll
