@@ -596,11 +596,12 @@ template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
         acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if ((threadIdx.x & 31) == 0) {
         int64_t canon = p.cu_q ? s.q_start + i : b * p.seqlen_q + i;
-        p.dsum[h * p.total_q + canon] = acc;
-        if (p.lse2) { /* LSE * log2(e) for the fused kernel; +inf for a fully masked row, so P = 0 */
-            const float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
-            p.lse2[h * p.total_q + canon] = l == -CUDART_INF_F ? CUDART_INF_F : l * LOG2E;
-        }
+        const float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
+        /* a row that saw no key has D = 0 whatever dO holds (core/empty_row.h): the kernels set dP to
+         * 0 on masked elements, so dS = P (dP - D) is then 0, not 0 * NaN */
+        p.dsum[h * p.total_q + canon] = fa_row_absent(l) ? 0.0f : acc;
+        if (p.lse2) /* LSE * log2(e) for the fused kernel; +inf for a fully masked row, so P = 0 */
+            p.lse2[h * p.total_q + canon] = fa_row_absent(l) ? CUDART_INF_F : l * LOG2E;
     }
 }
 
@@ -669,34 +670,14 @@ __device__ __forceinline__ bool zero_absent_rows(T *q, T *dout, int ld, const fl
     return true;
 }
 
-/* dS from P, dP (dropout factor applied) and D. On edge tiles (the only ones with masked elements
- * or rows that saw no key) a select where P = 0, so that a masked element whose dP or D is NaN
- * gives 0 rather than 0 * NaN; on FULL tiles the plain product (the select costs about a tenth of
- * the backward's speed there). EDGE is a template argument so that each caller's loop is compiled
- * twice, once per kind of tile, and the choice is made once per tile, not per element. */
-template <bool EDGE> __device__ __forceinline__ float ds_of(float pr, float dpz, float d, float scale)
+/* dS from P, dP (dropout factor applied) and D: a select where P = 0, so that a masked element
+ * whose dP is NaN (V = NaN there) gives 0 rather than 0 * NaN. The dK/dV kernel's form, where dP
+ * is computed after P has been masked; the fused kernels instead set dP to 0 on the masked
+ * elements of edge tiles (with D = 0 for rows that saw no key, dsum_kernel), which costs nothing
+ * on FULL tiles. */
+__device__ __forceinline__ float ds_of(float pr, float dpz, float d, float scale)
 {
-    if (EDGE)
-        return pr == 0.0f ? 0.0f : pr * (dpz - d) * scale;
-    return pr * (dpz - d) * scale;
-}
-
-/* dS^T = P^T (Z dP^T - D) scale over a warp's [16 keys] x [BQ queries] fragment (the fused and the
- * Hopper backwards' layout: key row key0 + (e >> 1) * 8, query column q0 + nt * 8 + 2 t4 + (e & 1)),
- * dropout factors recomputed where DROP calls have them. */
-template <bool EDGE, int BQ>
-__device__ __forceinline__ void ds_tile(float (&dpt)[BQ / 8][4], const float (&pt)[BQ / 8][4], const float *dd,
-                                        const fa_cuda_params &p, int64_t b, int64_t h, int64_t q0, int64_t key0,
-                                        int t4, bool drop)
-{
-#pragma unroll
-    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int col = nt * 8 + 2 * t4 + (e & 1);
-            const float z = drop ? dropout_factor(p, b, h, q0 + col, key0 + (e >> 1) * 8) : 1.0f;
-            dpt[nt][e] = ds_of<EDGE>(pt[nt][e], dpt[nt][e] * z, dd[col], p.scale);
-        }
+    return pr == 0.0f ? 0.0f : pr * (dpz - d) * scale;
 }
 
 /* One block per (key tile, kv head, batch); warps own 16 key rows; query tiles of BQ rows of every
@@ -822,19 +803,13 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
         for (int i = 0; i < BQ / 8; ++i)
             dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
         gemm_nt<T, BQ, D>(dpt, vs, LD, warp * 16, dout, LD);
-        if (edge) {
 #pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
+        for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dpt[nt][e] = ds_of<true>(pt[nt][e], dpt[nt][e] * z[nt][e], dd[nt * 8 + 2 * t4 + (e & 1)], p.scale);
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dpt[nt][e] = ds_of<false>(pt[nt][e], dpt[nt][e] * z[nt][e], dd[nt * 8 + 2 * t4 + (e & 1)], p.scale);
-        }
+            for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t4 + (e & 1);
+                dpt[nt][e] = ds_of(pt[nt][e], dpt[nt][e] * z[nt][e], dd[col], p.scale);
+            }
         uint32_t df[BQ / 16][4];
         acc_to_a<T, BQ>(df, dpt);
         gemm_pn<T, D, BQ>(dk, df, q, LD);
@@ -927,11 +902,12 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
                 for (int e = 0; e < 4; ++e) {
                     const int64_t i = my_row[e >> 1], j = k0 + nt * 8 + 2 * t4 + (e & 1);
                     float x = exp2f(pm[nt][e] * p.scale_log2 - lse2[e >> 1]);
-                    if (edge && !visible(p, m, h, i, j, check_blocks))
+                    if (edge && !visible(p, m, h, i, j, check_blocks)) {
                         x = 0.0f;
+                        dp[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 even where V is NaN */
+                    }
                     float zf = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
-                    dp[nt][e] = edge ? ds_of<true>(x, dp[nt][e] * zf, dd[e >> 1], p.scale)
-                                     : ds_of<false>(x, dp[nt][e] * zf, dd[e >> 1], p.scale);
+                    dp[nt][e] = x * (dp[nt][e] * zf - dd[e >> 1]) * p.scale;
                 }
             uint32_t df[BLOCK / 16][4];
             acc_to_a<T, BLOCK>(df, dp);
@@ -1114,8 +1090,10 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 for (int e = 0; e < 4; ++e) {
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     float x = fast_exp2(pt[nt][e] * p.scale_log2 - lse2[col]);
-                    if (edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))
+                    if (edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)) {
                         x = 0.0f;
+                        dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                    }
                     pt[nt][e] = x;
                 }
             {
@@ -1136,10 +1114,14 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 gemm_pn_s<T, DV, BQ, LD>(dv, pf, do_a + 2u * (uint32_t)col0);
             }
             /* dS^T = P^T (Z dP^T - D) scale */
-            if (edge)
-                ds_tile<true, BQ>(dpt, pt, dd, p, b, h, q0, wk0 + g, t4, drop);
-            else
-                ds_tile<false, BQ>(dpt, pt, dd, p, b, h, q0, wk0 + g, t4, drop);
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t4 + (e & 1);
+                    float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                }
             acc_to_a<T, BQ>(df, dpt);
             /* dS^T (key-major, query pairs in one word) for the dQ product */
 #pragma unroll

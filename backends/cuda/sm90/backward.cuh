@@ -261,8 +261,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     float x = fa_sm80::fast_exp2(pt[nt][e] * p.scale_log2 - lse2[col]);
                     if (edge && (cls == FA_TILE_EMPTY ||
-                                 !fa_sm80::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)))
+                                 !fa_sm80::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
                         x = 0.0f;
+                        dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                    }
                     pt[nt][e] = x;
                 }
             uint32_t pf[BQ / 16][4];
@@ -279,10 +281,15 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
                 fa_sm80::acc_to_a<T, BQ>(pf, pt);
             }
             /* dS^T = P^T (Z dP^T - D) scale */
-            if (edge)
-                fa_sm80::ds_tile<true, BQ>(dpt, pt, dd, p, b, h, q0, wk0 + g, t4, drop);
-            else
-                fa_sm80::ds_tile<false, BQ>(dpt, pt, dd, p, b, h, q0, wk0 + g, t4, drop);
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t4 + (e & 1);
+                    const float z =
+                        drop ? fa_sm80::dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                }
             fa_sm80::acc_to_a<T, BQ>(df, dpt);
             /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */
             fence();
