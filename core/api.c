@@ -42,7 +42,8 @@ static fa_status prepare(fa_context *ctx, fa_call *c)
     fa_problem *p = &c->p;
     fa_tile_limits lim;
     plan_problem(ctx, p, &lim);
-    if (p->block_mask && p->seqlen_q > 0 && p->seqlen_k > 0) {
+    /* the lists follow the query tiles; a call with no rows (batch 0 included) runs nothing */
+    if (p->block_mask && p->batch > 0 && p->seqlen_q > 0 && p->seqlen_k > 0) {
         fa_status st = fa_block_lists_build(p->block_mask, p->heads_q, p->seqlen_q, p->seqlen_k, p->block_q,
                                             p->block_k, &c->lists);
         if (st != FA_SUCCESS)

@@ -901,6 +901,31 @@ static void test_workspace_size_overflow(void **state)
     assert_no_buffer_touched(fx, "workspace size overflow");
 }
 
+/* An empty batch with a block mask runs nothing, so the core builds no per-tile lists for it:
+ * at seqlen_q 2^40 they would take 2^34 row offsets (tests/fuzz/findings/
+ * api-forward-empty-batch-blockmask-2e32-rows-hang.bin: 2^32 rows, a hang under ASan). */
+static void test_empty_batch_with_block_mask_builds_nothing(void **state)
+{
+    fixture *fx = *state;
+    const int64_t huge = (int64_t)1 << 40;
+    fa_block_mask mask;
+    assert_int_equal(fa_block_mask_create(&mask, FA_BLOCK_DENSE, 1, huge, SEQ_K, huge, 1, 0, 0.0, 0), FA_SUCCESS);
+    fill_buffers(fx);
+    fa_fwd_args f = make_forward(fx, 0, huge, -1);
+    f.opts.block_mask = &mask;
+    fa_status st = fa_forward(fx->ctx, &f);
+    if (st != FA_SUCCESS)
+        print_error("empty batch, block mask, seqlen_q 2^40: %s\n", fa_context_last_error(fx->ctx));
+    assert_int_equal(st, FA_SUCCESS);
+    assert_int_equal(fa_query_support(fx->ctx, &f, 1, NULL, 0), FA_SUCCESS);
+    fill_lse_for_backward(fx);
+    fa_bwd_args b = make_backward(fx, 0, huge, -1);
+    b.opts.block_mask = &mask;
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+    assert_no_buffer_touched(fx, "empty batch with a block mask");
+    fa_block_mask_destroy(&mask);
+}
+
 /* cu_seqlens are inputs: lying inside an output buffer they would be overwritten while the kernels
  * read them, so they are rejected like any other input / output overlap. */
 static void test_cu_seqlens_inside_an_output(void **state)
@@ -1468,6 +1493,7 @@ int main(void)
         cmocka_unit_test(test_empty_batch_of_impossible_length),
         cmocka_unit_test(test_head_count_and_work_item_limits),
         cmocka_unit_test(test_workspace_size_overflow),
+        cmocka_unit_test(test_empty_batch_with_block_mask_builds_nothing),
         cmocka_unit_test(test_cu_seqlens_inside_an_output),
         cmocka_unit_test(test_empty_batch_succeeds_and_writes_nothing),
         cmocka_unit_test(test_empty_query_sequence),
