@@ -94,8 +94,11 @@ MUTATIONS = [
         "what": "the backward's guard for fully masked rows (LSE = -inf) removed (flash.c)",
         "edits": [
             ("backends/cpu/flash.c",
-             "exp_inplace(pm + r * bk, bk, lse[r] == -INFINITY ? INFINITY : lse[r]);",
-             "exp_inplace(pm + r * bk, bk, lse[r]);"),
+             "                    if (fa_row_absent(lse[r]))\n"
+             "                        memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);\n"
+             "                    else\n"
+             "                        exp_inplace(pm + r * bk, bk, lse[r]);",
+             "                    exp_inplace(pm + r * bk, bk, lse[r]);"),
         ],
     },
     {
