@@ -162,6 +162,9 @@ def main():
 
     t_start = time.time()
     scratch = tempfile.mkdtemp(prefix="fa-mutation-")
+    # mkdtemp makes it 0700; cli-safety runs one case as user nobody (when run as root), who must
+    # reach the tool inside: a copy it cannot enter would fail that test for every fault
+    os.chmod(scratch, 0o755)
     tree, build = os.path.join(scratch, "src"), os.path.join(scratch, "build")
     try:
         copy_tree(tree)
