@@ -1,9 +1,10 @@
 /* test_ring.c: ring attention simulated on the CPU, threads standing in for ranks
  * (fa_ring_local): 2, 3, 4 and 8 ranks, contiguous and zigzag shards, causal and not, GQA, fp32
- * and bf16, forward and backward. The shards' results, put back in sequence order, are held to
- * the float64 reference of the whole sequence with the conformance pass rule (factor 2 of the
- * naive same-precision error for O and LSE, 3 for the gradients), as single-device attention
- * is; the single-device result is printed beside them. Plus the ring's input checks. */
+ * and bf16, forward and backward, shards of a few tokens and shards that span several CPU key
+ * tiles. The shards' results, put back in sequence order, are held to the float64 reference of
+ * the whole sequence with the conformance pass rule (factor 2 of the naive same-precision error
+ * for O and LSE, 3 for the gradients), as single-device attention is; the single-device result
+ * is printed beside them. Plus the ring's input checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -475,6 +476,50 @@ static void test_ring_one_rank(void **state)
     run_case(cpu_case(1, FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 0));
 }
 
+/* How many key tiles the CPU backend's forward walks when n_q query rows meet n_k keys of the
+ * problem's shape (fa_plan). */
+static int64_t cpu_key_tiles(const problem *pr, int64_t n_q, int64_t n_k)
+{
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    const int64_t qs[4] = {pr->b, n_q, pr->h, pr->d}, ks[4] = {pr->b, n_k, pr->hk, pr->d};
+    void *q = calloc((size_t)(pr->b * n_q * pr->h * pr->d), fa_dtype_size(pr->dt));
+    void *k = calloc((size_t)(pr->b * n_k * pr->hk * pr->d), fa_dtype_size(pr->dt));
+    void *o = calloc((size_t)(pr->b * n_q * pr->h * pr->d), fa_dtype_size(pr->dt));
+    assert_true(q && k && o);
+    fa_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.q = fa_tensor_contiguous(q, pr->dt, 4, qs);
+    f.o = fa_tensor_contiguous(o, pr->dt, 4, qs);
+    f.k = f.v = fa_tensor_contiguous(k, pr->dt, 4, ks);
+    f.opts = fa_options_default();
+    fa_plan_info info;
+    if (fa_plan(ctx, &f, &info) != FA_SUCCESS)
+        fail_msg("fa_plan: %s", fa_context_last_error(ctx));
+    free(q), free(k), free(o);
+    fa_context_destroy(ctx);
+    return info.num_k_blocks;
+}
+
+/* Shards longer than the CPU backend's key tile (d 64: 128 keys a tile, forward and backward,
+ * backends/cpu/backend.c), so every ring step walks several key tiles (3 for a contiguous shard
+ * of 288 tokens, 2 for a zigzag half-shard of 144): the online softmax inside a step and the
+ * merge across steps, forward and backward, causal and not, both layouts, fp32 and bf16. */
+static void test_ring_several_key_tiles(void **state)
+{
+    (void)state;
+    for (int layout = 0; layout < 2; ++layout)
+        for (int causal = 0; causal < 2; ++causal)
+            for (int t = 0; t < 2; ++t) {
+                problem pr = cpu_case(2 + (layout && causal && t), (fa_ring_layout)layout, causal,
+                                      t ? FA_DTYPE_BF16 : FA_DTYPE_F32, 0);
+                pr.b = 1, pr.h = 2, pr.hk = 1, pr.d = 64, pr.n = 288;
+                const int64_t chunk = layout == FA_RING_ZIGZAG ? pr.n / 2 : pr.n;
+                assert_true(cpu_key_tiles(&pr, chunk, chunk) >= 2);
+                run_case(pr);
+            }
+}
+
 /* ---------------------------------------------------------------- on GPUs, over NCCL */
 
 static int gpu_count = -1; /* CUDA devices, counted in a child process (the parent stays CUDA-free for fork) */
@@ -663,6 +708,7 @@ int main(void)
         cmocka_unit_test(test_ring_errors),
         cmocka_unit_test(test_ring_one_rank_rejects),
         cmocka_unit_test(test_ring_one_rank),
+        cmocka_unit_test(test_ring_several_key_tiles),
         cmocka_unit_test(test_ring_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
