@@ -296,8 +296,7 @@ void npy_free(npy_array *arr)
     memset(arr, 0, sizeof *arr);
 }
 
-/* What a path that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
+const char *npy_file_kind(mode_t mode)
 {
     if (S_ISDIR(mode))
         return "a directory";
@@ -320,7 +319,7 @@ static FILE *open_regular_file(const char *path, struct stat *st, char *err, siz
     /* a path seen to be something else is not opened at all (opening some devices acts on them);
      * the fstat below closes the race with a path replaced in between */
     if (stat(path, st) == 0 && !S_ISREG(st->st_mode)) {
-        set_error(err, err_len, path, "is %s, not a regular file: inputs must be .npy files", file_kind(st->st_mode));
+        set_error(err, err_len, path, "is %s, not a regular file: inputs must be .npy files", npy_file_kind(st->st_mode));
         return NULL;
     }
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -334,7 +333,7 @@ static FILE *open_regular_file(const char *path, struct stat *st, char *err, siz
         return NULL;
     }
     if (!S_ISREG(st->st_mode)) {
-        set_error(err, err_len, path, "is %s, not a regular file: inputs must be .npy files", file_kind(st->st_mode));
+        set_error(err, err_len, path, "is %s, not a regular file: inputs must be .npy files", npy_file_kind(st->st_mode));
         close(fd);
         return NULL;
     }

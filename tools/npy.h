@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define NPY_MAX_NDIM 8
 
@@ -48,5 +49,8 @@ void npy_free(npy_array *arr);
 
 /* "(2, 3, 4)" into buf, for messages. */
 void npy_format_shape(int ndim, const int64_t *shape, char *buf, size_t len);
+
+/* What a path that is not a regular file is ("a FIFO (named pipe)", ...), for messages. */
+const char *npy_file_kind(mode_t mode);
 
 #endif /* FA_TOOLS_NPY_H */

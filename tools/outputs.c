@@ -1,6 +1,7 @@
 /* outputs.c: output files checked before the computation, written to temporaries beside their
  * targets and renamed into place only when every output was written (see outputs.h). */
 #include "outputs.h"
+#include "npy.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -23,21 +24,6 @@ static void set_error(char *err, size_t err_len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, err_len, fmt, ap);
     va_end(ap);
-}
-
-static const char *file_kind(mode_t mode)
-{
-    if (S_ISDIR(mode))
-        return "a directory";
-    if (S_ISFIFO(mode))
-        return "a FIFO (named pipe)";
-    if (S_ISCHR(mode))
-        return "a character device";
-    if (S_ISBLK(mode))
-        return "a block device";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    return "not a regular file";
 }
 
 /* Copies src into dst[PATH_MAX]; 0, or -1 when it does not fit. */
@@ -115,7 +101,7 @@ static int check_one(output_file *o, char *err, size_t err_len)
         }
         if (!S_ISREG(st.st_mode)) {
             set_error(err, err_len, "%s %s: is %s, not a regular file; an output must be a regular file or absent",
-                      o->option, p, file_kind(st.st_mode));
+                      o->option, p, npy_file_kind(st.st_mode));
             return -1;
         }
         if (access(o->target, W_OK) != 0) {
