@@ -50,6 +50,14 @@ static fa_status prepare(fa_context *ctx, fa_call *c)
             return FA_ERROR(ctx, st, "block_mask: cannot build the per-tile lists (%s)", fa_status_string(st));
         p->lists = &c->lists;
     }
+    /* a backend that has not implemented a score modifier must say so, never ignore it */
+    fa_capabilities caps;
+    memset(&caps, 0, sizeof caps);
+    ctx->backend->capabilities(&caps);
+    if (p->softcap > 0.0f && !(caps.features & FA_FEATURE_SOFTCAP))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "softcap: the %s backend does not implement it", ctx->backend->name);
+    if (p->alibi_slopes && !(caps.features & FA_FEATURE_ALIBI))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ALiBi: the %s backend does not implement it", ctx->backend->name);
     return ctx->backend->choose(ctx, p, &c->variant);
 }
 

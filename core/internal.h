@@ -48,6 +48,11 @@ typedef struct fa_problem {
     float dropout_scale;                /* 1 / (1 - p) */
     uint64_t seed, offset;
     int deterministic;
+    /* score modifiers (core/score_mod.h): softcap 0 = off; slopes NULL = off, query head h of
+     * sequence b uses alibi_slopes[b * alibi_stride + h] */
+    float softcap;
+    const float *alibi_slopes;
+    int64_t alibi_stride;
     /* varlen: cu_seqlens in the context's memory and validated host copies (batch + 1) */
     int varlen;
     const int32_t *cu_q, *cu_k;

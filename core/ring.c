@@ -163,6 +163,8 @@ static fa_status ring_check(ring_call *rc, const fa_options *o, const fa_varlen 
                         be->name);
     if (varlen || o->block_mask || o->dropout_p != 0.0f || o->window_left >= 0 || o->window_right >= 0)
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ring: varlen, block masks, dropout and windows are not supported");
+    if (o->alibi_slopes)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ring: ALiBi is not supported (its distance needs global positions)");
     const fa_problem *p = &rc->p;
     if (p->out_dtype != p->dtype)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ring: the outputs must have the inputs' dtype (%s)",

@@ -4,6 +4,7 @@
  * tensor. */
 #include "internal.h"
 #include "philox.h"
+#include "score_mod.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -152,12 +153,54 @@ static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem 
     p->seed = o->dropout_seed;
     p->offset = o->dropout_offset;
     p->deterministic = o->deterministic != 0;
+    if (!(o->softcap >= 0.0f) || isinf(o->softcap))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "softcap = %g must be finite and >= 0 (0 = off)", (double)o->softcap);
+    if (o->softcap > 0.0f) {
+        /* the kernels hold scores in the scale's units (core/score_mod.h) */
+        fa_softcap_factors f = fa_softcap_make(p->scale, o->softcap);
+        if (!isfinite(f.in) || !isfinite(f.out) || f.in == 0.0f || f.out == 0.0f)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                            "softcap = %g with softmax_scale = %g: their ratio does not fit fp32", (double)o->softcap,
+                            (double)p->scale);
+    }
+    p->softcap = o->softcap;
     p->block_mask = o->block_mask;
     if (o->block_mask) {
         char why[200];
         if (fa_block_mask_check(o->block_mask, p->heads_q, p->seqlen_q, p->seqlen_k, why, sizeof why) != FA_SUCCESS)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "block_mask: %s", why);
     }
+    return FA_SUCCESS;
+}
+
+/* ALiBi slopes: fp32 [heads_q] (stride 0) or [batch][stride >= heads_q] in the context's memory,
+ * not inside an output (the kernels read them while they write). */
+static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const span *outs,
+                             const char *const *out_names, int n_outs)
+{
+    p->alibi_slopes = o->alibi_slopes;
+    p->alibi_stride = o->alibi_batch_stride;
+    if (!o->alibi_slopes) {
+        if (o->alibi_batch_stride != 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_batch_stride = %lld without alibi_slopes",
+                            (long long)o->alibi_batch_stride);
+        return FA_SUCCESS;
+    }
+    int64_t stride = o->alibi_batch_stride, count = p->heads_q;
+    if (stride != 0 && stride < p->heads_q)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_batch_stride = %lld must be 0 or >= heads_q = %lld",
+                        (long long)stride, (long long)p->heads_q);
+    if (stride != 0 && p->batch > 1 &&
+        (!fa_mul_ok(p->batch - 1, stride, &count) || !fa_add_ok(count, p->heads_q, &count)))
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "alibi_slopes: batch x alibi_batch_stride overflows 64 bits");
+    int64_t bytes;
+    if (!fa_mul_ok(count, (int64_t)sizeof(float), &bytes) || (uint64_t)bytes > (uint64_t)SIZE_MAX ||
+        (uintptr_t)o->alibi_slopes > UINTPTR_MAX - (uintptr_t)bytes)
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "alibi_slopes: byte span overflows the address space");
+    span s_a = {(uintptr_t)o->alibi_slopes, (uintptr_t)o->alibi_slopes + (uintptr_t)bytes};
+    for (int i = 0; i < n_outs; ++i)
+        if (spans_overlap(s_a, outs[i]))
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_slopes overlaps output %s in memory", out_names[i]);
     return FA_SUCCESS;
 }
 
@@ -376,7 +419,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     span outs[2] = {s_o, s_l};
     static const char *const out_names[2] = {"o", "lse"};
     if ((st = finish_varlen(ctx, a->varlen, p, outs, out_names, 2, cu_host)) || (st = check_work_items(ctx, p)) ||
-        (st = check_options(ctx, &a->opts, p)))
+        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, outs, out_names, 2)))
         return st;
     p->q = make_view(&a->q, p->varlen);
     p->k = make_view(&a->k, p->varlen);
@@ -428,7 +471,7 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "outputs %s and %s overlap in memory", out_names[i],
                                 out_names[j]);
     if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, 3, cu_host)) || (st = check_work_items(ctx, p)) ||
-        (st = check_options(ctx, &a->opts, p)))
+        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, out, out_names, 3)))
         return st;
     p->has_lse = 1;
     p->q = make_view(&a->q, p->varlen);

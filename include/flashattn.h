@@ -153,7 +153,20 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
  *   whatever Q, K, V, dO hold (NaN / inf included). NaN / inf in a key a row sees propagates to
  *   that row; NaN / inf in V or K of a key the row cannot see but which shares a kernel tile with
  *   keys it sees may reach its O or dQ (0 * NaN in the tile's products), as in PyTorch's math
- *   attention (README, "Options"). */
+ *   attention (README, "Options").
+ * - softcap c > 0: each scaled score becomes S' = c * tanh(S / c) (Gemma 2: c = 50); 0 = off; NaN,
+ *   inf or a negative value is FA_ERR_INVALID_ARG, and so is a c whose ratio to the scale does not
+ *   fit fp32 (c / scale and scale / c must be finite and non-zero).
+ * - ALiBi: alibi_slopes (fp32, in the context's memory like the tensors, not overlapping an
+ *   output) gives query head h of sequence b the slope a = alibi_slopes[b * alibi_batch_stride +
+ *   h]; each score becomes S' = S - a * |i + seqlen_k - seqlen_q - j| (the distance aligned
+ *   bottom-right like causal). alibi_batch_stride 0: one slope per head for every sequence
+ *   ([heads_q]); >= heads_q: [batch][heads_q] rows that far apart. NULL = off. Slopes are read by
+ *   the kernels and not checked: a NaN slope gives NaN rows.
+ * - softcap then ALiBi when both are set; the mask applies after both, and LSE is that of the
+ *   modified scores. Ring attention takes softcap, not ALiBi (FA_ERR_UNSUPPORTED). A backend
+ *   lists what it runs in fa_capabilities (FA_FEATURE_SOFTCAP, FA_FEATURE_ALIBI); a call asking a
+ *   backend for one it lacks is FA_ERR_UNSUPPORTED. */
 typedef struct fa_options {
     float softmax_scale;
     int causal;
@@ -163,9 +176,13 @@ typedef struct fa_options {
     uint64_t dropout_offset;
     const fa_block_mask *block_mask; /* NULL: dense */
     int deterministic;               /* backward: bitwise-identical gradients on every run */
+    float softcap;                   /* 0: off */
+    const float *alibi_slopes;       /* NULL: off */
+    int64_t alibi_batch_stride;      /* 0: [heads_q] slopes for every sequence */
 } fa_options;
 
-/* Defaults: scale 1/sqrt(d), no causal, unbounded window, no dropout, no block mask. */
+/* Defaults: scale 1/sqrt(d), no causal, unbounded window, no dropout, no block mask, no softcap,
+ * no ALiBi. */
 FA_API fa_options fa_options_default(void);
 
 /* Variable-length packed batches: cu_seqlens_q/k are int32 arrays of batch + 1 non-decreasing
@@ -246,6 +263,8 @@ FA_API fa_status fa_device_name(const char *backend, int device, char *buf, size
 #define FA_FEATURE_BACKWARD      (1u << 8)
 #define FA_FEATURE_STRIDES       (1u << 9)
 #define FA_FEATURE_F32_OUTPUT    (1u << 10) /* fp32 o / dq, dk, dv from fp16 / bf16 inputs */
+#define FA_FEATURE_SOFTCAP       (1u << 11) /* fa_options.softcap, forward and backward */
+#define FA_FEATURE_ALIBI         (1u << 12) /* fa_options.alibi_slopes, forward and backward */
 
 typedef struct fa_capabilities {
     unsigned dtypes;       /* bit (1 << fa_dtype) per supported dtype */

@@ -1,0 +1,77 @@
+/* score_mod.h: the score modifiers, applied to every score after the softmax scale and before the
+ * mask and the softmax, and the derivative the backward needs. One definition for every kernel:
+ * compiled as C, CUDA, HIP and OpenCL C (the OpenCL backend prepends it to its kernels).
+ *
+ * With S the scaled score of query row i and key column j of one sequence:
+ *   softcap c > 0:  S' = c * tanh(S / c)                              dS'/dS = 1 - tanh^2(S / c)
+ *   ALiBi slope a:  S' = S - a * |i + seqlen_k - seqlen_q - j|        dS'/dS = 1
+ * Both together: the softcap first, then the ALiBi bias (FlashAttention-2's order). The distance
+ * is aligned bottom-right like the causal mask (core/mask.h).
+ *
+ * Units. A kernel holds x with S = u * x: the GPU kernels keep the raw product q . k (u = the
+ * softmax scale, which they apply inside exp2), the CPU kernels prescale Q (u = 1). The factors
+ * below are in x's units, so the modified x' still satisfies S' = u * x' and the kernel's softmax
+ * is unchanged. tanh is computed as 1 - 2 / (exp2(2 y log2 e) + 1): one exp2 and one division,
+ * exact to a few fp32 ulps of 1 in t (|error of S'| <= ~1e-7 c), +-1 at +-inf, NaN propagates. */
+#ifndef FA_SCORE_MOD_H
+#define FA_SCORE_MOD_H
+
+#if defined(__OPENCL_VERSION__)
+#define FA_SCORE_EXP2(x) exp2(x)
+#define FA_SCORE_I64 long /* OpenCL C has no <stdint.h>; its long is 64 bits */
+#else
+#include <math.h>
+#include <stdint.h>
+#define FA_SCORE_EXP2(x) exp2f(x)
+#define FA_SCORE_I64 int64_t
+#endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define FA_SCORE_FN static __host__ __device__ __forceinline__
+#else
+#define FA_SCORE_FN static inline
+#endif
+
+/* The softcap's factors in x's units for scale u and cap c > 0 (all 0 when c is 0: no softcap).
+ *   in  = 2 log2(e) u / c   (x * in = 2 S / c in log2 units)
+ *   out = c / u             (x' = out * tanh)
+ *   inv = u / c             (tanh = x' * inv, for the derivative) */
+typedef struct fa_softcap_factors {
+    float in, out, inv;
+} fa_softcap_factors;
+
+FA_SCORE_FN fa_softcap_factors fa_softcap_make(float u, float c)
+{
+    fa_softcap_factors f;
+    if (c > 0.0f) {
+        f.in = 2.8853900817779268f * (u / c); /* 2 log2(e) */
+        f.out = c / u;
+        f.inv = u / c;
+    } else {
+        f.in = f.out = f.inv = 0.0f;
+    }
+    return f;
+}
+
+/* x' = out * tanh(x * inv) */
+FA_SCORE_FN float fa_softcap_apply(fa_softcap_factors f, float x)
+{
+    return f.out * (1.0f - 2.0f / (FA_SCORE_EXP2(x * f.in) + 1.0f));
+}
+
+/* dx'/dx from the capped value x' (before any ALiBi bias): 1 - tanh^2 */
+FA_SCORE_FN float fa_softcap_grad(fa_softcap_factors f, float x_capped)
+{
+    float t = x_capped * f.inv;
+    return 1.0f - t * t;
+}
+
+/* The ALiBi bias in x's units: -slope_x * |row + diag - col|, with slope_x = slope / u and
+ * diag = seqlen_k - seqlen_q of the row's sequence. */
+FA_SCORE_FN float fa_alibi_bias(float slope_x, FA_SCORE_I64 row, FA_SCORE_I64 col, FA_SCORE_I64 diag)
+{
+    FA_SCORE_I64 dist = row + diag - col;
+    return -slope_x * (float)(dist < 0 ? -dist : dist);
+}
+
+#endif /* FA_SCORE_MOD_H */
