@@ -186,6 +186,9 @@ static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p
                             (long long)o->alibi_batch_stride);
         return FA_SUCCESS;
     }
+    if (!isfinite(1.0f / p->scale))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "ALiBi with softmax_scale = %g: 1 / scale does not fit fp32",
+                        (double)p->scale);
     int64_t stride = o->alibi_batch_stride, count = p->heads_q;
     if (stride != 0 && stride < p->heads_q)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_batch_stride = %lld must be 0 or >= heads_q = %lld",

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "score_mod.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,6 +35,13 @@ typedef struct fa_cuda_params {
     uint32_t dropout_threshold;
     float dropout_scale;
     uint64_t seed, offset;
+    /* score modifiers (core/score_mod.h) in the units of the raw product q . k (u = scale):
+     * softcap.out == 0 means no softcap; alibi_slopes NULL means no ALiBi, else query head h of
+     * sequence b has slope_x = alibi_slopes[b * alibi_stride + h] * alibi_mul (alibi_mul = 1 / scale) */
+    fa_softcap_factors softcap;
+    const float *alibi_slopes;
+    int64_t alibi_stride;
+    float alibi_mul;
     /* block sparsity: the mask bits and the core's per-query-tile lists, on the device */
     const uint8_t *bm_bits;
     int64_t bm_heads, bm_rows, bm_cols, bm_bq, bm_bk;
