@@ -5,6 +5,7 @@
  *   mfma/      the matrix-core forward for CDNA (gfx90a, gfx94x), fp16/bf16, d <= 128;
  *   portable/  the SIMT kernels shared with the CUDA backend: every dtype, head dim, option and the
  *              backward, on any target (wave64 and wave32 alike).
+ * Both take the score modifiers (softcap, ALiBi): every choice runs them, forward and backward.
  * FLASHATTN_HIP_KERNELS=portable runs everything on the portable family. The chooser refuses, with
  * the reason, a device whose architecture the library was not built for. */
 #define FA_RUNTIME_HIP 1
@@ -35,7 +36,7 @@ static void hip_capabilities(fa_capabilities *caps)
     caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI;
     snprintf(caps->notes, sizeof caps->notes,
              "built for %s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), portable SIMT kernels "
              "for the rest (always deterministic), or for all with FLASHATTN_HIP_KERNELS=portable; "

@@ -1,5 +1,6 @@
 /* forward.cuh: the matrix-core forward for CDNA (gfx90a, gfx94x), fp16 and bf16, head dims up to
- * 128, every option of the API (causal, window, varlen, GQA, dropout, block-sparse, LSE, strides).
+ * 128, every option of the API (causal, window, varlen, GQA, dropout, block-sparse, LSE, strides,
+ * softcap and ALiBi).
  * One 64-lane wavefront per block owns 32 query rows and walks the key tiles 32 keys at a time,
  * with no shared memory and no barriers:
  *   S^T (32 keys x 32 queries) = K Q^T   in D/8 mma32 steps, Q's fragments kept in registers;
@@ -9,11 +10,11 @@
  * already in the B-operand layout of the second product (registers 4c..4c+3 hold keys
  * 8c + 4 (l / 32) + 0..3), so P never leaves the registers. Softmax follows core/softmax.h (exp2
  * of log2-scaled scores, the -inf guards, an unchanged maximum rescales by exactly 1); masks,
- * dropout and the block-sparse walk are the portable kernels' (backends/portable/kernels.cuh). */
+ * dropout and the block-sparse walk are the portable kernels' (backends/portable/common.cuh). */
 #ifndef FA_HIP_MFMA_FORWARD_CUH
 #define FA_HIP_MFMA_FORWARD_CUH
 
-#include "../../portable/kernels.cuh"
+#include "../../portable/common.cuh"
 #include "mfma.cuh"
 
 namespace fa_mfma {
@@ -47,7 +48,9 @@ template <class S> FA_DEVICE unsigned short to_bits(float x)
     return u;
 }
 
-template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_cuda_params p, const bool vec)
+/* MOD: the call has a score modifier, applied to the raw q . k products before the scale */
+template <class S, int D, bool MOD>
+__global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_cuda_params p, const bool vec)
 {
     typedef unsigned short T;
     constexpr bool BF16 = S::bf16;
@@ -92,6 +95,7 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(
         for (int r = 0; r < 16; ++r)
             o[ob][r] = 0.0f;
     float row_max = -INFINITY, part_sum = 0.0f; /* part_sum: this lane's 16 keys of each step */
+    const pk::score_mod mod = MOD ? pk::score_mod_make(p, sq, b, h) : pk::score_mod{};
 
     const pk::key_walk walk = pk::walk_of(p, m, h, q0 / pk::BM, q0, nr, sq.sk);
     for (int64_t it = walk.begin; it < walk.end; ++it) {
@@ -117,11 +121,16 @@ template <class S, int D> __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(
                 mma32<BF16>(sc, kf, qf[t], s);
             }
 
-            /* mask; register r holds key k0 + 8 (r / 4) + 4 half + r % 4 of query i */
+            /* the score modifier, the mask, the scale; register r holds key k0 + 8 (r / 4) +
+             * 4 half + r % 4 of query i */
             float mx = -INFINITY;
 #pragma unroll
             for (int r = 0; r < 16; ++r) {
                 const int64_t j = k0 + 8 * (r / 4) + 4 * half + r % 4;
+                if (MOD) {
+                    float grad;
+                    s[r] = pk::score_mod_apply(mod, s[r], i, j, &grad);
+                }
                 bool vis = j >= lo && j < hi && j < sq.sk;
                 if (vis && cls == FA_TILE_PARTIAL && p.bm_bits)
                     vis = pk::block_keep(p, h, i, j);
@@ -208,7 +217,11 @@ template <class S, int D> fa_gpu_error launch_forward(const fa_cuda_params &p, f
     if (!pk::grid_ok(nq, p.heads_q, p.batch))
         return FA_GPU_INVALID_VALUE;
     const bool vec = pk::view_vec4<S>(p.q) && pk::view_vec4<S>(p.k) && pk::view_vec4<S>(p.v) && pk::view_vec4<S>(p.o);
-    forward_kernel<S, D><<<dim3((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch), WAVE, 0, stream>>>(p, vec);
+    const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
+    if (pk::has_score_mod(p))
+        forward_kernel<S, D, true><<<grid, WAVE, 0, stream>>>(p, vec);
+    else
+        forward_kernel<S, D, false><<<grid, WAVE, 0, stream>>>(p, vec);
     return fa_gpu_last_error();
 }
 
