@@ -161,7 +161,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
                 if (!vis)
                     continue; /* no barrier or shuffle follows inside this loop */
                 float grad = 1.0f; /* the modifier's derivative */
-                if (MOD)
+                if constexpr (MOD)
                     s = score_mod_apply(mod, s, i, j, &grad);
                 const float pr = expf(p.scale * s - l);
                 const float z = p.dropout_threshold ? drop_factor(p, b, h, i, j) : 1.0f;
@@ -169,7 +169,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
                  * derivative); dK += dS^T Q */
                 const float pz = pr * z;
                 float ds = pr * (z * dp - dsum_t[r]) * p.scale;
-                if (MOD)
+                if constexpr (MOD)
                     ds *= grad;
 #pragma unroll
                 for (int u = 0; u < CPT; ++u) {
@@ -257,12 +257,12 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
                 if (!vis)
                     continue; /* no barrier or shuffle follows inside this loop */
                 float grad = 1.0f; /* the modifier's derivative */
-                if (MOD)
+                if constexpr (MOD)
                     s = score_mod_apply(mod, s, i, j, &grad);
                 const float pr = expf(p.scale * s - l);
                 const float z = p.dropout_threshold ? drop_factor(p, b, h, i, j) : 1.0f;
                 float ds = pr * (z * dp - di) * p.scale;
-                if (MOD)
+                if constexpr (MOD)
                     ds *= grad;
 #pragma unroll
                 for (int u = 0; u < CPT; ++u)

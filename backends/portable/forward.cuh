@@ -159,7 +159,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_cuda_params p,
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
                 const int jj = tx + TX * j;
-                if (MOD) {
+                if constexpr (MOD) {
                     float grad;
                     s[r][j] = score_mod_apply(mod, s[r][j], q0 + rr, k0l + jj, &grad) * p.scale_log2;
                 }

@@ -127,7 +127,7 @@ __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_cuda_params p, co
 #pragma unroll
             for (int r = 0; r < 16; ++r) {
                 const int64_t j = k0 + 8 * (r / 4) + 4 * half + r % 4;
-                if (MOD) {
+                if constexpr (MOD) {
                     float grad;
                     s[r] = pk::score_mod_apply(mod, s[r], i, j, &grad);
                 }
