@@ -72,6 +72,9 @@ FA_API size_t fa_dtype_size(fa_dtype dtype);  /* bytes per element, 0 for an unk
 FA_API const char *fa_dtype_name(fa_dtype dtype);
 
 #define FA_MAX_DIMS 4
+/* The largest head dim d of q, k, v that any backend runs (fa_capabilities.max_head_dim may be
+ * lower); a larger d is FA_ERR_UNSUPPORTED. */
+#define FA_MAX_HEAD_DIM 256
 
 /* A strided view. shape/stride are in elements (not bytes); the last dimension must be contiguous
  * (stride 1). Dense layouts:   Q, O, dQ, dO  [batch, seqlen_q, heads_q,  d]   ndim 4

@@ -56,7 +56,7 @@ static fa_status cpu_device_name(int device, char *buf, size_t len)
 static void cpu_capabilities(fa_capabilities *caps)
 {
     caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
-    caps->max_head_dim = 256;
+    caps->max_head_dim = FA_MAX_HEAD_DIM;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT |
@@ -100,7 +100,7 @@ static const cpu_tile_row cpu_tiles[] = {
     {.max_d = 128, .onchip_bytes = 256 * 1024, .max_block_q = 64},
     /* the formula at M = 128 KiB (a core's share of L2 on current x86 and Arm server parts):
      * 32 x 32 at d 256; also every backward (64 x 128 at d 64, 64 x 64 at d 128) */
-    {.max_d = FA_CPU_MAX_HEAD_DIM, .onchip_bytes = 128 * 1024, .max_block_q = 128},
+    {.max_d = FA_MAX_HEAD_DIM, .onchip_bytes = 128 * 1024, .max_block_q = 128},
 };
 
 static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
