@@ -13,10 +13,11 @@ MUTATIONS = [
         ],
     },
     {
-        "id": "alibi-top-left",
-        "what": "ALiBi's distance aligned top-left instead of bottom-right (core/score_mod.h: every kernel)",
+        "id": "alibi-diagonal-sign",
+        "what": "ALiBi's distance measured from the mirrored diagonal, i - (seqlen_k - seqlen_q) - j "
+                "(core/score_mod.h: every kernel)",
         "edits": [
-            ("core/score_mod.h", "FA_SCORE_I64 dist = row + diag - col;", "FA_SCORE_I64 dist = row - col;"),
+            ("core/score_mod.h", "FA_SCORE_I64 dist = row + diag - col;", "FA_SCORE_I64 dist = row - diag - col;"),
         ],
     },
     {
