@@ -505,7 +505,7 @@ int cmd_run(int argc, char **argv)
     if (c.opts.softcap > 0.0f)
         printf(", softcap %g", (double)c.opts.softcap);
     if (c.alibi)
-        printf(", ALiBi (standard slopes)");
+        printf(", ALiBi (standard slopes %g .. %g)", (double)s.alibi_host[0], (double)s.alibi_host[c.heads - 1]);
     else if (c.alibi_path)
         printf(", ALiBi (slopes %s, %s)", c.alibi_path, alibi_stride ? "per sequence" : "per head");
     if (c.opts.dropout_p > 0.0f)
