@@ -19,9 +19,10 @@ static const char fwd_help[] =
     "  --causal              bottom-right aligned causal mask\n"
     "  --window L R          sliding window, -1 = unbounded on that side\n"
     "  --scale S             softmax scale (0 = 1/sqrt(d), the default)\n"
-    "  --softcap C           scores become C tanh(S / C) before the mask (C > 0; 0 = off)\n"
-    "  --alibi-slopes A.npy  ALiBi: head h of sequence b subtracts slope * |i + seqlen_k - seqlen_q - j|;\n"
-    "                        float32 '<f4' slopes [heads_q] (every sequence) or [batch, heads_q]\n"
+    "  --softcap C           each scaled score S becomes C tanh(S / C) (C > 0; 0 = off)\n"
+    "  --alibi-slopes A.npy  ALiBi: query head h of sequence b subtracts slope[b, h] x\n"
+    "                        |i + seqlen_k - seqlen_q - j| from its scores; float32 '<f4' slopes\n"
+    "                        [heads_q] (every sequence) or [batch, heads_q]\n"
     "  --dropout P --seed S --offset O   dropout (Philox, see core/philox.h)\n"
     "  --block-mask M.npy --block-size BQ BK\n"
     "                        uint8/bool block bitmap [rows, cols] or [heads_q, rows, cols]\n"
@@ -32,7 +33,8 @@ static const char fwd_help[] =
     "Inputs must be regular files: a FIFO, device or directory is refused, never waited on. With\n"
     "--cu-seqlens the last offsets must equal the packed rows (total_q, total_k). --scale (or\n"
     "1/sqrt(d)) times the largest |q_i| and |k_j| (row norms) must stay below FLT_MAX / 4, so no\n"
-    "score can overflow float32; an input with larger rows is refused.\n"
+    "score can overflow float32; an input with larger rows is refused. With --softcap and ALiBi,\n"
+    "the softcap applies first, then ALiBi, then the masks; LSE is that of the modified scores.\n"
     OUTPUT_FILES_HELP;
 
 int cmd_fwd(int argc, char **argv)

@@ -33,11 +33,11 @@ static const char run_help[] =
     "  --window L R          sliding window, -1 = unbounded on that side\n"
     "  --scale S             softmax scale (0 = 1/sqrt(D)); refused where the scores could\n"
     "                        overflow float32 (see 'flashattn fwd --help')\n"
-    "  --softcap C           scores become C tanh(S / C) (C > 0; 0 = off)\n"
-    "  --alibi               ALiBi with the standard slopes (Press et al., as in FlashAttention's\n"
-    "                        tests): head h of H (h = 1..H) gets 2^(-8 h / H) when H is a power of\n"
-    "                        two; otherwise the 2^k < H heads of the largest such k get those of\n"
-    "                        2^k heads and the others every other slope of 2^(k+1) heads\n"
+    "  --softcap C           each scaled score S becomes C tanh(S / C) (C > 0; 0 = off)\n"
+    "  --alibi               ALiBi with the standard slopes of Press et al. (FlashAttention's\n"
+    "                        tests): head h = 1..H gets 2^(-8 h / H) when H is a power of two;\n"
+    "                        otherwise, with n the largest power of two below H, heads 1..n get\n"
+    "                        2^(-8 h / n) and head n + m gets 2^(-4 (2m - 1) / n)\n"
     "  --alibi-slopes FILE.npy   ALiBi with the slopes of a float32 '<f4' file, [heads] (every\n"
     "                        sequence) or [batch, heads]\n"
     "  --dropout P --seed S --offset O   dropout probability in [0, 1) and its Philox seed/offset\n"
@@ -507,7 +507,7 @@ int cmd_run(int argc, char **argv)
     if (c.alibi)
         printf(", ALiBi (standard slopes %g .. %g)", (double)s.alibi_host[0], (double)s.alibi_host[c.heads - 1]);
     else if (c.alibi_path)
-        printf(", ALiBi (slopes %s, %s)", c.alibi_path, alibi_stride ? "per sequence" : "per head");
+        printf(", ALiBi (slopes %s, batch stride %lld)", c.alibi_path, (long long)c.opts.alibi_batch_stride);
     if (c.opts.dropout_p > 0.0f)
         printf(", dropout %g (seed %llu, offset %llu)", (double)c.opts.dropout_p,
                (unsigned long long)c.opts.dropout_seed, (unsigned long long)c.opts.dropout_offset);

@@ -379,7 +379,8 @@ int file_job_open(file_job *j)
         return usage_error(j->cmd, "the LSE size overflows");
     for (int i = 0; i < j->n_out; ++i) {
         int r = j->out_role[i];
-        size_t bytes = r == OUT_LSE ? j->lse_bytes : (r == OUT_DK || r == OUT_DV) ? j->in[IN_K].bytes : j->in[IN_Q].bytes;
+        int like_k = r == OUT_DK || r == OUT_DV;
+        size_t bytes = r == OUT_LSE ? j->lse_bytes : like_k ? j->in[IN_K].bytes : j->in[IN_Q].bytes;
         if ((st = device_alloc(j->ctx, bytes, &j->out[r])) != FA_SUCCESS)
             return library_error(j->cmd, j->ctx, "allocating the outputs", st);
     }
@@ -402,7 +403,8 @@ int file_job_write_outputs(file_job *j)
     for (int i = 0; i < j->n_out; ++i) {
         int r = j->out_role[i];
         int is_lse = r == OUT_LSE;
-        const int64_t *shape = is_lse ? j->lse_shape : (r == OUT_DK || r == OUT_DV) ? j->in[IN_K].shape : j->in[IN_Q].shape;
+        int like_k = r == OUT_DK || r == OUT_DV;
+        const int64_t *shape = is_lse ? j->lse_shape : like_k ? j->in[IN_K].shape : j->in[IN_Q].shape;
         int ndim = is_lse ? j->lse_nd : j->nd;
         j->host_out[r] = malloc(j->out[r].bytes ? j->out[r].bytes : 1);
         if (!j->host_out[r]) {
