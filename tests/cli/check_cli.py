@@ -3,7 +3,9 @@
 
 Writes random inputs as .npy files, runs the tool, and compares its outputs with attention computed
 here in float64 from the documented semantics (include/flashattn.h, core/philox.h), not from the C
-code: forward O and LSE, and dQ, dK, dV by the analytic backward. Also runs the tool on bad input
+code: forward O and LSE, and dQ, dK, dV by the analytic backward, with every option (--softcap and
+--alibi-slopes included: softcap c tanh(S / c), then the ALiBi bias, then the mask; the backward
+multiplies dS by 1 - tanh^2). Also runs the tool on bad input
 (missing, truncated, mismatched files, bad options) and expects a clean non-zero exit;
 check_cli_safety.py covers output paths, FIFOs and the exit statuses --help documents.
 
