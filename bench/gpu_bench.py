@@ -19,11 +19,16 @@ Modes (one per run):
                  4096 and 16384 unless --seqlens / --dims say otherwise.
   --memory       extra device memory of our forward + backward (batch 1, heads 16, d 128) at seqlens
                  1k, 4k, 16k, 64k beside standard attention's N x N.
+  --modifiers    the cost of the score modifiers: our forward and backward plain, with softcap 50
+                 (Gemma 2's), with ALiBi (slopes 2^(-8 h / H)) and with both, on the same inputs; the
+                 plain call is timed first and again last (its spread is the run's noise); d 128,
+                 seqlens 4096 and 16384 unless --seqlens / --dims say otherwise.
 
 usage: python3 bench/gpu_bench.py --lib build/libflashattn.so [--seqlens 1024,4096,16384] [--dims 64,128]
        [--dtype bf16|fp16|bf16,fp16] [--causal both|yes|no] [--no-math] [--sm80]
        python3 bench/gpu_bench.py --lib build/libflashattn.so --blocksparse [--mask-block 128] [--densities ...]
        python3 bench/gpu_bench.py --lib build/libflashattn.so --memory [--seqlens 1024,4096,16384,65536]
+       python3 bench/gpu_bench.py --lib build/libflashattn.so --modifiers [--seqlens 4096,16384] [--dims 128]
 """
 import argparse
 import ctypes as C
@@ -362,6 +367,49 @@ def side_by_side(lib, args, dtype_name):
                 torch.cuda.empty_cache()
 
 
+# ---------------------------------------------------------------- --modifiers
+
+def modifiers(lib, args, dtype_name):
+    dt = DTYPES[dtype_name]
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    print(f"# {torch.cuda.get_device_name()} | {dtype_name} | TFLOP/s fwd / bwd (median of do_bench) of our "
+          "library; (x) = time relative to the plain call timed first | hidden 2048, batch 16384/seqlen")
+    print("| d | causal | seqlen | plain | softcap 50 | ALiBi | softcap + ALiBi | plain again | variants |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d in ints(args.dims or "128"):
+        for causal in causals:
+            for s in ints(args.seqlens or "4096,16384"):
+                b, h = max(1, 16384 // s), 2048 // d
+                flop = 4 * b * h * s * s * d / (2 if causal else 1)
+                q, k, v, do, o, lse, dq, dk, dv = make_inputs(b, s, h, d, dt)
+                slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], device="cuda",
+                                      dtype=torch.float32)
+                lib.bind_stream()
+                cells, names, base = [], [], None
+                for mode in ("plain", "softcap", "alibi", "both", "plain"):
+                    fa = lib.fwd_args(q, k, v, o, lse, causal)
+                    ba = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, causal)
+                    for a in (fa, ba):
+                        if mode in ("softcap", "both"):
+                            a.opts.softcap = 50.0
+                        if mode in ("alibi", "both"):
+                            a.opts.alibi_slopes = slopes.data_ptr()
+                    try:
+                        names.append(f"{lib.variant(fa, False)} / {lib.variant(ba, True)}")
+                    except Unsupported as e:
+                        cells.append(f"n/s ({e})")
+                        continue
+                    tf, tb = bench(lambda: lib.forward(fa)), bench(lambda: lib.backward(ba))
+                    if base is None:
+                        base = (tf, tb)
+                    cells.append(f"{tflops(flop, tf):.0f} / {tflops(2.5 * flop, tb):.0f} "
+                                 f"({tf / base[0]:.3f} / {tb / base[1]:.3f})")
+                print(f"| {d} | {'yes' if causal else 'no'} | {s} | " + " | ".join(cells) + " | "
+                      + "; ".join(dict.fromkeys(names)) + " |", flush=True)
+                del q, k, v, do, o, lse, dq, dk, dv
+                torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------- --blocksparse
 
 def block_sparse(lib, args, dtype_name):
@@ -533,6 +581,7 @@ def main():
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--blocksparse", action="store_true", help="block-sparse table (RANDOM masks)")
     mode.add_argument("--memory", action="store_true", help="extra device memory table")
+    mode.add_argument("--modifiers", action="store_true", help="cost of softcap / ALiBi against the plain call")
     ap.add_argument("--mask-block", type=int, default=128, help="--blocksparse: mask block size (square)")
     ap.add_argument("--densities", default="1,0.5,0.25,0.125", help="--blocksparse: nominal densities")
     ap.add_argument("--seed", type=int, default=1, help="--blocksparse: the masks' seed")
@@ -548,7 +597,8 @@ def main():
     print(prov.comment(torch.cuda.get_device_name()), flush=True)
     torch.manual_seed(0)
     stream = use_own_stream()  # noqa: F841 (kept current for the run)
-    run = block_sparse if args.blocksparse else memory if args.memory else side_by_side
+    run = block_sparse if args.blocksparse else memory if args.memory else modifiers if args.modifiers \
+        else side_by_side
     for i, name in enumerate(dtypes):
         if i:
             print()

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FA_MAX_HEAD_DIM 256
 #define FA_MAX_SEQLEN ((int64_t)1 << 60)
 /* Heads are indexed as int32 on every backend's grid (and a model has far fewer); the bound also
  * keeps the work per key tile, which walks the group of query heads sharing a kv head, finite. */

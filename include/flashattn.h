@@ -72,6 +72,9 @@ FA_API size_t fa_dtype_size(fa_dtype dtype);  /* bytes per element, 0 for an unk
 FA_API const char *fa_dtype_name(fa_dtype dtype);
 
 #define FA_MAX_DIMS 4
+/* The largest head dim d of q, k, v that any backend runs (fa_capabilities.max_head_dim may be
+ * lower); a larger d is FA_ERR_UNSUPPORTED. */
+#define FA_MAX_HEAD_DIM 256
 
 /* A strided view. shape/stride are in elements (not bytes); the last dimension must be contiguous
  * (stride 1). Dense layouts:   Q, O, dQ, dO  [batch, seqlen_q, heads_q,  d]   ndim 4
@@ -134,7 +137,7 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
 
 /* ---------------------------------------------------------------- options and arguments */
 
-/* Semantics (see README, "Options"):
+/* Semantics (docs/options.md):
  * - scores s_ij = softmax_scale * q_i . k_j; softmax_scale 0 means 1/sqrt(d); NaN or +-inf is
  *   FA_ERR_INVALID_ARG. Scores are formed in fp32: a row with a score that overflows fp32 (huge
  *   scale or inputs) has no defined result (typically NaN).
@@ -153,7 +156,7 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
  *   whatever Q, K, V, dO hold (NaN / inf included). NaN / inf in a key a row sees propagates to
  *   that row; NaN / inf in V or K of a key the row cannot see but which shares a kernel tile with
  *   keys it sees may reach its O or dQ (0 * NaN in the tile's products), as in PyTorch's math
- *   attention (README, "Options").
+ *   attention (docs/options.md).
  * - softcap c > 0: each scaled score becomes S' = c * tanh(S / c) (Gemma 2: c = 50); 0 = off; NaN,
  *   inf or a negative value is FA_ERR_INVALID_ARG, and so is a c whose ratio to the scale does not
  *   fit fp32 (c / scale and scale / c must be finite and non-zero).

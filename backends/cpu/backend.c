@@ -56,7 +56,7 @@ static fa_status cpu_device_name(int device, char *buf, size_t len)
 static void cpu_capabilities(fa_capabilities *caps)
 {
     caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
-    caps->max_head_dim = 256;
+    caps->max_head_dim = FA_MAX_HEAD_DIM;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT |
@@ -81,8 +81,8 @@ static void cpu_close(fa_context *ctx)
 /* The tile table of the CPU backend. Each row gives M, the on-chip budget of the paper's formula
  * (B_c = M / 4d, B_r = min(B_c, d)), and a cap on B_r; tiles are then clamped to multiples of 16
  * (the micro-kernel's width) and at most 128 x 256. The forward picks the first row whose d
- * bound covers the head dim; the backward always uses the last row. Measured on the 2-core EPYC
- * of docs/benchmarks.md. */
+ * bound covers the head dim; the backward always uses the last row (docs/backends/cpu.md gives
+ * the measurements behind each row). */
 typedef struct cpu_tile_row {
     int64_t max_d;
     int64_t onchip_bytes;
@@ -91,16 +91,16 @@ typedef struct cpu_tile_row {
 
 static const cpu_tile_row cpu_tiles[] = {
     /* d <= 64: 64 x 128. Q, O, S and one K, V tile (160 KiB) fit a core's L2 share with the next
-     * K, V tile prefetched beside them; 64 x 256 and 128 x 128 measured no faster */
+     * K, V tile prefetched beside them */
     {.max_d = 64, .onchip_bytes = 128 * 1024, .max_block_q = 128},
     /* d <= 128: 64 x 128 rather than the formula's 64 x 64: the P V product gets K = 128 and the
-     * per-row softmax bookkeeping is paid every 128 keys; 1-4% faster. 128 x 128 lost when causal
-     * (a square diagonal tile computes its masked half); 64 x 256 measured the same as 64 x 128
-     * but with its prefetched next tile overflows a 512 KiB L2 */
+     * per-row softmax bookkeeping is paid every 128 keys; not 128 x 128, whose square diagonal
+     * tile computes its masked half under causal, nor 64 x 256, whose prefetched next tile
+     * overflows a 512 KiB L2 */
     {.max_d = 128, .onchip_bytes = 256 * 1024, .max_block_q = 64},
     /* the formula at M = 128 KiB (a core's share of L2 on current x86 and Arm server parts):
      * 32 x 32 at d 256; also every backward (64 x 128 at d 64, 64 x 64 at d 128) */
-    {.max_d = FA_CPU_MAX_HEAD_DIM, .onchip_bytes = 128 * 1024, .max_block_q = 128},
+    {.max_d = FA_MAX_HEAD_DIM, .onchip_bytes = 128 * 1024, .max_block_q = 128},
 };
 
 static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)

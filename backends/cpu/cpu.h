@@ -6,7 +6,6 @@
 
 #define FA_CPU_MAX_THREADS 256
 #define FA_CPU_MAX_BLOCK 256 /* largest B_r the tile table may give */
-#define FA_CPU_MAX_HEAD_DIM 256
 
 /* Worker threads for a call: the context's setting, else FLASHATTN_NUM_THREADS, else the number
  * of online processors; at most FA_CPU_MAX_THREADS. */

@@ -169,7 +169,7 @@ static void load_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t 
 static void load_rows_transposed(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n,
                                  int64_t h, float *dst, int64_t d_pad, int64_t ld)
 {
-    float row[FA_CPU_MAX_HEAD_DIM];
+    float row[FA_MAX_HEAD_DIM];
     if (n < ld || p->d < d_pad)
         memset(dst, 0, sizeof(float) * (size_t)(d_pad * ld));
     for (int64_t r = 0; r < n; ++r) {
@@ -426,7 +426,7 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
     float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + dp * bk;
     /* each key row straight into its panels (K^T: dp x bk, V: bk x dp, both in 16-column
      * panels), zero-padded to dp columns and bk rows */
-    float row[FA_CPU_MAX_HEAD_DIM];
+    float row[FA_MAX_HEAD_DIM];
     if (nc < bk)
         memset(kT, 0, sizeof(float) * (size_t)(2 * dp * bk));
     for (int64_t c = p->d; c < dp; ++c)

@@ -99,9 +99,7 @@ FA_VINLINE v8f fa_exp8(v8f v)
     return select8(nan_mask, v, res);
 }
 
-/* C[4 x 16] (+)= alpha * A[4 x K] B[K x 16]; A row-major (lda), B row-major (ldb). (A 6 x 16
- * variant measured no faster on the 2-core EPYC of docs/benchmarks.md: both are near its FMA
- * throughput.) */
+/* C[4 x 16] (+)= alpha * A[4 x K] B[K x 16]; A row-major (lda), B row-major (ldb). */
 FA_VINLINE void fa_kernel_4x16(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
                                int64_t ldc, float alpha, int accumulate)
 {

@@ -13,7 +13,8 @@ dV (FLASHATTN_NO_TORCH=1 keeps torch out: torch tensors then run forward only, w
 Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= with
 NumPy (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
 return_attn_probs=True returns (out, softmax_lse, None): the attention probabilities are never
-materialised; alibi_slopes and softcap are not supported; varlen rows after cu_seqlens[-1]
+materialised; softcap= and alibi_slopes= (fp32 [heads] or [batch, heads], on the tensors' device) are
+keyword-only here; varlen rows after cu_seqlens[-1]
 (padding) get out = 0, softmax_lse = -inf and zero gradients instead of undefined values. Bad
 input raises FlashAttnError (a RuntimeError) with the library's status and message, or
 ValueError / TypeError for what Python checks first."""
@@ -63,78 +64,88 @@ def _attention(q, k, v, return_attn_probs, **options):
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+                    deterministic=False, return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
+                    alibi_slopes=None):
     """Attention of q [batch, seqlen_q, heads, d] over k, v [batch, seqlen_k, heads_kv, d].
     softmax_scale None: 1 / sqrt(d). causal: bottom-right aligned when seqlen_q != seqlen_k.
-    window_size (left, right), -1 unbounded. Returns out, or (out, softmax_lse [batch, heads,
-    seqlen_q] float32, None) with return_attn_probs."""
+    window_size (left, right), -1 unbounded. softcap c > 0: scores become c tanh(s / c);
+    alibi_slopes [heads] or [batch, heads] float32: scores minus slope * |i + seqlen_k - seqlen_q - j|.
+    Returns out, or (out, softmax_lse [batch, heads, seqlen_q] float32, None) with return_attn_probs."""
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset)
+                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
+                      softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+                             deterministic=False, return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
+                             alibi_slopes=None):
     """flash_attn_func with kv [batch, seqlen_k, 2, heads_kv, d]."""
     return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, deterministic,
-                           return_attn_probs, seed=seed, offset=offset)
+                           return_attn_probs, seed=seed, offset=offset, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+                              deterministic=False, return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
+                              alibi_slopes=None):
     """flash_attn_func with qkv [batch, seqlen, 3, heads, d]."""
     return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
-                           deterministic, return_attn_probs, seed=seed, offset=offset)
+                           deterministic, return_attn_probs, seed=seed, offset=offset, softcap=softcap,
+                           alibi_slopes=alibi_slopes)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
-                           return_attn_probs=False, *, seed=None, offset=0):
+                           return_attn_probs=False, *, seed=None, offset=0, softcap=0.0, alibi_slopes=None):
     """Packed variable-length batches: q [total_q, heads, d], k, v [total_k, heads_kv, d],
     cu_seqlens int32 [batch + 1]; softmax_lse [heads, total_q]. cu_seqlens[-1] may be below the
     packed rows (padding at the end): those rows get out = 0 and softmax_lse = -inf (and zero
-    gradients), where FlashAttention-2 leaves them undefined."""
+    gradients), where FlashAttention-2 leaves them undefined. ALiBi's distance is within each
+    sequence."""
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                      max_seqlen_k=max_seqlen_k)
+                      max_seqlen_k=max_seqlen_k, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                                     softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
-                                    return_attn_probs=False, *, seed=None, offset=0):
+                                    return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
+                                    alibi_slopes=None):
     """flash_attn_varlen_func with kv [total_k, 2, heads_kv, d]."""
     return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   dropout_p, softmax_scale, causal, window_size, deterministic, return_attn_probs,
-                                  seed=seed, offset=offset)
+                                  seed=seed, offset=offset, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
                                      window_size=(-1, -1), deterministic=False, return_attn_probs=False, *, seed=None,
-                                     offset=0):
+                                     offset=0, softcap=0.0, alibi_slopes=None):
     """flash_attn_varlen_func with qkv [total, 3, heads, d] and one cu_seqlens."""
     return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, deterministic, return_attn_probs,
-                                  seed=seed, offset=offset)
+                                  seed=seed, offset=offset, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def block_sparse_attn_func(q, k, v, block_mask, block_size, dropout_p=0.0, softmax_scale=None, causal=False,
-                           window_size=(-1, -1), deterministic=False, return_attn_probs=False, *, seed=None, offset=0):
+                           window_size=(-1, -1), deterministic=False, return_attn_probs=False, *, seed=None, offset=0,
+                           softcap=0.0, alibi_slopes=None):
     """flash_attn_func restricted to a block mask: block_mask [rows, cols] or [heads, rows, cols]
     (nonzero: query block r may attend key block c; one mask for every head or one per query
     head), block_size (block_q, block_k). Empty blocks are skipped, so the cost follows the
     density. Intersects causal and window masks."""
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
-                      block_mask=block_mask, block_size=block_size)
+                      block_mask=block_mask, block_size=block_size, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None, causal=False,
                         window_size=(-1, -1), deterministic=False, *, seed=None, offset=0, cu_seqlens_q=None,
-                        cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, block_mask=None, block_size=None):
+                        cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, block_mask=None, block_size=None,
+                        softcap=0.0, alibi_slopes=None):
     """dQ, dK, dV for the output gradient dout, from the forward's out and softmax_lse and the same
     options (dropout: the same seed and offset). For NumPy arrays, and for torch without autograd."""
     call = _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       deterministic=deterministic, seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q,
                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                      block_mask=block_mask, block_size=block_size)
+                      block_mask=block_mask, block_size=block_size, softcap=softcap, alibi_slopes=alibi_slopes)
     return _core.backward(call, dout, q, k, v, out, softmax_lse)

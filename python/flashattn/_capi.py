@@ -26,7 +26,8 @@ class BlockMask(C.Structure):  # fa_block_mask
 class Options(C.Structure):  # fa_options
     _fields_ = [("softmax_scale", C.c_float), ("causal", C.c_int), ("window_left", C.c_int64),
                 ("window_right", C.c_int64), ("dropout_p", C.c_float), ("dropout_seed", C.c_uint64),
-                ("dropout_offset", C.c_uint64), ("block_mask", C.POINTER(BlockMask)), ("deterministic", C.c_int)]
+                ("dropout_offset", C.c_uint64), ("block_mask", C.POINTER(BlockMask)), ("deterministic", C.c_int),
+                ("softcap", C.c_float), ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64)]
 
 
 class Varlen(C.Structure):  # fa_varlen

@@ -88,6 +88,23 @@ def _int32_on(ref, values):
     return np.ascontiguousarray(values, dtype=np.int32)
 
 
+def _float32_on(ref, values):
+    """values as contiguous float32 in ref's memory."""
+    if _is_torch(values) or _is_torch(ref):
+        import torch
+        t = values if _is_torch(values) else torch.as_tensor(values)
+        return t.to(device=ref.device, dtype=torch.float32).contiguous()
+    import numpy as np
+    return np.ascontiguousarray(values, dtype=np.float32)
+
+
+def check_softcap(softcap):
+    c = float(softcap)
+    if not math.isfinite(c) or c < 0.0:
+        raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {softcap}")
+    return c
+
+
 def check_scale(softmax_scale):
     s = float(softmax_scale)
     if not (math.isfinite(s) and s > 0.0):
@@ -100,7 +117,8 @@ class Call:
 
     def __init__(self, q, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                  deterministic=False, seed=None, offset=0, block_mask=None, block_size=None,
-                 cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+                 cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, softcap=0.0,
+                 alibi_slopes=None):
         if not 0.0 <= dropout_p < 1.0:
             raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
         if dropout_p > 0.0 and seed is None:
@@ -126,6 +144,21 @@ class Call:
         self.mask = None
         if block_mask is not None:
             self._make_mask(block_mask, block_size)
+        self.softcap = check_softcap(softcap)
+        self.slopes, self.slopes_stride = None, 0
+        if alibi_slopes is not None:
+            self._take_slopes(q, alibi_slopes)
+
+    def _take_slopes(self, q, alibi_slopes):
+        """ALiBi slopes [heads] or [batch, heads] as float32 in q's memory."""
+        heads = q.shape[-2]
+        batch = self.vl.batch if self.varlen else q.shape[0]
+        s = _float32_on(q, alibi_slopes)
+        shape = tuple(s.shape)
+        if shape not in ((heads,), (batch, heads)):
+            raise ValueError(f"alibi_slopes must be [heads] = ({heads},) or [batch, heads] = ({batch}, {heads}), "
+                             f"got shape {shape}")
+        self.slopes, self.slopes_stride = s, (heads if len(shape) == 2 else 0)
 
     def _make_mask(self, block_mask, block_size):
         import numpy as np
@@ -159,6 +192,10 @@ class Call:
         o.dropout_seed, o.dropout_offset = self.seed & (2 ** 64 - 1), self.offset & (2 ** 64 - 1)
         o.block_mask = C.pointer(self.mask) if self.mask is not None else None
         o.deterministic = int(self.deterministic)
+        o.softcap = self.softcap
+        if self.slopes is not None:
+            o.alibi_slopes = self.slopes.data_ptr() if _is_torch(self.slopes) else self.slopes.ctypes.data
+            o.alibi_batch_stride = self.slopes_stride
         return o
 
 

@@ -12,21 +12,22 @@ Tensor = torch.Tensor
 
 
 def _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal, window_left,
-          window_right, deterministic, seed, offset):
+          window_right, deterministic, seed, offset, softcap, alibi_slopes):
     return _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale if softmax_scale > 0.0 else None,
                       causal=causal, window_size=(window_left, window_right), deterministic=deterministic,
                       seed=seed if dropout_p > 0.0 else None, offset=offset, block_mask=block_mask,
                       block_size=(block_q, block_k) if block_mask is not None else None, cu_seqlens_q=cu_q,
                       cu_seqlens_k=cu_k, max_seqlen_q=max_q if cu_q is not None else None,
-                      max_seqlen_k=max_k if cu_k is not None else None)
+                      max_seqlen_k=max_k if cu_k is not None else None, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_q: Optional[Tensor], cu_k: Optional[Tensor], max_q: int, max_k: int,
         block_mask: Optional[Tensor], block_q: int, block_k: int, dropout_p: float, softmax_scale: float, causal: bool,
-        window_left: int, window_right: int, deterministic: bool, seed: int, offset: int) -> Tuple[Tensor, Tensor]:
+        window_left: int, window_right: int, deterministic: bool, seed: int, offset: int, softcap: float,
+        alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-                 window_left, window_right, deterministic, seed, offset)
+                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
     return _core.forward(call, q, k, v)
 
 
@@ -41,9 +42,10 @@ def _(q, k, v, cu_q, cu_k, max_q, max_k, *options):
 def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_q: Optional[Tensor],
         cu_k: Optional[Tensor], max_q: int, max_k: int, block_mask: Optional[Tensor], block_q: int, block_k: int,
         dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
-        deterministic: bool, seed: int, offset: int) -> Tuple[Tensor, Tensor, Tensor]:
+        deterministic: bool, seed: int, offset: int, softcap: float,
+        alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-                 window_left, window_right, deterministic, seed, offset)
+                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     return _core.backward(call, dout, q, k, v, out, lse)
@@ -78,15 +80,18 @@ def _as_tensor(x, ref, dtype):
 
 def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
               seed=None, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-              block_mask=None, block_size=None):
+              block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None):
     """out, lse through the custom operator (the options of _core.Call)."""
     if block_mask is not None and block_size is None:
         raise ValueError("block_mask needs block_size=(block_q, block_k)")
     if softmax_scale is not None:  # the operator takes 0 for None: check a given one here
         _core.check_scale(softmax_scale)
+    if alibi_slopes is not None and not isinstance(alibi_slopes, Tensor):
+        alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
     bq, bk = (int(block_size[0]), int(block_size[1])) if block_mask is not None else (0, 0)
     return fwd(q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32),
                int(max_seqlen_q) if max_seqlen_q is not None else 0, int(max_seqlen_k) if max_seqlen_k is not None else 0,
                _as_tensor(block_mask, q, torch.uint8), bq, bk, float(dropout_p),
                float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
-               int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0, int(offset))
+               int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0, int(offset),
+               _core.check_softcap(softcap), alibi_slopes)

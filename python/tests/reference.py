@@ -80,12 +80,28 @@ def dropout_factors(seed, offset, batch, heads_q, sq, sk, p):
     return np.stack([dropout_keep(seed, offset, batch, heads_q, h, sq, sk, p) for h in range(heads_q)]) * scale
 
 
-def _probs(q, k, scale, vis, dt):
+def _modify(s, softcap, slopes, dt):
+    """The score modifiers on scaled scores s [h, sq, sk]: softcap c > 0 gives c tanh(s / c), then
+    ALiBi slopes [h] subtract slope * |i + sk - sq - j|; returns the scores and dS'/dS."""
+    g = np.ones_like(s)
+    if softcap:
+        t = np.tanh(s / dt(softcap))
+        s, g = dt(softcap) * t, 1 - t * t
+    if slopes is not None:
+        h, sq, sk = s.shape
+        i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+        s = s - np.asarray(slopes, dtype=dt)[:, None, None] * np.abs(i + sk - sq - j).astype(dt)
+    return s, g
+
+
+def _probs(q, k, scale, vis, dt, softcap=0.0, slopes=None, grad=False):
     """P [heads, sq, sk] and LSE [heads, sq] of one sequence in arithmetic type dt (float64 for
-    the reference, float32 for the plain implementation); q [sq, h, d], k [sk, hk, d]."""
+    the reference, float32 for the plain implementation); q [sq, h, d], k [sk, hk, d]; with
+    grad, also the score modifiers' dS'/dS."""
     h, hk = q.shape[1], k.shape[1]
     kk = np.repeat(k.astype(dt), h // hk, axis=1)
     s = np.einsum("ihd,jhd->hij", q.astype(dt), kk) * dt(scale)
+    s, g = _modify(s, softcap, slopes, dt)
     s = np.where(vis, s, -np.inf)
     m = s.max(-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
@@ -93,6 +109,8 @@ def _probs(q, k, scale, vis, dt):
     l = e.sum(-1, keepdims=True)
     p = np.where(l > 0, e / np.where(l > 0, l, 1), 0)
     lse = np.where(l[..., 0] > 0, (m + np.log(np.where(l > 0, l, 1)))[..., 0], -np.inf)
+    if grad:
+        return p.astype(dt), lse, g.astype(dt)
     return p.astype(dt), lse
 
 
@@ -110,12 +128,12 @@ def _round(x, dtype):
     return x.astype(dtype).astype(np.float32)
 
 
-def attention(q, k, v, scale, vis, dtype=None, z=None):
+def attention(q, k, v, scale, vis, dtype=None, z=None, softcap=0.0, slopes=None):
     """O [sq, h, d] and LSE [h, sq] of one sequence: float64 when dtype is None, else the plain
     implementation (float32 arithmetic, P and O rounded to dtype); z [h, sq, sk]: the dropout
-    factors (dropout_factors), None without dropout."""
+    factors (dropout_factors), None without dropout; softcap and ALiBi slopes [h] as flashattn.h."""
     dt = np.float64 if dtype is None else np.float32
-    p, lse = _probs(q, k, scale, vis, dt)
+    p, lse = _probs(q, k, scale, vis, dt, softcap, slopes)
     h, hk = q.shape[1], k.shape[1]
     vv = np.repeat(v.astype(dt), h // hk, axis=1)
     if z is not None:
@@ -128,11 +146,12 @@ def attention(q, k, v, scale, vis, dtype=None, z=None):
     return o.astype(np.float64), lse.astype(np.float64)
 
 
-def gradients(q, k, v, do, scale, vis, dtype=None, z=None):
+def gradients(q, k, v, do, scale, vis, dtype=None, z=None, softcap=0.0, slopes=None):
     """dQ, dK, dV of one sequence, float64 or the plain implementation (as attention()). With
-    dropout factors z: dV = (P o Z)^T dO, dP = Z o (dO V^T), dS = P o (dP - rowsum(P o dP))."""
+    dropout factors z: dV = (P o Z)^T dO, dP = Z o (dO V^T), dS = P o (dP - rowsum(P o dP)),
+    times the softcap's 1 - tanh^2."""
     dt = np.float64 if dtype is None else np.float32
-    p, _ = _probs(q, k, scale, vis, dt)
+    p, _, gmod = _probs(q, k, scale, vis, dt, softcap, slopes, grad=True)
     h, hk = q.shape[1], k.shape[1]
     g = h // hk
     kk, vv = np.repeat(k.astype(dt), g, axis=1), np.repeat(v.astype(dt), g, axis=1)
@@ -145,7 +164,7 @@ def gradients(q, k, v, do, scale, vis, dtype=None, z=None):
     dp = dp * zz
     dv = np.einsum("hij,ihd->jhd", pr, do_)
     dsum = (p * dp).sum(-1, keepdims=True)
-    ds = p * (dp - dsum)
+    ds = p * (dp - dsum) * gmod
     if dtype is not None:
         ds = _round(ds, dtype)
     ds = ds * dt(scale)

@@ -121,6 +121,54 @@ def test_several_key_tiles(dtype, d, causal):
     check_backward(grads, q, k, v, do, d ** -0.5, lambda bi: vis, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mods", ["softcap", "alibi-heads", "both-batch"])
+def test_softcap_and_alibi(dtype, causal, mods):
+    """softcap= and alibi_slopes= ([heads] and [batch, heads]) against the float64 reference,
+    forward and backward, GQA and unequal lengths (ALiBi's distance is bottom-right aligned)."""
+    rng = np.random.default_rng(11 + causal)
+    b, sq, sk, h, hk, d = 2, 70, 150, 4, 2, 64
+    q, k, v, do = inputs(rng, b, sq, sk, h, hk, d, dtype)
+    softcap = 0.0 if mods == "alibi-heads" else 1.5
+    slopes = None
+    if mods != "softcap":
+        base = 2.0 ** (-8.0 * np.arange(1, h + 1) / h)
+        slopes = (base if mods == "alibi-heads" else np.stack([base, 1.5 * base])).astype(np.float32)
+    slopes_of = (lambda bi: None) if slopes is None else (lambda bi: slopes if slopes.ndim == 1 else slopes[bi])
+    o, lse, _ = fa.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True, softcap=softcap,
+                                   alibi_slopes=slopes)
+    scale = d ** -0.5
+    vis = ref.visible(sq, sk, causal, (-1, -1))
+    for bi in range(b):
+        kw = dict(softcap=softcap, slopes=slopes_of(bi))
+        ro, rl = ref.attention(f64(q[bi]), f64(k[bi]), f64(v[bi]), scale, vis, **kw)
+        no, nl = ref.attention(*(x[bi].astype(np.float32) for x in (q, k, v)), scale, vis, dtype, **kw)
+        err, ok = ref.error(o[bi], ro)
+        assert ok and err <= ref.bound(2.0, ref.error(no, ro)[0], ro), f"O error {err}"
+        err, _ = ref.error(lse[bi], rl)
+        assert err <= ref.bound(2.0, ref.error(nl, rl)[0], rl), f"LSE error {err}"
+    grads = fa.flash_attn_backward(do, q, k, v, o, lse, causal=causal, softcap=softcap, alibi_slopes=slopes)
+    for bi in range(b):
+        kw = dict(softcap=softcap, slopes=slopes_of(bi))
+        rg = ref.gradients(f64(q[bi]), f64(k[bi]), f64(v[bi]), f64(do[bi]), scale, vis, **kw)
+        ng = ref.gradients(*(x[bi].astype(np.float32) for x in (q, k, v, do)), scale, vis, dtype, **kw)
+        for name, g, r, n in zip(("dQ", "dK", "dV"), grads, rg, ng):
+            err, ok = ref.error(g[bi], r)
+            assert ok and err <= ref.bound(3.0, ref.error(n, r)[0], r), f"{name} error {err}"
+
+
+def test_softcap_and_alibi_bad_input():
+    rng = np.random.default_rng(5)
+    q, k, v, _ = inputs(rng, 2, 8, 8, 4, 2, 16, np.float32)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="softcap"):
+            fa.flash_attn_func(q, k, v, softcap=bad)
+    for shape in ((3,), (2, 3), (3, 4), (2, 4, 1)):
+        with pytest.raises(ValueError, match="alibi_slopes"):
+            fa.flash_attn_func(q, k, v, alibi_slopes=np.ones(shape, np.float32))
+
+
 @pytest.mark.parametrize("window", [(16, 0), (8, 8), (-1, 5)])
 def test_window_scale_mqa(window):
     rng = np.random.default_rng(3)

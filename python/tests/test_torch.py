@@ -30,14 +30,16 @@ def make(b, sq, sk, h, hk, d, dtype, device, seed=0):
     return q, k, v, do
 
 
-def check(out, lse, grads, q, k, v, do, scale, vis, dtype):
-    """per sequence: O and LSE (2x the plain implementation's error) and dQ, dK, dV (3x)"""
+def check(out, lse, grads, q, k, v, do, scale, vis, dtype, softcap=0.0, slopes_of=lambda bi: None):
+    """per sequence: O and LSE (2x the plain implementation's error) and dQ, dK, dV (3x);
+    slopes_of(bi): sequence bi's ALiBi slopes [heads] or None"""
     rd = rounding(dtype)
     for bi in range(q.shape[0]):
+        mods = dict(softcap=softcap, slopes=slopes_of(bi))
         args64 = [f64(x[bi]) for x in (q, k, v)]
         args32 = [a.astype(np.float32) for a in args64]
-        ro, rl = ref.attention(*args64, scale, vis)
-        no, nl = ref.attention(*args32, scale, vis, rd)
+        ro, rl = ref.attention(*args64, scale, vis, **mods)
+        no, nl = ref.attention(*args32, scale, vis, rd, **mods)
         err, ok = ref.error(f64(out[bi]), ro)
         assert ok and err <= ref.bound(2.0, ref.error(no, ro)[0], ro), f"O error {err}"
         if lse is not None:
@@ -45,8 +47,8 @@ def check(out, lse, grads, q, k, v, do, scale, vis, dtype):
             assert err <= ref.bound(2.0, ref.error(nl, rl)[0], rl), f"LSE error {err}"
         if grads is None:
             continue
-        rg = ref.gradients(*args64, f64(do[bi]), scale, vis)
-        ng = ref.gradients(*args32, f64(do[bi]).astype(np.float32), scale, vis, rd)
+        rg = ref.gradients(*args64, f64(do[bi]), scale, vis, **mods)
+        ng = ref.gradients(*args32, f64(do[bi]).astype(np.float32), scale, vis, rd, **mods)
         for name, gr, r, n in zip(("dQ", "dK", "dV"), grads, rg, ng):
             err, ok = ref.error(f64(gr[bi]), r)
             assert ok and err <= ref.bound(3.0, ref.error(n, r)[0], r), f"{name} error {err}"
@@ -69,6 +71,22 @@ def test_autograd(device, dtype, causal, hd):
     assert out.device == q.device and out.dtype == dtype and lse.shape == (b, h, sq)
     out.backward(do)
     check(out, lse, (q.grad, k.grad, v.grad), q, k, v, do, hd ** -0.5, ref.visible(sq, sk, causal, (-1, -1)), dtype)
+
+
+@pytest.mark.parametrize("device,dtype,causal", CASES, ids=lambda x: str(x).replace("torch.", ""))
+def test_softcap_alibi_autograd(device, dtype, causal):
+    """softcap= and per-sequence ALiBi slopes through the custom operator and autograd."""
+    b, sq, sk, h, hk, d = 2, 90, 130, 4, 2, 64
+    q, k, v, do = make(b, sq, sk, h, hk, d, dtype, device, seed=3)
+    slopes = torch.tensor([[2.0 ** (-2 * (i + 1)) * (1 + bi) for i in range(h)] for bi in range(b)],
+                          dtype=torch.float32, device=device)
+    for x in (q, k, v):
+        x.requires_grad_(True)
+    out = fa.flash_attn_func(q, k, v, causal=causal, softcap=2.0, alibi_slopes=slopes)
+    out.backward(do)
+    vis = ref.visible(sq, sk, causal, (-1, -1))
+    check(out, None, (q.grad, k.grad, v.grad), q, k, v, do, d ** -0.5, vis, dtype, softcap=2.0,
+          slopes_of=lambda bi: slopes[bi].cpu().numpy())
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -10,7 +10,7 @@
  * Masks: causal with seqlen_q > seqlen_k, windows on both sides of the diagonal, a block mask with
  * an empty block row and an empty block column, varlen with a sequence of no keys and one of no
  * queries; sizes that span several key tiles. Which elements are visible is computed here from
- * the README's definition, not from core/mask.h.
+ * the definition in docs/options.md, not from core/mask.h.
  * Usage: masked_rows --backend NAME [--dims 40,64,...]. Exits 77 (SKIP, with the reason) when
  * the backend is not compiled in or has no device. */
 #include <math.h>
@@ -58,7 +58,7 @@ typedef struct prob {
     int64_t vis_key, vis_key_seq; /* a key that some row sees (-1: none) */
 } prob;
 
-/* The README's definition: offset = sk - sq; query i sees key j iff j < sk,
+/* The definition in docs/options.md: offset = sk - sq; query i sees key j iff j < sk,
  * left < 0 or j >= i + offset - left, right' < 0 or j <= i + offset + right' (causal: right' = 0
  * when right is unbounded or positive), and the block bit of (i / block_q, j / block_k). */
 static int visible(const prob *p, int64_t s, int64_t i, int64_t j)

@@ -1,8 +1,8 @@
 /* opencl_vs_cpu.c: the OpenCL backend against the CPU backend on the same inputs, options and
  * seed (through the public API only): forward and backward outputs agree to the storage dtype's
  * rounding, the dropout masks are the same elements (read off exactly, see test_dropout_mask),
- * the backward is bitwise reproducible, and the program-binary cache is written where the README
- * says. Exits 77 (SKIP) when the OpenCL backend is not compiled in or has no device. */
+ * the backward is bitwise reproducible, and the program-binary cache is written where
+ * docs/backends/opencl.md says. Exits 77 (SKIP) when the OpenCL backend is not compiled in or has no device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* test_mask.c: core/mask.h, which (query, key) elements are visible and the class of a tile.
- * fa_mask_visible against the README's definition written out independently, and
+ * fa_mask_visible against docs/options.md's definition written out independently, and
  * fa_mask_classify_tile against brute force over many random problems and tiles: EMPTY and FULL
  * must be sound (kernels skip EMPTY tiles and drop the per-element test on FULL ones) and, as
  * measured here, exact. Also fa_mask_make's folding of causal into the right window. */

@@ -48,7 +48,7 @@ static void test_philox_matches_random123_known_answers(void **state)
     }
 }
 
-/* The counter layout is part of the cross-backend contract (README): (j/4, i, lo(stream),
+/* The counter layout is part of the cross-backend contract (docs/options.md): (j/4, i, lo(stream),
  * hi(stream)) with stream = offset + b*heads_q + h, key = (lo(seed), hi(seed)). Rebuild it by
  * hand, including a stream that wraps past 2^64 and needs its high word. */
 static void test_dropout_block_uses_documented_counter_layout(void **state)

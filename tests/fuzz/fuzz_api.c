@@ -377,6 +377,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.dropout_offset = take(r) % 2 ? UINT64_MAX - (uint64_t)take(r) : (uint64_t)take_int(r, 1000);
     }
     o.deterministic = take(r) % 2;
+    if (take(r) % 4 == 0) {
+        static const float caps[] = {1.5f, 50.0f, 0.0f, -1.0f, NAN, INFINITY, 1e-30f, 3e38f};
+        o.softcap = caps[take(r) % 8];
+    }
+    if (take(r) % 4 == 0) { /* ALiBi slopes: [hq], [batch][stride], bad strides, inside an output */
+        int64_t nb = varlen ? vl.batch : batch;
+        o.alibi_batch_stride = take(r) % 2 ? 0 : take(r) % 4 ? hq + take_int(r, 3) : take_int(r, 8);
+        int64_t count = hq;
+        int bad = o.alibi_batch_stride != 0 && (o.alibi_batch_stride < hq || nb < 0 ||
+                                                __builtin_mul_overflow(nb > 0 ? nb - 1 : 0, o.alibi_batch_stride, &count) ||
+                                                __builtin_add_overflow(count, hq, &count));
+        if (!backward && take(r) % 16 == 0 && t[3].data)
+            o.alibi_slopes = (const float *)t[3].data; /* inside the output o: validation must refuse it */
+        else if (bad || count < 0)
+            o.alibi_slopes = arena_alloc(&a, 16, r); /* validation refuses before any read */
+        else if (count > BUFFER_CAP / 4)
+            a.too_big = 1;
+        else {
+            float *sl = arena_alloc(&a, (size_t)(count > 0 ? count : 1) * 4, r);
+            for (int64_t i = 0; i < count; ++i)
+                sl[i] = (float)(take(r) % 64) / 32.0f;
+            o.alibi_slopes = sl;
+        }
+    } else if (take(r) % 32 == 0) {
+        o.alibi_batch_stride = take_int(r, 8); /* a stride without slopes */
+    }
 
     fa_block_mask bm;
     memset(&bm, 0, sizeof bm);
@@ -421,6 +447,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     names[i], t[i].data, (int)t[i].dtype, t[i].ndim, (long long)t[i].shape[0], (long long)t[i].shape[1],
                     (long long)t[i].shape[2], (long long)t[i].shape[3], (long long)t[i].stride[0],
                     (long long)t[i].stride[1], (long long)t[i].stride[2], (long long)t[i].stride[3]);
+        fprintf(stderr, "  softcap %g alibi %p stride %lld\n", (double)o.softcap, (const void *)o.alibi_slopes,
+                (long long)o.alibi_batch_stride);
         fprintf(stderr, "  scale %g causal %d window %lld %lld dropout %g seed %llu offset %llu det %d mask %s%s\n",
                 (double)o.softmax_scale, o.causal, (long long)o.window_left, (long long)o.window_right,
                 (double)o.dropout_p, (unsigned long long)o.dropout_seed, (unsigned long long)o.dropout_offset,

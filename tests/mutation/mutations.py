@@ -6,6 +6,28 @@ skipped. Every fault models a plausible kernel bug that the test suite must catc
 
 MUTATIONS = [
     {
+        "id": "softcap-grad-dropped",
+        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash.c)",
+        "edits": [
+            ("backends/cpu/flash.c", "drow[j] *= grad[r * bk + j];", "drow[j] *= 1.0f;"),
+        ],
+    },
+    {
+        "id": "alibi-diagonal-sign",
+        "what": "ALiBi's distance measured from the mirrored diagonal, i - (seqlen_k - seqlen_q) - j "
+                "(core/score_mod.h: every kernel)",
+        "edits": [
+            ("core/score_mod.h", "FA_SCORE_I64 dist = row + diag - col;", "FA_SCORE_I64 dist = row - diag - col;"),
+        ],
+    },
+    {
+        "id": "softcap-tanh-of-2x",
+        "what": "the softcap's tanh argument off by a factor of 2 (core/score_mod.h)",
+        "edits": [
+            ("core/score_mod.h", "f.in = 2.8853900817779268f * (u / c);", "f.in = 5.7707801635558536f * (u / c);"),
+        ],
+    },
+    {
         "id": "bwd-second-call-noop",
         "what": "a backward called again after one forward returns success without writing dQ/dK/dV "
                 "(a kernel that believes its outputs are already up to date)",

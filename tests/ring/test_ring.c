@@ -31,6 +31,7 @@ enum transport { LOCAL, NCCL_THREADS, NCCL_PROCESSES };
 
 typedef struct problem {
     int ranks, causal;
+    float softcap; /* fa_options.softcap of every call (0: off) */
     int pad; /* elements of padding after each head's row in the shards (strided views) */
     fa_ring_layout layout;
     fa_dtype dt;
@@ -167,6 +168,7 @@ static void *run_rank(void *arg)
         f.lse = t3(pr, buf[8], pr->n);
         f.opts = fa_options_default();
         f.opts.causal = pr->causal;
+        f.opts.softcap = pr->softcap;
         if (ok)
             j->fwd = fa_ring_forward(ctx, &comm, pr->layout, &f);
         fa_bwd_args g;
@@ -384,6 +386,7 @@ static void run_case(problem pr)
     g.dv = t4(&pr, dv1, dt, pr.total, pr.hk);
     g.opts = fa_options_default();
     g.opts.causal = causal;
+    g.opts.softcap = pr.softcap;
     fa_fwd_args f = {g.q, g.k, g.v, g.o, g.lse, NULL, g.opts};
     assert_int_equal(fa_forward(ctx, &f), FA_SUCCESS);
     assert_int_equal(fa_backward(ctx, &g), FA_SUCCESS);
@@ -468,6 +471,14 @@ static void test_ring_ranks(void **state)
             }
     for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; ++i) /* strided shards */
         run_case(cpu_case(ranks[i], FA_RING_ZIGZAG, 1, FA_DTYPE_BF16, 3));
+    /* the softcap passes to every step: the merged LSE is that of the capped scores, and each
+     * step's backward recomputes them (1.5: where tanh bends at D 32's score spread) */
+    for (int layout = 0; layout < 2; ++layout)
+        for (int causal = 0; causal < 2; ++causal) {
+            problem pr = cpu_case(3, (fa_ring_layout)layout, causal, layout ? FA_DTYPE_BF16 : FA_DTYPE_F32, 0);
+            pr.softcap = 1.5f;
+            run_case(pr);
+        }
 }
 
 static void test_ring_one_rank(void **state)
@@ -639,6 +650,11 @@ static void test_ring_errors(void **state)
     f.opts.window_left = 4;
     assert_int_equal(fa_ring_forward(ctx, &one, FA_RING_CONTIGUOUS, &f), FA_ERR_UNSUPPORTED);
     f.opts.window_left = -1;
+    static const float slopes[H] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    f.opts.alibi_slopes = slopes; /* its distance needs global positions */
+    assert_int_equal(fa_ring_forward(ctx, &one, FA_RING_CONTIGUOUS, &f), FA_ERR_UNSUPPORTED);
+    assert_true(strstr(fa_context_last_error(ctx), "ALiBi") != NULL);
+    f.opts.alibi_slopes = NULL;
     f.q.shape[1] = N - 1; /* odd shard under zigzag */
     f.o.shape[1] = N - 1;
     f.lse.shape[2] = N - 1;
