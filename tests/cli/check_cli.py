@@ -3,7 +3,9 @@
 
 Writes random inputs as .npy files, runs the tool, and compares its outputs with attention computed
 here in float64 from the documented semantics (include/flashattn.h, core/philox.h), not from the C
-code: forward O and LSE, and dQ, dK, dV by the analytic backward. Also runs the tool on bad input
+code: forward O and LSE, and dQ, dK, dV by the analytic backward, with every option (--softcap and
+--alibi-slopes included: softcap c tanh(S / c), then the ALiBi bias, then the mask; the backward
+multiplies dS by 1 - tanh^2). Also runs the tool on bad input
 (missing, truncated, mismatched files, bad options) and expects a clean non-zero exit;
 check_cli_safety.py covers output paths, FIFOs and the exit statuses --help documents.
 
@@ -145,7 +147,8 @@ def dropout_keep(seed, offset, b, heads_q, h, sq, sk, p):
 
 class Case:
     def __init__(self, name, dtype, batch, sq, sk, hq, hkv, d, causal=False, window=None, scale=None,
-                 dropout=None, block=None, varlen=None, backward=True, tool_window=None):
+                 dropout=None, block=None, varlen=None, backward=True, tool_window=None, softcap=None,
+                 alibi=None):
         self.name, self.dtype = name, dtype
         self.batch, self.sq, self.sk, self.hq, self.hkv, self.d = batch, sq, sk, hq, hkv, d
         self.causal, self.window, self.scale = causal, window, scale
@@ -153,10 +156,18 @@ class Case:
         self.block = block  # (bitmap [rows, cols] or [heads_q, rows, cols], block_q, block_k)
         self.varlen = varlen  # (cu_seqlens_q, cu_seqlens_k) as lists; batch/sq/sk then unused
         self.backward = backward
+        self.softcap = softcap  # c of S' = c tanh(S / c), or None
+        self.alibi = alibi  # float32 slopes [hq] or [batch, hq], or None
         # the --window the tool gets when it differs from the reference's: a bound of 2^63 - 1 on
         # the command line must mean what -1 (unbounded) means to the reference, whose own index
         # arithmetic would overflow with it
         self.tool_window = tool_window
+
+    def slopes(self, b):
+        """The ALiBi slopes of sequence b, [hq] float32, or None."""
+        if self.alibi is None:
+            return None
+        return self.alibi if self.alibi.ndim == 1 else self.alibi[b]
 
     def scale32(self):
         s = self.scale if self.scale is not None else 1.0 / math.sqrt(self.d)
@@ -207,7 +218,19 @@ def attention_sequence(case, b, q, k, v, do, exact):
     for h in range(hq):
         g = h // group
         vis = visible(case, h, sq, sk)
-        s = np.where(vis, scale * (q[:, h] @ k[:, g].T), -np.inf).astype(ft)
+        s = (scale * (q[:, h] @ k[:, g].T)).astype(ft)
+        # the score modifiers, before the mask: softcap c tanh(S / c), then ALiBi -slope |i + sk - sq - j|
+        softcap_grad = None
+        if case.softcap is not None:
+            c = ft(np.float32(case.softcap))
+            t = np.tanh(s / c)
+            s = (c * t).astype(ft)
+            softcap_grad = (1 - t * t).astype(ft)
+        slopes = case.slopes(b)
+        if slopes is not None:
+            dist = np.abs(np.arange(sq)[:, None] + sk - sq - np.arange(sk)[None, :])
+            s = (s - ft(slopes[h]) * dist.astype(ft)).astype(ft)
+        s = np.where(vis, s, -np.inf).astype(ft)
         m = np.max(s, axis=1, initial=-np.inf)
         live = np.isfinite(m)  # rows with at least one visible key
         e = np.where(vis, np.exp(s - np.where(live, m, 0)[:, None]), 0).astype(ft)
@@ -231,7 +254,10 @@ def attention_sequence(case, b, q, k, v, do, exact):
             delta = (p * dp).sum(axis=1)  # = rowsum(dO * O) with the exact O
         else:
             delta = (do[:, h] * o[:, h]).sum(axis=1, dtype=ft)  # what a plain implementation does
-        ds = rnd(p * (dp - delta[:, None]))
+        ds = p * (dp - delta[:, None])
+        if softcap_grad is not None:
+            ds = ds * softcap_grad
+        ds = rnd(ds)
         dq[:, h] = rnd(scale * (ds @ k[:, g]))
         dk[:, g] += scale * (ds.T @ q[:, h])
         dv[:, g] += z.T @ do[:, h]
@@ -333,7 +359,7 @@ def check_case(exe, case, tmp, extra):
 
     q, k, v, do = sample(qshape), sample(kshape), sample(kshape), sample(qshape)
     path = {n: os.path.join(tmp, "%s.npy" % n) for n in ("q", "k", "v", "o", "lse", "do", "dq", "dk", "dv",
-                                                      "cuq", "cuk", "mask")}
+                                                      "cuq", "cuk", "mask", "slopes")}
     for name, arr in (("q", q), ("k", k), ("v", v), ("do", do)):
         np.save(path[name], encode(case.dtype, arr))
     opts = []
@@ -353,6 +379,11 @@ def check_case(exe, case, tmp, extra):
         np.save(path["cuq"], np.array(case.varlen[0], dtype=np.int32))
         np.save(path["cuk"], np.array(case.varlen[1], dtype=np.int32))
         opts += ["--cu-seqlens-q", path["cuq"], "--cu-seqlens-k", path["cuk"]]
+    if case.softcap is not None:
+        opts += ["--softcap", repr(case.softcap)]
+    if case.alibi is not None:
+        np.save(path["slopes"], case.alibi)
+        opts += ["--alibi-slopes", path["slopes"]]
     if case.dtype == "bf16":
         opts.append("--bf16")
     opts += extra
@@ -451,7 +482,29 @@ def numerical_cases():
         Case("fp16-d128-causal", "fp16", 1, 128, 128, 2, 2, 128, causal=True),
         Case("bf16-d128-dropout", "bf16", 1, 64, 100, 2, 1, 128, dropout=(0.17, 5, 11)),
         Case("fp32-d40-odd", "fp32", 1, 33, 47, 2, 1, 40),
-    ] + window_bound_cases(cu_a)
+    ] + window_bound_cases(cu_a) + score_modifier_cases(rng, cu_a)
+
+
+def alibi_standard(heads):
+    """Press et al.'s slopes for a power-of-two number of heads: 2^(-8 h / H), h = 1..H."""
+    return np.array([2.0 ** (-8.0 * h / heads) for h in range(1, heads + 1)], np.float32)
+
+
+def score_modifier_cases(rng, cu):
+    """--softcap and --alibi-slopes, alone and together, with the other options."""
+    def slopes(shape):
+        return rng.uniform(0.01, 0.6, shape).astype(np.float32)
+
+    return [
+        Case("fp32-softcap", "fp32", 2, 64, 80, 2, 2, 32, softcap=2.0, scale=1.0),
+        Case("fp16-softcap-causal-gqa", "fp16", 2, 70, 96, 4, 2, 64, causal=True, softcap=5.0),
+        Case("bf16-alibi-heads", "bf16", 2, 64, 100, 4, 4, 32, alibi=alibi_standard(4)),
+        Case("fp32-alibi-batch-heads-sq>sk", "fp32", 2, 90, 60, 2, 1, 32, alibi=slopes((2, 2))),
+        Case("fp16-softcap-alibi-window-dropout", "fp16", 2, 80, 80, 2, 2, 64, window=(20, 4), softcap=3.0,
+             alibi=slopes(2), dropout=(0.17, 11, 3)),
+        Case("fp32-varlen-softcap-alibi-batch-heads", "fp32", 0, 0, 0, 2, 2, 16, causal=True, softcap=1.5,
+             alibi=slopes((4, 2)), varlen=cu),
+    ]
 
 
 INT64_MAX = (1 << 63) - 1
@@ -514,10 +567,20 @@ def bad_input_checks(exe, tmp):
     small_mask = make("small_mask.npy", np.ones((1, 1), np.uint8))
     q_h3 = make("q_h3.npy", rng.standard_normal((1, 16, 3, 8)).astype(np.float32))
     lse_bad = make("lse_bad.npy", np.zeros((1, 2, 15), np.float32))
+    slopes_ok = make("slopes_ok.npy", np.array([0.5, 0.25], np.float32))
+    slopes_len3 = make("slopes_len3.npy", np.array([0.5, 0.25, 0.125], np.float32))
+    slopes_batch2 = make("slopes_batch2.npy", np.full((2, 2), 0.5, np.float32))
+    slopes_3d = make("slopes_3d.npy", np.full((1, 1, 2), 0.5, np.float32))
+    slopes_f16 = make("slopes_f16.npy", np.array([0.5, 0.25], np.float16))
+    slopes_f64 = make("slopes_f64.npy", np.array([0.5, 0.25], np.float64))
+    slopes_i32 = make("slopes_i32.npy", np.array([1, 2], np.int32))
     out = os.path.join(tmp, "bad_out.npy")
     base = ["--q", good["q"], "--k", good["k"], "--v", good["v"]]
     bwd_base = base + ["--o", good["q"], "--lse", lse_bad, "--do", good["q"], "--dq", out,
                        "--dk", out + ".dk.npy", "--dv", out + ".dv.npy"]
+    lse_ok = make("lse_ok.npy", np.zeros((1, 2, 16), np.float32))
+    bwd_ok = base + ["--o", good["q"], "--lse", lse_ok, "--do", good["q"], "--dq", out, "--dk", out + ".dk.npy",
+                     "--dv", out + ".dv.npy"]
 
     cases = [
         # (name, args, expected exit status, a word the message must contain); what the library
@@ -565,6 +628,37 @@ def bad_input_checks(exe, tmp):
         ("bwd LSE wrong shape", ["bwd"] + bwd_base, 2, "lse_bad.npy"),
         ("bwd missing --do", ["bwd", "--q", good["q"], "--k", good["k"], "--v", good["v"], "--o", good["q"],
                               "--lse", lse_bad, "--dq", out, "--dk", out, "--dv", out], 2, "--do"),
+        # --softcap: a finite number >= 0 that stays non-zero in float32
+        ("softcap nan", ["fwd"] + base + ["--out", out, "--softcap", "nan"], 2, "--softcap"),
+        ("softcap inf", ["fwd"] + base + ["--out", out, "--softcap", "inf"], 2, "--softcap"),
+        ("softcap negative", ["fwd"] + base + ["--out", out, "--softcap", "-2"], 2, "--softcap"),
+        ("softcap rounds to 0", ["fwd"] + base + ["--out", out, "--softcap", "1e-60"], 2, "--softcap"),
+        ("softcap not a number", ["fwd"] + base + ["--out", out, "--softcap", "x"], 2, "--softcap"),
+        ("softcap missing value", ["fwd"] + base + ["--out", out, "--softcap"], 2, "--softcap"),
+        ("softcap over scale ratio", ["fwd"] + base + ["--out", out, "--softcap", "3e38"], 2, "softcap"),
+        ("bwd softcap negative", ["bwd"] + bwd_ok + ["--softcap", "-1"], 2, "--softcap"),
+        # --alibi-slopes: float32 [heads_q] or [batch, heads_q]
+        ("alibi slopes too long", ["fwd"] + base + ["--out", out, "--alibi-slopes", slopes_len3], 2,
+         "slopes_len3.npy"),
+        ("alibi slopes wrong batch", ["fwd"] + base + ["--out", out, "--alibi-slopes", slopes_batch2], 2,
+         "slopes_batch2.npy"),
+        ("alibi slopes 3-D", ["fwd"] + base + ["--out", out, "--alibi-slopes", slopes_3d], 2, "slopes_3d.npy"),
+        ("alibi slopes float16", ["fwd"] + base + ["--out", out, "--alibi-slopes", slopes_f16], 2, "float32"),
+        ("alibi slopes float64", ["fwd"] + base + ["--out", out, "--alibi-slopes", slopes_f64], 2,
+         "slopes_f64.npy"),
+        ("alibi slopes int32", ["fwd"] + base + ["--out", out, "--alibi-slopes", slopes_i32], 2, "float32"),
+        ("alibi slopes missing", ["fwd"] + base + ["--out", out, "--alibi-slopes", os.path.join(tmp, "no.npy")],
+         2, "no.npy"),
+        ("alibi slopes given twice", ["fwd"] + base + ["--out", out, "--alibi-slopes", slopes_ok,
+                                                       "--alibi-slopes", slopes_ok], 2, "twice"),
+        ("bwd alibi slopes wrong shape", ["bwd"] + bwd_ok + ["--alibi-slopes", slopes_len3], 2, "slopes_len3.npy"),
+        ("run alibi slopes wrong shape", ["run", "--batch", "1", "--heads", "2", "--seqlen-q", "8", "--dim", "8",
+                                          "--repeat", "1", "--alibi-slopes", slopes_len3], 2, "slopes_len3.npy"),
+        ("run alibi slopes float64", ["run", "--batch", "1", "--heads", "2", "--seqlen-q", "8", "--dim", "8",
+                                      "--repeat", "1", "--alibi-slopes", slopes_f64], 2, "slopes_f64.npy"),
+        ("run --alibi and --alibi-slopes", ["run", "--heads", "2", "--alibi", "--alibi-slopes", slopes_ok], 2,
+         "--alibi"),
+        ("run softcap inf", ["run", "--softcap", "inf"], 2, "--softcap"),
         ("unknown backend", ["fwd"] + base + ["--out", out, "--backend", "no-such-backend"], 1, "no-such-backend"),
         ("unknown command", ["frobnicate"], 2, "frobnicate"),
         ("no command", [], 2, "COMMAND"),
@@ -601,9 +695,12 @@ def bad_input_checks(exe, tmp):
     return results
 
 
-def smoke_checks(exe, extra):
-    """--help, info, and a tiny `run --check` (the tool's own float64 comparison)."""
+def smoke_checks(exe, extra, tmp):
+    """--help, info, and a tiny `run --check` (the tool's own float64 comparison), also with the score
+    modifiers."""
     results = []
+    slopes = os.path.join(tmp, "run_slopes.npy")
+    np.save(slopes, np.array([[0.3, 0.1, 0.05], [0.2, 0.7, 0.01]], np.float32))
     for args in (["--help"], ["info", "--help"], ["run", "--help"], ["fwd", "--help"], ["bwd", "--help"],
                  ["iomodel", "--help"],
                  ["info"] + extra,
@@ -612,16 +709,42 @@ def smoke_checks(exe, extra):
                   "--check"] + extra,
                  ["run", "--batch", "1", "--seqlen-q", "64", "--heads", "2", "--heads-kv", "1", "--dim", "16",
                   "--dtype", "bf16", "--block-sparse", "local", "--block-size", "16", "16", "--density", "0.5",
-                  "--repeat", "1", "--check"] + extra):
+                  "--repeat", "1", "--check"] + extra,
+                 ["run", "--batch", "1", "--seqlen-q", "40", "--seqlen-k", "56", "--heads", "4", "--dim", "32",
+                  "--dtype", "fp32", "--causal", "--softcap", "4", "--scale", "1", "--alibi", "--repeat", "1",
+                  "--backward", "--check"] + extra,
+                 ["run", "--batch", "2", "--seqlen-q", "48", "--heads", "3", "--dim", "16", "--dtype", "fp16",
+                  "--alibi-slopes", slopes, "--window", "8", "8", "--repeat", "1", "--backward", "--check"] + extra):
         label = "flashattn %s" % " ".join(args[:2])
         proc = run_tool(exe, args, timeout=120)
+        # the [batch, heads] slopes reach fa_options with batch stride = heads
+        want = "batch stride 3)" if slopes in args else ""
         if unsupported(proc):
             results.append(("SKIP", "%s: %s" % (label, first_lines(proc.stderr, 2))))
-        elif proc.returncode != 0 or not proc.stdout.strip() or sanitizer_report(proc):
+        elif proc.returncode != 0 or not proc.stdout.strip() or sanitizer_report(proc) or want not in proc.stdout:
             results.append(("FAIL", "%s: exit %d: %s %s" % (label, proc.returncode, first_lines(proc.stdout, 3),
                                                             first_lines(proc.stderr))))
         else:
             results.append(("PASS", "%s: exit 0" % label))
+    return results
+
+
+def alibi_standard_slope_checks(exe, extra):
+    """`run --alibi` prints the first and last standard slope: 2^(-8 h / H) for a power of two H, and
+    for H = 6 the 4 slopes of 4 heads (2^-2 .. 2^-8) then every other one of 8 heads (2^-1, 2^-3)."""
+    results = []
+    for heads, first, last in ((8, 0.5, 2.0 ** -8), (6, 0.25, 0.125), (1, 2.0 ** -8, 2.0 ** -8)):
+        proc = run_tool(exe, ["run", "--batch", "1", "--seqlen-q", "8", "--heads", str(heads), "--dim", "8",
+                              "--repeat", "1", "--alibi"] + extra, timeout=60)
+        want = "ALiBi (standard slopes %g .. %g)" % (first, last)
+        label = "flashattn run --alibi --heads %d" % heads
+        if unsupported(proc):
+            results.append(("SKIP", "%s: %s" % (label, first_lines(proc.stderr, 2))))
+        elif proc.returncode != 0 or want not in proc.stdout:
+            results.append(("FAIL", "%s: exit %d, want %r in: %s" % (label, proc.returncode, want,
+                                                                      first_lines(proc.stdout, 2))))
+        else:
+            results.append(("PASS", "%s: %s" % (label, want)))
     return results
 
 
@@ -729,7 +852,9 @@ def main(argv):
             for status, line in bad_input_checks(exe, tmp):
                 report(status, line)
         if not name_filter or "smoke" in name_filter:
-            for status, line in smoke_checks(exe, extra):
+            for status, line in smoke_checks(exe, extra, tmp):
+                report(status, line)
+            for status, line in alibi_standard_slope_checks(exe, extra):
                 report(status, line)
         if not name_filter or "iomodel" in name_filter:
             for status, line in iomodel_checks(exe):

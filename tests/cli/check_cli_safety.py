@@ -238,6 +238,26 @@ def output_naming_input_refused(exe, tmp):
     return problems
 
 
+def alibi_slopes_file_is_an_input(exe, tmp):
+    """--alibi-slopes names an input: an output naming it (directly or through a link) is refused and
+    the slopes file stays as it was; slopes that do not fit change nothing either; a FIFO is refused."""
+    s = Scene(tmp, "alibi-slopes")
+    np.save(s.path("slopes.npy"), np.array([0.5, 0.25], np.float32))
+    np.save(s.path("slopes_bad.npy"), np.array([0.5, 0.25, 0.125], np.float32))
+    os.symlink("slopes.npy", s.path("slopes_link.npy"))
+    os.mkfifo(s.path("slopes_fifo.npy"))
+    problems = []
+    for args in (s.fwd("--alibi-slopes", "slopes.npy", "--out", "slopes.npy"),
+                 s.fwd("--alibi-slopes", "slopes.npy", "--out", "o2.npy", "--lse", "slopes_link.npy"),
+                 s.bwd("--alibi-slopes", "slopes.npy", "--dq", "dq.npy", "--dk", "slopes.npy", "--dv", "dv.npy")):
+        problems += ["%s: %s" % (" ".join(args[-6:]), p) for p in expect(exe, s, args, 2, "input")]
+    problems += ["bad shape: %s" % p for p in expect(exe, s, s.fwd("--alibi-slopes", "slopes_bad.npy", "--out",
+                                                                    "o.npy"), 2, "slopes_bad.npy")]
+    problems += ["FIFO: %s" % p for p in expect(exe, s, s.fwd("--alibi-slopes", "slopes_fifo.npy", "--out",
+                                                               "out.npy"), 2, "FIFO")]
+    return problems
+
+
 def fifo_input_refused(exe, tmp):
     """mkfifo p.npy; fwd --q p.npy: refused at once (fopen would block for a writer forever)."""
     s = Scene(tmp, "fifo-in")
@@ -398,6 +418,7 @@ CASES = [
     ("duplicate outputs", duplicate_outputs_refused),
     ("output naming an input", output_naming_input_refused),
     ("FIFO or directory as input", fifo_input_refused),
+    ("--alibi-slopes file as output, bad or FIFO", alibi_slopes_file_is_an_input),
     ("varlen cu_seqlens[-1] != rows", varlen_last_offset_must_match_rows),
     ("symbolic link output", symlink_output_written_through),
     ("replaced output keeps its permissions", replaced_output_keeps_permissions),

@@ -1,0 +1,216 @@
+/* cli.c: the flashattn tool's messages and option parser (cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================ messages */
+
+static void print_usage_hint(const char *cmd)
+{
+    if (cmd)
+        fprintf(stderr, "Try 'flashattn %s --help'.\n", cmd);
+    else
+        fprintf(stderr, "Try 'flashattn --help'.\n");
+}
+
+int usage_error(const char *cmd, const char *fmt, ...)
+{
+    fprintf(stderr, "flashattn%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    print_usage_hint(cmd);
+    return EXIT_USAGE;
+}
+
+int library_error(const char *cmd, fa_context *ctx, const char *what, fa_status st)
+{
+    const char *detail = ctx ? fa_context_last_error(ctx) : "";
+    fprintf(stderr, "flashattn %s: %s failed: %s%s%s\n", cmd, what, fa_status_string(st),
+            detail && *detail ? "\n  " : "", detail ? detail : "");
+    return st == FA_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_LIBRARY;
+}
+
+int context_error(const char *cmd, const char *backend, int device, fa_status st)
+{
+    fprintf(stderr, "flashattn %s: cannot create a context for backend '%s', device %d: %s\n", cmd,
+            backend ? backend : "default", device, fa_status_string(st));
+    fprintf(stderr, "  backends compiled in:");
+    for (int i = 0; i < fa_backend_count(); ++i)
+        fprintf(stderr, " %s", fa_backend_name(i));
+    fprintf(stderr, " (see 'flashattn info')\n");
+    return EXIT_LIBRARY;
+}
+
+void format_bytes(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        ++u;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%.0f B", bytes);
+    else
+        snprintf(buf, len, "%.1f %s", bytes, units[u]);
+}
+
+/* ================================================================ option parsing */
+
+int take_value(arg_cursor *a, const char *opt, const char **value)
+{
+    if (a->pos + 1 >= a->argc)
+        return usage_error(a->cmd, "option %s needs a value", opt);
+    *value = a->argv[++a->pos];
+    return 0;
+}
+
+static int parse_i64_text(const char *cmd, const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE)
+        return usage_error(cmd, "%s: '%s' is not an integer", opt, text);
+    if (v < lo || v > hi)
+        return usage_error(cmd, "%s: %lld is out of range [%lld, %lld]", opt, v, (long long)lo, (long long)hi);
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int parse_u64_text(const char *cmd, const char *opt, const char *text, uint64_t *out)
+{
+    const char *s = text;
+    while (*s == ' ')
+        ++s;
+    if (*s == '-')
+        return usage_error(cmd, "%s: '%s' must not be negative", opt, text);
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (end == s || *end != '\0' || errno == ERANGE)
+        return usage_error(cmd, "%s: '%s' is not an unsigned 64-bit integer", opt, text);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int parse_f64_text(const char *cmd, const char *opt, const char *text, double lo, double hi,
+                          int hi_inclusive, double *out)
+{
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v))
+        return usage_error(cmd, "%s: '%s' is not a finite number", opt, text);
+    if (v < lo || v > hi || (!hi_inclusive && v == hi))
+        return usage_error(cmd, "%s: %g is out of range [%g, %g%s", opt, v, lo, hi, hi_inclusive ? "]" : ")");
+    *out = v;
+    return 0;
+}
+
+int take_i64(arg_cursor *a, const char *opt, int64_t lo, int64_t hi, int64_t *out)
+{
+    const char *v = NULL;
+    int rc = take_value(a, opt, &v);
+    return rc ? rc : parse_i64_text(a->cmd, opt, v, lo, hi, out);
+}
+
+int take_int(arg_cursor *a, const char *opt, int lo, int hi, int *out)
+{
+    int64_t v = 0;
+    int rc = take_i64(a, opt, lo, hi, &v);
+    if (!rc)
+        *out = (int)v;
+    return rc;
+}
+
+int take_u64(arg_cursor *a, const char *opt, uint64_t *out)
+{
+    const char *v = NULL;
+    int rc = take_value(a, opt, &v);
+    return rc ? rc : parse_u64_text(a->cmd, opt, v, out);
+}
+
+int take_f64(arg_cursor *a, const char *opt, double lo, double hi, int hi_inclusive, double *out)
+{
+    const char *v = NULL;
+    int rc = take_value(a, opt, &v);
+    return rc ? rc : parse_f64_text(a->cmd, opt, v, lo, hi, hi_inclusive, out);
+}
+
+int is_help(const char *s)
+{
+    return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
+}
+
+int parse_attention_option(arg_cursor *a, fa_options *opts, int *handled)
+{
+    const char *opt = a->argv[a->pos];
+    *handled = 1;
+    if (strcmp(opt, "--causal") == 0) {
+        opts->causal = 1;
+        return 0;
+    }
+    if (strcmp(opt, "--deterministic") == 0) {
+        opts->deterministic = 1;
+        return 0;
+    }
+    if (strcmp(opt, "--window") == 0) {
+        int rc = take_i64(a, "--window (left)", -1, INT64_MAX, &opts->window_left);
+        return rc ? rc : take_i64(a, "--window (right)", -1, INT64_MAX, &opts->window_right);
+    }
+    if (strcmp(opt, "--scale") == 0) {
+        double s;
+        int rc = take_f64(a, opt, -3.0e38, 3.0e38, 1, &s);
+        if (!rc)
+            opts->softmax_scale = (float)s;
+        if (!rc && s != 0.0 && opts->softmax_scale == 0.0f) /* 0 would mean the default 1/sqrt(d) */
+            return usage_error(a->cmd, "--scale: %g rounds to 0 in single precision (0 means 1/sqrt(d))", s);
+        return rc;
+    }
+    if (strcmp(opt, "--softcap") == 0) {
+        double c;
+        int rc = take_f64(a, opt, 0.0, 3.0e38, 1, &c);
+        if (!rc)
+            opts->softcap = (float)c;
+        if (!rc && c != 0.0 && opts->softcap == 0.0f) /* 0 would mean no softcap */
+            return usage_error(a->cmd, "--softcap: %g rounds to 0 in single precision (0 means no softcap)", c);
+        return rc;
+    }
+    if (strcmp(opt, "--dropout") == 0) {
+        double p;
+        int rc = take_f64(a, opt, 0.0, 1.0, 0, &p);
+        if (!rc)
+            opts->dropout_p = (float)p;
+        if (!rc && opts->dropout_p >= 1.0f) /* p just below 1 can round up to 1 in float */
+            return usage_error(a->cmd, "--dropout: %.17g rounds to 1 in single precision", p);
+        return rc;
+    }
+    if (strcmp(opt, "--seed") == 0)
+        return take_u64(a, opt, &opts->dropout_seed);
+    if (strcmp(opt, "--offset") == 0)
+        return take_u64(a, opt, &opts->dropout_offset);
+    *handled = 0;
+    return 0;
+}
+
+int parse_dtype_name(const char *s, fa_dtype *out)
+{
+    if (strcmp(s, "fp32") == 0 || strcmp(s, "f32") == 0 || strcmp(s, "float32") == 0)
+        *out = FA_DTYPE_F32;
+    else if (strcmp(s, "fp16") == 0 || strcmp(s, "f16") == 0 || strcmp(s, "float16") == 0)
+        *out = FA_DTYPE_F16;
+    else if (strcmp(s, "bf16") == 0 || strcmp(s, "bfloat16") == 0)
+        *out = FA_DTYPE_BF16;
+    else
+        return 0;
+    return 1;
+}

@@ -1,0 +1,48 @@
+/* run.h: what `flashattn run` (cmd_run.c) and its --check (run_check.c) share: the parsed options
+ * and everything the command owns. */
+#ifndef FA_TOOL_RUN_H
+#define FA_TOOL_RUN_H
+
+#include "flashattn.h"
+#include "tensors.h"
+
+typedef struct run_config {
+    const char *backend;
+    int device;
+    int64_t batch, seqlen_q, seqlen_k, heads, heads_kv, dim;
+    int have_dtype;
+    fa_dtype dtype;
+    fa_options opts;
+    int block_sparse;
+    fa_block_pattern pattern;
+    int64_t block_q, block_k, block_param;
+    double density;
+    int alibi;              /* --alibi: the standard slopes, one per head */
+    const char *alibi_path; /* --alibi-slopes FILE.npy */
+    int backward, check, threads, repeat;
+    uint64_t input_seed;
+} run_config;
+
+#define RUN_HOST_BUFFERS 16
+
+/* Everything `run` owns, released in one place (run_state_release). */
+typedef struct run_state {
+    fa_context *ctx;
+    fa_block_mask mask;
+    int have_mask;
+    device_buffer q, k, v, o, lse, dout, dq, dk, dv, alibi;
+    float *alibi_host; /* the slopes as uploaded (run_host_alloc), for --check */
+    void *host[RUN_HOST_BUFFERS]; /* host staging buffers, freed at the end */
+} run_state;
+
+/* A host buffer freed by run_state_release; NULL when out of memory or out of slots. */
+void *run_host_alloc(run_state *s, size_t bytes);
+void run_state_release(run_state *s);
+
+/* --check: compares the results of fwd (and bwd when not NULL), which ran on s's context, with the
+ * float64 reference; n_q and n_k are the element counts of Q and K. Returns 0, EXIT_LIBRARY when an
+ * error exceeds its bound or the check cannot run, or what library_error says. */
+int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const fa_bwd_args *bwd, int64_t n_q,
+              int64_t n_k);
+
+#endif

@@ -1,0 +1,199 @@
+/* run_check.c: `flashattn run --check`: the results against the float64 reference
+ * (tests/support/oracle.h), with the error of a naive same-precision implementation as yardstick;
+ * the pass rule is the conformance suite's. */
+#include "cli.h"
+#include "oracle.h"
+#include "run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* max |got - ref| over n elements; -inf == -inf counts as 0, a NaN or a lone infinity as +inf. */
+static double max_abs_error(const double *got, const double *ref, int64_t n)
+{
+    double worst = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        double e;
+        if (got[i] == ref[i])
+            e = 0.0;
+        else
+            e = fabs(got[i] - ref[i]);
+        if (isnan(e))
+            e = INFINITY;
+        if (e > worst)
+            worst = e;
+    }
+    return worst;
+}
+
+static double max_abs(const double *x, int64_t n)
+{
+    double m = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+        if (isfinite(x[i]) && fabs(x[i]) > m)
+            m = fabs(x[i]);
+    return m;
+}
+
+/* Prints one line of the check; returns 1 if within the conformance bound
+ * (factor x the naive error + 1e-5 * max(1, max|ref|)). */
+static int report_error(const char *name, const double *got, const double *naive, const double *ref, int64_t n,
+                        double factor)
+{
+    double err = max_abs_error(got, ref, n);
+    double naive_err = max_abs_error(naive, ref, n);
+    double scale = max_abs(ref, n);
+    double bound = factor * naive_err + 1e-5 * (scale > 1.0 ? scale : 1.0);
+    int ok = err <= bound;
+    printf("check: max|%s - ref64| = %.3e   naive same-precision %.3e   bound %.3e   %s\n", name, err, naive_err,
+           bound, ok ? "ok" : "EXCEEDS BOUND");
+    return ok;
+}
+
+/* Device tensor (contiguous, dtype dt) to doubles. */
+static void to_doubles(fa_dtype dt, const void *host, int64_t n, double *out)
+{
+    for (int64_t i = 0; i < n; ++i)
+        out[i] = dtype_load(dt, host, i);
+}
+
+/* LSE: device [b, h, s], reference [h, b*s]. Not in the conformance factor rule: within 1e-3 for
+ * half types and 1e-5 for fp32, and -inf exactly where the reference is -inf. */
+static int report_lse_error(const run_config *c, const float *lse, const double *ref)
+{
+    double lse_err = 0.0;
+    for (int64_t b = 0; b < c->batch; ++b)
+        for (int64_t h = 0; h < c->heads; ++h)
+            for (int64_t i = 0; i < c->seqlen_q; ++i) {
+                double r = ref[h * c->batch * c->seqlen_q + b * c->seqlen_q + i];
+                double g = lse[(b * c->heads + h) * c->seqlen_q + i];
+                double e = g == r ? 0.0 : fabs(g - r);
+                if (isnan(e))
+                    e = INFINITY;
+                if (e > lse_err)
+                    lse_err = e;
+            }
+    double tol = c->dtype == FA_DTYPE_F32 ? 1e-5 : 1e-3;
+    int ok = lse_err <= tol;
+    printf("check: max|LSE - ref64| = %.3e   tolerance %.0e   %s\n", lse_err, tol, ok ? "ok" : "EXCEEDS BOUND");
+    return ok;
+}
+
+/* Downloads inputs and outputs and hands the host copies, with the same options (the ALiBi slopes
+ * as uploaded, from host memory), to the reference on a separate CPU context. The reference writes
+ * [total, heads, d] rows b*seqlen + i, which is exactly the dense contiguous layout used here; LSE
+ * comes back as [heads, total]. */
+int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const fa_bwd_args *bwd, int64_t n_q,
+              int64_t n_k)
+{
+    const char *cmd = "run";
+    fa_dtype dt = c->dtype;
+    int64_t n_lse = c->batch * c->heads * c->seqlen_q;
+    size_t es = fa_dtype_size(dt);
+    void *hq = run_host_alloc(s, (size_t)n_q * es), *hk = run_host_alloc(s, (size_t)n_k * es);
+    void *hv = run_host_alloc(s, (size_t)n_k * es), *ho = run_host_alloc(s, (size_t)n_q * es);
+    float *hlse = run_host_alloc(s, (size_t)n_lse * sizeof(float));
+    void *hdo = NULL, *hdq = NULL, *hdk = NULL, *hdv = NULL;
+    if (bwd) {
+        hdo = run_host_alloc(s, (size_t)n_q * es);
+        hdq = run_host_alloc(s, (size_t)n_q * es);
+        hdk = run_host_alloc(s, (size_t)n_k * es);
+        hdv = run_host_alloc(s, (size_t)n_k * es);
+    }
+    if (!hq || !hk || !hv || !ho || !hlse || (bwd && (!hdo || !hdq || !hdk || !hdv))) {
+        fprintf(stderr, "flashattn run: --check: out of host memory\n");
+        return EXIT_LIBRARY;
+    }
+    fa_status st;
+    if ((st = device_download(s->ctx, &s->q, hq)) || (st = device_download(s->ctx, &s->k, hk)) ||
+        (st = device_download(s->ctx, &s->v, hv)) || (st = device_download(s->ctx, &s->o, ho)) ||
+        (st = device_download(s->ctx, &s->lse, hlse)) ||
+        (bwd && ((st = device_download(s->ctx, &s->dout, hdo)) || (st = device_download(s->ctx, &s->dq, hdq)) ||
+                 (st = device_download(s->ctx, &s->dk, hdk)) || (st = device_download(s->ctx, &s->dv, hdv)))))
+        return library_error(cmd, s->ctx, "--check: downloading the results", st);
+
+    fa_context *cpu = NULL;
+    st = fa_context_create(&cpu, "cpu", 0);
+    if (st != FA_SUCCESS)
+        return context_error(cmd, "cpu", 0, st);
+    int rc = EXIT_LIBRARY, all_ok = 1;
+    double *ref[4] = {NULL, NULL, NULL, NULL}, *naive[4] = {NULL, NULL, NULL, NULL}, *got = NULL;
+    int64_t n_max = n_q > n_k ? n_q : n_k;
+    if (n_lse > n_max)
+        n_max = n_lse;
+    got = malloc(sizeof(double) * (size_t)(n_max ? n_max : 1));
+    ref[0] = malloc(sizeof(double) * (size_t)(n_q ? n_q : 1));
+    ref[1] = malloc(sizeof(double) * (size_t)(n_lse ? n_lse : 1));
+    naive[0] = malloc(sizeof(double) * (size_t)(n_q ? n_q : 1));
+    naive[1] = malloc(sizeof(double) * (size_t)(n_lse ? n_lse : 1));
+    if (!got || !ref[0] || !ref[1] || !naive[0] || !naive[1]) {
+        fprintf(stderr, "flashattn run: --check: out of host memory for the reference\n");
+        goto done;
+    }
+
+    /* forward */
+    fa_fwd_args hf = *fwd;
+    hf.q.data = hq;
+    hf.k.data = hk;
+    hf.v.data = hv;
+    hf.o.data = ho;
+    hf.lse.data = hlse;
+    hf.opts.alibi_slopes = s->alibi_host;
+    fprintf(stderr, "check: running the float64 reference forward...\n");
+    if ((st = fa_oracle_forward(cpu, &hf, ref[0], ref[1], naive[0], naive[1])) != FA_SUCCESS) {
+        rc = library_error(cmd, cpu, "--check: the float64 reference forward on the host copies", st);
+        goto done;
+    }
+    to_doubles(dt, ho, n_q, got);
+    all_ok &= report_error("O", got, naive[0], ref[0], n_q, 2.0);
+    all_ok &= report_lse_error(c, hlse, ref[1]);
+
+    if (bwd) {
+        fa_bwd_args hb = *bwd;
+        hb.q.data = hq;
+        hb.k.data = hk;
+        hb.v.data = hv;
+        hb.o.data = ho;
+        hb.lse.data = hlse;
+        hb.dout.data = hdo;
+        hb.dq.data = hdq;
+        hb.dk.data = hdk;
+        hb.dv.data = hdv;
+        hb.opts.alibi_slopes = s->alibi_host;
+        for (int i = 2; i < 4; ++i) {
+            ref[i] = malloc(sizeof(double) * (size_t)(n_k ? n_k : 1));
+            naive[i] = malloc(sizeof(double) * (size_t)(n_k ? n_k : 1));
+        }
+        if (!ref[2] || !ref[3] || !naive[2] || !naive[3]) {
+            fprintf(stderr, "flashattn run: --check: out of host memory for the reference\n");
+            goto done;
+        }
+        fprintf(stderr, "check: running the float64 reference backward...\n");
+        if ((st = fa_oracle_backward(cpu, &hb, ref[0], ref[2], ref[3], naive[0], naive[2], naive[3])) !=
+            FA_SUCCESS) {
+            rc = library_error(cmd, cpu, "--check: the float64 reference backward on the host copies", st);
+            goto done;
+        }
+        to_doubles(dt, hdq, n_q, got);
+        all_ok &= report_error("dQ", got, naive[0], ref[0], n_q, 3.0);
+        to_doubles(dt, hdk, n_k, got);
+        all_ok &= report_error("dK", got, naive[2], ref[2], n_k, 3.0);
+        to_doubles(dt, hdv, n_k, got);
+        all_ok &= report_error("dV", got, naive[3], ref[3], n_k, 3.0);
+    }
+    if (all_ok) {
+        rc = 0;
+    } else {
+        fprintf(stderr, "flashattn run: --check: an error exceeds its bound\n");
+        rc = EXIT_LIBRARY;
+    }
+done:
+    free(got);
+    for (int i = 0; i < 4; ++i) {
+        free(ref[i]);
+        free(naive[i]);
+    }
+    fa_context_destroy(cpu);
+    return rc;
+}
