@@ -46,9 +46,11 @@ static int add_f16_twins(conf_case *cases, int n, int max)
             sibling = cases[j].dtype == FA_DTYPE_F16 && same_but_dtype(&cases[i], &cases[j]);
         if (sibling || n >= max)
             continue;
+        char name[sizeof cases[i].name];
+        snprintf(name, sizeof name, "%.110s-f16twin", cases[i].name);
         cases[n] = cases[i];
         cases[n].dtype = FA_DTYPE_F16;
-        snprintf(cases[n].name, sizeof cases[n].name, "%.110s-f16twin", cases[i].name);
+        memcpy(cases[n].name, name, sizeof name);
         ++n;
     }
     return n;
