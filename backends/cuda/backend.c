@@ -170,8 +170,8 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
             snprintf(why, why_len, "cuda: no kernel for head dim %lld (1..256)", (long long)p->d);
             return FA_ERR_UNSUPPORTED;
         }
-        /* the HIP chooser's rule on gfx90a; its forward has no score modifiers */
-        c->family = gs->kernels == GPU_KERNELS_MFMA_EMULATED && !p->backward && !c->mod && c->head_dim <= 128 &&
+        /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too) */
+        c->family = gs->kernels == GPU_KERNELS_MFMA_EMULATED && !p->backward && c->head_dim <= 128 &&
                             (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)
                         ? FAMILY_MFMA_EMULATED
                         : FAMILY_PORTABLE;
@@ -223,7 +223,7 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
                  c.aligned ? "cpasync" : "ldg", p->backward && p->deterministic ? "-deterministic" : "", mod);
         break;
     case FAMILY_MFMA_EMULATED:
-        snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d", dt, c.head_dim);
+        snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d%s", dt, c.head_dim, mod);
         break;
     case FAMILY_PORTABLE:
         snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s%s", dir, dt, c.head_dim,
