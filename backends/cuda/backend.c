@@ -1,26 +1,23 @@
 /* backend.c: the CUDA backend's table: the chooser (which kernel family and instance runs a
- * problem, or why none does) and the launch glue; devices, streams, memory and errors are the
+ * problem, or why none does: cuda_choice_of, one typed answer for the capability query, the
+ * workspace size and the launch) and the launch glue; devices, streams, memory and errors are the
  * host glue it shares with the HIP backend (backends/portable/host.h). Three kernel families:
  * sm90/ (Hopper wgmma, cc 9.0 exactly: the forward of plain fp16/bf16 calls and the
- * non-deterministic backward), sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT kernels of
- * backends/portable/ (any dtype, any head dim up to 256, any compute capability), which run what
- * the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every CUDA call is checked; errors reach the
- * caller as FA_ERR_BACKEND with the CUDA error's name. */
+ * non-deterministic backward), sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT
+ * kernels of backends/portable/ (any dtype, any head dim up to 256, any compute capability), which
+ * run what the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every
+ * family applies the score modifiers (softcap, ALiBi) where it takes a call that has them. Every
+ * CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with the CUDA error's name. */
 #include "host.h"
 #include "ring.h"
 
-/* fa_variant.kernel: sm80 ids are dpad * 2 + aligned; portable ids carry this bit and the bucket,
- * the emulated MFMA forward's the second bit too */
-#define KERNEL_PORTABLE 0x100000
-#define KERNEL_MFMA_EMULATED 0x200000
-#define KERNEL_SM90 0x400000
-
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
-int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain)
+int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod)
 {
     (void)dtype;
     (void)head_dim_pad;
     (void)plain;
+    (void)mod;
     return 0;
 }
 
@@ -33,11 +30,12 @@ int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *
     return (int)cudaErrorInvalidDeviceFunction;
 }
 
-int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain)
+int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod)
 {
     (void)dtype;
     (void)head_dim_pad;
     (void)plain;
+    (void)mod;
     return 0;
 }
 
@@ -46,16 +44,6 @@ int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, void 
     return fa_sm90_forward(p, dtype, head_dim_pad, stream);
 }
 #endif
-
-static int variant_is_portable(const fa_variant *v)
-{
-    return (v->kernel & KERNEL_PORTABLE) != 0;
-}
-
-static int variant_bucket(const fa_variant *v)
-{
-    return v->kernel & ~(KERNEL_PORTABLE | KERNEL_MFMA_EMULATED);
-}
 
 static fa_status cuda_device_name(int device, char *buf, size_t len)
 {
@@ -74,11 +62,12 @@ static void cuda_capabilities(fa_capabilities *caps)
     caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT | FA_FEATURE_SOFTCAP |
+                     FA_FEATURE_ALIBI;
     snprintf(caps->notes, sizeof caps->notes,
-             "sm80 mma.sync (cc>=8.0, f16/bf16; bwd d<=128, d 256 non-det); cc 9.0 wgmma: fwd, non-det bwd, d "
-             "64/128/256 w/o dropout or block mask; portable for the rest (no fp32 outputs from f16/bf16); "
-             "FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated");
+             "sm80 mma (cc>=8.0, f16/bf16; bwd d<=128, d256 non-det); cc 9.0 wgmma fwd, non-det bwd, d "
+             "64/128/256 w/o dropout/block mask; softcap/ALiBi: 16B rows; portable: the rest (no f32 out from "
+             "f16/bf16); FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated");
 }
 
 static fa_status cuda_open(fa_context *ctx, int device)
@@ -102,102 +91,173 @@ static int view_aligned(const fa_view *v)
     return v->data == NULL || ((uintptr_t)v->data % 16 == 0 && v->sb % 8 == 0 && v->ss % 8 == 0 && v->sh % 8 == 0);
 }
 
-/* Whether the sm80 tensor-core path has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
- * an instance for the padded head dim (backward d <= 128, and d 225..256 without the
- * deterministic option where the device has the shared memory). Everything else is the portable
- * family's, as is everything under FLASHATTN_CUDA_KERNELS=portable or =mfma-emulated. */
-static int sm80_covers(const gpu_state *s, const fa_problem *p)
+/* The kernel families (the file comment says what each covers). */
+typedef enum cuda_family {
+    FAMILY_SM80 = 1,
+    FAMILY_SM90,
+    FAMILY_PORTABLE,
+    FAMILY_MFMA_EMULATED /* the HIP backend's MFMA forward, emulated: FLASHATTN_CUDA_KERNELS=mfma-emulated */
+} cuda_family;
+
+/* What runs a problem. cuda_choice_of makes it; the capability query (through cuda_choose), the
+ * workspace size and the launch all use that one answer. */
+typedef struct cuda_choice {
+    cuda_family family;
+    fa_dtype dtype;
+    int head_dim; /* the instance's: sm80 d padded to a multiple of 32; sm90 64, 128 or 256; portable
+                     and mfma-emulated the bucket 64, 128 or 256 */
+    int aligned;  /* sm80: every row 16-byte aligned and d % 8 == 0, so tiles move by cp.async */
+    int fused;    /* backward: the non-deterministic kernel adding dQ into an fp32 accumulator of
+                     total_q x heads_q x head_dim floats (sm80, sm90) */
+    int mod;      /* softcap or ALiBi: the kernels' MOD instances */
+} cuda_choice;
+
+/* fa_variant.kernel carries the choice from cuda_choose to the launch (whose callbacks receive the
+ * variant, not the context): one bit field per member. */
+static int choice_encode(const cuda_choice *c)
 {
-    int dpad = (int)((p->d + 31) / 32 * 32);
+    return (int)c->family | (int)c->dtype << 4 | c->head_dim << 8 | c->aligned << 20 | c->fused << 21 | c->mod << 22;
+}
+
+static cuda_choice choice_decode(int kernel)
+{
+    cuda_choice c;
+    c.family = (cuda_family)(kernel & 15);
+    c.dtype = (fa_dtype)(kernel >> 4 & 15);
+    c.head_dim = kernel >> 8 & 0xfff;
+    c.aligned = kernel >> 20 & 1;
+    c.fused = kernel >> 21 & 1;
+    c.mod = kernel >> 22 & 1;
+    return c;
+}
+
+/* Whether the sm80 tensor-core family has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
+ * an instance for the padded head dim (backward d <= 128, and d 225..256 without the
+ * deterministic option where the device has the shared memory), and for a score modifier
+ * 16-byte aligned rows (its MOD instances are the cp.async ones). Everything else is the portable
+ * family's, as is everything under FLASHATTN_CUDA_KERNELS=portable or =mfma-emulated. */
+static int sm80_covers(const gpu_state *s, const fa_problem *p, int dpad, int aligned, int mod)
+{
     /* d 256 has the fused backward only, and it needs 213.5 KB (more than an A100 offers) */
     if (p->backward && dpad > 128 &&
         (p->deterministic || (size_t)s->prop.sharedMemPerBlockOptin < fa_sm80_fused_backward_smem(dpad)))
         return 0;
     return (s->kernels == GPU_KERNELS_CHOOSER || s->kernels == GPU_KERNELS_SM90 || s->kernels == GPU_KERNELS_SM80) &&
-           s->prop.major >= 8 &&
-           (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) && fa_sm80_has_instance((int)p->dtype, dpad, p->backward);
+           s->prop.major >= 8 && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
+           fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod);
 }
 
-static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
+/* The chooser: the family and instance that run p, or FA_ERR_UNSUPPORTED with the reason in why. */
+static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda_choice *c, char *why, size_t why_len)
 {
-    if (p->out_dtype != p->dtype && !sm80_covers(gpu_of(ctx), p)) /* the portable kernels store the input dtype */
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
-                        "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s)",
-                        fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256");
-    if (!sm80_covers(gpu_of(ctx), p)) {
-        int bucket = fa_portable_bucket(p->d);
-        if (bucket == 0)
-            return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "cuda: no kernel for head dim %lld (1..256)",
-                            (long long)p->d);
-        if (gpu_of(ctx)->kernels == GPU_KERNELS_MFMA_EMULATED && !p->backward && bucket <= 128 &&
-            (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)) { /* the HIP chooser's rule on gfx90a */
-            snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d", fa_dtype_name(p->dtype), bucket);
-            out->kernel = KERNEL_PORTABLE | KERNEL_MFMA_EMULATED | bucket;
-            return FA_SUCCESS;
+    const gpu_state *gs = gpu_of(ctx);
+    memset(c, 0, sizeof *c);
+    c->dtype = p->dtype;
+    c->mod = p->softcap > 0.0f || p->alibi_slopes != NULL;
+    c->aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
+                 (!p->backward || view_aligned(&p->dout));
+    const int dpad = (int)((p->d + 31) / 32 * 32);
+    if (!sm80_covers(gs, p, dpad, c->aligned, c->mod)) {
+        c->aligned = 0;
+        if (p->out_dtype != p->dtype) { /* the portable kernels store the input dtype */
+            snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s%s)",
+                     fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256",
+                     c->mod ? "; with softcap or ALiBi also 16-byte aligned rows and d % 8 == 0" : "");
+            return FA_ERR_UNSUPPORTED;
         }
-        snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s", p->backward ? "bwd" : "fwd",
-                 fa_dtype_name(p->dtype), bucket, p->backward ? "-deterministic" : "");
-        out->kernel = KERNEL_PORTABLE | bucket;
+        c->head_dim = fa_portable_bucket(p->d);
+        if (c->head_dim == 0) {
+            snprintf(why, why_len, "cuda: no kernel for head dim %lld (1..256)", (long long)p->d);
+            return FA_ERR_UNSUPPORTED;
+        }
+        /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too) */
+        c->family = gs->kernels == GPU_KERNELS_MFMA_EMULATED && !p->backward && c->head_dim <= 128 &&
+                            (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)
+                        ? FAMILY_MFMA_EMULATED
+                        : FAMILY_PORTABLE;
         return FA_SUCCESS;
     }
-    int dpad = (int)((p->d + 31) / 32 * 32);
-    int aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v);
-    if (p->backward)
-        aligned = aligned && view_aligned(&p->dout);
     /* Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the wgmma forward where it has an
      * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
-     * for calls with neither dropout nor a block mask, at d 33..64, 97..128 and 225..256 (padded
-     * to 64, 128, 256: 1.6x the sm80 forward at d 128, docs/benchmarks.md; other d would pad
-     * further than sm80's 32-column instances); the rest stays on sm80, faster than the first
-     * wgmma kernel that covers dropout and block masks, unless FLASHATTN_CUDA_KERNELS=sm90 asks
-     * for that kernel (d <= 128, padded to 64 or 128) and for every head dim it has. */
-    const gpu_state *gs = gpu_of(ctx);
+     * for calls with neither dropout nor a block mask (with or without score modifiers), at d
+     * 33..64, 97..128 and 225..256 (padded to 64, 128, 256: 1.6x the sm80 forward at d 128,
+     * docs/benchmarks.md; other d would pad further than sm80's 32-column instances); the rest
+     * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
+     * unless FLASHATTN_CUDA_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
+     * score modifiers) and for every head dim it has.
+     * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
+     * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
+     * padded head dim of the sm80 kernels), every mask at d <= 128; dropout and block masks only
+     * under FLASHATTN_CUDA_KERNELS=sm90 (their instances spill, sm80 stays the default), and
+     * neither with a score modifier; at d 256 plain calls only (the rest: sm80's column-split
+     * kernel). */
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
     const int want = gs->kernels == GPU_KERNELS_SM90 || (gs->kernels == GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
-    /* The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
-     * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
-     * padded head dim of the sm80 kernels, dq_accum_floats below), every mask at d <= 128;
-     * dropout and block masks only under FLASHATTN_CUDA_KERNELS=sm90 (their instances spill, sm80
-     * stays the default); at d 256 plain calls only (the rest: sm80's column-split kernel). */
-    if (p->backward) {
-        if (want && hopper && !p->deterministic && aligned && dpad == dpad64 &&
-            fa_sm90_has_backward((int)p->dtype, dpad64, plain)) {
-            snprintf(out->name, sizeof out->name, "sm90-bwd-%s-d%d-wgmma-ws", fa_dtype_name(p->dtype), dpad64);
-            out->kernel = KERNEL_SM90 | dpad64;
-            return FA_SUCCESS;
-        }
-    } else if (want && hopper && aligned && view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64, plain)) {
-        snprintf(out->name, sizeof out->name, "sm90-fwd-%s-d%d-wgmma%s", fa_dtype_name(p->dtype), dpad64,
-                 plain ? "-ws" : "");
-        out->kernel = KERNEL_SM90 | dpad64;
-        return FA_SUCCESS;
+    const int sm90 =
+        want && hopper && c->aligned &&
+        (p->backward ? !p->deterministic && dpad == dpad64 && fa_sm90_has_backward((int)p->dtype, dpad64, plain, c->mod)
+                     : view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64, plain, c->mod));
+    c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
+    c->head_dim = sm90 ? dpad64 : dpad;
+    c->fused = p->backward && !p->deterministic;
+    return FA_SUCCESS;
+}
+
+static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
+{
+    cuda_choice c;
+    char why[200];
+    if (cuda_choice_of(ctx, p, &c, why, sizeof why) != FA_SUCCESS)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "%s", why);
+    const char *dir = p->backward ? "bwd" : "fwd", *dt = fa_dtype_name(p->dtype), *mod = c.mod ? "+mod" : "";
+    const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
+    switch (c.family) {
+    case FAMILY_SM90:
+        snprintf(out->name, sizeof out->name, "sm90-%s-%s-d%d-wgmma%s%s", dir, dt, c.head_dim,
+                 p->backward || plain ? "-ws" : "", mod);
+        break;
+    case FAMILY_SM80:
+        snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s", dir, dt, c.head_dim,
+                 c.aligned ? "cpasync" : "ldg", p->backward && p->deterministic ? "-deterministic" : "", mod);
+        break;
+    case FAMILY_MFMA_EMULATED:
+        snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d%s", dt, c.head_dim, mod);
+        break;
+    case FAMILY_PORTABLE:
+        snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s%s", dir, dt, c.head_dim,
+                 p->backward ? "-deterministic" : "", mod);
+        break;
     }
-    snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s", p->backward ? "bwd" : "fwd", fa_dtype_name(p->dtype),
-             dpad, aligned ? "cpasync" : "ldg", p->backward && p->deterministic ? "-deterministic" : "");
-    out->kernel = dpad * 2 + aligned;
+    out->kernel = choice_encode(&c);
     return FA_SUCCESS;
 }
 
 static int launch_forward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    if (v->kernel & KERNEL_SM90)
-        return fa_sm90_forward(kp, (int)p->dtype, v->kernel & ~KERNEL_SM90, stream);
-    if (v->kernel & KERNEL_MFMA_EMULATED)
-        return fa_mfma_forward(kp, (int)p->dtype, variant_bucket(v), stream);
-    if (variant_is_portable(v))
-        return fa_portable_forward(kp, (int)p->dtype, variant_bucket(v), stream);
-    return fa_sm80_forward(kp, (int)p->dtype, v->kernel / 2, v->kernel & 1, stream);
+    const cuda_choice c = choice_decode(v->kernel);
+    switch (c.family) {
+    case FAMILY_SM90: return fa_sm90_forward(kp, (int)c.dtype, c.head_dim, stream);
+    case FAMILY_SM80: return fa_sm80_forward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
+    case FAMILY_MFMA_EMULATED: return fa_mfma_forward(kp, (int)c.dtype, c.head_dim, stream);
+    case FAMILY_PORTABLE: return fa_portable_forward(kp, (int)c.dtype, c.head_dim, stream);
+    }
+    (void)p;
+    return (int)cudaErrorInvalidValue;
 }
 
 static int launch_backward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    if (v->kernel & KERNEL_SM90)
-        return fa_sm90_backward(kp, (int)p->dtype, v->kernel & ~KERNEL_SM90, stream);
-    if (variant_is_portable(v))
-        return fa_portable_backward(kp, (int)p->dtype, variant_bucket(v), stream);
-    return fa_sm80_backward(kp, (int)p->dtype, v->kernel / 2, v->kernel & 1, stream);
+    const cuda_choice c = choice_decode(v->kernel);
+    switch (c.family) {
+    case FAMILY_SM90: return fa_sm90_backward(kp, (int)c.dtype, c.head_dim, stream);
+    case FAMILY_SM80: return fa_sm80_backward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
+    case FAMILY_PORTABLE: return fa_portable_backward(kp, (int)c.dtype, c.head_dim, stream);
+    case FAMILY_MFMA_EMULATED: break; /* forward only */
+    }
+    (void)p;
+    return (int)cudaErrorInvalidValue;
 }
 
 static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
@@ -205,24 +265,28 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_var
     return gpu_forward(ctx, p, v, launch_forward);
 }
 
-/* The fused sm80 kernel adds dQ into an fp32 accumulator at the padded head dim; the deterministic
- * kernels and the portable family need none. */
-static int64_t dq_accum_floats(const fa_problem *p, int fused)
+/* The fused kernels' fp32 dQ accumulator, at the instance's head dim (0: none). */
+static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
 {
-    return fused ? p->total_q * p->heads_q * ((p->d + 31) / 32 * 32) : 0;
+    return c->fused ? p->total_q * p->heads_q * c->head_dim : 0;
 }
 
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
-    return gpu_backward(ctx, p, v, dq_accum_floats(p, !p->deterministic && !variant_is_portable(v)), launch_backward);
+    const cuda_choice c = choice_decode(v->kernel);
+    return gpu_backward(ctx, p, v, dq_accum_floats(p, &c), launch_backward);
 }
 
 static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 {
     int64_t bytes = gpu_mask_workspace(p, FA_SM80_BLOCK);
-    if (p->backward) /* D and LSE log2(e), and the fused kernel's fp32 dQ */
-        bytes += p->total_q * p->heads_q * 8 +
-                 4 * dq_accum_floats(p, !p->deterministic && sm80_covers(gpu_of(ctx), p));
+    cuda_choice c;
+    char why[200];
+    if (p->backward) { /* D and LSE log2(e), and the fused kernels' fp32 dQ (none where no kernel runs p) */
+        bytes += p->total_q * p->heads_q * 8;
+        if (cuda_choice_of(ctx, p, &c, why, sizeof why) == FA_SUCCESS)
+            bytes += 4 * dq_accum_floats(p, &c);
+    }
     return bytes;
 }
 

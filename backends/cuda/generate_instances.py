@@ -49,8 +49,8 @@ def main():
                 d += f"    if (dtype == {code} && head_dim_pad == {dim})\n"
                 d += f"        return aligned ? fa_sm80::{fn}<{ctype}, {dim}, true>(*p, st) : fa_sm80::{fn}<{ctype}, {dim}, false>(*p, st);\n"
         d += "    return cudaErrorInvalidValue;\n}\n\n"
-    d += 'extern "C" int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward)\n{\n'
-    d += "    if (dtype != 1 && dtype != 2)\n        return 0;\n"
+    d += 'extern "C" int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward, int aligned, int mod)\n{\n'
+    d += "    if ((dtype != 1 && dtype != 2) || (mod && !aligned)) /* MOD instances: aligned rows only */\n        return 0;\n"
     d += "    switch (head_dim_pad) {\n"
     for dim in FORWARD_DIMS:
         bwd = "1" if dim in BACKWARD_DIMS else "!backward"

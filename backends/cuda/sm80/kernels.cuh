@@ -2,10 +2,13 @@
  * Tiles of 64 x 64 with four warps of 16 rows; Q K^T and P V on mma.sync m16n8k16 with fp32
  * accumulators, the online softmax in registers with exp2 and the scale folded in, K/V tiles
  * double-buffered in shared memory through cp.async (or plain loads when rows are not 16-byte
- * aligned). Backward: D = rowsum(dO * O); dK, dV per key tile with the warps owning key rows
- * (S^T = K Q^T, so no transposes through shared memory); dQ per query tile in a second kernel.
- * Neither uses atomics, so gradients are bitwise reproducible. Masks, dropout (core/philox.h)
- * and block-sparse lists follow the core's definitions element for element. */
+ * aligned). Backward, two algorithms after D = rowsum(dO * O): the deterministic one computes
+ * dK, dV per key tile with the warps owning key rows (S^T = K Q^T, so no transposes through
+ * shared memory) and dQ per query tile in a second kernel, without atomics, so its gradients are
+ * bitwise reproducible; the fused one (bwd_kernel) computes all three per key tile and adds dQ
+ * into an fp32 accumulator with reductions (red_add2), so its dQ is not. Masks, dropout
+ * (core/philox.h), block-sparse lists and the score modifiers (core/score_mod.h, instances with
+ * the MOD flag) follow the core's definitions element for element. */
 #ifndef FA_SM80_KERNELS_CUH
 #define FA_SM80_KERNELS_CUH
 
@@ -16,6 +19,7 @@
 #include "empty_row.h"
 #include "mask.h"
 #include "philox.h"
+#include "score_mod.h"
 
 #include <cuda_runtime.h>
 #include <math_constants.h>
@@ -183,6 +187,63 @@ __device__ __forceinline__ float dropout_factor(const fa_cuda_params &p, int64_t
     return r.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
+/* ------------------------------------------------------------------ score modifiers */
+
+/* The score modifiers of one call (core/score_mod.h) in the units of the raw product q . k that
+ * the kernels hold: the softcap's factors (cap.out == 0: none), whether ALiBi is on, the slope of
+ * the current query head and diag = seqlen_k - seqlen_q of the sequence. Only instances with the
+ * MOD template flag build one, so the plain instances carry none of it. */
+struct score_mod {
+    fa_softcap_factors cap;
+    bool alibi;
+    float slope;
+    int64_t diag;
+};
+
+/* Whether a call has a score modifier (selects the MOD instances). */
+__host__ __device__ __forceinline__ bool has_score_mod(const fa_cuda_params &p)
+{
+    return p.softcap.out != 0.0f || p.alibi_slopes != nullptr;
+}
+
+/* ALiBi's slope of query head h of sequence b in x units (0 without ALiBi). */
+__device__ __forceinline__ float alibi_slope(const fa_cuda_params &p, int64_t b, int64_t h)
+{
+    return p.alibi_slopes ? p.alibi_slopes[b * p.alibi_stride + h] * p.alibi_mul : 0.0f;
+}
+
+__device__ __forceinline__ score_mod score_mod_of(const fa_cuda_params &p, const fa_seq &s, int64_t b, int64_t h)
+{
+    score_mod sm;
+    sm.cap = p.softcap;
+    sm.alibi = p.alibi_slopes != nullptr;
+    sm.slope = alibi_slope(p, b, h);
+    sm.diag = s.sk - s.sq;
+    return sm;
+}
+
+/* The softcap on every element of an accumulator array, in place (nothing without one). The
+ * backward then holds the capped value, from which fa_softcap_grad gives the derivative. */
+template <int N> __device__ __forceinline__ void softcap_all(const score_mod &sm, float (&x)[N][4])
+{
+    if (sm.cap.out == 0.0f)
+        return;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            x[i][e] = fa_softcap_apply(sm.cap, x[i][e]);
+}
+
+/* The backward's step for one element after softcap_all: the derivative of the softcap at the
+ * capped value xc (1 without a softcap) into grad, and the modified score (xc with ALiBi's bias
+ * of sequence row i, column j) returned. */
+__device__ __forceinline__ float modified_score(const score_mod &sm, float xc, int64_t i, int64_t j, float &grad)
+{
+    grad = sm.cap.out != 0.0f ? fa_softcap_grad(sm.cap, xc) : 1.0f;
+    return sm.alibi ? xc + fa_alibi_bias(sm.slope, i, j, sm.diag) : xc;
+}
+
 /* ------------------------------------------------------------------ forward */
 
 /* exp2 on the MUFU unit, denormals flushed (the softmax never needs them: P < 2^-126 is 0). */
@@ -284,19 +345,49 @@ __device__ __forceinline__ fa_tile_class rows_class(const fa_cuda_params &p, con
 
 /* One online-softmax step of a forward kernel on a KN-key slice of scores in the mma
  * accumulator layout (a warp's m16 tiles; row wq0 + mt MSTRIDE + g + 8 r, key k0x + 8 nt + 2 t4
- * + c): the scale when it is not folded into exp2 (cc), the masks on edge tiles, the running
- * maxima and sums (row_l per thread, reduced at the end), scores turned into P, dropout applied
- * to P, and the factor alpha by which O must be rescaled (left to the caller, which may still
- * have a product into O in flight). Shared by the sm80 and sm90 forwards. */
-template <typename T, int MT, int KN, int MSTRIDE, bool LISTS, bool DROP>
+ * + c): the score modifiers (MOD: sm, on every score, before anything else), the scale when it
+ * is not folded into exp2 (cc), the masks on edge tiles, the running maxima and sums (row_l per
+ * thread, reduced at the end), scores turned into P, dropout applied to P, and the factor alpha
+ * by which O must be rescaled (left to the caller, which may still have a product into O in
+ * flight). Shared by the sm80 and sm90 forwards. */
+template <typename T, int MT, int KN, int MSTRIDE, bool LISTS, bool DROP, bool MOD = false>
 __device__ __forceinline__ void softmax_scores(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
                                                int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
                                                float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
-                                               float (&row_l)[MT][2], float (&alpha)[MT][2])
+                                               float (&row_l)[MT][2], float (&alpha)[MT][2],
+                                               const score_mod &sm = score_mod{})
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
     const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+    if constexpr (MOD) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            softcap_all<KN / 8>(sm, sacc[mt]);
+        if (sm.alibi) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int64_t i = wq0 + mt * MSTRIDE + g + r * 8;
+#pragma unroll
+                    for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c)
+                            sacc[mt][nt][2 * r + c] += fa_alibi_bias(sm.slope, i, k0x + nt * 8 + 2 * t4 + c, sm.diag);
+                }
+        }
+        /* a caller marks a tile its rows do not see with -inf, which the modifiers made finite */
+        if (cls == FA_TILE_EMPTY) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        sacc[mt][nt][e] = -CUDART_INF_F;
+        }
+    }
     /* scores stay raw when the scale is positive (max and exp2 argument are then one
      * FFMA: s * c - max * c); a negative scale is applied first and cc = 1 */
     if (!(p.scale_log2 > 0.0f)) {
@@ -391,14 +482,16 @@ __device__ __forceinline__ void rescale(float (&o)[MT][DN][4], const float (&alp
 }
 
 /* softmax_scores, then O rescaled at once. */
-template <typename T, int MT, int KN, int DN, int MSTRIDE, bool LISTS, bool DROP>
+template <typename T, int MT, int KN, int DN, int MSTRIDE, bool LISTS, bool DROP, bool MOD = false>
 __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
                                              int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
                                              float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
-                                             float (&row_l)[MT][2], float (&o)[MT][DN][4])
+                                             float (&row_l)[MT][2], float (&o)[MT][DN][4],
+                                             const score_mod &sm = score_mod{})
 {
     float alpha[MT][2];
-    softmax_scores<T, MT, KN, MSTRIDE, LISTS, DROP>(p, m, s, b, h, wq0, k0x, cls, cc, sacc, row_m, row_l, alpha);
+    softmax_scores<T, MT, KN, MSTRIDE, LISTS, DROP, MOD>(p, m, s, b, h, wq0, k0x, cls, cc, sacc, row_m, row_l, alpha,
+                                                         sm);
     rescale<MT, DN>(o, alpha);
 }
 
@@ -452,9 +545,9 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
 
 /* MODE (see mode_of): 0 plain, 1 block lists, 2 dropout (and perhaps block lists). Each is its
  * own instance, so registers for Philox state and list cursors do not crowd the accumulators of
- * the cases that need neither. The common case (neither) is its own
- * instance, so their registers (Philox state, list cursors) do not crowd the accumulators. */
-template <typename T, int D, bool ALIGNED, int MODE>
+ * the cases that need neither. MOD: the score modifiers (in the launchers, with MODE 2, which
+ * tests for lists and dropout at run time). */
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
 __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
@@ -476,6 +569,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
     const int64_t wq0 = q0 + wrow;          /* ... in the sequence */
     key_walk<SUB, LISTS> walk = key_walk_of<SUB, LISTS>(p, m, h, q0, BR);
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f; /* see the softmax step */
+    const score_mod sm = MOD ? score_mod_of(p, s, b, h) : score_mod{};
     /* fragment base addresses (bytes, shared space); everything else is an immediate offset */
     const uint32_t q_frag = smem_addr(qs) + 2u * (uint32_t)(lane_off_a(LD) + wrow * LD);
     const uint32_t k_frag = smem_addr(ks) + 2u * (uint32_t)lane_off_bt(LD);
@@ -549,7 +643,8 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_param
                     }
                 }
             }
-            softmax_step<T, MT, KN, D / 8, 16, LISTS, DROP>(p, m, s, b, h, wq0, k0x, cls, cc, sacc, row_m, row_l, o);
+            softmax_step<T, MT, KN, D / 8, 16, LISTS, DROP, MOD>(p, m, s, b, h, wq0, k0x, cls, cc, sacc, row_m, row_l, o,
+                                                                 sm);
             uint32_t pf[MT][KN / 16][4];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -670,7 +765,8 @@ __device__ __forceinline__ bool zero_absent_rows(T *q, T *dout, int ld, const fl
     return true;
 }
 
-/* dS from P, dP (dropout factor applied) and D: a select where P = 0, so that a masked element
+/* dS from pr = P (times the softcap's derivative in the MOD instances), dP (dropout factor
+ * applied) and D: a select where pr = 0, so that a masked element
  * whose dP is NaN (V = NaN there) gives 0 rather than 0 * NaN. The dK/dV kernel's form, where dP
  * is computed after P has been masked; the fused kernels instead set dP to 0 on the masked
  * elements of edge tiles (with D = 0 for rows that saw no key, dsum_kernel), which costs nothing
@@ -682,8 +778,9 @@ __device__ __forceinline__ float ds_of(float pr, float dpz, float d, float scale
 
 /* One block per (key tile, kv head, batch); warps own 16 key rows; query tiles of BQ rows of every
  * query head of the group stream through shared memory. Everything is computed transposed:
- * S^T = K Q^T, dP^T = V dO^T, so P^T and dS^T are A fragments for dV += P^T dO, dK += dS^T Q. */
-template <typename T, int D, int BQ, bool ALIGNED>
+ * S^T = K Q^T, dP^T = V dO^T, so P^T and dS^T are A fragments for dV += P^T dO, dK += dS^T Q.
+ * MOD: the score modifiers, and dS times the softcap's derivative. */
+template <typename T, int D, int BQ, bool ALIGNED, bool MOD = false>
 __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
 {
     constexpr int LD = D + 8;
@@ -704,6 +801,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t my_key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
     const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
+    score_mod sm = MOD ? score_mod_of(p, s, b, hk * p.group) : score_mod{};
 
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -774,15 +872,26 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
             pt[i][0] = pt[i][1] = pt[i][2] = pt[i][3] = 0.0f;
         gemm_nt<T, BQ, D>(pt, ks, LD, warp * 16, q, LD);
         float z[BQ / 8][4]; /* dropout factors */
+        float grad[MOD ? BQ / 8 : 1][4]; /* MOD: the softcap's derivative (1 on masked elements) */
+        if constexpr (MOD) {
+            sm.slope = alibi_slope(p, b, h);
+            softcap_all<BQ / 8>(sm, pt);
+        }
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = nt * 8 + 2 * t4 + (e & 1);
                 const int64_t i = q0 + col, j = my_key[e >> 1];
-                float x = exp2f(pt[nt][e] * p.scale_log2 - lse2[col]);
-                if (edge && !visible(p, m, h, i, j, check_blocks))
+                float sx = pt[nt][e];
+                if constexpr (MOD)
+                    sx = modified_score(sm, sx, i, j, grad[nt][e]);
+                float x = exp2f(sx * p.scale_log2 - lse2[col]);
+                if (edge && !visible(p, m, h, i, j, check_blocks)) {
                     x = 0.0f;
+                    if constexpr (MOD)
+                        grad[nt][e] = 1.0f;
+                }
                 pt[nt][e] = x;
                 z[nt][e] = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
             }
@@ -795,6 +904,13 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
                     pz[nt][e] = pt[nt][e] * z[nt][e];
             uint32_t pf[BQ / 16][4];
             acc_to_a<T, BQ>(pf, pz);
+            if constexpr (MOD) { /* P is in pf now; dS below needs only P times the derivative */
+#pragma unroll
+                for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        pt[nt][e] *= grad[nt][e];
+            }
             gemm_pn<T, D, BQ>(dv, pf, dout, LD);
         }
         /* dP^T = V dO^T, dS^T = P^T (Z dP^T - D) scale */
@@ -823,8 +939,10 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
 /* ------------------------------------------------------------------ backward: dQ */
 
 /* One block per (query tile, head, batch), warps own 16 query rows, key tiles stream through
- * shared memory: S = Q K^T, P = exp(S - LSE), dP = Z (dO V^T), dS = P (dP - D), dQ += dS K. */
-template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THREADS) dq_kernel(const fa_cuda_params p)
+ * shared memory: S = Q K^T, P = exp(S - LSE), dP = Z (dO V^T), dS = P (dP - D), dQ += dS K.
+ * MOD: the score modifiers, and dS times the softcap's derivative. */
+template <typename T, int D, bool ALIGNED, bool MOD = false>
+__global__ void __launch_bounds__(THREADS) dq_kernel(const fa_cuda_params p)
 {
     constexpr int LD = D + 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -844,6 +962,7 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
     const key_tiles tiles = key_tiles_of(p, m, h, qt);
     const int64_t ntiles = s.sk > 0 ? tiles.count() : 0;
     const int64_t my_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    const score_mod sm = MOD ? score_mod_of(p, s, b, h) : score_mod{};
     float lse2[2], dd[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -896,18 +1015,26 @@ template <typename T, int D, bool ALIGNED> __global__ void __launch_bounds__(THR
             gemm_nt<T, BLOCK, D>(dp, dos, LD, warp * 16, v, LD);
             const bool edge = cls != FA_TILE_FULL || k0 + BLOCK > s.sk;
             const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
+            if constexpr (MOD)
+                softcap_all<BLOCK / 8>(sm, pm);
 #pragma unroll
             for (int nt = 0; nt < BLOCK / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int64_t i = my_row[e >> 1], j = k0 + nt * 8 + 2 * t4 + (e & 1);
-                    float x = exp2f(pm[nt][e] * p.scale_log2 - lse2[e >> 1]);
+                    float sx = pm[nt][e], grad = 1.0f;
+                    if constexpr (MOD)
+                        sx = modified_score(sm, sx, i, j, grad);
+                    float x = exp2f(sx * p.scale_log2 - lse2[e >> 1]);
                     if (edge && !visible(p, m, h, i, j, check_blocks)) {
                         x = 0.0f;
                         dp[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 even where V is NaN */
+                        grad = 1.0f;
                     }
                     float zf = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
                     dp[nt][e] = x * (dp[nt][e] * zf - dd[e >> 1]) * p.scale;
+                    if constexpr (MOD)
+                        dp[nt][e] *= grad;
                 }
             uint32_t df[BLOCK / 16][4];
             acc_to_a<T, BLOCK>(df, dp);
@@ -960,7 +1087,9 @@ template <int D> struct bwd_shape {
     static constexpr size_t SMEM = 2 * (2 * BN * LD + 4 * BQ * LD + BN * LDS) + sizeof(float) * 4 * BQ;
 };
 
-template <typename T, int D, bool ALIGNED, int MODE>
+/* MODE as in the forward; MOD: the score modifiers, and dS times the softcap's derivative (then
+ * computed with P, since dP^T is already there, so that the derivative needs no registers). */
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
 __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
@@ -985,6 +1114,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t wk0 = k0 + warp * 16; /* the warp's first key */
     const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
+    score_mod sm = MOD ? score_mod_of(p, s, b, hk * p.group) : score_mod{};
 
     float dk[DV / 8][4], dv[DV / 8][4];
 #pragma unroll
@@ -1084,17 +1214,29 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 for (int e = 0; e < 4; ++e)
                     pt[i][e] = dpt[i][e] = 0.0f;
             gemm_nt2_s<T, BQ, D, LD, LD>(pt, k_a, q_bt, dpt, v_a, do_bt);
+            if constexpr (MOD) {
+                sm.slope = alibi_slope(p, b, h);
+                softcap_all<BQ / 8>(sm, pt);
+            }
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int col = nt * 8 + 2 * t4 + (e & 1);
-                    float x = fast_exp2(pt[nt][e] * p.scale_log2 - lse2[col]);
+                    float sx = pt[nt][e], grad = 1.0f;
+                    if constexpr (MOD)
+                        sx = modified_score(sm, sx, q0 + col, wk0 + g + (e >> 1) * 8, grad);
+                    float x = fast_exp2(sx * p.scale_log2 - lse2[col]);
                     if (edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)) {
                         x = 0.0f;
                         dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                        grad = 1.0f;
                     }
                     pt[nt][e] = x;
+                    if constexpr (MOD) { /* dS^T = P^T (Z dP^T - D) scale, times the derivative */
+                        const float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                        dpt[nt][e] = x * (dpt[nt][e] * z - dd[col]) * p.scale * grad;
+                    }
                 }
             {
                 uint32_t pf[BQ / 16][4];
@@ -1113,15 +1255,17 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_
                 }
                 gemm_pn_s<T, DV, BQ, LD>(dv, pf, do_a + 2u * (uint32_t)col0);
             }
-            /* dS^T = P^T (Z dP^T - D) scale */
+            /* dS^T = P^T (Z dP^T - D) scale (MOD: computed above) */
+            if constexpr (!MOD) {
 #pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
+                for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = nt * 8 + 2 * t4 + (e & 1);
-                    float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
-                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
-                }
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = nt * 8 + 2 * t4 + (e & 1);
+                        float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                    }
+            }
             acc_to_a<T, BQ>(df, dpt);
             /* dS^T (key-major, query pairs in one word) for the dQ product */
 #pragma unroll
@@ -1199,7 +1343,10 @@ template <typename T, int D, int DV = D> __global__ void dq_convert_kernel(const
 /* ------------------------------------------------------------------ launchers */
 
 /* The kernel instance a call needs: 0 neither dropout nor a block mask, 1 a block mask only,
- * 2 dropout (with or without a block mask). */
+ * 2 dropout (with or without a block mask). A call with a score modifier (has_score_mod) takes
+ * the MOD instance of mode 2, whose tests for block lists and dropout are made at run time: one
+ * more instance per kernel, for 16-byte aligned rows only (the chooser sends the others to the
+ * portable kernels). */
 __host__ __forceinline__ int mode_of(const fa_cuda_params &p)
 {
     return p.dropout_threshold ? 2 : p.bm_bits ? 1 : 0;
@@ -1212,6 +1359,12 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_c
     const int mode = mode_of(p);
     auto kernel = mode == 2 ? forward_kernel<T, D, ALIGNED, 2>
                             : mode == 1 ? forward_kernel<T, D, ALIGNED, 1> : forward_kernel<T, D, ALIGNED, 0>;
+    if (has_score_mod(p)) {
+        if constexpr (ALIGNED)
+            kernel = forward_kernel<T, D, true, 2, true>;
+        else
+            return cudaErrorNotSupported;
+    }
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
@@ -1220,12 +1373,13 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_c
     return cudaGetLastError();
 }
 
-template <typename T, int D, bool ALIGNED, int MODE> cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
+cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
 {
     using S = bwd_shape<D>;
     static_assert(sizeof(T) == 2, "bwd_shape::SMEM counts 16-bit elements");
     const size_t smem = S::SMEM;
-    auto k = bwd_kernel<T, D, ALIGNED, MODE>;
+    auto k = bwd_kernel<T, D, ALIGNED, MODE, MOD>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
@@ -1252,6 +1406,13 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
     constexpr int BQ = D > 64 ? 32 : 64;
     const size_t smem1 = sizeof(T) * 6 * BLOCK * LD + sizeof(float) * 4 * BQ;
     auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
+    auto k2 = dq_kernel<T, D, ALIGNED>;
+    if constexpr (ALIGNED) { /* launch_backward refuses a modifier on unaligned rows */
+        if (has_score_mod(p)) {
+            k1 = dkdv_kernel<T, D, BQ, true, true>;
+            k2 = dq_kernel<T, D, true, true>;
+        }
+    }
     cudaError_t e = cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
     if (e != cudaSuccess)
         return e;
@@ -1262,7 +1423,6 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
             return e;
     }
     const size_t smem2 = sizeof(T) * 6 * BLOCK * LD;
-    auto k2 = dq_kernel<T, D, ALIGNED>;
     if ((e = cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2)) != cudaSuccess)
         return e;
     if (p.seqlen_q > 0) {
@@ -1275,6 +1435,8 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
 
 template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
 {
+    if (!ALIGNED && has_score_mod(p)) /* no MOD instance (mode_of) */
+        return cudaErrorNotSupported;
     if (p.seqlen_q > 0) {
         dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
         dsum_kernel<T><<<g0, THREADS, 0, st>>>(p);
@@ -1285,6 +1447,8 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
     /* d > 128 has the fused kernel only (no deterministic kernels; the chooser takes the portable
      * ones for that option); with no queries it writes dK = dV = 0 */
     const bool fused = D > 128 ? (p.dq_accum || p.seqlen_q == 0) : (p.dq_accum && p.seqlen_q > 0);
+    if (fused && has_score_mod(p)) /* ALIGNED here (refused above otherwise) */
+        return launch_fused_backward<T, D, ALIGNED, 2, ALIGNED>(p, st);
     if (fused)
         return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)
                : mode_of(p) == 1 ? launch_fused_backward<T, D, ALIGNED, 1>(p, st)

@@ -98,7 +98,9 @@ __device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)
 }
 constexpr int BW_CONSUMER_REGS = 224, BW_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
-template <typename T, int D, int MODE>
+/* MODE as in the forward (fa_sm80::mode_of); MOD: the score modifiers, with dS times the softcap's
+ * derivative computed together with P (dP^T is already there), in the plain mode only. */
+template <typename T, int D, int MODE, bool MOD = false>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cuda_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
@@ -109,6 +111,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
     constexpr int DV = bw_dv<D>(), PASSES = D / DV;
     constexpr bool SPLIT = PASSES > 1;
     static_assert(!SPLIT || MODE == 0, "the d 256 backward has the plain instance only");
+    static_assert(!MOD || MODE == 0, "score modifiers in the plain mode only");
     constexpr uint32_t DSB = BW_BN * BQ * sizeof(T);
     constexpr uint32_t KVB = BW_BN * D * sizeof(T), QB = BQ * D * sizeof(T);
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -199,6 +202,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
     const int64_t gk0 = k0 + 64 * wg;          /* the warpgroup's first key */
     const int64_t wk0 = gk0 + 16 * (warp & 3); /* the warp's */
     const int krow = 64 * wg + 16 * (warp & 3) + g; /* the thread's first key row in the tile (and + 8) */
+    fa_sm80::score_mod sm = MOD ? fa_sm80::score_mod_of(p, s, b, hk * p.group) : fa_sm80::score_mod{};
     /* K and V of the block, every consumer thread taking its share */
     load_sw128<T, D, BW_BN, BW_CONSUMERS>(k_addr, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
     load_sw128<T, D, BW_BN, BW_CONSUMERS>(v_addr, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
@@ -253,19 +257,29 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
             const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
             const bool drop = DROP && p.dropout_threshold;
+            if constexpr (MOD) {
+                sm.slope = fa_sm80::alibi_slope(p, b, h);
+                fa_sm80::softcap_all<BQ / 8>(sm, pt);
+            }
             /* P^T = exp2(S^T scale log2 e - LSE log2 e), masked */
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int col = nt * 8 + 2 * t4 + (e & 1);
-                    float x = fa_sm80::fast_exp2(pt[nt][e] * p.scale_log2 - lse2[col]);
+                    float sx = pt[nt][e], grad = 1.0f;
+                    if constexpr (MOD)
+                        sx = fa_sm80::modified_score(sm, sx, q0 + col, wk0 + g + (e >> 1) * 8, grad);
+                    float x = fa_sm80::fast_exp2(sx * p.scale_log2 - lse2[col]);
                     if (edge && (cls == FA_TILE_EMPTY ||
                                  !fa_sm80::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
                         x = 0.0f;
                         dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                        grad = 1.0f;
                     }
                     pt[nt][e] = x;
+                    if constexpr (MOD) /* dS^T = P^T (dP^T - D) scale, times the derivative (no dropout) */
+                        dpt[nt][e] = x * (dpt[nt][e] - dd[col]) * p.scale * grad;
                 }
             uint32_t pf[BQ / 16][4];
             if (drop) {
@@ -280,16 +294,18 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
             } else {
                 fa_sm80::acc_to_a<T, BQ>(pf, pt);
             }
-            /* dS^T = P^T (Z dP^T - D) scale */
+            /* dS^T = P^T (Z dP^T - D) scale (MOD: computed above) */
+            if constexpr (!MOD) {
 #pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
+                for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = nt * 8 + 2 * t4 + (e & 1);
-                    const float z =
-                        drop ? fa_sm80::dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
-                    dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
-                }
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = nt * 8 + 2 * t4 + (e & 1);
+                        const float z =
+                            drop ? fa_sm80::dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                    }
+            }
             fa_sm80::acc_to_a<T, BQ>(df, dpt);
             /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */
             fence();
@@ -394,15 +410,16 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
 }
 
 /* D and LSE log2(e) (the sm80 kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
- * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. d 256:
- * calls with neither dropout nor a block mask only. */
+ * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. d 256
+ * and score modifiers: calls with neither dropout nor a block mask only. */
 template <typename T, int D> inline cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
 {
     constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
     static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
-    if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535)
+    if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 ||
+        (fa_sm80::has_score_mod(p) && fa_sm80::mode_of(p) != 0))
         return cudaErrorInvalidValue;
     dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
     fa_sm80::dsum_kernel<T><<<g0, fa_sm80::THREADS, 0, st>>>(p);
@@ -411,7 +428,7 @@ template <typename T, int D> inline cudaError_t launch_backward(const fa_cuda_pa
         e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st);
     if (e == cudaSuccess && p.seqlen_k > 0) {
         const int mode = fa_sm80::mode_of(p);
-        auto k = ws_backward_kernel<T, D, 0>;
+        auto k = fa_sm80::has_score_mod(p) ? ws_backward_kernel<T, D, 0, true> : ws_backward_kernel<T, D, 0>;
         if constexpr (D <= 128)
             k = mode == 2 ? ws_backward_kernel<T, D, 2> : mode == 1 ? ws_backward_kernel<T, D, 1> : k;
         else if (mode != 0)

@@ -1,18 +1,20 @@
 // The sm90 instances and their C entry points (backends/cuda/params.h): the forward (fp16, bf16;
 // head dims 64 and 128, and 256 for calls with neither dropout nor a block mask) and the backward
 // (fp16, bf16; head dims 64 and 128, and 256 for calls with neither dropout nor a block mask; the
-// fused non-deterministic algorithm). Built only for
-// -gencode=arch=compute_90a,code=sm_90a.
+// fused non-deterministic algorithm); score modifiers (softcap, ALiBi) for calls with neither
+// dropout nor a block mask. Built only for -gencode=arch=compute_90a,code=sm_90a.
 #include "backward.cuh"
 
-extern "C" int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain)
+extern "C" int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod)
 {
-    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
+    return (dtype == 1 || dtype == 2) && (plain || !mod) &&
+           (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
 }
 
-extern "C" int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain)
+extern "C" int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod)
 {
-    return (dtype == 1 || dtype == 2) && (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
+    return (dtype == 1 || dtype == 2) && (plain || !mod) &&
+           (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
 }
 
 extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)

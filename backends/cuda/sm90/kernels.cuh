@@ -218,7 +218,8 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_param
  * 128-byte swizzled layout (sw128). Each consumer pipelines inside itself: S = Q K_n^T is issued,
  * then O += P_{n-1} V_{n-1}, and the softmax of S_n runs while the second product is still on
  * the tensor cores; O is rescaled once that product is waited for. The two consumers take turns
- * at issuing (ping-pong, below). Causal grids start with the query tiles that see the most keys. */
+ * at issuing (ping-pong, below). Causal grids start with the query tiles that see the most keys.
+ * MOD: the score modifiers (fa_sm80::softmax_scores applies them). */
 constexpr int WS_BR = 128, WS_CONSUMERS = 256, WS_THREADS = 384;
 /* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread) */
 template <int D> __host__ __device__ constexpr int ws_bn()
@@ -234,7 +235,8 @@ template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 }
 constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
-template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_cuda_params p)
+template <typename T, int D, bool MOD = false>
+__global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_cuda_params p)
 {
     constexpr int WS_STAGES = ws_stages<T, D>(), WS_BN = ws_bn<D>();
     constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
@@ -304,6 +306,7 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
     const int wrow = 64 * wg + 16 * (warp & 3); /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f;
+    const fa_sm80::score_mod sm = MOD ? fa_sm80::score_mod_of(p, s, b, h) : fa_sm80::score_mod{};
     const uint32_t q_addr = q_all + (uint32_t)(wg * 64 * D * sizeof(T)); /* this warpgroup's 64 rows, loaded by itself */
     load_sw128<T, D, 64, 128>(q_addr, p.q, b, s.q_start + q0 + 64 * wg, s.sq - q0 - 64 * wg, h, (int)p.d,
                               threadIdx.x & 127);
@@ -358,8 +361,8 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
             for (int i = 0; i < WS_BN / 2; ++i)
                 sflat[i] = -CUDART_INF_F;
         }
-        fa_sm80::softmax_scores<T, 1, WS_BN, 16, false, false>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m, row_l,
-                                                               alpha);
+        fa_sm80::softmax_scores<T, 1, WS_BN, 16, false, false, MOD>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m,
+                                                                    row_l, alpha, sm);
     };
 
     /* Ping-pong: the two consumers take turns at issuing their products (named barriers 4 and 5,
@@ -423,20 +426,21 @@ template <typename T, int D> __global__ void __launch_bounds__(WS_THREADS, 1) ws
         fa_sm80::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
-template <typename T, int D> inline cudaError_t launch_ws_forward(const fa_cuda_params &p, cudaStream_t stream)
+template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(const fa_cuda_params &p, cudaStream_t stream)
 {
     constexpr int SMEM = (WS_BR + 2 * ws_stages<T, D>() * ws_bn<D>()) * D * (int)sizeof(T) + 1024; /* + alignment */
     static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D,
                   "two stages at least, and the O stage fits in the K and V buffers");
     const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
-    cudaError_t e = cudaFuncSetAttribute(ws_forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    cudaError_t e = cudaFuncSetAttribute(ws_forward_kernel<T, D, MOD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (e == cudaSuccess)
-        ws_forward_kernel<T, D><<<grid, WS_THREADS, SMEM, stream>>>(p);
+        ws_forward_kernel<T, D, MOD><<<grid, WS_THREADS, SMEM, stream>>>(p);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-/* Mode 0 (neither block lists nor dropout) on the warp-specialised kernel, the others on the
- * first one (d 64 and 128 only: the chooser sends d 256 only in mode 0). */
+/* Mode 0 (neither block lists nor dropout) on the warp-specialised kernel, with or without score
+ * modifiers, the others on the first one (d 64 and 128 only, and no modifiers: the chooser sends
+ * d 256 and modifiers only in mode 0). */
 template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t stream)
 {
     const int64_t nq = (p.seqlen_q + BR - 1) / BR;
@@ -446,7 +450,10 @@ template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_par
         return cudaErrorInvalidValue;
     const int mode = fa_sm80::mode_of(p);
     if (mode == 0)
-        return launch_ws_forward<T, D>(p, stream);
+        return fa_sm80::has_score_mod(p) ? launch_ws_forward<T, D, true>(p, stream)
+                                         : launch_ws_forward<T, D, false>(p, stream);
+    if (fa_sm80::has_score_mod(p))
+        return cudaErrorNotSupported;
     if constexpr (D > 128) {
         return cudaErrorInvalidValue;
     } else {

@@ -120,9 +120,9 @@ extern "C" int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim
     return cudaErrorInvalidValue;
 }
 
-extern "C" int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward)
+extern "C" int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward, int aligned, int mod)
 {
-    if (dtype != 1 && dtype != 2)
+    if ((dtype != 1 && dtype != 2) || (mod && !aligned)) /* MOD instances: aligned rows only */
         return 0;
     switch (head_dim_pad) {
     case 32: return 1;
