@@ -143,7 +143,7 @@ static void ocl_capabilities(fa_capabilities *caps)
     caps->max_head_dim = 256;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI;
     snprintf(caps->notes, sizeof caps->notes,
              "OpenCL C 1.2, any device; every d in 1..256 (a program per head dim); fp32 arithmetic, fp16/bf16 "
              "as storage; backward without atomics, always deterministic; not in the default-backend chain");
@@ -453,6 +453,12 @@ static const ocl_tile_row cpu_bwd_tiles[] = {
 
 #define OCL_ROWS(t) (sizeof(t) / sizeof((t)[0]))
 
+/* The call sets a score modifier: its program is compiled with FA_SCORE_MOD=1. */
+static int score_mod_on(const fa_problem *p)
+{
+    return p->softcap > 0.0f || p->alibi_slopes != NULL;
+}
+
 static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
 {
     int gpu = s->gpu_tiles;
@@ -564,9 +570,9 @@ static fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_varia
                         "the device has %zu and %llu",
                         (long long)p->block_q, (long long)p->block_k, (long long)p->d, (long long)group,
                         (long long)local, s->max_group, (unsigned long long)s->local_bytes);
-    snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-%s%lld", p->backward ? "bwd" : "fwd",
+    snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-%s%lld%s", p->backward ? "bwd" : "fwd",
              fa_dtype_name(p->dtype), (long long)p->d, (long long)p->block_q, (long long)p->block_k,
-             kind ? "wg" : "vec", (long long)group);
+             kind ? "wg" : "vec", (long long)group, score_mod_on(p) ? "-scoremod" : "");
     out->kernel = kind;
     return FA_SUCCESS;
 }
@@ -691,6 +697,8 @@ static fa_status get_program(fa_context *ctx, const fa_problem *p, int kind, ocl
     }
     if (!kind && s->fma) /* only the CPU kernels read it: the GPU programs' options stay as they were */
         n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_FMA=1");
+    if (score_mod_on(p)) /* a second program: the plain one is compiled without the modifiers */
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_SCORE_MOD=1");
     /* FLASHATTN_OPENCL_OPTIONS: more compiler options, for tuning (for example NVIDIA's
      * -cl-nv-verbose -cl-nv-maxrregcount=N); they are part of the program cache's key */
     const char *extra = getenv("FLASHATTN_OPENCL_OPTIONS");
@@ -786,6 +794,7 @@ typedef struct call_args {
     cl_long prm[FA_P_COUNT];
     cl_mem mem[FA_T_COUNT];
     cl_mem cu_q, cu_k;
+    cl_mem alibi; /* the slopes' buffer (the user's memory) or the dummy */
     cl_mem params, bits, row_ptr, col, cls, dsum;
 } call_args;
 
@@ -858,6 +867,30 @@ static fa_status bind_cu(fa_context *ctx, const fa_problem *p, const int32_t *cu
     return FA_SUCCESS;
 }
 
+/* The ALiBi slopes' cl_mem and element offset: slopes[b * stride + h] for every sequence b and
+ * query head h must lie in one buffer (the core validated the extent's arithmetic). */
+static fa_status bind_alibi(fa_context *ctx, const fa_problem *p, call_args *a)
+{
+    ocl_state *s = state(ctx);
+    a->alibi = s->dummy;
+    if (!p->alibi_slopes)
+        return FA_SUCCESS;
+    int64_t count = p->alibi_stride ? (p->batch - 1) * p->alibi_stride + p->heads_q : p->heads_q;
+    if (p->batch < 1)
+        count = p->heads_q;
+    const ocl_buffer *b = find_buffer(s, p->alibi_slopes, sizeof(float) * (size_t)count);
+    if (!b || ((uintptr_t)p->alibi_slopes - b->base) % sizeof(float))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                        "alibi_slopes: %p and its %lld floats are not an aligned range inside one fa_malloc buffer of "
+                        "this context",
+                        (const void *)p->alibi_slopes, (long long)count);
+    a->alibi = b->mem;
+    a->prm[FA_P_ALIBI] = 1;
+    a->prm[FA_P_ALIBI_OFF] = (cl_long)(((uintptr_t)p->alibi_slopes - b->base) / sizeof(float));
+    a->prm[FA_P_ALIBI_STRIDE] = p->alibi_stride;
+    return FA_SUCCESS;
+}
+
 static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -877,6 +910,9 @@ static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a
     q[FA_P_SEED] = (cl_long)p->seed;
     q[FA_P_OFFSET] = (cl_long)p->offset;
     q[FA_P_HAS_LSE] = p->has_lse;
+    uint32_t cap_bits;
+    memcpy(&cap_bits, &p->softcap, sizeof cap_bits);
+    q[FA_P_SOFTCAP] = (cl_long)cap_bits;
     size_t el = fa_dtype_size(p->dtype);
     int64_t rq = p->varlen ? p->total_q : p->seqlen_q, rk = p->varlen ? p->total_k : p->seqlen_k;
     fa_status st;
@@ -894,7 +930,7 @@ static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a
          (st = bind_view(ctx, p, &p->dv, FA_T_DV, el, rk, p->heads_kv, p->d, a))))
         return st;
     if ((st = bind_cu(ctx, p, p->cu_q, &a->cu_q, &q[FA_P_CU_Q_OFF])) ||
-        (st = bind_cu(ctx, p, p->cu_k, &a->cu_k, &q[FA_P_CU_K_OFF])))
+        (st = bind_cu(ctx, p, p->cu_k, &a->cu_k, &q[FA_P_CU_K_OFF])) || (st = bind_alibi(ctx, p, a)))
         return st;
     if (p->block_mask && p->lists) {
         const fa_block_mask *bm = p->block_mask;
@@ -959,9 +995,9 @@ static fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_vari
         cl_mem bits = or_dummy(s, a.bits), rp = or_dummy(s, a.row_ptr), col = or_dummy(s, a.col), cls = or_dummy(s, a.cls);
         float scale = p->scale, drop = p->dropout_scale;
         const void *vals[] = {&a.params, &scale, &drop, &a.mem[FA_T_Q], &a.mem[FA_T_K], &a.mem[FA_T_V], &a.mem[FA_T_O],
-                              &a.mem[FA_T_LSE], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls};
+                              &a.mem[FA_T_LSE], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls, &a.alibi};
         cl_kernel k = v->kernel ? pr->forward : pr->forward_vec;
-        cl_int e = set_args(k, "mffmmmmmmmmmmm", vals);
+        cl_int e = set_args(k, "mffmmmmmmmmmmmm", vals);
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(fa_forward)");
         else {
@@ -999,14 +1035,15 @@ static fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_var
         const void *vd[] = {&a.params, &a.mem[FA_T_O], &a.mem[FA_T_DO], &a.dsum, &a.cu_q, &a.cu_k};
         const void *vkv[] = {&a.params, &scale, &drop, &a.mem[FA_T_Q], &a.mem[FA_T_K], &a.mem[FA_T_V], &a.mem[FA_T_DO],
                              &a.mem[FA_T_LSE], &a.dsum, &a.mem[FA_T_DK], &a.mem[FA_T_DV], &a.cu_q, &a.cu_k, &bits,
-                             &rp, &col, &cls};
+                             &rp, &col, &cls, &a.alibi};
         const void *vq[] = {&a.params, &scale, &drop, &a.mem[FA_T_Q], &a.mem[FA_T_K], &a.mem[FA_T_V], &a.mem[FA_T_DO],
-                            &a.mem[FA_T_LSE], &a.dsum, &a.mem[FA_T_DQ], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls};
+                            &a.mem[FA_T_LSE], &a.dsum, &a.mem[FA_T_DQ], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls,
+                            &a.alibi};
         cl_int e = set_args(pr->dsum, "mmmmmm", vd);
         if (e == CL_SUCCESS)
-            e = set_args(pr->dkdv, "mffmmmmmmmmmmmmmm", vkv);
+            e = set_args(pr->dkdv, "mffmmmmmmmmmmmmmmm", vkv);
         if (e == CL_SUCCESS)
-            e = set_args(pr->dq, "mffmmmmmmmmmmmmm", vq);
+            e = set_args(pr->dq, "mffmmmmmmmmmmmmmm", vq);
         int64_t nq = (p->seqlen_q + p->block_q - 1) / p->block_q, nk = (p->seqlen_k + p->block_k - 1) / p->block_k;
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(backward)");

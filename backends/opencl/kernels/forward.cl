@@ -12,8 +12,9 @@
  *                              added up once at the end; exp2 on the log2-scaled scores;
  *   O += P V                   P goes to __local memory transposed (region P), V in chunks of
  *                              FA_VC columns through region A.
- * Every mask option, dropout (core/philox.h, one block per 4 keys), block-sparse lists and varlen
- * are handled as in the other backends. __local rows are one float4 longer than the data, so that
+ * Every mask option, the score modifiers (core/score_mod.h, with FA_SCORE_MOD), dropout
+ * (core/philox.h, one block per 4 keys), block-sparse lists and varlen are handled as in the other
+ * backends. __local rows are one float4 longer than the data, so that
  * the float4 stores of the coalesced loaders and the float4 reads of a warp (consecutive keys)
  * fall in distinct banks, at offsets the compiler knows (transposed tiles with an XOR swizzle
  * instead cost 7 integer instructions per read in the PTX of NVIDIA's compiler, and padded
@@ -85,7 +86,8 @@ __kernel void
 fa_forward(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
            __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o, __global float *lse,
            __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
-           __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls)
+           __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls,
+           __global const float *alibi_slopes)
 {
     __local float4 region_a[FA_RA / 4]; /* Q [FA_BM][FA_CP], K [FA_BN][FA_CP]; V [FA_BN][FA_VC] */
     __local float4 region_p[FA_RP / 4]; /* P^T [FA_BN][FA_QP]; row reductions [FA_BM][FA_TX] */
@@ -112,6 +114,8 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const int bm_on = prm[FA_P_BLOCK_MASK] != 0;
     const float qscale = scale * M_LOG2E_F;
+    /* the scores here are log2-scaled: S = ln 2 x */
+    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, M_LN2_F, b, h, sq, sk);
     if (tid == 0) {
         const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
         base_l[0] = fa_at(vq, b, qs + q0, h);
@@ -235,7 +239,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             }
         }
 
-        /* the mask, and each row's maximum over this work-item's keys */
+        /* the score modifiers, the mask, and each row's maximum over this work-item's keys */
         FA_UNROLL_LOOP
         for (int r = 0; r < FA_TM; ++r) {
             const int rr = ty * FA_TM + r;
@@ -244,6 +248,10 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             FA_UNROLL_LOOP
             for (int j = 0; j < FA_TN; ++j) {
                 const int jj = tx + FA_TX * j;
+#if FA_SCORE_MOD
+                float grad;
+                s[r][j] = fa_score_mod_apply(&sm, s[r][j], q0 + rr, (long)k0 + jj, &grad);
+#endif
                 int vis = jj >= jlo && jj < jhi;
                 if (vis && cls == FA_TILE_PARTIAL && bm_on) {
                     const fa_ocl_blocks blk = fa_blocks_of(prm, h);
