@@ -5,7 +5,7 @@
  * prepends params.h, core/mask.h, core/philox.h, core/empty_row.h and core/score_mod.h to this
  * file (see meson.build). */
 
-/* Compile-time shape; the host passes every one with -D (backend.c's tile table). */
+/* Compile-time shape; the host passes every one with -D (tiles.c's tile table). */
 #ifndef FA_DTYPE
 #define FA_DTYPE 0 /* fa_dtype: 0 fp32, 1 fp16, 2 bf16 */
 #endif

@@ -14,13 +14,12 @@
  *                              FA_VC columns through region A.
  * Every mask option, the score modifiers (core/score_mod.h, with FA_SCORE_MOD), dropout
  * (core/philox.h, one block per 4 keys), block-sparse lists and varlen are handled as in the other
- * backends. __local rows are one float4 longer than the data, so that
- * the float4 stores of the coalesced loaders and the float4 reads of a warp (consecutive keys)
- * fall in distinct banks, at offsets the compiler knows (transposed tiles with an XOR swizzle
- * instead cost 7 integer instructions per read in the PTX of NVIDIA's compiler, and padded
- * transposed ones uncoalesced loads: both measured slower). fp32 compute; fp16 and bf16 as
- * storage. CPU devices run forward_vec.cl instead (FLASHATTN_OPENCL_TILES=gpu runs this kernel
- * anywhere, as the tests do). */
+ * backends. __local rows are one float4 longer than the data, so that the float4 stores of the
+ * coalesced loaders and the float4 reads of a warp (consecutive keys) fall in distinct banks, at
+ * offsets the compiler knows (transposed tiles with an XOR swizzle cost integer instructions per
+ * read, padded transposed ones uncoalesced loads: docs/backends/opencl.md). fp32 compute; fp16
+ * and bf16 as storage. CPU devices run forward_vec.cl instead (FLASHATTN_OPENCL_TILES=gpu runs
+ * this kernel anywhere, as the tests do). */
 
 #if FA_KERNELS == 1
 #ifndef FA_TM
@@ -81,7 +80,7 @@
 
 /* No reqd_work_group_size: with it NVIDIA's ptxas takes up to 255 registers for 256 work-items and
  * ignores -cl-nv-maxrregcount, and one work-group per SM cannot hide its own loads; the host
- * always launches FA_WG work-items and caps the registers on NVIDIA (backend.c). */
+ * always launches FA_WG work-items and caps the registers on NVIDIA (programs.c). */
 __kernel void
 fa_forward(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
            __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o, __global float *lse,
@@ -95,7 +94,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
     __local float *const v_l = (__local float *)region_a, *const p_l = (__local float *)region_p;
     /* What every tile needs but no work-item should hold in registers through the key loop (the
      * loop's barriers keep the compiler from hoisting these loads; holding the 64-bit views, mask
-     * ranges and block-mask fields took the work-item to 215-255 registers): the element offsets
+     * ranges and block-mask fields in registers overflows the register cap): the element offsets
      * of row 0 of Q (this tile), K and V (this sequence and head) with their row strides, and each
      * row's visible keys [lo, hi) (sequence-relative; the host keeps sequences below 2^31). */
     __local long base_l[6];
@@ -160,8 +159,8 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
 
         /* S = (scale log2 e) Q K^T, FA_DC columns at a time. Loads: consecutive work-items take
          * consecutive float4 of a row (coalesced), and the row pitch FA_CP puts a warp's float4
-         * stores in distinct banks. (Loading each pass one pass ahead into registers measured
-         * 0.5-1.3 TFLOP/s slower on the H200: more spills under the 128-register cap.) */
+         * stores in distinct banks. (Each pass is not prefetched into registers a pass ahead: it
+         * spills under the 128-register cap, docs/backends/opencl.md.) */
         float4 qn[FA_NQ], kn[FA_NK], vn[FA_NV];
 #define FA_FETCH_QK(dc_)                                                                                               \
     do {                                                                                                               \

@@ -1,6 +1,7 @@
 /* params.h: the layout of the 64-bit parameter block every OpenCL kernel receives as its first
- * argument. Shared text: backend.c includes it, and the build prepends it to the kernel source, so
- * the host and the kernels can never disagree on an index. Plain enums: valid C and OpenCL C. */
+ * argument. Shared text: the host includes it (opencl_backend.h), and the build prepends it to the
+ * kernel source, so the host and the kernels can never disagree on an index. Plain enums: valid C
+ * and OpenCL C. */
 #ifndef FA_OCL_PARAMS_H
 #define FA_OCL_PARAMS_H
 
