@@ -59,7 +59,8 @@ static void cpu_capabilities(fa_capabilities *caps)
     caps->max_head_dim = 256;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT |
+                     FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI;
     snprintf(caps->notes, sizeof caps->notes,
              "every d in 1..256 (padded to 16 inside the tiles); fp32 arithmetic for every dtype; "
              "the backward is always deterministic");

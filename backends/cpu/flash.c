@@ -12,6 +12,7 @@
 #include "half.h"
 #include "philox.h"
 #include "pool.h"
+#include "score_mod.h"
 #include "simd.h"
 #include "softmax.h"
 
@@ -261,6 +262,31 @@ static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t
     }
 }
 
+/* The score modifiers (core/score_mod.h; Q is prescaled, so the tile holds scaled scores: u = 1)
+ * on columns [0, width) of nr rows of a tile whose first element is (q0, k0) of sequence b, query
+ * head h; diag = seqlen_k - seqlen_q of the sequence. grad (row stride ld, may be NULL) receives
+ * the softcap's derivative. Applied before the mask: softcap(-inf) is finite. */
+static void apply_score_mod(const fa_problem *p, int64_t b, int64_t h, int64_t diag, int64_t q0, int64_t nr,
+                            int64_t k0, int64_t width, int64_t ld, float *s, float *grad)
+{
+    fa_softcap_factors f = fa_softcap_make(1.0f, p->softcap);
+    float slope = p->alibi_slopes ? p->alibi_slopes[b * p->alibi_stride + h] : 0.0f;
+    for (int64_t r = 0; r < nr; ++r) {
+        float *row = s + r * ld;
+        if (p->softcap > 0.0f) {
+            float *grow = grad ? grad + r * ld : NULL;
+            for (int64_t j = 0; j < width; ++j) {
+                row[j] = fa_softcap_apply(f, row[j]);
+                if (grow)
+                    grow[j] = fa_softcap_grad(f, row[j]);
+            }
+        }
+        if (p->alibi_slopes)
+            for (int64_t j = 0; j < width; ++j)
+                row[j] += fa_alibi_bias(slope, q0 + r, k0 + j, diag);
+    }
+}
+
 /* Multiplies P (nr x ld) by the dropout factor of each element: 0 or 1/(1-p). */
 static void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int64_t q0, int64_t nr, int64_t k0, int64_t nc,
                           int64_t ld, float *pm)
@@ -303,9 +329,9 @@ static int64_t fwd_scratch_floats(const tile_dims *t)
 
 static int64_t bwd_scratch_floats(const tile_dims *t)
 {
-    /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), Q, dO (bq x dp), P, P o Z, dS (bq x bk),
-     * P^T / dS^T (bk x bqp), LSE, D */
-    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 3 * t->bq * t->bk + t->bk * t->bqp +
+    /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), Q, dO (bq x dp), P, P o Z, dS, the
+     * softcap's derivative (bq x bk), P^T / dS^T (bk x bqp), LSE, D */
+    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 4 * t->bq * t->bk + t->bk * t->bqp +
            2 * t->bq + 64;
 }
 
@@ -474,6 +500,8 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
             next = (const char *)(kT + kv_tile_floats(t) * p->heads_kv);
         int64_t half_bytes = t->dp * t->bk * (int64_t)sizeof(float);
         gemm_np(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * NR, sj, t->bk, 0, next, half_bytes);
+        if (p->softcap > 0.0f || p->alibi_slopes)
+            apply_score_mod(p, b, h, sk - sq, q0, nr, k0 + j0, w, t->bk, sj, NULL);
         if (cls != FA_TILE_FULL || j0 + w > nc)
             apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
         online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
@@ -600,7 +628,8 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
     float *ktile = scratch, *kT = ktile + bk * dp, *vT = kT + dp * bk;
     float *dk = vT + dp * bk, *dv = dk + bk * dp;
     float *qtile = dv + bk * dp, *dotile = qtile + t->bq * dp;
-    float *pm = dotile + t->bq * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *tr = ds + t->bq * bk;
+    float *pm = dotile + t->bq * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *grad = ds + t->bq * bk;
+    float *tr = grad + t->bq * bk;
     float *lse = tr + bk * t->bqp, *dsum = lse + t->bq;
     float *dq_acc = bc->dq_acc + chunk * p->total_q * p->heads_q * dp;
 
@@ -634,6 +663,8 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 gemm_nn(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
                 for (int64_t r = 0; r < nr; ++r)
                     scale_row(pm + r * bk, bk, p->scale);
+                if (p->softcap > 0.0f || p->alibi_slopes)
+                    apply_score_mod(p, b, h, sk - sq, q0, nr, k0, bk, bk, pm, grad);
                 if (cls != FA_TILE_FULL || nc < bk)
                     apply_mask(p, &m, h, q0, nr, k0, nc, bk, bk, pm, cls);
                 for (int64_t r = 0; r < nr; ++r) { /* LSE = -inf: a row that saw no key, P = 0 */
@@ -660,6 +691,9 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     const float *prow = pm + r * bk;
                     for (int64_t j = 0; j < bk; ++j) /* a select: P = 0 meets dP = NaN from V = NaN */
                         drow[j] = prow[j] == 0.0f ? 0.0f : prow[j] * (drow[j] - dsum[r]) * p->scale;
+                    if (p->softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */
+                        for (int64_t j = 0; j < bk; ++j)
+                            drow[j] *= grad[r * bk + j];
                 }
                 /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
                 gemm_nn(nr, dp, bk, ds, bk, ktile, dp, dq_acc + (cr0 * p->heads_q + h) * dp, p->heads_q * dp, 1);

@@ -70,10 +70,47 @@ static int element_visible(const fa_problem *p, int64_t sq, int64_t sk, int64_t 
     return fa_problem_block_keep(p, h, i, j);
 }
 
+/* The score modifiers of query head h of sequence b on the scaled score v of element (i, j):
+ * flashattn.h's definitions written out in double with tanh from libm, deliberately not with
+ * core/score_mod.h (which the kernels use). *grad receives dS'/dS (1 without a softcap). */
+static double modified_score(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t i,
+                             int64_t j, double v, double *grad)
+{
+    *grad = 1.0;
+    if (p->softcap > 0.0f) {
+        double c = (double)p->softcap, t = tanh(v / c);
+        v = c * t;
+        *grad = 1.0 - t * t;
+    }
+    if (p->alibi_slopes) {
+        double slope = (double)p->alibi_slopes[b * p->alibi_stride + h];
+        double dist = (double)(j - sk) - (double)(i - sq);
+        v -= slope * fabs(dist);
+    }
+    return v;
+}
+
+/* The same in fp32 arithmetic with libm's tanhf, for the naive same-precision baseline. */
+static float modified_score_f(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t i,
+                              int64_t j, float v, float *grad)
+{
+    *grad = 1.0f;
+    if (p->softcap > 0.0f) {
+        float t = tanhf(v / p->softcap);
+        v = p->softcap * t;
+        *grad = 1.0f - t * t;
+    }
+    if (p->alibi_slopes) {
+        int64_t dist = (j - sk) - (i - sq);
+        v -= p->alibi_slopes[b * p->alibi_stride + h] * (float)(dist < 0 ? -dist : dist);
+    }
+    return v;
+}
+
 /* Per (b, h) scratch: the materialised matrices. */
 typedef struct ref_scratch {
-    double *s, *pm; /* S and P, sq x sk */
-    float *sf, *pf;
+    double *s, *pm, *g; /* S, P and dS'/dS of the score modifiers, sq x sk */
+    float *sf, *pf, *gf;
 } ref_scratch;
 
 static int scratch_alloc(const fa_problem *p, ref_scratch *sc, int single)
@@ -85,35 +122,41 @@ static int scratch_alloc(const fa_problem *p, ref_scratch *sc, int single)
     if (single) {
         sc->sf = malloc(sizeof(float) * (size_t)n);
         sc->pf = malloc(sizeof(float) * (size_t)n);
-        return sc->sf && sc->pf;
+        sc->gf = malloc(sizeof(float) * (size_t)n);
+        return sc->sf && sc->pf && sc->gf;
     }
     sc->s = malloc(sizeof(double) * (size_t)n);
     sc->pm = malloc(sizeof(double) * (size_t)n);
-    return sc->s && sc->pm;
+    sc->g = malloc(sizeof(double) * (size_t)n);
+    return sc->s && sc->pm && sc->g;
 }
 
 static void scratch_free(ref_scratch *sc)
 {
     free(sc->s);
     free(sc->pm);
+    free(sc->g);
     free(sc->sf);
     free(sc->pf);
+    free(sc->gf);
 }
 
-/* P (without dropout) of (b, h) in double; row LSE into lse_row (may be NULL). */
+/* P (without dropout) of (b, h) in double; row LSE into lse_row (may be NULL); g receives the
+ * score modifiers' dS'/dS per element. */
 static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
-                      double *s, double *pm, double *lse_row)
+                      double *s, double *pm, double *g, double *lse_row)
 {
     int64_t hk = h / p->group;
     for (int64_t i = 0; i < sq; ++i) {
         double mx = -INFINITY;
         for (int64_t j = 0; j < sk; ++j) {
             double v = -INFINITY;
+            g[i * sk + j] = 0.0;
             if (element_visible(p, sq, sk, h, i, j)) {
                 double dot = 0.0;
                 for (int64_t c = 0; c < p->d; ++c)
                     dot += fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) * fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
-                v = (double)p->scale * dot;
+                v = modified_score(p, b, h, sq, sk, i, j, (double)p->scale * dot, &g[i * sk + j]);
             }
             s[i * sk + j] = v;
             if (v > mx)
@@ -149,7 +192,7 @@ fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             int64_t hk = h / p->group;
-            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, lse_row);
+            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, sc.g, lse_row);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 double *orow = o + (r * p->heads_q + h) * p->d;
@@ -193,7 +236,7 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             int64_t hk = h / p->group;
-            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, NULL);
+            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, sc.g, NULL);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 /* dP_ij = z_ij * (dO_i . V_j); D_i = sum_j P_ij dP_ij; dS = P (dP - D) */
@@ -220,7 +263,7 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
                 }
                 double *dqrow = dq + (r * p->heads_q + h) * p->d;
                 for (int64_t j = 0; j < sk; ++j) {
-                    double ds = sc.pm[i * sk + j] * (dprow[j] - dsum) * (double)p->scale;
+                    double ds = sc.pm[i * sk + j] * (dprow[j] - dsum) * sc.g[i * sk + j] * (double)p->scale;
                     if (ds == 0.0)
                         continue;
                     int64_t rk = canon_row(p, b, k0, j, 0);
@@ -241,19 +284,20 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
 
 /* P of (b, h) in fp32 (softmax in fp32, scores accumulated in fp32) and row LSE. */
 static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
-                        float *s, float *pm, double *lse_row)
+                        float *s, float *pm, float *g, double *lse_row)
 {
     int64_t hk = h / p->group;
     for (int64_t i = 0; i < sq; ++i) {
         float mx = -INFINITY;
         for (int64_t j = 0; j < sk; ++j) {
             float v = -INFINITY;
+            g[i * sk + j] = 0.0f;
             if (element_visible(p, sq, sk, h, i, j)) {
                 float dot = 0.0f;
                 for (int64_t c = 0; c < p->d; ++c)
                     dot += (float)fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) *
                            (float)fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
-                v = p->scale * dot;
+                v = modified_score_f(p, b, h, sq, sk, i, j, p->scale * dot, &g[i * sk + j]);
             }
             s[i * sk + j] = v;
             if (v > mx)
@@ -292,7 +336,7 @@ fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             int64_t hk = h / p->group;
-            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, lse_row);
+            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, sc.gf, lse_row);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 for (int64_t c = 0; c < p->d; ++c)
@@ -341,7 +385,7 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             int64_t hk = h / p->group;
-            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, NULL);
+            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, sc.gf, NULL);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 float *dprow = sc.sf + i * sk;
@@ -365,7 +409,7 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
                 }
                 float *dqrow = aq + (r * p->heads_q + h) * p->d;
                 for (int64_t j = 0; j < sk; ++j) {
-                    float ds = (float)fa_round_to(p->dtype, sc.pf[i * sk + j] * (dprow[j] - dsum));
+                    float ds = (float)fa_round_to(p->dtype, sc.pf[i * sk + j] * (dprow[j] - dsum) * sc.gf[i * sk + j]);
                     if (ds == 0.0f)
                         continue;
                     ds *= p->scale;

@@ -246,6 +246,9 @@ typedef enum case_id {
     Q_SPAN_PAST_ADDRESS_SPACE,
     DQ_SHAPE_MISMATCH, DK_DTYPE_DIFFERS, DV_DATA_NULL, DOUT_NDIM_3, DOUT_SHAPE_MISMATCH, DQ_ALIASES_Q,
     DK_ALIASES_DV, DQ_ROWS_OVERLAP,
+    SOFTCAP_NAN, SOFTCAP_INF, SOFTCAP_NEGATIVE, SOFTCAP_SCALE_RATIO_OVERFLOWS, ALIBI_STRIDE_WITHOUT_SLOPES,
+    ALIBI_STRIDE_BELOW_HEADS, ALIBI_STRIDE_NEGATIVE, ALIBI_SPAN_OVERFLOWS, ALIBI_INVERSE_SCALE_OVERFLOWS,
+    ALIBI_INSIDE_O, ALIBI_INSIDE_LSE, ALIBI_INSIDE_DK,
 } case_id;
 
 typedef struct invalid_case {
@@ -339,7 +342,23 @@ static const invalid_case invalid_cases[] = {
     CASE(DQ_ALIASES_Q, BACKWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
     CASE(DK_ALIASES_DV, BACKWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
     CASE(DQ_ROWS_OVERLAP, BACKWARD, FA_ERR_INVALID_ARG, "dq", "overlap"),
+    /* score modifiers */
+    CASE(SOFTCAP_NAN, BOTH, FA_ERR_INVALID_ARG, "softcap", NULL),
+    CASE(SOFTCAP_INF, BOTH, FA_ERR_INVALID_ARG, "softcap", NULL),
+    CASE(SOFTCAP_NEGATIVE, BOTH, FA_ERR_INVALID_ARG, "softcap", NULL),
+    CASE(SOFTCAP_SCALE_RATIO_OVERFLOWS, BOTH, FA_ERR_INVALID_ARG, "softcap", "softmax_scale"),
+    CASE(ALIBI_STRIDE_WITHOUT_SLOPES, BOTH, FA_ERR_INVALID_ARG, "alibi_batch_stride", NULL),
+    CASE(ALIBI_STRIDE_BELOW_HEADS, BOTH, FA_ERR_INVALID_ARG, "alibi_batch_stride", "heads_q"),
+    CASE(ALIBI_STRIDE_NEGATIVE, BOTH, FA_ERR_INVALID_ARG, "alibi_batch_stride", NULL),
+    CASE(ALIBI_SPAN_OVERFLOWS, BOTH, FA_ERR_OVERFLOW, "alibi", "overflow"),
+    CASE(ALIBI_INVERSE_SCALE_OVERFLOWS, BOTH, FA_ERR_INVALID_ARG, "alibi", "scale"),
+    CASE(ALIBI_INSIDE_O, FORWARD, FA_ERR_INVALID_ARG, "alibi_slopes", "overlap"),
+    CASE(ALIBI_INSIDE_LSE, FORWARD, FA_ERR_INVALID_ARG, "alibi_slopes", "overlap"),
+    CASE(ALIBI_INSIDE_DK, BACKWARD, FA_ERR_INVALID_ARG, "alibi_slopes", "overlap"),
 };
+
+/* ALiBi slopes for the cases above that need a valid pointer: [BATCH][HEADS_Q + 1] */
+static float alibi_slopes[BATCH * (HEADS_Q + 1)];
 
 /* Block masks used by the mask cases; built once per test run. */
 static fa_block_mask mask_short_rows, mask_short_cols, mask_two_heads, mask_null_bits, mask_zero_block;
@@ -433,6 +452,21 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case DROPOUT_ONE: a.opts->dropout_p = 1.0f; break;
     case DROPOUT_ABOVE_ONE: a.opts->dropout_p = 1.5f; break;
     case DROPOUT_NAN: a.opts->dropout_p = NAN; break;
+    case SOFTCAP_NAN: a.opts->softcap = NAN; break;
+    case SOFTCAP_INF: a.opts->softcap = INFINITY; break;
+    case SOFTCAP_NEGATIVE: a.opts->softcap = -1.0f; break;
+    case SOFTCAP_SCALE_RATIO_OVERFLOWS: a.opts->softcap = 1e-30f; a.opts->softmax_scale = 1e10f; break;
+    case ALIBI_STRIDE_WITHOUT_SLOPES: a.opts->alibi_batch_stride = HEADS_Q; break;
+    case ALIBI_STRIDE_BELOW_HEADS: a.opts->alibi_slopes = alibi_slopes; a.opts->alibi_batch_stride = HEADS_Q - 1; break;
+    case ALIBI_STRIDE_NEGATIVE: a.opts->alibi_slopes = alibi_slopes; a.opts->alibi_batch_stride = -HEADS_Q; break;
+    case ALIBI_SPAN_OVERFLOWS: a.opts->alibi_slopes = alibi_slopes; a.opts->alibi_batch_stride = INT64_MAX - 1; break;
+    case ALIBI_INVERSE_SCALE_OVERFLOWS: a.opts->alibi_slopes = alibi_slopes; a.opts->softmax_scale = 1e-40f; break;
+    case ALIBI_INSIDE_O: a.opts->alibi_slopes = (const float *)a.o->data + 3; break;
+    case ALIBI_INSIDE_LSE: a.opts->alibi_slopes = (const float *)a.lse->data + 3; break;
+    case ALIBI_INSIDE_DK:
+        a.opts->alibi_slopes = (const float *)a.dk->data + 3;
+        a.opts->alibi_batch_stride = HEADS_Q;
+        break;
     case SCALE_NAN: a.opts->softmax_scale = NAN; break;
     case SCALE_INF: a.opts->softmax_scale = INFINITY; break;
     case SCALE_MINUS_INF: a.opts->softmax_scale = -INFINITY; break;
@@ -1311,6 +1345,70 @@ static void test_backend_discovery(void **state)
     assert_int_equal(fa_backend_capabilities("cpu", NULL), FA_ERR_INVALID_ARG);
 }
 
+/* A score modifier a backend does not list in its capabilities is FA_ERR_UNSUPPORTED through
+ * every entry point (never ignored); one it lists passes the query. Every backend with a device. */
+static void test_score_modifiers_follow_capabilities(void **state)
+{
+    (void)state;
+    static float q[2 * 3 * 2 * 8], k[2 * 3 * 2 * 8], v[2 * 3 * 2 * 8], o[2 * 3 * 2 * 8], l[2 * 2 * 3];
+    static const float slopes[2] = {0.5f, 0.25f};
+    int tried = 0;
+    for (int i = 0; i < fa_backend_count(); ++i) {
+        const char *name = fa_backend_name(i);
+        fa_capabilities caps;
+        fa_context *ctx = NULL;
+        assert_int_equal(fa_backend_capabilities(name, &caps), FA_SUCCESS);
+        if (fa_context_create(&ctx, name, 0) != FA_SUCCESS)
+            continue; /* no device for this backend here */
+        void *dev[5] = {NULL};
+        size_t bytes[5] = {sizeof q, sizeof k, sizeof v, sizeof o, sizeof l};
+        const float *host[3] = {q, k, v};
+        void *dslopes = NULL;
+        int ok = 1;
+        for (int b = 0; b < 5; ++b)
+            ok &= fa_malloc(ctx, bytes[b], &dev[b]) == FA_SUCCESS;
+        ok &= fa_malloc(ctx, sizeof slopes, &dslopes) == FA_SUCCESS;
+        for (int b = 0; ok && b < 3; ++b)
+            ok &= fa_memcpy(ctx, dev[b], host[b], bytes[b], FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS;
+        ok &= fa_memcpy(ctx, dslopes, slopes, sizeof slopes, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS;
+        assert_true(ok);
+        for (int mod = 0; mod < 2; ++mod) {
+            fa_fwd_args a;
+            memset(&a, 0, sizeof a);
+            a.q = tensor4(dev[0], FA_DTYPE_F32, 2, 3, 2, 8);
+            a.k = tensor4(dev[1], FA_DTYPE_F32, 2, 3, 2, 8);
+            a.v = tensor4(dev[2], FA_DTYPE_F32, 2, 3, 2, 8);
+            a.o = tensor4(dev[3], FA_DTYPE_F32, 2, 3, 2, 8);
+            a.lse = tensor3(dev[4], FA_DTYPE_F32, 2, 2, 3);
+            a.opts = fa_options_default();
+            unsigned bit = mod == 0 ? FA_FEATURE_SOFTCAP : FA_FEATURE_ALIBI;
+            if (mod == 0)
+                a.opts.softcap = 30.0f;
+            else
+                a.opts.alibi_slopes = dslopes;
+            fa_status expected = (caps.features & bit) ? FA_SUCCESS : FA_ERR_UNSUPPORTED;
+            char variant[64];
+            fa_status st = fa_query_support(ctx, &a, 1, variant, sizeof variant);
+            if (st != expected)
+                print_error("%s %s: query status %s, expected %s (%s)\n", name, mod ? "alibi" : "softcap",
+                            fa_status_string(st), fa_status_string(expected), fa_context_last_error(ctx));
+            assert_int_equal(st, expected);
+            if (expected == FA_ERR_UNSUPPORTED) {
+                assert_int_equal(fa_forward(ctx, &a), FA_ERR_UNSUPPORTED);
+                assert_error_message(ctx, name, mod ? "ALiBi" : "softcap", name);
+            } else {
+                assert_int_equal(fa_forward(ctx, &a), FA_SUCCESS);
+            }
+        }
+        for (int b = 0; b < 5; ++b)
+            fa_free(ctx, dev[b]);
+        fa_free(ctx, dslopes);
+        fa_context_destroy(ctx);
+        ++tried;
+    }
+    assert_true(tried >= 1);
+}
+
 static void test_context_creation_errors(void **state)
 {
     (void)state;
@@ -1506,6 +1604,7 @@ int main(void)
         cmocka_unit_test(test_plan_and_query_on_a_valid_problem),
         cmocka_unit_test(test_status_strings_are_distinct),
         cmocka_unit_test(test_backend_discovery),
+        cmocka_unit_test(test_score_modifiers_follow_capabilities),
         cmocka_unit_test(test_context_creation_errors),
         cmocka_unit_test(test_environment_selects_backend),
         cmocka_unit_test(test_context_settings),

@@ -424,5 +424,98 @@ int conf_grid(conf_case *cases, int max, int full)
         c.backward = 1;
         ADD(c);
     }
+    /* score modifiers (softcap, ALiBi per head and per sequence, both) on every kernel family's
+     * head dims and dtypes, causal and not, unequal lengths (ALiBi's distance is bottom-right
+     * aligned), GQA; then with varlen, windows, dropout, block masks and the deterministic path.
+     * softcap 1.5 at the default scale and 20 at scale 1 both put scores where tanh bends. */
+    {
+        static const int64_t mod_dims[] = {64, 128, 256, 59};
+        static const struct {
+            const char *tag;
+            float softcap, scale;
+            int alibi;
+        } mods[] = {{"softcap", 1.5f, 0.0f, 0}, {"alibi", 0.0f, 0.0f, 1}, {"softcap-alibi", 20.0f, 1.0f, 2}};
+        for (size_t i = 0; i < sizeof mod_dims / sizeof mod_dims[0]; ++i)
+            for (size_t m = 0; m < sizeof mods / sizeof mods[0]; ++m)
+                for (int causal = 0; causal < 2; ++causal) {
+                    int t = mod_dims[i] == 59 ? 0 : 1 + (int)((m + (size_t)causal) % 2); /* f32 or f16 / bf16 */
+                    if (!full && (causal != (int)(m % 2) || i == 2))
+                        continue;
+                    snprintf(name, sizeof name, "%s-d%lld-%s%s", mods[m].tag, (long long)mod_dims[i], dtype_tag[t],
+                             causal ? "-causal" : "");
+                    conf_case c = conf_case_default(name);
+                    c.dtype = dtypes[t];
+                    c.d = mod_dims[i];
+                    c.softcap = mods[m].softcap;
+                    c.scale = mods[m].scale;
+                    c.alibi = mods[m].alibi;
+                    c.causal = causal;
+                    c.batch = 2;
+                    c.heads_q = 4;
+                    c.heads_kv = 2;
+                    c.seqlen_q = causal ? 200 : 131;
+                    c.seqlen_k = causal ? 257 : 190;
+                    c.backward = 1;
+                    ADD(c);
+                }
+        conf_case c = conf_case_default("softcap-alibi-varlen-window-f16-d128");
+        c.dtype = FA_DTYPE_F16;
+        c.d = 128;
+        c.softcap = 2.0f;
+        c.alibi = 2;
+        c.window_left = 70;
+        c.window_right = 20;
+        c.varlen = 1;
+        c.batch = 3;
+        c.len_q[0] = 150, c.len_q[1] = 0, c.len_q[2] = 77;
+        c.len_k[0] = 190, c.len_k[1] = 64, c.len_k[2] = 129;
+        c.heads_q = 4;
+        c.heads_kv = 1;
+        c.backward = 1;
+        ADD(c);
+        c = conf_case_default("softcap-alibi-dropout-blocksparse-bf16-d64");
+        c.dtype = FA_DTYPE_BF16;
+        c.d = 64;
+        c.softcap = 1.5f;
+        c.alibi = 1;
+        c.dropout_p = 0.17f;
+        c.block = FA_BLOCK_RANDOM;
+        c.block_q = 32;
+        c.block_k = 64;
+        c.block_density = 0.6;
+        c.causal = 1;
+        c.seqlen_q = 180;
+        c.seqlen_k = 240;
+        c.heads_q = 2;
+        c.heads_kv = 2;
+        c.backward = 1;
+        ADD(c);
+        c = conf_case_default("softcap-alibi-deterministic-bf16-d128");
+        c.dtype = FA_DTYPE_BF16;
+        c.d = 128;
+        c.softcap = 1.5f;
+        c.alibi = 2;
+        c.deterministic = 1;
+        c.causal = 1;
+        c.seqlen_q = 211;
+        c.seqlen_k = 300;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.batch = 2;
+        c.backward = 1;
+        ADD(c);
+        c = conf_case_default("softcap-alibi-long-bf16-d128");
+        c.dtype = FA_DTYPE_BF16;
+        c.d = 128;
+        c.softcap = 20.0f;
+        c.scale = 1.0f;
+        c.alibi = 1;
+        c.seqlen_q = full ? 600 : 300;
+        c.seqlen_k = full ? 700 : 300;
+        c.heads_q = 2;
+        c.heads_kv = 1;
+        c.backward = 1;
+        ADD(c);
+    }
     return add_f16_twins(cases, n, max);
 }

@@ -390,6 +390,8 @@ typedef struct case_bufs {
     void *cu_dev;
     fa_block_mask mask;
     fa_varlen varlen;
+    float *slopes_host; /* ALiBi slopes: the host image and the context's copy */
+    void *slopes_dev;
 } case_bufs;
 
 static void bufs_free(fa_context *ctx, case_bufs *cb)
@@ -402,6 +404,33 @@ static void bufs_free(fa_context *ctx, case_bufs *cb)
     if (cb->cu_dev)
         fa_free(ctx, cb->cu_dev);
     fa_block_mask_destroy(&cb->mask);
+    free(cb->slopes_host);
+    if (cb->slopes_dev)
+        fa_free(ctx, cb->slopes_dev);
+}
+
+/* ALiBi slopes of a case: head h of H has the geometric slope 2^(-8 (h + 1) / H) of Press et al.,
+ * and with per-sequence rows (alibi 2) sequence b's are (1 + b / 2) times those, so a kernel that
+ * reads the wrong row or head gives other scores. Rows are heads_q + 3 apart (the stride is not
+ * the row length). Returns the element count, 0 for no ALiBi, -1 when out of memory. */
+static int64_t make_slopes(const conf_case *c, case_bufs *cb, int64_t *stride)
+{
+    *stride = 0;
+    if (!c->alibi)
+        return 0;
+    int64_t rows = c->alibi == 2 ? c->batch : 1, n;
+    *stride = c->alibi == 2 ? c->heads_q + 3 : 0;
+    n = c->alibi == 2 ? rows * *stride : c->heads_q;
+    cb->slopes_host = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!cb->slopes_host)
+        return -1;
+    for (int64_t x = 0; x < n; ++x)
+        cb->slopes_host[x] = -1.0f; /* the padding: a kernel reading it gives a wrong bias */
+    for (int64_t b = 0; b < rows; ++b)
+        for (int64_t h = 0; h < c->heads_q; ++h)
+            cb->slopes_host[b * *stride + h] =
+                (float)(exp2(-8.0 * (double)(h + 1) / (double)c->heads_q) * (1.0 + 0.5 * (double)b));
+    return n;
 }
 
 #define FAIL(...)                                                                                                  \
@@ -498,6 +527,18 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
     opts.dropout_seed = c->seed;
     opts.dropout_offset = c->offset;
     opts.deterministic = c->deterministic;
+    opts.softcap = c->softcap;
+    int64_t slope_stride, slope_count = make_slopes(c, &cb, &slope_stride);
+    if (slope_count < 0)
+        FAIL("out of host memory");
+    if (slope_count > 0) {
+        if (fa_malloc(ctx, sizeof(float) * (size_t)slope_count, &cb.slopes_dev) ||
+            fa_memcpy(ctx, cb.slopes_dev, cb.slopes_host, sizeof(float) * (size_t)slope_count,
+                      FA_COPY_HOST_TO_DEVICE))
+            FAIL("cannot upload the ALiBi slopes");
+        opts.alibi_slopes = cb.slopes_dev;
+        opts.alibi_batch_stride = slope_stride;
+    }
     if (c->block_q > 0) {
         if (fa_block_mask_create(&cb.mask, c->block, c->block_per_head ? c->heads_q : 1, sq, sk, c->block_q,
                                  c->block_k, c->block_param, c->block_density, c->seed) != FA_SUCCESS)
@@ -548,6 +589,8 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
     ha.o = tbuf_host_tensor(&cb.o);
     ha.lse = tbuf_host_tensor(&cb.lse);
     ha.varlen = c->varlen ? &host_varlen : NULL;
+    if (cb.slopes_host)
+        ha.opts.alibi_slopes = cb.slopes_host;
     fa_problem p;
     if (fa_validate_forward(host, &ha, &p, &cu_check) != FA_SUCCESS)
         FAIL("reference validation: %s", fa_context_last_error(host));
@@ -654,6 +697,7 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
         hb.dk = tbuf_host_tensor(&cb.dk);
         hb.dv = tbuf_host_tensor(&cb.dv);
         hb.varlen = ha.varlen;
+        hb.opts.alibi_slopes = ha.opts.alibi_slopes;
         fa_problem pb;
         free(cu_check);
         cu_check = NULL;

@@ -38,6 +38,8 @@ typedef struct conf_case {
     layout_kind layout;
     int backward;
     int deterministic;
+    float softcap;          /* 0 = off */
+    int alibi;              /* ALiBi slopes: 0 none, 1 [heads_q], 2 [batch][heads_q + 3] (rows padded) */
 } conf_case;
 
 /* The errors a run measured; filled by conf_run. */
