@@ -1,8 +1,10 @@
 /* opencl_vs_cpu.c: the OpenCL backend against the CPU backend on the same inputs, options and
  * seed (through the public API only): forward and backward outputs agree to the storage dtype's
  * rounding, the dropout masks are the same elements (read off exactly, see test_dropout_mask),
- * the backward is bitwise reproducible, and the program-binary cache is written where
- * docs/backends/opencl.md says. Exits 77 (SKIP) when the OpenCL backend is not compiled in or has no device. */
+ * the ALiBi slopes are read from an offset inside their buffer and refused outside one, a call
+ * without a score modifier runs the program compiled without them, the backward is bitwise
+ * reproducible, and the program-binary cache is written where docs/backends/opencl.md says.
+ * Exits 77 (SKIP) when the OpenCL backend is not compiled in or has no device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,6 +54,10 @@ typedef struct problem {
     int64_t batch, sq, sk, hq, hkv, d;
     fa_options opts;
     void *q, *k, *v, *dout;
+    /* ALiBi: when slopes is set, run() copies its n_slopes floats to element slopes_at of a
+     * device buffer and points opts.alibi_slopes there */
+    const float *slopes;
+    int64_t n_slopes, slopes_at;
 } problem;
 
 enum { T_Q, T_K, T_V, T_O, T_LSE, T_DO, T_DQ, T_DK, T_DV, T_N };
@@ -84,13 +90,23 @@ static void run(const char *backend, const problem *p, outputs *out)
     }
     int64_t qs[4] = {p->batch, p->sq, p->hq, p->d}, ks[4] = {p->batch, p->sk, p->hkv, p->d};
     int64_t ls[3] = {p->batch, p->hq, p->sq};
+    fa_options opts = p->opts;
+    void *slopes = NULL;
+    if (p->slopes) {
+        size_t bytes = sizeof(float) * (size_t)(p->slopes_at + p->n_slopes);
+        assert_int_equal(fa_malloc(ctx, bytes, &slopes), FA_SUCCESS);
+        float *dst = (float *)slopes + p->slopes_at;
+        assert_int_equal(fa_memcpy(ctx, dst, p->slopes, sizeof(float) * (size_t)p->n_slopes, FA_COPY_HOST_TO_DEVICE),
+                         FA_SUCCESS);
+        opts.alibi_slopes = dst;
+    }
     fa_fwd_args f = {
         .q = fa_tensor_contiguous(dev[T_Q], p->dt, 4, qs),
         .k = fa_tensor_contiguous(dev[T_K], p->dt, 4, ks),
         .v = fa_tensor_contiguous(dev[T_V], p->dt, 4, ks),
         .o = fa_tensor_contiguous(dev[T_O], p->dt, 4, qs),
         .lse = fa_tensor_contiguous(dev[T_LSE], FA_DTYPE_F32, 3, ls),
-        .opts = p->opts,
+        .opts = opts,
     };
     fa_status st = fa_forward(ctx, &f);
     if (st != FA_SUCCESS)
@@ -101,7 +117,7 @@ static void run(const char *backend, const problem *p, outputs *out)
         .dq = fa_tensor_contiguous(dev[T_DQ], p->dt, 4, qs),
         .dk = fa_tensor_contiguous(dev[T_DK], p->dt, 4, ks),
         .dv = fa_tensor_contiguous(dev[T_DV], p->dt, 4, ks),
-        .opts = p->opts,
+        .opts = opts,
     };
     st = fa_backward(ctx, &g);
     if (st != FA_SUCCESS)
@@ -111,6 +127,8 @@ static void run(const char *backend, const problem *p, outputs *out)
             assert_int_equal(fa_memcpy(ctx, out->host[t], dev[t], out->bytes[t], FA_COPY_DEVICE_TO_HOST), FA_SUCCESS);
         assert_int_equal(fa_free(ctx, dev[t]), FA_SUCCESS);
     }
+    if (slopes)
+        assert_int_equal(fa_free(ctx, slopes), FA_SUCCESS);
     fa_context_destroy(ctx);
 }
 
@@ -232,6 +250,114 @@ static void test_agree_window_blocksparse(void **state)
     free_problem(&p);
 }
 
+/* Softcap and ALiBi (one slope row per sequence, the slopes at an offset inside their buffer, so
+ * the kernels must add the element offset), causal and GQA: the CPU backend's results, in every
+ * dtype. */
+static void test_agree_softcap_alibi(void **state)
+{
+    (void)state;
+    static const fa_dtype dts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    static const float slopes[2 * 5] = {0.5f, 0.25f, 0.125f, 0.0625f, -1.0f, 0.3f, 0.2f, 0.1f, 0.05f, -1.0f};
+    for (int i = 0; i < 3; ++i) {
+        problem p;
+        make_problem(&p, dts[i], 70, 101, 4, 2, 64);
+        p.opts.causal = i != 1;
+        p.opts.softcap = 1.5f;
+        p.opts.softmax_scale = 1.0f; /* scores of a few units: the cap bends them */
+        p.opts.alibi_batch_stride = 5;
+        p.slopes = slopes;
+        p.n_slopes = 10;
+        p.slopes_at = 3;
+        agree(&p);
+        free_problem(&p);
+    }
+}
+
+/* Slopes the OpenCL context cannot bind: a host pointer (no fa_malloc buffer holds it) and a range
+ * running past the end of its buffer. Both FA_ERR_INVALID_ARG naming alibi_slopes, O untouched. */
+static void test_alibi_slopes_outside_buffer(void **state)
+{
+    (void)state;
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx, "opencl", 0), FA_SUCCESS);
+    enum { B = 2, S = 16, H = 2, D = 32 };
+    int64_t shape[4] = {B, S, H, D};
+    const size_t bytes = sizeof(float) * B * S * H * D;
+    float *host = malloc(bytes), *o_back = malloc(bytes);
+    assert_true(host && o_back);
+    for (size_t i = 0; i < bytes / sizeof(float); ++i)
+        host[i] = rnd();
+    void *q, *o, *slopes;
+    assert_int_equal(fa_malloc(ctx, bytes, &q), FA_SUCCESS);
+    assert_int_equal(fa_malloc(ctx, bytes, &o), FA_SUCCESS);
+    assert_int_equal(fa_malloc(ctx, sizeof(float) * H, &slopes), FA_SUCCESS);
+    assert_int_equal(fa_memcpy(ctx, q, host, bytes, FA_COPY_HOST_TO_DEVICE), FA_SUCCESS);
+    assert_int_equal(fa_memcpy(ctx, o, host, bytes, FA_COPY_HOST_TO_DEVICE), FA_SUCCESS); /* sentinel */
+    assert_int_equal(fa_memcpy(ctx, slopes, (float[H]){0.5f, 0.25f}, sizeof(float) * H, FA_COPY_HOST_TO_DEVICE),
+                     FA_SUCCESS);
+    fa_fwd_args f = {
+        .q = fa_tensor_contiguous(q, FA_DTYPE_F32, 4, shape),
+        .k = fa_tensor_contiguous(q, FA_DTYPE_F32, 4, shape),
+        .v = fa_tensor_contiguous(q, FA_DTYPE_F32, 4, shape),
+        .o = fa_tensor_contiguous(o, FA_DTYPE_F32, 4, shape),
+        .opts = fa_options_default(),
+    };
+    static const float host_slopes[H] = {0.5f, 0.25f};
+    f.opts.alibi_slopes = host_slopes;
+    assert_int_equal(fa_forward(ctx, &f), FA_ERR_INVALID_ARG);
+    print_message("    host slopes: %s\n", fa_context_last_error(ctx));
+    assert_non_null(strstr(fa_context_last_error(ctx), "alibi_slopes"));
+    f.opts.alibi_slopes = slopes;
+    f.opts.alibi_batch_stride = H; /* sequence 1's row lies past the 2-float buffer */
+    assert_int_equal(fa_forward(ctx, &f), FA_ERR_INVALID_ARG);
+    print_message("    slopes past the buffer: %s\n", fa_context_last_error(ctx));
+    assert_non_null(strstr(fa_context_last_error(ctx), "alibi_slopes"));
+    assert_int_equal(fa_memcpy(ctx, o_back, o, bytes, FA_COPY_DEVICE_TO_HOST), FA_SUCCESS);
+    assert_memory_equal(o_back, host, bytes);
+    f.opts.alibi_batch_stride = 0; /* the same slopes for both sequences fit: the call runs */
+    assert_int_equal(fa_forward(ctx, &f), FA_SUCCESS);
+    free(host);
+    free(o_back);
+    fa_context_destroy(ctx);
+}
+
+/* A call without a score modifier runs the program compiled without them (the chooser's variant
+ * names the modifier program "-scoremod"), so the plain kernels stay as they were. */
+static void test_plain_call_plain_program(void **state)
+{
+    (void)state;
+    fa_context *ctx;
+    assert_int_equal(fa_context_create(&ctx, "opencl", 0), FA_SUCCESS);
+    int64_t shape[4] = {1, 64, 2, 64};
+    void *in, *out, *slopes;
+    assert_int_equal(fa_malloc(ctx, sizeof(float) * 2 * 64 * 64, &in), FA_SUCCESS);
+    assert_int_equal(fa_malloc(ctx, sizeof(float) * 2 * 64 * 64, &out), FA_SUCCESS);
+    assert_int_equal(fa_malloc(ctx, sizeof(float) * 2, &slopes), FA_SUCCESS);
+    fa_fwd_args f = {
+        .q = fa_tensor_contiguous(in, FA_DTYPE_F32, 4, shape),
+        .k = fa_tensor_contiguous(in, FA_DTYPE_F32, 4, shape),
+        .v = fa_tensor_contiguous(in, FA_DTYPE_F32, 4, shape),
+        .o = fa_tensor_contiguous(out, FA_DTYPE_F32, 4, shape),
+        .opts = fa_options_default(),
+    };
+    char plain[64], capped[64], alibi[64];
+    for (int backward = 0; backward < 2; ++backward) {
+        f.opts.softcap = 0.0f;
+        f.opts.alibi_slopes = NULL;
+        assert_int_equal(fa_query_support(ctx, &f, backward, plain, sizeof plain), FA_SUCCESS);
+        f.opts.softcap = 30.0f;
+        assert_int_equal(fa_query_support(ctx, &f, backward, capped, sizeof capped), FA_SUCCESS);
+        f.opts.softcap = 0.0f;
+        f.opts.alibi_slopes = slopes;
+        assert_int_equal(fa_query_support(ctx, &f, backward, alibi, sizeof alibi), FA_SUCCESS);
+        print_message("    %s / %s / %s\n", plain, capped, alibi);
+        assert_null(strstr(plain, "scoremod"));
+        assert_non_null(strstr(capped, "-scoremod"));
+        assert_non_null(strstr(alibi, "-scoremod"));
+    }
+    fa_context_destroy(ctx);
+}
+
 /* With Q = 0 every visible score is 0, so P = 1/seqlen_k on each row; with V the identity
  * (d = seqlen_k, V[j] = e_j) the output is O[i][j] = P_ij * Z_ij: exactly 0 where dropout drops
  * (i, j) and 1/((1 - p) seqlen_k) where it keeps it. The two backends' zero sets must be equal. */
@@ -308,6 +434,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_agree_causal_gqa_dropout),
         cmocka_unit_test(test_agree_window_blocksparse),
+        cmocka_unit_test(test_agree_softcap_alibi),
+        cmocka_unit_test(test_alibi_slopes_outside_buffer),
+        cmocka_unit_test(test_plain_call_plain_program),
         cmocka_unit_test(test_dropout_mask),
         cmocka_unit_test(test_backward_reproducible_and_cached),
     };

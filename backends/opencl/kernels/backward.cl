@@ -4,7 +4,9 @@
  * rows in private memory; the Q and dO tiles of FA_BM rows in __local memory; S and P recomputed
  * from LSE; the query heads of a GQA group summed in order) and fa_backward_dq (one work-group
  * per query tile, one query row per work-item, K and V tiles in __local memory, the same
- * recomputation). Dropout factors are regenerated from core/philox.h. */
+ * recomputation). Dropout factors are regenerated from core/philox.h; the score modifiers
+ * (FA_SCORE_MOD) are applied to the recomputed scores as the forward did, and dS is multiplied by
+ * their derivative. */
 
 #if FA_KERNELS == 3 || FA_KERNELS == 4
 __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store_t *o,
@@ -34,7 +36,7 @@ fa_backward_dkdv(__global const long *prm, const float scale, const float drop_s
                  __global const float *lse, __global const float *dsum, __global fa_store_t *dk,
                  __global fa_store_t *dv, __global const int *cu_q, __global const int *cu_k,
                  __global const uchar *bm_bits, __global const long *bl_row_ptr, __global const int *bl_col,
-                 __global const uchar *bl_cls)
+                 __global const uchar *bl_cls, __global const float *alibi_slopes)
 {
     __local float q_tile[FA_BM * FA_D];
     __local float do_tile[FA_BM * FA_D];
@@ -72,6 +74,7 @@ fa_backward_dkdv(__global const long *prm, const float scale, const float drop_s
     /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
     for (long h = hk * group; nq > 0 && h < (hk + 1) * group; ++h) {
         const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+        const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
         for (long qt = 0; qt < nq; ++qt) {
             const long q0 = qt * FA_BM;
             const int cls = fa_pair_class(prm, bl_row_ptr, bl_col, bl_cls, &m, &blk, qt, kt);
@@ -113,6 +116,13 @@ fa_backward_dkdv(__global const long *prm, const float scale, const float drop_s
                     s = mad(q_tile[r * FA_D + c], kr[c], s);
                     dp = mad(do_tile[r * FA_D + c], vr[c], dp);
                 }
+#if FA_SCORE_MOD
+                float grad;
+                s = fa_score_mod_apply(&sm, s, i, j, &grad);
+                const float ds_scale = scale * grad; /* dS of the unmodified score */
+#else
+                const float ds_scale = scale;
+#endif
                 const float p = exp(scale * s - l);
                 float z = 1.0f;
                 if (threshold) {
@@ -121,7 +131,7 @@ fa_backward_dkdv(__global const long *prm, const float scale, const float drop_s
                     z = fa_drop_factor(bits.v[j & 3], threshold, drop_scale);
                 }
                 /* dV += (P o Z)^T dO; dS = P o (Z o dP - D) * scale; dK += dS^T Q */
-                const float pz = p * z, ds = p * (z * dp - dsum_tile[r]) * scale;
+                const float pz = p * z, ds = p * (z * dp - dsum_tile[r]) * ds_scale;
                 for (int c = 0; c < FA_D; ++c) {
                     dvr[c] = mad(pz, do_tile[r * FA_D + c], dvr[c]);
                     dkr[c] = mad(ds, q_tile[r * FA_D + c], dkr[c]);
@@ -144,7 +154,8 @@ fa_backward_dq(__global const long *prm, const float scale, const float drop_sca
                __global const fa_store_t *k, __global const fa_store_t *v, __global const fa_store_t *dout,
                __global const float *lse, __global const float *dsum, __global fa_store_t *dq,
                __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
-               __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls)
+               __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls,
+               __global const float *alibi_slopes)
 {
     __local float k_tile[FA_BN * FA_D];
     __local float v_tile[FA_BN * FA_D];
@@ -166,6 +177,7 @@ fa_backward_dq(__global const long *prm, const float scale, const float drop_sca
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
     const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
 
     float qr[FA_D], dor[FA_D], dqr[FA_D];
     float l = -INFINITY, di = 0.0f;
@@ -220,13 +232,21 @@ fa_backward_dq(__global const long *prm, const float scale, const float drop_sca
                     s = mad(qr[c], k_tile[jj * FA_D + c], s);
                     dp = mad(dor[c], v_tile[jj * FA_D + c], dp);
                 }
+#if FA_SCORE_MOD
+                float grad;
+                s = fa_score_mod_apply(&sm, s, i, k0 + jj, &grad);
+                const float ds_scale = scale * grad; /* dS of the unmodified score */
+#else
+                const float ds_scale = scale;
+#endif
                 int vis = jj >= jlo && jj < jhi;
                 if (vis && cls == FA_TILE_PARTIAL && blk.on)
                     vis = fa_block_keep(&blk, bm_bits, i, k0 + jj);
                 const float p = vis ? exp(scale * s - l) : 0.0f;
                 const float z = threshold ? fa_drop_factor(bits.v[t], threshold, drop_scale) : 1.0f;
-                /* a select: a masked element's dP may be NaN (V = NaN), and 0 * NaN is NaN */
-                const float ds = vis ? p * (z * dp - di) * scale : 0.0f;
+                /* a select: a masked element's dP (V = NaN) or score (K = NaN) may be NaN, and
+                 * 0 * NaN is NaN */
+                const float ds = vis ? p * (z * dp - di) * ds_scale : 0.0f;
                 for (int c = 0; c < FA_D; ++c)
                     dqr[c] = mad(ds, k_tile[jj * FA_D + c], dqr[c]);
             }

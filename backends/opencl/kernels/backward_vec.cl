@@ -49,12 +49,14 @@ static void fa_transpose_rows(__local const float *src, int rows, __local float 
 /* The shared recomputation of one (query tile, key tile): P (into p, masked and fully masked rows
  * 0), dS = P o (Z o dP - D) scale (into dp) with Z the dropout factors, and P o Z (into z, when
  * dropout is on: dV's left factor). s and dp must hold S = Q K^T (unscaled) and dO V^T on entry.
+ * With FA_SCORE_MOD the visible scores are modified first (sm, in units of raw q . k) and dS is
+ * multiplied by the modifier's derivative.
  * Eight keys per step with vector exp, as the forward; steps wholly outside a row's visible keys
  * skip the exp, and a row with none (masked, beyond the sequence, or LSE = -inf) is zeroed. */
 static void fa_tile_grads(__local float *p, __local float *dp, __local float *z, const fa_mask *m,
                           const fa_ocl_blocks *blk, __global const uchar *bm_bits, int cls, long q0, long k0, int nr,
                           int nc, const float *lse_r, const float *d_r, float scale, uint threshold, float drop_scale,
-                          ulong seed, ulong offset, long b, long heads_q, long h)
+                          ulong seed, ulong offset, long b, long heads_q, long h, const fa_ocl_score_mod *sm)
 {
     const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
     for (int r = 0; r < FA_BM; ++r) {
@@ -73,6 +75,13 @@ static void fa_tile_grads(__local float *p, __local float *dp, __local float *z,
             }
             continue;
         }
+#if FA_SCORE_MOD
+        float grad[FA_BN];
+        for (int j = jlo; j < jhi; ++j)
+            prow[j] = fa_score_mod_apply(sm, prow[j], q0 + r, k0 + j, &grad[j]);
+#else
+        (void)sm;
+#endif
         const int jv0 = jlo & ~7, jv1 = (jhi + 7) & ~7;
         for (int j = 0; j < FA_BN; j += 8) {
             float8 e = 0.0f;
@@ -104,6 +113,11 @@ static void fa_tile_grads(__local float *p, __local float *dp, __local float *z,
                 const float8 pv = vload8(0, prow + j);
                 vstore8(select(pv * (vload8(0, dprow + j) - d) * scale, (float8)0.0f, pv == 0.0f), 0, dprow + j);
             }
+#if FA_SCORE_MOD
+        for (int j = jlo; j < jhi; ++j) /* where P = 0, dS stays 0 (the derivative may be NaN there) */
+            if (prow[j] != 0.0f)
+                dprow[j] *= grad[j];
+#endif
     }
 }
 
@@ -113,7 +127,7 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
                      __global const float *lse, __global const float *dsum, __global fa_store_t *dk,
                      __global fa_store_t *dv, __global const int *cu_q, __global const int *cu_k,
                      __global const uchar *bm_bits, __global const long *bl_row_ptr, __global const int *bl_col,
-                     __global const uchar *bl_cls)
+                     __global const uchar *bl_cls, __global const float *alibi_slopes)
 {
     __local float q_t[FA_BM * FA_DV], do_t[FA_BM * FA_DV];
     __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], kv_rows[FA_BN * FA_DV];
@@ -148,6 +162,7 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
     /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
     for (long h = hk * group; nq > 0 && h < (hk + 1) * group; ++h) {
         const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+        const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk);
         for (long qt = 0; qt < nq; ++qt) {
             const long q0 = qt * FA_BM;
             const int cls = fa_pair_class(prm, bl_row_ptr, bl_col, bl_cls, &m, &blk, qt, kt);
@@ -168,7 +183,7 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
             fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
             fa_mm_nn(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
             fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale,
-                          seed, offset, b, heads_q, h);
+                          seed, offset, b, heads_q, h, &sm);
             /* dV += (P o Z)^T dO ; dK += dS^T Q */
             fa_mm_tn(FA_BN, FA_DV, FA_BM, threshold ? z : p, FA_BN, do_t, FA_DV, dv_t, FA_DV, 1);
             fa_mm_tn(FA_BN, FA_DV, FA_BM, dp, FA_BN, q_t, FA_DV, dk_t, FA_DV, 1);
@@ -189,7 +204,8 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
                    __global const fa_store_t *k, __global const fa_store_t *v, __global const fa_store_t *dout,
                    __global const float *lse, __global const float *dsum, __global fa_store_t *dq,
                    __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
-                   __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls)
+                   __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls,
+                   __global const float *alibi_slopes)
 {
     __local float q_t[FA_BM * FA_DV], do_t[FA_BM * FA_DV], dq_t[FA_BM * FA_DV];
     __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], k_rows[FA_BN * FA_DV];
@@ -213,6 +229,7 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
     const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk);
     const long row0 = prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q];
 
     fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, q_t);
@@ -239,7 +256,7 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
         fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
         fa_mm_nn(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
         fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale, seed,
-                      offset, b, heads_q, h);
+                      offset, b, heads_q, h, &sm);
         /* dQ += dS K */
         fa_mm_nn(FA_BM, FA_DV, FA_BN, dp, FA_BN, k_rows, FA_DV, dq_t, FA_DV, 1);
     }

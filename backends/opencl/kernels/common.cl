@@ -2,9 +2,10 @@
  * that widen to fp32 and stores that round to nearest even (core/half.h's rule), the parameter
  * block, sequence bounds and per-element visibility. OpenCL C 1.2; fp16 only as storage through
  * vload_half / vstore_half_rte (core OpenCL, no cl_khr_fp16), bf16 as 16-bit words. The build
- * prepends params.h, core/mask.h and core/philox.h to this file (see embed_cl.py). */
+ * prepends params.h, core/mask.h, core/philox.h, core/empty_row.h and core/score_mod.h to this
+ * file (see meson.build). */
 
-/* Compile-time shape; the host passes every one with -D (backend.c's tile table). */
+/* Compile-time shape; the host passes every one with -D (tiles.c's tile table). */
 #ifndef FA_DTYPE
 #define FA_DTYPE 0 /* fa_dtype: 0 fp32, 1 fp16, 2 bf16 */
 #endif
@@ -32,6 +33,12 @@
 #define FA_KERNELS 1 /* which kernels a program holds: 1 fa_forward, 2 fa_forward_vec, 3 the backward's
                       * three, 4 the backward for CPU devices (backward_vec.cl); one program per
                       * direction and kind keeps the compile time at first use short */
+#endif
+
+#ifndef FA_SCORE_MOD
+#define FA_SCORE_MOD 0 /* 1: the score modifiers (softcap, ALiBi) are compiled in; the host builds a
+                        * second program with it for calls that set one, so a plain call runs code
+                        * without them */
 #endif
 
 #if FA_DTYPE == 0
@@ -253,4 +260,54 @@ static inline int fa_pair_class(__global const long *prm, __global const long *r
     if (c != FA_TILE_EMPTY && blk->on)
         c = fa_tile_class_meet((fa_tile_class)c, (fa_tile_class)fa_list_class(prm, row_ptr, col, cls, blk->mh, qt, kt));
     return c;
+}
+
+/* The score modifiers of one (sequence b, query head h) in the units of a kernel whose score x
+ * satisfies S = u x for the scaled score S (core/score_mod.h): u = ln 2 in forward.cl (log2-scaled
+ * scores), 1 in forward_vec.cl (prescaled Q), the softmax scale in the backward kernels (raw
+ * q . k). Without FA_SCORE_MOD every field is 0 and the kernels never apply it. */
+typedef struct fa_ocl_score_mod {
+    fa_softcap_factors cap;
+    int capped, alibi;
+    float slope; /* ALiBi slope in x's units */
+    long diag;   /* seqlen_k - seqlen_q of the sequence: the bottom-right alignment */
+} fa_ocl_score_mod;
+
+static inline fa_ocl_score_mod fa_score_mod_of(__global const long *prm, __global const float *slopes, float u,
+                                               long b, long h, long sq, long sk)
+{
+    fa_ocl_score_mod sm;
+    sm.cap = fa_softcap_make(u, 0.0f);
+    sm.capped = 0;
+    sm.alibi = 0;
+    sm.slope = 0.0f;
+    sm.diag = sk - sq;
+#if FA_SCORE_MOD
+    const float c = as_float((uint)prm[FA_P_SOFTCAP]);
+    sm.capped = c > 0.0f;
+    sm.cap = fa_softcap_make(u, c);
+    sm.alibi = prm[FA_P_ALIBI] != 0;
+    if (sm.alibi)
+        sm.slope = slopes[prm[FA_P_ALIBI_OFF] + b * prm[FA_P_ALIBI_STRIDE] + h] / u;
+#else
+    (void)prm;
+    (void)slopes;
+    (void)b;
+    (void)h;
+#endif
+    return sm;
+}
+
+/* The modified score x' of score x at local element (row i, key j): the softcap, then the ALiBi
+ * bias. *grad gets dx'/dx (the softcap's derivative; 1 without it). */
+static inline float fa_score_mod_apply(const fa_ocl_score_mod *sm, float x, long i, long j, float *grad)
+{
+    *grad = 1.0f;
+    if (sm->capped) {
+        x = fa_softcap_apply(sm->cap, x);
+        *grad = fa_softcap_grad(sm->cap, x);
+    }
+    if (sm->alibi)
+        x += fa_alibi_bias(sm->slope, i, j, sm->diag);
+    return x;
 }

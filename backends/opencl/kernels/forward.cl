@@ -12,14 +12,14 @@
  *                              added up once at the end; exp2 on the log2-scaled scores;
  *   O += P V                   P goes to __local memory transposed (region P), V in chunks of
  *                              FA_VC columns through region A.
- * Every mask option, dropout (core/philox.h, one block per 4 keys), block-sparse lists and varlen
- * are handled as in the other backends. __local rows are one float4 longer than the data, so that
- * the float4 stores of the coalesced loaders and the float4 reads of a warp (consecutive keys)
- * fall in distinct banks, at offsets the compiler knows (transposed tiles with an XOR swizzle
- * instead cost 7 integer instructions per read in the PTX of NVIDIA's compiler, and padded
- * transposed ones uncoalesced loads: both measured slower). fp32 compute; fp16 and bf16 as
- * storage. CPU devices run forward_vec.cl instead (FLASHATTN_OPENCL_TILES=gpu runs this kernel
- * anywhere, as the tests do). */
+ * Every mask option, the score modifiers (core/score_mod.h, with FA_SCORE_MOD), dropout
+ * (core/philox.h, one block per 4 keys), block-sparse lists and varlen are handled as in the other
+ * backends. __local rows are one float4 longer than the data, so that the float4 stores of the
+ * coalesced loaders and the float4 reads of a warp (consecutive keys) fall in distinct banks, at
+ * offsets the compiler knows (transposed tiles with an XOR swizzle cost integer instructions per
+ * read, padded transposed ones uncoalesced loads: docs/backends/opencl.md). fp32 compute; fp16
+ * and bf16 as storage. CPU devices run forward_vec.cl instead (FLASHATTN_OPENCL_TILES=gpu runs
+ * this kernel anywhere, as the tests do). */
 
 #if FA_KERNELS == 1
 #ifndef FA_TM
@@ -80,12 +80,13 @@
 
 /* No reqd_work_group_size: with it NVIDIA's ptxas takes up to 255 registers for 256 work-items and
  * ignores -cl-nv-maxrregcount, and one work-group per SM cannot hide its own loads; the host
- * always launches FA_WG work-items and caps the registers on NVIDIA (backend.c). */
+ * always launches FA_WG work-items and caps the registers on NVIDIA (programs.c). */
 __kernel void
 fa_forward(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
            __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o, __global float *lse,
            __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
-           __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls)
+           __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls,
+           __global const float *alibi_slopes)
 {
     __local float4 region_a[FA_RA / 4]; /* Q [FA_BM][FA_CP], K [FA_BN][FA_CP]; V [FA_BN][FA_VC] */
     __local float4 region_p[FA_RP / 4]; /* P^T [FA_BN][FA_QP]; row reductions [FA_BM][FA_TX] */
@@ -93,7 +94,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
     __local float *const v_l = (__local float *)region_a, *const p_l = (__local float *)region_p;
     /* What every tile needs but no work-item should hold in registers through the key loop (the
      * loop's barriers keep the compiler from hoisting these loads; holding the 64-bit views, mask
-     * ranges and block-mask fields took the work-item to 215-255 registers): the element offsets
+     * ranges and block-mask fields in registers overflows the register cap): the element offsets
      * of row 0 of Q (this tile), K and V (this sequence and head) with their row strides, and each
      * row's visible keys [lo, hi) (sequence-relative; the host keeps sequences below 2^31). */
     __local long base_l[6];
@@ -112,6 +113,8 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const int bm_on = prm[FA_P_BLOCK_MASK] != 0;
     const float qscale = scale * M_LOG2E_F;
+    /* the scores here are log2-scaled: S = ln 2 x */
+    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, M_LN2_F, b, h, sq, sk);
     if (tid == 0) {
         const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
         base_l[0] = fa_at(vq, b, qs + q0, h);
@@ -156,8 +159,8 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
 
         /* S = (scale log2 e) Q K^T, FA_DC columns at a time. Loads: consecutive work-items take
          * consecutive float4 of a row (coalesced), and the row pitch FA_CP puts a warp's float4
-         * stores in distinct banks. (Loading each pass one pass ahead into registers measured
-         * 0.5-1.3 TFLOP/s slower on the H200: more spills under the 128-register cap.) */
+         * stores in distinct banks. (Each pass is not prefetched into registers a pass ahead: it
+         * spills under the 128-register cap, docs/backends/opencl.md.) */
         float4 qn[FA_NQ], kn[FA_NK], vn[FA_NV];
 #define FA_FETCH_QK(dc_)                                                                                               \
     do {                                                                                                               \
@@ -235,7 +238,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             }
         }
 
-        /* the mask, and each row's maximum over this work-item's keys */
+        /* the score modifiers, the mask, and each row's maximum over this work-item's keys */
         FA_UNROLL_LOOP
         for (int r = 0; r < FA_TM; ++r) {
             const int rr = ty * FA_TM + r;
@@ -244,6 +247,10 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             FA_UNROLL_LOOP
             for (int j = 0; j < FA_TN; ++j) {
                 const int jj = tx + FA_TX * j;
+#if FA_SCORE_MOD
+                float grad;
+                s[r][j] = fa_score_mod_apply(&sm, s[r][j], q0 + rr, (long)k0 + jj, &grad);
+#endif
                 int vis = jj >= jlo && jj < jhi;
                 if (vis && cls == FA_TILE_PARTIAL && bm_on) {
                     const fa_ocl_blocks blk = fa_blocks_of(prm, h);

@@ -79,7 +79,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
                __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o,
                __global float *lse, __global const int *cu_q, __global const int *cu_k,
                __global const uchar *bm_bits, __global const long *bl_row_ptr, __global const int *bl_col,
-               __global const uchar *bl_cls)
+               __global const uchar *bl_cls, __global const float *alibi_slopes)
 {
     __local float k_t[FA_DV * FA_BN]; /* K^T: k_t[c * FA_BN + j] */
     __local float v_t[FA_BN * FA_DV];
@@ -105,6 +105,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
     const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, 1.0f, b, h, sq, sk); /* Q is prescaled */
 
     float row_max[FA_BM], row_sum[FA_BM];
     long lo[FA_BM], hi[FA_BM];
@@ -141,10 +142,17 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
         }
         /* S = (scale Q) K^T, 4 rows x 16 keys per block */
         fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, k_t, FA_BN, s_t, FA_BN, 0);
-        /* mask, online softmax (core/softmax.h's guards), dropout, rescale of the accumulators */
+        /* score modifiers, mask, online softmax (core/softmax.h's guards), dropout, rescale of the
+         * accumulators */
         for (int r = 0; r < FA_BM; ++r) {
             __local float *srow = s_t + r * FA_BN;
             const int jlo = (int)clamp(lo[r] - k0, 0L, (long)FA_BN), jhi = (int)clamp(hi[r] - k0, 0L, (long)nc);
+#if FA_SCORE_MOD
+            for (int j = jlo; j < jhi; ++j) { /* the rest is masked below */
+                float grad;
+                srow[j] = fa_score_mod_apply(&sm, srow[j], q0 + r, k0 + j, &grad);
+            }
+#endif
             if (cls == FA_TILE_PARTIAL && blk.on)
                 for (int j = jlo; j < jhi; ++j)
                     if (!fa_block_keep(&blk, bm_bits, q0 + r, k0 + j))

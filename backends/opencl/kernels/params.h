@@ -1,6 +1,7 @@
 /* params.h: the layout of the 64-bit parameter block every OpenCL kernel receives as its first
- * argument. Shared text: backend.c includes it, and the build prepends it to the kernel source, so
- * the host and the kernels can never disagree on an index. Plain enums: valid C and OpenCL C. */
+ * argument. Shared text: the host includes it (opencl_backend.h), and the build prepends it to the
+ * kernel source, so the host and the kernels can never disagree on an index. Plain enums: valid C
+ * and OpenCL C. */
 #ifndef FA_OCL_PARAMS_H
 #define FA_OCL_PARAMS_H
 
@@ -35,6 +36,10 @@ enum fa_ocl_param {
     FA_P_BM_BK,
     FA_P_BL_HEADS,
     FA_P_BL_NQ,
+    FA_P_SOFTCAP,           /* the cap c as fp32 bits (core/score_mod.h); 0 = off */
+    FA_P_ALIBI,             /* 1: ALiBi, the slopes are bound */
+    FA_P_ALIBI_OFF,         /* element offset of the slopes inside their cl_mem */
+    FA_P_ALIBI_STRIDE,      /* sequence b, query head h: slopes[b * stride + h] */
     FA_P_TENSORS,           /* 4 per tensor from here, in fa_ocl_tensor order */
     FA_P_COUNT = FA_P_TENSORS + 4 * FA_T_COUNT
 };

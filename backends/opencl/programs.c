@@ -1,0 +1,235 @@
+/* programs.c: the kernels' programs. The .cl files in kernels/ are embedded at build time
+ * (embed_cl.py) and compiled at first use per (kernels, dtype, head dim, tile shape, score
+ * modifiers): the options string is the key of the context's list, and a hash of the source,
+ * options, device and driver names the binary cached on disk. */
+#include "opencl_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern const char fa_opencl_source[];
+extern const size_t fa_opencl_source_len;
+
+void ocl_release_programs(ocl_state *s)
+{
+    for (int i = 0; i < s->nprograms; ++i) {
+        ocl_program *p = &s->programs[i];
+        cl_kernel ks[] = {p->forward, p->forward_vec, p->dsum, p->dkdv, p->dq};
+        for (size_t k = 0; k < sizeof ks / sizeof ks[0]; ++k)
+            if (ks[k])
+                clReleaseKernel(ks[k]);
+        if (p->program)
+            clReleaseProgram(p->program);
+    }
+    s->nprograms = 0;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *c = data;
+    for (size_t i = 0; i < n; ++i) {
+        h ^= c[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The directory for program binaries: $FLASHATTN_CACHE_DIR/opencl, else
+ * $XDG_CACHE_HOME/flashattn/opencl, else $HOME/.cache/flashattn/opencl; FLASHATTN_CACHE_DIR=off
+ * disables the disk cache. Returns 0 when there is none. */
+static int cache_dir(char *buf, size_t len)
+{
+    const char *v = getenv("FLASHATTN_CACHE_DIR");
+    int n;
+    if (v && strcmp(v, "off") == 0)
+        return 0;
+    if (v && *v)
+        n = snprintf(buf, len, "%s/opencl", v);
+    else if ((v = getenv("XDG_CACHE_HOME")) && *v)
+        n = snprintf(buf, len, "%s/flashattn/opencl", v);
+    else if ((v = getenv("HOME")) && *v)
+        n = snprintf(buf, len, "%s/.cache/flashattn/opencl", v);
+    else
+        return 0;
+    return n > 0 && (size_t)n < len;
+}
+
+static void make_dirs(char *path)
+{
+    for (char *c = path + 1; *c; ++c)
+        if (*c == '/') {
+            *c = '\0';
+            mkdir(path, 0755);
+            *c = '/';
+        }
+    mkdir(path, 0755);
+}
+
+static unsigned char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    unsigned char *data = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)n)) &&
+        fread(data, 1, (size_t)n, f) != (size_t)n) {
+        free(data);
+        data = NULL;
+    }
+    fclose(f);
+    *len = data ? (size_t)n : 0;
+    return data;
+}
+
+/* Best effort: the cache only saves time, so a failure to write it is not an error. Written to a
+ * temporary name and renamed, so a concurrent reader never sees half a file. */
+static void save_binary(cl_program prog, const char *dir, const char *path)
+{
+    size_t size = 0;
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
+        return;
+    unsigned char *bin = malloc(size);
+    if (!bin)
+        return;
+    unsigned char *bins[1] = {bin};
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
+        char tmp[4300], d[4096];
+        snprintf(d, sizeof d, "%s", dir);
+        make_dirs(d);
+        if (snprintf(tmp, sizeof tmp, "%.4200s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) {
+            free(bin);
+            return;
+        }
+        FILE *f = fopen(tmp, "wb");
+        if (f) {
+            int ok = fwrite(bin, 1, size, f) == size;
+            ok = (fclose(f) == 0) && ok;
+            if (!ok || rename(tmp, path) != 0)
+                remove(tmp);
+        }
+    }
+    free(bin);
+}
+
+static fa_status build_failed(fa_context *ctx, const ocl_state *s, cl_program prog, cl_int e, const char *options)
+{
+    char log[400] = "";
+    size_t n = 0;
+    clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &n);
+    log[sizeof log - 1] = '\0';
+    return FA_ERROR(ctx, FA_ERR_BACKEND, "clBuildProgram: %s (%s): %s", ocl_error_name(e), options, log);
+}
+
+/* The program compiled for these options on this context's device: from the context's list,
+ * else from a cached binary, else from the embedded source (then cached). */
+fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_program **out)
+{
+    ocl_state *s = ocl_state_of(ctx);
+    char options[320];
+    int kernels = p->backward ? (kind ? 3 : 4) : kind ? 1 : 2;
+    int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_UNROLL=%d",
+                     kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
+                     (s->type & CL_DEVICE_TYPE_GPU) != 0);
+    if (kernels == 1) {
+        ocl_tile_row t = ocl_fwd_block(s, p);
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_TM=%lld -DFA_TN=%lld -DFA_DC=%lld",
+                      (long long)t.tm, (long long)t.tn, (long long)t.dc);
+        /* two work-groups of 256 per SM instead of one: the kernel has no reqd_work_group_size,
+         * so the cap reaches ptxas */
+        if (s->nv_options && t.maxreg)
+            n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
+    }
+    if (!kind && s->fma) /* only the CPU kernels read it: the GPU programs' options stay as they were */
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_FMA=1");
+    if (ocl_score_mod_on(p)) /* a second program: the plain one is compiled without the modifiers */
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_SCORE_MOD=1");
+    /* FLASHATTN_OPENCL_OPTIONS: more compiler options, for tuning (for example NVIDIA's
+     * -cl-nv-verbose -cl-nv-maxrregcount=N); they are part of the program cache's key */
+    const char *extra = getenv("FLASHATTN_OPENCL_OPTIONS");
+    if (extra && *extra && (size_t)n + strlen(extra) + 2 < sizeof options)
+        snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
+    for (int i = 0; i < s->nprograms; ++i)
+        if (strcmp(s->programs[i].options, options) == 0) {
+            *out = &s->programs[i];
+            return FA_SUCCESS;
+        }
+    if (s->nprograms == OCL_MAX_PROGRAMS) /* many shapes in one context: start over */
+        ocl_release_programs(s);
+
+    uint64_t key = 0xcbf29ce484222325ull;
+    const char *parts[] = {fa_opencl_source, options, s->device_name, s->device_version, s->driver_version,
+                           s->platform_version};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; ++i)
+        key = fnv1a(key, parts[i], strlen(parts[i]) + 1);
+    char dir[4096], path[4200];
+    int cached = cache_dir(dir, sizeof dir);
+    if (cached)
+        snprintf(path, sizeof path, "%s/%016llx.bin", dir, (unsigned long long)key);
+
+    cl_program prog = NULL;
+    cl_int e = CL_SUCCESS;
+    size_t blen = 0;
+    unsigned char *bin = cached ? read_file(path, &blen) : NULL;
+    if (bin) {
+        const unsigned char *bins[1] = {bin};
+        cl_int bstatus;
+        prog = clCreateProgramWithBinary(s->context, 1, &s->device, &blen, bins, &bstatus, &e);
+        free(bin);
+        if (e == CL_SUCCESS && bstatus == CL_SUCCESS)
+            e = clBuildProgram(prog, 1, &s->device, options, NULL, NULL);
+        if (e != CL_SUCCESS || bstatus != CL_SUCCESS) { /* stale or foreign: rebuild from source */
+            if (prog)
+                clReleaseProgram(prog);
+            prog = NULL;
+        }
+    }
+    if (!prog) {
+        const char *src = fa_opencl_source;
+        size_t len = fa_opencl_source_len;
+        prog = clCreateProgramWithSource(s->context, 1, &src, &len, &e);
+        if (e != CL_SUCCESS)
+            return OCL_FAIL(ctx, e, "clCreateProgramWithSource");
+        e = clBuildProgram(prog, 1, &s->device, options, NULL, NULL);
+        if (e != CL_SUCCESS) {
+            fa_status st = build_failed(ctx, s, prog, e, options);
+            clReleaseProgram(prog);
+            return st;
+        }
+        if (getenv("FLASHATTN_OPENCL_LOG")) { /* the compiler's report, e.g. NVIDIA's register counts */
+            size_t ln = 0;
+            clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &ln);
+            char *log = ln ? malloc(ln + 1) : NULL;
+            if (log && clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, ln, log, NULL) == CL_SUCCESS) {
+                log[ln] = '\0';
+                fprintf(stderr, "flashattn opencl build (%s):\n%s\n", options, log);
+            }
+            free(log);
+        }
+        if (cached)
+            save_binary(prog, dir, path);
+    }
+    ocl_program *pr = &s->programs[s->nprograms];
+    memset(pr, 0, sizeof *pr);
+    snprintf(pr->options, sizeof pr->options, "%s", options);
+    pr->program = prog;
+    if (kernels == 1)
+        pr->forward = clCreateKernel(prog, "fa_forward", &e);
+    if (kernels == 2)
+        pr->forward_vec = clCreateKernel(prog, "fa_forward_vec", &e);
+    if (kernels >= 3) {
+        pr->dsum = clCreateKernel(prog, "fa_backward_dsum", &e);
+        if (e == CL_SUCCESS)
+            pr->dkdv = clCreateKernel(prog, kernels == 3 ? "fa_backward_dkdv" : "fa_backward_dkdv_vec", &e);
+        if (e == CL_SUCCESS)
+            pr->dq = clCreateKernel(prog, kernels == 3 ? "fa_backward_dq" : "fa_backward_dq_vec", &e);
+    }
+    s->nprograms++;
+    if (e != CL_SUCCESS)
+        return OCL_FAIL(ctx, e, "clCreateKernel");
+    *out = pr;
+    return FA_SUCCESS;
+}

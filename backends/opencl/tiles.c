@@ -1,0 +1,171 @@
+/* tiles.c: the tile table (B_r, B_c and the kernel kind per device type and head dim, data rather
+ * than literals in the code), the limits the core plans with, and the chooser: one function that
+ * decides whether a call runs and which kernel runs it, so the capability query and the launch
+ * never disagree. */
+#include "opencl_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The tile table: per device type and head-dim bound, B_r (query rows per work-group) and B_c
+ * (keys per tile), the kernel kind (1: the work-group kernels of forward.cl and backward.cl, 0:
+ * one work-item per tile, forward_vec.cl and backward_vec.cl, for CPU devices) and, for the GPU
+ * forward, the work-item's block of S (tm x tn) and the head-dim columns per pass (dc). */
+static const ocl_tile_row gpu_fwd_tiles[] = {
+    /* 64 x 64, 4 x 4 per work-item: 256 work-items, 16 scores and 4 x d / 16 outputs each in
+     * registers; Q^T and K^T in 32-column passes (17 KiB) then V in 64-column chunks through the
+     * same region, P^T 17 KiB: 34 KiB of __local memory at every head dim */
+    {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 32, .maxreg = 128},
+};
+static const ocl_tile_row gpu_bwd_tiles[] = {
+    /* the dK/dV kernel keeps 4 d floats per work-item; 32 x 64 tiles: 16 + 16 KiB of Q, dO and K, V */
+    {.max_d = 64, .block_q = 32, .block_k = 64, .kernel = 1},
+    /* 32 x 32: Q + dO 32 KiB, K + V 32 KiB */
+    {.max_d = 128, .block_q = 32, .block_k = 32, .kernel = 1},
+    /* 16 x 16 at d 256: 32 KiB each */
+    {.max_d = 256, .block_q = 16, .block_k = 16, .kernel = 1},
+};
+/* CPU devices run the forward as fa_forward_vec (one work-item per query tile, float8 blocks) */
+static const ocl_tile_row cpu_fwd_tiles[] = {
+    /* d <= 64: 64 x 128 (Q, O, K^T, V and S: 128 KiB, a core's L2 share), as the CPU backend;
+     * the fastest of the shapes measured (docs/backends/opencl.md) */
+    {.max_d = 64, .block_q = 64, .block_k = 128, .kernel = 0},
+    /* d <= 128: 64 x 64 (144 KiB), likewise the fastest measured */
+    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 0},
+    /* larger head dims: 32 x 32 keeps the tiles at 136 KiB at d 256 */
+    {.max_d = 256, .block_q = 32, .block_k = 32, .kernel = 0},
+};
+/* and the backward as backward_vec.cl's kernels: 64 x 64 tiles at d <= 128 (the CPU backend's
+ * backward tile at d 64; no other shape measured clearly faster, and the core's B_r <= d rules
+ * out 128 rows at d 64), 32 x 32 above, so that the dK/dV kernel's tiles stay within PoCL's
+ * 512 KiB of local memory. */
+static const ocl_tile_row cpu_bwd_tiles[] = {
+    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 0},
+    {.max_d = 256, .block_q = 32, .block_k = 32, .kernel = 0},
+};
+
+#define OCL_ROWS(t) (sizeof(t) / sizeof((t)[0]))
+
+/* The call sets a score modifier: its program is compiled with FA_SCORE_MOD=1. */
+int ocl_score_mod_on(const fa_problem *p)
+{
+    return p->softcap > 0.0f || p->alibi_slopes != NULL;
+}
+
+static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
+{
+    int gpu = s->gpu_tiles;
+    if (!p->backward && gpu && s->fwd_tile.block_q) /* FLASHATTN_OPENCL_FWD_TILE */
+        return s->fwd_tile;
+    const ocl_tile_row *t = p->backward ? (gpu ? gpu_bwd_tiles : cpu_bwd_tiles) : (gpu ? gpu_fwd_tiles : cpu_fwd_tiles);
+    size_t n = p->backward ? (gpu ? OCL_ROWS(gpu_bwd_tiles) : OCL_ROWS(cpu_bwd_tiles))
+                           : (gpu ? OCL_ROWS(gpu_fwd_tiles) : OCL_ROWS(cpu_fwd_tiles));
+    size_t i = 0;
+    while (i + 1 < n && p->d > t[i].max_d)
+        ++i;
+    return t[i];
+}
+
+/* FLASHATTN_OPENCL_FWD_TILE=bm,bn,tm,tn,dc replaces the GPU forward's row (for tuning; the
+ * benchmarks name it where they use it). Returns 0 when the variable is unset or malformed. */
+int ocl_parse_fwd_tile(ocl_tile_row *out)
+{
+    const char *v = getenv("FLASHATTN_OPENCL_FWD_TILE");
+    long long bm, bn, tm, tn, dc;
+    if (!v || sscanf(v, "%lld,%lld,%lld,%lld,%lld", &bm, &bn, &tm, &tn, &dc) != 5)
+        return 0;
+    if (bm < 32 || bn < 32 || tm < 4 || tn < 4 || dc < 4 || bm % tm || bn % tn || tm % 4 || tn % 4 || dc % 4 ||
+        bm > 256 || bn > 256)
+        return 0;
+    *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc,
+                          .maxreg = 32768 / (bm / tm * bn / tn) >= 255 ? 0 : 32768 / (bm / tm * bn / tn)};
+    return 1;
+}
+
+/* The core plans (and builds block lists) at exactly the table's tile: M is made large enough
+ * that the paper's formula never binds below the table, except B_r = min(.., d) for small d
+ * (then the kernel is compiled for that smaller B_r). */
+void ocl_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
+{
+    ocl_tile_row t = tile_row(ocl_state_of(ctx), p);
+    int64_t small = t.block_q < t.block_k ? t.block_q : t.block_k;
+    out->onchip_bytes = 16 * t.block_q * t.block_k * (p->d > 0 ? p->d : 1);
+    out->min_block = small;
+    out->max_block_q = t.block_q;
+    out->max_block_k = t.block_k;
+    out->multiple = small;
+}
+
+/* The kernel kind for the planned tile: the table's, except that the vec kernels need B_r a
+ * multiple of 4 and B_c of 16 (the work-group kernels take any planned tile). */
+static int kernel_kind(const ocl_state *s, const fa_problem *p)
+{
+    ocl_tile_row t = tile_row(s, p);
+    if (t.kernel == 0)
+        return p->block_q % 4 == 0 && p->block_k % 16 == 0 ? 0 : 1;
+    return 1;
+}
+
+/* The GPU forward's work-item block for the planned tile: the table's when the tile is the
+ * table's, else 4 x 4 in 32-column passes (a tile of at least 32 x 32 keeps its kernel valid). */
+ocl_tile_row ocl_fwd_block(const ocl_state *s, const fa_problem *p)
+{
+    ocl_tile_row t = tile_row(s, p);
+    if (t.block_q != p->block_q || t.block_k != p->block_k || t.tm == 0)
+        t = (ocl_tile_row){.block_q = p->block_q, .block_k = p->block_k, .kernel = 1, .tm = 4, .tn = 4, .dc = 32,
+                           .maxreg = 128};
+    return t;
+}
+
+fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
+{
+    if (p->out_dtype != p->dtype)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                        "opencl: fp32 outputs from %s inputs are not supported (the cpu and cuda backends have them)",
+                        fa_dtype_name(p->dtype));
+    const ocl_state *s = ocl_state_of(ctx);
+    if (p->d > 256)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dim %lld > 256", (long long)p->d);
+    if (p->seqlen_q > INT32_MAX || p->seqlen_k > INT32_MAX) /* the kernels index within a sequence in 32 bits */
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: sequences longer than %d tokens",
+                        (int)INT32_MAX);
+    int kind = kernel_kind(s, p);
+    int64_t wider = p->block_q > p->block_k ? p->block_q : p->block_k;
+    int64_t dv = (p->d + 15) / 16 * 16;
+    int64_t group, local;
+    if (p->backward) { /* the larger of the dQ (B_r) and dK/dV (B_c) kernels, their larger pair of
+                        * tiles plus LSE and D; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
+                        * row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and
+                        * Z (B_r x B_c each) */
+        int64_t vec_tiles = 2 * p->block_q + 5 * p->block_k > 3 * p->block_q + 3 * p->block_k
+                                ? 2 * p->block_q + 5 * p->block_k
+                                : 3 * p->block_q + 3 * p->block_k;
+        group = kind ? wider : 1;
+        local = kind ? 4 * (2 * p->d * wider + 2 * p->block_q) : 4 * (vec_tiles * dv + 3 * p->block_q * p->block_k);
+    } else if (kind) { /* forward.cl: region A (Q and K passes; V chunks) and P^T */
+        ocl_tile_row t = ocl_fwd_block(s, p);
+        if (p->block_q < 32 || p->block_k < 32 || p->block_q % t.tm || p->block_k % t.tn ||
+            (t.dc + 4) * (p->block_q + p->block_k) / p->block_k < 4 * (p->block_k / t.tn))
+            return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                            "opencl: forward tile %lld x %lld with %lld x %lld per work-item and %lld columns per "
+                            "pass is not a shape forward.cl takes",
+                            (long long)p->block_q, (long long)p->block_k, (long long)t.tm, (long long)t.tn,
+                            (long long)t.dc);
+        group = (p->block_q / t.tm) * (p->block_k / t.tn);
+        local = 4 * ((t.dc + 4) * (p->block_q + p->block_k) + p->block_k * (p->block_q + 4));
+    } else {
+        group = 1;
+        local = 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
+    }
+    if ((size_t)group > s->max_group || (cl_ulong)local > s->local_bytes)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                        "opencl: tile %lld x %lld at d %lld needs %lld work-items and %lld bytes of local memory; "
+                        "the device has %zu and %llu",
+                        (long long)p->block_q, (long long)p->block_k, (long long)p->d, (long long)group,
+                        (long long)local, s->max_group, (unsigned long long)s->local_bytes);
+    snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-%s%lld%s", p->backward ? "bwd" : "fwd",
+             fa_dtype_name(p->dtype), (long long)p->d, (long long)p->block_q, (long long)p->block_k,
+             kind ? "wg" : "vec", (long long)group, ocl_score_mod_on(p) ? "-scoremod" : "");
+    out->kernel = kind;
+    return FA_SUCCESS;
+}
