@@ -77,7 +77,7 @@ def main():
                 rcells = [f"{med[1][j] / med[0][j]:.3f} ({min(ratios[j]):.3f} .. {max(ratios[j]):.3f})"
                           for j in range(2)]
                 lib_b, fa_b, ba_b = calls[1]
-                variants = f"{lib_b.variant(fa_b, False)} / {lib_b.variant(ba_b, True)}"
+                variants = f"{lib_b.variant(fa_b, False)} / {lib_b.variant(fa_b, True)}"
                 print(f"| {d} | {'yes' if causal else 'no'} | {s} | {cells[0]} | {cells[1]} | {rcells[0]} | "
                       f"{rcells[1]} | {variants} |", flush=True)
                 del q, k, v, do, o, lse, dq, dk, dv, calls

@@ -395,7 +395,7 @@ def modifiers(lib, args, dtype_name):
                         if mode in ("alibi", "both"):
                             a.opts.alibi_slopes = slopes.data_ptr()
                     try:
-                        names.append(f"{lib.variant(fa, False)} / {lib.variant(ba, True)}")
+                        names.append(f"{lib.variant(fa, False)} / {lib.variant(fa, True)}")
                     except Unsupported as e:
                         cells.append(f"n/s ({e})")
                         continue
