@@ -18,11 +18,13 @@
 
 #if defined(__OPENCL_VERSION__)
 #define FA_SCORE_EXP2(x) exp2(x)
+#define FA_SCORE_FABS(x) fabs(x)
 #define FA_SCORE_I64 long /* OpenCL C has no <stdint.h>; its long is 64 bits */
 #else
 #include <math.h>
 #include <stdint.h>
 #define FA_SCORE_EXP2(x) exp2f(x)
+#define FA_SCORE_FABS(x) fabsf(x)
 #define FA_SCORE_I64 int64_t
 #endif
 
@@ -53,10 +55,20 @@ FA_SCORE_FN fa_softcap_factors fa_softcap_make(float u, float c)
     return f;
 }
 
-/* x' = out * tanh(x * inv) */
+/* x' = out * tanh(x * inv). On NVIDIA devices exp2 and the reciprocal are the MUFU unit's
+ * ex2.approx / rcp.approx (each within 2 ulp; t within ~2e-7 of tanh), two instructions where
+ * the IEEE division alone would take a dozen: the softmax beside it is bound by that unit and
+ * the FP32 pipe. ex2 overflows to +inf and rcp(inf) = 0, so t = +-1 at the extremes. */
 FA_SCORE_FN float fa_softcap_apply(fa_softcap_factors f, float x)
 {
+#if defined(__CUDA_ARCH__)
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * f.in));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
+    return f.out * (1.0f - 2.0f * r);
+#else
     return f.out * (1.0f - 2.0f / (FA_SCORE_EXP2(x * f.in) + 1.0f));
+#endif
 }
 
 /* dx'/dx from the capped value x' (before any ALiBi bias): 1 - tanh^2 */
@@ -66,12 +78,25 @@ FA_SCORE_FN float fa_softcap_grad(fa_softcap_factors f, float x_capped)
     return 1.0f - t * t;
 }
 
-/* The ALiBi bias in x's units: -slope_x * |row + diag - col|, with slope_x = slope / u and
- * diag = seqlen_k - seqlen_q of the row's sequence. */
+/* The ALiBi bias in x's units from the signed distance dist = row + diag - col as a float:
+ * -slope_x * |dist|, with slope_x = slope / u. Kernels form row + diag - col0 once per row
+ * (fa_alibi_row) and subtract the column's offset within the tile, a small exact float. */
+FA_SCORE_FN float fa_alibi_bias_at(float slope_x, float dist)
+{
+    return -slope_x * FA_SCORE_FABS(dist);
+}
+
+/* row + diag - col0 as a float (exact below 2^24; beyond, its relative error 2^-24 is that of
+ * the fp32 score it is added to), diag = seqlen_k - seqlen_q of the row's sequence */
+FA_SCORE_FN float fa_alibi_row(FA_SCORE_I64 row, FA_SCORE_I64 diag, FA_SCORE_I64 col0)
+{
+    return (float)(row + diag - col0);
+}
+
+/* The ALiBi bias of element (row, col): -slope_x * |row + diag - col| */
 FA_SCORE_FN float fa_alibi_bias(float slope_x, FA_SCORE_I64 row, FA_SCORE_I64 col, FA_SCORE_I64 diag)
 {
-    FA_SCORE_I64 dist = row + diag - col;
-    return -slope_x * (float)(dist < 0 ? -dist : dist);
+    return fa_alibi_bias_at(slope_x, fa_alibi_row(row, diag, col));
 }
 
 #endif /* FA_SCORE_MOD_H */

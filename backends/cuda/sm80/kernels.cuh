@@ -369,12 +369,14 @@ __device__ __forceinline__ void softmax_scores(const fa_cuda_params &p, const fa
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    const int64_t i = wq0 + mt * MSTRIDE + g + r * 8;
+                    /* the distance at this thread's first key of the slice; the other keys are
+                     * compile-time offsets from it */
+                    const float d0 = fa_alibi_row(wq0 + mt * MSTRIDE + g + r * 8, sm.diag, k0x + 2 * t4);
 #pragma unroll
                     for (int nt = 0; nt < KN / 8; ++nt)
 #pragma unroll
                         for (int c = 0; c < 2; ++c)
-                            sacc[mt][nt][2 * r + c] += fa_alibi_bias(sm.slope, i, k0x + nt * 8 + 2 * t4 + c, sm.diag);
+                            sacc[mt][nt][2 * r + c] += fa_alibi_bias_at(sm.slope, d0 - (float)(nt * 8 + c));
                 }
         }
         /* a caller marks a tile its rows do not see with -inf, which the modifiers made finite */
