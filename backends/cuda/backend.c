@@ -180,8 +180,8 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     /* Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the wgmma forward where it has an
      * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
      * for calls with neither dropout nor a block mask (with or without score modifiers), at d
-     * 33..64, 97..128 and 225..256 (padded to 64, 128, 256: 1.6x the sm80 forward at d 128,
-     * docs/benchmarks.md; other d would pad further than sm80's 32-column instances); the rest
+     * 33..64, 97..128 and 225..256 (padded to 64, 128, 256, where it is faster than the sm80
+     * forward; other d would pad further than sm80's 32-column instances); the rest
      * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
      * unless FLASHATTN_CUDA_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
      * score modifiers) and for every head dim it has.

@@ -1,6 +1,7 @@
 /* tiles.h: the sm80 tile shapes, one row per padded head dim with the reason for it. The kernels
- * (kernels.cuh) read their shapes from here and nowhere else; the register and spill figures are
- * ptxas's for sm_80 (`-Xptxas -v`), the speeds H200 runs recorded in docs/notes-cuda.md.
+ * (forward.cuh, backward_fused.cuh) read their shapes from here and nowhere else; the register
+ * and spill figures are ptxas's for sm_80 (`-Xptxas -v`), the speeds H200 runs recorded in
+ * docs/notes-cuda.md.
  *
  * Forward: a block of 4 warps owns B_r = 4 * 16 * fwd_mtiles query rows; key tiles of 64 rows
  * stream through shared memory, consumed fwd_keys keys per online-softmax step.
@@ -25,8 +26,7 @@ constexpr tile_row TILES[] = {
     {64, 2, 64, 64},
     /* d 96, 128: two m tiles of O take 96 / 128 registers, and a 64-wide S tile next to them
      * spilled (96-112 bytes at d 128); 32-key steps spill 40-60 bytes outside the inner loop.
-     * Backward: 64 rows measured 178 TFLOP/s against 158 with 32 at d 128 (bf16, 4k, H200, the
-     * session-3 kernel; 154 / 148 before) */
+     * Backward: 64 query rows per step, faster than 32 at d 128 */
     {96, 2, 32, 64},
     {128, 2, 32, 64},
     /* d 160 .. 256: one m tile (O is 80 .. 128 registers); two would not fit. Backward: dK and dV

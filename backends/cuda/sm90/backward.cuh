@@ -26,17 +26,16 @@
  * an MN-major A operand, dS written query-major), into an accumulator laid out
  * [2][heads][tokens][128] (sm80's dq_convert_kernel with DV = 128 reads it back).
  *
- * Tried and measured slower on the H200 (bf16, 4k / 16k, session 8): P^T computed while dP^T runs
- * and dS^T while dV runs (two wgmma groups; 248 / 272 against 256 / 284 TFLOP/s at d 128), 240 or
- * 232 consumer registers, one bulk reduction per dQ row (the padded, conflict-free layout:
- * 219 / 236), dQ added from registers with 16-byte red.global (239 / 256), and at d 64 64-row
- * steps with each consumer's dQ over its own keys (147 / 158 against 187 / 204); at d 128 each
- * consumer's dQ over its own 64 keys, reduced with its own bulk add, no block-wide barrier
- * (session 11: 243 / 260 against 269 / 289). */
+ * The alternatives tried (two overlapped wgmma groups, other consumer register counts, other dQ
+ * reduction layouts, 64-row steps at d 64, per-consumer dQ at d 128) were slower on the H200;
+ * docs/backends/cuda.md records them. */
 #ifndef FA_SM90_BACKWARD_CUH
 #define FA_SM90_BACKWARD_CUH
 
 #include "kernels.cuh"
+#include "../common/backward_step.cuh"
+/* the sm80 dsum_kernel before the backward and dq_convert_kernel after it */
+#include "../sm80/backward_elementwise.cuh"
 
 namespace fa_sm90 {
 

@@ -18,7 +18,15 @@
 #ifndef FA_SM90_KERNELS_CUH
 #define FA_SM90_KERNELS_CUH
 
-#include "../sm80/kernels.cuh"
+#include "params.h"
+#include "../sm80/primitives.cuh"
+#include "../common/tile_geometry.cuh"
+#include "../common/tile_io.cuh"
+#include "../common/tile_class.cuh"
+#include "../common/dropout.cuh"
+#include "../common/score_mod.cuh"
+#include "../common/softmax_step.cuh"
+#include "../common/instance_mode.cuh"
 #include "primitives.cuh"
 
 namespace fa_sm90 {

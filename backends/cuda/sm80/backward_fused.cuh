@@ -1,0 +1,284 @@
+/* backward_fused.cuh: the sm80 fused backward (FlashAttention-2's): dK, dV and dQ per key tile in
+ * one kernel, dQ added into an fp32 accumulator with reductions; its shape (bwd_shape) and the
+ * kernel. */
+#ifndef FA_SM80_BACKWARD_FUSED_CUH
+#define FA_SM80_BACKWARD_FUSED_CUH
+
+#include "params.h"
+#include "primitives.cuh"
+#include "tiles.h"
+#include "../common/tile_geometry.cuh"
+#include "../common/tile_io.cuh"
+#include "../common/tile_class.cuh"
+#include "../common/dropout.cuh"
+#include "../common/score_mod.cuh"
+#include "../common/softmax_step.cuh"
+#include "../common/backward_step.cuh"
+
+#include "mask.h"
+
+namespace fa_sm80 {
+
+/* FlashAttention-2's backward: one block of eight warps per (128-key tile, kv head, batch), each
+ * warp owning 16 keys; query tiles of BQ rows of every query head of the group stream through
+ * shared memory. Per query tile: S^T = K Q^T and dP^T = V dO^T (in one k loop), P^T,
+ * dV += P^T dO, dS^T (as in dkdv_kernel), then dS goes through shared memory and the block
+ * computes dQ += dS K, added with fp32 reductions into dq_accum [heads_q][total_q][D] (the order of the
+ * additions varies, so dQ is not bitwise reproducible; the deterministic option uses the
+ * two-kernel path), and last dK += dS^T Q, whose MMAs overlap the draining reductions. Five
+ * products per tile instead of seven. */
+template <int D> struct bwd_shape {
+    static constexpr int NW = 8, NT = NW * 32, BN = NW * 16;
+    /* output columns per pass: d > 128 runs PASSES blocks per key tile, each computing S and dP
+     * over all D columns and dK, dV, dQ for its DV of them (tiles.h) */
+    static constexpr int DV = D > 128 ? D / 2 : D, PASSES = D / DV;
+    /* query rows per step (tiles.h). BQ / 16 m tiles times NW / (BQ / 16) column groups of
+     * DV / (NW / (BQ / 16)) columns (a multiple of 16) cover the pass's dQ tile. */
+    static constexpr int BQ = tile_of(D).bwd_rows;
+    static_assert(BQ == 32 || BQ == 64, "tiles.h: no fused backward tile for this head dim");
+    static constexpr int MTQ = BQ / 16, CG = NW / MTQ, DC = DV / CG;
+    static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
+    static constexpr int LDS = BQ + 8, LD = D + 8;
+    /* dynamic shared memory (16-bit elements): K, V [BN][LD], Q, dO [2][BQ][LD], dS^T [BN][LDS],
+     * then LSE and D of two query tiles in fp32 */
+    static constexpr size_t SMEM = 2 * (2 * BN * LD + 4 * BQ * LD + BN * LDS) + sizeof(float) * 4 * BQ;
+};
+
+/* MODE as in the forward; MOD: the score modifiers, and dS times the softcap's derivative (then
+ * computed with P, since dP^T is already there, so that the derivative needs no registers). */
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
+__global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_params p)
+{
+    constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
+    using S = bwd_shape<D>;
+    constexpr int LD = D + 8, BN = S::BN, BQ = S::BQ, NT = S::NT, LDS = S::LDS, DV = S::DV;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *ks = reinterpret_cast<T *>(smem_raw); /* [BN][LD] */
+    T *vs = ks + BN * LD;                    /* [BN][LD] */
+    T *qs = vs + BN * LD;                    /* [2][BQ][LD] */
+    T *dos = qs + 2 * BQ * LD;               /* [2][BQ][LD] */
+    T *dss = dos + 2 * BQ * LD;              /* [BN][LDS]: dS^T of the current step */
+    float *lse_s = reinterpret_cast<float *>(dss + BN * LDS); /* [2][BQ], times log2(e) */
+    float *dsum_s = lse_s + 2 * BQ;                           /* [2][BQ] */
+
+    const int64_t kblk = blockIdx.x / S::PASSES, hk = blockIdx.y, b = blockIdx.z;
+    const int col0 = (int)(blockIdx.x % S::PASSES) * DV; /* this pass's output columns [col0, col0 + DV) */
+    const fa_seq s = fa_sequence(p, b);
+    const int64_t k0 = kblk * BN;
+    if (k0 >= s.sk)
+        return;
+    const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int64_t wk0 = k0 + warp * 16; /* the warp's first key */
+    const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
+    score_mod sm = MOD ? score_mod_of(p, s, b, hk * p.group) : score_mod{};
+
+    float dk[DV / 8][4], dv[DV / 8][4];
+#pragma unroll
+    for (int i = 0; i < DV / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            dk[i][e] = dv[i][e] = 0.0f;
+
+    /* the class of query rows [q0, q0 + rows) against keys [j0, j0 + 16 * n) (inside one 64-key tile
+     * of the block lists when n == 1) */
+    auto keys_class = [&](int64_t h, int64_t q0, int64_t j0, int64_t j1) -> fa_tile_class {
+        fa_tile_class c = fa_mask_classify_tile(&m, q0, q0 + BQ, j0, j1);
+        if (!LISTS || c == FA_TILE_EMPTY || !p.bl_row_ptr)
+            return c;
+        fa_tile_class best = FA_TILE_EMPTY;
+        for (int64_t t = j0 / BLOCK; t * BLOCK < j1; ++t) {
+            fa_tile_class u = tile_class(p, m, h, q0 / BLOCK, t);
+            best = best == FA_TILE_EMPTY ? u : (u == FA_TILE_EMPTY ? best : fa_tile_class_meet(best, u));
+        }
+        return fa_tile_class_meet(c, best);
+    };
+    auto next_iter = [&](int64_t it) -> int64_t {
+        for (; it < niter; ++it) {
+            int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+            if (keys_class(h, q0, k0, k0 + BN) != FA_TILE_EMPTY)
+                return it;
+        }
+        return niter;
+    };
+    auto load_q_side = [&](int64_t it, int buf) {
+        int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        load_tile<T, D, ALIGNED, BQ, NT>(qs + buf * BQ * LD, p.q, b, s.q_start + q0, imin(s.sq - q0, BQ), h, (int)p.d);
+        load_tile<T, D, ALIGNED, BQ, NT>(dos + buf * BQ * LD, p.dout, b, s.q_start + q0, imin(s.sq - q0, BQ), h,
+                                         (int)p.d);
+        /* LSE log2(e) and D of the rows, asynchronously like the tiles; rows past the end get
+         * zeros (their P is masked) */
+        if (threadIdx.x < 2 * BQ) {
+            const int r = threadIdx.x % BQ;
+            const int64_t i = q0 + r;
+            const float *src = (threadIdx.x < BQ ? p.lse2 : p.dsum) + h * p.total_q +
+                               (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
+            float *dst = (threadIdx.x < BQ ? lse_s : dsum_s) + buf * BQ + r;
+            cp_async4(dst, i < s.sq ? src : p.dsum, i < s.sq);
+        }
+    };
+
+    load_tile<T, D, ALIGNED, BN, NT>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    load_tile<T, D, ALIGNED, BN, NT>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+    int64_t it = next_iter(0);
+    if (it < niter)
+        load_q_side(it, 0);
+    cp_async_commit();
+
+    /* dQ step: warp -> (m tile, column group); its A fragments (dS, 16 queries x 16 keys) come
+     * transposed out of the key-major dS^T tile */
+    const int dq_mt = warp % S::MTQ, dq_c0 = col0 + (warp / S::MTQ) * S::DC;
+    const uint32_t dss_frag = smem_addr(dss) + 2u * (uint32_t)(lane_off_bt(LDS) + dq_mt * 16);
+    const uint32_t k_a = smem_addr(ks) + 2u * (uint32_t)(lane_off_a(LD) + warp * 16 * LD);
+    const uint32_t v_a = smem_addr(vs) + 2u * (uint32_t)(lane_off_a(LD) + warp * 16 * LD);
+    const uint32_t k_nn = smem_addr(ks) + 2u * (uint32_t)(lane_off_a(LD) + dq_c0);
+    const uint32_t q_a0 = smem_addr(qs) + 2u * (uint32_t)lane_off_a(LD), q_bt0 = smem_addr(qs) + 2u * (uint32_t)lane_off_bt(LD);
+    const uint32_t do_a0 = smem_addr(dos) + 2u * (uint32_t)lane_off_a(LD),
+                   do_bt0 = smem_addr(dos) + 2u * (uint32_t)lane_off_bt(LD);
+
+    for (int n = 0; it < niter; ++n) {
+        const int buf = n & 1;
+        const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        /* this step's tiles landed and every warp is done with the previous step: its buffers
+         * (Q, dO, LSE, D of buf ^ 1, and dS^T) are free for the prefetch and the dS^T stores */
+        cp_async_wait<0>();
+        __syncthreads();
+        const int64_t it_next = next_iter(it + 1);
+        if (it_next < niter) {
+            load_q_side(it_next, buf ^ 1);
+            cp_async_commit();
+        }
+        /* rows that saw no key (a tile with one is not FULL for the block's keys): Q, dO zeroed */
+        if ((keys_class(h, q0, k0, k0 + BN) != FA_TILE_FULL || q0 + BQ > s.sq) &&
+            zero_absent_rows<T, D, BQ, NT>(qs + buf * BQ * LD, dos + buf * BQ * LD, LD, lse_s + buf * BQ)) /* uniform */
+            __syncthreads();
+        /* fragment bases of this step's Q and dO tiles (A: lane_off_a, transposed-B: lane_off_bt) */
+        const uint32_t q_a = q_a0 + 2u * (uint32_t)(buf * BQ * LD), q_bt = q_bt0 + 2u * (uint32_t)(buf * BQ * LD);
+        const uint32_t do_a = do_a0 + 2u * (uint32_t)(buf * BQ * LD), do_bt = do_bt0 + 2u * (uint32_t)(buf * BQ * LD);
+        const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
+        const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
+        uint32_t df[BQ / 16][4]; /* dS^T as A fragments, for dK after the dQ product */
+        if (cls != FA_TILE_EMPTY) {
+            const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
+            const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
+            const bool drop = DROP && p.dropout_threshold;
+            /* P^T = exp2(S^T * scale log2 e - LSE log2 e) */
+            /* and dP^T = V dO^T in the same k loop: the two products are independent */
+            float pt[BQ / 8][4], dpt[BQ / 8][4];
+#pragma unroll
+            for (int i = 0; i < BQ / 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    pt[i][e] = dpt[i][e] = 0.0f;
+            gemm_nt2_s<T, BQ, D, LD, LD>(pt, k_a, q_bt, dpt, v_a, do_bt);
+            if constexpr (MOD) {
+                sm.slope = alibi_slope(p, b, h);
+                softcap_all<BQ / 8>(sm, pt);
+            }
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t4 + (e & 1);
+                    float sx = pt[nt][e], grad = 1.0f;
+                    if constexpr (MOD)
+                        sx = modified_score(sm, sx, q0 + col, wk0 + g + (e >> 1) * 8, grad);
+                    float x = fast_exp2(sx * p.scale_log2 - lse2[col]);
+                    if (edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)) {
+                        x = 0.0f;
+                        dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                        grad = 1.0f;
+                    }
+                    pt[nt][e] = x;
+                    if constexpr (MOD) { /* dS^T = P^T (Z dP^T - D) scale, times the derivative */
+                        const float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                        dpt[nt][e] = x * (dpt[nt][e] * z - dd[col]) * p.scale * grad;
+                    }
+                }
+            {
+                uint32_t pf[BQ / 16][4];
+                if (drop) { /* the factors are recomputed for dS below rather than kept: their 32
+                               registers are the accumulators' (dropout calls only) */
+                    float pz[BQ / 8][4];
+#pragma unroll
+                    for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            pz[nt][e] = pt[nt][e] * dropout_factor(p, b, h, q0 + nt * 8 + 2 * t4 + (e & 1),
+                                                                   wk0 + g + (e >> 1) * 8);
+                    acc_to_a<T, BQ>(pf, pz);
+                } else {
+                    acc_to_a<T, BQ>(pf, pt);
+                }
+                gemm_pn_s<T, DV, BQ, LD>(dv, pf, do_a + 2u * (uint32_t)col0);
+            }
+            /* dS^T = P^T (Z dP^T - D) scale (MOD: computed above) */
+            if constexpr (!MOD) {
+#pragma unroll
+                for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = nt * 8 + 2 * t4 + (e & 1);
+                        float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                    }
+            }
+            acc_to_a<T, BQ>(df, dpt);
+            /* dS^T (key-major, query pairs in one word) for the dQ product */
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<uint32_t *>(dss + (warp * 16 + g + r * 8) * LDS + nt * 8 + 2 * t4) =
+                        df[nt / 2][(nt & 1) * 2 + r];
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *reinterpret_cast<uint32_t *>(dss + (warp * 16 + g + r * 8) * LDS + nt * 8 + 2 * t4) = 0u;
+        }
+        __syncthreads();
+        /* dQ[q0 .. q0 + BQ) += dS K over the block's BN keys; this warp: 16 rows x DC columns */
+        {
+            float acc[S::DC / 8][4];
+#pragma unroll
+            for (int i = 0; i < S::DC / 8; ++i)
+                acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BN; kk += 16) {
+                uint32_t af[4];
+                ldsm_x4_t(af, dss_frag + 2u * (uint32_t)(kk * LDS));
+#pragma unroll
+                for (int c = 0; c < S::DC; c += 16) {
+                    uint32_t bf[4];
+                    ldsm_x4_t(bf, k_nn + 2u * (uint32_t)(kk * LD + c));
+                    elem<T>::mma(acc[c / 8], af, bf[0], bf[1]);
+                    elem<T>::mma(acc[c / 8 + 1], af, bf[2], bf[3]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int64_t i = q0 + dq_mt * 16 + g + r * 8;
+                if (i < s.sq) {
+                    float *row = p.dq_accum + (h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * D + dq_c0;
+#pragma unroll
+                    for (int nt = 0; nt < S::DC / 8; ++nt)
+                        red_add2(row + nt * 8 + 2 * t4, acc[nt][2 * r], acc[nt][2 * r + 1]);
+                }
+            }
+        }
+        /* dK += dS^T Q after dQ (FlashAttention-2's order), so these MMAs overlap the draining
+         * reductions */
+        if (cls != FA_TILE_EMPTY)
+            gemm_pn_s<T, DV, BQ, LD>(dk, df, q_a + 2u * (uint32_t)col0);
+        it = it_next;
+    }
+
+    const int64_t rows[2] = {wk0 + g, wk0 + g + 8};
+    store_dkdv<T, DV>(p, s, b, hk, rows, t4, dk, dv, col0);
+}
+
+} // namespace fa_sm80
+
+#endif

@@ -1,0 +1,128 @@
+/* launch.cuh: the sm80 launchers: the forward, the fused backward and the deterministic backward
+ * (after dsum_kernel), each choosing the kernel instance a call needs. */
+#ifndef FA_SM80_LAUNCH_CUH
+#define FA_SM80_LAUNCH_CUH
+
+#include "params.h"
+#include "../common/tile_geometry.cuh"
+#include "../common/score_mod.cuh"
+#include "../common/instance_mode.cuh"
+#include "forward.cuh"
+#include "backward_elementwise.cuh"
+#include "backward_deterministic.cuh"
+#include "backward_fused.cuh"
+
+#include <cuda_runtime.h>
+
+namespace fa_sm80 {
+
+template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t st)
+{
+    constexpr int LD = D + 8, BR = fwd_shape<D>::BR;
+    const size_t smem = sizeof(T) * (BR + 4 * BLOCK) * LD;
+    const int mode = mode_of(p);
+    auto kernel = mode == 2 ? forward_kernel<T, D, ALIGNED, 2>
+                            : mode == 1 ? forward_kernel<T, D, ALIGNED, 1> : forward_kernel<T, D, ALIGNED, 0>;
+    if (has_score_mod(p)) {
+        if constexpr (ALIGNED)
+            kernel = forward_kernel<T, D, true, 2, true>;
+        else
+            return cudaErrorNotSupported;
+    }
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return e;
+    dim3 grid((unsigned)((p.seqlen_q + BR - 1) / BR), (unsigned)p.heads_q, (unsigned)p.batch);
+    kernel<<<grid, THREADS, smem, st>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
+cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
+{
+    using S = bwd_shape<D>;
+    static_assert(sizeof(T) == 2, "bwd_shape::SMEM counts 16-bit elements");
+    const size_t smem = S::SMEM;
+    auto k = bwd_kernel<T, D, ALIGNED, MODE, MOD>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return e;
+    if (p.dq_accum &&
+        (e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st)) != cudaSuccess)
+        return e;
+    if (p.seqlen_k > 0) {
+        dim3 g1((unsigned)((p.seqlen_k + S::BN - 1) / S::BN * S::PASSES), (unsigned)p.heads_kv, (unsigned)p.batch);
+        k<<<g1, S::NT, smem, st>>>(p);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    if (p.seqlen_q == 0)
+        return cudaSuccess;
+    dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
+    dq_convert_kernel<T, D><<<g2, 256, 0, st>>>(p);
+    return cudaGetLastError();
+}
+
+/* The deterministic two-kernel backward (dK / dV, then dQ), d <= 128; D already computed. */
+template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_backward(const fa_cuda_params &p, cudaStream_t st)
+{
+    constexpr int LD = D + 8;
+    constexpr int BQ = D > 64 ? 32 : 64;
+    const size_t smem1 = sizeof(T) * 6 * BLOCK * LD + sizeof(float) * 4 * BQ;
+    auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
+    auto k2 = dq_kernel<T, D, ALIGNED>;
+    if constexpr (ALIGNED) { /* launch_backward refuses a modifier on unaligned rows */
+        if (has_score_mod(p)) {
+            k1 = dkdv_kernel<T, D, BQ, true, true>;
+            k2 = dq_kernel<T, D, true, true>;
+        }
+    }
+    cudaError_t e = cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
+    if (e != cudaSuccess)
+        return e;
+    if (p.seqlen_k > 0) {
+        dim3 g1((unsigned)((p.seqlen_k + BLOCK - 1) / BLOCK), (unsigned)p.heads_kv, (unsigned)p.batch);
+        k1<<<g1, THREADS, smem1, st>>>(p);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    const size_t smem2 = sizeof(T) * 6 * BLOCK * LD;
+    if ((e = cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2)) != cudaSuccess)
+        return e;
+    if (p.seqlen_q > 0) {
+        dim3 g2((unsigned)((p.seqlen_q + BLOCK - 1) / BLOCK), (unsigned)p.heads_q, (unsigned)p.batch);
+        k2<<<g2, THREADS, smem2, st>>>(p);
+        e = cudaGetLastError();
+    }
+    return e;
+}
+
+template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
+{
+    if (!ALIGNED && has_score_mod(p)) /* no MOD instance (mode_of) */
+        return cudaErrorNotSupported;
+    if (p.seqlen_q > 0) {
+        dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
+        dsum_kernel<T><<<g0, THREADS, 0, st>>>(p);
+        cudaError_t e0 = cudaGetLastError();
+        if (e0 != cudaSuccess)
+            return e0;
+    }
+    /* d > 128 has the fused kernel only (no deterministic kernels; the chooser takes the portable
+     * ones for that option); with no queries it writes dK = dV = 0 */
+    const bool fused = D > 128 ? (p.dq_accum || p.seqlen_q == 0) : (p.dq_accum && p.seqlen_q > 0);
+    if (fused && has_score_mod(p)) /* ALIGNED here (refused above otherwise) */
+        return launch_fused_backward<T, D, ALIGNED, 2, ALIGNED>(p, st);
+    if (fused)
+        return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)
+               : mode_of(p) == 1 ? launch_fused_backward<T, D, ALIGNED, 1>(p, st)
+                                 : launch_fused_backward<T, D, ALIGNED, 0>(p, st);
+    if constexpr (D > 128)
+        return cudaErrorNotSupported;
+    else
+        return launch_deterministic_backward<T, D, ALIGNED>(p, st);
+}
+
+} // namespace fa_sm80
+
+#endif
