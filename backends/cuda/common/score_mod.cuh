@@ -64,6 +64,14 @@ __device__ __forceinline__ float modified_score(const score_mod &sm, float xc, i
     return sm.alibi ? xc + fa_alibi_bias(sm.slope, i, j, sm.diag) : xc;
 }
 
+/* The same with ALiBi's distance i + diag - j given as a float (fa_alibi_row once per thread and
+ * tile step, minus compile-time offsets), as the tensor-core backwards form it. */
+__device__ __forceinline__ float modified_score_at(const score_mod &sm, float xc, float dist, float &grad)
+{
+    grad = sm.cap.out != 0.0f ? fa_softcap_grad(sm.cap, xc) : 1.0f;
+    return sm.alibi ? xc + fa_alibi_bias_at(sm.slope, dist) : xc;
+}
+
 } // namespace fa_sm80
 
 #endif

@@ -271,11 +271,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
                 for (int e = 0; e < 4; ++e) {
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     float sx = pt[nt][e], grad = 1.0f;
-                    if constexpr (MOD) {
-                        grad = sm.cap.out != 0.0f ? fa_softcap_grad(sm.cap, sx) : 1.0f;
-                        if (sm.alibi)
-                            sx += fa_alibi_bias_at(sm.slope, alibi_d0 + (float)(nt * 8 + (e & 1) - (e >> 1) * 8));
-                    }
+                    if constexpr (MOD)
+                        sx = fa_sm80::modified_score_at(sm, sx, alibi_d0 + (float)(nt * 8 + (e & 1) - (e >> 1) * 8),
+                                                        grad);
                     float x = fa_sm80::fast_exp2(sx * p.scale_log2 - lse2[col]);
                     if (edge && (cls == FA_TILE_EMPTY ||
                                  !fa_sm80::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
