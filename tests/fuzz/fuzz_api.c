@@ -383,7 +383,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (take(r) % 4 == 0) { /* ALiBi slopes: [hq], [batch][stride], bad strides, inside an output */
         int64_t nb = varlen ? vl.batch : batch;
-        o.alibi_batch_stride = take(r) % 2 ? 0 : take(r) % 4 ? hq + take_int(r, 3) : take_int(r, 8);
+        o.alibi_batch_stride = take(r) % 2 ? 0 : take(r) % 4 ? sat_add(hq, take_int(r, 3)) : take_int(r, 8);
         int64_t count = hq;
         int bad = o.alibi_batch_stride != 0 && (o.alibi_batch_stride < hq || nb < 0 ||
                                                 __builtin_mul_overflow(nb > 0 ? nb - 1 : 0, o.alibi_batch_stride, &count) ||
