@@ -11,8 +11,10 @@
  * Units. A kernel holds x with S = u * x: the GPU kernels keep the raw product q . k (u = the
  * softmax scale, which they apply inside exp2), the CPU kernels prescale Q (u = 1). The factors
  * below are in x's units, so the modified x' still satisfies S' = u * x' and the kernel's softmax
- * is unchanged. tanh is computed as 1 - 2 / (exp2(2 y log2 e) + 1): one exp2 and one division,
- * exact to a few fp32 ulps of 1 in t (|error of S'| <= ~1e-7 c), +-1 at +-inf, NaN propagates. */
+ * is unchanged. tanh is computed as 1 - 2 / (exp2(2 y log2 e) + 1): one exp2 and one division;
+ * +-1 at +-inf, NaN propagates. The C path's |t - tanh| measured at most 1.8e-7 over y in [-40, 40]
+ * (docs/options.md); the NVIDIA path's error was not measured on its own (the conformance grid's
+ * softcap cases pass with it). */
 #ifndef FA_SCORE_MOD_H
 #define FA_SCORE_MOD_H
 
@@ -56,9 +58,9 @@ FA_SCORE_FN fa_softcap_factors fa_softcap_make(float u, float c)
 }
 
 /* x' = out * tanh(x * inv). On NVIDIA devices exp2 and the reciprocal are the MUFU unit's
- * ex2.approx / rcp.approx (each within 2 ulp; t within ~2e-7 of tanh), two instructions where
- * the IEEE division alone would take a dozen: the softmax beside it is bound by that unit and
- * the FP32 pipe. ex2 overflows to +inf and rcp(inf) = 0, so t = +-1 at the extremes. */
+ * ex2.approx / rcp.approx (approximations the PTX ISA bounds to a few ulp), two instructions
+ * where the IEEE division takes about a dozen. ex2 overflows to +inf and rcp(inf) = 0, so
+ * t = +-1 at the extremes. */
 FA_SCORE_FN float fa_softcap_apply(fa_softcap_factors f, float x)
 {
 #if defined(__CUDA_ARCH__)
