@@ -17,7 +17,7 @@ MUTATIONS = [
         "what": "ALiBi's distance measured from the mirrored diagonal, i - (seqlen_k - seqlen_q) - j "
                 "(core/score_mod.h: every kernel)",
         "edits": [
-            ("core/score_mod.h", "FA_SCORE_I64 dist = row + diag - col;", "FA_SCORE_I64 dist = row - diag - col;"),
+            ("core/score_mod.h", "return (float)(row + diag - col0);", "return (float)(row - diag - col0);"),
         ],
     },
     {
