@@ -57,42 +57,15 @@ FA_SCORE_FN fa_softcap_factors fa_softcap_make(float u, float c)
     return f;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/* 2^y on the FMA units (the MUFU unit, which the softmax's exp2 already keeps busy, is the
- * tensor-core kernels' bottleneck once a score needs two more of its instructions): y = j + f with
- * j = round(y) from the 1.5 * 2^23 rounding trick and f in [-0.5, 0.5], 2^f by a degree-5
- * polynomial (a relative-minimax fit, docs/options.md), 2^j by building its exponent bits. y is
- * clamped below at -126 (2^-126 is the least normal; max.NaN keeps a NaN) and j above at 127: a
- * larger y leaves f > 0.5 and the product overflows to +inf, as exp2 would. */
-FA_SCORE_FN float fa_score_exp2_fma(float y)
-{
-    asm("max.NaN.f32 %0, %0, 0fC2FC0000;" : "+f"(y)); /* -126 */
-    const float magic = 12582912.0f;                   /* 1.5 * 2^23 */
-    const float t = fminf(y, 127.0f) + magic;
-    const float f = y - (t - magic);
-    float p = 0.001327644451521337f;
-    p = fmaf(p, f, 0.00967553723603487f);
-    p = fmaf(p, f, 0.05550713464617729f);
-    p = fmaf(p, f, 0.24022120237350464f);
-    p = fmaf(p, f, 0.6931469440460205f);
-    p = fmaf(p, f, 1.0000001192092896f);
-    return p * __uint_as_float((__float_as_uint(t) << 23) + 0x3f800000u);
-}
-#endif
-
-/* x' = out * tanh(x * inv). On NVIDIA devices of compute capability 8.0 and up the exponential is
- * fa_score_exp2_fma and the reciprocal the MUFU unit's rcp.approx (a few ulp, PTX ISA); older ones
- * take the exponential from ex2.approx too; ex2 overflows to +inf and rcp(inf) = 0, so t = +-1 at the extremes. */
+/* x' = out * tanh(x * inv). On NVIDIA devices exp2 and the reciprocal are the MUFU unit's
+ * ex2.approx / rcp.approx (approximations the PTX ISA bounds to a few ulp), two instructions
+ * where the IEEE division takes about a dozen. ex2 overflows to +inf and rcp(inf) = 0, so
+ * t = +-1 at the extremes. */
 FA_SCORE_FN float fa_softcap_apply(fa_softcap_factors f, float x)
 {
 #if defined(__CUDA_ARCH__)
-    float r;
-#if __CUDA_ARCH__ >= 800
-    const float e = fa_score_exp2_fma(x * f.in);
-#else
-    float e;
+    float e, r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * f.in));
-#endif
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
     return f.out * (1.0f - 2.0f * r);
 #else
