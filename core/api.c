@@ -54,9 +54,9 @@ static fa_status prepare(fa_context *ctx, fa_call *c)
     fa_capabilities caps;
     memset(&caps, 0, sizeof caps);
     ctx->backend->capabilities(&caps);
-    if (p->softcap > 0.0f && !(caps.features & FA_FEATURE_SOFTCAP))
+    if (p->mod.softcap > 0.0f && !(caps.features & FA_FEATURE_SOFTCAP))
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "softcap: the %s backend does not implement it", ctx->backend->name);
-    if (p->alibi_slopes && !(caps.features & FA_FEATURE_ALIBI))
+    if (p->mod.alibi && !(caps.features & FA_FEATURE_ALIBI))
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ALiBi: the %s backend does not implement it", ctx->backend->name);
     return ctx->backend->choose(ctx, p, &c->variant);
 }

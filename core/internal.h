@@ -5,6 +5,7 @@
 
 #include "flashattn.h"
 #include "mask.h"
+#include "score_mod.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -48,11 +49,10 @@ typedef struct fa_problem {
     float dropout_scale;                /* 1 / (1 - p) */
     uint64_t seed, offset;
     int deterministic;
-    /* score modifiers (core/score_mod.h): softcap 0 = off; slopes NULL = off, query head h of
-     * sequence b uses alibi_slopes[b * alibi_stride + h] */
-    float softcap;
+    /* score modifiers (core/score_mod.h): the call's scalars, and ALiBi's slopes (NULL: no ALiBi;
+     * query head h of sequence b uses alibi_slopes[b * mod.alibi_stride + h]) */
+    fa_score_mod mod;
     const float *alibi_slopes;
-    int64_t alibi_stride;
     /* varlen: cu_seqlens in the context's memory and validated host copies (batch + 1) */
     int varlen;
     const int32_t *cu_q, *cu_k;

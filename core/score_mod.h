@@ -101,4 +101,74 @@ FA_SCORE_FN float fa_alibi_bias(float slope_x, FA_SCORE_I64 row, FA_SCORE_I64 co
     return fa_alibi_bias_at(slope_x, fa_alibi_row(row, diag, col));
 }
 
+/* ---------------------------------------------------------------- a call's modifiers */
+
+/* The score modifiers of one call, as the validation leaves them (fa_problem.mod) and every
+ * kernel receives them, whole: the CUDA / HIP parameters carry the struct, the OpenCL parameter
+ * block carries its bytes (the same layout in C and OpenCL C: 16 bytes, 8-aligned). ALiBi's
+ * slopes are an array in the device's memory, which each backend passes its own way (a pointer,
+ * a buffer argument) next to this struct. A new per-call modifier adds its fields here, its state
+ * to fa_score_mod_state, its step to fa_score_mod_apply, and its check to core/validate.c. */
+typedef struct fa_score_mod {
+    float softcap;             /* c > 0; 0: off */
+    int alibi;                 /* 1: ALiBi, slopes given */
+    FA_SCORE_I64 alibi_stride; /* slope of sequence b, query head h: slopes[b * alibi_stride + h] */
+} fa_score_mod;
+
+/* Whether a call has any modifier (the kernels' MOD instances / programs run it). */
+FA_SCORE_FN int fa_score_mod_active(fa_score_mod m)
+{
+    return m.softcap > 0.0f || m.alibi;
+}
+
+/* The index of the ALiBi slope of sequence b, query head h. */
+FA_SCORE_FN FA_SCORE_I64 fa_alibi_slope_index(fa_score_mod m, FA_SCORE_I64 b, FA_SCORE_I64 h)
+{
+    return b * m.alibi_stride + h;
+}
+
+/* The modifiers of one (sequence, query head) in a kernel's x units (S = u x). */
+typedef struct fa_score_mod_state {
+    fa_softcap_factors cap; /* cap.out == 0: no softcap */
+    int alibi;
+    float slope;            /* ALiBi's slope in x units */
+    FA_SCORE_I64 diag;      /* seqlen_k - seqlen_q of the sequence: the bottom-right alignment */
+} fa_score_mod_state;
+
+/* slope: the sequence's and head's ALiBi slope as given (read at fa_alibi_slope_index; any value
+ * without ALiBi); diag = seqlen_k - seqlen_q of the sequence. */
+FA_SCORE_FN fa_score_mod_state fa_score_mod_begin(fa_score_mod m, float u, float slope, FA_SCORE_I64 diag)
+{
+    fa_score_mod_state st;
+    st.cap = fa_softcap_make(u, m.softcap);
+    st.alibi = m.alibi;
+    st.slope = m.alibi ? slope / u : 0.0f;
+    st.diag = diag;
+    return st;
+}
+
+/* The modified score of x, with ALiBi's distance row + diag - col given as a float (fa_alibi_row);
+ * *grad (when grad is not null) receives dx'/dx: the softcap's derivative, 1 without one. The
+ * softcap, then the ALiBi bias. */
+FA_SCORE_FN float fa_score_mod_apply(const fa_score_mod_state *st, float x, float dist, float *grad)
+{
+    float g = 1.0f;
+    if (st->cap.out != 0.0f) {
+        x = fa_softcap_apply(st->cap, x);
+        g = fa_softcap_grad(st->cap, x);
+    }
+    if (st->alibi)
+        x += fa_alibi_bias_at(st->slope, dist);
+    if (grad)
+        *grad = g;
+    return x;
+}
+
+/* The same at element (row i, column j) of the sequence: ALiBi's distance formed here. */
+FA_SCORE_FN float fa_score_mod_apply_at(const fa_score_mod_state *st, float x, FA_SCORE_I64 i, FA_SCORE_I64 j,
+                                        float *grad)
+{
+    return fa_score_mod_apply(st, x, fa_alibi_row(i, st->diag, j), grad);
+}
+
 #endif /* FA_SCORE_MOD_H */

@@ -162,7 +162,7 @@ static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem 
                             "softcap = %g with softmax_scale = %g: their ratio does not fit fp32", (double)o->softcap,
                             (double)p->scale);
     }
-    p->softcap = o->softcap;
+    p->mod.softcap = o->softcap;
     p->block_mask = o->block_mask;
     if (o->block_mask) {
         char why[200];
@@ -178,7 +178,8 @@ static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p
                              const char *const *out_names, int n_outs)
 {
     p->alibi_slopes = o->alibi_slopes;
-    p->alibi_stride = o->alibi_batch_stride;
+    p->mod.alibi = o->alibi_slopes != NULL;
+    p->mod.alibi_stride = o->alibi_batch_stride;
     if (!o->alibi_slopes) {
         if (o->alibi_batch_stride != 0)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_batch_stride = %lld without alibi_slopes",

@@ -269,21 +269,13 @@ static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t
 static void apply_score_mod(const fa_problem *p, int64_t b, int64_t h, int64_t diag, int64_t q0, int64_t nr,
                             int64_t k0, int64_t width, int64_t ld, float *s, float *grad)
 {
-    fa_softcap_factors f = fa_softcap_make(1.0f, p->softcap);
-    float slope = p->alibi_slopes ? p->alibi_slopes[b * p->alibi_stride + h] : 0.0f;
+    const float slope = p->alibi_slopes ? p->alibi_slopes[fa_alibi_slope_index(p->mod, b, h)] : 0.0f;
+    const fa_score_mod_state st = fa_score_mod_begin(p->mod, 1.0f, slope, diag);
     for (int64_t r = 0; r < nr; ++r) {
-        float *row = s + r * ld;
-        if (p->softcap > 0.0f) {
-            float *grow = grad ? grad + r * ld : NULL;
-            for (int64_t j = 0; j < width; ++j) {
-                row[j] = fa_softcap_apply(f, row[j]);
-                if (grow)
-                    grow[j] = fa_softcap_grad(f, row[j]);
-            }
-        }
-        if (p->alibi_slopes)
-            for (int64_t j = 0; j < width; ++j)
-                row[j] += fa_alibi_bias(slope, q0 + r, k0 + j, diag);
+        float *row = s + r * ld, *grow = grad ? grad + r * ld : NULL;
+        const float d0 = fa_alibi_row(q0 + r, diag, k0);
+        for (int64_t j = 0; j < width; ++j)
+            row[j] = fa_score_mod_apply(&st, row[j], d0 - (float)j, grow ? &grow[j] : NULL);
     }
 }
 
@@ -500,7 +492,7 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
             next = (const char *)(kT + kv_tile_floats(t) * p->heads_kv);
         int64_t half_bytes = t->dp * t->bk * (int64_t)sizeof(float);
         gemm_np(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * NR, sj, t->bk, 0, next, half_bytes);
-        if (p->softcap > 0.0f || p->alibi_slopes)
+        if (fa_score_mod_active(p->mod))
             apply_score_mod(p, b, h, sk - sq, q0, nr, k0 + j0, w, t->bk, sj, NULL);
         if (cls != FA_TILE_FULL || j0 + w > nc)
             apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
@@ -663,7 +655,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 gemm_nn(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
                 for (int64_t r = 0; r < nr; ++r)
                     scale_row(pm + r * bk, bk, p->scale);
-                if (p->softcap > 0.0f || p->alibi_slopes)
+                if (fa_score_mod_active(p->mod))
                     apply_score_mod(p, b, h, sk - sq, q0, nr, k0, bk, bk, pm, grad);
                 if (cls != FA_TILE_FULL || nc < bk)
                     apply_mask(p, &m, h, q0, nr, k0, nc, bk, bk, pm, cls);
@@ -691,7 +683,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     const float *prow = pm + r * bk;
                     for (int64_t j = 0; j < bk; ++j) /* a select: P = 0 meets dP = NaN from V = NaN */
                         drow[j] = prow[j] == 0.0f ? 0.0f : prow[j] * (drow[j] - dsum[r]) * p->scale;
-                    if (p->softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */
+                    if (p->mod.softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */
                         for (int64_t j = 0; j < bk; ++j)
                             drow[j] *= grad[r * bk + j];
                 }

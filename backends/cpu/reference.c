@@ -77,13 +77,13 @@ static double modified_score(const fa_problem *p, int64_t b, int64_t h, int64_t 
                              int64_t j, double v, double *grad)
 {
     *grad = 1.0;
-    if (p->softcap > 0.0f) {
-        double c = (double)p->softcap, t = tanh(v / c);
+    if (p->mod.softcap > 0.0f) {
+        double c = (double)p->mod.softcap, t = tanh(v / c);
         v = c * t;
         *grad = 1.0 - t * t;
     }
     if (p->alibi_slopes) {
-        double slope = (double)p->alibi_slopes[b * p->alibi_stride + h];
+        double slope = (double)p->alibi_slopes[b * p->mod.alibi_stride + h];
         double dist = (double)(j - sk) - (double)(i - sq);
         v -= slope * fabs(dist);
     }
@@ -95,14 +95,14 @@ static float modified_score_f(const fa_problem *p, int64_t b, int64_t h, int64_t
                               int64_t j, float v, float *grad)
 {
     *grad = 1.0f;
-    if (p->softcap > 0.0f) {
-        float t = tanhf(v / p->softcap);
-        v = p->softcap * t;
+    if (p->mod.softcap > 0.0f) {
+        float t = tanhf(v / p->mod.softcap);
+        v = p->mod.softcap * t;
         *grad = 1.0f - t * t;
     }
     if (p->alibi_slopes) {
         int64_t dist = (j - sk) - (i - sq);
-        v -= p->alibi_slopes[b * p->alibi_stride + h] * (float)(dist < 0 ? -dist : dist);
+        v -= p->alibi_slopes[b * p->mod.alibi_stride + h] * (float)(dist < 0 ? -dist : dist);
     }
     return v;
 }

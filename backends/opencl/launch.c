@@ -93,7 +93,7 @@ static fa_status bind_alibi(fa_context *ctx, const fa_problem *p, call_args *a)
     a->alibi = s->dummy;
     if (!p->alibi_slopes)
         return FA_SUCCESS;
-    int64_t count = p->alibi_stride ? (p->batch - 1) * p->alibi_stride + p->heads_q : p->heads_q;
+    int64_t count = p->mod.alibi_stride ? (p->batch - 1) * p->mod.alibi_stride + p->heads_q : p->heads_q;
     if (p->batch < 1)
         count = p->heads_q;
     const ocl_buffer *b = ocl_find_buffer(s, p->alibi_slopes, sizeof(float) * (size_t)count);
@@ -103,9 +103,7 @@ static fa_status bind_alibi(fa_context *ctx, const fa_problem *p, call_args *a)
                         "this context",
                         (const void *)p->alibi_slopes, (long long)count);
     a->alibi = b->mem;
-    a->prm[FA_P_ALIBI] = 1;
     a->prm[FA_P_ALIBI_OFF] = (cl_long)(((uintptr_t)p->alibi_slopes - b->base) / sizeof(float));
-    a->prm[FA_P_ALIBI_STRIDE] = p->alibi_stride;
     return FA_SUCCESS;
 }
 
@@ -128,9 +126,10 @@ static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a
     q[FA_P_SEED] = (cl_long)p->seed;
     q[FA_P_OFFSET] = (cl_long)p->offset;
     q[FA_P_HAS_LSE] = p->has_lse;
-    uint32_t cap_bits;
-    memcpy(&cap_bits, &p->softcap, sizeof cap_bits);
-    q[FA_P_SOFTCAP] = (cl_long)cap_bits;
+    /* the kernels read these bytes back as an fa_score_mod (host and device share the byte order,
+     * as every tensor's bytes assume) */
+    _Static_assert(sizeof(fa_score_mod) == sizeof(cl_long) * (FA_P_MOD_END - FA_P_MOD), "fa_score_mod fits its slots");
+    memcpy(&q[FA_P_MOD], &p->mod, sizeof p->mod);
     size_t el = fa_dtype_size(p->dtype);
     int64_t rq = p->varlen ? p->total_q : p->seqlen_q, rk = p->varlen ? p->total_k : p->seqlen_k;
     fa_status st;

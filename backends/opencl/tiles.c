@@ -49,7 +49,7 @@ static const ocl_tile_row cpu_bwd_tiles[] = {
 /* The call sets a score modifier: its program is compiled with FA_SCORE_MOD=1. */
 int ocl_score_mod_on(const fa_problem *p)
 {
-    return p->softcap > 0.0f || p->alibi_slopes != NULL;
+    return fa_score_mod_active(p->mod);
 }
 
 static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)

@@ -74,7 +74,7 @@ fa_backward_dkdv(__global const long *prm, const float scale, const float drop_s
     /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
     for (long h = hk * group; nq > 0 && h < (hk + 1) * group; ++h) {
         const fa_ocl_blocks blk = fa_blocks_of(prm, h);
-        const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
+        const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
         for (long qt = 0; qt < nq; ++qt) {
             const long q0 = qt * FA_BM;
             const int cls = fa_pair_class(prm, bl_row_ptr, bl_col, bl_cls, &m, &blk, qt, kt);
@@ -118,7 +118,7 @@ fa_backward_dkdv(__global const long *prm, const float scale, const float drop_s
                 }
 #if FA_SCORE_MOD
                 float grad;
-                s = fa_score_mod_apply(&sm, s, i, j, &grad);
+                s = fa_score_mod_apply_at(&sm, s, i, j, &grad);
                 const float ds_scale = scale * grad; /* dS of the unmodified score */
 #else
                 const float ds_scale = scale;
@@ -177,7 +177,7 @@ fa_backward_dq(__global const long *prm, const float scale, const float drop_sca
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
     const fa_ocl_blocks blk = fa_blocks_of(prm, h);
-    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
+    const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
 
     float qr[FA_D], dor[FA_D], dqr[FA_D];
     float l = -INFINITY, di = 0.0f;
@@ -234,7 +234,7 @@ fa_backward_dq(__global const long *prm, const float scale, const float drop_sca
                 }
 #if FA_SCORE_MOD
                 float grad;
-                s = fa_score_mod_apply(&sm, s, i, k0 + jj, &grad);
+                s = fa_score_mod_apply_at(&sm, s, i, k0 + jj, &grad);
                 const float ds_scale = scale * grad; /* dS of the unmodified score */
 #else
                 const float ds_scale = scale;

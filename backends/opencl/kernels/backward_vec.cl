@@ -56,7 +56,7 @@ static void fa_transpose_rows(__local const float *src, int rows, __local float 
 static void fa_tile_grads(__local float *p, __local float *dp, __local float *z, const fa_mask *m,
                           const fa_ocl_blocks *blk, __global const uchar *bm_bits, int cls, long q0, long k0, int nr,
                           int nc, const float *lse_r, const float *d_r, float scale, uint threshold, float drop_scale,
-                          ulong seed, ulong offset, long b, long heads_q, long h, const fa_ocl_score_mod *sm)
+                          ulong seed, ulong offset, long b, long heads_q, long h, const fa_score_mod_state *sm)
 {
     const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
     for (int r = 0; r < FA_BM; ++r) {
@@ -78,7 +78,7 @@ static void fa_tile_grads(__local float *p, __local float *dp, __local float *z,
 #if FA_SCORE_MOD
         float grad[FA_BN];
         for (int j = jlo; j < jhi; ++j)
-            prow[j] = fa_score_mod_apply(sm, prow[j], q0 + r, k0 + j, &grad[j]);
+            prow[j] = fa_score_mod_apply_at(sm, prow[j], q0 + r, k0 + j, &grad[j]);
 #else
         (void)sm;
 #endif
@@ -162,7 +162,7 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
     /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
     for (long h = hk * group; nq > 0 && h < (hk + 1) * group; ++h) {
         const fa_ocl_blocks blk = fa_blocks_of(prm, h);
-        const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk);
+        const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk);
         for (long qt = 0; qt < nq; ++qt) {
             const long q0 = qt * FA_BM;
             const int cls = fa_pair_class(prm, bl_row_ptr, bl_col, bl_cls, &m, &blk, qt, kt);
@@ -229,7 +229,7 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
     const fa_ocl_blocks blk = fa_blocks_of(prm, h);
-    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk);
+    const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk);
     const long row0 = prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q];
 
     fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, q_t);

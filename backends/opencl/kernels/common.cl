@@ -265,49 +265,24 @@ static inline int fa_pair_class(__global const long *prm, __global const long *r
 /* The score modifiers of one (sequence b, query head h) in the units of a kernel whose score x
  * satisfies S = u x for the scaled score S (core/score_mod.h): u = ln 2 in forward.cl (log2-scaled
  * scores), 1 in forward_vec.cl (prescaled Q), the softmax scale in the backward kernels (raw
- * q . k). Without FA_SCORE_MOD every field is 0 and the kernels never apply it. */
-typedef struct fa_ocl_score_mod {
-    fa_softcap_factors cap;
-    int capped, alibi;
-    float slope; /* ALiBi slope in x's units */
-    long diag;   /* seqlen_k - seqlen_q of the sequence: the bottom-right alignment */
-} fa_ocl_score_mod;
-
-static inline fa_ocl_score_mod fa_score_mod_of(__global const long *prm, __global const float *slopes, float u,
-                                               long b, long h, long sq, long sk)
+ * q . k). The call's fa_score_mod is the parameter block's slots FA_P_MOD..; without
+ * FA_SCORE_MOD the state is that of no modifier and the kernels never apply it. */
+static inline fa_score_mod_state fa_score_mod_of(__global const long *prm, __global const float *slopes, float u,
+                                                 long b, long h, long sq, long sk)
 {
-    fa_ocl_score_mod sm;
-    sm.cap = fa_softcap_make(u, 0.0f);
-    sm.capped = 0;
-    sm.alibi = 0;
-    sm.slope = 0.0f;
-    sm.diag = sk - sq;
 #if FA_SCORE_MOD
-    const float c = as_float((uint)prm[FA_P_SOFTCAP]);
-    sm.capped = c > 0.0f;
-    sm.cap = fa_softcap_make(u, c);
-    sm.alibi = prm[FA_P_ALIBI] != 0;
-    if (sm.alibi)
-        sm.slope = slopes[prm[FA_P_ALIBI_OFF] + b * prm[FA_P_ALIBI_STRIDE] + h] / u;
+    const fa_score_mod m = *(__global const fa_score_mod *)(prm + FA_P_MOD);
+    const float slope = m.alibi ? slopes[prm[FA_P_ALIBI_OFF] + fa_alibi_slope_index(m, b, h)] : 0.0f;
 #else
+    fa_score_mod m;
+    m.softcap = 0.0f;
+    m.alibi = 0;
+    m.alibi_stride = 0;
+    const float slope = 0.0f;
     (void)prm;
     (void)slopes;
     (void)b;
     (void)h;
 #endif
-    return sm;
-}
-
-/* The modified score x' of score x at local element (row i, key j): the softcap, then the ALiBi
- * bias. *grad gets dx'/dx (the softcap's derivative; 1 without it). */
-static inline float fa_score_mod_apply(const fa_ocl_score_mod *sm, float x, long i, long j, float *grad)
-{
-    *grad = 1.0f;
-    if (sm->capped) {
-        x = fa_softcap_apply(sm->cap, x);
-        *grad = fa_softcap_grad(sm->cap, x);
-    }
-    if (sm->alibi)
-        x += fa_alibi_bias(sm->slope, i, j, sm->diag);
-    return x;
+    return fa_score_mod_begin(m, u, slope, sk - sq);
 }

@@ -114,7 +114,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
     const int bm_on = prm[FA_P_BLOCK_MASK] != 0;
     const float qscale = scale * M_LOG2E_F;
     /* the scores here are log2-scaled: S = ln 2 x */
-    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, M_LN2_F, b, h, sq, sk);
+    const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, M_LN2_F, b, h, sq, sk);
     if (tid == 0) {
         const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
         base_l[0] = fa_at(vq, b, qs + q0, h);
@@ -249,7 +249,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
                 const int jj = tx + FA_TX * j;
 #if FA_SCORE_MOD
                 float grad;
-                s[r][j] = fa_score_mod_apply(&sm, s[r][j], q0 + rr, (long)k0 + jj, &grad);
+                s[r][j] = fa_score_mod_apply_at(&sm, s[r][j], q0 + rr, (long)k0 + jj, &grad);
 #endif
                 int vis = jj >= jlo && jj < jhi;
                 if (vis && cls == FA_TILE_PARTIAL && bm_on) {

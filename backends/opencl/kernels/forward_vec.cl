@@ -105,7 +105,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
     const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
     const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
     const fa_ocl_blocks blk = fa_blocks_of(prm, h);
-    const fa_ocl_score_mod sm = fa_score_mod_of(prm, alibi_slopes, 1.0f, b, h, sq, sk); /* Q is prescaled */
+    const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, 1.0f, b, h, sq, sk); /* Q is prescaled */
 
     float row_max[FA_BM], row_sum[FA_BM];
     long lo[FA_BM], hi[FA_BM];
@@ -150,7 +150,7 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
 #if FA_SCORE_MOD
             for (int j = jlo; j < jhi; ++j) { /* the rest is masked below */
                 float grad;
-                srow[j] = fa_score_mod_apply(&sm, srow[j], q0 + r, k0 + j, &grad);
+                srow[j] = fa_score_mod_apply_at(&sm, srow[j], q0 + r, k0 + j, &grad);
             }
 #endif
             if (cls == FA_TILE_PARTIAL && blk.on)

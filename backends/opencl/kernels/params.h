@@ -36,10 +36,9 @@ enum fa_ocl_param {
     FA_P_BM_BK,
     FA_P_BL_HEADS,
     FA_P_BL_NQ,
-    FA_P_SOFTCAP,           /* the cap c as fp32 bits (core/score_mod.h); 0 = off */
-    FA_P_ALIBI,             /* 1: ALiBi, the slopes are bound */
-    FA_P_ALIBI_OFF,         /* element offset of the slopes inside their cl_mem */
-    FA_P_ALIBI_STRIDE,      /* sequence b, query head h: slopes[b * stride + h] */
+    FA_P_MOD,               /* the call's fa_score_mod (core/score_mod.h), its 16 bytes in two longs */
+    FA_P_MOD_END = FA_P_MOD + 2,
+    FA_P_ALIBI_OFF = FA_P_MOD_END, /* element offset of ALiBi's slopes inside their cl_mem */
     FA_P_TENSORS,           /* 4 per tensor from here, in fa_ocl_tensor order */
     FA_P_COUNT = FA_P_TENSORS + 4 * FA_T_COUNT
 };
