@@ -29,7 +29,7 @@ def main():
                 names.append(name)
                 body = HEADER + '#include "../kernels.cuh"\n\nnamespace fa_sm80 {\n'
                 for aligned in ("true", "false"):
-                    body += f"template cudaError_t {fn}<{ctype}, {d}, {aligned}>(const fa_cuda_params &, cudaStream_t);\n"
+                    body += f"template cudaError_t {fn}<{ctype}, {d}, {aligned}>(const fa_gpu_params &, cudaStream_t);\n"
                 body += "}\n"
                 write(os.path.join(OUT, name), body)
     # dispatch
@@ -38,11 +38,11 @@ def main():
         for tag, (ctype, _) in DTYPES.items():
             for dim in dims:
                 for aligned in ("true", "false"):
-                    d += f"extern template cudaError_t {fn}<{ctype}, {dim}, {aligned}>(const fa_cuda_params &, cudaStream_t);\n"
+                    d += f"extern template cudaError_t {fn}<{ctype}, {dim}, {aligned}>(const fa_gpu_params &, cudaStream_t);\n"
     d += "} // namespace fa_sm80\n\n"
     for direction, dims, fn, cname in (("fwd", FORWARD_DIMS, "launch_forward", "fa_sm80_forward"),
                                        ("bwd", BACKWARD_DIMS, "launch_backward", "fa_sm80_backward")):
-        d += f'extern "C" int {cname}(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream)\n{{\n'
+        d += f'extern "C" int {cname}(const fa_gpu_params *p, int dtype, int head_dim_pad, int aligned, void *stream)\n{{\n'
         d += "    cudaStream_t st = static_cast<cudaStream_t>(stream);\n"
         for tag, (ctype, code) in DTYPES.items():
             for dim in dims:

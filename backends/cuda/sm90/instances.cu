@@ -1,4 +1,4 @@
-// The sm90 instances and their C entry points (backends/cuda/params.h): the forward (fp16, bf16;
+// The sm90 instances and their C entry points (backends/cuda/kernels.h): the forward (fp16, bf16;
 // head dims 64 and 128, and 256 for calls with neither dropout nor a block mask) and the backward
 // (fp16, bf16; head dims 64 and 128, and 256 for calls with neither dropout nor a block mask; the
 // fused non-deterministic algorithm); score modifiers (softcap, ALiBi) for calls with neither
@@ -17,7 +17,7 @@ extern "C" int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int 
            (head_dim_pad == 64 || head_dim_pad == 128 || (plain && head_dim_pad == 256));
 }
 
-extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+extern "C" int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream)
 {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (dtype * 1000 + head_dim_pad) {
@@ -31,7 +31,7 @@ extern "C" int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_
     }
 }
 
-extern "C" int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+extern "C" int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream)
 {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (dtype * 1000 + head_dim_pad) {

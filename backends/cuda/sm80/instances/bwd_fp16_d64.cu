@@ -2,6 +2,6 @@
 #include "../kernels.cuh"
 
 namespace fa_sm80 {
-template cudaError_t launch_backward<__half, 64, true>(const fa_cuda_params &, cudaStream_t);
-template cudaError_t launch_backward<__half, 64, false>(const fa_cuda_params &, cudaStream_t);
+template cudaError_t launch_backward<__half, 64, true>(const fa_gpu_params &, cudaStream_t);
+template cudaError_t launch_backward<__half, 64, false>(const fa_gpu_params &, cudaStream_t);
 }

@@ -2,61 +2,61 @@
 #include "../kernels.cuh"
 
 namespace fa_sm80 {
-extern template cudaError_t launch_forward<__half, 32, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 32, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 64, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 64, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 96, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 96, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 128, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 128, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 160, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 160, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 192, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 192, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 224, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 224, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 256, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__half, 256, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 32, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 32, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 64, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 64, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 96, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 96, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 128, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 128, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 160, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 160, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 192, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 192, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 224, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 224, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 256, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_forward<__nv_bfloat16, 256, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 32, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 32, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 64, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 64, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 96, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 96, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 128, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 128, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 256, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 256, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 32, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 32, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 64, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 64, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 96, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 96, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 128, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 128, false>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 256, true>(const fa_cuda_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 256, false>(const fa_cuda_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 32, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 32, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 64, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 64, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 96, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 96, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 128, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 128, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 160, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 160, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 192, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 192, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 224, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 224, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 256, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 256, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 32, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 32, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 64, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 64, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 96, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 96, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 128, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 128, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 160, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 160, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 192, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 192, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 224, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 224, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 256, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 256, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 32, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 32, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 64, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 64, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 96, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 96, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 128, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 128, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 256, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 256, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 32, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 32, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 64, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 64, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 96, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 96, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 128, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 128, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 256, true>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 256, false>(const fa_gpu_params &, cudaStream_t);
 } // namespace fa_sm80
 
-extern "C" int fa_sm80_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream)
+extern "C" int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim_pad, int aligned, void *stream)
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (dtype == 1 && head_dim_pad == 32)
@@ -94,7 +94,7 @@ extern "C" int fa_sm80_forward(const fa_cuda_params *p, int dtype, int head_dim_
     return cudaErrorInvalidValue;
 }
 
-extern "C" int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream)
+extern "C" int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, int aligned, void *stream)
 {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     if (dtype == 1 && head_dim_pad == 32)

@@ -2,6 +2,6 @@
 #include "../kernels.cuh"
 
 namespace fa_sm80 {
-template cudaError_t launch_forward<__half, 160, true>(const fa_cuda_params &, cudaStream_t);
-template cudaError_t launch_forward<__half, 160, false>(const fa_cuda_params &, cudaStream_t);
+template cudaError_t launch_forward<__half, 160, true>(const fa_gpu_params &, cudaStream_t);
+template cudaError_t launch_forward<__half, 160, false>(const fa_gpu_params &, cudaStream_t);
 }

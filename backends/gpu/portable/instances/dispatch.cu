@@ -1,12 +1,12 @@
 // The C entry points of the portable kernels: one launcher per (dtype, head-dim bucket),
 // instantiated in fp32.cu, fp16.cu and bf16.cu. Compiled as CUDA they are fa_portable_* (declared
-// in backends/cuda/params.h), as HIP fa_hip_portable_* (backends/hip/kernels.h).
+// in backends/cuda/kernels.h), as HIP fa_hip_portable_* (backends/hip/kernels.h).
 #include "../kernels.cuh"
 
 namespace FA_PORTABLE_NS {
 #define FA_PORTABLE_EXTERN(S, D)                                                                                       \
-    extern template fa_gpu_error launch_forward<S, D>(const fa_cuda_params &, fa_gpu_stream);                        \
-    extern template fa_gpu_error launch_backward<S, D>(const fa_cuda_params &, fa_gpu_stream);
+    extern template fa_gpu_error launch_forward<S, D>(const fa_gpu_params &, fa_gpu_stream);                        \
+    extern template fa_gpu_error launch_backward<S, D>(const fa_gpu_params &, fa_gpu_stream);
 FA_PORTABLE_EXTERN(store_f32, 64)
 FA_PORTABLE_EXTERN(store_f32, 128)
 FA_PORTABLE_EXTERN(store_f32, 256)
@@ -18,7 +18,7 @@ FA_PORTABLE_EXTERN(store_bf16, 128)
 FA_PORTABLE_EXTERN(store_bf16, 256)
 #undef FA_PORTABLE_EXTERN
 
-template <class S> static fa_gpu_error run(const fa_cuda_params &p, int bucket, int backward, fa_gpu_stream st)
+template <class S> static fa_gpu_error run(const fa_gpu_params &p, int bucket, int backward, fa_gpu_stream st)
 {
     switch (bucket) {
     case 64: return backward ? launch_backward<S, 64>(p, st) : launch_forward<S, 64>(p, st);
@@ -28,7 +28,7 @@ template <class S> static fa_gpu_error run(const fa_cuda_params &p, int bucket, 
     }
 }
 
-static fa_gpu_error run_dtype(const fa_cuda_params &p, int dtype, int bucket, int backward, void *stream)
+static fa_gpu_error run_dtype(const fa_gpu_params &p, int dtype, int bucket, int backward, void *stream)
 {
     fa_gpu_stream st = static_cast<fa_gpu_stream>(stream);
     switch (dtype) {
@@ -40,12 +40,12 @@ static fa_gpu_error run_dtype(const fa_cuda_params &p, int dtype, int bucket, in
 }
 } // namespace FA_PORTABLE_NS
 
-extern "C" int FA_PORTABLE_ENTRY(portable_forward)(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream)
+extern "C" int FA_PORTABLE_ENTRY(portable_forward)(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
 {
     return (int)FA_PORTABLE_NS::run_dtype(*p, dtype, head_dim_bucket, 0, stream);
 }
 
-extern "C" int FA_PORTABLE_ENTRY(portable_backward)(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream)
+extern "C" int FA_PORTABLE_ENTRY(portable_backward)(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
 {
     return (int)FA_PORTABLE_NS::run_dtype(*p, dtype, head_dim_bucket, 1, stream);
 }

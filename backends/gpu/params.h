@@ -1,7 +1,8 @@
-/* params.h: the plain-old-data description of one call that the CUDA kernels receive by value,
- * and the launchers the backend table calls. Included from C (backend.c) and CUDA. */
-#ifndef FA_CUDA_PARAMS_H
-#define FA_CUDA_PARAMS_H
+/* params.h: the plain-old-data description of one call that every kernel family of the CUDA and
+ * HIP backends receives by value (sm80, sm90, the portable SIMT kernels, MFMA), filled once by
+ * host.h, and the CUDA backend's launchers. Included from C (backend.c), CUDA and HIP. */
+#ifndef FA_GPU_PARAMS_H
+#define FA_GPU_PARAMS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12,13 +13,13 @@
 extern "C" {
 #endif
 
-typedef struct fa_cuda_tensor {
+typedef struct fa_gpu_tensor {
     void *data;
     int64_t sb, ss, sh; /* element strides: batch, row, head (see fa_view) */
-} fa_cuda_tensor;
+} fa_gpu_tensor;
 
-typedef struct fa_cuda_params {
-    fa_cuda_tensor q, k, v, o, lse, dout, dq, dk, dv;
+typedef struct fa_gpu_params {
+    fa_gpu_tensor q, k, v, o, lse, dout, dq, dk, dv;
     float *dsum;                 /* backward: D = rowsum(dO * O), [heads_q][total_q] */
     float *lse2;                 /* backward, fused path: LSE * log2(e) per row, [heads_q][total_q] */
     float *dq_accum;             /* backward, non-deterministic: fp32 dQ [heads_q][total_q][padded d],
@@ -49,18 +50,24 @@ typedef struct fa_cuda_params {
     const int32_t *bl_col;
     const uint8_t *bl_cls;
     int64_t bl_heads, bl_nq;
-} fa_cuda_params;
+} fa_gpu_params;
 
-/* The granularity of key tiles and of the core's block lists for every sm80 kernel; the kernels'
- * own shapes per head dim are in sm80/tiles.h. */
-#define FA_SM80_BLOCK 64
+/* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family
+ * walks, and so the key-tile width of all of them: sm80 and sm90 (their query tiles are multiples
+ * of it; per-head-dim shapes in cuda/sm80/tiles.h and cuda/sm90/kernels.cuh), the portable 64 x 64
+ * tiles and the MFMA forward. host.h reports it as the backends' block-list granularity. */
+#define FA_GPU_BLOCK 64
+
+/* The CUDA name of the parameter block, kept until backends/cuda/common/score_mod.cuh (being
+ * changed by the score-modifier work) is renamed; nothing else uses it. */
+typedef fa_gpu_params fa_cuda_params;
 
 /* Launchers, one per (kernel, dtype, padded head dim); return a cudaError_t value. dtype: 1 fp16,
  * 2 bf16 (fa_dtype). aligned: every row start is 16-byte aligned, so tiles move with cp.async.
  * A call with a score modifier (softcap.out != 0 or alibi_slopes) runs the MOD instances, which
  * exist for aligned rows only. */
-int fa_sm80_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream);
-int fa_sm80_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, int aligned, void *stream);
+int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim_pad, int aligned, void *stream);
+int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, int aligned, void *stream);
 /* Whether an instance exists for (dtype, padded head dim), direction, alignment and score
  * modifier (mod: softcap or ALiBi). */
 int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward, int aligned, int mod);
@@ -68,32 +75,32 @@ int fa_sm80_has_instance(int dtype, int head_dim_pad, int backward, int aligned,
  * backward instance, in bytes; 0 for the others. */
 size_t fa_sm80_fused_backward_smem(int head_dim_pad);
 
-/* The portable SIMT kernels (backends/portable/): any dtype (0 fp32, 1 fp16, 2 bf16), head dims
- * 1..256 exact, grouped into buckets of 64, 128, 256 (fa_portable_bucket: 0 outside 1..256), any
+/* The portable SIMT kernels (backends/gpu/portable/): any dtype (0 fp32, 1 fp16, 2 bf16), head
+ * dims 1..256 exact, grouped into buckets of 64, 128, 256 (fa_portable_bucket: 0 outside 1..256), any
  * compute capability the build targets. The backward is always deterministic and needs p->dsum
  * ([heads_q][total_q] floats); p->dq_accum and p->lse2 are unused. Return a cudaError_t value. */
-int fa_portable_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
-int fa_portable_backward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_portable_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_portable_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_portable_bucket(int64_t head_dim);
 
 /* The Hopper forward (backends/cuda/sm90/, wgmma; built when cuda-archs lists 90, for sm_90a):
  * fp16/bf16, padded head dims 64 and 128, and 256 for plain calls (neither dropout nor block
  * lists), 16-byte aligned rows; score modifiers (mod) on plain calls only. Return a cudaError_t
  * value. */
-int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream);
+int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream);
 int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod);
 /* The Hopper backward (sm90/backward.cuh): fp16/bf16, padded head dims 64 and 128, and 256 for
  * plain calls, score modifiers on plain calls only, 16-byte aligned rows, the fused
  * non-deterministic algorithm: needs p->dsum, p->lse2 and p->dq_accum (heads_q x total_q x
  * head_dim_pad floats). */
-int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream);
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream);
 int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod);
 
 /* The HIP backend's MFMA forward (backends/hip/mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA
  * hardware (FLASHATTN_CUDA_KERNELS=mfma-emulated), not a fast path. dtype 1 fp16, 2 bf16; buckets
  * 64 and 128. */
-int fa_mfma_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_mfma_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 
 #ifdef __cplusplus
 }
@@ -106,7 +113,7 @@ struct fa_seq {
     int64_t sq, sk, q_start, k_start;
 };
 
-__device__ __forceinline__ fa_seq fa_sequence(const fa_cuda_params &p, int64_t b)
+__device__ __forceinline__ fa_seq fa_sequence(const fa_gpu_params &p, int64_t b)
 {
     fa_seq s;
     if (p.cu_q) {
