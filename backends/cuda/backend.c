@@ -9,6 +9,7 @@
  * family applies the score modifiers (softcap, ALiBi) where it takes a call that has them. Every
  * CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with the CUDA error's name. */
 #include "host.h"
+#include "kernels.h"
 #include "ring.h"
 
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
