@@ -101,10 +101,21 @@ static inline int fa_problem_block_keep(const fa_problem *p, int64_t h, int64_t 
 
 /* ---------------------------------------------------------------- backend table */
 
+/* The chooser's answer for one call: a name (logs, the tool, tests) and the backend's own record of
+ * what runs it. A backend with one kind of kernel per dtype keeps an id in `kernel`; one that
+ * chooses among families and instances copies its typed choice struct into `choice` (checked to
+ * fit at compile time: FA_VARIANT_CHOICE_FITS) and reads it back in forward / backward. */
 typedef struct fa_variant {
     char name[64];
     int kernel; /* backend-private kernel id */
+    union {
+        unsigned char bytes[32];
+        int64_t align_;
+    } choice;
 } fa_variant;
+
+#define FA_VARIANT_CHOICE_FITS(type) _Static_assert(sizeof(type) <= sizeof(((fa_variant *)0)->choice), \
+                                                    #type " fits fa_variant.choice")
 
 typedef struct fa_tile_limits {
     int64_t onchip_bytes;            /* M for the paper's formula */

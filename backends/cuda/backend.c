@@ -59,7 +59,7 @@ static fa_status cuda_device_name(int device, char *buf, size_t len)
 static void cuda_capabilities(fa_capabilities *caps)
 {
     caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
-    caps->max_head_dim = 256; /* every d in 1..256: sm80 pads, the portable kernels take d exactly */
+    caps->max_head_dim = FA_MAX_HEAD_DIM; /* every d in 1..FA_MAX_HEAD_DIM: sm80 pads, the portable kernels take d exactly */
     caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
@@ -113,22 +113,13 @@ typedef struct cuda_choice {
     int mod;      /* softcap or ALiBi: the kernels' MOD instances */
 } cuda_choice;
 
-/* fa_variant.kernel carries the choice from cuda_choose to the launch (whose callbacks receive the
- * variant, not the context): one bit field per member. */
-static int choice_encode(const cuda_choice *c)
-{
-    return (int)c->family | (int)c->dtype << 4 | c->head_dim << 8 | c->aligned << 20 | c->fused << 21 | c->mod << 22;
-}
+FA_VARIANT_CHOICE_FITS(cuda_choice);
 
-static cuda_choice choice_decode(int kernel)
+/* The launch callbacks receive the variant, not the context: the choice travels in it. */
+static cuda_choice choice_of_variant(const fa_variant *v)
 {
     cuda_choice c;
-    c.family = (cuda_family)(kernel & 15);
-    c.dtype = (fa_dtype)(kernel >> 4 & 15);
-    c.head_dim = kernel >> 8 & 0xfff;
-    c.aligned = kernel >> 20 & 1;
-    c.fused = kernel >> 21 & 1;
-    c.mod = kernel >> 22 & 1;
+    memcpy(&c, &v->choice, sizeof c);
     return c;
 }
 
@@ -168,7 +159,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
         }
         c->head_dim = fa_portable_bucket(p->d);
         if (c->head_dim == 0) {
-            snprintf(why, why_len, "cuda: no kernel for head dim %lld (1..256)", (long long)p->d);
+            snprintf(why, why_len, "cuda: no kernel for head dim %lld (1..%d)", (long long)p->d, FA_MAX_HEAD_DIM);
             return FA_ERR_UNSUPPORTED;
         }
         /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too) */
@@ -231,13 +222,13 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
                  p->backward ? "-deterministic" : "", mod);
         break;
     }
-    out->kernel = choice_encode(&c);
+    memcpy(&out->choice, &c, sizeof c);
     return FA_SUCCESS;
 }
 
 static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    const cuda_choice c = choice_decode(v->kernel);
+    const cuda_choice c = choice_of_variant(v);
     switch (c.family) {
     case FAMILY_SM90: return fa_sm90_forward(kp, (int)c.dtype, c.head_dim, stream);
     case FAMILY_SM80: return fa_sm80_forward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
@@ -250,7 +241,7 @@ static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa
 
 static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    const cuda_choice c = choice_decode(v->kernel);
+    const cuda_choice c = choice_of_variant(v);
     switch (c.family) {
     case FAMILY_SM90: return fa_sm90_backward(kp, (int)c.dtype, c.head_dim, stream);
     case FAMILY_SM80: return fa_sm80_backward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
@@ -274,7 +265,7 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
 
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
-    const cuda_choice c = choice_decode(v->kernel);
+    const cuda_choice c = choice_of_variant(v);
     return gpu_backward(ctx, p, v, dq_accum_floats(p, &c), launch_backward);
 }
 

@@ -16,8 +16,20 @@
 #define FA_HIP_ARCHS ""
 #endif
 
-/* fa_variant.kernel: the head-dim bucket, and this bit for the MFMA forward */
-#define KERNEL_MFMA 0x100000
+/* What runs a call: the MFMA forward or the portable kernels, at a head-dim bucket (64, 128, 256).
+ * hip_choose makes it; the launch reads it back from fa_variant.choice. */
+typedef struct hip_choice {
+    int mfma;
+    int bucket;
+} hip_choice;
+FA_VARIANT_CHOICE_FITS(hip_choice);
+
+static hip_choice choice_of_variant(const fa_variant *v)
+{
+    hip_choice c;
+    memcpy(&c, &v->choice, sizeof c);
+    return c;
+}
 
 static fa_status hip_device_name(int device, char *buf, size_t len)
 {
@@ -32,7 +44,7 @@ static fa_status hip_device_name(int device, char *buf, size_t len)
 static void hip_capabilities(fa_capabilities *caps)
 {
     caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
-    caps->max_head_dim = 256;
+    caps->max_head_dim = FA_MAX_HEAD_DIM;
     caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
@@ -103,31 +115,33 @@ static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_varia
                         FA_HIP_ARCHS, arch, arch);
     int bucket = fa_hip_portable_bucket(p->d);
     if (bucket == 0)
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "hip: no kernel for head dim %lld (1..256)",
-                        (long long)p->d);
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "hip: no kernel for head dim %lld (1..%d)",
+                        (long long)p->d, FA_MAX_HEAD_DIM);
     if (s->kernels != GPU_KERNELS_PORTABLE && !p->backward && arch_is_cdna_mfma(arch) && bucket <= 128 &&
         (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)) {
         snprintf(out->name, sizeof out->name, "mfma-fwd-%s-d%d", fa_dtype_name(p->dtype), bucket);
-        out->kernel = KERNEL_MFMA | bucket;
+        const hip_choice c = {.mfma = 1, .bucket = bucket};
+        memcpy(&out->choice, &c, sizeof c);
         return FA_SUCCESS;
     }
     snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s", p->backward ? "bwd" : "fwd",
              fa_dtype_name(p->dtype), bucket, p->backward ? "-deterministic" : "");
-    out->kernel = bucket;
+    const hip_choice c = {.mfma = 0, .bucket = bucket};
+    memcpy(&out->choice, &c, sizeof c);
     return FA_SUCCESS;
 }
 
 static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    const int bucket = v->kernel & ~KERNEL_MFMA;
-    if (v->kernel & KERNEL_MFMA)
-        return fa_hip_mfma_forward(kp, (int)p->dtype, bucket, stream);
-    return fa_hip_portable_forward(kp, (int)p->dtype, bucket, stream);
+    const hip_choice c = choice_of_variant(v);
+    if (c.mfma)
+        return fa_hip_mfma_forward(kp, (int)p->dtype, c.bucket, stream);
+    return fa_hip_portable_forward(kp, (int)p->dtype, c.bucket, stream);
 }
 
 static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    return fa_hip_portable_backward(kp, (int)p->dtype, v->kernel, stream);
+    return fa_hip_portable_backward(kp, (int)p->dtype, choice_of_variant(v).bucket, stream);
 }
 
 static fa_status hip_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)

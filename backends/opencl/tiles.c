@@ -124,8 +124,9 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
                         "opencl: fp32 outputs from %s inputs are not supported (the cpu and cuda backends have them)",
                         fa_dtype_name(p->dtype));
     const ocl_state *s = ocl_state_of(ctx);
-    if (p->d > 256)
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dim %lld > 256", (long long)p->d);
+    if (p->d > FA_MAX_HEAD_DIM)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dim %lld > %d", (long long)p->d,
+                        FA_MAX_HEAD_DIM);
     if (p->seqlen_q > INT32_MAX || p->seqlen_k > INT32_MAX) /* the kernels index within a sequence in 32 bits */
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: sequences longer than %d tokens",
                         (int)INT32_MAX);
