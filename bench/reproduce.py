@@ -172,7 +172,7 @@ def part_iomodel(args):
 
 # The forward tiles (query rows B_r x keys B_c) of each CUDA kernel family at d 64:
 # sm90 backends/cuda/sm90/kernels.cuh (WS_BR, ws_bn), sm80 backends/cuda/sm80/tiles.h (4 warps x 16
-# x fwd_mtiles rows, 64-key tiles), portable backends/portable (64 x 64).
+# x fwd_mtiles rows, 64-key tiles), portable backends/gpu/portable (64 x 64).
 HBM_TILES = {"sm90": (128, 128), "sm80": (128, 64), "portable": (64, 64)}
 HBM_METRICS = {"dram__bytes_read.sum": "dram_read", "dram__bytes_write.sum": "dram_write",
                "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",

@@ -1,14 +1,15 @@
 /* backend.c: the CUDA backend's table: the chooser (which kernel family and instance runs a
  * problem, or why none does: cuda_choice_of, one typed answer for the capability query, the
  * workspace size and the launch) and the launch glue; devices, streams, memory and errors are the
- * host glue it shares with the HIP backend (backends/portable/host.h). Three kernel families:
+ * host glue it shares with the HIP backend (backends/gpu/host.h). Three kernel families:
  * sm90/ (Hopper wgmma, cc 9.0 exactly: the forward of plain fp16/bf16 calls and the
  * non-deterministic backward), sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT
- * kernels of backends/portable/ (any dtype, any head dim up to 256, any compute capability), which
- * run what the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every
+ * kernels of backends/gpu/portable/ (any dtype, any head dim up to 256, any compute capability),
+ * which run what the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every
  * family applies the score modifiers (softcap, ALiBi) where it takes a call that has them. Every
  * CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with the CUDA error's name. */
 #include "host.h"
+#include "kernels.h"
 #include "ring.h"
 
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
@@ -21,7 +22,7 @@ int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod)
     return 0;
 }
 
-int fa_sm90_forward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream)
 {
     (void)p;
     (void)dtype;
@@ -39,7 +40,7 @@ int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod)
     return 0;
 }
 
-int fa_sm90_backward(const fa_cuda_params *p, int dtype, int head_dim_pad, void *stream)
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream)
 {
     return fa_sm90_forward(p, dtype, head_dim_pad, stream);
 }
@@ -225,7 +226,7 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     return FA_SUCCESS;
 }
 
-static int launch_forward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
+static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
     const cuda_choice c = choice_of_variant(v);
     switch (c.family) {
@@ -238,7 +239,7 @@ static int launch_forward(const fa_cuda_params *kp, const fa_problem *p, const f
     return (int)cudaErrorInvalidValue;
 }
 
-static int launch_backward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
+static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
     const cuda_choice c = choice_of_variant(v);
     switch (c.family) {
@@ -270,7 +271,7 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
 
 static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 {
-    int64_t bytes = gpu_mask_workspace(p, FA_SM80_BLOCK);
+    int64_t bytes = gpu_mask_workspace(p, FA_GPU_BLOCK);
     cuda_choice c;
     char why[200];
     if (p->backward) { /* D and LSE log2(e), and the fused kernels' fp32 dQ (none where no kernel runs p) */

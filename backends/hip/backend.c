@@ -1,10 +1,10 @@
 /* backend.c: the HIP backend's table (AMD GPUs through ROCm's HIP runtime): the chooser and the
  * launch glue; devices, streams, memory and errors are the host glue it shares with the CUDA
- * backend (backends/portable/host.h, compiled here against HIP's runtime). Two kernel families,
+ * backend (backends/gpu/host.h, compiled here against HIP's runtime). Two kernel families,
  * built by hipcc for the offload targets of -Dhip-archs:
- *   mfma/      the matrix-core forward for CDNA (gfx90a, gfx94x), fp16/bf16, d <= 128;
- *   portable/  the SIMT kernels shared with the CUDA backend: every dtype, head dim, option and the
- *              backward, on any target (wave64 and wave32 alike).
+ *   mfma/          the matrix-core forward for CDNA (gfx90a, gfx94x), fp16/bf16, d <= 128;
+ *   gpu/portable/  the SIMT kernels shared with the CUDA backend: every dtype, head dim, option
+ *                  and the backward, on any target (wave64 and wave32 alike).
  * Both take the score modifiers (softcap, ALiBi): every choice runs them, forward and backward.
  * FLASHATTN_HIP_KERNELS=portable runs everything on the portable family. The chooser refuses, with
  * the reason, a device whose architecture the library was not built for. */
@@ -131,7 +131,7 @@ static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_varia
     return FA_SUCCESS;
 }
 
-static int launch_forward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
+static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
     const hip_choice c = choice_of_variant(v);
     if (c.mfma)
@@ -139,7 +139,7 @@ static int launch_forward(const fa_cuda_params *kp, const fa_problem *p, const f
     return fa_hip_portable_forward(kp, (int)p->dtype, c.bucket, stream);
 }
 
-static int launch_backward(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
+static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
     return fa_hip_portable_backward(kp, (int)p->dtype, choice_of_variant(v).bucket, stream);
 }
@@ -157,7 +157,7 @@ static fa_status hip_backward(fa_context *ctx, const fa_problem *p, const fa_var
 static int64_t hip_workspace(const fa_context *ctx, const fa_problem *p)
 {
     (void)ctx;
-    return gpu_mask_workspace(p, FA_SM80_BLOCK) + (p->backward ? p->total_q * p->heads_q * 8 : 0);
+    return gpu_mask_workspace(p, FA_GPU_BLOCK) + (p->backward ? p->total_q * p->heads_q * 8 : 0);
 }
 
 const fa_backend fa_backend_hip = {

@@ -1,7 +1,7 @@
 /* kernels.h: the HIP backend's kernel entry points, compiled by hipcc from the sources the CUDA
- * backend shares (backends/portable/, named fa_hip_* there by vendor.h) and from mfma/. They take
- * the CUDA backend's parameter block (backends/cuda/params.h: plain data, the same for both) and
- * return a hipError_t value. */
+ * backend shares (backends/gpu/portable/, named fa_hip_* there by gpu/vendor.h) and from mfma/.
+ * They take the parameter block both backends share (backends/gpu/params.h) and return a
+ * hipError_t value. */
 #ifndef FA_HIP_KERNELS_H
 #define FA_HIP_KERNELS_H
 
@@ -9,11 +9,11 @@
 
 /* The portable SIMT kernels: dtype 0 fp32, 1 fp16, 2 bf16; head dims 1..256 in buckets 64, 128,
  * 256 (fa_hip_portable_bucket: 0 outside); the backward is deterministic and needs p->dsum. */
-int fa_hip_portable_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
-int fa_hip_portable_backward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_hip_portable_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_hip_portable_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_hip_portable_bucket(int64_t head_dim);
 
 /* The matrix-core forward for CDNA (gfx90a, gfx94x): dtype 1 fp16 or 2 bf16, buckets 64 and 128. */
-int fa_hip_mfma_forward(const fa_cuda_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_hip_mfma_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 
 #endif

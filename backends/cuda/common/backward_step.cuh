@@ -26,7 +26,7 @@ template <typename T> __device__ __forceinline__ void store_out(void *data, int6
  * 2 r + 1 of row r): the thread's two key rows j[0], j[1] of kv head hk converted and stored; rows
  * past the sequence and columns past d skipped. */
 template <typename T, int D>
-__device__ __forceinline__ void store_dkdv(const fa_cuda_params &p, const fa_seq &s, int64_t b, int64_t hk,
+__device__ __forceinline__ void store_dkdv(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t hk,
                                            const int64_t (&j)[2], int t4, const float (*dk)[4], const float (*dv)[4],
                                            int col0 = 0)
 {

@@ -13,7 +13,7 @@ namespace fa_sm80 {
  * the MOD instance of mode 2, whose tests for block lists and dropout are made at run time: one
  * more instance per kernel, for 16-byte aligned rows only (the chooser sends the others to the
  * portable kernels). */
-__host__ __forceinline__ int mode_of(const fa_cuda_params &p)
+__host__ __forceinline__ int mode_of(const fa_gpu_params &p)
 {
     return p.dropout_threshold ? 2 : p.bm_bits ? 1 : 0;
 }

@@ -35,7 +35,7 @@ __device__ __forceinline__ float fast_exp2(float x)
  * by which O must be rescaled (left to the caller, which may still have a product into O in
  * flight). Shared by the sm80 and sm90 forwards. */
 template <typename T, int MT, int KN, int MSTRIDE, bool LISTS, bool DROP, bool MOD = false>
-__device__ __forceinline__ void softmax_scores(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
+__device__ __forceinline__ void softmax_scores(const fa_gpu_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
                                                int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
                                                float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
                                                float (&row_l)[MT][2], float (&alpha)[MT][2],
@@ -169,7 +169,7 @@ __device__ __forceinline__ void rescale(float (&o)[MT][DN][4], const float (&alp
 
 /* softmax_scores, then O rescaled at once. */
 template <typename T, int MT, int KN, int DN, int MSTRIDE, bool LISTS, bool DROP, bool MOD = false>
-__device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
+__device__ __forceinline__ void softmax_step(const fa_gpu_params &p, const fa_mask &m, const fa_seq &s, int64_t b,
                                              int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
                                              float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
                                              float (&row_l)[MT][2], float (&o)[MT][DN][4],
@@ -190,7 +190,7 @@ __device__ __forceinline__ void softmax_step(const fa_cuda_params &p, const fa_m
  * synchronises before store_tile. Shared by the sm80 and sm90 forwards. */
 template <typename T, int D, int MT, int MSTRIDE>
 __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 8][4], const float (&row_m)[MT][2],
-                                             const float (&row_l)[MT][2], const fa_cuda_params &p, const fa_seq &s,
+                                             const float (&row_l)[MT][2], const fa_gpu_params &p, const fa_seq &s,
                                              int64_t b, int64_t h, int64_t q0, int wrow)
 {
     constexpr int LD = D + 8;

@@ -11,14 +11,14 @@
 namespace fa_sm80 {
 
 /* Block-mask bit for query head h, local element (i, j). */
-__device__ __forceinline__ bool block_keep(const fa_cuda_params &p, int64_t h, int64_t i, int64_t j)
+__device__ __forceinline__ bool block_keep(const fa_gpu_params &p, int64_t h, int64_t i, int64_t j)
 {
     int64_t mh = p.bm_heads == 1 ? 0 : h;
     return p.bm_bits[(mh * p.bm_rows + i / p.bm_bq) * p.bm_cols + j / p.bm_bk] != 0;
 }
 
 /* The class of (query tile qt, key tile kt) of head h (64 x 64 tiles) under every mask. */
-__device__ __forceinline__ fa_tile_class tile_class(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t qt,
+__device__ __forceinline__ fa_tile_class tile_class(const fa_gpu_params &p, const fa_mask &m, int64_t h, int64_t qt,
                                                     int64_t kt)
 {
     fa_tile_class c = fa_mask_classify_tile(&m, qt * BLOCK, (qt + 1) * BLOCK, kt * BLOCK, (kt + 1) * BLOCK);
@@ -39,7 +39,7 @@ __device__ __forceinline__ fa_tile_class tile_class(const fa_cuda_params &p, con
 }
 
 /* Visible under every mask: the element test of core/mask.h plus the block bit. */
-__device__ __forceinline__ bool visible(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t i, int64_t j,
+__device__ __forceinline__ bool visible(const fa_gpu_params &p, const fa_mask &m, int64_t h, int64_t i, int64_t j,
                                         bool check_blocks)
 {
     if (i >= m.seqlen_q || j >= m.seqlen_k)
@@ -60,7 +60,7 @@ struct key_tiles {
     __device__ __forceinline__ int64_t tile(int64_t n) const { return list ? list[begin + n] : begin + n; }
 };
 
-__device__ __forceinline__ key_tiles key_tiles_of(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t qt)
+__device__ __forceinline__ key_tiles key_tiles_of(const fa_gpu_params &p, const fa_mask &m, int64_t h, int64_t qt)
 {
     key_tiles kt;
     const int64_t q0 = qt * BLOCK;
@@ -122,7 +122,7 @@ template <int SUB, bool LISTS> struct key_walk {
 };
 
 template <int SUB, bool LISTS>
-__device__ __forceinline__ key_walk<SUB, LISTS> key_walk_of(const fa_cuda_params &p, const fa_mask &m, int64_t h,
+__device__ __forceinline__ key_walk<SUB, LISTS> key_walk_of(const fa_gpu_params &p, const fa_mask &m, int64_t h,
                                                             int64_t q0, int64_t rows)
 {
     key_walk<SUB, LISTS> w;
@@ -151,7 +151,7 @@ __device__ __forceinline__ key_walk<SUB, LISTS> key_walk_of(const fa_cuda_params
 
 /* The class of key tile kt for the query rows [r0, r1) of one warp, which lie inside one 64-row
  * tile of the core's block lists. */
-__device__ __forceinline__ fa_tile_class rows_class(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t r0,
+__device__ __forceinline__ fa_tile_class rows_class(const fa_gpu_params &p, const fa_mask &m, int64_t h, int64_t r0,
                                                     int64_t r1, int64_t kt)
 {
     fa_tile_class c = fa_mask_classify_tile(&m, r0, r1, kt * BLOCK, (kt + 1) * BLOCK);

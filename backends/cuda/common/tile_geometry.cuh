@@ -11,7 +11,7 @@
 
 namespace fa_sm80 {
 
-constexpr int BLOCK = FA_SM80_BLOCK;
+constexpr int BLOCK = FA_GPU_BLOCK;
 constexpr int THREADS = 128;
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;

@@ -10,7 +10,7 @@
 namespace fa_sm80 {
 
 template <typename T>
-__device__ __forceinline__ const T *row_ptr(const fa_cuda_tensor &t, int64_t b, int64_t row, int64_t h)
+__device__ __forceinline__ const T *row_ptr(const fa_gpu_tensor &t, int64_t b, int64_t row, int64_t h)
 {
     return static_cast<const T *>(t.data) + b * t.sb + row * t.ss + h * t.sh;
 }
@@ -18,7 +18,7 @@ __device__ __forceinline__ const T *row_ptr(const fa_cuda_tensor &t, int64_t b, 
 /* ROWS rows x D columns of head h into a shared tile (leading dimension D + 8), rows >= nrows and
  * columns >= d zero-filled. ALIGNED: 16-byte cp.async (caller commits and waits). */
 template <typename T, int D, bool ALIGNED, int ROWS = BLOCK, int NT = THREADS>
-__device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64_t b, int64_t row0, int64_t nrows,
+__device__ __forceinline__ void load_tile(T *dst, const fa_gpu_tensor &t, int64_t b, int64_t row0, int64_t nrows,
                                           int64_t h, int d)
 {
     constexpr int LD = D + 8;
@@ -61,7 +61,7 @@ __device__ __forceinline__ void load_tile(T *dst, const fa_cuda_tensor &t, int64
 /* The reverse: rows < nrows, columns < d of a shared tile to head h of t. ALIGNED: 16-byte
  * stores where a whole chunk lies inside d. The caller synchronises before. */
 template <typename T, int D, bool ALIGNED, int ROWS = BLOCK, int NT = THREADS>
-__device__ __forceinline__ void store_tile(const fa_cuda_tensor &t, const T *src, int64_t b, int64_t row0,
+__device__ __forceinline__ void store_tile(const fa_gpu_tensor &t, const T *src, int64_t b, int64_t row0,
                                            int64_t nrows, int64_t h, int d)
 {
     constexpr int LD = D + 8, CHUNKS = D / 8;

@@ -25,7 +25,7 @@ namespace fa_sm80 {
  * S^T = K Q^T, dP^T = V dO^T, so P^T and dS^T are A fragments for dV += P^T dO, dK += dS^T Q.
  * MOD: the score modifiers, and dS times the softcap's derivative. */
 template <typename T, int D, int BQ, bool ALIGNED, bool MOD = false>
-__global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_gpu_params p)
 {
     constexpr int LD = D + 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_cuda_params p)
  * shared memory: S = Q K^T, P = exp(S - LSE), dP = Z (dO V^T), dS = P (dP - D), dQ += dS K.
  * MOD: the score modifiers, and dS times the softcap's derivative. */
 template <typename T, int D, bool ALIGNED, bool MOD = false>
-__global__ void __launch_bounds__(THREADS) dq_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(THREADS) dq_kernel(const fa_gpu_params p)
 {
     constexpr int LD = D + 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];

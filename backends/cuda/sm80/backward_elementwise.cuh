@@ -16,7 +16,7 @@
 
 namespace fa_sm80 {
 
-template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
+template <typename T> __global__ void dsum_kernel(const fa_gpu_params p)
 {
     /* one warp per (row, head) of one sequence: grid (ceil(seqlen_q / 4), heads_q, batch) */
     const int64_t b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * 4 + threadIdx.x / 32;
@@ -41,7 +41,7 @@ template <typename T> __global__ void dsum_kernel(const fa_cuda_params p)
 }
 
 /* dQ (T, or fp32 for p.out_f32) from the fp32 accumulator: one thread per element of one sequence's rows. */
-template <typename T, int D, int DV = D> __global__ void dq_convert_kernel(const fa_cuda_params p)
+template <typename T, int D, int DV = D> __global__ void dq_convert_kernel(const fa_gpu_params p)
 {
     /* DV < D: the accumulator is [D / DV][heads_q][total_q][DV] (column blocks of DV, sm90 d 256) */
     const int64_t b = blockIdx.z, h = blockIdx.y;

@@ -47,7 +47,7 @@ template <int D> struct bwd_shape {
 /* MODE as in the forward; MOD: the score modifiers, and dS times the softcap's derivative (then
  * computed with P, since dP^T is already there, so that the derivative needs no registers). */
 template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
-__global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     using S = bwd_shape<D>;

@@ -36,7 +36,7 @@ template <int D> struct fwd_shape {
  * the cases that need neither. MOD: the score modifiers (in the launchers, with MODE 2, which
  * tests for lists and dropout at run time). */
 template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
-__global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int LD = D + 8, MT = fwd_shape<D>::MT, BR = fwd_shape<D>::BR, SUB = BR / BLOCK, KN = fwd_shape<D>::KN;

@@ -16,7 +16,7 @@
 
 namespace fa_sm80 {
 
-template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t st)
+template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int LD = D + 8, BR = fwd_shape<D>::BR;
     const size_t smem = sizeof(T) * (BR + 4 * BLOCK) * LD;
@@ -38,7 +38,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_c
 }
 
 template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
-cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
+cudaError_t launch_fused_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     using S = bwd_shape<D>;
     static_assert(sizeof(T) == 2, "bwd_shape::SMEM counts 16-bit elements");
@@ -64,7 +64,7 @@ cudaError_t launch_fused_backward(const fa_cuda_params &p, cudaStream_t st)
 }
 
 /* The deterministic two-kernel backward (dK / dV, then dQ), d <= 128; D already computed. */
-template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_backward(const fa_cuda_params &p, cudaStream_t st)
+template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int LD = D + 8;
     constexpr int BQ = D > 64 ? 32 : 64;
@@ -97,7 +97,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
     return e;
 }
 
-template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
+template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     if (!ALIGNED && has_score_mod(p)) /* no MOD instance (mode_of) */
         return cudaErrorNotSupported;

@@ -100,7 +100,7 @@ constexpr int BW_CONSUMER_REGS = 224, BW_PRODUCER_REGS = 56; /* 256 x 224 + 128 
 /* MODE as in the forward (fa_sm80::mode_of); MOD: the score modifiers, with dS times the softcap's
  * derivative computed together with P (dP^T is already there), in the plain mode only. */
 template <typename T, int D, int MODE, bool MOD = false>
-__global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_cud
 /* D and LSE log2(e) (the sm80 kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
  * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. d 256
  * and score modifiers: calls with neither dropout nor a block mask only. */
-template <typename T, int D> inline cudaError_t launch_backward(const fa_cuda_params &p, cudaStream_t st)
+template <typename T, int D> inline cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
     static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");

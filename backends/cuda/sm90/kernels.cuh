@@ -35,13 +35,13 @@ using fa_sm80::elem;
 using fa_sm80::imin;
 
 constexpr int BR = 128, BN = 64, THREADS = 256, WG_ROWS = 64, STAGES = 3;
-static_assert(BN == FA_SM80_BLOCK && BR % FA_SM80_BLOCK == 0, "the core's 64 x 64 block lists");
+static_assert(BN == FA_GPU_BLOCK && BR % FA_GPU_BLOCK == 0, "the core's 64 x 64 block lists");
 
 /* ROWS x D of head h into a blocked tile (16-byte chunks in blocked() order: the 8 lanes of a
  * core matrix write 128 contiguous bytes); rows >= nrows and columns >= d zero. The caller
  * commits and waits. Needs 16-byte aligned rows and d % 8 == 0 (the chooser's condition). */
 template <typename T, int D, int ROWS, int NT = THREADS>
-__device__ __forceinline__ void load_blocked(T *dst, const fa_cuda_tensor &t, int64_t b, int64_t row0, int64_t nrows,
+__device__ __forceinline__ void load_blocked(T *dst, const fa_gpu_tensor &t, int64_t b, int64_t row0, int64_t nrows,
                                              int64_t h, int d, int tid = threadIdx.x)
 {
     constexpr int CB = D / 8;
@@ -62,7 +62,7 @@ __device__ __forceinline__ void load_blocked(T *dst, const fa_cuda_tensor &t, in
  * consecutive threads take consecutive chunks of a row (whole 128-byte lines, whole 128-byte
  * shared rows). The caller commits and waits. Needs 16-byte aligned rows and d % 8 == 0. */
 template <typename T, int D, int ROWS, int NT>
-__device__ __forceinline__ void load_sw128(uint32_t dst, const fa_cuda_tensor &t, int64_t b, int64_t row0,
+__device__ __forceinline__ void load_sw128(uint32_t dst, const fa_gpu_tensor &t, int64_t b, int64_t row0,
                                            int64_t nrows, int64_t h, int d, int tid)
 {
     constexpr int CB = D / 8, RS = NT / CB;
@@ -84,7 +84,7 @@ __device__ __forceinline__ void load_sw128(uint32_t dst, const fa_cuda_tensor &t
 }
 
 template <typename T, int D, int MODE>
-__global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int TILE = BN * D; /* elements of one K or V tile */
@@ -244,7 +244,7 @@ template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
 template <typename T, int D, bool MOD = false>
-__global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_cuda_params p)
+__global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p)
 {
     constexpr int WS_STAGES = ws_stages<T, D>(), WS_BN = ws_bn<D>();
     constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_cuda
         fa_sm80::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
-template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(const fa_cuda_params &p, cudaStream_t stream)
+template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
     constexpr int SMEM = (WS_BR + 2 * ws_stages<T, D>() * ws_bn<D>()) * D * (int)sizeof(T) + 1024; /* + alignment */
     static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D,
@@ -449,7 +449,7 @@ template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(cons
 /* Mode 0 (neither block lists nor dropout) on the warp-specialised kernel, with or without score
  * modifiers, the others on the first one (d 64 and 128 only, and no modifiers: the chooser sends
  * d 256 and modifiers only in mode 0). */
-template <typename T, int D> inline cudaError_t launch_forward(const fa_cuda_params &p, cudaStream_t stream)
+template <typename T, int D> inline cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
     const int64_t nq = (p.seqlen_q + BR - 1) / BR;
     if (nq == 0 || p.batch == 0)

@@ -10,11 +10,11 @@
  * already in the B-operand layout of the second product (registers 4c..4c+3 hold keys
  * 8c + 4 (l / 32) + 0..3), so P never leaves the registers. Softmax follows core/softmax.h (exp2
  * of log2-scaled scores, the -inf guards, an unchanged maximum rescales by exactly 1); masks,
- * dropout and the block-sparse walk are the portable kernels' (backends/portable/common.cuh). */
+ * dropout and the block-sparse walk are the portable kernels' (backends/gpu/portable/common.cuh). */
 #ifndef FA_HIP_MFMA_FORWARD_CUH
 #define FA_HIP_MFMA_FORWARD_CUH
 
-#include "../../portable/common.cuh"
+#include "../../gpu/portable/common.cuh"
 #include "mfma.cuh"
 
 namespace fa_mfma {
@@ -50,7 +50,7 @@ template <class S> FA_DEVICE unsigned short to_bits(float x)
 
 /* MOD: the call has a score modifier, applied to the raw q . k products before the scale */
 template <class S, int D, bool MOD>
-__global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_cuda_params p, const bool vec)
+__global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_gpu_params p, const bool vec)
 {
     typedef unsigned short T;
     constexpr bool BF16 = S::bf16;
@@ -209,7 +209,7 @@ __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_cuda_params p, co
             (l_sum == 0.0f || row_max == -INFINITY) ? -INFINITY : row_max * 0.69314718055994531f + logf(l_sum);
 }
 
-template <class S, int D> fa_gpu_error launch_forward(const fa_cuda_params &p, fa_gpu_stream stream)
+template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     const int64_t nq = (p.seqlen_q + ROWS - 1) / ROWS;
     if (nq == 0 || p.batch == 0)

@@ -17,7 +17,7 @@
 #ifndef FA_HIP_MFMA_CUH
 #define FA_HIP_MFMA_CUH
 
-#include "../../portable/vendor.h"
+#include "../../gpu/vendor.h"
 
 namespace fa_mfma {
 

@@ -5,11 +5,11 @@
 #ifndef FA_PORTABLE_COMMON_CUH
 #define FA_PORTABLE_COMMON_CUH
 
-#include "vendor.h"
+#include "../vendor.h"
 
 #include "empty_row.h"
 #include "mask.h"
-#include "params.h"
+#include "../params.h"
 #include "philox.h"
 #include "score_mod.h"
 
@@ -20,7 +20,7 @@ namespace FA_PORTABLE_NS {
 /* Query and key tiles: the granularity at which the core builds block-sparse lists for the CUDA
  * backend (cuda_tile_limits), so a tile's list entry is found directly. */
 constexpr int BM = 64, BN = 64, THREADS = 256;
-static_assert(BM == FA_SM80_BLOCK && BN == FA_SM80_BLOCK, "tiles must match the core's block lists");
+static_assert(BM == FA_GPU_BLOCK && BN == FA_GPU_BLOCK, "tiles must match the core's block lists");
 
 /* ---------------------------------------------------------------- storage types */
 
@@ -109,13 +109,13 @@ template <class S> FA_DEVICE void store4(typename S::T *p, int64_t i, int n, flo
 /* ---------------------------------------------------------------- problem helpers */
 
 /* Element offset of (batch b, packed row, head h, column 0): fa_view's form (core/internal.h). */
-FA_DEVICE int64_t offset_of(const fa_cuda_tensor &t, int64_t b, int64_t row, int64_t h)
+FA_DEVICE int64_t offset_of(const fa_gpu_tensor &t, int64_t b, int64_t row, int64_t h)
 {
     return b * t.sb + row * t.ss + h * t.sh;
 }
 
 /* The block-mask bit of query head h's local element (i, j) (fa_problem_block_keep). */
-FA_DEVICE bool block_keep(const fa_cuda_params &p, int64_t h, int64_t i, int64_t j)
+FA_DEVICE bool block_keep(const fa_gpu_params &p, int64_t h, int64_t i, int64_t j)
 {
     const int64_t mh = p.bm_heads == 1 ? 0 : h;
     return p.bm_bits[(mh * p.bm_rows + i / p.bm_bq) * p.bm_cols + j / p.bm_bk] != 0;
@@ -123,7 +123,7 @@ FA_DEVICE bool block_keep(const fa_cuda_params &p, int64_t h, int64_t i, int64_t
 
 /* Class of (64-row query tile qt, 64-key tile kt) in the core's list of query head h: EMPTY when
  * the list has no entry (binary search: a row's columns ascend). */
-FA_DEVICE int list_class(const fa_cuda_params &p, int64_t h, int64_t qt, int64_t kt)
+FA_DEVICE int list_class(const fa_gpu_params &p, int64_t h, int64_t qt, int64_t kt)
 {
     const int64_t lh = p.bl_heads == 1 ? 0 : h;
     int64_t lo = p.bl_row_ptr[lh * p.bl_nq + qt];
@@ -147,7 +147,7 @@ struct key_walk {
     bool list;
 };
 
-FA_DEVICE key_walk walk_of(const fa_cuda_params &p, const fa_mask &m, int64_t h, int64_t qt, int64_t q0,
+FA_DEVICE key_walk walk_of(const fa_gpu_params &p, const fa_mask &m, int64_t h, int64_t qt, int64_t q0,
                            int64_t nr, int64_t sk)
 {
     key_walk w;
@@ -170,7 +170,7 @@ FA_DEVICE key_walk walk_of(const fa_cuda_params &p, const fa_mask &m, int64_t h,
 }
 
 /* Step it of a walk: the key tile's index and its class from the list (FULL without a list). */
-FA_DEVICE int64_t walk_tile(const fa_cuda_params &p, const key_walk &w, int64_t it, int *list_cls)
+FA_DEVICE int64_t walk_tile(const fa_gpu_params &p, const key_walk &w, int64_t it, int *list_cls)
 {
     if (w.list) {
         *list_cls = (int)p.bl_cls[it];
@@ -186,7 +186,7 @@ FA_DEVICE int meet(int a, int b)
 }
 
 /* The dropout factor of element (b, h, i, j): 0 or 1/(1-p), from its Philox block's word. */
-FA_DEVICE float drop_factor(const fa_cuda_params &p, int64_t b, int64_t h, int64_t i, int64_t j)
+FA_DEVICE float drop_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     const fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (fa_u64)b, (fa_u64)p.heads_q, (fa_u64)h, (fa_u64)i,
                                              (fa_u64)(j & ~(int64_t)3));
@@ -207,7 +207,7 @@ struct score_mod {
     int64_t diag;           /* seqlen_k - seqlen_q of the sequence */
 };
 
-FA_DEVICE score_mod score_mod_make(const fa_cuda_params &p, const fa_seq &s, int64_t b, int64_t h)
+FA_DEVICE score_mod score_mod_make(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t h)
 {
     score_mod m;
     m.cap = p.softcap;
@@ -233,7 +233,7 @@ FA_DEVICE float score_mod_apply(const score_mod &m, float x, int64_t i, int64_t 
 }
 
 /* Whether a call has a score modifier: selects the launched kernels' MOD instantiation. */
-inline bool has_score_mod(const fa_cuda_params &p)
+inline bool has_score_mod(const fa_gpu_params &p)
 {
     return p.softcap.out != 0.0f || p.alibi_slopes != nullptr;
 }
@@ -246,7 +246,7 @@ inline int bucket_of(int64_t d)
     return d < 1 ? 0 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
 }
 
-template <class S> inline bool view_vec4(const fa_cuda_tensor &t)
+template <class S> inline bool view_vec4(const fa_gpu_tensor &t)
 {
     const uintptr_t align = 4 * sizeof(typename S::T);
     return (uintptr_t)t.data % align == 0 && t.sb % 4 == 0 && t.ss % 4 == 0 && t.sh % 4 == 0;

@@ -3,8 +3,8 @@
  * before including it for HIP; CUDA otherwise. Both runtimes have the same calls under another
  * prefix (HIP was modelled on CUDA), so FA_RT(Malloc) is cudaMalloc or hipMalloc; the types and
  * constants whose spelling differs beyond the prefix are named here. Plain C. */
-#ifndef FA_PORTABLE_RUNTIME_H
-#define FA_PORTABLE_RUNTIME_H
+#ifndef FA_GPU_RUNTIME_H
+#define FA_GPU_RUNTIME_H
 
 #if defined(FA_RUNTIME_HIP)
 #ifndef __HIP_PLATFORM_AMD__
@@ -27,4 +27,4 @@ typedef struct cudaDeviceProp fa_rt_prop;
 #define FA_RT_ERR_NO_MEMORY cudaErrorMemoryAllocation
 #endif
 
-#endif /* FA_PORTABLE_RUNTIME_H */
+#endif /* FA_GPU_RUNTIME_H */

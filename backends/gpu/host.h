@@ -3,8 +3,8 @@
  * copies, streams, the kernels' parameter block and the device copies of block-sparse lists. Each
  * backend.c includes runtime.h (FA_RUNTIME_HIP or not) and then this file once; every function is
  * static, so the two backends' copies are separate objects of the same source. Plain C. */
-#ifndef FA_PORTABLE_HOST_H
-#define FA_PORTABLE_HOST_H
+#ifndef FA_GPU_HOST_H
+#define FA_GPU_HOST_H
 
 #include "internal.h"
 #include "params.h"
@@ -102,9 +102,9 @@ static void gpu_close(fa_context *ctx)
     ctx->priv = NULL;
 }
 
-static fa_cuda_tensor gpu_tensor(const fa_view *v)
+static fa_gpu_tensor gpu_tensor(const fa_view *v)
 {
-    fa_cuda_tensor t = {v->data, v->sb, v->ss, v->sh};
+    fa_gpu_tensor t = {v->data, v->sb, v->ss, v->sh};
     return t;
 }
 
@@ -134,7 +134,7 @@ static void gpu_release(fa_context *ctx, gpu_buffers *cb)
             FA_RT(FreeAsync)(all[i], st);
 }
 
-static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_cuda_params *kp, gpu_buffers *cb)
+static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_params *kp, gpu_buffers *cb)
 {
     memset(kp, 0, sizeof *kp);
     memset(cb, 0, sizeof *cb);
@@ -198,13 +198,13 @@ static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_cuda_p
 }
 
 /* One kernel family's entry for a chosen variant: returns the runtime's error as an int. */
-typedef int (*gpu_launch_fn)(const fa_cuda_params *kp, const fa_problem *p, const fa_variant *v, void *stream);
+typedef int (*gpu_launch_fn)(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream);
 
 static fa_status gpu_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v, gpu_launch_fn launch)
 {
     if (p->batch == 0 || p->seqlen_q == 0)
         return FA_SUCCESS;
-    fa_cuda_params kp;
+    fa_gpu_params kp;
     gpu_buffers cb;
     GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
     fa_status st = gpu_make_params(ctx, p, &kp, &cb);
@@ -222,7 +222,7 @@ static fa_status gpu_forward(fa_context *ctx, const fa_problem *p, const fa_vari
 static fa_status gpu_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v, int64_t dq_accum_floats,
                               gpu_launch_fn launch)
 {
-    fa_cuda_params kp;
+    fa_gpu_params kp;
     gpu_buffers cb;
     GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
     fa_status st = gpu_make_params(ctx, p, &kp, &cb);
@@ -287,10 +287,10 @@ static fa_status gpu_set_stream(fa_context *ctx, void *stream)
 static void gpu_tile_limits(fa_tile_limits *out, int64_t onchip_bytes)
 {
     out->onchip_bytes = onchip_bytes;
-    out->min_block = FA_SM80_BLOCK;
-    out->max_block_q = FA_SM80_BLOCK;
-    out->max_block_k = FA_SM80_BLOCK;
-    out->multiple = FA_SM80_BLOCK;
+    out->min_block = FA_GPU_BLOCK;
+    out->max_block_q = FA_GPU_BLOCK;
+    out->max_block_k = FA_GPU_BLOCK;
+    out->multiple = FA_GPU_BLOCK;
 }
 
 /* Bytes of the block-sparse device copies for tiles of `block` rows and keys. */
@@ -303,4 +303,4 @@ static int64_t gpu_mask_workspace(const fa_problem *p, int64_t block)
     return bm->heads * bm->rows * bm->cols + bm->heads * (nq * 8 + nq * nk * 5);
 }
 
-#endif /* FA_PORTABLE_HOST_H */
+#endif /* FA_GPU_HOST_H */

@@ -2,8 +2,8 @@
  * differently: runtime types, the shuffle, the warp (wavefront) width, fp16 conversions. Compiled
  * as CUDA under __CUDACC__ and as HIP under __HIPCC__; nothing else of either toolkit is used, so
  * the kernels themselves are written once (ggml's vendors/hip.h is the model). */
-#ifndef FA_PORTABLE_VENDOR_H
-#define FA_PORTABLE_VENDOR_H
+#ifndef FA_GPU_VENDOR_H
+#define FA_GPU_VENDOR_H
 
 #if defined(__HIPCC__)
 #include <hip/hip_fp16.h>
@@ -44,7 +44,7 @@ typedef cudaStream_t fa_gpu_stream;
 #define FA_PORTABLE_ENTRY(name) fa_##name
 
 #else
-#error "backends/portable/vendor.h: compile as CUDA (nvcc) or HIP (hipcc)"
+#error "backends/gpu/vendor.h: compile as CUDA (nvcc) or HIP (hipcc)"
 #endif
 
 /* The same spelling in both toolkits, named once so a third dialect has one place to change. */
@@ -80,4 +80,4 @@ FA_DEVICE unsigned short fa_float_to_bf16_bits(float f)
     return (unsigned short)(x >> 16);
 }
 
-#endif /* FA_PORTABLE_VENDOR_H */
+#endif /* FA_GPU_VENDOR_H */

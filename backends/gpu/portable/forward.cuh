@@ -32,7 +32,7 @@ static_assert(TY * TX == THREADS && TM == 4 && NQ * THREADS * 4 == BM * DC && NK
 /* D: the head-dim bucket (64, 128, 256); p.d <= D columns are real. MOD: the call has a score
  * modifier, applied to the raw q . k products (Q then is not prescaled), which are then scaled. */
 template <class S, int D, bool MOD>
-__global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_cuda_params p, const bool vec)
+__global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, const bool vec)
 {
     using namespace fwd;
     typedef typename S::T T;
@@ -283,7 +283,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_cuda_params p,
     }
 }
 
-template <class S, int D> fa_gpu_error launch_forward(const fa_cuda_params &p, fa_gpu_stream stream)
+template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     const int64_t nq = (p.seqlen_q + BM - 1) / BM;
     if (nq == 0 || p.batch == 0)

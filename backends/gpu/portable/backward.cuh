@@ -13,7 +13,7 @@ namespace FA_PORTABLE_NS {
 
 /* D = rowsum(dO o O) of every query row, to p.dsum[h][row] (row: the packed row, or b seqlen_q + i
  * for dense tensors). One thread per row. */
-template <class S> __global__ void FA_LAUNCH_BOUNDS(THREADS) dsum_kernel(const fa_cuda_params p)
+template <class S> __global__ void FA_LAUNCH_BOUNDS(THREADS) dsum_kernel(const fa_gpu_params p)
 {
     typedef typename S::T T;
     const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -58,7 +58,7 @@ template <int TPK> FA_DEVICE float group_sum(float x)
  * shared tiles [STEP][D], widened; rows >= n and columns >= d are 0. Every thread of the block
  * takes part (the caller's barriers bracket it). */
 template <class S, int D, int STEP>
-FA_DEVICE void load_tile_pair(const fa_cuda_params &p, const fa_cuda_tensor &ta, const fa_cuda_tensor &tb, int64_t b,
+FA_DEVICE void load_tile_pair(const fa_gpu_params &p, const fa_gpu_tensor &ta, const fa_gpu_tensor &tb, int64_t b,
                               int64_t r0, int n, int64_t hd, float *a_t, float *b_t)
 {
     typedef typename S::T T;
@@ -78,7 +78,7 @@ FA_DEVICE void load_tile_pair(const fa_cuda_params &p, const fa_cuda_tensor &ta,
 /* This thread's CPT columns (lane + TPK u) of row `row` of head hd of two tensors (K and V, or Q
  * and dO) into registers; 0 for an invalid row and past d. */
 template <class S, int CPT, int TPK>
-FA_DEVICE void load_row_pair(const fa_cuda_params &p, const fa_cuda_tensor &ta, const fa_cuda_tensor &tb, int64_t b,
+FA_DEVICE void load_row_pair(const fa_gpu_params &p, const fa_gpu_tensor &ta, const fa_gpu_tensor &tb, int64_t b,
                              int64_t row, int64_t hd, bool valid, int lane, float *ar, float *br)
 {
     typedef typename S::T T;
@@ -95,7 +95,7 @@ FA_DEVICE void load_row_pair(const fa_cuda_params &p, const fa_cuda_tensor &ta, 
 
 /* dK, dV for ROWS keys of kv head hk: the query heads of the GQA group in order, each query tile
  * in order (the same sums on every run). MOD: the call has a score modifier (the forward's). */
-template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(const fa_cuda_params p)
+template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dkdv_kernel(const fa_gpu_params p)
 {
     typedef typename S::T T;
     typedef bwd_shape<D> sh;
@@ -195,7 +195,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
 
 /* dQ for ROWS query rows of head h: the key tiles in ascending order (the same sums every run).
  * MOD: the call has a score modifier (the forward's). */
-template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq_kernel(const fa_cuda_params p)
+template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq_kernel(const fa_gpu_params p)
 {
     typedef typename S::T T;
     typedef bwd_shape<D> sh;
@@ -282,7 +282,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
 }
 
 /* p.dsum: [heads_q][total_q] floats of workspace. */
-template <class S, int D> fa_gpu_error launch_backward(const fa_cuda_params &p, fa_gpu_stream stream)
+template <class S, int D> fa_gpu_error launch_backward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     typedef bwd_shape<D> sh;
     if (p.batch == 0)

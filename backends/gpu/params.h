@@ -1,0 +1,92 @@
+/* params.h: the plain-old-data description of one call that every kernel family of the CUDA and
+ * HIP backends receives by value (sm80, sm90, the portable SIMT kernels, MFMA), filled once by
+ * host.h. Included from C (backend.c), CUDA and HIP. */
+#ifndef FA_GPU_PARAMS_H
+#define FA_GPU_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "score_mod.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fa_gpu_tensor {
+    void *data;
+    int64_t sb, ss, sh; /* element strides: batch, row, head (see fa_view) */
+} fa_gpu_tensor;
+
+typedef struct fa_gpu_params {
+    fa_gpu_tensor q, k, v, o, lse, dout, dq, dk, dv;
+    float *dsum;                 /* backward: D = rowsum(dO * O), [heads_q][total_q] */
+    float *lse2;                 /* backward, fused path: LSE * log2(e) per row, [heads_q][total_q] */
+    float *dq_accum;             /* backward, non-deterministic: fp32 dQ [heads_q][total_q][padded d],
+                                    NULL selects the deterministic two-kernel path */
+    int64_t batch, heads_q, heads_kv, group, d;
+    int64_t seqlen_q, seqlen_k;  /* dense lengths or varlen maxima */
+    int64_t total_q;
+    const int32_t *cu_q, *cu_k;  /* device, NULL when dense */
+    float scale, scale_log2;     /* softmax scale, and scale * log2(e) */
+    int causal;
+    int out_f32;                 /* o (forward) or dq, dk, dv (backward) are fp32 while the inputs are
+                                    fp16 / bf16 (fa_problem.out_dtype): written unrounded */
+    int64_t window_left, window_right;
+    uint32_t dropout_threshold;
+    float dropout_scale;
+    uint64_t seed, offset;
+    /* score modifiers (core/score_mod.h) in the units of the raw product q . k (u = scale):
+     * softcap.out == 0 means no softcap; alibi_slopes NULL means no ALiBi, else query head h of
+     * sequence b has slope_x = alibi_slopes[b * alibi_stride + h] * alibi_mul (alibi_mul = 1 / scale) */
+    fa_softcap_factors softcap;
+    const float *alibi_slopes;
+    int64_t alibi_stride;
+    float alibi_mul;
+    /* block sparsity: the mask bits and the core's per-query-tile lists, on the device */
+    const uint8_t *bm_bits;
+    int64_t bm_heads, bm_rows, bm_cols, bm_bq, bm_bk;
+    const int64_t *bl_row_ptr;
+    const int32_t *bl_col;
+    const uint8_t *bl_cls;
+    int64_t bl_heads, bl_nq;
+} fa_gpu_params;
+
+/* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family
+ * walks, and so the key-tile width of all of them: sm80 and sm90 (their query tiles are multiples
+ * of it; per-head-dim shapes in cuda/sm80/tiles.h and cuda/sm90/kernels.cuh), the portable 64 x 64
+ * tiles and the MFMA forward. host.h reports it as the backends' block-list granularity. */
+#define FA_GPU_BLOCK 64
+
+/* The CUDA name of the parameter block, kept until backends/cuda/common/score_mod.cuh (being
+ * changed by the score-modifier work) is renamed; nothing else uses it. */
+typedef fa_gpu_params fa_cuda_params;
+
+#ifdef __cplusplus
+}
+#endif
+
+#if defined(__cplusplus) && (defined(__CUDACC__) || defined(__HIPCC__))
+/* Sequence b's lengths and first packed rows (fa_problem_seq's rule), for every kernel family of
+ * the CUDA and HIP backends: the offsets from cu_q/cu_k when packed, else the dense lengths. */
+struct fa_seq {
+    int64_t sq, sk, q_start, k_start;
+};
+
+__device__ __forceinline__ fa_seq fa_sequence(const fa_gpu_params &p, int64_t b)
+{
+    fa_seq s;
+    if (p.cu_q) {
+        s.q_start = p.cu_q[b];
+        s.k_start = p.cu_k[b];
+        s.sq = p.cu_q[b + 1] - s.q_start;
+        s.sk = p.cu_k[b + 1] - s.k_start;
+    } else {
+        s.q_start = s.k_start = 0;
+        s.sq = p.seqlen_q;
+        s.sk = p.seqlen_k;
+    }
+    return s;
+}
+#endif
+#endif

@@ -1,2 +1,0 @@
-#define FA_PORTABLE_STORE store_f32
-#include "instance.inc"
