@@ -107,8 +107,9 @@ FA_SCORE_FN float fa_alibi_bias(float slope_x, FA_SCORE_I64 row, FA_SCORE_I64 co
  * kernel receives them, whole: the CUDA / HIP parameters carry the struct, the OpenCL parameter
  * block carries its bytes (the same layout in C and OpenCL C: 16 bytes, 8-aligned). ALiBi's
  * slopes are an array in the device's memory, which each backend passes its own way (a pointer,
- * a buffer argument) next to this struct. A new per-call modifier adds its fields here, its state
- * to fa_score_mod_state, its step to fa_score_mod_apply, and its check to core/validate.c. */
+ * a buffer argument) next to this struct. A new per-call modifier adds its fields here and in
+ * fa_score_mod_factors / fa_score_mod_state (and their constructors), its step to
+ * fa_score_mod_apply, and its check to core/validate.c. */
 typedef struct fa_score_mod {
     float softcap;             /* c > 0; 0: off */
     int alibi;                 /* 1: ALiBi, slopes given */
@@ -121,13 +122,38 @@ FA_SCORE_FN int fa_score_mod_active(fa_score_mod m)
     return m.softcap > 0.0f || m.alibi;
 }
 
-/* The index of the ALiBi slope of sequence b, query head h. */
-FA_SCORE_FN FA_SCORE_I64 fa_alibi_slope_index(fa_score_mod m, FA_SCORE_I64 b, FA_SCORE_I64 h)
+/* A call's modifiers in a kernel's x units (S = u x), derived once per call: on the host for the
+ * CUDA / HIP parameters, in the kernel elsewhere. */
+typedef struct fa_score_mod_factors {
+    fa_softcap_factors cap;    /* cap.out == 0: no softcap */
+    int alibi;
+    float alibi_mul;           /* 1 / u: a slope as given times this is in x units */
+    FA_SCORE_I64 alibi_stride; /* as fa_score_mod's */
+} fa_score_mod_factors;
+
+FA_SCORE_FN fa_score_mod_factors fa_score_mod_prepare(fa_score_mod m, float u)
 {
-    return b * m.alibi_stride + h;
+    fa_score_mod_factors f;
+    f.cap = fa_softcap_make(u, m.softcap);
+    f.alibi = m.alibi;
+    f.alibi_mul = m.alibi ? 1.0f / u : 0.0f;
+    f.alibi_stride = m.alibi_stride;
+    return f;
 }
 
-/* The modifiers of one (sequence, query head) in a kernel's x units (S = u x). */
+/* Whether the factors modify anything (fa_score_mod_active of the call they came from). */
+FA_SCORE_FN int fa_score_mod_factors_active(fa_score_mod_factors f)
+{
+    return f.cap.out != 0.0f || f.alibi;
+}
+
+/* The index of the ALiBi slope of sequence b, query head h in the slopes array. */
+FA_SCORE_FN FA_SCORE_I64 fa_alibi_slope_index(fa_score_mod_factors f, FA_SCORE_I64 b, FA_SCORE_I64 h)
+{
+    return b * f.alibi_stride + h;
+}
+
+/* The modifiers of one (sequence, query head) in x units. */
 typedef struct fa_score_mod_state {
     fa_softcap_factors cap; /* cap.out == 0: no softcap */
     int alibi;
@@ -137,12 +163,12 @@ typedef struct fa_score_mod_state {
 
 /* slope: the sequence's and head's ALiBi slope as given (read at fa_alibi_slope_index; any value
  * without ALiBi); diag = seqlen_k - seqlen_q of the sequence. */
-FA_SCORE_FN fa_score_mod_state fa_score_mod_begin(fa_score_mod m, float u, float slope, FA_SCORE_I64 diag)
+FA_SCORE_FN fa_score_mod_state fa_score_mod_begin(fa_score_mod_factors f, float slope, FA_SCORE_I64 diag)
 {
     fa_score_mod_state st;
-    st.cap = fa_softcap_make(u, m.softcap);
-    st.alibi = m.alibi;
-    st.slope = m.alibi ? slope / u : 0.0f;
+    st.cap = f.cap;
+    st.alibi = f.alibi;
+    st.slope = f.alibi ? slope * f.alibi_mul : 0.0f;
     st.diag = diag;
     return st;
 }

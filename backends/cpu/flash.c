@@ -269,8 +269,9 @@ static void apply_mask(const fa_problem *p, const fa_mask *m, int64_t h, int64_t
 static void apply_score_mod(const fa_problem *p, int64_t b, int64_t h, int64_t diag, int64_t q0, int64_t nr,
                             int64_t k0, int64_t width, int64_t ld, float *s, float *grad)
 {
-    const float slope = p->alibi_slopes ? p->alibi_slopes[fa_alibi_slope_index(p->mod, b, h)] : 0.0f;
-    const fa_score_mod_state st = fa_score_mod_begin(p->mod, 1.0f, slope, diag);
+    const fa_score_mod_factors f = fa_score_mod_prepare(p->mod, 1.0f);
+    const float slope = p->alibi_slopes ? p->alibi_slopes[fa_alibi_slope_index(f, b, h)] : 0.0f;
+    const fa_score_mod_state st = fa_score_mod_begin(f, slope, diag);
     for (int64_t r = 0; r < nr; ++r) {
         float *row = s + r * ld, *grow = grad ? grad + r * ld : NULL;
         const float d0 = fa_alibi_row(q0 + r, diag, k0);

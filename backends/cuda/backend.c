@@ -145,7 +145,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     const gpu_state *gs = gpu_of(ctx);
     memset(c, 0, sizeof *c);
     c->dtype = p->dtype;
-    c->mod = p->softcap > 0.0f || p->alibi_slopes != NULL;
+    c->mod = fa_score_mod_active(p->mod);
     c->aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
                  (!p->backward || view_aligned(&p->dout));
     const int dpad = (int)((p->d + 31) / 32 * 32);

@@ -169,10 +169,8 @@ static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_pa
     kp->dropout_scale = p->dropout_scale;
     kp->seed = p->seed;
     kp->offset = p->offset;
-    kp->softcap = fa_softcap_make(p->scale, p->softcap);
+    kp->mod = fa_score_mod_prepare(p->mod, p->scale);
     kp->alibi_slopes = p->alibi_slopes;
-    kp->alibi_stride = p->alibi_stride;
-    kp->alibi_mul = 1.0f / p->scale;
     fa_status st = FA_SUCCESS;
     if (p->block_mask && p->lists) {
         const fa_block_mask *bm = p->block_mask;

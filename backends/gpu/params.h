@@ -36,13 +36,10 @@ typedef struct fa_gpu_params {
     uint32_t dropout_threshold;
     float dropout_scale;
     uint64_t seed, offset;
-    /* score modifiers (core/score_mod.h) in the units of the raw product q . k (u = scale):
-     * softcap.out == 0 means no softcap; alibi_slopes NULL means no ALiBi, else query head h of
-     * sequence b has slope_x = alibi_slopes[b * alibi_stride + h] * alibi_mul (alibi_mul = 1 / scale) */
-    fa_softcap_factors softcap;
+    /* the call's score modifiers (core/score_mod.h) in the units of the raw product q . k (u = scale),
+     * and ALiBi's slopes on the device (used where mod.alibi is set) */
+    fa_score_mod_factors mod;
     const float *alibi_slopes;
-    int64_t alibi_stride;
-    float alibi_mul;
     /* block sparsity: the mask bits and the core's per-query-tile lists, on the device */
     const uint8_t *bm_bits;
     int64_t bm_heads, bm_rows, bm_cols, bm_bq, bm_bk;
@@ -57,10 +54,6 @@ typedef struct fa_gpu_params {
  * of it; per-head-dim shapes in cuda/sm80/tiles.h and cuda/sm90/kernels.cuh), the portable 64 x 64
  * tiles and the MFMA forward. host.h reports it as the backends' block-list granularity. */
 #define FA_GPU_BLOCK 64
-
-/* The CUDA name of the parameter block, kept until backends/cuda/common/score_mod.cuh (being
- * changed by the score-modifier work) is renamed; nothing else uses it. */
-typedef fa_gpu_params fa_cuda_params;
 
 #ifdef __cplusplus
 }
@@ -87,6 +80,26 @@ __device__ __forceinline__ fa_seq fa_sequence(const fa_gpu_params &p, int64_t b)
         s.sk = p.seqlen_k;
     }
     return s;
+}
+
+/* Whether a call has a score modifier: the launchers pick the kernels' MOD instances. */
+__host__ __device__ __forceinline__ bool fa_gpu_has_score_mod(const fa_gpu_params &p)
+{
+    return fa_score_mod_factors_active(p.mod);
+}
+
+/* ALiBi's slope of query head h of sequence b in q . k units (0 without ALiBi). */
+__device__ __forceinline__ float fa_gpu_alibi_slope(const fa_gpu_params &p, int64_t b, int64_t h)
+{
+    return p.mod.alibi ? p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)] * p.mod.alibi_mul : 0.0f;
+}
+
+/* The score modifiers of query head h of sequence b (core/score_mod.h's state). */
+__device__ __forceinline__ fa_score_mod_state fa_gpu_score_mod(const fa_gpu_params &p, const fa_seq &s, int64_t b,
+                                                               int64_t h)
+{
+    return fa_score_mod_begin(p.mod, p.mod.alibi ? p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)] : 0.0f,
+                              s.sk - s.sq);
 }
 #endif
 #endif

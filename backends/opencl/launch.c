@@ -128,7 +128,7 @@ static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a
     q[FA_P_HAS_LSE] = p->has_lse;
     /* the kernels read these bytes back as an fa_score_mod (host and device share the byte order,
      * as every tensor's bytes assume) */
-    _Static_assert(sizeof(fa_score_mod) == sizeof(cl_long) * (FA_P_MOD_END - FA_P_MOD), "fa_score_mod fits its slots");
+    _Static_assert(sizeof(fa_score_mod) <= sizeof(cl_long) * (FA_P_MOD_END - FA_P_MOD), "fa_score_mod fits its slots");
     memcpy(&q[FA_P_MOD], &p->mod, sizeof p->mod);
     size_t el = fa_dtype_size(p->dtype);
     int64_t rq = p->varlen ? p->total_q : p->seqlen_q, rk = p->varlen ? p->total_k : p->seqlen_k;

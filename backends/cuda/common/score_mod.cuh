@@ -6,40 +6,31 @@
 
 #include "params.h"
 #include "score_mod.h"
+#include "tile_class.cuh"
+
+#include <math_constants.h>
 
 namespace fa_sm80 {
 
-/* The score modifiers of one call (core/score_mod.h) in the units of the raw product q . k that
- * the kernels hold: the softcap's factors (cap.out == 0: none), whether ALiBi is on, the slope of
- * the current query head and diag = seqlen_k - seqlen_q of the sequence. Only instances with the
- * MOD template flag build one, so the plain instances carry none of it. */
-struct score_mod {
-    fa_softcap_factors cap;
-    bool alibi;
-    float slope;
-    int64_t diag;
-};
+/* The score modifiers of one (sequence, query head) in the units of the raw product q . k
+ * (core/score_mod.h's fa_score_mod_state: the softcap's factors, cap.out == 0 for none; whether
+ * ALiBi is on, its slope, diag = seqlen_k - seqlen_q). Only instances with the MOD template flag
+ * build one, so the plain instances carry none of it. */
+using score_mod = fa_score_mod_state;
 
-/* Whether a call has a score modifier (selects the MOD instances). */
-__host__ __device__ __forceinline__ bool has_score_mod(const fa_cuda_params &p)
+__host__ __device__ __forceinline__ bool has_score_mod(const fa_gpu_params &p)
 {
-    return p.softcap.out != 0.0f || p.alibi_slopes != nullptr;
+    return fa_gpu_has_score_mod(p);
 }
 
-/* ALiBi's slope of query head h of sequence b in x units (0 without ALiBi). */
-__device__ __forceinline__ float alibi_slope(const fa_cuda_params &p, int64_t b, int64_t h)
+__device__ __forceinline__ float alibi_slope(const fa_gpu_params &p, int64_t b, int64_t h)
 {
-    return p.alibi_slopes ? p.alibi_slopes[b * p.alibi_stride + h] * p.alibi_mul : 0.0f;
+    return fa_gpu_alibi_slope(p, b, h);
 }
 
-__device__ __forceinline__ score_mod score_mod_of(const fa_cuda_params &p, const fa_seq &s, int64_t b, int64_t h)
+__device__ __forceinline__ score_mod score_mod_of(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t h)
 {
-    score_mod sm;
-    sm.cap = p.softcap;
-    sm.alibi = p.alibi_slopes != nullptr;
-    sm.slope = alibi_slope(p, b, h);
-    sm.diag = s.sk - s.sq;
-    return sm;
+    return fa_gpu_score_mod(p, s, b, h);
 }
 
 /* The softcap on every element of an accumulator array, in place (nothing without one). The
@@ -53,6 +44,63 @@ template <int N> __device__ __forceinline__ void softcap_all(const score_mod &sm
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             x[i][e] = fa_softcap_apply(sm.cap, x[i][e]);
+}
+
+/* The forward's modifiers on a KN-key slice of scores in the mma accumulator layout (row wq0 +
+ * mt MSTRIDE + g + 8 r, key k0x + 8 nt + 2 t4 + c), before anything else of the softmax step: the
+ * softcap, then ALiBi with the distance formed once per row and thread (the other keys are
+ * compile-time offsets from it); a tile the caller marked empty (cls) gets its -inf back, which
+ * the modifiers made finite. */
+template <int MT, int KN, int MSTRIDE>
+__device__ __forceinline__ void modify_scores(const score_mod &sm, float (&sacc)[MT][KN / 8][4], int64_t wq0,
+                                              int64_t k0x, fa_tile_class cls)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+        softcap_all<KN / 8>(sm, sacc[mt]);
+    if (sm.alibi) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float d0 = fa_alibi_row(wq0 + mt * MSTRIDE + g + r * 8, sm.diag, k0x + 2 * t4);
+#pragma unroll
+                for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c)
+                        sacc[mt][nt][2 * r + c] += fa_alibi_bias_at(sm.slope, d0 - (float)(nt * 8 + c));
+            }
+    }
+    if (cls == FA_TILE_EMPTY) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < KN / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    sacc[mt][nt][e] = -CUDART_INF_F;
+    }
+}
+
+/* The fused backwards' start on a transposed score tile (thread element e of column block nt: key
+ * wk0 + g + 8 (e >> 1), query q0 + 8 nt + 2 t4 + (e & 1)) of query head h of sequence b: the
+ * head's ALiBi slope into sm, the softcap on every element, and ALiBi's distance at the thread's
+ * first element returned (transposed_offset gives the others' offsets from it). */
+template <int N>
+__device__ __forceinline__ float modify_transposed_scores(score_mod &sm, const fa_gpu_params &p, int64_t b, int64_t h,
+                                                          float (&pt)[N][4], int64_t q0, int64_t wk0)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    sm.slope = alibi_slope(p, b, h);
+    softcap_all<N>(sm, pt);
+    return fa_alibi_row(q0 + 2 * t4, sm.diag, wk0 + g);
+}
+
+/* ALiBi's distance of element (nt, e) of a transposed tile relative to the thread's first */
+__device__ __forceinline__ constexpr float transposed_offset(int nt, int e)
+{
+    return (float)(nt * 8 + (e & 1) - (e >> 1) * 8);
 }
 
 /* The backward's step for one element after softcap_all: the derivative of the softcap at the

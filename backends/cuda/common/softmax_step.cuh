@@ -44,36 +44,8 @@ __device__ __forceinline__ void softmax_scores(const fa_gpu_params &p, const fa_
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
     const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
-    if constexpr (MOD) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-            softcap_all<KN / 8>(sm, sacc[mt]);
-        if (sm.alibi) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    /* the distance at this thread's first key of the slice; the other keys are
-                     * compile-time offsets from it */
-                    const float d0 = fa_alibi_row(wq0 + mt * MSTRIDE + g + r * 8, sm.diag, k0x + 2 * t4);
-#pragma unroll
-                    for (int nt = 0; nt < KN / 8; ++nt)
-#pragma unroll
-                        for (int c = 0; c < 2; ++c)
-                            sacc[mt][nt][2 * r + c] += fa_alibi_bias_at(sm.slope, d0 - (float)(nt * 8 + c));
-                }
-        }
-        /* a caller marks a tile its rows do not see with -inf, which the modifiers made finite */
-        if (cls == FA_TILE_EMPTY) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < KN / 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        sacc[mt][nt][e] = -CUDART_INF_F;
-        }
-    }
+    if constexpr (MOD)
+        modify_scores<MT, KN, MSTRIDE>(sm, sacc, wq0, k0x, cls);
     /* scores stay raw when the scale is positive (max and exp2 argument are then one
      * FFMA: s * c - max * c); a negative scale is applied first and cc = 1 */
     if (!(p.scale_log2 > 0.0f)) {

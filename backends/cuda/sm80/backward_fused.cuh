@@ -171,14 +171,9 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
                 for (int e = 0; e < 4; ++e)
                     pt[i][e] = dpt[i][e] = 0.0f;
             gemm_nt2_s<T, BQ, D, LD, LD>(pt, k_a, q_bt, dpt, v_a, do_bt);
-            /* ALiBi's distance at this thread's first element (query q0 + 2 t4, key wk0 + g); the
-             * others are compile-time offsets from it */
             float alibi_d0 = 0.0f;
-            if constexpr (MOD) {
-                sm.slope = alibi_slope(p, b, h);
-                softcap_all<BQ / 8>(sm, pt);
-                alibi_d0 = fa_alibi_row(q0 + 2 * t4, sm.diag, wk0 + g);
-            }
+            if constexpr (MOD)
+                alibi_d0 = modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -186,7 +181,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     float sx = pt[nt][e], grad = 1.0f;
                     if constexpr (MOD)
-                        sx = modified_score_at(sm, sx, alibi_d0 + (float)(nt * 8 + (e & 1) - (e >> 1) * 8), grad);
+                        sx = modified_score_at(sm, sx, alibi_d0 + transposed_offset(nt, e), grad);
                     float x = fast_exp2(sx * p.scale_log2 - lse2[col]);
                     if (edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)) {
                         x = 0.0f;

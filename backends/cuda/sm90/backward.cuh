@@ -256,14 +256,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
             const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
             const bool drop = DROP && p.dropout_threshold;
-            /* ALiBi's distance at this thread's first element (query q0 + 2 t4, key wk0 + g); the
-             * others are compile-time offsets from it */
             float alibi_d0 = 0.0f;
-            if constexpr (MOD) {
-                sm.slope = fa_sm80::alibi_slope(p, b, h);
-                fa_sm80::softcap_all<BQ / 8>(sm, pt);
-                alibi_d0 = fa_alibi_row(q0 + 2 * t4, sm.diag, wk0 + g);
-            }
+            if constexpr (MOD)
+                alibi_d0 = fa_sm80::modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
             /* P^T = exp2(S^T scale log2 e - LSE log2 e), masked */
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
@@ -272,8 +267,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     float sx = pt[nt][e], grad = 1.0f;
                     if constexpr (MOD)
-                        sx = fa_sm80::modified_score_at(sm, sx, alibi_d0 + (float)(nt * 8 + (e & 1) - (e >> 1) * 8),
-                                                        grad);
+                        sx = fa_sm80::modified_score_at(sm, sx, alibi_d0 + fa_sm80::transposed_offset(nt, e), grad);
                     float x = fa_sm80::fast_exp2(sx * p.scale_log2 - lse2[col]);
                     if (edge && (cls == FA_TILE_EMPTY ||
                                  !fa_sm80::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {

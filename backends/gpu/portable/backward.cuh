@@ -162,7 +162,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
                     continue; /* no barrier or shuffle follows inside this loop */
                 float grad = 1.0f; /* the modifier's derivative */
                 if constexpr (MOD)
-                    s = score_mod_apply(mod, s, i, j, &grad);
+                    s = fa_score_mod_apply_at(&mod, s, i, j, &grad);
                 const float pr = expf(p.scale * s - l);
                 const float z = p.dropout_threshold ? drop_factor(p, b, h, i, j) : 1.0f;
                 /* dV += (P o Z)^T dO; dS = P o (Z o dP - D) * scale (times the modifier's
@@ -258,7 +258,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
                     continue; /* no barrier or shuffle follows inside this loop */
                 float grad = 1.0f; /* the modifier's derivative */
                 if constexpr (MOD)
-                    s = score_mod_apply(mod, s, i, j, &grad);
+                    s = fa_score_mod_apply_at(&mod, s, i, j, &grad);
                 const float pr = expf(p.scale * s - l);
                 const float z = p.dropout_threshold ? drop_factor(p, b, h, i, j) : 1.0f;
                 float ds = pr * (z * dp - di) * p.scale;

@@ -198,44 +198,20 @@ FA_DEVICE float drop_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_
 
 /* The score modifiers (core/score_mod.h) of one (sequence, query head) in the units of the raw
  * product q . k (the kernels apply the scale afterwards): made once per head, so the ALiBi slope is
- * loaded once, then applied to every computed score before the mask. Only the kernels instantiated
- * for modifiers (template flag MOD) use them; the plain instances carry none of this. */
-struct score_mod {
-    fa_softcap_factors cap; /* cap.out == 0: no softcap */
-    bool alibi;
-    float slope;            /* the ALiBi slope in q . k units */
-    int64_t diag;           /* seqlen_k - seqlen_q of the sequence */
-};
+ * loaded once, then applied to every computed score before the mask (fa_score_mod_apply_at). Only
+ * the kernels instantiated for modifiers (template flag MOD) use them; the plain instances carry
+ * none of this. */
+using score_mod = fa_score_mod_state;
 
 FA_DEVICE score_mod score_mod_make(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t h)
 {
-    score_mod m;
-    m.cap = p.softcap;
-    m.alibi = p.alibi_slopes != nullptr;
-    m.slope = m.alibi ? p.alibi_slopes[b * p.alibi_stride + h] * p.alibi_mul : 0.0f;
-    m.diag = s.sk - s.sq;
-    return m;
-}
-
-/* The modified score of raw score x at the sequence's query row i and key j; *grad = dx'/dx (the
- * softcap's derivative, from the capped value before the ALiBi bias). */
-FA_DEVICE float score_mod_apply(const score_mod &m, float x, int64_t i, int64_t j, float *grad)
-{
-    float g = 1.0f;
-    if (m.cap.out != 0.0f) {
-        x = fa_softcap_apply(m.cap, x);
-        g = fa_softcap_grad(m.cap, x);
-    }
-    if (m.alibi)
-        x += fa_alibi_bias(m.slope, i, j, m.diag);
-    *grad = g;
-    return x;
+    return fa_gpu_score_mod(p, s, b, h);
 }
 
 /* Whether a call has a score modifier: selects the launched kernels' MOD instantiation. */
 inline bool has_score_mod(const fa_gpu_params &p)
 {
-    return p.softcap.out != 0.0f || p.alibi_slopes != nullptr;
+    return fa_gpu_has_score_mod(p);
 }
 
 /* ---------------------------------------------------------------- launch checks */

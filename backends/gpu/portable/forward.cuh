@@ -161,7 +161,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
                 const int jj = tx + TX * j;
                 if constexpr (MOD) {
                     float grad;
-                    s[r][j] = score_mod_apply(mod, s[r][j], q0 + rr, k0l + jj, &grad) * p.scale_log2;
+                    s[r][j] = fa_score_mod_apply_at(&mod, s[r][j], q0 + rr, k0l + jj, &grad) * p.scale_log2;
                 }
                 bool vis = jj >= jlo && jj < jhi;
                 if (vis && cls == FA_TILE_PARTIAL && p.bm_bits)

@@ -129,7 +129,7 @@ __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_gpu_params p, con
                 const int64_t j = k0 + 8 * (r / 4) + 4 * half + r % 4;
                 if constexpr (MOD) {
                     float grad;
-                    s[r] = pk::score_mod_apply(mod, s[r], i, j, &grad);
+                    s[r] = fa_score_mod_apply_at(&mod, s[r], i, j, &grad);
                 }
                 bool vis = j >= lo && j < hi && j < sq.sk;
                 if (vis && cls == FA_TILE_PARTIAL && p.bm_bits)

@@ -271,18 +271,19 @@ static inline fa_score_mod_state fa_score_mod_of(__global const long *prm, __glo
                                                  long b, long h, long sq, long sk)
 {
 #if FA_SCORE_MOD
-    const fa_score_mod m = *(__global const fa_score_mod *)(prm + FA_P_MOD);
-    const float slope = m.alibi ? slopes[prm[FA_P_ALIBI_OFF] + fa_alibi_slope_index(m, b, h)] : 0.0f;
+    const fa_score_mod_factors f = fa_score_mod_prepare(*(__global const fa_score_mod *)(prm + FA_P_MOD), u);
+    const float slope = f.alibi ? slopes[prm[FA_P_ALIBI_OFF] + fa_alibi_slope_index(f, b, h)] : 0.0f;
 #else
     fa_score_mod m;
     m.softcap = 0.0f;
     m.alibi = 0;
     m.alibi_stride = 0;
+    const fa_score_mod_factors f = fa_score_mod_prepare(m, u);
     const float slope = 0.0f;
     (void)prm;
     (void)slopes;
     (void)b;
     (void)h;
 #endif
-    return fa_score_mod_begin(m, u, slope, sk - sq);
+    return fa_score_mod_begin(f, slope, sk - sq);
 }

@@ -36,8 +36,9 @@ enum fa_ocl_param {
     FA_P_BM_BK,
     FA_P_BL_HEADS,
     FA_P_BL_NQ,
-    FA_P_MOD,               /* the call's fa_score_mod (core/score_mod.h), its 16 bytes in two longs */
-    FA_P_MOD_END = FA_P_MOD + 2,
+    FA_P_MOD,               /* the call's fa_score_mod (core/score_mod.h, included before this file), its
+                               bytes in as many longs as they need */
+    FA_P_MOD_END = FA_P_MOD + (int)((sizeof(fa_score_mod) + 7) / 8),
     FA_P_ALIBI_OFF = FA_P_MOD_END, /* element offset of ALiBi's slopes inside their cl_mem */
     FA_P_TENSORS,           /* 4 per tensor from here, in fa_ocl_tensor order */
     FA_P_COUNT = FA_P_TENSORS + 4 * FA_T_COUNT
