@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------- validated problem */
 
@@ -104,7 +105,7 @@ static inline int fa_problem_block_keep(const fa_problem *p, int64_t h, int64_t 
 /* The chooser's answer for one call: a name (logs, the tool, tests) and the backend's own record of
  * what runs it. A backend with one kind of kernel per dtype keeps an id in `kernel`; one that
  * chooses among families and instances copies its typed choice struct into `choice` (checked to
- * fit at compile time: FA_VARIANT_CHOICE_FITS) and reads it back in forward / backward. */
+ * fit at compile time: FA_VARIANT_CHOICE) and reads it back in forward / backward. */
 typedef struct fa_variant {
     char name[64];
     int kernel; /* backend-private kernel id */
@@ -114,8 +115,20 @@ typedef struct fa_variant {
     } choice;
 } fa_variant;
 
-#define FA_VARIANT_CHOICE_FITS(type) _Static_assert(sizeof(type) <= sizeof(((fa_variant *)0)->choice), \
-                                                    #type " fits fa_variant.choice")
+/* Declares a backend's choice struct as what its variants carry: checks that it fits and defines
+ * type##_put (into a variant) and type##_get (read back). */
+#define FA_VARIANT_CHOICE(type)                                                                    \
+    _Static_assert(sizeof(type) <= sizeof(((fa_variant *)0)->choice), #type " fits fa_variant.choice"); \
+    static inline void type##_put(fa_variant *v, const type *c)                                    \
+    {                                                                                              \
+        memcpy(&v->choice, c, sizeof *c);                                                          \
+    }                                                                                              \
+    static inline type type##_get(const fa_variant *v)                                             \
+    {                                                                                              \
+        type c;                                                                                    \
+        memcpy(&c, &v->choice, sizeof c);                                                          \
+        return c;                                                                                  \
+    }
 
 typedef struct fa_tile_limits {
     int64_t onchip_bytes;            /* M for the paper's formula */

@@ -113,15 +113,8 @@ typedef struct cuda_choice {
     int mod;      /* softcap or ALiBi: the kernels' MOD instances */
 } cuda_choice;
 
-FA_VARIANT_CHOICE_FITS(cuda_choice);
-
 /* The launch callbacks receive the variant, not the context: the choice travels in it. */
-static cuda_choice choice_of_variant(const fa_variant *v)
-{
-    cuda_choice c;
-    memcpy(&c, &v->choice, sizeof c);
-    return c;
-}
+FA_VARIANT_CHOICE(cuda_choice)
 
 /* Whether the sm80 tensor-core family has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
  * an instance for the padded head dim (backward d <= 128, and d 225..256 without the
@@ -222,13 +215,13 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
                  p->backward ? "-deterministic" : "", mod);
         break;
     }
-    memcpy(&out->choice, &c, sizeof c);
+    cuda_choice_put(out, &c);
     return FA_SUCCESS;
 }
 
 static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    const cuda_choice c = choice_of_variant(v);
+    const cuda_choice c = cuda_choice_get(v);
     switch (c.family) {
     case FAMILY_SM90: return fa_sm90_forward(kp, (int)c.dtype, c.head_dim, stream);
     case FAMILY_SM80: return fa_sm80_forward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
@@ -241,7 +234,7 @@ static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa
 
 static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    const cuda_choice c = choice_of_variant(v);
+    const cuda_choice c = cuda_choice_get(v);
     switch (c.family) {
     case FAMILY_SM90: return fa_sm90_backward(kp, (int)c.dtype, c.head_dim, stream);
     case FAMILY_SM80: return fa_sm80_backward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
@@ -265,7 +258,7 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
 
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
-    const cuda_choice c = choice_of_variant(v);
+    const cuda_choice c = cuda_choice_get(v);
     return gpu_backward(ctx, p, v, dq_accum_floats(p, &c), launch_backward);
 }
 

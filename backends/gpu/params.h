@@ -88,18 +88,23 @@ __host__ __device__ __forceinline__ bool fa_gpu_has_score_mod(const fa_gpu_param
     return fa_score_mod_factors_active(p.mod);
 }
 
-/* ALiBi's slope of query head h of sequence b in q . k units (0 without ALiBi). */
+/* ALiBi's slope of query head h of sequence b as given (0 without ALiBi). */
+__device__ __forceinline__ float fa_gpu_alibi_slope_given(const fa_gpu_params &p, int64_t b, int64_t h)
+{
+    return p.mod.alibi ? p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)] : 0.0f;
+}
+
+/* The same in q . k units. */
 __device__ __forceinline__ float fa_gpu_alibi_slope(const fa_gpu_params &p, int64_t b, int64_t h)
 {
-    return p.mod.alibi ? p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)] * p.mod.alibi_mul : 0.0f;
+    return fa_gpu_alibi_slope_given(p, b, h) * p.mod.alibi_mul;
 }
 
 /* The score modifiers of query head h of sequence b (core/score_mod.h's state). */
 __device__ __forceinline__ fa_score_mod_state fa_gpu_score_mod(const fa_gpu_params &p, const fa_seq &s, int64_t b,
                                                                int64_t h)
 {
-    return fa_score_mod_begin(p.mod, p.mod.alibi ? p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)] : 0.0f,
-                              s.sk - s.sq);
+    return fa_score_mod_begin(p.mod, fa_gpu_alibi_slope_given(p, b, h), s.sk - s.sq);
 }
 #endif
 #endif

@@ -22,14 +22,7 @@ typedef struct hip_choice {
     int mfma;
     int bucket;
 } hip_choice;
-FA_VARIANT_CHOICE_FITS(hip_choice);
-
-static hip_choice choice_of_variant(const fa_variant *v)
-{
-    hip_choice c;
-    memcpy(&c, &v->choice, sizeof c);
-    return c;
-}
+FA_VARIANT_CHOICE(hip_choice)
 
 static fa_status hip_device_name(int device, char *buf, size_t len)
 {
@@ -121,19 +114,19 @@ static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_varia
         (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)) {
         snprintf(out->name, sizeof out->name, "mfma-fwd-%s-d%d", fa_dtype_name(p->dtype), bucket);
         const hip_choice c = {.mfma = 1, .bucket = bucket};
-        memcpy(&out->choice, &c, sizeof c);
+        hip_choice_put(out, &c);
         return FA_SUCCESS;
     }
     snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s", p->backward ? "bwd" : "fwd",
              fa_dtype_name(p->dtype), bucket, p->backward ? "-deterministic" : "");
     const hip_choice c = {.mfma = 0, .bucket = bucket};
-    memcpy(&out->choice, &c, sizeof c);
+    hip_choice_put(out, &c);
     return FA_SUCCESS;
 }
 
 static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    const hip_choice c = choice_of_variant(v);
+    const hip_choice c = hip_choice_get(v);
     if (c.mfma)
         return fa_hip_mfma_forward(kp, (int)p->dtype, c.bucket, stream);
     return fa_hip_portable_forward(kp, (int)p->dtype, c.bucket, stream);
@@ -141,7 +134,7 @@ static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa
 
 static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
 {
-    return fa_hip_portable_backward(kp, (int)p->dtype, choice_of_variant(v).bucket, stream);
+    return fa_hip_portable_backward(kp, (int)p->dtype, hip_choice_get(v).bucket, stream);
 }
 
 static fa_status hip_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)

@@ -9,7 +9,7 @@
 namespace fa_sm80 {
 
 /* The kernel instance a call needs: 0 neither dropout nor a block mask, 1 a block mask only,
- * 2 dropout (with or without a block mask). A call with a score modifier (has_score_mod) takes
+ * 2 dropout (with or without a block mask). A call with a score modifier (fa_gpu_has_score_mod) takes
  * the MOD instance of mode 2, whose tests for block lists and dropout are made at run time: one
  * more instance per kernel, for 16-byte aligned rows only (the chooser sends the others to the
  * portable kernels). */

@@ -12,30 +12,14 @@
 
 namespace fa_sm80 {
 
-/* The score modifiers of one (sequence, query head) in the units of the raw product q . k
- * (core/score_mod.h's fa_score_mod_state: the softcap's factors, cap.out == 0 for none; whether
- * ALiBi is on, its slope, diag = seqlen_k - seqlen_q). Only instances with the MOD template flag
- * build one, so the plain instances carry none of it. */
-using score_mod = fa_score_mod_state;
-
-__host__ __device__ __forceinline__ bool has_score_mod(const fa_gpu_params &p)
-{
-    return fa_gpu_has_score_mod(p);
-}
-
-__device__ __forceinline__ float alibi_slope(const fa_gpu_params &p, int64_t b, int64_t h)
-{
-    return fa_gpu_alibi_slope(p, b, h);
-}
-
-__device__ __forceinline__ score_mod score_mod_of(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t h)
-{
-    return fa_gpu_score_mod(p, s, b, h);
-}
+/* The kernels build the modifiers of one (sequence, query head) with fa_gpu_score_mod
+ * (backends/gpu/params.h: core/score_mod.h's fa_score_mod_state in the units of the raw product
+ * q . k); only instances with the MOD template flag build one, so the plain instances carry none
+ * of it. */
 
 /* The softcap on every element of an accumulator array, in place (nothing without one). The
  * backward then holds the capped value, from which fa_softcap_grad gives the derivative. */
-template <int N> __device__ __forceinline__ void softcap_all(const score_mod &sm, float (&x)[N][4])
+template <int N> __device__ __forceinline__ void softcap_all(const fa_score_mod_state &sm, float (&x)[N][4])
 {
     if (sm.cap.out == 0.0f)
         return;
@@ -52,7 +36,7 @@ template <int N> __device__ __forceinline__ void softcap_all(const score_mod &sm
  * compile-time offsets from it); a tile the caller marked empty (cls) gets its -inf back, which
  * the modifiers made finite. */
 template <int MT, int KN, int MSTRIDE>
-__device__ __forceinline__ void modify_scores(const score_mod &sm, float (&sacc)[MT][KN / 8][4], int64_t wq0,
+__device__ __forceinline__ void modify_scores(const fa_score_mod_state &sm, float (&sacc)[MT][KN / 8][4], int64_t wq0,
                                               int64_t k0x, fa_tile_class cls)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -88,11 +72,11 @@ __device__ __forceinline__ void modify_scores(const score_mod &sm, float (&sacc)
  * head's ALiBi slope into sm, the softcap on every element, and ALiBi's distance at the thread's
  * first element returned (transposed_offset gives the others' offsets from it). */
 template <int N>
-__device__ __forceinline__ float modify_transposed_scores(score_mod &sm, const fa_gpu_params &p, int64_t b, int64_t h,
+__device__ __forceinline__ float modify_transposed_scores(fa_score_mod_state &sm, const fa_gpu_params &p, int64_t b, int64_t h,
                                                           float (&pt)[N][4], int64_t q0, int64_t wk0)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    sm.slope = alibi_slope(p, b, h);
+    sm.slope = fa_gpu_alibi_slope(p, b, h);
     softcap_all<N>(sm, pt);
     return fa_alibi_row(q0 + 2 * t4, sm.diag, wk0 + g);
 }
@@ -106,7 +90,7 @@ __device__ __forceinline__ constexpr float transposed_offset(int nt, int e)
 /* The backward's step for one element after softcap_all: the derivative of the softcap at the
  * capped value xc (1 without a softcap) into grad, and the modified score (xc with ALiBi's bias
  * of sequence row i, column j) returned. */
-__device__ __forceinline__ float modified_score(const score_mod &sm, float xc, int64_t i, int64_t j, float &grad)
+__device__ __forceinline__ float modified_score(const fa_score_mod_state &sm, float xc, int64_t i, int64_t j, float &grad)
 {
     grad = sm.cap.out != 0.0f ? fa_softcap_grad(sm.cap, xc) : 1.0f;
     return sm.alibi ? xc + fa_alibi_bias(sm.slope, i, j, sm.diag) : xc;
@@ -114,7 +98,7 @@ __device__ __forceinline__ float modified_score(const score_mod &sm, float xc, i
 
 /* The same with ALiBi's distance i + diag - j given as a float (fa_alibi_row once per thread and
  * tile step, minus compile-time offsets), as the tensor-core backwards form it. */
-__device__ __forceinline__ float modified_score_at(const score_mod &sm, float xc, float dist, float &grad)
+__device__ __forceinline__ float modified_score_at(const fa_score_mod_state &sm, float xc, float dist, float &grad)
 {
     grad = sm.cap.out != 0.0f ? fa_softcap_grad(sm.cap, xc) : 1.0f;
     return sm.alibi ? xc + fa_alibi_bias_at(sm.slope, dist) : xc;

@@ -39,7 +39,7 @@ __device__ __forceinline__ void softmax_scores(const fa_gpu_params &p, const fa_
                                                int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
                                                float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
                                                float (&row_l)[MT][2], float (&alpha)[MT][2],
-                                               const score_mod &sm = score_mod{})
+                                               const fa_score_mod_state &sm = fa_score_mod_state{})
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const bool edge = cls != FA_TILE_FULL || k0x + KN > s.sk;
@@ -145,7 +145,7 @@ __device__ __forceinline__ void softmax_step(const fa_gpu_params &p, const fa_ma
                                              int64_t h, int64_t wq0, int64_t k0x, fa_tile_class cls, float cc,
                                              float (&sacc)[MT][KN / 8][4], float (&row_m)[MT][2],
                                              float (&row_l)[MT][2], float (&o)[MT][DN][4],
-                                             const score_mod &sm = score_mod{})
+                                             const fa_score_mod_state &sm = fa_score_mod_state{})
 {
     float alpha[MT][2];
     softmax_scores<T, MT, KN, MSTRIDE, LISTS, DROP, MOD>(p, m, s, b, h, wq0, k0x, cls, cc, sacc, row_m, row_l, alpha,

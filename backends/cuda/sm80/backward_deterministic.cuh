@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_gpu_params p)
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t my_key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
     const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
-    score_mod sm = MOD ? score_mod_of(p, s, b, hk * p.group) : score_mod{};
+    fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, hk * p.group) : fa_score_mod_state{};
 
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_gpu_params p)
         float z[BQ / 8][4]; /* dropout factors */
         float grad[MOD ? BQ / 8 : 1][4]; /* MOD: the softcap's derivative (1 on masked elements) */
         if constexpr (MOD) {
-            sm.slope = alibi_slope(p, b, h);
+            sm.slope = fa_gpu_alibi_slope(p, b, h);
             softcap_all<BQ / 8>(sm, pt);
         }
 #pragma unroll
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(THREADS) dq_kernel(const fa_gpu_params p)
     const key_tiles tiles = key_tiles_of(p, m, h, qt);
     const int64_t ntiles = s.sk > 0 ? tiles.count() : 0;
     const int64_t my_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    const score_mod sm = MOD ? score_mod_of(p, s, b, h) : score_mod{};
+    const fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, h) : fa_score_mod_state{};
     float lse2[2], dd[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

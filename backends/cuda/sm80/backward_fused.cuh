@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t wk0 = k0 + warp * 16; /* the warp's first key */
     const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
-    score_mod sm = MOD ? score_mod_of(p, s, b, hk * p.group) : score_mod{};
+    fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, hk * p.group) : fa_score_mod_state{};
 
     float dk[DV / 8][4], dv[DV / 8][4];
 #pragma unroll

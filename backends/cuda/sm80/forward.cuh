@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
     const int64_t wq0 = q0 + wrow;          /* ... in the sequence */
     key_walk<SUB, LISTS> walk = key_walk_of<SUB, LISTS>(p, m, h, q0, BR);
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f; /* see the softmax step */
-    const score_mod sm = MOD ? score_mod_of(p, s, b, h) : score_mod{};
+    const fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, h) : fa_score_mod_state{};
     /* fragment base addresses (bytes, shared space); everything else is an immediate offset */
     const uint32_t q_frag = smem_addr(qs) + 2u * (uint32_t)(lane_off_a(LD) + wrow * LD);
     const uint32_t k_frag = smem_addr(ks) + 2u * (uint32_t)lane_off_bt(LD);

@@ -23,7 +23,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_g
     const int mode = mode_of(p);
     auto kernel = mode == 2 ? forward_kernel<T, D, ALIGNED, 2>
                             : mode == 1 ? forward_kernel<T, D, ALIGNED, 1> : forward_kernel<T, D, ALIGNED, 0>;
-    if (has_score_mod(p)) {
+    if (fa_gpu_has_score_mod(p)) {
         if constexpr (ALIGNED)
             kernel = forward_kernel<T, D, true, 2, true>;
         else
@@ -72,7 +72,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
     auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
     auto k2 = dq_kernel<T, D, ALIGNED>;
     if constexpr (ALIGNED) { /* launch_backward refuses a modifier on unaligned rows */
-        if (has_score_mod(p)) {
+        if (fa_gpu_has_score_mod(p)) {
             k1 = dkdv_kernel<T, D, BQ, true, true>;
             k2 = dq_kernel<T, D, true, true>;
         }
@@ -99,7 +99,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
 
 template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
-    if (!ALIGNED && has_score_mod(p)) /* no MOD instance (mode_of) */
+    if (!ALIGNED && fa_gpu_has_score_mod(p)) /* no MOD instance (mode_of) */
         return cudaErrorNotSupported;
     if (p.seqlen_q > 0) {
         dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
@@ -111,7 +111,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
     /* d > 128 has the fused kernel only (no deterministic kernels; the chooser takes the portable
      * ones for that option); with no queries it writes dK = dV = 0 */
     const bool fused = D > 128 ? (p.dq_accum || p.seqlen_q == 0) : (p.dq_accum && p.seqlen_q > 0);
-    if (fused && has_score_mod(p)) /* ALIGNED here (refused above otherwise) */
+    if (fused && fa_gpu_has_score_mod(p)) /* ALIGNED here (refused above otherwise) */
         return launch_fused_backward<T, D, ALIGNED, 2, ALIGNED>(p, st);
     if (fused)
         return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     const int64_t gk0 = k0 + 64 * wg;          /* the warpgroup's first key */
     const int64_t wk0 = gk0 + 16 * (warp & 3); /* the warp's */
     const int krow = 64 * wg + 16 * (warp & 3) + g; /* the thread's first key row in the tile (and + 8) */
-    fa_sm80::score_mod sm = MOD ? fa_sm80::score_mod_of(p, s, b, hk * p.group) : fa_sm80::score_mod{};
+    fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, hk * p.group) : fa_score_mod_state{};
     /* K and V of the block, every consumer thread taking its share */
     load_sw128<T, D, BW_BN, BW_CONSUMERS>(k_addr, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
     load_sw128<T, D, BW_BN, BW_CONSUMERS>(v_addr, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
@@ -417,7 +417,7 @@ template <typename T, int D> inline cudaError_t launch_backward(const fa_gpu_par
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
     if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 ||
-        (fa_sm80::has_score_mod(p) && fa_sm80::mode_of(p) != 0))
+        (fa_gpu_has_score_mod(p) && fa_sm80::mode_of(p) != 0))
         return cudaErrorInvalidValue;
     dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
     fa_sm80::dsum_kernel<T><<<g0, fa_sm80::THREADS, 0, st>>>(p);
@@ -426,7 +426,7 @@ template <typename T, int D> inline cudaError_t launch_backward(const fa_gpu_par
         e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st);
     if (e == cudaSuccess && p.seqlen_k > 0) {
         const int mode = fa_sm80::mode_of(p);
-        auto k = fa_sm80::has_score_mod(p) ? ws_backward_kernel<T, D, 0, true> : ws_backward_kernel<T, D, 0>;
+        auto k = fa_gpu_has_score_mod(p) ? ws_backward_kernel<T, D, 0, true> : ws_backward_kernel<T, D, 0>;
         if constexpr (D <= 128)
             k = mode == 2 ? ws_backward_kernel<T, D, 2> : mode == 1 ? ws_backward_kernel<T, D, 1> : k;
         else if (mode != 0)

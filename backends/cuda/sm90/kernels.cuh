@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
     const int wrow = 64 * wg + 16 * (warp & 3); /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f;
-    const fa_sm80::score_mod sm = MOD ? fa_sm80::score_mod_of(p, s, b, h) : fa_sm80::score_mod{};
+    const fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, h) : fa_score_mod_state{};
     const uint32_t q_addr = q_all + (uint32_t)(wg * 64 * D * sizeof(T)); /* this warpgroup's 64 rows, loaded by itself */
     load_sw128<T, D, 64, 128>(q_addr, p.q, b, s.q_start + q0 + 64 * wg, s.sq - q0 - 64 * wg, h, (int)p.d,
                               threadIdx.x & 127);
@@ -493,9 +493,9 @@ template <typename T, int D> inline cudaError_t launch_forward(const fa_gpu_para
         return cudaErrorInvalidValue;
     const int mode = fa_sm80::mode_of(p);
     if (mode == 0)
-        return fa_sm80::has_score_mod(p) ? launch_ws_forward<T, D, true>(p, stream)
+        return fa_gpu_has_score_mod(p) ? launch_ws_forward<T, D, true>(p, stream)
                                          : launch_ws_forward<T, D, false>(p, stream);
-    if (fa_sm80::has_score_mod(p))
+    if (fa_gpu_has_score_mod(p))
         return cudaErrorNotSupported;
     if constexpr (D > 128) {
         return cudaErrorInvalidValue;

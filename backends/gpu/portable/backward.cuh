@@ -124,7 +124,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
     const int64_t nsteps = (sqi.sq + STEP - 1) / STEP;
     /* no query rows (nsteps = 0): dK = dV = 0 without walking the group's heads */
     for (int64_t h = hk * p.group; nsteps > 0 && h < (hk + 1) * p.group; ++h) {
-        const score_mod mod = MOD ? score_mod_make(p, sqi, b, h) : score_mod{};
+        const fa_score_mod_state mod = MOD ? fa_gpu_score_mod(p, sqi, b, h) : fa_score_mod_state{};
         for (int64_t qi = 0; qi < nsteps; ++qi) {
             const int64_t q0 = qi * STEP;
             int cls = (int)fa_mask_classify_tile(&m, q0, q0 + STEP, k0, k0 + sh::ROWS);
@@ -227,7 +227,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
         fa_mask_row_range(&m, i, &lo, &hi);
     }
     const bool live = valid && l != -INFINITY; /* rows outside or fully masked: P = 0 */
-    const score_mod mod = MOD ? score_mod_make(p, sqi, b, h) : score_mod{};
+    const fa_score_mod_state mod = MOD ? fa_gpu_score_mod(p, sqi, b, h) : fa_score_mod_state{};
 
     const key_walk walk = walk_of(p, m, h, q0 / BM, q0, nr, sqi.sk);
     for (int64_t it = walk.begin; it < walk.end; ++it) {
@@ -288,7 +288,7 @@ template <class S, int D> fa_gpu_error launch_backward(const fa_gpu_params &p, f
     if (p.batch == 0)
         return FA_GPU_SUCCESS;
     fa_gpu_error e = FA_GPU_SUCCESS;
-    const bool mod = has_score_mod(p);
+    const bool mod = fa_gpu_has_score_mod(p);
     const int64_t nd = (p.seqlen_q + THREADS - 1) / THREADS, nq = (p.seqlen_q + sh::ROWS - 1) / sh::ROWS;
     const int64_t nk = (p.seqlen_k + sh::ROWS - 1) / sh::ROWS;
     if (nd > 0) {

@@ -196,23 +196,10 @@ FA_DEVICE float drop_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_
     return word >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
-/* The score modifiers (core/score_mod.h) of one (sequence, query head) in the units of the raw
- * product q . k (the kernels apply the scale afterwards): made once per head, so the ALiBi slope is
- * loaded once, then applied to every computed score before the mask (fa_score_mod_apply_at). Only
- * the kernels instantiated for modifiers (template flag MOD) use them; the plain instances carry
- * none of this. */
-using score_mod = fa_score_mod_state;
-
-FA_DEVICE score_mod score_mod_make(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t h)
-{
-    return fa_gpu_score_mod(p, s, b, h);
-}
-
-/* Whether a call has a score modifier: selects the launched kernels' MOD instantiation. */
-inline bool has_score_mod(const fa_gpu_params &p)
-{
-    return fa_gpu_has_score_mod(p);
-}
+/* The score modifiers: fa_gpu_score_mod (backends/gpu/params.h) once per head, so the ALiBi
+ * slope is loaded once, then fa_score_mod_apply_at (core/score_mod.h) on every computed score
+ * before the mask; fa_gpu_has_score_mod picks the kernels' MOD instantiation, and the plain
+ * instances carry none of this. */
 
 /* ---------------------------------------------------------------- launch checks */
 

@@ -78,7 +78,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
             acc[r][g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 
-    const score_mod mod = MOD ? score_mod_make(p, sqi, b, h) : score_mod{};
+    const fa_score_mod_state mod = MOD ? fa_gpu_score_mod(p, sqi, b, h) : fa_score_mod_state{};
     const key_walk walk = walk_of(p, m, h, qtile, q0, nr, sqi.sk);
     for (int64_t it = walk.begin; it < walk.end; ++it) {
         int lcls;
@@ -292,7 +292,7 @@ template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa
         return FA_GPU_INVALID_VALUE;
     const bool vec = view_vec4<S>(p.q) && view_vec4<S>(p.k) && view_vec4<S>(p.v) && view_vec4<S>(p.o);
     const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
-    if (has_score_mod(p))
+    if (fa_gpu_has_score_mod(p))
         forward_kernel<S, D, true><<<grid, THREADS, 0, stream>>>(p, vec);
     else
         forward_kernel<S, D, false><<<grid, THREADS, 0, stream>>>(p, vec);

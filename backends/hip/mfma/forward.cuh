@@ -95,7 +95,7 @@ __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_gpu_params p, con
         for (int r = 0; r < 16; ++r)
             o[ob][r] = 0.0f;
     float row_max = -INFINITY, part_sum = 0.0f; /* part_sum: this lane's 16 keys of each step */
-    const pk::score_mod mod = MOD ? pk::score_mod_make(p, sq, b, h) : pk::score_mod{};
+    const fa_score_mod_state mod = MOD ? fa_gpu_score_mod(p, sq, b, h) : fa_score_mod_state{};
 
     const pk::key_walk walk = pk::walk_of(p, m, h, q0 / pk::BM, q0, nr, sq.sk);
     for (int64_t it = walk.begin; it < walk.end; ++it) {
@@ -218,7 +218,7 @@ template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa
         return FA_GPU_INVALID_VALUE;
     const bool vec = pk::view_vec4<S>(p.q) && pk::view_vec4<S>(p.k) && pk::view_vec4<S>(p.v) && pk::view_vec4<S>(p.o);
     const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
-    if (pk::has_score_mod(p))
+    if (fa_gpu_has_score_mod(p))
         forward_kernel<S, D, true><<<grid, WAVE, 0, stream>>>(p, vec);
     else
         forward_kernel<S, D, false><<<grid, WAVE, 0, stream>>>(p, vec);
