@@ -28,6 +28,7 @@
 #include "../common/softmax_step.cuh"
 #include "../common/instance_mode.cuh"
 #include "primitives.cuh"
+#include "tensor_map.cuh"
 
 namespace fa_sm90 {
 
@@ -227,7 +228,10 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
  * then O += P_{n-1} V_{n-1}, and the softmax of S_n runs while the second product is still on
  * the tensor cores; O is rescaled once that product is waited for. The two consumers take turns
  * at issuing (ping-pong, below). Causal grids start with the query tiles that see the most keys.
- * MOD: the score modifiers (fa_sm80::softmax_scores applies them). */
+ * MOD: the score modifiers (fa_sm80::softmax_scores applies them). TMA: the producer is one
+ * thread issuing tensor-memory-accelerator copies of whole tiles through the maps (dense calls,
+ * tensor_map.cuh), which complete on the "full" barriers by their byte count; without it the
+ * producer warpgroup copies with cp.async. */
 constexpr int WS_BR = 128, WS_CONSUMERS = 256, WS_THREADS = 384;
 /* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread) */
 template <int D> __host__ __device__ constexpr int ws_bn()
@@ -243,8 +247,8 @@ template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 }
 constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
-template <typename T, int D, bool MOD = false>
-__global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p)
+template <typename T, int D, bool MOD = false, bool TMA = false>
+__global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p, const __grid_constant__ kv_maps maps)
 {
     constexpr int WS_STAGES = ws_stages<T, D>(), WS_BN = ws_bn<D>();
     constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
@@ -278,11 +282,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
                    emptyk0 = fullk0 + 16u * WS_STAGES, emptyv0 = fullk0 + 24u * WS_STAGES;
     if (threadIdx.x == 0) {
         for (int i = 0; i < WS_STAGES; ++i) {
-            mbar_init(fullk0 + 8u * i, WS_THREADS - WS_CONSUMERS);
-            mbar_init(fullv0 + 8u * i, WS_THREADS - WS_CONSUMERS);
+            mbar_init(fullk0 + 8u * i, TMA ? 1 : WS_THREADS - WS_CONSUMERS);
+            mbar_init(fullv0 + 8u * i, TMA ? 1 : WS_THREADS - WS_CONSUMERS);
             mbar_init(emptyk0 + 8u * i, WS_CONSUMERS);
             mbar_init(emptyv0 + 8u * i, WS_CONSUMERS);
         }
+        if constexpr (TMA)
+            fence_mbar_init();
     }
     __syncthreads();
 
@@ -290,22 +296,46 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         const int tid = threadIdx.x - WS_CONSUMERS;
         const int64_t hk = h / p.group;
-        for (int64_t n = 0; first + n < last; ++n) {
-            const int st = (int)(n % WS_STAGES);
-            const uint32_t parity = (uint32_t)((n / WS_STAGES - 1) & 1);
-            if (n >= WS_STAGES)
-                mbar_wait(emptyk0 + 8u * st, parity);
-            const int64_t k0 = (first + n) * WS_BN;
-            load_sw128<T, D, WS_BN, WS_THREADS - WS_CONSUMERS>(k_addr + st * TILEB, p.k, b, s.k_start + k0, s.sk - k0,
-                                                               hk, (int)p.d, tid);
-            mbar_arrive_cp_async(fullk0 + 8u * st);
-            if (n >= WS_STAGES)
-                mbar_wait(emptyv0 + 8u * st, parity);
-            load_sw128<T, D, WS_BN, WS_THREADS - WS_CONSUMERS>(v_addr + st * TILEB, p.v, b, s.k_start + k0, s.sk - k0,
-                                                               hk, (int)p.d, tid);
-            mbar_arrive_cp_async(fullv0 + 8u * st);
+        if constexpr (TMA) {
+            if (tid != 0)
+                return;
+            for (int64_t n = 0; first + n < last; ++n) {
+                const int st = (int)(n % WS_STAGES);
+                const uint32_t parity = (uint32_t)((n / WS_STAGES - 1) & 1);
+                const int k0 = (int)((first + n) * WS_BN);
+                if (n >= WS_STAGES)
+                    mbar_wait(emptyk0 + 8u * st, parity);
+                mbar_arrive_expect_tx(fullk0 + 8u * st, TILEB);
+#pragma unroll
+                for (int cb = 0; cb < D / 64; ++cb)
+                    tma_load_4d(k_addr + st * TILEB + cb * (WS_BN * 128), &maps.k, fullk0 + 8u * st, cb * 64, k0,
+                                (int)hk, (int)b);
+                if (n >= WS_STAGES)
+                    mbar_wait(emptyv0 + 8u * st, parity);
+                mbar_arrive_expect_tx(fullv0 + 8u * st, TILEB);
+#pragma unroll
+                for (int cb = 0; cb < D / 64; ++cb)
+                    tma_load_4d(v_addr + st * TILEB + cb * (WS_BN * 128), &maps.v, fullv0 + 8u * st, cb * 64, k0,
+                                (int)hk, (int)b);
+            }
+        } else { /* every thread of the warpgroup copies a part of each tile with cp.async */
+            for (int64_t n = 0; first + n < last; ++n) {
+                const int st = (int)(n % WS_STAGES);
+                const uint32_t parity = (uint32_t)((n / WS_STAGES - 1) & 1);
+                if (n >= WS_STAGES)
+                    mbar_wait(emptyk0 + 8u * st, parity);
+                const int64_t k0 = (first + n) * WS_BN;
+                load_sw128<T, D, WS_BN, WS_THREADS - WS_CONSUMERS>(k_addr + st * TILEB, p.k, b, s.k_start + k0, s.sk - k0,
+                                                                   hk, (int)p.d, tid);
+                mbar_arrive_cp_async(fullk0 + 8u * st);
+                if (n >= WS_STAGES)
+                    mbar_wait(emptyv0 + 8u * st, parity);
+                load_sw128<T, D, WS_BN, WS_THREADS - WS_CONSUMERS>(v_addr + st * TILEB, p.v, b, s.k_start + k0, s.sk - k0,
+                                                                   hk, (int)p.d, tid);
+                mbar_arrive_cp_async(fullv0 + 8u * st);
+            }
+            fa_sm80::cp_async_wait<0>();
         }
-        fa_sm80::cp_async_wait<0>();
         return;
     }
 
@@ -440,9 +470,14 @@ template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(cons
     static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D,
                   "two stages at least, and the O stage fits in the K and V buffers");
     const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
-    cudaError_t e = cudaFuncSetAttribute(ws_forward_kernel<T, D, MOD>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    static_assert(D % 64 == 0 && ws_bn<D>() <= 256, "TMA boxes: 64 columns, at most 256 rows");
+    kv_maps maps;
+    memset(&maps, 0, sizeof maps);
+    const bool tma = make_kv_maps<T>(p, ws_bn<D>(), &maps);
+    auto kernel = tma ? ws_forward_kernel<T, D, MOD, true> : ws_forward_kernel<T, D, MOD, false>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (e == cudaSuccess)
-        ws_forward_kernel<T, D, MOD><<<grid, WS_THREADS, SMEM, stream>>>(p);
+        kernel<<<grid, WS_THREADS, SMEM, stream>>>(p, maps);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -1,0 +1,120 @@
+/* tensor_map.cuh: the tensor maps through which the Hopper forward's producer loads K and V with
+ * the tensor memory accelerator (TMA), and the device side of those loads. A map describes one
+ * K or V view of a dense call as a 4-D tensor (head dim, rows, heads, batch) with the view's
+ * strides, read in boxes of 64 columns x the kernel's key tile, written to shared memory in the
+ * 128-byte swizzled layout that wgmma reads (sw128 in primitives.cuh; every box 1024-byte
+ * aligned); rows past the sequence and columns past d read as zeros. The encoder is the driver's
+ * cuTensorMapEncodeTiled, found at run time through the runtime (no link dependency on
+ * libcuda). Varlen calls keep the cp.async producer: a map cannot stop at a sequence's end. */
+#ifndef FA_CUDA_SM90_TENSOR_MAP_CUH
+#define FA_CUDA_SM90_TENSOR_MAP_CUH
+
+#include <cuda.h> /* CUtensorMap and its enums only */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "params.h"
+
+namespace fa_sm90 {
+
+/* The K and V maps of one call: a kernel parameter (__grid_constant__), 64-byte aligned. */
+struct kv_maps {
+    CUtensorMap k, v;
+};
+
+using encode_tiled_fn = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* The driver's encoder, looked up once (null where the driver has none). */
+inline encode_tiled_fn encode_tiled()
+{
+    static const encode_tiled_fn fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            f = nullptr;
+        cudaGetLastError(); /* a failed lookup leaves no error behind for the launch check */
+        return reinterpret_cast<encode_tiled_fn>(f);
+    }();
+    return fn;
+}
+
+/* A stride in bytes as TMA takes it: a multiple of 16 below 2^40 (any such value where the
+ * dimension has one index, as its stride is then never used). */
+inline bool tma_stride(int64_t elems, int64_t extent, size_t elem_bytes, cuuint64_t *out)
+{
+    if (extent == 1) {
+        *out = 16;
+        return true;
+    }
+    if (elems <= 0 || elems > ((int64_t)1 << 40) / (int64_t)elem_bytes)
+        return false;
+    *out = (cuuint64_t)elems * elem_bytes;
+    return *out % 16 == 0;
+}
+
+/* The 4-D map of view t (rows rows per sequence, heads heads, p.batch sequences) in boxes of 64
+ * columns x box_rows rows; false where TMA cannot describe it (the caller keeps cp.async). */
+template <typename T>
+inline bool make_map(CUtensorMap *map, const fa_gpu_tensor &t, const fa_gpu_params &p, int64_t rows, int64_t heads,
+                     int box_rows)
+{
+    const encode_tiled_fn enc = encode_tiled();
+    const int64_t limit = (int64_t)1 << 31; /* coordinates are 32-bit signed */
+    if (!enc || !t.data || (uintptr_t)t.data % 16 != 0 || p.d > 256 || rows < 1 || rows >= limit || heads >= limit ||
+        p.batch >= limit)
+        return false;
+    const cuuint64_t dims[4] = {(cuuint64_t)p.d, (cuuint64_t)rows, (cuuint64_t)heads, (cuuint64_t)p.batch};
+    cuuint64_t strides[3];
+    if (!tma_stride(t.ss, rows, sizeof(T), &strides[0]) || !tma_stride(t.sh, heads, sizeof(T), &strides[1]) ||
+        !tma_stride(t.sb, p.batch, sizeof(T), &strides[2]))
+        return false;
+    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1}, step[4] = {1, 1, 1, 1};
+    const CUtensorMapDataType type =
+        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    return enc(map, type, 4, t.data, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Both maps of a dense call, key tiles of box_rows rows; false for varlen calls and views TMA
+ * cannot describe. */
+template <typename T> inline bool make_kv_maps(const fa_gpu_params &p, int box_rows, kv_maps *out)
+{
+    return !p.cu_k && make_map<T>(&out->k, p.k, p, p.seqlen_k, p.heads_kv, box_rows) &&
+           make_map<T>(&out->v, p.v, p, p.seqlen_k, p.heads_kv, box_rows);
+}
+
+/* Makes initialised mbarriers visible to the asynchronous proxy (the TMA unit); before the
+ * block's barrier that publishes them. */
+__device__ __forceinline__ void fence_mbar_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+/* This thread's arrival on an mbarrier, announcing bytes of TMA transfers for the phase. */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+/* The box of map at coordinates (column c0, row c1, head c2, sequence c3) into shared memory at
+ * dst; its bytes complete on bar. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2,
+                                            int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+
+} // namespace fa_sm90
+
+#endif
