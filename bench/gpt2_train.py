@@ -3,8 +3,8 @@
 shaped model (12 layers, 12 heads, hidden 768, vocabulary 50257, tied embeddings, pre-LayerNorm,
 GELU MLP, no dropout) in plain PyTorch, trained in bf16 autocast with AdamW on synthetic tokens
 (a seeded noisy linear-congruential sequence, so that there is something to learn), with the
-attention from this package (flash_attn_qkvpacked_func), from SDPA's flash backend and from SDPA's
-math backend, in the same run. Every implementation starts from the same seed: the same weights
+attention from this package (flash_attn_qkvpacked_func), from SDPA's flash (FlashAttention-2),
+cuDNN and math backends, in the same run. Every implementation starts from the same seed: the same weights
 and the same batches. NAME#2 in --impls trains NAME once more: the two non-deterministic
 backwards (ours and SDPA flash's add dQ with atomics) then show how far a run drifts from itself,
 the noise that the curves of different implementations are compared with.
@@ -19,7 +19,7 @@ after every seed and context, so that a run stopped early keeps what it finished
 bounds the whole run: a training run that would end after it is not started.
 
 usage: python3 bench/gpt2_train.py [--contexts 1024,4096] [--tokens-per-step 16384] [--steps 200]
-                                   [--timed-steps 30] [--impls flashattn,sdpa-flash,sdpa-flash#2,sdpa-math]
+                                   [--timed-steps 30] [--impls flashattn,sdpa-flash,sdpa-cudnn,sdpa-flash#2,sdpa-math]
                                    [--seed 0 | --seeds 1,2,3,4] [--time-limit SECONDS] [--out DIR]
 """
 import argparse
@@ -39,6 +39,10 @@ import flashattn  # noqa: E402
 import provenance as prov  # noqa: E402
 
 VOCAB, LAYERS, HEADS, HIDDEN = 50257, 12, 12, 768
+# the attentions --impls names: this package, and SDPA restricted to one backend each
+SDPA_BACKENDS = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+                 "sdpa-math": SDPBackend.MATH}
+IMPLS = ["flashattn"] + list(SDPA_BACKENDS)
 
 
 class Attention(nn.Module):
@@ -55,8 +59,7 @@ class Attention(nn.Module):
             y = flashattn.flash_attn_qkvpacked_func(qkv, causal=True)
         else:
             q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
-            backend = SDPBackend.FLASH_ATTENTION if self.impl == "sdpa-flash" else SDPBackend.MATH
-            with sdpa_kernel([backend]):
+            with sdpa_kernel([SDPA_BACKENDS[self.impl]]):
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
         return self.proj(y.reshape(b, s, HIDDEN))
 
@@ -150,6 +153,11 @@ def tail_mean(losses, n=20):
     return sum(tail) / len(tail)
 
 
+def relative(tps, res):
+    """tokens/s over SDPA flash's and over SDPA cuDNN's in the same run ('-' where one did not run)."""
+    return " / ".join(f"{tps / res[ref][1]:.3f}" if res.get(ref) else "-" for ref in ("sdpa-flash", "sdpa-cudnn"))
+
+
 def finite(losses):
     return all(math.isfinite(x) for x in losses)
 
@@ -186,7 +194,8 @@ def main():
     ap.add_argument("--tokens-per-step", type=int, default=16384)
     ap.add_argument("--steps", default="200", help="steps per context (one value or one per context)")
     ap.add_argument("--timed-steps", type=int, default=30)
-    ap.add_argument("--impls", default="flashattn,sdpa-flash,sdpa-math")
+    ap.add_argument("--impls", default="flashattn,sdpa-flash,sdpa-cudnn,sdpa-math",
+                    help=f"comma-separated, of {','.join(IMPLS)}; NAME#2 runs NAME again")
     ap.add_argument("--seed", type=int, default=0, help="weights from SEED, batches from SEED + 1")
     ap.add_argument("--seeds", default=None, help="several seeds, e.g. 1,2,3,4 (replaces --seed)")
     ap.add_argument("--time-limit", type=float, default=0,
@@ -205,6 +214,9 @@ def main():
     steps = [int(s) for s in args.steps.split(",")]
     steps = steps + [steps[-1]] * (len(contexts) - len(steps))
     impls = args.impls.split(",")
+    unknown = [i for i in impls if i.split("#")[0] not in IMPLS]
+    if unknown:
+        ap.error(f"--impls: unknown {','.join(unknown)} (known: {','.join(IMPLS)})")
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     device = torch.cuda.get_device_name() if args.device == "cuda" else prov.torch_device()
     md = [prov.comment(device),
@@ -231,28 +243,33 @@ def main():
                 except torch.OutOfMemoryError:
                     torch.cuda.empty_cache()
                     res[impl], notes[impl] = None, "out of memory"
+                except RuntimeError as e:  # an SDPA backend with no kernel for this device or shape
+                    if "No available kernel" not in str(e):
+                        raise
+                    res[impl], notes[impl] = None, "not run: SDPA has no kernel of this backend here"
                 run_wall[key] = time.perf_counter() - t0
             del data
             base = res.get("sdpa-flash")
             table = ["", f"## context {context}, seed {seed}, {n} steps", "",
-                     "| context | attention | tokens/s | step (ms) | peak memory (GiB) | loss, mean of the last 20 steps | "
-                     "mean / max \\|loss - SDPA flash's\\| over the steps |", "|---|---|---|---|---|---|---|"]
+                     "| context | attention | tokens/s | tokens/s over SDPA flash's / cuDNN's | step (ms) | peak memory (GiB) | "
+                     "loss, mean of the last 20 steps | mean / max \\|loss - SDPA flash's\\| over the steps |",
+                     "|---|---|---|---|---|---|---|---|"]
             for impl in impls:
                 r = res[impl]
                 if r is None:
-                    table.append(f"| {context} | {impl} | {notes[impl]} | | | | |")
+                    table.append(f"| {context} | {impl} | {notes[impl]} | | | | | |")
                     summary.append([context, seed, impl, n, None, None, None, None, None, None, False, notes[impl]])
                     continue
                 losses, tps, peak, med = r
                 bad = next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
                 if bad is not None:  # a run whose loss is not finite has no valid figures
-                    table.append(f"| {context} | {impl} | (loss not finite from step {bad}) | {med * 1e3:.1f} | "
+                    table.append(f"| {context} | {impl} | (loss not finite from step {bad}) | - | {med * 1e3:.1f} | "
                                  f"{peak / 2**30:.2f} | - | - |")
                     summary.append([context, seed, impl, n, tps, med * 1e3, peak / 2**30, None, None, None, False,
                                     f"loss not finite from step {bad}"])
                     continue
                 diffs = [abs(a - b) for a, b in zip(losses, base[0])] if base else [float("nan")]
-                table.append(f"| {context} | {impl} | {tps:,.0f} | {med * 1e3:.1f} | {peak / 2**30:.2f} | "
+                table.append(f"| {context} | {impl} | {tps:,.0f} | {relative(tps, res)} | {med * 1e3:.1f} | {peak / 2**30:.2f} | "
                              f"{tail_mean(losses):.3f} | {sum(diffs) / len(diffs):.4f} / {max(diffs):.4f} |")
                 summary.append([context, seed, impl, n, tps, med * 1e3, peak / 2**30, tail_mean(losses),
                                 sum(diffs) / len(diffs), max(diffs), True, ""])
