@@ -3,8 +3,12 @@
  * One block of three warpgroups per (128-key tile, kv head, batch). Warpgroups 0 and 1 consume,
  * 64 keys each; warpgroup 2 produces: it copies the query-side tiles (Q and dO, BQ rows each,
  * with the rows' LSE log2(e) and D = rowsum(dO * O)) of every query tile that sees the key tile,
- * for every query head of the group, with cp.async into a ring of stages guarded by "full" and
- * "empty" mbarriers, and does nothing else (its registers go to the consumers by setmaxnreg).
+ * for every query head of the group, into a ring of stages guarded by "full" and "empty"
+ * mbarriers, and does nothing else (its registers go to the consumers by setmaxnreg). Dense calls
+ * in the plain mode (TMA): one warp of it works, one thread issuing TMA copies of the Q and dO
+ * tiles through tensor maps (tensor_map.cuh) that complete on the full barrier by their byte
+ * count, the warp's 32 threads copying the rows' LSE and D with cp.async; otherwise the whole
+ * warpgroup copies everything with cp.async.
  * Every tile is in the 128-byte swizzled layout (primitives.cuh, sw128). Per query tile, each
  * consumer computes, transposed as in the sm80 kernel so that P^T and dS^T come out as A
  * fragments:
@@ -98,9 +102,11 @@ __device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)
 constexpr int BW_CONSUMER_REGS = 224, BW_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
 /* MODE as in the forward (fa_sm80::mode_of); MOD: the score modifiers, with dS times the softcap's
- * derivative computed together with P (dP^T is already there), in the plain mode only. */
-template <typename T, int D, int MODE, bool MOD = false>
-__global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu_params p)
+ * derivative computed together with P (dP^T is already there), in the plain mode only; TMA: the
+ * producer loads Q and dO through maps (first: Q, second: dO; make_qdo_maps), else maps is unused. */
+template <typename T, int D, int MODE, bool MOD = false, bool TMA = false>
+__global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu_params p,
+                                                                    const __grid_constant__ tile_maps maps)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
@@ -162,18 +168,25 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
         return niter;
     };
 
+    /* the producer threads that copy: all of its warpgroup, or with TMA its first warp; the full
+     * barrier counts their cp.async arrivals, and with TMA the byte-count arrival of thread 0 */
+    constexpr int COPIERS = TMA ? 32 : BW_THREADS - BW_CONSUMERS;
     const uint32_t full0 = fa_sm80::smem_addr(&bars[0]), empty0 = full0 + 8u * STAGES;
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
-            mbar_init(full0 + 8u * i, BW_THREADS - BW_CONSUMERS);
+            mbar_init(full0 + 8u * i, COPIERS + (TMA ? 1 : 0));
             mbar_init(empty0 + 8u * i, BW_CONSUMERS);
         }
+        if constexpr (TMA)
+            fence_mbar_init();
     }
     __syncthreads();
 
     if (threadIdx.x >= BW_CONSUMERS) { /* the producer */
         setmaxnreg_dec<BW_PRODUCER_REGS>();
         const int tid = threadIdx.x - BW_CONSUMERS;
+        if (tid >= COPIERS)
+            return;
         int64_t n = 0;
         for (int64_t it = next_iter(0); it < niter; it = next_iter(it + 1), ++n) {
             const int st = (int)(n % STAGES);
@@ -181,11 +194,18 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                 mbar_wait(empty0 + 8u * st, (uint32_t)((n / STAGES - 1) & 1));
             const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
             const uint32_t qa = st_addr + 2u * QB * (uint32_t)st;
-            load_sw128<T, D, BQ, BW_THREADS - BW_CONSUMERS>(qa, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d, tid);
-            load_sw128<T, D, BQ, BW_THREADS - BW_CONSUMERS>(qa + QB, p.dout, b, s.q_start + q0, s.sq - q0, h,
-                                                            (int)p.d, tid);
+            if constexpr (TMA) {
+                if (tid == 0) {
+                    mbar_arrive_expect_tx(full0 + 8u * st, 2u * QB);
+                    tma_load_tile<D, BQ>(qa, &maps.first, full0 + 8u * st, (int)q0, (int)h, (int)b);
+                    tma_load_tile<D, BQ>(qa + QB, &maps.second, full0 + 8u * st, (int)q0, (int)h, (int)b);
+                }
+            } else {
+                load_sw128<T, D, BQ, COPIERS>(qa, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d, tid);
+                load_sw128<T, D, BQ, COPIERS>(qa + QB, p.dout, b, s.q_start + q0, s.sq - q0, h, (int)p.d, tid);
+            }
             /* LSE log2(e) and D of the rows; rows past the end get zeros (their P is masked) */
-            for (int r = tid; r < 2 * BQ; r += BW_THREADS - BW_CONSUMERS) {
+            for (int r = tid; r < 2 * BQ; r += COPIERS) {
                 const int64_t i = q0 + r % BQ;
                 const float *src = (r < BQ ? p.lse2 : p.dsum) + h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
                 fa_sm80::cp_async4(&rowv[st][r / BQ][r % BQ], i < s.sq ? src : p.dsum, i < s.sq);
@@ -426,7 +446,13 @@ template <typename T, int D> inline cudaError_t launch_backward(const fa_gpu_par
         e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st);
     if (e == cudaSuccess && p.seqlen_k > 0) {
         const int mode = fa_sm80::mode_of(p);
-        auto k = fa_gpu_has_score_mod(p) ? ws_backward_kernel<T, D, 0, true> : ws_backward_kernel<T, D, 0>;
+        /* the plain mode of a dense call loads Q and dO by TMA where the views allow it */
+        tile_maps maps;
+        memset(&maps, 0, sizeof maps);
+        const bool tma = mode == 0 && make_qdo_maps<T>(p, bw_bq<D>(), &maps);
+        const bool mod = fa_gpu_has_score_mod(p);
+        auto k = tma ? (mod ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, false, true>)
+                     : (mod ? ws_backward_kernel<T, D, 0, true> : ws_backward_kernel<T, D, 0>);
         if constexpr (D <= 128)
             k = mode == 2 ? ws_backward_kernel<T, D, 2> : mode == 1 ? ws_backward_kernel<T, D, 1> : k;
         else if (mode != 0)
@@ -435,7 +461,7 @@ template <typename T, int D> inline cudaError_t launch_backward(const fa_gpu_par
         if (e == cudaSuccess) {
             constexpr int PASSES = D / bw_dv<D>();
             const dim3 g1((unsigned)((p.seqlen_k + BW_BN - 1) / BW_BN * PASSES), (unsigned)p.heads_kv, (unsigned)p.batch);
-            k<<<g1, BW_THREADS, SMEM, st>>>(p);
+            k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
             e = cudaGetLastError();
         }
     }

@@ -248,7 +248,7 @@ template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
 template <typename T, int D, bool MOD = false, bool TMA = false>
-__global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p, const __grid_constant__ kv_maps maps)
+__global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p, const __grid_constant__ tile_maps maps)
 {
     constexpr int WS_STAGES = ws_stages<T, D>(), WS_BN = ws_bn<D>();
     constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
@@ -306,17 +306,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
                 if (n >= WS_STAGES)
                     mbar_wait(emptyk0 + 8u * st, parity);
                 mbar_arrive_expect_tx(fullk0 + 8u * st, TILEB);
-#pragma unroll
-                for (int cb = 0; cb < D / 64; ++cb)
-                    tma_load_4d(k_addr + st * TILEB + cb * (WS_BN * 128), &maps.k, fullk0 + 8u * st, cb * 64, k0,
-                                (int)hk, (int)b);
+                tma_load_tile<D, WS_BN>(k_addr + st * TILEB, &maps.first, fullk0 + 8u * st, k0, (int)hk, (int)b);
                 if (n >= WS_STAGES)
                     mbar_wait(emptyv0 + 8u * st, parity);
                 mbar_arrive_expect_tx(fullv0 + 8u * st, TILEB);
-#pragma unroll
-                for (int cb = 0; cb < D / 64; ++cb)
-                    tma_load_4d(v_addr + st * TILEB + cb * (WS_BN * 128), &maps.v, fullv0 + 8u * st, cb * 64, k0,
-                                (int)hk, (int)b);
+                tma_load_tile<D, WS_BN>(v_addr + st * TILEB, &maps.second, fullv0 + 8u * st, k0, (int)hk, (int)b);
             }
         } else { /* every thread of the warpgroup copies a part of each tile with cp.async */
             for (int64_t n = 0; first + n < last; ++n) {
@@ -471,7 +465,7 @@ template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(cons
                   "two stages at least, and the O stage fits in the K and V buffers");
     const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
     static_assert(D % 64 == 0 && ws_bn<D>() <= 256, "TMA boxes: 64 columns, at most 256 rows");
-    kv_maps maps;
+    tile_maps maps;
     memset(&maps, 0, sizeof maps);
     const bool tma = make_kv_maps<T>(p, ws_bn<D>(), &maps);
     auto kernel = tma ? ws_forward_kernel<T, D, MOD, true> : ws_forward_kernel<T, D, MOD, false>;

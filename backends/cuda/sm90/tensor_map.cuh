@@ -1,11 +1,12 @@
-/* tensor_map.cuh: the tensor maps through which the Hopper forward's producer loads K and V with
- * the tensor memory accelerator (TMA), and the device side of those loads. A map describes one
- * K or V view of a dense call as a 4-D tensor (head dim, rows, heads, batch) with the view's
- * strides, read in boxes of 64 columns x the kernel's key tile, written to shared memory in the
- * 128-byte swizzled layout that wgmma reads (sw128 in primitives.cuh; every box 1024-byte
- * aligned); rows past the sequence and columns past d read as zeros. The encoder is the driver's
- * cuTensorMapEncodeTiled, found at run time through the runtime (no link dependency on
- * libcuda). Varlen calls keep the cp.async producer: a map cannot stop at a sequence's end. */
+/* tensor_map.cuh: the tensor maps through which the Hopper kernels' producers load whole tiles
+ * with the tensor memory accelerator (TMA), and the device side of those loads. A map describes
+ * one view of a dense call (K or V for the forward, Q or dO for the backward) as a 4-D tensor
+ * (head dim, rows, heads, batch) with the view's strides, read in boxes of 64 columns x the
+ * kernel's tile rows, written to shared memory in the 128-byte swizzled layout that wgmma reads
+ * (sw128 in primitives.cuh; every box 1024-byte aligned); rows past the sequence and columns
+ * past d read as zeros. The encoder is the driver's cuTensorMapEncodeTiled, found at run time
+ * through the runtime (no link dependency on libcuda). Varlen calls keep the cp.async
+ * producers: a map cannot stop at a sequence's end. */
 #ifndef FA_CUDA_SM90_TENSOR_MAP_CUH
 #define FA_CUDA_SM90_TENSOR_MAP_CUH
 
@@ -21,9 +22,10 @@
 
 namespace fa_sm90 {
 
-/* The K and V maps of one call: a kernel parameter (__grid_constant__), 64-byte aligned. */
-struct kv_maps {
-    CUtensorMap k, v;
+/* The two maps a kernel's producer reads through (the forward: K, V; the backward: Q, dO): a
+ * kernel parameter (__grid_constant__), 64-byte aligned. */
+struct tile_maps {
+    CUtensorMap first, second;
 };
 
 using encode_tiled_fn = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
@@ -83,12 +85,19 @@ inline bool make_map(CUtensorMap *map, const fa_gpu_tensor &t, const fa_gpu_para
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* Both maps of a dense call, key tiles of box_rows rows; false for varlen calls and views TMA
- * cannot describe. */
-template <typename T> inline bool make_kv_maps(const fa_gpu_params &p, int box_rows, kv_maps *out)
+/* The forward's maps: K then V of a dense call, key tiles of box_rows rows; false for varlen
+ * calls and views TMA cannot describe. */
+template <typename T> inline bool make_kv_maps(const fa_gpu_params &p, int box_rows, tile_maps *out)
 {
-    return !p.cu_k && make_map<T>(&out->k, p.k, p, p.seqlen_k, p.heads_kv, box_rows) &&
-           make_map<T>(&out->v, p.v, p, p.seqlen_k, p.heads_kv, box_rows);
+    return !p.cu_k && make_map<T>(&out->first, p.k, p, p.seqlen_k, p.heads_kv, box_rows) &&
+           make_map<T>(&out->second, p.v, p, p.seqlen_k, p.heads_kv, box_rows);
+}
+
+/* The backward's maps: Q then dO of a dense call, query tiles of box_rows rows. */
+template <typename T> inline bool make_qdo_maps(const fa_gpu_params &p, int box_rows, tile_maps *out)
+{
+    return !p.cu_q && make_map<T>(&out->first, p.q, p, p.seqlen_q, p.heads_q, box_rows) &&
+           make_map<T>(&out->second, p.dout, p, p.seqlen_q, p.heads_q, box_rows);
 }
 
 /* Makes initialised mbarriers visible to the asynchronous proxy (the TMA unit); before the
@@ -113,6 +122,16 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
                  " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
+}
+
+/* The D / 64 boxes of one tile of ROWS rows (rows row0.., head h, sequence b) through map into
+ * the swizzled tile at dst (64-column blocks of ROWS x 128 bytes), completing on bar. */
+template <int D, int ROWS>
+__device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar, int row0, int h, int b)
+{
+#pragma unroll
+    for (int cb = 0; cb < D / 64; ++cb)
+        tma_load_4d(dst + cb * (ROWS * 128), map, bar, cb * 64, row0, h, b);
 }
 
 } // namespace fa_sm90
