@@ -100,6 +100,40 @@ static inline int fa_problem_block_keep(const fa_problem *p, int64_t h, int64_t 
     return bm->bits[(mh * bm->rows + i / bm->block_q) * bm->cols + j / bm->block_k] != 0;
 }
 
+/* A validated fa_forward_kvcache call. p holds q, o, lse and the options as for fa_forward, with
+ * seqlen_q = seqlen_new and seqlen_k = the longest sequence's keys after appending; p.k and p.v
+ * are unused. The cache views address token t of sequence b as
+ *     contiguous  data + row(b) * sb + t * ss + h * sh + c,  row(b) = batch_idx[b] or b
+ *     paged       data + page * sb + (t % page_size) * ss + h * sh + c,
+ *                 page = block_table[b * block_table_stride + t / page_size]. */
+typedef struct fa_kv_problem {
+    fa_problem p;
+    fa_view k_cache, v_cache;
+    int paged;
+    int64_t page_size, num_pages, block_table_stride; /* paged */
+    int64_t seqlen_cache, batch_cache;                /* contiguous */
+    int64_t capacity;                                 /* tokens a sequence may hold */
+    /* the int32 arrays in the context's memory (NULL when not given) and their host copies */
+    const int32_t *cache_seqlens, *block_table, *batch_idx;
+    const int32_t *host_seqlens, *host_block_table, *host_batch_idx;
+    /* appended keys and values */
+    int has_new;
+    int64_t seqlen_knew;
+    fa_view k_new, v_new;
+    /* rotary: cos / sin rows of rotary_dim / 2 values */
+    int rotary, rotary_interleaved;
+    int64_t rotary_dim, seqlen_ro;
+    const void *rotary_cos, *rotary_sin;
+    int64_t cos_stride, sin_stride;
+    int num_splits; /* as asked; 0 = the backend's choice */
+} fa_kv_problem;
+
+/* Keys sequence b attends to after appending. */
+static inline int64_t fa_kv_seqlen(const fa_kv_problem *kp, int64_t b)
+{
+    return (kp->host_seqlens ? kp->host_seqlens[b] : kp->seqlen_cache) + kp->seqlen_knew;
+}
+
 /* ---------------------------------------------------------------- backend table */
 
 /* The chooser's answer for one call: a name (logs, the tool, tests) and the backend's own record of
@@ -168,6 +202,8 @@ typedef struct fa_backend {
                             const fa_tensor *lse_part);
     fa_status (*ring_add)(struct fa_context *ctx, const fa_tensor *acc, const fa_tensor *part);
     void *(*stream)(const struct fa_context *ctx);
+    /* fa_forward_kvcache; optional (NULL: FA_ERR_UNSUPPORTED). Appends, rotates and attends. */
+    fa_status (*forward_kvcache)(struct fa_context *ctx, const fa_kv_problem *kp);
 } fa_backend;
 
 /* The host versions of the ring steps (core/ring.c), for backends whose memory is the host's. */
@@ -214,6 +250,10 @@ uint64_t fa_context_next_serial(void);
  * allocated into *cu_host (caller frees). */
 fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem *p, int32_t **cu_host);
 fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem *p, int32_t **cu_host);
+
+/* kvcache.c: validation of fa_forward_kvcache's arguments; host copies of the int32 arrays are
+ * allocated into *host (caller frees). */
+fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem *kp, int32_t **host);
 
 /* plan.c: the paper's block sizes, B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d) with M counted
  * in fp32 elements, then clamped to the backend's limits. */

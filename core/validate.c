@@ -3,6 +3,7 @@
  * The result is an fa_problem: the sizes, the options in their effective form, and one fa_view per
  * tensor. */
 #include "internal.h"
+#include "validate.h"
 #include "philox.h"
 #include "score_mod.h"
 
@@ -20,9 +21,7 @@ static int dtype_valid(fa_dtype dt)
     return dt == FA_DTYPE_F32 || dt == FA_DTYPE_F16 || dt == FA_DTYPE_BF16;
 }
 
-typedef struct span {
-    uintptr_t lo, hi; /* byte range [lo, hi) the tensor may touch; lo == hi for an empty tensor */
-} span;
+typedef fa_span span;
 
 /* Checks one tensor against its expected ndim and shape (-1 = any), its dtype, strides (last = 1,
  * none negative), and that its byte span fits; outputs must not have overlapping elements. */
@@ -487,4 +486,26 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
     p->dk = make_view(&a->dk, p->varlen);
     p->dv = make_view(&a->dv, p->varlen);
     return FA_SUCCESS;
+}
+
+fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int ndim, const int64_t *shape,
+                          fa_dtype dtype, int output, fa_span *sp)
+{
+    return check_tensor(ctx, name, t, ndim, shape, dtype, output, sp);
+}
+
+int fa_spans_overlap(fa_span a, fa_span b)
+{
+    return spans_overlap(a, b);
+}
+
+fa_status fa_check_options(fa_context *ctx, const fa_options *o, fa_problem *p)
+{
+    return check_options(ctx, o, p);
+}
+
+fa_status fa_check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const fa_span *outs,
+                         const char *const *out_names, int n_outs)
+{
+    return check_alibi(ctx, o, p, outs, out_names, n_outs);
 }

@@ -268,6 +268,7 @@ FA_API fa_status fa_device_name(const char *backend, int device, char *buf, size
 #define FA_FEATURE_F32_OUTPUT    (1u << 10) /* fp32 o / dq, dk, dv from fp16 / bf16 inputs */
 #define FA_FEATURE_SOFTCAP       (1u << 11) /* fa_options.softcap, forward and backward */
 #define FA_FEATURE_ALIBI         (1u << 12) /* fa_options.alibi_slopes, forward and backward */
+#define FA_FEATURE_KVCACHE       (1u << 13) /* fa_forward_kvcache */
 
 typedef struct fa_capabilities {
     unsigned dtypes;       /* bit (1 << fa_dtype) per supported dtype */
@@ -334,6 +335,60 @@ FA_API fa_status fa_synchronize(fa_context *ctx);
 
 FA_API fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args);
 FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
+
+/* ---------------------------------------------------------------- attention over a KV cache (inference) */
+
+/* A few new query tokens per sequence (decode: 1; speculative decoding, chunked prefill: more)
+ * attending over a KV cache, with FlashAttention-2's flash_attn_with_kvcache semantics:
+ *
+ * - q, o [batch, seqlen_new, heads_q, d]; lse [batch, heads_q, seqlen_new] fp32 (data NULL: skip).
+ * - The cache, k_cache and v_cache alike, is one of
+ *     contiguous  [batch_cache, seqlen_cache, heads_kv, d]   block_table NULL; sequence b lives in
+ *                 cache row cache_batch_idx[b] (or b when cache_batch_idx is NULL);
+ *     paged       [num_pages, page_size, heads_kv, d]        token t of sequence b in page
+ *                 block_table[b * block_table_stride + t / page_size], row t % page_size;
+ *                 page_size a multiple of 16 (16 .. 256 are the sizes the kernels are tuned for).
+ * - cache_seqlens: int32 [batch], tokens already in sequence b's cache (0 is legal); NULL means
+ *   every sequence holds seqlen_cache tokens (contiguous only).
+ * - k_new, v_new (data NULL: none): [batch, seqlen_knew, heads_kv, d], written into the cache at
+ *   positions cache_seqlens[b] .. cache_seqlens[b] + seqlen_knew - 1 before the attention, in
+ *   place; the attention then sees cache_seqlens[b] + seqlen_knew keys (cache_seqlens[b] without
+ *   them). Every position written or read must lie inside the cache (seqlen_cache, or
+ *   block_table_stride * page_size), else FA_ERR_INVALID_ARG. No other cache byte is written.
+ * - rotary (rotary_cos data NULL: none): cos and sin [seqlen_ro, rotary_dim / 2] in q's dtype,
+ *   rotary_dim even and <= d, applied to the first rotary_dim channels of q and k_new (never to
+ *   the cache already there): interleaved pairs (2i, 2i + 1) or, with rotary_interleaved 0, the
+ *   halves (i, i + rotary_dim / 2) (GPT-NeoX); x' = x cos - y sin, y' = x sin + y cos at
+ *   position p. New key j sits at p = cache_seqlens[b] + j; query i likewise when causal or a
+ *   window is set, else every query at p = cache_seqlens[b]. seqlen_ro must exceed every p used.
+ *   The rotated keys are stored rounded to the cache's dtype, and the rotated q is rounded to q's.
+ * - opts: scale, causal and windows (bottom-right against the cache length after appending),
+ *   softcap and ALiBi as in fa_forward; dropout, block masks and the deterministic flag are
+ *   FA_ERR_INVALID_ARG here (a forward for inference). GQA / MQA as in fa_forward.
+ * - num_splits: the keys of one sequence cut into this many parts computed in parallel and merged
+ *   by their log-sum-exp (0: the backend chooses from batch x heads_kv and its processors); the
+ *   result does not depend on it beyond rounding.
+ * Every tensor, cache_seqlens, block_table and cache_batch_idx live in the context's memory; the
+ * library reads the three int32 arrays on the host to check them (a copy on GPU backends). q,
+ * k_cache, v_cache, k_new, v_new and the rotary tables share one dtype; o may be fp32 as in
+ * fa_forward. Backends list it as FA_FEATURE_KVCACHE; the others return FA_ERR_UNSUPPORTED. */
+typedef struct fa_kvcache_args {
+    fa_tensor q;
+    fa_tensor k_cache, v_cache;        /* updated in place when k_new is given */
+    const int32_t *cache_seqlens;      /* [batch]; NULL: seqlen_cache each (contiguous) */
+    const int32_t *block_table;        /* NULL: contiguous cache */
+    int64_t block_table_stride;        /* entries per sequence in block_table */
+    const int32_t *cache_batch_idx;    /* NULL: sequence b in cache row b (contiguous only) */
+    fa_tensor k_new, v_new;            /* data NULL: nothing appended */
+    fa_tensor rotary_cos, rotary_sin;  /* data NULL: no rotary */
+    int rotary_interleaved;
+    fa_tensor o;                       /* written */
+    fa_tensor lse;                     /* written; data NULL to skip */
+    fa_options opts;
+    int num_splits;                    /* 0: chosen by the backend */
+} fa_kvcache_args;
+
+FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_kvcache_args *args);
 
 /* ---------------------------------------------------------------- ring (context-parallel) attention */
 

@@ -60,7 +60,7 @@ static void cpu_capabilities(fa_capabilities *caps)
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT |
-                     FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI;
+                     FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
     snprintf(caps->notes, sizeof caps->notes,
              "every d in 1..256 (padded to 16 inside the tiles); fp32 arithmetic for every dtype; "
              "the backward is always deterministic");
@@ -198,4 +198,5 @@ const fa_backend fa_backend_cpu = {
     .ring_copy = fa_host_ring_copy,
     .ring_merge = fa_host_ring_merge,
     .ring_add = fa_host_ring_add,
+    .forward_kvcache = fa_cpu_forward_kvcache,
 };

@@ -1,0 +1,295 @@
+/* kvcache.c: the CPU backend's fa_forward_kvcache. Three phases on the worker pool:
+ *   1. append: one task per (sequence, new token) writes its keys (rotated, rounded to the
+ *      cache's dtype) and values into the cache;
+ *   2. attention: one task per (sequence, kv head, split of the keys, block of query rows); the
+ *      rows are the group of query heads that share the kv head times the new tokens, so each
+ *      key and value row is widened to fp32 once per task and used by every head of the group;
+ *      online softmax over key blocks of KV_BLOCK;
+ *   3. merge (more than one split): each query row's partial outputs, merged by their
+ *      log-sum-exp in split order (fa_softmax_merge), rounded once into o.
+ * All arithmetic is fp32; a row that sees no key gives O = 0 and LSE = -inf. */
+#include "cpu.h"
+#include "empty_row.h"
+#include "half.h"
+#include "pool.h"
+#include "rotary.h"
+#include "score_mod.h"
+#include "softmax.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_BLOCK 64  /* keys widened and scored together */
+#define ROW_BLOCK 64 /* query rows (heads of a group x new tokens) per task */
+
+/* Element offset of token t, kv head h of sequence b in a cache view. */
+static inline int64_t cache_offset(const fa_kv_problem *kp, const fa_view *v, int64_t b, int64_t t, int64_t h)
+{
+    if (kp->paged) {
+        int64_t page = kp->host_block_table[b * kp->block_table_stride + t / kp->page_size];
+        return page * v->sb + (t % kp->page_size) * v->ss + h * v->sh;
+    }
+    int64_t row = kp->host_batch_idx ? kp->host_batch_idx[b] : b;
+    return row * v->sb + t * v->ss + h * v->sh;
+}
+
+static inline int64_t cached_len(const fa_kv_problem *kp, int64_t b)
+{
+    return kp->host_seqlens ? kp->host_seqlens[b] : kp->seqlen_cache;
+}
+
+/* x rounded to dtype dt and back (what storing it would keep). */
+static inline float round_to(fa_dtype dt, float x)
+{
+    if (dt == FA_DTYPE_F16)
+        return fa_half_to_float(fa_float_to_half(x));
+    if (dt == FA_DTYPE_BF16)
+        return fa_bfloat_to_float(fa_float_to_bfloat(x));
+    return x;
+}
+
+/* d elements at base + off, widened to fp32. */
+static void load_vec(fa_dtype dt, const void *base, int64_t off, int64_t n, float *dst)
+{
+    for (int64_t c = 0; c < n; ++c)
+        dst[c] = fa_load_elem(dt, base, off + c);
+}
+
+/* Rotates the first rotary_dim channels of x (fp32) to position pos. */
+static void rotate(const fa_kv_problem *kp, int64_t pos, float *x)
+{
+    const fa_dtype dt = kp->p.dtype;
+    const int half = (int)(kp->rotary_dim / 2);
+    for (int i = 0; i < half; ++i) {
+        int cx, cy;
+        fa_rotary_pair(kp->rotary_interleaved, (int)kp->rotary_dim, i, &cx, &cy);
+        float c = fa_load_elem(dt, kp->rotary_cos, pos * kp->cos_stride + i);
+        float s = fa_load_elem(dt, kp->rotary_sin, pos * kp->sin_stride + i);
+        fa_rotary_apply(c, s, &x[cx], &x[cy]);
+    }
+}
+
+/* ------------------------------------------------------------------ phase 1: append */
+
+static void append_task(void *argp, int64_t task, float *scratch)
+{
+    const fa_kv_problem *kp = (const fa_kv_problem *)argp;
+    const fa_problem *p = &kp->p;
+    const int64_t b = task / kp->seqlen_knew, j = task % kp->seqlen_knew, t = cached_len(kp, b) + j;
+    const size_t row_bytes = (size_t)p->d * fa_dtype_size(p->dtype);
+    const size_t es = fa_dtype_size(p->dtype);
+    for (int64_t h = 0; h < p->heads_kv; ++h) {
+        const int64_t src = b * kp->k_new.sb + j * kp->k_new.ss + h * kp->k_new.sh;
+        const int64_t kdst = cache_offset(kp, &kp->k_cache, b, t, h);
+        if (kp->rotary) {
+            load_vec(p->dtype, kp->k_new.data, src, p->d, scratch);
+            rotate(kp, t, scratch);
+            for (int64_t c = 0; c < p->d; ++c)
+                fa_store_elem(p->dtype, kp->k_cache.data, kdst + c, scratch[c]);
+        } else {
+            memcpy((char *)kp->k_cache.data + kdst * es, (const char *)kp->k_new.data + src * es, row_bytes);
+        }
+        const int64_t vsrc = b * kp->v_new.sb + j * kp->v_new.ss + h * kp->v_new.sh;
+        const int64_t vdst = cache_offset(kp, &kp->v_cache, b, t, h);
+        memcpy((char *)kp->v_cache.data + vdst * es, (const char *)kp->v_new.data + vsrc * es, row_bytes);
+    }
+}
+
+/* ------------------------------------------------------------------ phase 2: attention */
+
+typedef struct attn_ctx {
+    const fa_kv_problem *kp;
+    int64_t splits, row_blocks, rows; /* rows = group x seqlen_new */
+    float *partial;                   /* splits > 1: [batch][heads_q][seqlen_new][splits][d + 1] */
+} attn_ctx;
+
+/* Floats of one worker's scratch. */
+static int64_t attn_scratch_floats(int64_t d)
+{
+    return 2 * ROW_BLOCK * d + ROW_BLOCK * KV_BLOCK + 2 * KV_BLOCK * d + 2 * ROW_BLOCK;
+}
+
+static void attn_task(void *argp, int64_t task, float *scratch)
+{
+    const attn_ctx *ac = (const attn_ctx *)argp;
+    const fa_kv_problem *kp = ac->kp;
+    const fa_problem *p = &kp->p;
+    const int64_t d = p->d, Sn = p->seqlen_q;
+    const int64_t rb = task % ac->row_blocks, split = task / ac->row_blocks % ac->splits;
+    const int64_t bh = task / ac->row_blocks / ac->splits, hk = bh % p->heads_kv, b = bh / p->heads_kv;
+    const int64_t r0 = rb * ROW_BLOCK, nr = ac->rows - r0 < ROW_BLOCK ? ac->rows - r0 : ROW_BLOCK;
+    float *q = scratch, *acc = q + ROW_BLOCK * d, *s = acc + ROW_BLOCK * d, *kt = s + ROW_BLOCK * KV_BLOCK;
+    float *vt = kt + KV_BLOCK * d, *rowm = vt + KV_BLOCK * d, *rowl = rowm + ROW_BLOCK;
+
+    const int64_t cached = cached_len(kp, b), sk = cached + kp->seqlen_knew;
+    const int advance = p->causal || p->window_left >= 0 || p->window_right >= 0;
+    const fa_mask m = fa_mask_make(Sn, sk, p->causal, p->window_left, p->window_right);
+    /* this split's keys: an even share, in whole key blocks */
+    const int64_t per = ((sk + ac->splits - 1) / ac->splits + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+    const int64_t k_lo = split * per < sk ? split * per : sk, k_hi = k_lo + per < sk ? k_lo + per : sk;
+
+    /* the rows: query head hq = hk * group + r / Sn, token i = r % Sn; rotated, rounded, scaled */
+    int64_t lo[ROW_BLOCK], hi[ROW_BLOCK];
+    fa_score_mod_state mod[ROW_BLOCK];
+    const fa_score_mod_factors f = fa_score_mod_prepare(p->mod, 1.0f);
+    const int modded = fa_score_mod_factors_active(f);
+    for (int64_t r = 0; r < nr; ++r) {
+        const int64_t hq = hk * p->group + (r0 + r) / Sn, i = (r0 + r) % Sn;
+        float *qr = q + r * d;
+        load_vec(p->dtype, p->q.data, b * p->q.sb + i * p->q.ss + hq * p->q.sh, d, qr);
+        if (kp->rotary) {
+            rotate(kp, advance ? cached + i : cached, qr);
+            for (int64_t c = 0; c < kp->rotary_dim; ++c)
+                qr[c] = round_to(p->dtype, qr[c]);
+        }
+        for (int64_t c = 0; c < d; ++c)
+            qr[c] *= p->scale;
+        fa_mask_row_range(&m, i, &lo[r], &hi[r]);
+        if (modded)
+            mod[r] = fa_score_mod_begin(f, p->alibi_slopes ? p->alibi_slopes[fa_alibi_slope_index(f, b, hq)] : 0.0f,
+                                        sk - Sn);
+        rowm[r] = -INFINITY;
+        rowl[r] = 0.0f;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)(nr * d));
+
+    for (int64_t k0 = k_lo; k0 < k_hi; k0 += KV_BLOCK) {
+        const int64_t nk = k_hi - k0 < KV_BLOCK ? k_hi - k0 : KV_BLOCK;
+        for (int64_t j = 0; j < nk; ++j) {
+            load_vec(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk), d, kt + j * d);
+            load_vec(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk), d, vt + j * d);
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+            const float *qr = q + r * d;
+            float *sr = s + r * KV_BLOCK, tmax = -INFINITY;
+            const int64_t i = (r0 + r) % Sn;
+            for (int64_t j = 0; j < nk; ++j) {
+                const int64_t col = k0 + j;
+                if (col < lo[r] || col >= hi[r]) {
+                    sr[j] = -INFINITY;
+                    continue;
+                }
+                const float *kr = kt + j * d;
+                float x = 0.0f;
+                for (int64_t c = 0; c < d; ++c)
+                    x += qr[c] * kr[c];
+                if (modded)
+                    x = fa_score_mod_apply(&mod[r], x, fa_alibi_row(i, sk - Sn, col), NULL);
+                sr[j] = x;
+                if (x > tmax)
+                    tmax = x;
+            }
+            if (tmax == -INFINITY)
+                continue; /* nothing visible in this block */
+            fa_softmax_row st = {rowm[r], rowl[r]};
+            const float alpha = fa_softmax_update(&st, tmax);
+            float *ar = acc + r * d;
+            if (alpha != 1.0f)
+                for (int64_t c = 0; c < d; ++c)
+                    ar[c] *= alpha;
+            const float shift = fa_softmax_shift(st.m);
+            for (int64_t j = 0; j < nk; ++j) {
+                if (sr[j] == -INFINITY)
+                    continue; /* a key the row cannot see adds nothing, whatever V holds */
+                const float e = expf(sr[j] - shift);
+                st.l += e;
+                const float *vr = vt + j * d;
+                for (int64_t c = 0; c < d; ++c)
+                    ar[c] += e * vr[c];
+            }
+            rowm[r] = st.m;
+            rowl[r] = st.l;
+        }
+    }
+
+    for (int64_t r = 0; r < nr; ++r) {
+        const int64_t hq = hk * p->group + (r0 + r) / Sn, i = (r0 + r) % Sn;
+        const fa_softmax_row st = {rowm[r], rowl[r]};
+        const float inv = fa_softmax_inv_sum(st), lse = fa_softmax_lse(st);
+        const float *ar = acc + r * d;
+        if (ac->splits > 1) {
+            float *dst = ac->partial + (((b * p->heads_q + hq) * Sn + i) * ac->splits + split) * (d + 1);
+            for (int64_t c = 0; c < d; ++c)
+                dst[c] = fa_row_output(ar[c], inv);
+            dst[d] = lse;
+            continue;
+        }
+        const int64_t off = b * p->o.sb + i * p->o.ss + hq * p->o.sh;
+        for (int64_t c = 0; c < d; ++c)
+            fa_store_elem(p->out_dtype, p->o.data, off + c, fa_row_output(ar[c], inv));
+        if (p->has_lse)
+            ((float *)p->lse.data)[b * p->lse.sb + hq * p->lse.sh + i * p->lse.ss] = lse;
+    }
+}
+
+/* ------------------------------------------------------------------ phase 3: merge */
+
+static void merge_task(void *argp, int64_t task, float *scratch)
+{
+    const attn_ctx *ac = (const attn_ctx *)argp;
+    const fa_problem *p = &ac->kp->p;
+    const int64_t d = p->d, Sn = p->seqlen_q;
+    const int64_t i = task % Sn, hq = task / Sn % p->heads_q, b = task / Sn / p->heads_q;
+    const float *part = ac->partial + task * ac->splits * (d + 1);
+    float lse = part[d];
+    memcpy(scratch, part, sizeof(float) * (size_t)d);
+    for (int64_t sp = 1; sp < ac->splits; ++sp)
+        lse = fa_softmax_merge(lse, scratch, part[sp * (d + 1) + d], part + sp * (d + 1), scratch, d);
+    const int64_t off = b * p->o.sb + i * p->o.ss + hq * p->o.sh;
+    for (int64_t c = 0; c < d; ++c)
+        fa_store_elem(p->out_dtype, p->o.data, off + c, scratch[c]);
+    if (p->has_lse)
+        ((float *)p->lse.data)[b * p->lse.sb + hq * p->lse.sh + i * p->lse.ss] = lse;
+}
+
+/* Splits of the keys: the caller's, else enough (sequence, kv head) x split tasks to give every
+ * thread two, with at least 256 keys per split. */
+static int64_t choose_splits(const fa_kv_problem *kp, int threads)
+{
+    if (kp->num_splits > 0)
+        return kp->num_splits;
+    const int64_t units = kp->p.batch * kp->p.heads_kv;
+    if (units >= threads || kp->p.seqlen_k <= 256)
+        return 1;
+    int64_t want = (2 * (int64_t)threads + units - 1) / units, most = (kp->p.seqlen_k + 255) / 256;
+    return want < most ? want : most;
+}
+
+fa_status fa_cpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
+{
+    const fa_problem *p = &kp->p;
+    const int threads = fa_cpu_threads(ctx);
+    if (p->batch == 0)
+        return FA_SUCCESS;
+    /* everything is allocated before the cache is written: a failure leaves every output as it was */
+    attn_ctx ac = {kp, choose_splits(kp, threads), 0, p->group * p->seqlen_q, NULL};
+    ac.row_blocks = (ac.rows + ROW_BLOCK - 1) / ROW_BLOCK;
+    int64_t per_worker = attn_scratch_floats(p->d), scratch_floats, tasks, pf = 0;
+    if (!fa_mul_ok(per_worker, threads, &scratch_floats) || !fa_mul_ok(p->batch * p->heads_kv, ac.splits, &tasks) ||
+        !fa_mul_ok(tasks, ac.row_blocks, &tasks))
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the task count overflows 64 bits");
+    if (ac.splits > 1 && p->seqlen_q > 0 &&
+        (!fa_mul_ok(p->total_q, p->heads_q, &pf) || !fa_mul_ok(pf, ac.splits, &pf) || !fa_mul_ok(pf, p->d + 1, &pf) ||
+         (uint64_t)pf > (uint64_t)(SIZE_MAX / sizeof(float))))
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the split partials' size overflows");
+    float *scratch = malloc(sizeof(float) * (size_t)scratch_floats);
+    if (pf > 0)
+        ac.partial = malloc(sizeof(float) * (size_t)pf);
+    if (!scratch || (pf > 0 && !ac.partial)) {
+        free(scratch);
+        free(ac.partial);
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "kv cache: cannot allocate the workers' scratch and %lld floats of "
+                        "split partials", (long long)pf);
+    }
+    if (kp->has_new && kp->seqlen_knew > 0)
+        fa_parallel_for(threads, p->batch * kp->seqlen_knew, append_task, (void *)kp, scratch, per_worker);
+    if (p->seqlen_q > 0) {
+        fa_parallel_for(threads, tasks, attn_task, &ac, scratch, per_worker);
+        if (ac.splits > 1)
+            fa_parallel_for(threads, p->total_q * p->heads_q, merge_task, &ac, scratch, per_worker);
+    }
+    free(ac.partial);
+    free(scratch);
+    return FA_SUCCESS;
+}

@@ -1,0 +1,26 @@
+/* validate.h: the checks of validate.c that other entry points (core/kvcache.c) share: one tensor
+ * against its shape, dtype and strides; byte spans and their overlap; the options. */
+#ifndef FA_VALIDATE_H
+#define FA_VALIDATE_H
+
+#include "internal.h"
+
+#include <stdint.h>
+
+/* The byte range [lo, hi) a tensor may touch; lo == hi for an empty tensor. */
+typedef struct fa_span {
+    uintptr_t lo, hi;
+} fa_span;
+
+/* Checks t against ndim and shape (-1 = any extent), dtype, strides (last 1, none negative) and
+ * the fit of its byte span in the address space; an output must not have overlapping elements. */
+fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int ndim, const int64_t *shape,
+                          fa_dtype dtype, int output, fa_span *sp);
+int fa_spans_overlap(fa_span a, fa_span b);
+/* The options into p (scale, masks, dropout, softcap, block mask; p's sizes must be set). */
+fa_status fa_check_options(fa_context *ctx, const fa_options *o, fa_problem *p);
+/* ALiBi's slopes: their span must not meet an output's. */
+fa_status fa_check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const fa_span *outs,
+                         const char *const *out_names, int n_outs);
+
+#endif
