@@ -38,7 +38,7 @@ _torch = importlib.import_module("._torch", __name__) if _torch_module is not No
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "block_sparse_attn_func",
-           "flash_attn_backward", "FlashAttnError", "backends", "library_version"]
+           "flash_attn_backward", "flash_attn_with_kvcache", "FlashAttnError", "backends", "library_version"]
 __version__ = "0.1.0"
 
 
@@ -149,3 +149,26 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_
                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                       block_mask=block_mask, block_size=block_size, softcap=softcap, alibi_slopes=alibi_slopes)
     return _core.backward(call, dout, q, k, v, out, softmax_lse)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """Attention of q [batch, seqlen_new, heads, d] over a KV cache, FlashAttention-2's signature:
+    k_cache / v_cache [batch_cache, seqlen_cache, heads_kv, d], or [num_pages, page_size, heads_kv, d]
+    with block_table [batch, max_pages] (int32); cache_seqlens (int or [batch]) tokens in each
+    sequence's cache; k / v [batch, seqlen_knew, heads_kv, d] written into the cache at
+    cache_seqlens in place before the attention; rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2]
+    rotate q and k (interleaved or halves); causal / window_size aligned bottom-right against the
+    cache after appending. Forward only (inference): no autograd. cache_leftpad is not supported
+    (ValueError). Returns out, or (out, softmax_lse [batch, heads, seqlen_new]) with
+    return_softmax_lse. The library: fa_forward_kvcache (backends listing it: the CPU backend so far)."""
+    if cache_leftpad is not None:
+        raise ValueError("cache_leftpad is not supported")
+    out, lse = _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                     cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+                                     block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+                                     window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,
+                                     alibi_slopes=alibi_slopes, num_splits=num_splits)
+    return (out, lse) if return_softmax_lse else out

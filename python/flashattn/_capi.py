@@ -45,6 +45,14 @@ class BwdArgs(C.Structure):  # fa_bwd_args
                 ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("varlen", C.POINTER(Varlen)), ("opts", Options)]
 
 
+class KvcacheArgs(C.Structure):  # fa_kvcache_args
+    _fields_ = [("q", Tensor), ("k_cache", Tensor), ("v_cache", Tensor), ("cache_seqlens", C.c_void_p),
+                ("block_table", C.c_void_p), ("block_table_stride", C.c_int64), ("cache_batch_idx", C.c_void_p),
+                ("k_new", Tensor), ("v_new", Tensor), ("rotary_cos", Tensor), ("rotary_sin", Tensor),
+                ("rotary_interleaved", C.c_int), ("o", Tensor), ("lse", Tensor), ("opts", Options),
+                ("num_splits", C.c_int)]
+
+
 class FlashAttnError(RuntimeError):
     """A call the library refused or failed: .status is the fa_status name (FA_ERR_...), .code its
     value, .message the library's explanation."""
@@ -108,6 +116,7 @@ def lib():
         L.fa_context_set_stream.argtypes = [C.c_void_p, C.c_void_p]
         L.fa_forward.argtypes = [C.c_void_p, C.POINTER(FwdArgs)]
         L.fa_backward.argtypes = [C.c_void_p, C.POINTER(BwdArgs)]
+        L.fa_forward_kvcache.argtypes = [C.c_void_p, C.POINTER(KvcacheArgs)]
         L.fa_options_default.restype = Options
         L.fa_options_default.argtypes = []
         L.fa_backend_count.restype = C.c_int

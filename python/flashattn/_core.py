@@ -258,3 +258,67 @@ def backward(call, dout, q, k, v, out, lse):
         _bind_stream(ctx, backend, q)
         ctx.check(_capi.lib().fa_backward(ctx.ptr, C.byref(a)), "fa_backward")
     return dq, dk, dv
+
+
+def _address(a):
+    return a.data_ptr() if _is_torch(a) else a.ctypes.data
+
+
+def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                    cache_batch_idx=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0):
+    """O and LSE of q attending over the cache (fa_forward_kvcache); k / v appended in place."""
+    if len(q.shape) != 4:
+        raise ValueError(f"q must be [batch, seqlen_new, heads, d], got shape {tuple(q.shape)}")
+    if (k is None) != (v is None):
+        raise ValueError("k and v (the new keys and values) go together")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin go together")
+    batch = q.shape[0]
+    call = Call(q, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                alibi_slopes=alibi_slopes)
+    ints = {}
+    if cache_seqlens is not None:
+        if isinstance(cache_seqlens, int):
+            cache_seqlens = [cache_seqlens] * batch
+        ints["cache_seqlens"] = _int32_on(q, cache_seqlens)
+    if cache_batch_idx is not None:
+        ints["cache_batch_idx"] = _int32_on(q, cache_batch_idx)
+    if block_table is not None:
+        bt = _int32_on(q, block_table)
+        if len(bt.shape) != 2 or bt.shape[0] != batch:
+            raise ValueError(f"block_table must be [batch, max_pages] = ({batch}, ...), got shape {tuple(bt.shape)}")
+        ints["block_table"] = bt
+    for name, a in ints.items():
+        if len(a.shape) not in (1, 2) or a.shape[0] != batch:
+            raise ValueError(f"{name} must have batch = {batch} rows, got shape {tuple(a.shape)}")
+    out = _empty_like(q)
+    lse = _empty_like(q, (q.shape[0], q.shape[2], q.shape[1]), "float32")
+    named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out), ("lse", lse)]
+    if k is not None:
+        named += [("k", k), ("v", v)]
+    if rotary_cos is not None:
+        named += [("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)]
+    views = {n: _View(x, n) for n, x in named}
+    ctx, backend = _context_of(list(views.values()))
+    a = _capi.KvcacheArgs()
+    a.q, a.k_cache, a.v_cache = views["q"].tensor(), views["k_cache"].tensor(), views["v_cache"].tensor()
+    a.o, a.lse = views["out"].tensor(), views["lse"].tensor()
+    if k is not None:
+        a.k_new, a.v_new = views["k"].tensor(), views["v"].tensor()
+    if rotary_cos is not None:
+        a.rotary_cos, a.rotary_sin = views["rotary_cos"].tensor(), views["rotary_sin"].tensor()
+        a.rotary_interleaved = int(bool(rotary_interleaved))
+    if "cache_seqlens" in ints:
+        a.cache_seqlens = _address(ints["cache_seqlens"])
+    if "cache_batch_idx" in ints:
+        a.cache_batch_idx = _address(ints["cache_batch_idx"])
+    if "block_table" in ints:
+        a.block_table = _address(ints["block_table"])
+        a.block_table_stride = ints["block_table"].shape[1]
+    a.opts = call.options()
+    a.num_splits = int(num_splits)
+    with ctx.lock:
+        _bind_stream(ctx, backend, q)
+        ctx.check(_capi.lib().fa_forward_kvcache(ctx.ptr, C.byref(a)), "fa_forward_kvcache")
+    return out, lse
