@@ -35,10 +35,16 @@ static const char fwd_help[] =
     "1/sqrt(d)) times the largest |q_i| and |k_j| (row norms) must stay below FLT_MAX / 4, so no\n"
     "score can overflow float32; an input with larger rows is refused. With --softcap and ALiBi,\n"
     "the softcap applies first, then ALiBi, then the masks; LSE is that of the modified scores.\n"
+    "\n"
+    "With --k-cache: attention of new tokens over a KV cache, contiguous or paged, with appended\n"
+    "keys and rotary embedding (see 'flashattn fwd --k-cache --help').\n"
     OUTPUT_FILES_HELP;
 
 int cmd_fwd(int argc, char **argv)
 {
+    for (int i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--k-cache") == 0)
+            return cmd_fwd_kvcache(argc, argv);
     file_job *j = file_job_new(0);
     if (!j) {
         fprintf(stderr, "flashattn fwd: out of host memory\n");

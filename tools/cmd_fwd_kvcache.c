@@ -1,0 +1,314 @@
+/* cmd_fwd_kvcache.c: `flashattn fwd --k-cache ...`: attention of new query tokens over a KV cache
+ * on .npy files, through fa_forward_kvcache. Output paths are checked before anything is read; the
+ * outputs (O, LSE, and the updated caches when new keys are appended) are written to temporaries
+ * and renamed into place all together, or not at all (tools/outputs.h). The caches given as inputs
+ * are never written: the updated caches go to --k-cache-out / --v-cache-out. */
+#include "cli.h"
+#include "npy.h"
+#include "outputs.h"
+#include "tensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char fwd_kvcache_help[] =
+    "Usage: flashattn fwd --q Q.npy --k-cache KC.npy --v-cache VC.npy --out O.npy [--lse LSE.npy]\n"
+    "                     [--cache-seqlens CS.npy] [--block-table BT.npy] [--cache-batch-idx IDX.npy]\n"
+    "                     [--k-new KN.npy --v-new VN.npy --k-cache-out KC2.npy --v-cache-out VC2.npy]\n"
+    "                     [--rotary-cos C.npy --rotary-sin S.npy [--rotary-interleaved]]\n"
+    "                     [--num-splits N] [--causal] [--window L R] [--scale S] [--softcap C]\n"
+    "\n"
+    "Attention of new query tokens over a KV cache (fa_forward_kvcache; docs/api.md). Q [batch,\n"
+    "seqlen_new, heads_q, d]; the caches [batch_cache, seqlen_cache, heads_kv, d], or with\n"
+    "--block-table (int32 [batch, pages per sequence]) pages [num_pages, page_size, heads_kv, d].\n"
+    "--cache-seqlens: int32 [batch], tokens already cached (default: every sequence full).\n"
+    "--k-new / --v-new [batch, seqlen_knew, heads_kv, d] are appended at cache_seqlens, then\n"
+    "attended to; the caches with them are written to --k-cache-out / --v-cache-out (required with\n"
+    "--k-new; the input caches are not modified). --rotary-cos / --rotary-sin [seqlen_ro,\n"
+    "rotary_dim / 2] rotate Q and the new keys (halves, or --rotary-interleaved pairs). The int32\n"
+    "arrays are '<i4'; the others share Q's dtype ('<f4', '<f2', '<u2' with --bf16). LSE is\n"
+    "float32 [batch, heads_q, seqlen_new].\n"
+    "Other options: --bf16, --backend NAME --device N --threads T.\n";
+
+enum { K_Q, K_KC, K_VC, K_CS, K_BT, K_BI, K_KN, K_VN, K_COS, K_SIN, K_IN };
+enum { K_O, K_LSE, K_KC_OUT, K_VC_OUT, K_OUT };
+static const char *const kin_opt[K_IN] = {"--q",     "--k-cache", "--v-cache", "--cache-seqlens", "--block-table",
+                                          "--cache-batch-idx", "--k-new", "--v-new", "--rotary-cos", "--rotary-sin"};
+static const char *const kout_opt[K_OUT] = {"--out", "--lse", "--k-cache-out", "--v-cache-out"};
+
+typedef struct kv_job {
+    const char *in_path[K_IN], *out_path[K_OUT];
+    npy_array in[K_IN];
+    device_buffer dev[K_IN], out[K_OUT];
+    output_file outs[K_OUT];
+    int out_role[K_OUT], n_out;
+    void *host_out[K_OUT];
+    fa_options opts;
+    int bf16, interleaved, num_splits, device, threads;
+    const char *backend;
+    fa_dtype dtype;
+    fa_context *ctx;
+} kv_job;
+
+/* 0, EXIT_USAGE after a message, or -1 for --help (printed) */
+static int parse(kv_job *j, int argc, char **argv)
+{
+    arg_cursor a = {"fwd", argc, argv, 0};
+    for (a.pos = 1; a.pos < argc; ++a.pos) {
+        const char *opt = argv[a.pos];
+        int rc = 0, handled = 0;
+        if (is_help(opt)) {
+            fputs(fwd_kvcache_help, stdout);
+            return -1;
+        }
+        if ((rc = parse_attention_option(&a, &j->opts, &handled)))
+            return rc;
+        if (handled) {
+            if (strcmp(opt, "--deterministic") == 0 || strcmp(opt, "--dropout") == 0 || strcmp(opt, "--seed") == 0 ||
+                strcmp(opt, "--offset") == 0)
+                return usage_error(a.cmd, "%s does not apply to attention over a KV cache (inference)", opt);
+            continue;
+        }
+        const char **slot = NULL;
+        for (int r = 0; r < K_IN && !slot; ++r)
+            if (strcmp(opt, kin_opt[r]) == 0)
+                slot = &j->in_path[r];
+        for (int r = 0; r < K_OUT && !slot; ++r)
+            if (strcmp(opt, kout_opt[r]) == 0)
+                slot = &j->out_path[r];
+        if (slot) {
+            if (*slot)
+                return usage_error(a.cmd, "%s given twice", opt);
+            rc = take_value(&a, opt, slot);
+            if (!rc && (*slot)[0] == '\0')
+                rc = usage_error(a.cmd, "%s: empty file name", opt);
+        } else if (strcmp(opt, "--rotary-interleaved") == 0) {
+            j->interleaved = 1;
+        } else if (strcmp(opt, "--num-splits") == 0) {
+            rc = take_int(&a, opt, 0, 1 << 16, &j->num_splits);
+        } else if (strcmp(opt, "--bf16") == 0) {
+            j->bf16 = 1;
+        } else if (strcmp(opt, "--backend") == 0) {
+            rc = take_value(&a, opt, &j->backend);
+        } else if (strcmp(opt, "--device") == 0) {
+            rc = take_int(&a, opt, 0, 1 << 20, &j->device);
+        } else if (strcmp(opt, "--threads") == 0) {
+            rc = take_int(&a, opt, 0, 4096, &j->threads);
+        } else {
+            rc = usage_error(a.cmd, "unknown option '%s' with --k-cache", opt);
+        }
+        if (rc)
+            return rc;
+    }
+    static const int need[] = {K_Q, K_KC, K_VC};
+    for (int i = 0; i < 3; ++i)
+        if (!j->in_path[need[i]])
+            return usage_error(a.cmd, "missing %s FILE.npy", kin_opt[need[i]]);
+    if (!j->out_path[K_O])
+        return usage_error(a.cmd, "missing --out FILE.npy");
+    if (!j->in_path[K_KN] != !j->in_path[K_VN])
+        return usage_error(a.cmd, "--k-new and --v-new go together");
+    if (!j->in_path[K_COS] != !j->in_path[K_SIN])
+        return usage_error(a.cmd, "--rotary-cos and --rotary-sin go together");
+    if (j->interleaved && !j->in_path[K_COS])
+        return usage_error(a.cmd, "--rotary-interleaved needs --rotary-cos / --rotary-sin");
+    int appending = j->in_path[K_KN] != NULL;
+    if (appending && (!j->out_path[K_KC_OUT] || !j->out_path[K_VC_OUT]))
+        return usage_error(a.cmd, "--k-new needs --k-cache-out and --v-cache-out (the updated caches)");
+    if (!appending && (j->out_path[K_KC_OUT] || j->out_path[K_VC_OUT]))
+        return usage_error(a.cmd, "--k-cache-out / --v-cache-out are written only when --k-new appends keys");
+    return 0;
+}
+
+static int file_error(const kv_job *j, int role, const char *what)
+{
+    fprintf(stderr, "flashattn fwd: %s %s: %s\n", kin_opt[role], j->in_path[role], what);
+    return EXIT_USAGE;
+}
+
+/* Outputs checked, inputs read, dtypes checked against Q's (the library checks the shapes). */
+static int load(kv_job *j)
+{
+    char err[1200];
+    for (int r = 0; r < K_OUT; ++r)
+        if (j->out_path[r]) {
+            memset(&j->outs[j->n_out], 0, sizeof j->outs[j->n_out]);
+            j->outs[j->n_out].option = kout_opt[r];
+            j->outs[j->n_out].path = j->out_path[r];
+            j->out_role[j->n_out++] = r;
+        }
+    if (outputs_check(j->outs, j->n_out, j->in_path, kin_opt, K_IN, err, sizeof err) != 0) {
+        fprintf(stderr, "flashattn fwd: %s\n", err);
+        return EXIT_USAGE;
+    }
+    for (int r = 0; r < K_IN; ++r)
+        if (j->in_path[r] && npy_read(j->in_path[r], &j->in[r], err, sizeof err) != 0) {
+            fprintf(stderr, "flashattn fwd: %s %s\n", kin_opt[r], err);
+            return EXIT_USAGE;
+        }
+    const npy_array *q = &j->in[K_Q];
+    if (q->type == NPY_TYPE_F32 || q->type == NPY_TYPE_F16) {
+        if (j->bf16)
+            return file_error(j, K_Q, "--bf16 given but the file does not hold '<u2'");
+        j->dtype = q->type == NPY_TYPE_F32 ? FA_DTYPE_F32 : FA_DTYPE_F16;
+    } else if (q->type == NPY_TYPE_U16 && j->bf16) {
+        j->dtype = FA_DTYPE_BF16;
+    } else {
+        return file_error(j, K_Q, q->type == NPY_TYPE_U16 ? "holds '<u2'; pass --bf16 to read it as bfloat16"
+                                                         : "not an attention input type ('<f4', '<f2', '<u2' with --bf16)");
+    }
+    for (int r = 0; r < K_IN; ++r) {
+        if (!j->in_path[r])
+            continue;
+        int is_int = r == K_CS || r == K_BT || r == K_BI;
+        if (is_int && j->in[r].type != NPY_TYPE_I32)
+            return file_error(j, r, "must be int32 '<i4'");
+        if (!is_int && j->in[r].type != q->type)
+            return file_error(j, r, "dtype differs from the query's");
+        if (j->in[r].ndim > FA_MAX_DIMS)
+            return file_error(j, r, "too many dimensions");
+    }
+    if (q->ndim != 4)
+        return file_error(j, K_Q, "must be [batch, seqlen_new, heads_q, d]");
+    if ((j->in_path[K_CS] && (j->in[K_CS].ndim != 1 || j->in[K_CS].shape[0] != q->shape[0])) ||
+        (j->in_path[K_BI] && (j->in[K_BI].ndim != 1 || j->in[K_BI].shape[0] != q->shape[0])))
+        return usage_error("fwd", "--cache-seqlens and --cache-batch-idx must be int32 [batch]");
+    if (j->in_path[K_BT] && (j->in[K_BT].ndim != 2 || j->in[K_BT].shape[0] != q->shape[0]))
+        return file_error(j, K_BT, "must be int32 [batch, pages per sequence]");
+    const npy_array *kc = &j->in[K_KC];
+    int rc = check_score_range("fwd", j->opts.softmax_scale, j->dtype, q->shape[3], q->data, q->count, j->in_path[K_Q],
+                               kc->data, kc->count, j->in_path[K_KC]);
+    if (!rc && j->in_path[K_KN])
+        rc = check_score_range("fwd", j->opts.softmax_scale, j->dtype, q->shape[3], q->data, q->count, j->in_path[K_Q],
+                               j->in[K_KN].data, j->in[K_KN].count, j->in_path[K_KN]);
+    return rc;
+}
+
+static fa_tensor as_tensor(const kv_job *j, int role, void *data)
+{
+    const npy_array *a = &j->in[role];
+    return fa_tensor_contiguous(data, j->dtype, a->ndim, a->shape);
+}
+
+static int run(kv_job *j)
+{
+    fa_status st = fa_context_create(&j->ctx, j->backend, j->device);
+    if (st != FA_SUCCESS)
+        return context_error("fwd", j->backend, j->device, st);
+    if (j->threads > 0 && (st = fa_context_set_num_threads(j->ctx, j->threads)) != FA_SUCCESS)
+        return library_error("fwd", j->ctx, "fa_context_set_num_threads", st);
+    for (int r = 0; r < K_IN; ++r)
+        if (j->in_path[r] && (st = device_upload(j->ctx, j->in[r].data, j->in[r].bytes, &j->dev[r])) != FA_SUCCESS)
+            return library_error("fwd", j->ctx, "uploading the inputs", st);
+    const npy_array *q = &j->in[K_Q];
+    int64_t lse_shape[3] = {q->shape[0], q->shape[2], q->shape[1]};
+    size_t lse_bytes;
+    if (!shape_bytes(3, lse_shape, sizeof(float), NULL, &lse_bytes))
+        return usage_error("fwd", "the LSE size overflows");
+    size_t sizes[K_OUT] = {q->bytes, lse_bytes, j->in[K_KC].bytes, j->in[K_VC].bytes};
+    for (int r = 0; r < K_OUT; ++r)
+        if (j->out_path[r] && (st = device_alloc(j->ctx, sizes[r], &j->out[r])) != FA_SUCCESS)
+            return library_error("fwd", j->ctx, "allocating the outputs", st);
+    /* the caches are updated in place: the call works on copies, the input files stay as they are */
+    int appending = j->in_path[K_KN] != NULL;
+    void *kc = j->dev[K_KC].ptr, *vc = j->dev[K_VC].ptr;
+    if (appending) {
+        if ((j->in[K_KC].bytes &&
+             (st = fa_memcpy(j->ctx, j->out[K_KC_OUT].ptr, kc, j->in[K_KC].bytes, FA_COPY_DEVICE_TO_DEVICE))) ||
+            (j->in[K_VC].bytes &&
+             (st = fa_memcpy(j->ctx, j->out[K_VC_OUT].ptr, vc, j->in[K_VC].bytes, FA_COPY_DEVICE_TO_DEVICE))))
+            return library_error("fwd", j->ctx, "copying the caches", st);
+        kc = j->out[K_KC_OUT].ptr;
+        vc = j->out[K_VC_OUT].ptr;
+    }
+    fa_kvcache_args a;
+    memset(&a, 0, sizeof a);
+    a.q = as_tensor(j, K_Q, j->dev[K_Q].ptr);
+    a.k_cache = as_tensor(j, K_KC, kc);
+    a.v_cache = as_tensor(j, K_VC, vc);
+    a.cache_seqlens = j->dev[K_CS].ptr;
+    a.cache_batch_idx = j->dev[K_BI].ptr;
+    if (j->in_path[K_BT]) {
+        a.block_table = j->dev[K_BT].ptr;
+        a.block_table_stride = j->in[K_BT].shape[1];
+    }
+    if (appending) {
+        a.k_new = as_tensor(j, K_KN, j->dev[K_KN].ptr);
+        a.v_new = as_tensor(j, K_VN, j->dev[K_VN].ptr);
+    }
+    if (j->in_path[K_COS]) {
+        a.rotary_cos = as_tensor(j, K_COS, j->dev[K_COS].ptr);
+        a.rotary_sin = as_tensor(j, K_SIN, j->dev[K_SIN].ptr);
+        a.rotary_interleaved = j->interleaved;
+    }
+    a.o = as_tensor(j, K_Q, j->out[K_O].ptr);
+    if (j->out_path[K_LSE])
+        a.lse = fa_tensor_contiguous(j->out[K_LSE].ptr, FA_DTYPE_F32, 3, lse_shape);
+    a.opts = j->opts;
+    a.num_splits = j->num_splits;
+    st = fa_forward_kvcache(j->ctx, &a);
+    if (st == FA_SUCCESS)
+        st = fa_synchronize(j->ctx);
+    if (st != FA_SUCCESS)
+        return library_error("fwd", j->ctx, "fa_forward_kvcache", st);
+    /* every output into its temporary, then all renamed */
+    char err[1200];
+    const int64_t *shapes[K_OUT] = {q->shape, lse_shape, j->in[K_KC].shape, j->in[K_VC].shape};
+    const int ndims[K_OUT] = {4, 3, j->in[K_KC].ndim, j->in[K_VC].ndim};
+    for (int i = 0; i < j->n_out; ++i) {
+        int r = j->out_role[i];
+        if (!(j->host_out[r] = malloc(j->out[r].bytes ? j->out[r].bytes : 1))) {
+            fprintf(stderr, "flashattn fwd: out of host memory for %s\n", j->out_path[r]);
+            return EXIT_LIBRARY;
+        }
+        if ((st = device_download(j->ctx, &j->out[r], j->host_out[r])) != FA_SUCCESS)
+            return library_error("fwd", j->ctx, "downloading the outputs", st);
+        FILE *f = outputs_open_temp(&j->outs[i], err, sizeof err);
+        if (!f) {
+            fprintf(stderr, "flashattn fwd: %s\n", err);
+            return EXIT_LIBRARY;
+        }
+        char close_err[sizeof err];
+        int written = npy_write_stream(f, j->out_path[r], r == K_LSE ? NPY_TYPE_F32 : npy_type_of(j->dtype), ndims[r],
+                                       shapes[r], j->host_out[r], err, sizeof err) == 0;
+        int closed = outputs_close_temp(&j->outs[i], f, close_err, sizeof close_err) == 0;
+        if (!written || !closed) {
+            fprintf(stderr, "flashattn fwd: %s; no output was changed\n", written ? close_err : err);
+            return EXIT_LIBRARY;
+        }
+    }
+    if (outputs_commit(j->outs, j->n_out, err, sizeof err) != 0) {
+        fprintf(stderr, "flashattn fwd: %s\n", err);
+        return EXIT_LIBRARY;
+    }
+    return 0;
+}
+
+int cmd_fwd_kvcache(int argc, char **argv)
+{
+    kv_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        fprintf(stderr, "flashattn fwd: out of host memory\n");
+        return EXIT_LIBRARY;
+    }
+    j->opts = fa_options_default();
+    j->threads = -1;
+    int rc = parse(j, argc, argv);
+    if (rc < 0) /* --help */
+        rc = 0;
+    else if (!rc && !(rc = load(j)))
+        rc = run(j);
+    outputs_discard(j->outs, j->n_out);
+    for (int r = 0; r < K_IN; ++r) {
+        device_release(j->ctx, &j->dev[r]);
+        npy_free(&j->in[r]);
+    }
+    for (int r = 0; r < K_OUT; ++r) {
+        device_release(j->ctx, &j->out[r]);
+        free(j->host_out[r]);
+    }
+    fa_context_destroy(j->ctx);
+    free(j);
+    return rc;
+}
