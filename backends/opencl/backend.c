@@ -25,4 +25,5 @@ const fa_backend fa_backend_opencl = {
     .sync = ocl_sync,
     .set_stream = NULL, // optional: one queue per context, owned by the backend
     .num_threads = NULL, // optional
+    .forward_kvcache = ocl_forward_kvcache,
 };

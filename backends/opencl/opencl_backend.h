@@ -5,7 +5,8 @@
  *   memory.c    device pointers and their cl_mem buffers, copies
  *   tiles.c     the tile table and the chooser
  *   programs.c  building the kernels and the program cache (in memory and on disk)
- *   launch.c    binding a call's arguments and launching the forward and backward kernels */
+ *   launch.c    binding a call's arguments and launching the forward and backward kernels
+ *   launch_kv.c fa_forward_kvcache's launches (kernels/decode.cl) */
 #ifndef FA_OPENCL_BACKEND_H
 #define FA_OPENCL_BACKEND_H
 
@@ -35,6 +36,7 @@ typedef struct ocl_program {
     char options[320];
     cl_program program;
     cl_kernel forward, forward_vec, dsum, dkdv, dq;
+    cl_kernel kv_append, kv_decode, kv_combine; /* fa_forward_kvcache (decode.cl) */
 } ocl_program;
 
 typedef struct ocl_state {
@@ -97,11 +99,15 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
 
 /* programs.c */
 fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_program **out);
+fa_status ocl_get_kv_program(fa_context *ctx, fa_dtype dtype, int64_t d, int mod, ocl_program **out);
 void ocl_release_programs(ocl_state *s);
 
 /* launch.c */
 fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v);
 fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v);
 int64_t ocl_workspace(const fa_context *ctx, const fa_problem *p);
+
+/* launch_kv.c */
+fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp);
 
 #endif

@@ -17,7 +17,7 @@ void ocl_release_programs(ocl_state *s)
 {
     for (int i = 0; i < s->nprograms; ++i) {
         ocl_program *p = &s->programs[i];
-        cl_kernel ks[] = {p->forward, p->forward_vec, p->dsum, p->dkdv, p->dq};
+        cl_kernel ks[] = {p->forward, p->forward_vec, p->dsum, p->dkdv, p->dq, p->kv_append, p->kv_decode, p->kv_combine};
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; ++k)
             if (ks[k])
                 clReleaseKernel(ks[k]);
@@ -124,8 +124,9 @@ static fa_status build_failed(fa_context *ctx, const ocl_state *s, cl_program pr
     return FA_ERROR(ctx, FA_ERR_BACKEND, "clBuildProgram: %s (%s): %s", ocl_error_name(e), options, log);
 }
 
-/* The program compiled for these options on this context's device: from the context's list,
- * else from a cached binary, else from the embedded source (then cached). */
+static fa_status program_for(fa_context *ctx, char *options, int n, int kernels, ocl_program **out);
+
+/* The forward's or backward's program for this call's dtype, head dim, tiles and modifiers. */
 fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_program **out)
 {
     ocl_state *s = ocl_state_of(ctx);
@@ -147,11 +148,28 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
         n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_FMA=1");
     if (ocl_score_mod_on(p)) /* a second program: the plain one is compiled without the modifiers */
         n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_SCORE_MOD=1");
+    return program_for(ctx, options, n, kernels, out);
+}
+
+/* fa_forward_kvcache's program (decode.cl) for a dtype, an exact head dim and the modifiers. */
+fa_status ocl_get_kv_program(fa_context *ctx, fa_dtype dtype, int64_t d, int mod, ocl_program **out)
+{
+    char options[320];
+    int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=5 -DFA_DTYPE=%d -DFA_D=%lld%s", (int)dtype,
+                     (long long)d, mod ? " -DFA_SCORE_MOD=1" : "");
+    return program_for(ctx, options, n, 5, out);
+}
+
+/* The program for options (n characters used of 320) holding the kernels of FA_KERNELS: from the
+ * context's list, else from a cached binary, else from the embedded source (then cached). */
+static fa_status program_for(fa_context *ctx, char *options, int n, int kernels, ocl_program **out)
+{
+    ocl_state *s = ocl_state_of(ctx);
     /* FLASHATTN_OPENCL_OPTIONS: more compiler options, for tuning (for example NVIDIA's
      * -cl-nv-verbose -cl-nv-maxrregcount=N); they are part of the program cache's key */
     const char *extra = getenv("FLASHATTN_OPENCL_OPTIONS");
-    if (extra && *extra && (size_t)n + strlen(extra) + 2 < sizeof options)
-        snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
+    if (extra && *extra && (size_t)n + strlen(extra) + 2 < 320)
+        snprintf(options + n, 320 - (size_t)n, " %s", extra);
     for (int i = 0; i < s->nprograms; ++i)
         if (strcmp(s->programs[i].options, options) == 0) {
             *out = &s->programs[i];
@@ -220,7 +238,14 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
         pr->forward = clCreateKernel(prog, "fa_forward", &e);
     if (kernels == 2)
         pr->forward_vec = clCreateKernel(prog, "fa_forward_vec", &e);
-    if (kernels >= 3) {
+    if (kernels == 5) {
+        pr->kv_append = clCreateKernel(prog, "fa_kv_append", &e);
+        if (e == CL_SUCCESS)
+            pr->kv_decode = clCreateKernel(prog, "fa_kv_decode", &e);
+        if (e == CL_SUCCESS)
+            pr->kv_combine = clCreateKernel(prog, "fa_kv_combine", &e);
+    }
+    if (kernels == 3 || kernels == 4) {
         pr->dsum = clCreateKernel(prog, "fa_backward_dsum", &e);
         if (e == CL_SUCCESS)
             pr->dkdv = clCreateKernel(prog, kernels == 3 ? "fa_backward_dkdv" : "fa_backward_dkdv_vec", &e);

@@ -117,7 +117,7 @@ void ocl_capabilities(fa_capabilities *caps)
     caps->max_head_dim = FA_MAX_HEAD_DIM;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
     snprintf(caps->notes, sizeof caps->notes,
              "OpenCL C 1.2, any device; every d in 1..256 (a program per head dim); fp32 arithmetic, fp16/bf16 "
              "as storage; backward without atomics, always deterministic; not in the default-backend chain");

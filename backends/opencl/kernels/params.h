@@ -44,4 +44,43 @@ enum fa_ocl_param {
     FA_P_COUNT = FA_P_TENSORS + 4 * FA_T_COUNT
 };
 
+/* fa_forward_kvcache's programs (decode.cl) take their own block: the sizes, then the element
+ * offsets of the int32 arrays and the rotary tables inside their cl_mem, then 4 longs per tensor
+ * (offset, batch / page, row, head strides) in fa_ocl_kv_tensor order. */
+enum fa_ocl_kv_tensor { FA_KT_Q, FA_KT_O, FA_KT_LSE, FA_KT_KC, FA_KT_VC, FA_KT_KN, FA_KT_VN, FA_KT_COUNT };
+
+enum fa_ocl_kv_param {
+    FA_KV_BATCH,
+    FA_KV_SEQLEN_NEW,
+    FA_KV_SEQLEN_KNEW,
+    FA_KV_HEADS_Q,
+    FA_KV_HEADS_KV,
+    FA_KV_GROUP,
+    FA_KV_PAGED,            /* 1: block_table gives each sequence's pages */
+    FA_KV_PAGE_SIZE,
+    FA_KV_BT_STRIDE,
+    FA_KV_SEQLEN_CACHE,     /* every sequence's length when there is no cache_seqlens */
+    FA_KV_HAS_SEQLENS,
+    FA_KV_HAS_BIDX,
+    FA_KV_CAUSAL,
+    FA_KV_WINDOW_LEFT,
+    FA_KV_WINDOW_RIGHT,
+    FA_KV_HAS_LSE,
+    FA_KV_ROTARY_DIM,       /* 0: no rotary */
+    FA_KV_ROTARY_INTERLEAVED,
+    FA_KV_COS_STRIDE,
+    FA_KV_SIN_STRIDE,
+    FA_KV_SPLITS,
+    FA_KV_CS_OFF,           /* element offsets: cache_seqlens, block_table, cache_batch_idx, cos, sin */
+    FA_KV_BT_OFF,
+    FA_KV_BI_OFF,
+    FA_KV_COS_OFF,
+    FA_KV_SIN_OFF,
+    FA_KV_MOD,              /* the call's fa_score_mod, as in fa_ocl_param */
+    FA_KV_MOD_END = FA_KV_MOD + (int)((sizeof(fa_score_mod) + 7) / 8),
+    FA_KV_ALIBI_OFF = FA_KV_MOD_END,
+    FA_KV_TENSORS,
+    FA_KV_COUNT = FA_KV_TENSORS + 4 * FA_KT_COUNT
+};
+
 #endif
