@@ -67,6 +67,8 @@ int parse_dtype_name(const char *s, fa_dtype *out);
 
 int cmd_info(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+/* `flashattn run --decode` (run_decode.c), which cmd_run hands over to */
+int run_decode(int argc, char **argv);
 int cmd_fwd(int argc, char **argv);
 /* `flashattn fwd --k-cache ...` (cmd_fwd_kvcache.c), which cmd_fwd hands over to */
 int cmd_fwd_kvcache(int argc, char **argv);

@@ -54,6 +54,8 @@ static const char run_help[] =
     "  --check               max abs error against the float64 reference (and the naive\n"
     "                        same-precision error as yardstick); exit 1 if over the conformance bound\n"
     "\n"
+    "--decode times fa_forward_kvcache instead ('flashattn run --decode --help').\n"
+    "\n"
     "FLOPs are counted as in the FlashAttention papers: forward 4*b*hq*sq*sk*d, halved with --causal,\n"
     "backward 2.5x the forward, times the mask density with --block-sparse.\n";
 
@@ -343,6 +345,9 @@ static fa_status time_calls(fa_context *ctx, const char *label, const fa_fwd_arg
 int cmd_run(int argc, char **argv)
 {
     const char *cmd = "run";
+    for (int i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--decode") == 0)
+            return run_decode(argc, argv);
     run_config c;
     int help = 0;
     int rc = parse_run_args(argc, argv, &c, &help);

@@ -14,6 +14,7 @@
 #include "pool.h"
 #include "rotary.h"
 #include "score_mod.h"
+#include "simd.h"
 #include "softmax.h"
 
 #include <math.h>
@@ -104,23 +105,90 @@ typedef struct attn_ctx {
     float *partial;                   /* splits > 1: [batch][heads_q][seqlen_new][splits][d + 1] */
 } attn_ctx;
 
+/* Channels padded to whole vectors: the rows in scratch are dp floats, zero past d. */
+static int64_t padded_dim(int64_t d)
+{
+    return fa_round_up(d, VEC);
+}
+
 /* Floats of one worker's scratch. */
 static int64_t attn_scratch_floats(int64_t d)
 {
-    return 2 * ROW_BLOCK * d + ROW_BLOCK * KV_BLOCK + 2 * KV_BLOCK * d + 2 * ROW_BLOCK;
+    const int64_t dp = padded_dim(d);
+    return 2 * ROW_BLOCK * dp + ROW_BLOCK * KV_BLOCK + 2 * KV_BLOCK * dp + 2 * ROW_BLOCK;
 }
 
+/* d elements of dtype dt at base + off widened into dst, zero up to dp; the dtype switch outside
+ * the loops so that each one vectorises. */
+FA_VINLINE void widen_row(fa_dtype dt, const void *base, int64_t off, int64_t d, int64_t dp, float *dst)
+{
+    if (dt == FA_DTYPE_F32) {
+        memcpy(dst, (const float *)base + off, sizeof(float) * (size_t)d);
+    } else if (dt == FA_DTYPE_BF16) {
+        const uint16_t *x = (const uint16_t *)base + off;
+        for (int64_t c = 0; c < d; ++c) {
+            uint32_t u = (uint32_t)x[c] << 16;
+            memcpy(&dst[c], &u, sizeof u);
+        }
+    } else {
+        const uint16_t *x = (const uint16_t *)base + off;
+        for (int64_t c = 0; c < d; ++c)
+            dst[c] = fa_half_to_float(x[c]);
+    }
+    for (int64_t c = d; c < dp; ++c)
+        dst[c] = 0.0f;
+}
+
+FA_VINLINE float hsum8(v8f a)
+{
+    float t[VEC];
+    store8(t, a);
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+/* s[r * KV_BLOCK + j] = q_r . k_j for nr rows and nk keys, dp channels (a multiple of VEC); four
+ * rows at a time share each key's loads and keep four independent sums in flight. */
+FA_VINLINE void scores(const float *q, const float *kt, int64_t nr, int64_t nk, int64_t dp, float *s)
+{
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4)
+        for (int64_t j = 0; j < nk; ++j) {
+            const float *k = kt + j * dp;
+            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t c = 0; c < dp; c += VEC) {
+                const v8f kv = load8(k + c);
+                a0 += load8(q + r * dp + c) * kv;
+                a1 += load8(q + (r + 1) * dp + c) * kv;
+                a2 += load8(q + (r + 2) * dp + c) * kv;
+                a3 += load8(q + (r + 3) * dp + c) * kv;
+            }
+            s[r * KV_BLOCK + j] = hsum8(a0);
+            s[(r + 1) * KV_BLOCK + j] = hsum8(a1);
+            s[(r + 2) * KV_BLOCK + j] = hsum8(a2);
+            s[(r + 3) * KV_BLOCK + j] = hsum8(a3);
+        }
+    for (; r < nr; ++r)
+        for (int64_t j = 0; j < nk; ++j) {
+            const float *k = kt + j * dp;
+            v8f a0 = {0};
+            for (int64_t c = 0; c < dp; c += VEC)
+                a0 += load8(q + r * dp + c) * load8(k + c);
+            s[r * KV_BLOCK + j] = hsum8(a0);
+        }
+}
+
+FA_MULTIVERSION
 static void attn_task(void *argp, int64_t task, float *scratch)
 {
     const attn_ctx *ac = (const attn_ctx *)argp;
     const fa_kv_problem *kp = ac->kp;
     const fa_problem *p = &kp->p;
-    const int64_t d = p->d, Sn = p->seqlen_q;
+    const int64_t d = p->d, dp = padded_dim(d), Sn = p->seqlen_q;
     const int64_t rb = task % ac->row_blocks, split = task / ac->row_blocks % ac->splits;
     const int64_t bh = task / ac->row_blocks / ac->splits, hk = bh % p->heads_kv, b = bh / p->heads_kv;
     const int64_t r0 = rb * ROW_BLOCK, nr = ac->rows - r0 < ROW_BLOCK ? ac->rows - r0 : ROW_BLOCK;
-    float *q = scratch, *acc = q + ROW_BLOCK * d, *s = acc + ROW_BLOCK * d, *kt = s + ROW_BLOCK * KV_BLOCK;
-    float *vt = kt + KV_BLOCK * d, *rowm = vt + KV_BLOCK * d, *rowl = rowm + ROW_BLOCK;
+    float *q = scratch, *acc = q + ROW_BLOCK * dp, *s = acc + ROW_BLOCK * dp, *kt = s + ROW_BLOCK * KV_BLOCK;
+    float *vt = kt + KV_BLOCK * dp, *rowm = vt + KV_BLOCK * dp, *rowl = rowm + ROW_BLOCK;
 
     const int64_t cached = cached_len(kp, b), sk = cached + kp->seqlen_knew;
     const int advance = p->causal || p->window_left >= 0 || p->window_right >= 0;
@@ -128,16 +196,17 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     /* this split's keys: an even share, in whole key blocks */
     const int64_t per = ((sk + ac->splits - 1) / ac->splits + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
     const int64_t k_lo = split * per < sk ? split * per : sk, k_hi = k_lo + per < sk ? k_lo + per : sk;
+    const int64_t es = (int64_t)fa_dtype_size(p->dtype), row_bytes = d * es;
 
     /* the rows: query head hq = hk * group + r / Sn, token i = r % Sn; rotated, rounded, scaled */
-    int64_t lo[ROW_BLOCK], hi[ROW_BLOCK];
+    int64_t lo[ROW_BLOCK], hi[ROW_BLOCK], row_lo = INT64_MAX, row_hi = 0;
     fa_score_mod_state mod[ROW_BLOCK];
     const fa_score_mod_factors f = fa_score_mod_prepare(p->mod, 1.0f);
     const int modded = fa_score_mod_factors_active(f);
     for (int64_t r = 0; r < nr; ++r) {
         const int64_t hq = hk * p->group + (r0 + r) / Sn, i = (r0 + r) % Sn;
-        float *qr = q + r * d;
-        load_vec(p->dtype, p->q.data, b * p->q.sb + i * p->q.ss + hq * p->q.sh, d, qr);
+        float *qr = q + r * dp;
+        widen_row(p->dtype, p->q.data, b * p->q.sb + i * p->q.ss + hq * p->q.sh, d, dp, qr);
         if (kp->rotary) {
             rotate(kp, advance ? cached + i : cached, qr);
             for (int64_t c = 0; c < kp->rotary_dim; ++c)
@@ -146,22 +215,37 @@ static void attn_task(void *argp, int64_t task, float *scratch)
         for (int64_t c = 0; c < d; ++c)
             qr[c] *= p->scale;
         fa_mask_row_range(&m, i, &lo[r], &hi[r]);
+        row_lo = lo[r] < row_lo ? lo[r] : row_lo;
+        row_hi = hi[r] > row_hi ? hi[r] : row_hi;
         if (modded)
             mod[r] = fa_score_mod_begin(f, p->alibi_slopes ? p->alibi_slopes[fa_alibi_slope_index(f, b, hq)] : 0.0f,
                                         sk - Sn);
         rowm[r] = -INFINITY;
         rowl[r] = 0.0f;
     }
-    memset(acc, 0, sizeof(float) * (size_t)(nr * d));
+    memset(acc, 0, sizeof(float) * (size_t)(nr * dp));
 
-    for (int64_t k0 = k_lo; k0 < k_hi; k0 += KV_BLOCK) {
+    /* only the key blocks some row sees: from the block holding row_lo to row_hi */
+    const int64_t first = row_lo > k_lo ? k_lo + (row_lo - k_lo) / KV_BLOCK * KV_BLOCK : k_lo;
+    const int64_t last = row_hi < k_hi ? row_hi : k_hi;
+    for (int64_t k0 = first; k0 < last; k0 += KV_BLOCK) {
         const int64_t nk = k_hi - k0 < KV_BLOCK ? k_hi - k0 : KV_BLOCK;
-        for (int64_t j = 0; j < nk; ++j) {
-            load_vec(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk), d, kt + j * d);
-            load_vec(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk), d, vt + j * d);
+        /* the next block's rows on their way while this one is computed (the rows of one kv
+         * head lie heads_kv rows apart: the hardware prefetchers do not follow them) */
+        for (int64_t j = k0 + KV_BLOCK; j < k0 + 2 * KV_BLOCK && j < last; ++j) {
+            const char *kr = (const char *)kp->k_cache.data + es * cache_offset(kp, &kp->k_cache, b, j, hk);
+            const char *vr = (const char *)kp->v_cache.data + es * cache_offset(kp, &kp->v_cache, b, j, hk);
+            for (int64_t c = 0; c < row_bytes; c += 64) {
+                __builtin_prefetch(kr + c);
+                __builtin_prefetch(vr + c);
+            }
         }
+        for (int64_t j = 0; j < nk; ++j) {
+            widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk), d, dp, kt + j * dp);
+            widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk), d, dp, vt + j * dp);
+        }
+        scores(q, kt, nr, nk, dp, s);
         for (int64_t r = 0; r < nr; ++r) {
-            const float *qr = q + r * d;
             float *sr = s + r * KV_BLOCK, tmax = -INFINITY;
             const int64_t i = (r0 + r) % Sn;
             for (int64_t j = 0; j < nk; ++j) {
@@ -170,33 +254,30 @@ static void attn_task(void *argp, int64_t task, float *scratch)
                     sr[j] = -INFINITY;
                     continue;
                 }
-                const float *kr = kt + j * d;
-                float x = 0.0f;
-                for (int64_t c = 0; c < d; ++c)
-                    x += qr[c] * kr[c];
                 if (modded)
-                    x = fa_score_mod_apply(&mod[r], x, fa_alibi_row(i, sk - Sn, col), NULL);
-                sr[j] = x;
-                if (x > tmax)
-                    tmax = x;
+                    sr[j] = fa_score_mod_apply(&mod[r], sr[j], fa_alibi_row(i, sk - Sn, col), NULL);
+                tmax = sr[j] > tmax ? sr[j] : tmax;
             }
             if (tmax == -INFINITY)
                 continue; /* nothing visible in this block */
             fa_softmax_row st = {rowm[r], rowl[r]};
             const float alpha = fa_softmax_update(&st, tmax);
-            float *ar = acc + r * d;
-            if (alpha != 1.0f)
-                for (int64_t c = 0; c < d; ++c)
-                    ar[c] *= alpha;
+            float *ar = acc + r * dp;
+            if (alpha != 1.0f) {
+                const v8f al = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
+                for (int64_t c = 0; c < dp; c += VEC)
+                    store8(ar + c, load8(ar + c) * al);
+            }
             const float shift = fa_softmax_shift(st.m);
             for (int64_t j = 0; j < nk; ++j) {
                 if (sr[j] == -INFINITY)
                     continue; /* a key the row cannot see adds nothing, whatever V holds */
                 const float e = expf(sr[j] - shift);
                 st.l += e;
-                const float *vr = vt + j * d;
-                for (int64_t c = 0; c < d; ++c)
-                    ar[c] += e * vr[c];
+                const v8f ev = {e, e, e, e, e, e, e, e};
+                const float *vr = vt + j * dp;
+                for (int64_t c = 0; c < dp; c += VEC)
+                    store8(ar + c, load8(ar + c) + ev * load8(vr + c));
             }
             rowm[r] = st.m;
             rowl[r] = st.l;
@@ -207,7 +288,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
         const int64_t hq = hk * p->group + (r0 + r) / Sn, i = (r0 + r) % Sn;
         const fa_softmax_row st = {rowm[r], rowl[r]};
         const float inv = fa_softmax_inv_sum(st), lse = fa_softmax_lse(st);
-        const float *ar = acc + r * d;
+        const float *ar = acc + r * dp;
         if (ac->splits > 1) {
             float *dst = ac->partial + (((b * p->heads_q + hq) * Sn + i) * ac->splits + split) * (d + 1);
             for (int64_t c = 0; c < d; ++c)
