@@ -124,7 +124,7 @@ static fa_status read_rotary(fa_context *ctx, const fa_kvcache_args *a, fa_kv_pr
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "rotary_cos: ndim is %d, expected 2 [seqlen_ro, rotary_dim / 2]",
                         c->ndim);
     int64_t shape[2] = {c->shape[0], c->shape[1]};
-    if (shape[1] < 1 || 2 * shape[1] > kp->p.d)
+    if (shape[1] < 1 || shape[1] > kp->p.d / 2)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "rotary_cos: rotary_dim / 2 = %lld, rotary_dim must be in 2 .. d = %lld",
                         (long long)shape[1], (long long)kp->p.d);
     fa_status st;

@@ -366,8 +366,9 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  *   softcap and ALiBi as in fa_forward; dropout, block masks and the deterministic flag are
  *   FA_ERR_INVALID_ARG here (a forward for inference). GQA / MQA as in fa_forward.
  * - num_splits: the keys of one sequence cut into this many parts computed in parallel and merged
- *   by their log-sum-exp (0: the backend chooses from batch x heads_kv and its processors); the
- *   result does not depend on it beyond rounding.
+ *   by their log-sum-exp (0: the backend chooses from batch x heads_kv and its processors; a
+ *   backend uses at most as many as it has key blocks to give them); the result does not depend
+ *   on it beyond rounding.
  * Every tensor, cache_seqlens, block_table and cache_batch_idx live in the context's memory; the
  * library reads the three int32 arrays on the host to check them (a copy on GPU backends). q,
  * k_cache, v_cache, k_new, v_new and the rotary tables share one dtype; o may be fp32 as in

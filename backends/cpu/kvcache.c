@@ -324,12 +324,13 @@ static void merge_task(void *argp, int64_t task, float *scratch)
         ((float *)p->lse.data)[b * p->lse.sb + hq * p->lse.sh + i * p->lse.ss] = lse;
 }
 
-/* Splits of the keys: the caller's, else enough (sequence, kv head) x split tasks to give every
- * thread two, with at least 256 keys per split. */
+/* Splits of the keys: the caller's (at most one per key block), else enough (sequence, kv head) x
+ * split tasks to give every thread two, with at least 256 keys per split. */
 static int64_t choose_splits(const fa_kv_problem *kp, int threads)
 {
+    const int64_t blocks = (kp->p.seqlen_k + KV_BLOCK - 1) / KV_BLOCK; /* more splits would be empty */
     if (kp->num_splits > 0)
-        return kp->num_splits;
+        return kp->num_splits < blocks ? kp->num_splits : blocks > 1 ? blocks : 1;
     const int64_t units = kp->p.batch * kp->p.heads_kv;
     if (units >= threads || kp->p.seqlen_k <= 256)
         return 1;

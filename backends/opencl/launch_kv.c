@@ -56,12 +56,12 @@ static fa_status enqueue(fa_context *ctx, cl_kernel k, const char *name, int64_t
     return FA_SUCCESS;
 }
 
-/* Splits of each sequence's keys: the caller's, else enough work-items for the device's compute
+/* Splits of each sequence's keys: the caller's (at most one per key), else enough work-items for the device's compute
  * units (64 rows each), at least 256 keys per split, at most 64 splits. */
 static int64_t kv_splits(const ocl_state *s, const fa_kv_problem *kp)
 {
-    if (kp->num_splits > 0)
-        return kp->num_splits;
+    if (kp->num_splits > 0) /* at most one split per key */
+        return kp->num_splits < kp->p.seqlen_k ? kp->num_splits : kp->p.seqlen_k > 1 ? kp->p.seqlen_k : 1;
     cl_uint units = 1;
     clGetDeviceInfo(s->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
     const int64_t rows = kp->p.batch * kp->p.heads_q * kp->p.seqlen_q, want = (64 * (int64_t)units + rows - 1) / rows;

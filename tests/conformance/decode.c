@@ -51,6 +51,8 @@ static const dcase cases[] = {
      30.0f, 0},
     {"paged64-full-nosplit-f32", F32, 2, 1, 2, 2, 40, 64, 128, {-1, 64}, 0, 0, 0, 0, -1, -1, 0, 1, 0, 0},
     {"contig-manysplits-long-bf16", B16, 1, 1, 32, 8, 128, 0, 2100, {2099}, 1, 128, 0, 0, -1, -1, 0, 16, 0, 0},
+    /* more splits asked for than there are keys: each backend uses what it can */
+    {"contig-splits-beyond-keys-f32", F32, 2, 1, 4, 2, 64, 0, 80, {3, 70}, 1, 0, 0, 0, -1, -1, 0, 1 << 20, 0, 0},
 };
 
 /* ------------------------------------------------------------------ dtype helpers */

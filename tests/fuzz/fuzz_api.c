@@ -1,6 +1,7 @@
 /* fuzz_api.c: fuzz target for argument validation through the public API on the CPU backend.
  * The input bytes choose a forward or backward call (and fa_plan / fa_query_support on the same
- * arguments): shapes, strides, dtypes, NULL pointers, head dims, windows (INT64 extremes
+ * arguments), or fa_forward_kvcache (contiguous or paged caches, appended keys, rotary tables,
+ * the int32 arrays in range or not): shapes, strides, dtypes, NULL pointers, head dims, windows (INT64 extremes
  * included), softmax scale (NaN, inf), dropout p, varlen cu_seqlens and max_seqlen, block masks,
  * aliased buffers. Each tensor gets a buffer of exactly the bytes its shape and strides address,
  * so AddressSanitizer sees any access outside it. Properties: every call returns a status of the
@@ -250,6 +251,122 @@ static void check_status(fa_status st, arena *a, const char *call)
     }
 }
 
+/* ------------------------------------------------------------------ fa_forward_kvcache */
+
+/* int32 values for the cache's arrays: mostly in 0 .. limit, sometimes anything */
+static int32_t take_i32(reader *r, int64_t limit)
+{
+    unsigned c = take(r);
+    if (c < 224)
+        return (int32_t)(limit > 0 ? (int64_t)(c % (unsigned)(limit + 1 > 224 ? 224 : limit + 1)) : 0);
+    int64_t v = take_int(r, 100);
+    return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
+}
+
+/* An int32 array of n entries (exactly what validation reads), or 16 bytes when n is not a size
+ * (validation must refuse the call before reading it). NULL when the input says so. */
+static int32_t *take_ints(arena *a, reader *r, int64_t n, int64_t limit)
+{
+    if (take(r) % 16 == 0)
+        return NULL;
+    if (n < 0 || n > BUFFER_CAP / 4) {
+        if (n > BUFFER_CAP / 4)
+            a->too_big = 1;
+        return arena_alloc(a, 16, r);
+    }
+    int32_t *x = arena_alloc(a, (size_t)(n > 0 ? n : 1) * 4, r);
+    for (int64_t i = 0; i < n; ++i)
+        x[i] = take_i32(r, limit);
+    return x;
+}
+
+/* A contiguous or paged cache, appended keys, rotary tables, the int32 arrays and options, each
+ * valid or not as the input says; the same properties as the other calls: a status, and a failed
+ * call changes no byte (caches included). */
+static void fuzz_kvcache(reader *r, arena *a)
+{
+    fa_dtype dt = (fa_dtype)(take(r) % 3);
+    int64_t batch = take_int(r, 3), sn = take_int(r, 4), hkv = sat_add(1, take_int(r, 2));
+    int64_t hq = sat_mul(hkv, sat_add(1, take_int(r, 2))), d = take_head_dim(r);
+    if (take(r) % 8 == 0)
+        hq = take_int(r, 8);
+    const int paged = take(r) % 2;
+    int64_t page = paged ? (take(r) % 4 ? 16 * (int64_t)(1 + take(r) % 2) : take_int(r, 40)) : 0;
+    int64_t per = paged ? take_int(r, 4) : 0, nb = paged ? take_int(r, 8) : sat_add(batch, take(r) % 2);
+    int64_t rows = paged ? page : take_int(r, 70), knew = take(r) % 2 ? take_int(r, 4) : 0;
+    int64_t cap = paged ? sat_mul(per, page) : rows;
+    int64_t qs[4] = {batch, sn, hq, d}, cs[4] = {nb, rows, hkv, d}, ns[4] = {batch, knew, hkv, d}, ls[3] = {batch, hq, sn};
+    int64_t rd2 = take(r) % 2 ? take_int(r, 4) : 0, ro[2] = {sat_add(sat_add(cap, sn), take_int(r, 3)), rd2};
+    fa_kvcache_args k;
+    memset(&k, 0, sizeof k);
+    k.q = make_tensor(dt, 4, qs);
+    k.k_cache = make_tensor(dt, 4, cs);
+    k.v_cache = make_tensor(dt, 4, cs);
+    k.o = make_tensor(take(r) % 4 == 0 ? FA_DTYPE_F32 : dt, 4, qs);
+    k.lse = make_tensor(FA_DTYPE_F32, 3, ls);
+    if (knew > 0 || take(r) % 4 == 0) {
+        k.k_new = make_tensor(dt, 4, ns);
+        k.v_new = make_tensor(dt, 4, ns);
+    }
+    if (rd2 > 0) {
+        k.rotary_cos = make_tensor(dt, 2, ro);
+        k.rotary_sin = make_tensor(dt, 2, ro);
+        k.rotary_interleaved = take(r) % 2;
+    }
+    if (take(r) % 4 == 0)
+        k.lse.data = NULL;
+    fa_tensor *t[9] = {&k.q, &k.k_cache, &k.v_cache, &k.o, &k.lse, &k.k_new, &k.v_new, &k.rotary_cos, &k.rotary_sin};
+    int ncorrupt = (int)(take(r) % 3);
+    for (int c = 0; c < ncorrupt; ++c)
+        corrupt(t[take(r) % 9], r);
+    for (int i = 0; i < 9; ++i)
+        attach(a, t[i], r);
+    if (take(r) % 16 == 0 && k.o.data && k.k_cache.data) { /* o and the cache in one buffer: refused */
+        __int128 e_o = tensor_extent(&k.o), e_c = tensor_extent(&k.k_cache);
+        if (e_o >= 0 && e_c >= 0 && e_o <= BUFFER_CAP && e_c <= BUFFER_CAP) {
+            uint8_t *shared = arena_alloc(a, (size_t)(e_o > e_c ? e_o : e_c), r);
+            k.o.data = shared;
+            k.k_cache.data = shared;
+        }
+    }
+    int64_t nbt = paged ? sat_mul(batch, per) : 0; /* the entries validation reads */
+    if (paged) {
+        k.block_table_stride = per;
+        k.block_table = take_ints(a, r, nbt, nb > 0 ? nb - 1 : 0);
+    } else if (take(r) % 16 == 0) {
+        k.block_table_stride = take_int(r, 4); /* a stride without a table: refused */
+    }
+    if (take(r) % 8)
+        k.cache_seqlens = take_ints(a, r, batch, knew < 0 || cap <= knew ? 0 : cap - knew);
+    if (!paged ? take(r) % 4 == 0 : take(r) % 16 == 0)
+        k.cache_batch_idx = take_ints(a, r, batch, nb > 0 ? nb - 1 : 0);
+    fa_options o = fa_options_default();
+    o.causal = take(r) % 2;
+    if (take(r) % 4 == 0)
+        o.window_left = take_int(r, 20);
+    if (take(r) % 4 == 0)
+        o.window_right = take_int(r, 20);
+    if (take(r) % 8 == 0)
+        o.softcap = take_float(r);
+    if (take(r) % 16 == 0)
+        o.dropout_p = take_dropout(r); /* refused when > 0 */
+    if (take(r) % 16 == 0)
+        o.softmax_scale = take_float(r);
+    k.opts = o;
+    k.num_splits = (int)take_int(r, 5);
+    if (a->too_big)
+        return;
+    if (getenv("FUZZ_API_VERBOSE"))
+        for (int i = 0; i < 9; ++i)
+            fprintf(stderr, "  kv tensor %d data %p dtype %d ndim %d shape %lld %lld %lld %lld stride %lld %lld %lld %lld\n", i,
+                    t[i]->data, (int)t[i]->dtype, t[i]->ndim, (long long)t[i]->shape[0], (long long)t[i]->shape[1],
+                    (long long)t[i]->shape[2], (long long)t[i]->shape[3], (long long)t[i]->stride[0],
+                    (long long)t[i]->stride[1], (long long)t[i]->stride[2], (long long)t[i]->stride[3]);
+    arena_snapshot(a);
+    fa_status st = fa_forward_kvcache(g_ctx, &k);
+    check_status(st, a, "fa_forward_kvcache returns a status");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!g_ctx && fa_context_create(&g_ctx, "cpu", 0) != FA_SUCCESS) {
@@ -263,6 +380,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned mode = take(r);
     int backward = mode & 1, varlen = (mode >> 1) & 1;
     fa_context_set_num_threads(g_ctx, 1 + (int)((mode >> 2) & 1));
+    if (((mode >> 3) & 3) == 0) { /* a quarter of the inputs: attention over a KV cache */
+        fuzz_kvcache(r, &a);
+        arena_free(&a);
+        return 0;
+    }
     fa_dtype dt = (fa_dtype)(take(r) % 3);
     int64_t batch = take_int(r, 3), sq = take_int(r, 70), sk = take_int(r, 70);
     int64_t hkv = sat_add(1, take_int(r, 3)), group = sat_add(1, take_int(r, 3)), d = take_head_dim(r);
