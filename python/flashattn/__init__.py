@@ -163,7 +163,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     rotate q and k (interleaved or halves); causal / window_size aligned bottom-right against the
     cache after appending. Forward only (inference): no autograd. cache_leftpad is not supported
     (ValueError). Returns out, or (out, softmax_lse [batch, heads, seqlen_new]) with
-    return_softmax_lse. The library: fa_forward_kvcache (backends listing it: the CPU backend so far)."""
+    return_softmax_lse. The library: fa_forward_kvcache (NumPy arrays and CPU tensors on the CPU
+    backend; the CUDA backend does not run it yet: FlashAttnError FA_ERR_UNSUPPORTED)."""
     if cache_leftpad is not None:
         raise ValueError("cache_leftpad is not supported")
     out, lse = _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
