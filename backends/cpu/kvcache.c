@@ -115,7 +115,7 @@ static int64_t padded_dim(int64_t d)
 static int64_t attn_scratch_floats(int64_t d)
 {
     const int64_t dp = padded_dim(d);
-    return 2 * ROW_BLOCK * dp + ROW_BLOCK * KV_BLOCK + 2 * KV_BLOCK * dp + 2 * ROW_BLOCK;
+    return 2 * ROW_BLOCK * dp + 2 * ROW_BLOCK * KV_BLOCK + 2 * KV_BLOCK * dp + 2 * ROW_BLOCK;
 }
 
 /* d elements of dtype dt at base + off widened into dst, zero up to dp; the dtype switch outside
@@ -177,6 +177,26 @@ FA_VINLINE void scores(const float *q, const float *kt, int64_t nr, int64_t nk, 
         }
 }
 
+/* acc rows 0..3 (dp floats apart) += sum over the block's keys j of e[row][j] v_j; each 8-channel
+ * slice of the four rows stays in registers through the block */
+FA_VINLINE void pv4(float *acc, const float *e, const float *vt, int64_t nk, int64_t dp)
+{
+    for (int64_t c = 0; c < dp; c += VEC) {
+        v8f a0 = load8(acc + c), a1 = load8(acc + dp + c), a2 = load8(acc + 2 * dp + c), a3 = load8(acc + 3 * dp + c);
+        for (int64_t j = 0; j < nk; ++j) {
+            const v8f v = load8(vt + j * dp + c);
+            a0 += e[j] * v;
+            a1 += e[KV_BLOCK + j] * v;
+            a2 += e[2 * KV_BLOCK + j] * v;
+            a3 += e[3 * KV_BLOCK + j] * v;
+        }
+        store8(acc + c, a0);
+        store8(acc + dp + c, a1);
+        store8(acc + 2 * dp + c, a2);
+        store8(acc + 3 * dp + c, a3);
+    }
+}
+
 FA_MULTIVERSION
 static void attn_task(void *argp, int64_t task, float *scratch)
 {
@@ -188,7 +208,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     const int64_t bh = task / ac->row_blocks / ac->splits, hk = bh % p->heads_kv, b = bh / p->heads_kv;
     const int64_t r0 = rb * ROW_BLOCK, nr = ac->rows - r0 < ROW_BLOCK ? ac->rows - r0 : ROW_BLOCK;
     float *q = scratch, *acc = q + ROW_BLOCK * dp, *s = acc + ROW_BLOCK * dp, *kt = s + ROW_BLOCK * KV_BLOCK;
-    float *vt = kt + KV_BLOCK * dp, *rowm = vt + KV_BLOCK * dp, *rowl = rowm + ROW_BLOCK;
+    float *vt = kt + KV_BLOCK * dp, *ex = vt + KV_BLOCK * dp, *rowm = ex + ROW_BLOCK * KV_BLOCK, *rowl = rowm + ROW_BLOCK;
 
     const int64_t cached = cached_len(kp, b), sk = cached + kp->seqlen_knew;
     const int advance = p->causal || p->window_left >= 0 || p->window_right >= 0;
@@ -230,24 +250,27 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     const int64_t last = row_hi < k_hi ? row_hi : k_hi;
     for (int64_t k0 = first; k0 < last; k0 += KV_BLOCK) {
         const int64_t nk = k_hi - k0 < KV_BLOCK ? k_hi - k0 : KV_BLOCK;
-        /* the next block's rows on their way while this one is computed (the rows of one kv
-         * head lie heads_kv rows apart: the hardware prefetchers do not follow them) */
-        for (int64_t j = k0 + KV_BLOCK; j < k0 + 2 * KV_BLOCK && j < last; ++j) {
-            const char *kr = (const char *)kp->k_cache.data + es * cache_offset(kp, &kp->k_cache, b, j, hk);
-            const char *vr = (const char *)kp->v_cache.data + es * cache_offset(kp, &kp->v_cache, b, j, hk);
-            for (int64_t c = 0; c < row_bytes; c += 64) {
-                __builtin_prefetch(kr + c);
-                __builtin_prefetch(vr + c);
-            }
-        }
         for (int64_t j = 0; j < nk; ++j) {
+            /* the next block's row on its way to L2 while this block is computed (a kv head's rows
+             * lie heads_kv rows apart: the hardware prefetchers do not follow them) */
+            if (k0 + 2 * KV_BLOCK + j < last) {
+                const char *kr = (const char *)kp->k_cache.data + es * cache_offset(kp, &kp->k_cache, b, k0 + 2 * KV_BLOCK + j, hk);
+                const char *vr = (const char *)kp->v_cache.data + es * cache_offset(kp, &kp->v_cache, b, k0 + 2 * KV_BLOCK + j, hk);
+                for (int64_t c = 0; c < row_bytes; c += 64) {
+                    __builtin_prefetch(kr + c, 0, 2);
+                    __builtin_prefetch(vr + c, 0, 2);
+                }
+            }
             widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk), d, dp, kt + j * dp);
             widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk), d, dp, vt + j * dp);
         }
         scores(q, kt, nr, nk, dp, s);
+        /* per row: modifiers, mask, online softmax, the block's weights into ex (0 where masked) */
+        int full[ROW_BLOCK];
         for (int64_t r = 0; r < nr; ++r) {
-            float *sr = s + r * KV_BLOCK, tmax = -INFINITY;
+            float *sr = s + r * KV_BLOCK, *er = ex + r * KV_BLOCK, tmax = -INFINITY;
             const int64_t i = (r0 + r) % Sn;
+            full[r] = lo[r] <= k0 && hi[r] >= k0 + nk;
             for (int64_t j = 0; j < nk; ++j) {
                 const int64_t col = k0 + j;
                 if (col < lo[r] || col >= hi[r]) {
@@ -258,29 +281,47 @@ static void attn_task(void *argp, int64_t task, float *scratch)
                     sr[j] = fa_score_mod_apply(&mod[r], sr[j], fa_alibi_row(i, sk - Sn, col), NULL);
                 tmax = sr[j] > tmax ? sr[j] : tmax;
             }
-            if (tmax == -INFINITY)
-                continue; /* nothing visible in this block */
+            for (int64_t j = nk; j < fa_round_up(nk, VEC); ++j)
+                sr[j] = -INFINITY;
+            if (tmax == -INFINITY) { /* nothing visible in this block */
+                full[r] = 0;
+                memset(er, 0, sizeof(float) * KV_BLOCK);
+                continue;
+            }
             fa_softmax_row st = {rowm[r], rowl[r]};
             const float alpha = fa_softmax_update(&st, tmax);
             float *ar = acc + r * dp;
-            if (alpha != 1.0f) {
-                const v8f al = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
+            if (alpha != 1.0f)
                 for (int64_t c = 0; c < dp; c += VEC)
-                    store8(ar + c, load8(ar + c) * al);
-            }
+                    store8(ar + c, load8(ar + c) * alpha);
+            /* 8 at a time; exactly 0 for masked scores and the padding */
             const float shift = fa_softmax_shift(st.m);
-            for (int64_t j = 0; j < nk; ++j) {
-                if (sr[j] == -INFINITY)
-                    continue; /* a key the row cannot see adds nothing, whatever V holds */
-                const float e = expf(sr[j] - shift);
-                st.l += e;
-                const v8f ev = {e, e, e, e, e, e, e, e};
-                const float *vr = vt + j * dp;
-                for (int64_t c = 0; c < dp; c += VEC)
-                    store8(ar + c, load8(ar + c) + ev * load8(vr + c));
+            v8f sum = {0};
+            for (int64_t j = 0; j < nk; j += VEC) {
+                const v8f e = fa_exp8(load8(sr + j) - shift);
+                store8(er + j, e);
+                sum += e;
             }
+            st.l += hsum8(sum);
             rowm[r] = st.m;
             rowl[r] = st.l;
+        }
+        /* P V: rows whose keys in this block are all visible four at a time, accumulators in
+         * registers over each 8-channel slice; the others key by key, skipping the keys they
+         * cannot see (whatever V holds there) */
+        int64_t r = 0;
+        for (; r + 4 <= nr && full[r] && full[r + 1] && full[r + 2] && full[r + 3]; r += 4)
+            pv4(acc + r * dp, ex + r * KV_BLOCK, vt, nk, dp);
+        for (; r < nr; ++r) {
+            const float *sr = s + r * KV_BLOCK, *er = ex + r * KV_BLOCK;
+            float *ar = acc + r * dp;
+            for (int64_t j = 0; j < nk; ++j) {
+                if (sr[j] == -INFINITY)
+                    continue;
+                const float *vr = vt + j * dp;
+                for (int64_t c = 0; c < dp; c += VEC)
+                    store8(ar + c, load8(ar + c) + er[j] * load8(vr + c));
+            }
         }
     }
 
