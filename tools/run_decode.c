@@ -4,6 +4,7 @@
  * GPU backends a device-to-device fa_memcpy of the cache's size (bytes read + written per second),
  * on the CPU one memcpy per worker thread over the same bytes (the rate with all the threads the
  * call uses). */
+#include "../bench/provenance.h"
 #include "cli.h"
 #include "tensors.h"
 
@@ -226,6 +227,9 @@ int run_decode(int argc, char **argv)
     const double t = times[repeat / 2], tc = ctimes[repeat / 2];
     const double kv_bytes = 2.0 * (double)batch * (double)kv * (double)hk * (double)d * (double)es;
     const double rate = kv_bytes / t, copy = 2.0 * (double)bytes_c / tc;
+    char devname[256] = "";
+    fa_device_name(bname, device, devname, sizeof devname);
+    fa_bench_provenance(stdout, devname, argc, argv);
     printf("decode on %s (%d thread%s): batch %lld, kv %lld, new %lld, heads %lld/%lld, d %lld, %s, %s cache%s\n",
            bname, workers, workers == 1 ? "" : "s", (long long)batch, (long long)kv, (long long)sn, (long long)hq,
            (long long)hk, (long long)d, fa_dtype_name(dt), page ? "paged" : "contiguous", causal ? ", causal" : "");
