@@ -99,10 +99,14 @@ static void append_task(void *argp, int64_t task, float *scratch)
 
 /* ------------------------------------------------------------------ phase 2: attention */
 
+/* A task: one sequence, one split of its keys, and a block of rows. The rows of all query heads
+ * are ordered (kv head, query head of its group, new token); a task takes the rows of `hb` whole
+ * kv heads when a group's rows fit ROW_BLOCK (so one task reads each token's rows of all those
+ * heads, which a [token, kv head, d] cache holds side by side), else ROW_BLOCK rows of one head. */
 typedef struct attn_ctx {
     const fa_kv_problem *kp;
-    int64_t splits, row_blocks, rows; /* rows = group x seqlen_new */
-    float *partial;                   /* splits > 1: [batch][heads_q][seqlen_new][splits][d + 1] */
+    int64_t splits, hb, head_blocks, row_blocks; /* row_blocks: per kv head when hb is 1 */
+    float *partial;                              /* splits > 1: [batch][heads_q][seqlen_new][splits][d + 1] */
 } attn_ctx;
 
 /* Channels padded to whole vectors: the rows in scratch are dp floats, zero past d. */
@@ -111,11 +115,11 @@ static int64_t padded_dim(int64_t d)
     return fa_round_up(d, VEC);
 }
 
-/* Floats of one worker's scratch. */
-static int64_t attn_scratch_floats(int64_t d)
+/* Floats of one worker's scratch for tasks of hb kv heads. */
+static int64_t attn_scratch_floats(int64_t d, int64_t hb)
 {
     const int64_t dp = padded_dim(d);
-    return 2 * ROW_BLOCK * dp + 2 * ROW_BLOCK * KV_BLOCK + 2 * KV_BLOCK * dp + 2 * ROW_BLOCK;
+    return 2 * ROW_BLOCK * dp + 2 * ROW_BLOCK * KV_BLOCK + 2 * hb * KV_BLOCK * dp + 2 * ROW_BLOCK;
 }
 
 /* d elements of dtype dt at base + off widened into dst, zero up to dp; the dtype switch outside
@@ -204,11 +208,17 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     const fa_kv_problem *kp = ac->kp;
     const fa_problem *p = &kp->p;
     const int64_t d = p->d, dp = padded_dim(d), Sn = p->seqlen_q;
+    const int64_t gr = p->group * Sn; /* rows of one kv head */
     const int64_t rb = task % ac->row_blocks, split = task / ac->row_blocks % ac->splits;
-    const int64_t bh = task / ac->row_blocks / ac->splits, hk = bh % p->heads_kv, b = bh / p->heads_kv;
-    const int64_t r0 = rb * ROW_BLOCK, nr = ac->rows - r0 < ROW_BLOCK ? ac->rows - r0 : ROW_BLOCK;
+    const int64_t rest = task / ac->row_blocks / ac->splits, hblk = rest % ac->head_blocks, b = rest / ac->head_blocks;
+    const int64_t hk0 = hblk * ac->hb, nh = p->heads_kv - hk0 < ac->hb ? p->heads_kv - hk0 : ac->hb;
+    /* the task's rows: global rows base .. base + nr (global row R: kv head R / gr, query head
+     * R / Sn, token R % Sn) */
+    const int64_t base = hk0 * gr + rb * ROW_BLOCK;
+    const int64_t nr = ac->hb > 1 ? nh * gr : (gr - rb * ROW_BLOCK < ROW_BLOCK ? gr - rb * ROW_BLOCK : ROW_BLOCK);
     float *q = scratch, *acc = q + ROW_BLOCK * dp, *s = acc + ROW_BLOCK * dp, *kt = s + ROW_BLOCK * KV_BLOCK;
-    float *vt = kt + KV_BLOCK * dp, *ex = vt + KV_BLOCK * dp, *rowm = ex + ROW_BLOCK * KV_BLOCK, *rowl = rowm + ROW_BLOCK;
+    float *vt = kt + ac->hb * KV_BLOCK * dp, *ex = vt + ac->hb * KV_BLOCK * dp, *rowm = ex + ROW_BLOCK * KV_BLOCK;
+    float *rowl = rowm + ROW_BLOCK;
 
     const int64_t cached = cached_len(kp, b), sk = cached + kp->seqlen_knew;
     const int advance = p->causal || p->window_left >= 0 || p->window_right >= 0;
@@ -218,13 +228,13 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     const int64_t k_lo = split * per < sk ? split * per : sk, k_hi = k_lo + per < sk ? k_lo + per : sk;
     const int64_t es = (int64_t)fa_dtype_size(p->dtype), row_bytes = d * es;
 
-    /* the rows: query head hq = hk * group + r / Sn, token i = r % Sn; rotated, rounded, scaled */
+    /* the rows rotated, rounded, scaled */
     int64_t lo[ROW_BLOCK], hi[ROW_BLOCK], row_lo = INT64_MAX, row_hi = 0;
     fa_score_mod_state mod[ROW_BLOCK];
     const fa_score_mod_factors f = fa_score_mod_prepare(p->mod, 1.0f);
     const int modded = fa_score_mod_factors_active(f);
     for (int64_t r = 0; r < nr; ++r) {
-        const int64_t hq = hk * p->group + (r0 + r) / Sn, i = (r0 + r) % Sn;
+        const int64_t hq = (base + r) / Sn, i = (base + r) % Sn;
         float *qr = q + r * dp;
         widen_row(p->dtype, p->q.data, b * p->q.sb + i * p->q.ss + hq * p->q.sh, d, dp, qr);
         if (kp->rotary) {
@@ -250,26 +260,37 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     const int64_t last = row_hi < k_hi ? row_hi : k_hi;
     for (int64_t k0 = first; k0 < last; k0 += KV_BLOCK) {
         const int64_t nk = k_hi - k0 < KV_BLOCK ? k_hi - k0 : KV_BLOCK;
-        for (int64_t j = 0; j < nk; ++j) {
-            /* the next block's row on its way to L2 while this block is computed (a kv head's rows
-             * lie heads_kv rows apart: the hardware prefetchers do not follow them) */
-            if (k0 + 2 * KV_BLOCK + j < last) {
-                const char *kr = (const char *)kp->k_cache.data + es * cache_offset(kp, &kp->k_cache, b, k0 + 2 * KV_BLOCK + j, hk);
-                const char *vr = (const char *)kp->v_cache.data + es * cache_offset(kp, &kp->v_cache, b, k0 + 2 * KV_BLOCK + j, hk);
-                for (int64_t c = 0; c < row_bytes; c += 64) {
-                    __builtin_prefetch(kr + c, 0, 2);
-                    __builtin_prefetch(vr + c, 0, 2);
+        for (int64_t j = 0; j < nk; ++j)
+            for (int64_t h = 0; h < nh; ++h) {
+                /* the row two blocks ahead on its way to L2 (one kv head's rows lie heads_kv
+                 * rows apart; when the task has all heads, a token's rows are one stream) */
+                if (k0 + 2 * KV_BLOCK + j < last) {
+                    const char *kr = (const char *)kp->k_cache.data +
+                                     es * cache_offset(kp, &kp->k_cache, b, k0 + 2 * KV_BLOCK + j, hk0 + h);
+                    const char *vr = (const char *)kp->v_cache.data +
+                                     es * cache_offset(kp, &kp->v_cache, b, k0 + 2 * KV_BLOCK + j, hk0 + h);
+                    for (int64_t c = 0; c < row_bytes; c += 64) {
+                        __builtin_prefetch(kr + c, 0, 2);
+                        __builtin_prefetch(vr + c, 0, 2);
+                    }
                 }
+                widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk0 + h), d, dp,
+                          kt + (h * KV_BLOCK + j) * dp);
+                widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk0 + h), d, dp,
+                          vt + (h * KV_BLOCK + j) * dp);
             }
-            widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk), d, dp, kt + j * dp);
-            widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk), d, dp, vt + j * dp);
+        /* each kv head's rows against its keys */
+        for (int64_t rs = 0; rs < nr;) {
+            const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
+            const int64_t re = seg_end < nr ? seg_end : nr;
+            scores(q + rs * dp, kt + h * KV_BLOCK * dp, re - rs, nk, dp, s + rs * KV_BLOCK);
+            rs = re;
         }
-        scores(q, kt, nr, nk, dp, s);
         /* per row: modifiers, mask, online softmax, the block's weights into ex (0 where masked) */
         int full[ROW_BLOCK];
         for (int64_t r = 0; r < nr; ++r) {
             float *sr = s + r * KV_BLOCK, *er = ex + r * KV_BLOCK, tmax = -INFINITY;
-            const int64_t i = (r0 + r) % Sn;
+            const int64_t i = (base + r) % Sn;
             full[r] = lo[r] <= k0 && hi[r] >= k0 + nk;
             for (int64_t j = 0; j < nk; ++j) {
                 const int64_t col = k0 + j;
@@ -309,24 +330,30 @@ static void attn_task(void *argp, int64_t task, float *scratch)
         /* P V: rows whose keys in this block are all visible four at a time, accumulators in
          * registers over each 8-channel slice; the others key by key, skipping the keys they
          * cannot see (whatever V holds there) */
-        int64_t r = 0;
-        for (; r + 4 <= nr && full[r] && full[r + 1] && full[r + 2] && full[r + 3]; r += 4)
-            pv4(acc + r * dp, ex + r * KV_BLOCK, vt, nk, dp);
-        for (; r < nr; ++r) {
-            const float *sr = s + r * KV_BLOCK, *er = ex + r * KV_BLOCK;
-            float *ar = acc + r * dp;
-            for (int64_t j = 0; j < nk; ++j) {
-                if (sr[j] == -INFINITY)
-                    continue;
-                const float *vr = vt + j * dp;
-                for (int64_t c = 0; c < dp; c += VEC)
-                    store8(ar + c, load8(ar + c) + er[j] * load8(vr + c));
+        for (int64_t rs = 0; rs < nr;) {
+            const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
+            const int64_t re = seg_end < nr ? seg_end : nr;
+            const float *vh = vt + h * KV_BLOCK * dp;
+            int64_t r = rs;
+            for (; r + 4 <= re && full[r] && full[r + 1] && full[r + 2] && full[r + 3]; r += 4)
+                pv4(acc + r * dp, ex + r * KV_BLOCK, vh, nk, dp);
+            for (; r < re; ++r) {
+                const float *sr = s + r * KV_BLOCK, *er = ex + r * KV_BLOCK;
+                float *ar = acc + r * dp;
+                for (int64_t j = 0; j < nk; ++j) {
+                    if (sr[j] == -INFINITY)
+                        continue;
+                    const float *vr = vh + j * dp;
+                    for (int64_t c = 0; c < dp; c += VEC)
+                        store8(ar + c, load8(ar + c) + er[j] * load8(vr + c));
+                }
             }
+            rs = re;
         }
     }
 
     for (int64_t r = 0; r < nr; ++r) {
-        const int64_t hq = hk * p->group + (r0 + r) / Sn, i = (r0 + r) % Sn;
+        const int64_t hq = (base + r) / Sn, i = (base + r) % Sn;
         const fa_softmax_row st = {rowm[r], rowl[r]};
         const float inv = fa_softmax_inv_sum(st), lse = fa_softmax_lse(st);
         const float *ar = acc + r * dp;
@@ -365,14 +392,13 @@ static void merge_task(void *argp, int64_t task, float *scratch)
         ((float *)p->lse.data)[b * p->lse.sb + hq * p->lse.sh + i * p->lse.ss] = lse;
 }
 
-/* Splits of the keys: the caller's (at most one per key block), else enough (sequence, kv head) x
- * split tasks to give every thread two, with at least 256 keys per split. */
-static int64_t choose_splits(const fa_kv_problem *kp, int threads)
+/* Splits of the keys: the caller's (at most one per key block), else enough tasks (units of
+ * sequence and rows, times splits) to give every thread two, with at least 256 keys per split. */
+static int64_t choose_splits(const fa_kv_problem *kp, int threads, int64_t units)
 {
     const int64_t blocks = (kp->p.seqlen_k + KV_BLOCK - 1) / KV_BLOCK; /* more splits would be empty */
     if (kp->num_splits > 0)
         return kp->num_splits < blocks ? kp->num_splits : blocks > 1 ? blocks : 1;
-    const int64_t units = kp->p.batch * kp->p.heads_kv;
     if (units >= threads || kp->p.seqlen_k <= 256)
         return 1;
     int64_t want = (2 * (int64_t)threads + units - 1) / units, most = (kp->p.seqlen_k + 255) / 256;
@@ -386,10 +412,17 @@ fa_status fa_cpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     if (p->batch == 0)
         return FA_SUCCESS;
     /* everything is allocated before the cache is written: a failure leaves every output as it was */
-    attn_ctx ac = {kp, choose_splits(kp, threads), 0, p->group * p->seqlen_q, NULL};
-    ac.row_blocks = (ac.rows + ROW_BLOCK - 1) / ROW_BLOCK;
-    int64_t per_worker = attn_scratch_floats(p->d), scratch_floats, tasks, pf = 0;
-    if (!fa_mul_ok(per_worker, threads, &scratch_floats) || !fa_mul_ok(p->batch * p->heads_kv, ac.splits, &tasks) ||
+    const int64_t gr = p->group * p->seqlen_q; /* rows of one kv head */
+    attn_ctx ac = {kp, 1, 1, p->heads_kv, 1, NULL};
+    if (gr > 0 && gr <= ROW_BLOCK) {
+        ac.hb = ROW_BLOCK / gr < p->heads_kv ? ROW_BLOCK / gr : p->heads_kv;
+        ac.head_blocks = (p->heads_kv + ac.hb - 1) / ac.hb;
+    } else {
+        ac.row_blocks = (gr + ROW_BLOCK - 1) / ROW_BLOCK;
+    }
+    ac.splits = choose_splits(kp, threads, p->batch * ac.head_blocks * ac.row_blocks);
+    int64_t per_worker = attn_scratch_floats(p->d, ac.hb), scratch_floats, tasks, pf = 0;
+    if (!fa_mul_ok(per_worker, threads, &scratch_floats) || !fa_mul_ok(p->batch * ac.head_blocks, ac.splits, &tasks) ||
         !fa_mul_ok(tasks, ac.row_blocks, &tasks))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the task count overflows 64 bits");
     if (ac.splits > 1 && p->seqlen_q > 0 &&
