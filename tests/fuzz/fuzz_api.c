@@ -257,8 +257,8 @@ static void check_status(fa_status st, arena *a, const char *call)
 static int32_t take_i32(reader *r, int64_t limit)
 {
     unsigned c = take(r);
-    if (c < 224)
-        return (int32_t)(limit > 0 ? (int64_t)(c % (unsigned)(limit + 1 > 224 ? 224 : limit + 1)) : 0);
+    if (c < 224) /* limit may be any int64 (INT64_MAX included): no limit + 1 before the clamp */
+        return (int32_t)(limit > 0 ? (int64_t)(c % (unsigned)(limit >= 223 ? 224 : limit + 1)) : 0);
     int64_t v = take_int(r, 100);
     return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
 }
