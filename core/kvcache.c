@@ -50,21 +50,9 @@ static fa_status read_q(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem
     if (p->batch > INT32_MAX || p->seqlen_q > FA_KV_MAX_TOKENS)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: batch %lld and seqlen_new %lld must each be at most 2^31 - 1",
                         (long long)p->batch, (long long)p->seqlen_q);
-    if (p->heads_q < 1 || p->heads_kv < 1)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "heads_q = %lld and heads_kv = %lld must be >= 1",
-                        (long long)p->heads_q, (long long)p->heads_kv);
-    if (p->heads_q > INT32_MAX)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "heads_q = %lld: at most 2^31 - 1 heads are supported",
-                        (long long)p->heads_q);
-    if (p->heads_q % p->heads_kv != 0)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "GQA: heads_q = %lld is not a multiple of heads_kv = %lld",
-                        (long long)p->heads_q, (long long)p->heads_kv);
-    p->group = p->heads_q / p->heads_kv;
-    if (p->d < 1)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "head dim d = %lld must be >= 1", (long long)p->d);
-    if (p->d > FA_MAX_HEAD_DIM)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "head dim d = %lld: at most %d is supported", (long long)p->d,
-                        FA_MAX_HEAD_DIM);
+    fa_status st = fa_check_heads(ctx, p);
+    if (st != FA_SUCCESS)
+        return st;
     return FA_SUCCESS;
 }
 

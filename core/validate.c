@@ -241,6 +241,28 @@ static fa_status load_cu_seqlens(fa_context *ctx, const char *name, const int32_
     return FA_SUCCESS;
 }
 
+/* heads_q, heads_kv and d as every call takes them (GQA ratio, the heads' and d's limits); sets
+ * group. */
+fa_status fa_check_heads(fa_context *ctx, fa_problem *p)
+{
+    if (p->heads_q < 1 || p->heads_kv < 1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "heads_q = %lld and heads_kv = %lld must be >= 1",
+                        (long long)p->heads_q, (long long)p->heads_kv);
+    if (p->heads_q > FA_MAX_HEADS)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "heads_q = %lld: at most 2^31 - 1 heads are supported",
+                        (long long)p->heads_q);
+    if (p->heads_q % p->heads_kv != 0)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "GQA: heads_q = %lld is not a multiple of heads_kv = %lld",
+                        (long long)p->heads_q, (long long)p->heads_kv);
+    p->group = p->heads_q / p->heads_kv;
+    if (p->d < 1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "head dim d = %lld must be >= 1", (long long)p->d);
+    if (p->d > FA_MAX_HEAD_DIM)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "head dim d = %lld: at most %d is supported", (long long)p->d,
+                        FA_MAX_HEAD_DIM);
+    return FA_SUCCESS;
+}
+
 /* Sizes from Q and K; sets batch, seqlens, heads, d. */
 static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor *k, const fa_varlen *vl,
                             fa_problem *p)
@@ -287,21 +309,9 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
     p->d = q->shape[nd - 1];
     if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "negative batch or sequence length");
-    if (p->heads_q < 1 || p->heads_kv < 1)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "heads_q = %lld and heads_kv = %lld must be >= 1",
-                        (long long)p->heads_q, (long long)p->heads_kv);
-    if (p->heads_q > FA_MAX_HEADS)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "heads_q = %lld: at most 2^31 - 1 heads are supported",
-                        (long long)p->heads_q);
-    if (p->heads_q % p->heads_kv != 0)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "GQA: heads_q = %lld is not a multiple of heads_kv = %lld",
-                        (long long)p->heads_q, (long long)p->heads_kv);
-    p->group = p->heads_q / p->heads_kv;
-    if (p->d < 1)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "head dim d = %lld must be >= 1", (long long)p->d);
-    if (p->d > FA_MAX_HEAD_DIM)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "head dim d = %lld: at most %d is supported", (long long)p->d,
-                        FA_MAX_HEAD_DIM);
+    fa_status st = fa_check_heads(ctx, p);
+    if (st != FA_SUCCESS)
+        return st;
     if (!dtype_valid(q->dtype))
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: unknown dtype value %d", (int)q->dtype);
     p->dtype = q->dtype;

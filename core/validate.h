@@ -17,6 +17,9 @@ typedef struct fa_span {
 fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int ndim, const int64_t *shape,
                           fa_dtype dtype, int output, fa_span *sp);
 int fa_spans_overlap(fa_span a, fa_span b);
+/* heads_q, heads_kv and d: at least 1, heads_q a multiple of heads_kv and at most 2^31 - 1, d at
+ * most FA_MAX_HEAD_DIM; sets p->group. */
+fa_status fa_check_heads(fa_context *ctx, fa_problem *p);
 /* The options into p (scale, masks, dropout, softcap, block mask; p's sizes must be set). */
 fa_status fa_check_options(fa_context *ctx, const fa_options *o, fa_problem *p);
 /* ALiBi's slopes: their span must not meet an output's. */
