@@ -164,10 +164,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache after appending. Forward only (inference): no autograd. cache_leftpad is not supported
     (ValueError). Returns out, or (out, softmax_lse [batch, heads, seqlen_new]) with
     return_softmax_lse. The library: fa_forward_kvcache (NumPy arrays and CPU tensors on the CPU
-    backend; the CUDA backend does not run it yet: FlashAttnError FA_ERR_UNSUPPORTED)."""
+    backend; the CUDA backend does not run it yet: FlashAttnError FA_ERR_UNSUPPORTED). On torch
+    tensors it is the custom operator flashattn::fwd_kvcache, which torch.compile traces."""
     if cache_leftpad is not None:
         raise ValueError("cache_leftpad is not supported")
-    out, lse = _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+    # torch tensors through the custom operator (torch.compile traces it; the caches are declared mutated)
+    forward = _torch.kvcache if _torch is not None and _core._is_torch(q) else _core.kvcache_forward
+    out, lse = forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                      cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                                      block_table=block_table, softmax_scale=softmax_scale, causal=causal,
                                      window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,

@@ -1,7 +1,8 @@
 """_torch.py: attention on torch tensors as torch.library custom operators (flashattn::fwd and
-flashattn::bwd, with fake implementations for tracing and autograd registered between them), so
-torch.compile traces through every function of the package (dense, varlen, block-sparse) without
-graph breaks. Loaded by the package when torch is importable."""
+flashattn::bwd, with fake implementations for tracing and autograd registered between them, and
+flashattn::fwd_kvcache, which writes the new keys and values into the caches it is given), so
+torch.compile traces through every function of the package (dense, varlen, block-sparse, KV cache)
+without graph breaks. Loaded by the package when torch is importable."""
 from typing import Optional, Tuple
 
 import torch
@@ -95,3 +96,43 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
                float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
                int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0, int(offset),
                _core.check_softcap(softcap), alibi_slopes)
+
+
+@torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
+                rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
+                cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
+                window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
+                alibi_slopes: Optional[Tensor], num_splits: int) -> Tuple[Tensor, Tensor]:
+    """out, lse of q over the caches; k / v (when given) written into k_cache / v_cache in place at
+    cache_seqlens first, which is why both caches are declared mutated even when k is None."""
+    return _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                 cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+                                 block_table=block_table,
+                                 softmax_scale=softmax_scale if softmax_scale > 0.0 else None, causal=causal,
+                                 window_size=(window_left, window_right), softcap=softcap,
+                                 rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
+                                 num_splits=num_splits)
+
+
+@fwd_kvcache.register_fake
+def _(q, k_cache, v_cache, *options):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+            cache_batch_idx=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+            softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0):
+    """out, lse through the custom operator (the arguments of _core.kvcache_forward); an int
+    cache_seqlens becomes one int32 entry per sequence, int arrays become int32 tensors on q's device."""
+    if softmax_scale is not None:  # the operator takes 0 for None: check a given one here
+        _core.check_scale(softmax_scale)
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    if alibi_slopes is not None and not isinstance(alibi_slopes, Tensor):
+        alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
+    return fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _as_tensor(cache_seqlens, q, torch.int32),
+                       _as_tensor(cache_batch_idx, q, torch.int32), _as_tensor(block_table, q, torch.int32),
+                       float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
+                       int(window_size[1]), _core.check_softcap(softcap), bool(rotary_interleaved), alibi_slopes,
+                       int(num_splits))

@@ -314,3 +314,65 @@ def test_default_stream_order():
     out2.backward(do2)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     torch.testing.assert_close(q2.grad, expected_dq, rtol=0, atol=0)
+
+
+def kvcache_inputs(seed, paged):
+    """q, caches (contiguous or paged in shuffled pages), new keys / values, rotary tables, lengths
+    and block table: float32 CPU tensors (flash_attn_with_kvcache runs on the CPU backend)"""
+    g = torch.Generator().manual_seed(seed)
+    b, sn, h, hk, d, cap, page = 3, 1, 4, 2, 64, 64, 16
+    q = torch.randn(b, sn, h, d, generator=g)
+    kn, vn = torch.randn(b, 1, hk, d, generator=g), torch.randn(b, 1, hk, d, generator=g)
+    rows = (b * cap // page + 2, page) if paged else (b, cap)
+    kc, vc = torch.randn(*rows, hk, d, generator=g), torch.randn(*rows, hk, d, generator=g)
+    table = (torch.randperm(rows[0], generator=g)[: b * cap // page].reshape(b, cap // page).to(torch.int32)
+             if paged else None)
+    theta = torch.arange(cap + sn)[:, None] * 10000.0 ** (-2.0 * torch.arange(16)[None, :] / 32)
+    lens = torch.tensor([0, 9, cap - 4], dtype=torch.int32)
+    return q, kc, vc, kn, vn, theta.cos(), theta.sin(), lens, table
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_kvcache_tensors_as_numpy(paged):
+    """torch CPU tensors through the custom operator give the NumPy path's outputs and caches, bit
+    for bit (test_kvcache.py holds the NumPy path to float64); the caches are written in place"""
+    q, kc, vc, kn, vn, cos, sin, lens, table = kvcache_inputs(4, paged)
+    n = [x.numpy().copy() if x is not None else None for x in (q, kc, vc, kn, vn, cos, sin, lens, table)]
+    kc_before = kc.clone()
+    out, lse = fa.flash_attn_with_kvcache(q, kc, vc, k=kn, v=vn, rotary_cos=cos, rotary_sin=sin, cache_seqlens=lens,
+                                         block_table=table, causal=True, return_softmax_lse=True)
+    n_out, n_lse = fa.flash_attn_with_kvcache(n[0], n[1], n[2], k=n[3], v=n[4], rotary_cos=n[5], rotary_sin=n[6],
+                                             cache_seqlens=n[7], block_table=n[8], causal=True,
+                                             return_softmax_lse=True)
+    assert not torch.equal(kc, kc_before)
+    for got, want in ((out, n_out), (lse, n_lse), (kc, n[1]), (vc, n[2])):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_kvcache_compile_fullgraph():
+    """three decode steps (append one token, attend) under torch.compile(fullgraph=True): traced
+    through flashattn::fwd_kvcache without a graph break, the caches mutated as in eager, the same
+    outputs; an int cache_seqlens as well as a tensor"""
+    q, kc, vc, kn, vn, cos, sin, lens, table = kvcache_inputs(5, True)
+
+    def steps(q, kc, vc, kn, vn, lens):
+        outs = []
+        for i in range(3):
+            outs.append(fa.flash_attn_with_kvcache(q, kc, vc, k=kn + i, v=vn - i, rotary_cos=cos, rotary_sin=sin,
+                                                   cache_seqlens=lens + i, block_table=table, causal=True))
+        outs.append(fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=3, block_table=table))
+        return torch.stack(outs)
+
+    eager_kc, eager_vc = kc.clone(), vc.clone()
+    eager = steps(q, eager_kc, eager_vc, kn, vn, lens)
+    compiled = torch.compile(steps, fullgraph=True, backend="aot_eager")
+    got = compiled(q, kc, vc, kn, vn, lens)
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
+    torch.testing.assert_close(kc, eager_kc, rtol=0, atol=0)
+    torch.testing.assert_close(vc, eager_vc, rtol=0, atol=0)
+    assert not torch.equal(kc, kvcache_inputs(5, True)[1])
+    # functionalization relies on the schema naming the caches as written (aot_eager alone would
+    # not notice an undeclared mutation: the operator runs eagerly inside the graph)
+    written = [a.name for a in torch.ops.flashattn.fwd_kvcache.default._schema.arguments
+               if a.alias_info is not None and a.alias_info.is_write]
+    assert written == ["k_cache", "v_cache"]
