@@ -7,10 +7,13 @@
  *      online softmax over key blocks of KV_BLOCK;
  *   3. merge (more than one split): each query row's partial outputs, merged by their
  *      log-sum-exp in split order (fa_softmax_merge), rounded once into o.
+ * With few rows per kv head (decode: DIRECT_ROWS or fewer) the attention reads each key and value
+ * row in place (kv_rows.h) instead of widening it to fp32 scratch first.
  * All arithmetic is fp32; a row that sees no key gives O = 0 and LSE = -inf. */
 #include "cpu.h"
 #include "empty_row.h"
 #include "half.h"
+#include "kv_rows.h"
 #include "pool.h"
 #include "rotary.h"
 #include "score_mod.h"
@@ -23,6 +26,8 @@
 
 #define KV_BLOCK 64  /* keys widened and scored together */
 #define ROW_BLOCK 64 /* query rows (heads of a group x new tokens) per task */
+#define DIRECT_ROWS 8 /* at most this many rows per kv head: the kernels read the cache rows in place */
+#define DIRECT_CHUNK 8 /* keys of every head at a time, in place */
 
 /* Element offset of token t, kv head h of sequence b in a cache view. */
 static inline int64_t cache_offset(const fa_kv_problem *kp, const fa_view *v, int64_t b, int64_t t, int64_t h)
@@ -106,8 +111,81 @@ static void append_task(void *argp, int64_t task, float *scratch)
 typedef struct attn_ctx {
     const fa_kv_problem *kp;
     int64_t splits, hb, head_blocks, row_blocks; /* row_blocks: per kv head when hb is 1 */
+    int direct;                                  /* cache rows read in place (kv_rows.h) */
     float *partial;                              /* splits > 1: [batch][heads_q][seqlen_new][splits][d + 1] */
 } attn_ctx;
+
+/* row[j] = the cache row of token k0 + j, kv head h, for j < nk; up to a whole vector of keys the
+ * first row again (valid memory, its scores overwritten by the mask) */
+static inline void gather_rows(const fa_kv_problem *kp, const fa_view *v, int64_t b, int64_t k0, int64_t nk, int64_t h,
+                               const void **row)
+{
+    const int64_t es = (int64_t)fa_dtype_size(kp->p.dtype);
+    for (int64_t j = 0; j < nk; ++j)
+        row[j] = (const char *)v->data + es * cache_offset(kp, v, b, k0 + j, h);
+    for (int64_t j = nk; j < fa_round_up(nk, VEC); ++j)
+        row[j] = row[0];
+}
+
+/* The key and value rows of kv head h for tokens t0 .. t1 on their way to L2. */
+static inline void prefetch_rows(const fa_kv_problem *kp, int64_t b, int64_t t0, int64_t t1, int64_t h)
+{
+    const int64_t es = (int64_t)fa_dtype_size(kp->p.dtype), row_bytes = kp->p.d * es;
+    for (int64_t t = t0; t < t1; ++t) {
+        const char *kr = (const char *)kp->k_cache.data + es * cache_offset(kp, &kp->k_cache, b, t, h);
+        const char *vr = (const char *)kp->v_cache.data + es * cache_offset(kp, &kp->v_cache, b, t, h);
+        for (int64_t c = 0; c < row_bytes; c += 64) {
+            __builtin_prefetch(kr + c, 0, 2);
+            __builtin_prefetch(vr + c, 0, 2);
+        }
+    }
+}
+
+/* Scores of nr rows (four at a time, then one) against the keys in krow, of dtype dt. */
+FA_VINLINE void direct_scores_of(fa_dtype dt, const float *q, int64_t dp, const void *const *krow, int64_t nr,
+                                 int64_t nk, int64_t d, float *s)
+{
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4)
+        kv_scores4(dt, q + r * dp, dp, krow, nk, d, s + r * KV_BLOCK, KV_BLOCK);
+    for (; r < nr; ++r)
+        kv_scores1(dt, q + r * dp, krow, nk, d, s + r * KV_BLOCK);
+}
+
+/* P V of nr rows against the values in vrow: rows that see every key of the block four at a time,
+ * the others one by one, skipping the keys they cannot see. */
+FA_VINLINE void direct_pv_of(fa_dtype dt, float *acc, int64_t dp, const float *s, const float *e, const int *full,
+                             const void *const *vrow, int64_t nr, int64_t nk, int64_t d)
+{
+    int64_t r = 0;
+    for (; r + 4 <= nr && full[r] && full[r + 1] && full[r + 2] && full[r + 3]; r += 4)
+        kv_pv4(dt, acc + r * dp, dp, e + r * KV_BLOCK, KV_BLOCK, vrow, nk, d);
+    for (; r < nr; ++r)
+        kv_pv1(dt, acc + r * dp, s + r * KV_BLOCK, e + r * KV_BLOCK, vrow, nk, d);
+}
+
+/* The two above with the dtype a constant in each copy, so that each one's loads are specialised. */
+FA_VINLINE void direct_scores(fa_dtype dt, const float *q, int64_t dp, const void *const *krow, int64_t nr,
+                              int64_t nk, int64_t d, float *s)
+{
+    if (dt == FA_DTYPE_F32)
+        direct_scores_of(FA_DTYPE_F32, q, dp, krow, nr, nk, d, s);
+    else if (dt == FA_DTYPE_BF16)
+        direct_scores_of(FA_DTYPE_BF16, q, dp, krow, nr, nk, d, s);
+    else
+        direct_scores_of(FA_DTYPE_F16, q, dp, krow, nr, nk, d, s);
+}
+
+FA_VINLINE void direct_pv(fa_dtype dt, float *acc, int64_t dp, const float *s, const float *e, const int *full,
+                          const void *const *vrow, int64_t nr, int64_t nk, int64_t d)
+{
+    if (dt == FA_DTYPE_F32)
+        direct_pv_of(FA_DTYPE_F32, acc, dp, s, e, full, vrow, nr, nk, d);
+    else if (dt == FA_DTYPE_BF16)
+        direct_pv_of(FA_DTYPE_BF16, acc, dp, s, e, full, vrow, nr, nk, d);
+    else
+        direct_pv_of(FA_DTYPE_F16, acc, dp, s, e, full, vrow, nr, nk, d);
+}
 
 /* Channels padded to whole vectors: the rows in scratch are dp floats, zero past d. */
 static int64_t padded_dim(int64_t d)
@@ -219,6 +297,9 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     float *q = scratch, *acc = q + ROW_BLOCK * dp, *s = acc + ROW_BLOCK * dp, *kt = s + ROW_BLOCK * KV_BLOCK;
     float *vt = kt + ac->hb * KV_BLOCK * dp, *ex = vt + ac->hb * KV_BLOCK * dp, *rowm = ex + ROW_BLOCK * KV_BLOCK;
     float *rowl = rowm + ROW_BLOCK;
+    /* direct: the block's key and value rows of each of the task's kv heads (KV_BLOCK apart), in
+     * the scratch the widening path uses for the rows themselves */
+    const void **krows = (const void **)(void *)kt, **vrows = (const void **)(void *)vt;
 
     const int64_t cached = cached_len(kp, b), sk = cached + kp->seqlen_knew;
     const int advance = p->causal || p->window_left >= 0 || p->window_right >= 0;
@@ -226,7 +307,6 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     /* this split's keys: an even share, in whole key blocks */
     const int64_t per = ((sk + ac->splits - 1) / ac->splits + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
     const int64_t k_lo = split * per < sk ? split * per : sk, k_hi = k_lo + per < sk ? k_lo + per : sk;
-    const int64_t es = (int64_t)fa_dtype_size(p->dtype), row_bytes = d * es;
 
     /* the rows rotated, rounded, scaled */
     int64_t lo[ROW_BLOCK], hi[ROW_BLOCK], row_lo = INT64_MAX, row_hi = 0;
@@ -244,6 +324,8 @@ static void attn_task(void *argp, int64_t task, float *scratch)
         }
         for (int64_t c = 0; c < d; ++c)
             qr[c] *= p->scale;
+        if (ac->direct)
+            kv_to_load_order(p->dtype, qr, d);
         fa_mask_row_range(&m, i, &lo[r], &hi[r]);
         row_lo = lo[r] < row_lo ? lo[r] : row_lo;
         row_hi = hi[r] > row_hi ? hi[r] : row_hi;
@@ -260,31 +342,37 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     const int64_t last = row_hi < k_hi ? row_hi : k_hi;
     for (int64_t k0 = first; k0 < last; k0 += KV_BLOCK) {
         const int64_t nk = k_hi - k0 < KV_BLOCK ? k_hi - k0 : KV_BLOCK;
-        for (int64_t j = 0; j < nk; ++j)
-            for (int64_t h = 0; h < nh; ++h) {
-                /* the row two blocks ahead on its way to L2 (one kv head's rows lie heads_kv
-                 * rows apart; when the task has all heads, a token's rows are one stream) */
-                if (k0 + 2 * KV_BLOCK + j < last) {
-                    const char *kr = (const char *)kp->k_cache.data +
-                                     es * cache_offset(kp, &kp->k_cache, b, k0 + 2 * KV_BLOCK + j, hk0 + h);
-                    const char *vr = (const char *)kp->v_cache.data +
-                                     es * cache_offset(kp, &kp->v_cache, b, k0 + 2 * KV_BLOCK + j, hk0 + h);
-                    for (int64_t c = 0; c < row_bytes; c += 64) {
-                        __builtin_prefetch(kr + c, 0, 2);
-                        __builtin_prefetch(vr + c, 0, 2);
-                    }
+        const int64_t ahead = k0 + 2 * KV_BLOCK, ahead_end = ahead + nk < last ? ahead + nk : last;
+        if (ac->direct) {
+            /* each kv head's rows against its keys in place, DIRECT_CHUNK keys of every head at a
+             * time: the task's heads of a token lie side by side, so memory is read in order */
+            for (int64_t h = 0; h < nh; ++h)
+                gather_rows(kp, &kp->k_cache, b, k0, nk, hk0 + h, krows + h * KV_BLOCK);
+            for (int64_t j0 = 0; j0 < nk; j0 += DIRECT_CHUNK)
+                for (int64_t rs = 0; rs < nr;) {
+                    const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
+                    const int64_t re = seg_end < nr ? seg_end : nr;
+                    direct_scores(p->dtype, q + rs * dp, dp, krows + h * KV_BLOCK + j0, re - rs,
+                                  nk - j0 < DIRECT_CHUNK ? nk - j0 : DIRECT_CHUNK, d, s + rs * KV_BLOCK + j0);
+                    rs = re;
                 }
-                widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk0 + h), d, dp,
-                          kt + (h * KV_BLOCK + j) * dp);
-                widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk0 + h), d, dp,
-                          vt + (h * KV_BLOCK + j) * dp);
+        } else {
+            for (int64_t h = 0; h < nh; ++h) /* the rows two blocks ahead on their way to L2 */
+                prefetch_rows(kp, b, ahead, ahead_end, hk0 + h);
+            for (int64_t j = 0; j < nk; ++j)
+                for (int64_t h = 0; h < nh; ++h) {
+                    widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk0 + h), d,
+                              dp, kt + (h * KV_BLOCK + j) * dp);
+                    widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk0 + h), d,
+                              dp, vt + (h * KV_BLOCK + j) * dp);
+                }
+            /* each kv head's rows against its keys */
+            for (int64_t rs = 0; rs < nr;) {
+                const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
+                const int64_t re = seg_end < nr ? seg_end : nr;
+                scores(q + rs * dp, kt + h * KV_BLOCK * dp, re - rs, nk, dp, s + rs * KV_BLOCK);
+                rs = re;
             }
-        /* each kv head's rows against its keys */
-        for (int64_t rs = 0; rs < nr;) {
-            const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
-            const int64_t re = seg_end < nr ? seg_end : nr;
-            scores(q + rs * dp, kt + h * KV_BLOCK * dp, re - rs, nk, dp, s + rs * KV_BLOCK);
-            rs = re;
         }
         /* per row: modifiers, mask, online softmax, the block's weights into ex (0 where masked) */
         int full[ROW_BLOCK];
@@ -330,6 +418,19 @@ static void attn_task(void *argp, int64_t task, float *scratch)
         /* P V: rows whose keys in this block are all visible four at a time, accumulators in
          * registers over each 8-channel slice; the others key by key, skipping the keys they
          * cannot see (whatever V holds there) */
+        if (ac->direct) {
+            for (int64_t h = 0; h < nh; ++h)
+                gather_rows(kp, &kp->v_cache, b, k0, nk, hk0 + h, vrows + h * KV_BLOCK);
+            for (int64_t j0 = 0; j0 < nk; j0 += DIRECT_CHUNK)
+                for (int64_t rs = 0; rs < nr;) {
+                    const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
+                    const int64_t re = seg_end < nr ? seg_end : nr;
+                    direct_pv(p->dtype, acc + rs * dp, dp, s + rs * KV_BLOCK + j0, ex + rs * KV_BLOCK + j0, full + rs,
+                              vrows + h * KV_BLOCK + j0, re - rs, nk - j0 < DIRECT_CHUNK ? nk - j0 : DIRECT_CHUNK, d);
+                    rs = re;
+                }
+            continue;
+        }
         for (int64_t rs = 0; rs < nr;) {
             const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
             const int64_t re = seg_end < nr ? seg_end : nr;
@@ -356,7 +457,9 @@ static void attn_task(void *argp, int64_t task, float *scratch)
         const int64_t hq = (base + r) / Sn, i = (base + r) % Sn;
         const fa_softmax_row st = {rowm[r], rowl[r]};
         const float inv = fa_softmax_inv_sum(st), lse = fa_softmax_lse(st);
-        const float *ar = acc + r * dp;
+        float *ar = acc + r * dp;
+        if (ac->direct)
+            kv_from_load_order(p->dtype, ar, d);
         if (ac->splits > 1) {
             float *dst = ac->partial + (((b * p->heads_q + hq) * Sn + i) * ac->splits + split) * (d + 1);
             for (int64_t c = 0; c < d; ++c)
@@ -413,7 +516,8 @@ fa_status fa_cpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
         return FA_SUCCESS;
     /* everything is allocated before the cache is written: a failure leaves every output as it was */
     const int64_t gr = p->group * p->seqlen_q; /* rows of one kv head */
-    attn_ctx ac = {kp, 1, 1, p->heads_kv, 1, NULL};
+    attn_ctx ac = {kp, 1, 1, p->heads_kv, 1, 0, NULL};
+    ac.direct = gr <= DIRECT_ROWS && p->d % (2 * VEC) == 0;
     if (gr > 0 && gr <= ROW_BLOCK) {
         ac.hb = ROW_BLOCK / gr < p->heads_kv ? ROW_BLOCK / gr : p->heads_kv;
         ac.head_blocks = (p->heads_kv + ac.hb - 1) / ac.hb;

@@ -51,6 +51,13 @@ static const dcase cases[] = {
      30.0f, 0},
     {"paged64-full-nosplit-f32", F32, 2, 1, 2, 2, 40, 64, 128, {-1, 64}, 0, 0, 0, 0, -1, -1, 0, 1, 0, 0},
     {"contig-manysplits-long-bf16", B16, 1, 1, 32, 8, 128, 0, 2100, {2099}, 1, 128, 0, 0, -1, -1, 0, 16, 0, 0},
+    /* speculative decoding: two new tokens per sequence, causal and a window, so some rows see only
+     * part of a key block */
+    {"contig-spec2-causal-window-f16", F16, 2, 2, 8, 2, 64, 0, 300, {70, 200}, 2, 0, 0, 1, 40, -1, 0, 3, 0, 0},
+    {"paged32-decode-gqa4-rotary-f16", F16, 3, 1, 16, 4, 128, 32, 256, {255, 0, 97}, 1, 64, 1, 0, -1, -1, 0, 0, 0,
+     0},
+    {"contig-decode-softcap-d48-f32", F32, 2, 1, 6, 2, 48, 0, 100, {98, 40}, 1, 0, 0, 0, -1, -1, 0, 0, 20.0f, 0},
+    {"contig-decode-d36-bf16", B16, 2, 1, 8, 2, 36, 0, 90, {50, 88}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0},
     /* more splits asked for than there are keys: each backend uses what it can */
     {"contig-splits-beyond-keys-f32", F32, 2, 1, 4, 2, 64, 0, 80, {3, 70}, 1, 0, 0, 0, -1, -1, 0, 1 << 20, 0, 0},
 };
