@@ -166,4 +166,36 @@ MUTATIONS = [
              "for (int64_t c = 1; c < bc->chunks - 1; ++c) {"),
         ],
     },
+    {
+        "id": "kv-pv1-reads-masked-values",
+        "what": "the CPU decode kernel's one-row P V adds the keys a row cannot see (weight 0 times "
+                "whatever the value holds, NaN included; kv_rows.h kv_pv1, 32-channel steps)",
+        "edits": [
+            ("backends/cpu/kv_rows.h",
+             "        for (int64_t j = 0; j < nk; ++j) {\n            if (s[j] == -INFINITY)\n                continue;\n"
+             "            v8f x0, x1, x2, x3;",
+             "        for (int64_t j = 0; j < nk; ++j) {\n            v8f x0, x1, x2, x3;"),
+        ],
+    },
+    {
+        "id": "kv-output-in-load-order",
+        "what": "the CPU decode's bf16 / fp16 outputs left in the kernels' even / odd channel order "
+                "(kvcache.c: the accumulators not put back into channel order)",
+        "edits": [
+            ("backends/cpu/kvcache.c", "            kv_from_load_order(p->dtype, ar, d);\n", ""),
+        ],
+    },
+    {
+        "id": "kv-direct-drops-tail-keys",
+        "what": "the CPU decode's P V skips the last, partial chunk of a key block (kvcache.c)",
+        "edits": [
+            ("backends/cpu/kvcache.c",
+             "            for (int64_t j0 = 0; j0 < nk; j0 += DIRECT_CHUNK)\n                for (int64_t rs = 0; rs < nr;) {\n"
+             "                    const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;\n"
+             "                    const int64_t re = seg_end < nr ? seg_end : nr;\n                    direct_pv(",
+             "            for (int64_t j0 = 0; j0 + DIRECT_CHUNK <= nk; j0 += DIRECT_CHUNK)\n                for (int64_t rs = 0; rs < nr;) {\n"
+             "                    const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;\n"
+             "                    const int64_t re = seg_end < nr ? seg_end : nr;\n                    direct_pv("),
+        ],
+    },
 ]
