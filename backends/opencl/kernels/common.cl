@@ -123,14 +123,21 @@ typedef struct fa_ocl_view {
     long off, sb, ss, sh;
 } fa_ocl_view;
 
-static inline fa_ocl_view fa_view_of(__global const long *prm, int t)
+/* Tensor t's view in a parameter block whose views (offset and three strides each) start at
+ * prm[base]. */
+static inline fa_ocl_view fa_view_at(__global const long *prm, int base, int t)
 {
     fa_ocl_view v;
-    v.off = prm[FA_P_TENSORS + 4 * t];
-    v.sb = prm[FA_P_TENSORS + 4 * t + 1];
-    v.ss = prm[FA_P_TENSORS + 4 * t + 2];
-    v.sh = prm[FA_P_TENSORS + 4 * t + 3];
+    v.off = prm[base + 4 * t];
+    v.sb = prm[base + 4 * t + 1];
+    v.ss = prm[base + 4 * t + 2];
+    v.sh = prm[base + 4 * t + 3];
     return v;
+}
+
+static inline fa_ocl_view fa_view_of(__global const long *prm, int t)
+{
+    return fa_view_at(prm, FA_P_TENSORS, t);
 }
 
 /* Element offset of (batch b, packed row, head h, column 0). */

@@ -12,12 +12,7 @@
 
 static inline fa_ocl_view fa_kv_view(__global const long *prm, int t)
 {
-    fa_ocl_view v;
-    v.off = prm[FA_KV_TENSORS + 4 * t];
-    v.sb = prm[FA_KV_TENSORS + 4 * t + 1];
-    v.ss = prm[FA_KV_TENSORS + 4 * t + 2];
-    v.sh = prm[FA_KV_TENSORS + 4 * t + 3];
-    return v;
+    return fa_view_at(prm, FA_KV_TENSORS, t);
 }
 
 static inline long fa_kv_cached(__global const long *prm, __global const int *ints, long b)
