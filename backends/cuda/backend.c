@@ -10,6 +10,7 @@
  * CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with the CUDA error's name. */
 #include "host.h"
 #include "kernels.h"
+#include "kv_host.h"
 #include "ring.h"
 
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
@@ -64,7 +65,7 @@ static void cuda_capabilities(fa_capabilities *caps)
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT | FA_FEATURE_SOFTCAP |
-                     FA_FEATURE_ALIBI;
+                     FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
     snprintf(caps->notes, sizeof caps->notes,
              "sm80 mma (cc>=8.0, f16/bf16; bwd d<=128, d256 non-det); cc 9.0 wgmma fwd, non-det bwd, d "
              "64/128/256 w/o dropout/block mask; softcap/ALiBi: 16B rows; portable: the rest (no f32 out from "
@@ -256,6 +257,12 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
     return c->fused ? p->total_q * p->heads_q * c->head_dim : 0;
 }
 
+/* fa_forward_kvcache: the decode kernels (backends/gpu/decode/) for every dtype and head dim */
+static fa_status cuda_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
+{
+    return gpu_forward_kvcache(ctx, kp, fa_kv_forward);
+}
+
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
     const cuda_choice c = cuda_choice_get(v);
@@ -315,6 +322,7 @@ const fa_backend fa_backend_cuda = {
     .choose = cuda_choose,
     .forward = cuda_forward,
     .backward = cuda_backward,
+    .forward_kvcache = cuda_forward_kvcache,
     .workspace = cuda_workspace,
     .alloc = gpu_alloc,
     .free = gpu_free,

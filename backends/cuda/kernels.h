@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decode/kv_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -47,6 +48,11 @@ int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod);
  * head_dim_pad floats). */
 int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream);
 int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod);
+
+/* fa_forward_kvcache's kernels (backends/gpu/decode/, shared with HIP): append, split-KV decode
+ * and combine for dtype 0 fp32, 1 fp16, 2 bf16, head-dim buckets 64, 128, 256, row tiles
+ * FA_KV_ROW_TILE_SMALL and _LARGE (decode/kv_params.h). Returns a cudaError_t value. */
+int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, void *stream);
 
 /* The HIP backend's MFMA forward (backends/hip/mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA

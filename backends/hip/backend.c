@@ -11,6 +11,7 @@
 #define FA_RUNTIME_HIP 1
 #include "host.h"
 #include "kernels.h"
+#include "kv_host.h"
 
 #ifndef FA_HIP_ARCHS
 #define FA_HIP_ARCHS ""
@@ -41,7 +42,8 @@ static void hip_capabilities(fa_capabilities *caps)
     caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
+                     FA_FEATURE_KVCACHE;
     snprintf(caps->notes, sizeof caps->notes,
              "built for %s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), portable SIMT kernels "
              "for the rest (always deterministic), or for all with FLASHATTN_HIP_KERNELS=portable; "
@@ -147,6 +149,18 @@ static fa_status hip_backward(fa_context *ctx, const fa_problem *p, const fa_var
     return gpu_backward(ctx, p, v, 0, launch_backward); /* deterministic: no dQ accumulator */
 }
 
+/* fa_forward_kvcache: the decode kernels (backends/gpu/decode/), on a device the library was
+ * built for */
+static fa_status hip_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
+{
+    char arch[64];
+    arch_of(gpu_of(ctx), arch, sizeof arch);
+    if (!arch_built(arch))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "hip: the library's kernels are built for %s, the device is %s",
+                        FA_HIP_ARCHS, arch);
+    return gpu_forward_kvcache(ctx, kp, fa_hip_kv_forward);
+}
+
 static int64_t hip_workspace(const fa_context *ctx, const fa_problem *p)
 {
     (void)ctx;
@@ -165,6 +179,7 @@ const fa_backend fa_backend_hip = {
     .choose = hip_choose,
     .forward = hip_forward,
     .backward = hip_backward,
+    .forward_kvcache = hip_forward_kvcache,
     .workspace = hip_workspace,
     .alloc = gpu_alloc,
     .free = gpu_free,

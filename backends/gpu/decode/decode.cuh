@@ -1,0 +1,455 @@
+/* decode.cuh: fa_forward_kvcache on CUDA and HIP, written once (vendor.h maps the names): three
+ * kernels on the context's stream.
+ *
+ *   append_kernel   one thread per (sequence, new token, kv head, channel): k_new rotated in fp32
+ *                   and rounded to the dtype, v_new copied, into the cache rows at cache_seqlens.
+ *   decode_kernel   one block of FA_KV_THREADS per (sequence, kv head, tile of RT query rows of
+ *                   that head, split of the keys): the rows share every key and value row the
+ *                   block reads, so the cache is read once per kv head (GQA, speculative tokens).
+ *                   D / 8 threads hold one key row, 8 channels each, loaded 16 bytes at a time
+ *                   where rows are aligned; FA_KV_THREADS / (D / 8) such groups ("streams") each
+ *                   keep their own online softmax over the keys they read, U keys in flight per
+ *                   thread for K and V alike; the streams merge in shared memory at the end. One
+ *                   split writes O and LSE, several write fp32 partials.
+ *   combine_kernel  one thread per (query row, channel): the splits merged by their LSE.
+ * The arithmetic is the CPU backend's (backends/cpu/kvcache.c): q rotated and rounded to its
+ * dtype, scores in fp32, the score modifiers on the raw product, exp2 of scores in log2 units. */
+#ifndef FA_GPU_DECODE_CUH
+#define FA_GPU_DECODE_CUH
+
+#include "../portable/common.cuh"
+#include "kv_params.h"
+#include "rotary.h"
+
+#include <math.h>
+
+namespace FA_PORTABLE_NS {
+namespace kv {
+
+/* ---------------------------------------------------------------- rows of 8 channels */
+
+/* 8 elements of storage S as loaded: one 16-byte word for fp16 / bf16, two for fp32. */
+template <class S> struct raw8 {
+    uint4 w[sizeof(typename S::T) == 4 ? 2 : 1];
+};
+
+/* 8 elements from p + i, 16-byte aligned. */
+template <class S> FA_DEVICE raw8<S> load8(const typename S::T *p, int64_t i)
+{
+    raw8<S> r;
+    const uint4 *src = reinterpret_cast<const uint4 *>(p + i);
+#pragma unroll
+    for (int k = 0; k < (int)(sizeof r.w / sizeof r.w[0]); ++k)
+        r.w[k] = src[k];
+    return r;
+}
+
+/* The first n (0..8) elements from p + i, any alignment; the others zero. */
+template <class S> FA_DEVICE raw8<S> load8_partial(const typename S::T *p, int64_t i, int n)
+{
+    typename S::T e[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+        e[c] = c < n ? p[i + c] : (typename S::T)0;
+    raw8<S> r;
+    memcpy(&r, e, sizeof r);
+    return r;
+}
+
+template <class S> FA_DEVICE void unpack8(const raw8<S> &r, float (&x)[8])
+{
+    if constexpr (sizeof(typename S::T) == 4) {
+        const float *f = reinterpret_cast<const float *>(r.w);
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            x[c] = f[c];
+    } else {
+        const unsigned u[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (S::bf16) {
+                x[2 * k] = __uint_as_float(u[k] << 16);
+                x[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+            } else {
+                x[2 * k] = fa_f16_bits_to_float((unsigned short)(u[k] & 0xffffu));
+                x[2 * k + 1] = fa_f16_bits_to_float((unsigned short)(u[k] >> 16));
+            }
+        }
+    }
+}
+
+/* x rounded to the storage's precision (what storing it keeps). */
+template <class S> FA_DEVICE float round_to(float x)
+{
+    typename S::T t;
+    S::store(&t, 0, x);
+    return S::load(&t, 0);
+}
+
+/* ---------------------------------------------------------------- addressing */
+
+FA_DEVICE int64_t cached_len(const fa_gpu_kv_params &p, int64_t b)
+{
+    return p.cache_seqlens ? (int64_t)p.cache_seqlens[b] : p.seqlen_cache;
+}
+
+/* Element offset of token t, kv head h of sequence b in a cache view. */
+FA_DEVICE int64_t token_offset(const fa_gpu_kv_params &p, const fa_gpu_tensor &c, int64_t b, int64_t t, int64_t h)
+{
+    if (p.block_table) {
+        int64_t page, row;
+        if (p.page_shift >= 0) {
+            page = t >> p.page_shift;
+            row = t & (p.page_size - 1);
+        } else { /* t and the page size are below 2^31 (the core's limits): 32-bit division */
+            page = (int64_t)((uint32_t)t / (uint32_t)p.page_size);
+            row = t - page * p.page_size;
+        }
+        return (int64_t)p.block_table[b * p.block_table_stride + page] * c.sb + row * c.ss + h * c.sh;
+    }
+    const int64_t cache_row = p.batch_idx ? (int64_t)p.batch_idx[b] : b;
+    return cache_row * c.sb + t * c.ss + h * c.sh;
+}
+
+/* Channel c (< d) of the row at x + off rotated to position pos, in fp32. */
+template <class S>
+FA_DEVICE float rotated(const fa_gpu_kv_params &p, const typename S::T *x, int64_t off, int c, int64_t pos)
+{
+    const int rd = (int)p.rotary_dim;
+    if (c >= rd)
+        return S::load(x, off + c);
+    const int inter = p.rotary_interleaved, half = rd / 2;
+    const int i = inter ? c / 2 : (c < half ? c : c - half);
+    int cx, cy;
+    fa_rotary_pair(inter, rd, i, &cx, &cy);
+    float vx = S::load(x, off + cx), vy = S::load(x, off + cy);
+    const typename S::T *cosb = static_cast<const typename S::T *>(p.rotary_cos);
+    const typename S::T *sinb = static_cast<const typename S::T *>(p.rotary_sin);
+    fa_rotary_apply(S::load(cosb, pos * p.cos_stride + i), S::load(sinb, pos * p.sin_stride + i), &vx, &vy);
+    return c == cx ? vx : vy;
+}
+
+/* ---------------------------------------------------------------- append */
+
+template <class S> __global__ FA_LAUNCH_BOUNDS(256) void append_kernel(const fa_gpu_kv_params p)
+{
+    typedef typename S::T T;
+    const int64_t per_seq = p.seqlen_knew * p.heads_kv * p.d, total = p.batch * per_seq;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = e / per_seq, r = e % per_seq;
+        const int64_t j = r / (p.heads_kv * p.d), h = r / p.d % p.heads_kv;
+        const int c = (int)(r % p.d);
+        const int64_t t = cached_len(p, b) + j;
+        const T *kn = static_cast<const T *>(p.k_new.data), *vn = static_cast<const T *>(p.v_new.data);
+        const int64_t ks = b * p.k_new.sb + j * p.k_new.ss + h * p.k_new.sh;
+        const int64_t vs = b * p.v_new.sb + j * p.v_new.ss + h * p.v_new.sh;
+        const float k = p.rotary_cos ? rotated<S>(p, kn, ks, c, t) : S::load(kn, ks + c);
+        S::store(static_cast<T *>(p.k_cache.data), token_offset(p, p.k_cache, b, t, h) + c, k);
+        S::store(static_cast<T *>(p.v_cache.data), token_offset(p, p.v_cache, b, t, h) + c, S::load(vn, vs + c));
+    }
+}
+
+/* ---------------------------------------------------------------- decode */
+
+/* Keys in flight per thread: every thread keeps U key rows and U value rows of 8 channels
+ * loading at once (64 to 256 bytes). */
+template <int D> struct decode_shape {
+    static constexpr int LPK = D / 8;                   /* threads per key row */
+    static constexpr int STREAMS = FA_KV_THREADS / LPK; /* key rows read side by side */
+    static constexpr int U = D == 256 ? 8 : 4;
+    static constexpr int STEP = STREAMS * U;            /* keys per step of the block's loop */
+    static_assert(FA_KV_KEY_CHUNK % STEP == 0, "a split is a whole number of steps");
+};
+
+template <class S, int D, int RT> __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_params p)
+{
+    typedef typename S::T T;
+    typedef decode_shape<D> shape;
+    constexpr int LPK = shape::LPK, STREAMS = shape::STREAMS, U = shape::U, STEP = shape::STEP;
+    __shared__ float q_s[RT][D];
+    __shared__ float acc_s[STREAMS][RT][D];
+    __shared__ float m_s[STREAMS][RT], l_s[STREAMS][RT];
+    __shared__ int64_t lo_s[RT], hi_s[RT];
+    __shared__ fa_score_mod_state mod_s[RT];
+
+    const int tid = threadIdx.x, stream = tid / LPK, c0 = (tid % LPK) * 8;
+    const int64_t tile = blockIdx.x % p.row_tiles, bh = blockIdx.x / p.row_tiles;
+    const int64_t hk = bh % p.heads_kv, b = bh / p.heads_kv, split = blockIdx.y;
+    const int64_t cached = cached_len(p, b), sk = cached + p.seqlen_knew, sn = p.seqlen_new;
+    const bool has_mod = fa_score_mod_factors_active(p.mod);
+    const fa_mask mask = fa_mask_make(sn, sk, p.causal, p.window_left, p.window_right);
+    const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
+
+    /* the tile's query rows into shared memory: rotated and rounded, scaled to log2 units
+     * unless a score modifier needs the raw product */
+    const float qmul = has_mod ? 1.0f : p.scale_log2;
+    const T *q = static_cast<const T *>(p.q.data);
+    for (int e = tid; e < RT * D; e += FA_KV_THREADS) {
+        const int r = e / D, c = e % D;
+        const int64_t row = tile * RT + r;
+        float x = 0.0f;
+        if (row < p.rows && c < p.d) {
+            const int64_t h = hk * p.group + row / sn, i = row % sn;
+            const int64_t off = b * p.q.sb + i * p.q.ss + h * p.q.sh;
+            x = p.rotary_cos ? round_to<S>(rotated<S>(p, q, off, c, advance ? cached + i : cached)) : S::load(q, off + c);
+        }
+        q_s[r][c] = x * qmul;
+    }
+    if (tid < RT) {
+        const int64_t row = tile * RT + tid;
+        int64_t lo = 0, hi = 0;
+        float slope = 0.0f;
+        if (row < p.rows) {
+            const int64_t h = hk * p.group + row / sn, i = row % sn;
+            fa_mask_row_range(&mask, i, &lo, &hi);
+            if (p.mod.alibi)
+                slope = p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)];
+        }
+        mod_s[tid] = fa_score_mod_begin(p.mod, slope, sk - sn);
+        lo_s[tid] = lo;
+        hi_s[tid] = hi;
+    }
+    FA_SYNC();
+
+    /* the keys this block reads: its split's, inside the union of its rows' ranges; full: the
+     * keys every row sees (steps inside it need no per-element mask) */
+    int64_t lo_all = INT64_MAX, hi_all = 0, lo_full = 0, hi_full = INT64_MAX;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+        if (tile * RT + r < p.rows) {
+            lo_all = min(lo_all, lo_s[r]);
+            hi_all = max(hi_all, hi_s[r]);
+            lo_full = max(lo_full, lo_s[r]);
+            hi_full = min(hi_full, hi_s[r]);
+        }
+    const int64_t k_begin = max(lo_all, split * p.keys_per_split);
+    const int64_t k_end = min(hi_all, min(sk, (split + 1) * p.keys_per_split));
+
+    float qr[RT][8], acc[RT][8], m[RT], l[RT];
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            qr[r][c] = q_s[r][c0 + c];
+            acc[r][c] = 0.0f;
+        }
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+
+    const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
+    const int nvalid = (int)min((int64_t)8, max((int64_t)0, p.d - c0));
+    for (int64_t t0 = k_begin; t0 < k_end; t0 += STEP) {
+        raw8<S> kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int64_t t = t0 + u * STREAMS + stream;
+            if (t < k_end) {
+                const int64_t ko = token_offset(p, p.k_cache, b, t, hk) + c0;
+                const int64_t vo = token_offset(p, p.v_cache, b, t, hk) + c0;
+                if (p.aligned) {
+                    kr[u] = load8<S>(kc, ko);
+                    vr[u] = load8<S>(vc, vo);
+                } else {
+                    kr[u] = load8_partial<S>(kc, ko, nvalid);
+                    vr[u] = load8_partial<S>(vc, vo, nvalid);
+                }
+            } else {
+                kr[u] = raw8<S>{};
+                vr[u] = raw8<S>{};
+            }
+        }
+        float s[U][RT];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float kf[8];
+            unpack8<S>(kr[u], kf);
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+                float x = 0.0f;
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                    x = fmaf(qr[r][c], kf[c], x);
+                s[u][r] = x;
+            }
+        }
+#pragma unroll
+        for (int o = 1; o < LPK; o <<= 1)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int r = 0; r < RT; ++r)
+                    s[u][r] += FA_SHFL_XOR(s[u][r], o);
+        if (has_mod) {
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+                const int64_t i = (tile * RT + r) % sn;
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+                    s[u][r] = fa_score_mod_apply_at(&mod_s[r], s[u][r], i, t0 + u * STREAMS + stream, nullptr) *
+                              p.scale_log2;
+            }
+        }
+        if (t0 < lo_full || t0 + STEP > hi_full || t0 + STEP > k_end) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int64_t t = t0 + u * STREAMS + stream;
+#pragma unroll
+                for (int r = 0; r < RT; ++r)
+                    if (t >= k_end || t < lo_s[r] || t >= hi_s[r])
+                        s[u][r] = -INFINITY;
+            }
+        }
+        /* this stream's online softmax over its U keys */
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+            float mx = m[r];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                mx = fmaxf(mx, s[u][r]);
+            const float base = mx == -INFINITY ? 0.0f : mx, alpha = exp2f(m[r] - base);
+            m[r] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                s[u][r] = exp2f(s[u][r] - base);
+                sum += s[u][r];
+            }
+            l[r] = l[r] * alpha + sum;
+#pragma unroll
+            for (int c = 0; c < 8; ++c)
+                acc[r][c] *= alpha;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float vf[8];
+            unpack8<S>(vr[u], vf);
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                    acc[r][c] = fmaf(s[u][r], vf[c], acc[r][c]);
+        }
+    }
+
+    /* the streams merged: each row's maximum, sum and output channels */
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            acc_s[stream][r][c0 + c] = acc[r][c];
+        if (tid % LPK == 0) {
+            m_s[stream][r] = m[r];
+            l_s[stream][r] = l[r];
+        }
+    }
+    FA_SYNC();
+    const int64_t hq = p.heads_q;
+    for (int e = tid; e < RT * D; e += FA_KV_THREADS) {
+        const int r = e / D, c = e % D;
+        const int64_t row = tile * RT + r;
+        if (row >= p.rows || c >= p.d)
+            continue;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int st = 0; st < STREAMS; ++st)
+            mx = fmaxf(mx, m_s[st][r]);
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        float sum = 0.0f, a = 0.0f;
+#pragma unroll
+        for (int st = 0; st < STREAMS; ++st) {
+            const float w = exp2f(m_s[st][r] - base);
+            sum += l_s[st][r] * w;
+            a += acc_s[st][r][c] * w;
+        }
+        const float out = sum > 0.0f ? a / sum : 0.0f;
+        const float lse = sum > 0.0f ? (base + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        const int64_t h = hk * p.group + row / sn, i = row % sn;
+        if (p.splits > 1) {
+            const int64_t at = ((b * hq + h) * sn + i) * p.splits + split;
+            p.partial[at * p.d + c] = out;
+            if (c == 0)
+                p.partial[p.batch * hq * sn * p.splits * p.d + at] = lse;
+            continue;
+        }
+        const int64_t oo = b * p.o.sb + i * p.o.ss + h * p.o.sh + c;
+        if (p.out_f32)
+            static_cast<float *>(p.o.data)[oo] = out;
+        else
+            S::store(static_cast<T *>(p.o.data), oo, out);
+        if (c == 0 && p.lse.data)
+            static_cast<float *>(p.lse.data)[b * p.lse.sb + i * p.lse.ss + h * p.lse.sh] = lse;
+    }
+}
+
+/* ---------------------------------------------------------------- combine */
+
+template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa_gpu_kv_params p)
+{
+    typedef typename S::T T;
+    const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, total = p.batch * hq * sn * p.d;
+    const float *lses = p.partial + p.batch * hq * sn * splits * p.d;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t c = e % p.d, row = e / p.d; /* row = (b * hq + h) * sn + i */
+        const int64_t i = row % sn, h = row / sn % hq, b = row / (sn * hq);
+        float mx = -INFINITY;
+        for (int64_t s = 0; s < splits; ++s)
+            mx = fmaxf(mx, lses[row * splits + s]);
+        float sum = 0.0f, a = 0.0f;
+        if (mx != -INFINITY)
+            for (int64_t s = 0; s < splits; ++s) {
+                const float ls = lses[row * splits + s];
+                if (ls == -INFINITY)
+                    continue;
+                const float w = expf(ls - mx);
+                sum += w;
+                a += w * p.partial[(row * splits + s) * p.d + c];
+            }
+        const float out = sum > 0.0f ? a / sum : 0.0f;
+        const int64_t oo = b * p.o.sb + i * p.o.ss + h * p.o.sh + c;
+        if (p.out_f32)
+            static_cast<float *>(p.o.data)[oo] = out;
+        else
+            S::store(static_cast<T *>(p.o.data), oo, out);
+        if (c == 0 && p.lse.data)
+            static_cast<float *>(p.lse.data)[b * p.lse.sb + i * p.lse.ss + h * p.lse.sh] =
+                sum > 0.0f ? mx + logf(sum) : -INFINITY;
+    }
+}
+
+/* ---------------------------------------------------------------- launch */
+
+/* Blocks for a grid-stride loop over n elements. */
+static inline unsigned stride_blocks(int64_t n)
+{
+    const int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+/* The three kernels of one call; D the head-dim bucket, RT the row tile the host chose
+ * (p.row_tiles was computed with it). */
+template <class S, int D, int RT> fa_gpu_error launch(const fa_gpu_kv_params &p, fa_gpu_stream stream)
+{
+    if (p.k_new.data && p.seqlen_knew > 0) {
+        append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * p.d), 256, 0, stream>>>(p);
+        const fa_gpu_error e = fa_gpu_last_error();
+        if (e != FA_GPU_SUCCESS)
+            return e;
+    }
+    if (p.seqlen_new == 0)
+        return FA_GPU_SUCCESS;
+    const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;
+    if (blocks > 0x7fffffff || p.splits > 65535)
+        return FA_GPU_INVALID_VALUE;
+    decode_kernel<S, D, RT><<<dim3((unsigned)blocks, (unsigned)p.splits), FA_KV_THREADS, 0, stream>>>(p);
+    fa_gpu_error e = fa_gpu_last_error();
+    if (e != FA_GPU_SUCCESS || p.splits == 1)
+        return e;
+    combine_kernel<S><<<stride_blocks(p.batch * p.heads_q * p.seqlen_new * p.d), 256, 0, stream>>>(p);
+    return fa_gpu_last_error();
+}
+
+} // namespace kv
+} // namespace FA_PORTABLE_NS
+
+#endif

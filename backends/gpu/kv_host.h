@@ -1,0 +1,141 @@
+/* kv_host.h: fa_forward_kvcache's host side on the CUDA and HIP backends (after host.h, in each
+ * backend.c): the decode kernels' parameter block from the core's validated fa_kv_problem, the
+ * head-dim bucket and row tile, the number of key splits, and the fp32 partials the splits merge
+ * through. The kernels are backends/gpu/decode/. Plain C. */
+#ifndef FA_GPU_KV_HOST_H
+#define FA_GPU_KV_HOST_H
+
+#include "decode/kv_params.h"
+
+/* The backend's decode entry (fa_kv_forward, fa_hip_kv_forward): returns the runtime's error. */
+typedef int (*gpu_kv_launch_fn)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile,
+                                void *stream);
+
+static int gpu_kv_bucket(int64_t d)
+{
+    return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
+}
+
+static int gpu_kv_view_aligned(const fa_view *v, size_t elem)
+{
+    const int64_t e = 16 / (int64_t)elem; /* elements per 16 bytes */
+    return (uintptr_t)v->data % 16 == 0 && v->sb % e == 0 && v->ss % e == 0 && v->sh % e == 0;
+}
+
+/* Splits of each sequence's keys: the caller's (at most one per chunk of FA_KV_KEY_CHUNK keys),
+ * else enough blocks for four per multiprocessor, each split at least 256 keys, at most 128
+ * splits. *keys_per_split is a multiple of FA_KV_KEY_CHUNK. */
+static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int processors, int64_t *keys_per_split)
+{
+    const int64_t keys = kp->p.seqlen_k, chunks = (keys + FA_KV_KEY_CHUNK - 1) / FA_KV_KEY_CHUNK;
+    int64_t splits;
+    if (kp->num_splits > 0) {
+        splits = kp->num_splits;
+    } else {
+        const int64_t want = (4 * (int64_t)processors + blocks - 1) / blocks, most = keys / 256;
+        splits = want < most ? want : most;
+        if (splits > 128)
+            splits = 128;
+    }
+    if (splits > chunks)
+        splits = chunks;
+    if (splits < 1)
+        splits = 1;
+    int64_t per = (chunks + splits - 1) / splits;
+    *keys_per_split = per * FA_KV_KEY_CHUNK;
+    return per > 0 ? (chunks + per - 1) / per : 1;
+}
+
+static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, gpu_kv_launch_fn launch)
+{
+    const fa_problem *p = &kp->p;
+    if (p->batch == 0 || (p->seqlen_q == 0 && (!kp->has_new || kp->seqlen_knew == 0)))
+        return FA_SUCCESS;
+    const int bucket = gpu_kv_bucket(p->d);
+    if (bucket == 0)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "fa_forward_kvcache on %s: head dim %lld (1..256)", FA_RT_NAME,
+                        (long long)p->d);
+    gpu_state *s = gpu_of(ctx);
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    fa_gpu_kv_params kv;
+    memset(&kv, 0, sizeof kv);
+    kv.q = gpu_tensor(&p->q);
+    kv.o = gpu_tensor(&p->o);
+    kv.lse = gpu_tensor(&p->lse);
+    if (!p->has_lse)
+        kv.lse.data = NULL;
+    kv.k_cache = gpu_tensor(&kp->k_cache);
+    kv.v_cache = gpu_tensor(&kp->v_cache);
+    if (kp->has_new) {
+        kv.k_new = gpu_tensor(&kp->k_new);
+        kv.v_new = gpu_tensor(&kp->v_new);
+    }
+    kv.cache_seqlens = kp->cache_seqlens;
+    kv.block_table = kp->paged ? kp->block_table : NULL;
+    kv.batch_idx = kp->paged ? NULL : kp->batch_idx;
+    if (kp->rotary) {
+        kv.rotary_cos = kp->rotary_cos;
+        kv.rotary_sin = kp->rotary_sin;
+        kv.cos_stride = kp->cos_stride;
+        kv.sin_stride = kp->sin_stride;
+        kv.rotary_dim = kp->rotary_dim;
+        kv.rotary_interleaved = kp->rotary_interleaved;
+    }
+    kv.batch = p->batch;
+    kv.seqlen_new = p->seqlen_q;
+    kv.seqlen_knew = kp->has_new ? kp->seqlen_knew : 0;
+    kv.heads_q = p->heads_q;
+    kv.heads_kv = p->heads_kv;
+    kv.group = p->group;
+    kv.d = p->d;
+    kv.seqlen_cache = kp->seqlen_cache;
+    /* tokens are below 2^31, so a larger page holds all of them: 2^31 divides the same */
+    kv.page_size = kp->paged ? (kp->page_size < ((int64_t)1 << 31) ? kp->page_size : ((int64_t)1 << 31)) : 0;
+    kv.page_shift = -1;
+    for (int sh = 0; sh < 32 && kp->paged; ++sh)
+        if (((int64_t)1 << sh) == kv.page_size)
+            kv.page_shift = sh;
+    kv.block_table_stride = kp->block_table_stride;
+    kv.causal = p->causal;
+    kv.window_left = p->window_left;
+    kv.window_right = p->window_right;
+    kv.scale = p->scale;
+    kv.scale_log2 = (float)((double)p->scale * 1.4426950408889634);
+    kv.out_f32 = p->out_dtype != p->dtype;
+    kv.mod = fa_score_mod_prepare(p->mod, p->scale);
+    kv.alibi_slopes = p->alibi_slopes;
+    const size_t elem = fa_dtype_size(p->dtype);
+    kv.aligned = p->d % 8 == 0 && gpu_kv_view_aligned(&kp->k_cache, elem) && gpu_kv_view_aligned(&kp->v_cache, elem);
+    /* query rows per kv head, in tiles of 4 or 8 rows */
+    kv.rows = p->group * p->seqlen_q;
+    const int row_tile = kv.rows <= FA_KV_ROW_TILE_SMALL ? FA_KV_ROW_TILE_SMALL : FA_KV_ROW_TILE_LARGE;
+    kv.row_tiles = (kv.rows + row_tile - 1) / row_tile;
+    int64_t blocks;
+    if (!fa_mul_ok(p->batch, p->heads_kv, &blocks) || !fa_mul_ok(blocks, kv.row_tiles, &blocks) || blocks > INT32_MAX)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "fa_forward_kvcache on %s: batch x heads_kv x row tiles = %lld blocks (at most 2^31 - 1)",
+                        FA_RT_NAME, (long long)blocks);
+    kv.splits = p->seqlen_q > 0 ? gpu_kv_splits(kp, blocks > 0 ? blocks : 1, s->prop.multiProcessorCount,
+                                                &kv.keys_per_split)
+                                : 1;
+    if (p->seqlen_q == 0)
+        kv.keys_per_split = FA_KV_KEY_CHUNK;
+    void *partial = NULL;
+    if (kv.splits > 1) {
+        int64_t floats;
+        if (!fa_mul_ok(p->total_q * p->heads_q, kv.splits, &floats) || !fa_mul_ok(floats, p->d + 1, &floats) ||
+            (uint64_t)floats > SIZE_MAX / sizeof(float))
+            return FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_forward_kvcache: the split partials' size overflows");
+        GPU_TRY(ctx, FA_RT(MallocAsync)(&partial, sizeof(float) * (size_t)floats, s->stream));
+        kv.partial = partial;
+    }
+    fa_status st = FA_SUCCESS;
+    fa_rt_error e = (fa_rt_error)launch(&kv, (int)p->dtype, bucket, row_tile, s->stream);
+    if (e != FA_RT(Success))
+        st = gpu_fail(ctx, e, "fa_forward_kvcache kernels");
+    if (partial)
+        FA_RT(FreeAsync)(partial, s->stream);
+    return st;
+}
+
+#endif /* FA_GPU_KV_HOST_H */
