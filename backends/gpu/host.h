@@ -19,6 +19,11 @@ typedef struct gpu_state {
     fa_rt_stream own, stream; /* the context's stream, and the one calls run on (fa_set_stream) */
     fa_rt_prop prop;
     int kernels;              /* FLASHATTN_<BACKEND>_KERNELS, read when the context opens: */
+    /* scratch the context keeps between calls (gpu_scratch): its size, and the stream its last
+     * user ran on */
+    void *scratch;
+    size_t scratch_bytes;
+    fa_rt_stream scratch_stream;
 } gpu_state;
 
 enum {
@@ -97,6 +102,8 @@ static void gpu_close(fa_context *ctx)
         return;
     FA_RT(SetDevice)(ctx->device);
     FA_RT(StreamSynchronize)(s->own);
+    if (s->scratch)
+        FA_RT(Free)(s->scratch); /* waits for the kernels still using it */
     FA_RT(StreamDestroy)(s->own);
     free(s);
     ctx->priv = NULL;
@@ -239,6 +246,30 @@ static fa_status gpu_backward(fa_context *ctx, const fa_problem *p, const fa_var
     }
     gpu_release(ctx, &cb);
     return st;
+}
+
+/* At least `bytes` of device memory for the kernels of this call on the context's stream, kept
+ * for the next call (no allocation per call; a stream-ordered allocation would be returned to
+ * the device at every synchronisation, and made again). A call on another stream than the
+ * previous user's first waits for the device. */
+static fa_status gpu_scratch(fa_context *ctx, size_t bytes, void **ptr)
+{
+    gpu_state *s = gpu_of(ctx);
+    if (s->scratch && s->scratch_stream != s->stream) /* that stream may be gone: wait for the device */
+        GPU_TRY(ctx, FA_RT(DeviceSynchronize)());
+    if (bytes > s->scratch_bytes) {
+        if (s->scratch) {
+            GPU_TRY(ctx, FA_RT(StreamSynchronize)(s->stream));
+            GPU_TRY(ctx, FA_RT(Free)(s->scratch));
+            s->scratch = NULL;
+            s->scratch_bytes = 0;
+        }
+        GPU_TRY(ctx, FA_RT(Malloc)(&s->scratch, bytes));
+        s->scratch_bytes = bytes;
+    }
+    s->scratch_stream = s->stream;
+    *ptr = s->scratch;
+    return FA_SUCCESS;
 }
 
 static fa_status gpu_alloc(fa_context *ctx, size_t bytes, void **ptr)

@@ -126,16 +126,15 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, g
         if (!fa_mul_ok(p->total_q * p->heads_q, kv.splits, &floats) || !fa_mul_ok(floats, p->d + 1, &floats) ||
             (uint64_t)floats > SIZE_MAX / sizeof(float))
             return FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_forward_kvcache: the split partials' size overflows");
-        GPU_TRY(ctx, FA_RT(MallocAsync)(&partial, sizeof(float) * (size_t)floats, s->stream));
+        fa_status st = gpu_scratch(ctx, sizeof(float) * (size_t)floats, &partial);
+        if (st != FA_SUCCESS)
+            return st;
         kv.partial = partial;
     }
-    fa_status st = FA_SUCCESS;
     fa_rt_error e = (fa_rt_error)launch(&kv, (int)p->dtype, bucket, row_tile, s->stream);
     if (e != FA_RT(Success))
-        st = gpu_fail(ctx, e, "fa_forward_kvcache kernels");
-    if (partial)
-        FA_RT(FreeAsync)(partial, s->stream);
-    return st;
+        return gpu_fail(ctx, e, "fa_forward_kvcache kernels");
+    return FA_SUCCESS;
 }
 
 #endif /* FA_GPU_KV_HOST_H */

@@ -47,6 +47,14 @@ typedef cudaStream_t fa_gpu_stream;
 #error "backends/gpu/vendor.h: compile as CUDA (nvcc) or HIP (hipcc)"
 #endif
 
+/* A hint that the 128-byte line at p will be read soon: fetched into L2 by the memory system
+ * without holding a register (CUDA's prefetch.global.L2; nothing on HIP). */
+#if defined(__HIPCC__)
+#define FA_PREFETCH_L2(p) ((void)(p))
+#else
+#define FA_PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" ::"l"(p))
+#endif
+
 /* The same spelling in both toolkits, named once so a third dialect has one place to change. */
 #define FA_DEVICE __device__ __forceinline__
 #define FA_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)

@@ -166,6 +166,7 @@ template <class S, int D, int RT> __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) voi
     typedef typename S::T T;
     typedef decode_shape<D> shape;
     constexpr int LPK = shape::LPK, STREAMS = shape::STREAMS, U = shape::U, STEP = shape::STEP;
+    constexpr int PREFETCH = FA_KV_PREFETCH_STEPS;
     __shared__ float q_s[RT][D];
     __shared__ float acc_s[STREAMS][RT][D];
     __shared__ float m_s[STREAMS][RT], l_s[STREAMS][RT];
@@ -240,6 +241,18 @@ template <class S, int D, int RT> __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) voi
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
     const int nvalid = (int)min((int64_t)8, max((int64_t)0, p.d - c0));
     for (int64_t t0 = k_begin; t0 < k_end; t0 += STEP) {
+        /* the rows PREFETCH steps ahead into L2, one thread per 128 bytes: more of the cache in
+         * flight than the registers below hold */
+        if ((c0 * (int)sizeof(T)) % 128 == 0 && p.aligned) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int64_t t = t0 + PREFETCH * STEP + u * STREAMS + stream;
+                if (t < k_end) {
+                    FA_PREFETCH_L2(kc + token_offset(p, p.k_cache, b, t, hk) + c0);
+                    FA_PREFETCH_L2(vc + token_offset(p, p.v_cache, b, t, hk) + c0);
+                }
+            }
+        }
         raw8<S> kr[U], vr[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
