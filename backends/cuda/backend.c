@@ -258,9 +258,11 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
 }
 
 /* fa_forward_kvcache: the decode kernels (backends/gpu/decode/) for every dtype and head dim */
+static const gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor};
+
 static fa_status cuda_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {
-    return gpu_forward_kvcache(ctx, kp, fa_kv_forward);
+    return gpu_forward_kvcache(ctx, kp, &kv_entries);
 }
 
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)

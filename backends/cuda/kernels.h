@@ -51,8 +51,12 @@ int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod);
 
 /* fa_forward_kvcache's kernels (backends/gpu/decode/, shared with HIP): append, split-KV decode
  * and combine for dtype 0 fp32, 1 fp16, 2 bf16, head-dim buckets 64, 128, 256, row tiles
- * FA_KV_ROW_TILE_SMALL and _LARGE (decode/kv_params.h). Returns a cudaError_t value. */
-int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, void *stream);
+ * FA_KV_ROW_TILE_SMALL and _LARGE (decode/kv_params.h); async_copy: the cp.async ring (fp16 / bf16,
+ * aligned rows). Returns a cudaError_t value. */
+int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
+                 void *stream);
+/* Decode blocks of that instance resident on one processor (occupancy), into *blocks. */
+int fa_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
 
 /* The HIP backend's MFMA forward (backends/hip/mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA

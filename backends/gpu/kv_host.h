@@ -7,9 +7,13 @@
 
 #include "decode/kv_params.h"
 
-/* The backend's decode entry (fa_kv_forward, fa_hip_kv_forward): returns the runtime's error. */
-typedef int (*gpu_kv_launch_fn)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile,
-                                void *stream);
+/* The backend's decode entries (fa_kv_forward and fa_kv_blocks_per_processor, or fa_hip_kv_*):
+ * return the runtime's error. */
+typedef struct gpu_kv_entries {
+    int (*forward)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
+                   void *stream);
+    int (*blocks_per_processor)(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
+} gpu_kv_entries;
 
 static int gpu_kv_bucket(int64_t d)
 {
@@ -23,30 +27,38 @@ static int gpu_kv_view_aligned(const fa_view *v, size_t elem)
 }
 
 /* Splits of each sequence's keys: the caller's (at most one per chunk of FA_KV_KEY_CHUNK keys),
- * else enough blocks for four per multiprocessor, each split at least 256 keys, at most 128
- * splits. *keys_per_split is a multiple of FA_KV_KEY_CHUNK. */
-static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int processors, int64_t *keys_per_split)
+ * else, among 1 .. 128 splits of at least 256 keys each, the fewest whose blocks fill the
+ * processors' resident slots (`slots` blocks at a time) within 5 % as evenly as the best count
+ * does: the kernel's time is its number of waves of blocks, so 1.3 waves cost as much as 2.
+ * *keys_per_split is a multiple of FA_KV_KEY_CHUNK. */
+static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t slots, int64_t *keys_per_split)
 {
     const int64_t keys = kp->p.seqlen_k, chunks = (keys + FA_KV_KEY_CHUNK - 1) / FA_KV_KEY_CHUNK;
-    int64_t splits;
+    int64_t splits = 1;
     if (kp->num_splits > 0) {
         splits = kp->num_splits;
-    } else {
-        const int64_t want = (4 * (int64_t)processors + blocks - 1) / blocks, most = keys / 256;
-        splits = want < most ? want : most;
-        if (splits > 128)
-            splits = 128;
+    } else if (slots > 0) {
+        int64_t most = keys / 256;
+        most = most > 128 ? 128 : most < 1 ? 1 : most;
+        double best = 0.0, eff[129];
+        for (int64_t n = 1; n <= most; ++n) {
+            const double waves = (double)(blocks * n) / (double)slots;
+            eff[n] = waves / (double)((blocks * n + slots - 1) / slots);
+            best = eff[n] > best ? eff[n] : best;
+        }
+        for (splits = 1; splits < most && eff[splits] < 0.95 * best; ++splits)
+            ;
     }
     if (splits > chunks)
         splits = chunks;
     if (splits < 1)
         splits = 1;
     int64_t per = (chunks + splits - 1) / splits;
-    *keys_per_split = per * FA_KV_KEY_CHUNK;
+    *keys_per_split = (per > 0 ? per : 1) * FA_KV_KEY_CHUNK;
     return per > 0 ? (chunks + per - 1) / per : 1;
 }
 
-static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, gpu_kv_launch_fn launch)
+static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const gpu_kv_entries *entry)
 {
     const fa_problem *p = &kp->p;
     if (p->batch == 0 || (p->seqlen_q == 0 && (!kp->has_new || kp->seqlen_knew == 0)))
@@ -115,11 +127,20 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, g
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
                         "fa_forward_kvcache on %s: batch x heads_kv x row tiles = %lld blocks (at most 2^31 - 1)",
                         FA_RT_NAME, (long long)blocks);
-    kv.splits = p->seqlen_q > 0 ? gpu_kv_splits(kp, blocks > 0 ? blocks : 1, s->prop.multiProcessorCount,
-                                                &kv.keys_per_split)
-                                : 1;
-    if (p->seqlen_q == 0)
-        kv.keys_per_split = FA_KV_KEY_CHUNK;
+    /* the cp.async ring where it exists (fp16 / bf16, aligned rows; FLASHATTN_KV_COPY=registers
+     * turns it off) */
+    const char *copy = getenv("FLASHATTN_KV_COPY");
+    const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32 && !(copy && strcmp(copy, "registers") == 0);
+    kv.splits = 1;
+    kv.keys_per_split = FA_KV_KEY_CHUNK;
+    if (p->seqlen_q > 0) {
+        int resident = 0;
+        fa_rt_error e = (fa_rt_error)entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy, &resident);
+        if (e != FA_RT(Success))
+            return gpu_fail(ctx, e, "fa_forward_kvcache: occupancy of the decode kernel");
+        kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,
+                                  &kv.keys_per_split);
+    }
     void *partial = NULL;
     if (kv.splits > 1) {
         int64_t floats;
@@ -131,7 +152,7 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, g
             return st;
         kv.partial = partial;
     }
-    fa_rt_error e = (fa_rt_error)launch(&kv, (int)p->dtype, bucket, row_tile, s->stream);
+    fa_rt_error e = (fa_rt_error)entry->forward(&kv, (int)p->dtype, bucket, row_tile, async_copy, s->stream);
     if (e != FA_RT(Success))
         return gpu_fail(ctx, e, "fa_forward_kvcache kernels");
     return FA_SUCCESS;

@@ -14,6 +14,7 @@ typedef hipStream_t fa_gpu_stream;
 #define FA_GPU_SUCCESS hipSuccess
 #define FA_GPU_INVALID_VALUE hipErrorInvalidValue
 #define fa_gpu_last_error hipGetLastError
+#define fa_gpu_occupancy hipOccupancyMaxActiveBlocksPerMultiprocessor
 /* The wavefront width of the target being compiled (64 on CDNA, 32 or 64 on RDNA); the host
  * pass has no target and never uses it. */
 #if defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -37,6 +38,7 @@ typedef cudaStream_t fa_gpu_stream;
 #define FA_GPU_SUCCESS cudaSuccess
 #define FA_GPU_INVALID_VALUE cudaErrorInvalidValue
 #define fa_gpu_last_error cudaGetLastError
+#define fa_gpu_occupancy cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define FA_WARP_SIZE 32
 /* every lane of the warp must reach it: the kernels call it outside divergent code only */
 #define FA_SHFL_XOR(x, lane_mask) __shfl_xor_sync(0xffffffffu, (x), (lane_mask))
@@ -45,14 +47,6 @@ typedef cudaStream_t fa_gpu_stream;
 
 #else
 #error "backends/gpu/vendor.h: compile as CUDA (nvcc) or HIP (hipcc)"
-#endif
-
-/* A hint that the 128-byte line at p will be read soon: fetched into L2 by the memory system
- * without holding a register (CUDA's prefetch.global.L2; nothing on HIP). */
-#if defined(__HIPCC__)
-#define FA_PREFETCH_L2(p) ((void)(p))
-#else
-#define FA_PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" ::"l"(p))
 #endif
 
 /* The same spelling in both toolkits, named once so a third dialect has one place to change. */

@@ -151,6 +151,8 @@ static fa_status hip_backward(fa_context *ctx, const fa_problem *p, const fa_var
 
 /* fa_forward_kvcache: the decode kernels (backends/gpu/decode/), on a device the library was
  * built for */
+static const gpu_kv_entries kv_entries = {fa_hip_kv_forward, fa_hip_kv_blocks_per_processor};
+
 static fa_status hip_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {
     char arch[64];
@@ -158,7 +160,7 @@ static fa_status hip_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     if (!arch_built(arch))
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "hip: the library's kernels are built for %s, the device is %s",
                         FA_HIP_ARCHS, arch);
-    return gpu_forward_kvcache(ctx, kp, fa_hip_kv_forward);
+    return gpu_forward_kvcache(ctx, kp, &kv_entries);
 }
 
 static int64_t hip_workspace(const fa_context *ctx, const fa_problem *p)

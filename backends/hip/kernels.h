@@ -16,7 +16,10 @@ int fa_hip_portable_bucket(int64_t head_dim);
 
 /* fa_forward_kvcache's kernels (backends/gpu/decode/): dtype 0 fp32, 1 fp16, 2 bf16; buckets 64,
  * 128, 256; row tiles FA_KV_ROW_TILE_SMALL and _LARGE. */
-int fa_hip_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, void *stream);
+int fa_hip_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
+                 void *stream);
+/* Decode blocks of that instance resident on one processor (occupancy), into *blocks. */
+int fa_hip_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
 
 /* The matrix-core forward for CDNA (gfx90a, gfx94x): dtype 1 fp16 or 2 bf16, buckets 64 and 128. */
 int fa_hip_mfma_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);

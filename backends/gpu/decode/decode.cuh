@@ -86,6 +86,35 @@ template <class S> FA_DEVICE float round_to(float x)
     return S::load(&t, 0);
 }
 
+/* ---------------------------------------------------------------- asynchronous copies */
+
+/* 16 bytes from global src to shared dst without a register (cp.async, sm_80 and later; a plain
+ * copy elsewhere, so the ASYNC kernels stay correct on any target); cp_async_wait<N> returns once
+ * at most N of this thread's committed groups are still in flight. */
+FA_DEVICE void cp_async16(uint4 *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    *dst = *static_cast<const uint4 *>(src);
+#endif
+}
+
+FA_DEVICE void cp_async_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N> FA_DEVICE void cp_async_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 /* ---------------------------------------------------------------- addressing */
 
 FA_DEVICE int64_t cached_len(const fa_gpu_kv_params &p, int64_t b)
@@ -158,15 +187,21 @@ template <int D> struct decode_shape {
     static constexpr int STREAMS = FA_KV_THREADS / LPK; /* key rows read side by side */
     static constexpr int U = D == 256 ? 8 : 4;
     static constexpr int STEP = STREAMS * U;            /* keys per step of the block's loop */
+    static constexpr int STAGES = D == 256 ? 2 : 3;      /* the ASYNC ring: steps in shared memory */
+    static constexpr int RING_BYTES = STAGES * 2 * U * FA_KV_THREADS * 16;
     static_assert(FA_KV_KEY_CHUNK % STEP == 0, "a split is a whole number of steps");
 };
 
-template <class S, int D, int RT> __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_params p)
+/* ASYNC: the key and value rows travel by cp.async (sm_80 and later, 16-bit dtypes, aligned rows)
+ * into a ring of STAGES steps in shared memory, each thread copying and later reading its own
+ * 16-byte words (no barrier), so STAGES - 1 steps are in flight beside the one being computed
+ * without holding registers; else each step's rows are loaded into registers. */
+template <class S, int D, int RT, bool ASYNC>
+__global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
     typedef decode_shape<D> shape;
     constexpr int LPK = shape::LPK, STREAMS = shape::STREAMS, U = shape::U, STEP = shape::STEP;
-    constexpr int PREFETCH = FA_KV_PREFETCH_STEPS;
     __shared__ float q_s[RT][D];
     __shared__ float acc_s[STREAMS][RT][D];
     __shared__ float m_s[STREAMS][RT], l_s[STREAMS][RT];
@@ -240,38 +275,8 @@ template <class S, int D, int RT> __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) voi
 
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
     const int nvalid = (int)min((int64_t)8, max((int64_t)0, p.d - c0));
-    for (int64_t t0 = k_begin; t0 < k_end; t0 += STEP) {
-        /* the rows PREFETCH steps ahead into L2, one thread per 128 bytes: more of the cache in
-         * flight than the registers below hold */
-        if ((c0 * (int)sizeof(T)) % 128 == 0 && p.aligned) {
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int64_t t = t0 + PREFETCH * STEP + u * STREAMS + stream;
-                if (t < k_end) {
-                    FA_PREFETCH_L2(kc + token_offset(p, p.k_cache, b, t, hk) + c0);
-                    FA_PREFETCH_L2(vc + token_offset(p, p.v_cache, b, t, hk) + c0);
-                }
-            }
-        }
-        raw8<S> kr[U], vr[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int64_t t = t0 + u * STREAMS + stream;
-            if (t < k_end) {
-                const int64_t ko = token_offset(p, p.k_cache, b, t, hk) + c0;
-                const int64_t vo = token_offset(p, p.v_cache, b, t, hk) + c0;
-                if (p.aligned) {
-                    kr[u] = load8<S>(kc, ko);
-                    vr[u] = load8<S>(vc, vo);
-                } else {
-                    kr[u] = load8_partial<S>(kc, ko, nvalid);
-                    vr[u] = load8_partial<S>(vc, vo, nvalid);
-                }
-            } else {
-                kr[u] = raw8<S>{};
-                vr[u] = raw8<S>{};
-            }
-        }
+    /* one step: the scores of U keys per stream, this stream's online softmax, P V */
+    auto consume = [&](const int64_t t0, const raw8<S>(&kr)[U], const raw8<S>(&vr)[U]) {
         float s[U][RT];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -342,6 +347,66 @@ template <class S, int D, int RT> __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) voi
 #pragma unroll
                 for (int c = 0; c < 8; ++c)
                     acc[r][c] = fmaf(s[u][r], vf[c], acc[r][c]);
+        }
+    };
+
+    if constexpr (ASYNC) {
+        extern __shared__ uint4 ring[]; /* [STAGES][K, V][U][FA_KV_THREADS] */
+        constexpr int STAGES = shape::STAGES;
+        auto issue = [&](const int64_t t0, const int stage) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int64_t t = t0 + u * STREAMS + stream;
+                if (t < k_end) {
+                    cp_async16(&ring[((stage * 2 + 0) * U + u) * FA_KV_THREADS + tid],
+                               kc + token_offset(p, p.k_cache, b, t, hk) + c0);
+                    cp_async16(&ring[((stage * 2 + 1) * U + u) * FA_KV_THREADS + tid],
+                               vc + token_offset(p, p.v_cache, b, t, hk) + c0);
+                }
+            }
+            cp_async_commit();
+        };
+        const int64_t steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
+#pragma unroll
+        for (int st = 0; st < STAGES - 1; ++st)
+            issue(k_begin + st * STEP, st);
+        for (int64_t n = 0; n < steps; ++n) {
+            const int64_t t0 = k_begin + n * STEP;
+            issue(t0 + (STAGES - 1) * STEP, (int)((n + STAGES - 1) % STAGES));
+            cp_async_wait<STAGES - 1>();
+            const int stage = (int)(n % STAGES);
+            raw8<S> kr[U], vr[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const bool in = t0 + u * STREAMS + stream < k_end; /* else stale words: zeros instead */
+                kr[u].w[0] = in ? ring[((stage * 2 + 0) * U + u) * FA_KV_THREADS + tid] : make_uint4(0, 0, 0, 0);
+                vr[u].w[0] = in ? ring[((stage * 2 + 1) * U + u) * FA_KV_THREADS + tid] : make_uint4(0, 0, 0, 0);
+            }
+            consume(t0, kr, vr);
+        }
+        cp_async_wait<0>();
+    } else {
+        for (int64_t t0 = k_begin; t0 < k_end; t0 += STEP) {
+            raw8<S> kr[U], vr[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int64_t t = t0 + u * STREAMS + stream;
+                if (t < k_end) {
+                    const int64_t ko = token_offset(p, p.k_cache, b, t, hk) + c0;
+                    const int64_t vo = token_offset(p, p.v_cache, b, t, hk) + c0;
+                    if (p.aligned) {
+                        kr[u] = load8<S>(kc, ko);
+                        vr[u] = load8<S>(vc, vo);
+                    } else {
+                        kr[u] = load8_partial<S>(kc, ko, nvalid);
+                        vr[u] = load8_partial<S>(vc, vo, nvalid);
+                    }
+                } else {
+                    kr[u] = raw8<S>{};
+                    vr[u] = raw8<S>{};
+                }
+            }
+            consume(t0, kr, vr);
         }
     }
 
@@ -439,9 +504,36 @@ static inline unsigned stride_blocks(int64_t n)
     return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
 }
 
+/* Dynamic shared memory of a decode instance, set as its limit once (above the default 48 KB). */
+template <class S, int D, int RT, bool ASYNC> fa_gpu_error prepare(int *bytes)
+{
+    *bytes = ASYNC ? decode_shape<D>::RING_BYTES : 0;
+#if !defined(__HIPCC__)
+    static bool done = false; /* every thread sets the same value: a race is harmless */
+    if (ASYNC && !done) {
+        const fa_gpu_error e = cudaFuncSetAttribute(decode_kernel<S, D, RT, ASYNC>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
+        if (e != FA_GPU_SUCCESS)
+            return e;
+        done = true;
+    }
+#endif
+    return FA_GPU_SUCCESS;
+}
+
+/* Decode blocks of an instance resident on one multiprocessor at a time. */
+template <class S, int D, int RT, bool ASYNC> fa_gpu_error blocks_per_processor(int *n)
+{
+    int bytes;
+    fa_gpu_error e = prepare<S, D, RT, ASYNC>(&bytes);
+    if (e == FA_GPU_SUCCESS)
+        e = fa_gpu_occupancy(n, decode_kernel<S, D, RT, ASYNC>, FA_KV_THREADS, (size_t)bytes);
+    return e;
+}
+
 /* The three kernels of one call; D the head-dim bucket, RT the row tile the host chose
- * (p.row_tiles was computed with it). */
-template <class S, int D, int RT> fa_gpu_error launch(const fa_gpu_kv_params &p, fa_gpu_stream stream)
+ * (p.row_tiles, p.splits and p.keys_per_split were computed with it). */
+template <class S, int D, int RT, bool ASYNC> fa_gpu_error launch(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
     if (p.k_new.data && p.seqlen_knew > 0) {
         append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * p.d), 256, 0, stream>>>(p);
@@ -454,8 +546,12 @@ template <class S, int D, int RT> fa_gpu_error launch(const fa_gpu_kv_params &p,
     const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;
     if (blocks > 0x7fffffff || p.splits > 65535)
         return FA_GPU_INVALID_VALUE;
-    decode_kernel<S, D, RT><<<dim3((unsigned)blocks, (unsigned)p.splits), FA_KV_THREADS, 0, stream>>>(p);
-    fa_gpu_error e = fa_gpu_last_error();
+    int bytes;
+    fa_gpu_error e = prepare<S, D, RT, ASYNC>(&bytes);
+    if (e != FA_GPU_SUCCESS)
+        return e;
+    decode_kernel<S, D, RT, ASYNC><<<dim3((unsigned)blocks, (unsigned)p.splits), FA_KV_THREADS, bytes, stream>>>(p);
+    e = fa_gpu_last_error();
     if (e != FA_GPU_SUCCESS || p.splits == 1)
         return e;
     combine_kernel<S><<<stride_blocks(p.batch * p.heads_q * p.seqlen_new * p.d), 256, 0, stream>>>(p);

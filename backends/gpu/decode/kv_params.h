@@ -46,10 +46,6 @@ typedef struct fa_gpu_kv_params {
 #define FA_KV_ROW_TILE_LARGE 8
 #define FA_KV_THREADS 128
 #define FA_KV_KEY_CHUNK 64
-/* Steps of its loop ahead of itself a decode block asks L2 for (decode.cuh). */
-#ifndef FA_KV_PREFETCH_STEPS
-#define FA_KV_PREFETCH_STEPS 2
-#endif
 
 #ifdef __cplusplus
 }
