@@ -78,6 +78,19 @@ template <class S> FA_DEVICE void unpack8(const raw8<S> &r, float (&x)[8])
     }
 }
 
+/* 2^x for the softmax weights (x <= 0, or -inf: 0): the hardware approximation on CUDA (relative
+ * error about 2^-22), exp2f elsewhere. */
+FA_DEVICE float fast_exp2(float x)
+{
+#if defined(__CUDA_ARCH__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
 /* x rounded to the storage's precision (what storing it keeps). */
 template <class S> FA_DEVICE float round_to(float x)
 {
@@ -274,7 +287,9 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
     }
 
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
+    /* this thread's 8 channels: all inside the row (aligned rows have d % 8 == 0) or, past d, none */
     const int nvalid = (int)min((int64_t)8, max((int64_t)0, p.d - c0));
+    const bool lane_in_row = nvalid > 0;
     /* one step: the scores of U keys per stream, this stream's online softmax, P V */
     auto consume = [&](const int64_t t0, const raw8<S>(&kr)[U], const raw8<S>(&vr)[U]) {
         float s[U][RT];
@@ -325,12 +340,12 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 #pragma unroll
             for (int u = 0; u < U; ++u)
                 mx = fmaxf(mx, s[u][r]);
-            const float base = mx == -INFINITY ? 0.0f : mx, alpha = exp2f(m[r] - base);
+            const float base = mx == -INFINITY ? 0.0f : mx, alpha = fast_exp2(m[r] - base);
             m[r] = mx;
             float sum = 0.0f;
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                s[u][r] = exp2f(s[u][r] - base);
+                s[u][r] = fast_exp2(s[u][r] - base);
                 sum += s[u][r];
             }
             l[r] = l[r] * alpha + sum;
@@ -357,7 +372,7 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int64_t t = t0 + u * STREAMS + stream;
-                if (t < k_end) {
+                if (t < k_end && lane_in_row) {
                     cp_async16(&ring[((stage * 2 + 0) * U + u) * FA_KV_THREADS + tid],
                                kc + token_offset(p, p.k_cache, b, t, hk) + c0);
                     cp_async16(&ring[((stage * 2 + 1) * U + u) * FA_KV_THREADS + tid],
@@ -378,7 +393,8 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
             raw8<S> kr[U], vr[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const bool in = t0 + u * STREAMS + stream < k_end; /* else stale words: zeros instead */
+                /* else stale words: zeros instead */
+                const bool in = t0 + u * STREAMS + stream < k_end && lane_in_row;
                 kr[u].w[0] = in ? ring[((stage * 2 + 0) * U + u) * FA_KV_THREADS + tid] : make_uint4(0, 0, 0, 0);
                 vr[u].w[0] = in ? ring[((stage * 2 + 1) * U + u) * FA_KV_THREADS + tid] : make_uint4(0, 0, 0, 0);
             }
@@ -395,8 +411,8 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
                     const int64_t ko = token_offset(p, p.k_cache, b, t, hk) + c0;
                     const int64_t vo = token_offset(p, p.v_cache, b, t, hk) + c0;
                     if (p.aligned) {
-                        kr[u] = load8<S>(kc, ko);
-                        vr[u] = load8<S>(vc, vo);
+                        kr[u] = lane_in_row ? load8<S>(kc, ko) : raw8<S>{};
+                        vr[u] = lane_in_row ? load8<S>(vc, vo) : raw8<S>{};
                     } else {
                         kr[u] = load8_partial<S>(kc, ko, nvalid);
                         vr[u] = load8_partial<S>(vc, vo, nvalid);
