@@ -32,34 +32,39 @@ typedef struct dcase {
     int batch_idx, splits;
     float softcap;
     int no_seqlens;      /* cache_seqlens NULL (contiguous, every sequence full) */
+    int64_t pad;         /* NaN channels after each cache head row (its stride d + pad): read by no kernel */
 } dcase;
 
 #define B16 FA_DTYPE_BF16
 #define F16 FA_DTYPE_F16
 #define F32 FA_DTYPE_F32
 static const dcase cases[] = {
-    {"contig-decode-bf16", B16, 3, 1, 8, 2, 64, 0, 300, {0, 1, 257}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0},
-    {"contig-full-nolens-f16", F16, 2, 1, 4, 4, 40, 0, 129, {0}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 1},
-    {"contig-full-lens-bf16", B16, 2, 3, 4, 1, 64, 0, 200, {-1, -1}, 0, 0, 0, 1, -1, -1, 0, 1, 0, 0},
-    {"contig-batchidx-append7-f16", F16, 3, 7, 6, 2, 64, 0, 90, {10, 0, 83}, 7, 0, 0, 1, -1, -1, 1, 3, 0, 0},
-    {"contig-rotary-half-causal-bf16", B16, 2, 5, 8, 2, 128, 0, 160, {31, 100}, 5, 128, 0, 1, -1, -1, 0, 0, 0, 0},
-    {"contig-rotary-partial-noncausal-f32", F32, 2, 3, 4, 2, 64, 0, 100, {17, 40}, 3, 32, 1, 0, -1, -1, 0, 4, 0, 0},
-    {"paged16-shuffled-decode-bf16", B16, 4, 1, 8, 1, 64, 16, 160, {0, 1, 33, 143}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0},
-    {"paged64-append7-rotary-inter-f16", F16, 3, 7, 4, 2, 128, 64, 256, {63, 1, 200}, 7, 64, 1, 1, -1, -1, 0, 5, 0, 0},
-    {"paged256-window-mqa-bf16", B16, 2, 2, 6, 1, 64, 256, 512, {300, 511}, 1, 0, 0, 0, 40, 3, 0, 2, 0, 0},
+    {"contig-decode-bf16", B16, 3, 1, 8, 2, 64, 0, 300, {0, 1, 257}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0},
+    {"contig-full-nolens-f16", F16, 2, 1, 4, 4, 40, 0, 129, {0}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 1, 0},
+    {"contig-full-lens-bf16", B16, 2, 3, 4, 1, 64, 0, 200, {-1, -1}, 0, 0, 0, 1, -1, -1, 0, 1, 0, 0, 0},
+    {"contig-batchidx-append7-f16", F16, 3, 7, 6, 2, 64, 0, 90, {10, 0, 83}, 7, 0, 0, 1, -1, -1, 1, 3, 0, 0, 0},
+    {"contig-rotary-half-causal-bf16", B16, 2, 5, 8, 2, 128, 0, 160, {31, 100}, 5, 128, 0, 1, -1, -1, 0, 0, 0, 0, 0},
+    {"contig-rotary-partial-noncausal-f32", F32, 2, 3, 4, 2, 64, 0, 100, {17, 40}, 3, 32, 1, 0, -1, -1, 0, 4, 0, 0, 0},
+    {"paged16-shuffled-decode-bf16", B16, 4, 1, 8, 1, 64, 16, 160, {0, 1, 33, 143}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0},
+    {"paged64-append7-rotary-inter-f16", F16, 3, 7, 4, 2, 128, 64, 256, {63, 1, 200}, 7, 64, 1, 1, -1, -1, 0, 5, 0, 0, 0},
+    {"paged256-window-mqa-bf16", B16, 2, 2, 6, 1, 64, 256, 512, {300, 511}, 1, 0, 0, 0, 40, 3, 0, 2, 0, 0, 0},
     {"paged16-chunked-causal-softcap-bf16", B16, 2, 33, 4, 2, 64, 16, 128, {50, 0}, 33, 16, 0, 1, -1, -1, 0, 0,
-     30.0f, 0},
-    {"paged64-full-nosplit-f32", F32, 2, 1, 2, 2, 40, 64, 128, {-1, 64}, 0, 0, 0, 0, -1, -1, 0, 1, 0, 0},
-    {"contig-manysplits-long-bf16", B16, 1, 1, 32, 8, 128, 0, 2100, {2099}, 1, 128, 0, 0, -1, -1, 0, 16, 0, 0},
+     30.0f, 0, 0},
+    {"paged64-full-nosplit-f32", F32, 2, 1, 2, 2, 40, 64, 128, {-1, 64}, 0, 0, 0, 0, -1, -1, 0, 1, 0, 0, 0},
+    {"contig-manysplits-long-bf16", B16, 1, 1, 32, 8, 128, 0, 2100, {2099}, 1, 128, 0, 0, -1, -1, 0, 16, 0, 0, 0},
     /* speculative decoding: two new tokens per sequence, causal and a window, so some rows see only
      * part of a key block */
-    {"contig-spec2-causal-window-f16", F16, 2, 2, 8, 2, 64, 0, 300, {70, 200}, 2, 0, 0, 1, 40, -1, 0, 3, 0, 0},
+    {"contig-spec2-causal-window-f16", F16, 2, 2, 8, 2, 64, 0, 300, {70, 200}, 2, 0, 0, 1, 40, -1, 0, 3, 0, 0, 0},
     {"paged32-decode-gqa4-rotary-f16", F16, 3, 1, 16, 4, 128, 32, 256, {255, 0, 97}, 1, 64, 1, 0, -1, -1, 0, 0, 0,
-     0},
-    {"contig-decode-softcap-d48-f32", F32, 2, 1, 6, 2, 48, 0, 100, {98, 40}, 1, 0, 0, 0, -1, -1, 0, 0, 20.0f, 0},
-    {"contig-decode-d36-bf16", B16, 2, 1, 8, 2, 36, 0, 90, {50, 88}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0},
+     0, 0},
+    {"contig-decode-softcap-d48-f32", F32, 2, 1, 6, 2, 48, 0, 100, {98, 40}, 1, 0, 0, 0, -1, -1, 0, 0, 20.0f, 0, 0},
+    {"contig-decode-d36-bf16", B16, 2, 1, 8, 2, 36, 0, 90, {50, 88}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0, 0},
     /* more splits asked for than there are keys: each backend uses what it can */
-    {"contig-splits-beyond-keys-f32", F32, 2, 1, 4, 2, 64, 0, 80, {3, 70}, 1, 0, 0, 0, -1, -1, 0, 1 << 20, 0, 0},
+    {"contig-splits-beyond-keys-f32", F32, 2, 1, 4, 2, 64, 0, 80, {3, 70}, 1, 0, 0, 0, -1, -1, 0, 1 << 20, 0, 0, 0},
+    /* head rows shorter than a kernel's head-dim bucket, NaN in the cache after each (16-byte
+     * aligned strides): reading past d shows */
+    {"contig-nanpad-d40-bf16", B16, 2, 1, 8, 2, 40, 0, 300, {299, 100}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 8},
+    {"paged16-nanpad-d48-append-f16", F16, 2, 2, 4, 1, 48, 16, 64, {30, 0}, 2, 48, 0, 1, -1, -1, 0, 2, 0, 0, 16},
 };
 
 /* ------------------------------------------------------------------ dtype helpers */
@@ -133,6 +138,7 @@ static void rotate64(const dcase *c, const void *cosb, const void *sinb, int64_t
 
 typedef struct host_case {
     int64_t nb, rows, pages_per_seq, seqlen_ro;
+    int64_t dp; /* a cache head row's stride: d + pad */
     int64_t qn, cn, nn, rn; /* element counts: q / o, each cache, each new, each rotary table */
     void *q, *kc, *vc, *kn, *vn, *cos, *sin;
     int32_t *lens, *table, *bidx;
@@ -148,7 +154,7 @@ static int64_t token_offset(const dcase *c, const host_case *h, int64_t b, int64
         row = h->bidx ? h->bidx[b] : b;
         pos = t;
     }
-    return ((row * h->rows + pos) * c->hkv + head) * c->d;
+    return ((row * h->rows + pos) * c->hkv + head) * h->dp;
 }
 
 static int64_t cached_of(const dcase *c, const host_case *h, int64_t b)
@@ -274,11 +280,17 @@ static void make_host(const dcase *c, host_case *h, uint64_t seed)
         h->rows = c->capacity;
     }
     h->qn = c->batch * c->sn * c->hq * d;
-    h->cn = h->nb * h->rows * c->hkv * d;
+    h->dp = d + c->pad;
+    h->cn = h->nb * h->rows * c->hkv * h->dp;
     h->nn = c->batch * c->knew * c->hkv * d;
     h->q = rand_buf(c->dtype, h->qn, &rng, 1.0);
     h->kc = rand_buf(c->dtype, h->cn, &rng, 1.0);
     h->vc = rand_buf(c->dtype, h->cn, &rng, 1.0);
+    for (int64_t i = 0; i < h->cn; ++i)
+        if (i % h->dp >= d) {
+            put(c->dtype, h->kc, i, NAN);
+            put(c->dtype, h->vc, i, NAN);
+        }
     h->kn = rand_buf(c->dtype, h->nn, &rng, 1.0);
     h->vn = rand_buf(c->dtype, h->nn, &rng, 1.0);
     if (!c->no_seqlens) {
@@ -348,6 +360,11 @@ static int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_cas
     a->q = t4(track(x, dev(ctx, h->q, es * (size_t)h->qn)), c->dtype, c->batch, c->sn, c->hq, d);
     a->k_cache = t4(track(x, dev(ctx, h->kc, es * (size_t)h->cn)), c->dtype, h->nb, h->rows, c->hkv, d);
     a->v_cache = t4(track(x, dev(ctx, h->vc, es * (size_t)h->cn)), c->dtype, h->nb, h->rows, c->hkv, d);
+    for (fa_tensor *t = &a->k_cache; t; t = t == &a->k_cache ? &a->v_cache : NULL) {
+        t->stride[2] = h->dp;
+        t->stride[1] = c->hkv * h->dp;
+        t->stride[0] = h->rows * c->hkv * h->dp;
+    }
     if (h->lens)
         a->cache_seqlens = track(x, dev(ctx, h->lens, sizeof(int32_t) * (size_t)c->batch));
     if (h->table) {
@@ -571,7 +588,7 @@ static const struct {
  * for the int32 arrays built here: on device backends those cases are skipped). */
 static int run_bad(fa_context *ctx, int host_memory)
 {
-    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0};
+    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0};
     host_case h;
     make_host(&c, &h, 99);
     int failures = 0;
