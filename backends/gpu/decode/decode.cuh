@@ -520,19 +520,16 @@ static inline unsigned stride_blocks(int64_t n)
     return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
 }
 
-/* Dynamic shared memory of a decode instance, set as its limit once (above the default 48 KB). */
+/* Dynamic shared memory of a decode instance, set as its limit (above the default 48 KB) on the
+ * current device at every launch, as the other CUDA kernels do: the attribute belongs to one
+ * device, and a process may decode on several. */
 template <class S, int D, int RT, bool ASYNC> fa_gpu_error prepare(int *bytes)
 {
     *bytes = ASYNC ? decode_shape<D>::RING_BYTES : 0;
 #if !defined(__HIPCC__)
-    static bool done = false; /* every thread sets the same value: a race is harmless */
-    if (ASYNC && !done) {
-        const fa_gpu_error e = cudaFuncSetAttribute(decode_kernel<S, D, RT, ASYNC>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
-        if (e != FA_GPU_SUCCESS)
-            return e;
-        done = true;
-    }
+    if (ASYNC)
+        return cudaFuncSetAttribute(decode_kernel<S, D, RT, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    *bytes);
 #endif
     return FA_GPU_SUCCESS;
 }
