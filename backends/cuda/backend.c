@@ -258,7 +258,8 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
 }
 
 /* fa_forward_kvcache: the decode kernels (backends/gpu/decode/) for every dtype and head dim */
-static const gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor};
+static const gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor, fa_kv_forward_mma,
+                                           fa_kv_blocks_per_processor_mma};
 
 static fa_status cuda_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {

@@ -151,7 +151,7 @@ static fa_status hip_backward(fa_context *ctx, const fa_problem *p, const fa_var
 
 /* fa_forward_kvcache: the decode kernels (backends/gpu/decode/), on a device the library was
  * built for */
-static const gpu_kv_entries kv_entries = {fa_hip_kv_forward, fa_hip_kv_blocks_per_processor};
+static const gpu_kv_entries kv_entries = {fa_hip_kv_forward, fa_hip_kv_blocks_per_processor, NULL, NULL};
 
 static fa_status hip_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {
