@@ -160,8 +160,7 @@ FA_DEVICE float rotated(const fa_gpu_kv_params &p, const typename S::T *x, int64
     const int rd = (int)p.rotary_dim;
     if (c >= rd)
         return S::load(x, off + c);
-    const int inter = p.rotary_interleaved, half = rd / 2;
-    const int i = inter ? c / 2 : (c < half ? c : c - half);
+    const int inter = p.rotary_interleaved, i = fa_rotary_pair_of(inter, rd, c);
     int cx, cy;
     fa_rotary_pair(inter, rd, i, &cx, &cy);
     float vx = S::load(x, off + cx), vy = S::load(x, off + cy);
