@@ -184,17 +184,10 @@ template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decod
     merge_store<S, D, RT, WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split);
 }
 
+/* The kernel's shared-memory limit on the current device (set at every launch: it is per device). */
 template <class S, int D> fa_gpu_error prepare_mma()
 {
-    static bool done = false; /* every thread sets the same value: a race is harmless */
-    if (!done) {
-        const fa_gpu_error e = cudaFuncSetAttribute(decode_mma_kernel<S, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    mma_shape<D>::SMEM);
-        if (e != FA_GPU_SUCCESS)
-            return e;
-        done = true;
-    }
-    return FA_GPU_SUCCESS;
+    return cudaFuncSetAttribute(decode_mma_kernel<S, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_shape<D>::SMEM);
 }
 
 template <class S, int D> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_gpu_stream stream)
