@@ -62,12 +62,17 @@ if has bench; then
 fi
 if has ncu; then
   export FLASHATTN_LIBRARY=$B/libflashattn.so
-  timeout 150 ncu --clock-control none -k regex:decode_kernel -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats python bench/decode_bench.py --shapes 8x32768 > $OUT/ncu.txt 2>&1
+  timeout 150 ncu --clock-control none -k regex:"decode_(mma_)?kernel" -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats python bench/decode_bench.py --shapes 8x32768 > $OUT/ncu.txt 2>&1
   grep -vE "^\|" $OUT/ncu.txt | tail -90 | tee -a $log
   for be in "--backend cuda"; do
     ./$B/tools/flashattn run --decode $be --batch 8 --kv 32768 --dtype bf16 --repeat 20 2>&1 | tail -4 | tee -a $log
     ./$B/tools/flashattn run --decode $be --batch 1 --kv 4096 --dtype bf16 --repeat 20 2>&1 | tail -4 | tee -a $log
   done
+fi
+if has g23; then
+  echo "== issue 23: conformance full grid, FLASHATTN_CUDA_KERNELS=sm90" | tee -a $log
+  FLASHATTN_CUDA_KERNELS=sm90 timeout ${G23_LIMIT:-280} $B/tests/conformance/conformance --backend cuda --grid full > $OUT/conf23.txt 2>&1
+  echo "rc $?" | tee -a $log; grep -c "^\[ *OK" $OUT/conf23.txt | sed 's/^/OK lines: /' | tee -a $log; grep -E "FAIL|passed|failed" $OUT/conf23.txt | tail -5 | tee -a $log
 fi
 if has prefill; then
   export FLASHATTN_LIBRARY=$B/libflashattn.so
