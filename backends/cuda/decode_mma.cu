@@ -1,7 +1,7 @@
 // decode_mma.cu: fa_forward_kvcache's decode kernel on the tensor cores (sm_80 and later, fp16 /
 // bf16, 16-byte aligned rows, head-dim buckets 64 and 128), the CUDA backend's alternative to
 // the SIMT decode kernel of backends/gpu/decode/decode.cuh, whose start (begin_block), end
-// (merge_store), append and combine kernels it shares.
+// (merge_store), check, append and combine kernels it shares.
 //
 // One block of four warps per (sequence, kv head, tile of 16 of that head's query rows, split).
 // The tile's rows are the A operand of mma.sync m16n8k16 (rows past the head's are zeros), so the
@@ -41,6 +41,8 @@ template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decod
     __shared__ int64_t lo_s[RT], hi_s[RT];
     __shared__ fa_score_mod_state mod_s[RT];
 
+    if (skip_on_fault(p))
+        return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
     const int64_t tile = blockIdx.x % p.row_tiles, bh = blockIdx.x / p.row_tiles;
     const int64_t hk = bh % p.heads_kv, b = bh / p.heads_kv, split = blockIdx.y, sn = p.seqlen_new;
@@ -50,7 +52,12 @@ template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decod
     const block_keys keys = begin_block<S, RT, D>(
         p, b, hk, tile, split, lo_s, hi_s, mod_s,
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_sm80::elem<E>::from_float(x); });
-    const int64_t k_begin = keys.k_begin, k_end = keys.k_end;
+    /* k_begin down to a multiple of KEYS, so that each warp's keys of a step lie in one page (page
+     * sizes are multiples of 16) and one address per step serves them all. The keys this adds lie
+     * below every row's first visible key (k_begin is the split's first key, a multiple of 64, or
+     * above it the lowest first key of the rows), so the mask removes them. */
+    const int64_t k_end = keys.k_end;
+    const int64_t k_begin = keys.k_begin < k_end ? keys.k_begin & ~(int64_t)(KEYS - 1) : keys.k_begin;
 
     uint32_t qf[D / 16][4];
 #pragma unroll
@@ -60,16 +67,20 @@ template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decod
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
     E *ring = reinterpret_cast<E *>(smem);
     /* this warp's 16 keys of the step at t0 into stage `stage`: D / 16 16-byte chunks per lane for
-     * each of K and V; keys past k_end and channels past d zero-filled (never read) */
+     * each of K and V, addressed from the first key's row (the 16 share a page); keys past k_end
+     * and channels past d zero-filled (never read) */
     auto issue = [&](const int64_t t0, const int stage) {
         E *kt = ring + (stage * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
+        const int64_t tw = t0 + warp * KEYS;
+        const bool any = tw < k_end;
+        const T *kw = kc + (any ? token_offset(p, p.k_cache, b, tw, hk) : 0);
+        const T *vw = vc + (any ? token_offset(p, p.v_cache, b, tw, hk) : 0);
 #pragma unroll
         for (int i = 0; i < D / 16; ++i) {
             const int j = lane + 32 * i, key = j / (D / 8), ch = (j % (D / 8)) * 8;
-            const int64_t t = t0 + warp * KEYS + key;
-            const bool ok = t < k_end && ch < p.d;
-            const T *ks = ok ? kc + token_offset(p, p.k_cache, b, t, hk) + ch : kc;
-            const T *vs = ok ? vc + token_offset(p, p.v_cache, b, t, hk) + ch : vc;
+            const bool ok = tw + key < k_end && ch < p.d;
+            const T *ks = ok ? kw + key * p.k_cache.ss + ch : kc;
+            const T *vs = ok ? vw + key * p.v_cache.ss + ch : vc;
             fa_sm80::cp_async16(kt + key * LD + ch, ks, ok);
             fa_sm80::cp_async16(vt + key * LD + ch, vs, ok);
         }
@@ -192,7 +203,7 @@ template <class S, int D> fa_gpu_error prepare_mma()
 
 template <class S, int D> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    fa_gpu_error e = launch_append<S>(p, stream);
+    fa_gpu_error e = launch_check_append<S>(p, stream);
     if (e != FA_GPU_SUCCESS || p.seqlen_new == 0)
         return e;
     const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;

@@ -119,6 +119,18 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, c
     kv.out_f32 = p->out_dtype != p->dtype;
     kv.mod = fa_score_mod_prepare(p->mod, p->scale);
     kv.alibi_slopes = p->alibi_slopes;
+    if (kp->device_check) {
+        if (!s->fault) {
+            GPU_TRY(ctx, FA_RT(Malloc)((void **)&s->fault, sizeof(long long) * FA_KV_FAULT_WORDS));
+            GPU_TRY(ctx, FA_RT(Memset)(s->fault, 0, sizeof(long long) * FA_KV_FAULT_WORDS));
+            GPU_TRY(ctx, FA_RT(DeviceSynchronize)());
+        }
+        kv.fault = s->fault;
+        kv.capacity = kp->capacity;
+        kv.num_pages = kp->num_pages;
+        kv.batch_cache = kp->batch_cache;
+        kv.seqlen_ro = kp->seqlen_ro;
+    }
     const size_t elem = fa_dtype_size(p->dtype);
     kv.aligned = p->d % 8 == 0 && gpu_kv_view_aligned(&kp->k_cache, elem) && gpu_kv_view_aligned(&kp->v_cache, elem);
     /* the kernel: the tensor-core one where it exists (cc >= 8.0, fp16 / bf16, aligned rows, d <=
@@ -162,6 +174,7 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, c
             return st;
         kv.partial = partial;
     }
+    s->fault_armed |= kp->device_check;
     fa_rt_error e = (fa_rt_error)(mma ? entry->forward_mma(&kv, (int)p->dtype, bucket, s->stream)
                                       : entry->forward(&kv, (int)p->dtype, bucket, row_tile, async_copy, s->stream));
     if (e != FA_RT(Success))

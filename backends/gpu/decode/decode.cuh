@@ -1,5 +1,5 @@
 /* decode.cuh: fa_forward_kvcache on CUDA and HIP, written once (vendor.h maps the names): three
- * kernels on the context's stream.
+ * kernels on the context's stream, after check.cuh's when the device checks the int32 arrays.
  *
  *   append_kernel   one thread per (sequence, new token, kv head, channel): k_new rotated in fp32
  *                   and rounded to the dtype, v_new copied, into the cache rows at cache_seqlens.
@@ -18,6 +18,7 @@
 #define FA_GPU_DECODE_CUH
 
 #include "../portable/common.cuh"
+#include "check.cuh"
 #include "kv_params.h"
 #include "rotary.h"
 
@@ -175,6 +176,8 @@ FA_DEVICE float rotated(const fa_gpu_kv_params &p, const typename S::T *x, int64
 template <class S> __global__ FA_LAUNCH_BOUNDS(256) void append_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
+    if (skip_on_fault(p))
+        return;
     const int64_t per_seq = p.seqlen_knew * p.heads_kv * p.d, total = p.batch * per_seq;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = e / per_seq, r = e % per_seq;
@@ -332,6 +335,8 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
     __shared__ int64_t lo_s[RT], hi_s[RT];
     __shared__ fa_score_mod_state mod_s[RT];
 
+    if (skip_on_fault(p))
+        return;
     const int tid = threadIdx.x, stream = tid / LPK, c0 = (tid % LPK) * 8;
     const int64_t tile = blockIdx.x % p.row_tiles, bh = blockIdx.x / p.row_tiles;
     const int64_t hk = bh % p.heads_kv, b = bh / p.heads_kv, split = blockIdx.y;
@@ -517,6 +522,8 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
+    if (skip_on_fault(p))
+        return;
     const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, total = p.batch * hq * sn * p.d;
     const float *lses = p.partial + p.batch * hq * sn * splits * p.d;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -580,11 +587,13 @@ template <class S, int D, int RT, bool ASYNC> fa_gpu_error blocks_per_processor(
     return e;
 }
 
-/* The append kernel, when new keys are given. */
-template <class S> fa_gpu_error launch_append(const fa_gpu_kv_params &p, fa_gpu_stream stream)
+/* A call's first kernels: the device check (check_on_device), then the append kernel when new
+ * keys are given. */
+template <class S> fa_gpu_error launch_check_append(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    if (!p.k_new.data || p.seqlen_knew == 0)
-        return FA_GPU_SUCCESS;
+    fa_gpu_error e = launch_check<S>(p, stream);
+    if (e != FA_GPU_SUCCESS || !p.k_new.data || p.seqlen_knew == 0)
+        return e;
     append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * p.d), 256, 0, stream>>>(p);
     return fa_gpu_last_error();
 }
@@ -598,11 +607,11 @@ template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu
     return fa_gpu_last_error();
 }
 
-/* The three kernels of one call; D the head-dim bucket, RT the row tile the host chose
+/* The kernels of one call; D the head-dim bucket, RT the row tile the host chose
  * (p.row_tiles, p.splits and p.keys_per_split were computed with it). */
 template <class S, int D, int RT, bool ASYNC> fa_gpu_error launch(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    fa_gpu_error e = launch_append<S>(p, stream);
+    fa_gpu_error e = launch_check_append<S>(p, stream);
     if (e != FA_GPU_SUCCESS || p.seqlen_new == 0)
         return e;
     const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;

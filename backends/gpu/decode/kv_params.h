@@ -38,7 +38,25 @@ typedef struct fa_gpu_kv_params {
     int64_t rows, row_tiles, splits, keys_per_split;
     float *partial;                   /* splits > 1: [batch][heads_q][seqlen_new][splits][d] outputs
                                          then [...][splits] log-sum-exps, fp32 */
+    /* check_on_device: the fault record (NULL: the host checked the arrays), and the bounds the
+     * check kernel holds the arrays to */
+    long long *fault;
+    int64_t capacity, num_pages, batch_cache, seqlen_ro;
 } fa_gpu_kv_params;
+
+/* The fault record a device check leaves in the context's memory: the first bad value found, as
+ * long long [FA_KV_FAULT_WORDS] = {code, sequence, index, value}. While it holds a code, every
+ * device-checked call's kernels return at once (they write nothing); fa_synchronize reports it
+ * and clears it. A code of -1 is a record being written. */
+enum {
+    FA_KV_FAULT_NONE = 0,
+    FA_KV_FAULT_NEGATIVE_LENGTH,  /* cache_seqlens[sequence] = value < 0 */
+    FA_KV_FAULT_OVER_CAPACITY,    /* cache_seqlens[sequence] = value, index = value + the new tokens */
+    FA_KV_FAULT_BATCH_IDX,        /* cache_batch_idx[sequence] = value outside the cache's rows */
+    FA_KV_FAULT_PAGE,             /* block_table[sequence][index] = value outside the pages */
+    FA_KV_FAULT_ROTARY            /* value = the table rows sequence's positions need */
+};
+#define FA_KV_FAULT_WORDS 4
 
 /* Query rows of one kv head a decode block takes, and the keys it reads per step of its loop
  * (every split but the last is a multiple of these). */
