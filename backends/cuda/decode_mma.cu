@@ -81,8 +81,16 @@ template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decod
             const bool ok = tw + key < k_end && ch < p.d;
             const T *ks = ok ? kw + key * p.k_cache.ss + ch : kc;
             const T *vs = ok ? vw + key * p.v_cache.ss + ch : vc;
-            fa_sm80::cp_async16(kt + key * LD + ch, ks, ok);
-            fa_sm80::cp_async16(vt + key * LD + ch, vs, ok);
+            if (p.l2_prefetch == 256) {
+                fa_sm80::cp_async16_prefetch<256>(kt + key * LD + ch, ks, ok);
+                fa_sm80::cp_async16_prefetch<256>(vt + key * LD + ch, vs, ok);
+            } else if (p.l2_prefetch == 128) {
+                fa_sm80::cp_async16_prefetch<128>(kt + key * LD + ch, ks, ok);
+                fa_sm80::cp_async16_prefetch<128>(vt + key * LD + ch, vs, ok);
+            } else {
+                fa_sm80::cp_async16(kt + key * LD + ch, ks, ok);
+                fa_sm80::cp_async16(vt + key * LD + ch, vs, ok);
+            }
         }
         fa_sm80::cp_async_commit();
     };

@@ -18,6 +18,10 @@ typedef struct gpu_kv_entries {
     int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int *blocks);
 } gpu_kv_entries;
 
+/* The tensor-core decode kernel's L2 prefetch size (bytes; 0 none), unless
+ * FLASHATTN_KV_L2_PREFETCH says 0, 128 or 256. */
+#define FA_KV_L2_PREFETCH_DEFAULT 0
+
 static int gpu_kv_bucket(int64_t d)
 {
     return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
@@ -139,6 +143,10 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, c
     const char *kernel = getenv("FLASHATTN_KV_KERNEL"), *copy = getenv("FLASHATTN_KV_COPY");
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
                     bucket <= 128 && !(kernel && strcmp(kernel, "simt") == 0);
+    const char *prefetch = getenv("FLASHATTN_KV_L2_PREFETCH");
+    kv.l2_prefetch = prefetch ? atoi(prefetch) : FA_KV_L2_PREFETCH_DEFAULT;
+    if (kv.l2_prefetch != 128 && kv.l2_prefetch != 256)
+        kv.l2_prefetch = 0;
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32 && !(copy && strcmp(copy, "registers") == 0);
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;

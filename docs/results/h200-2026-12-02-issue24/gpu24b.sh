@@ -3,7 +3,7 @@
 # (tensor-core kernel chosen; SIMT with both copy modes; portable env) and NVIDIA OpenCL,
 # sanitizers, the Python CUDA tests of the decode path, benches (check_on_device; CUDA graphs),
 # a mutation the new grid case must catch, the sm90 full grid (issue 23).
-# usage: bash .deps/scripts/gpu24b.sh STAGES   (STAGES: any of build,grid,san,py,bench,ncu,mut,g23)
+# usage: bash .deps/scripts/gpu24b.sh STAGES   (STAGES: any of build,grid,san,py,bench,tune,ncu,mut,g23)
 set -u
 STAGES=${1:-build,grid,bench}
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
@@ -62,9 +62,19 @@ if has bench && [ $(left) -gt 100 ]; then
     ./$B/tools/flashattn run --decode --backend cuda --batch $1 --kv $2 --dtype bf16 --repeat 20 --check-on-device 2>&1 | grep -E "^decode|fa_forward_kvcache|copy" | tee -a $log
   done
 fi
+if has tune && [ $(left) -gt 120 ]; then
+  for pf in 0 128 256; do
+    echo "== FLASHATTN_KV_L2_PREFETCH=$pf" | tee -a $OUT/bench.txt | tee -a $log
+    FLASHATTN_KV_L2_PREFETCH=$pf timeout 100 python bench/decode_bench.py --graph 2>&1 | tee -a $OUT/bench.txt | tee -a $log
+  done
+  for sp in 32 64; do
+    echo "== --splits $sp" | tee -a $OUT/bench.txt | tee -a $log
+    timeout 60 python bench/decode_bench.py --graph --splits $sp --shapes 1x4096,1x16384 2>&1 | tee -a $OUT/bench.txt | tee -a $log
+  done
+fi
 if has ncu && [ $(left) -gt 60 ]; then
-  timeout 60 ncu --clock-control none -k regex:"decode_(mma_)?kernel" -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats python bench/decode_bench.py --shapes 8x32768 --check-on-device > $OUT/ncu.txt 2>&1
-  grep -E "Duration|DRAM Through|L2 Cache Through|Issued Warp|Eligible Warps" $OUT/ncu.txt | tee -a $log
+  timeout 60 ncu --clock-control none -k regex:"decode_(mma_)?kernel" -c 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --metrics regex:"smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" python bench/decode_bench.py --shapes 8x32768 --check-on-device > $OUT/ncu.txt 2>&1
+  grep -E "Duration|DRAM Through|L2 Cache Through|Issued Warp|Eligible Warps|stalled" $OUT/ncu.txt | sort -k3 -n -r | head -40 | tee -a $log
 fi
 if has mut && [ $(left) -gt 60 ]; then
   echo "== mutation: decode_mma.cu without k_begin's alignment to 16 keys (paged16-window-unaligned must fail)" | tee -a $log
