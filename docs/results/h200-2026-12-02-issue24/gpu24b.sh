@@ -67,6 +67,10 @@ if has tune && [ $(left) -gt 120 ]; then
     echo "== FLASHATTN_KV_L2_PREFETCH=$pf" | tee -a $OUT/bench.txt | tee -a $log
     FLASHATTN_KV_L2_PREFETCH=$pf timeout 100 python bench/decode_bench.py --graph 2>&1 | tee -a $OUT/bench.txt | tee -a $log
   done
+  for pf in 128 256; do
+    echo "== decode grid cuda, FLASHATTN_KV_L2_PREFETCH=$pf" | tee -a $log
+    FLASHATTN_KV_L2_PREFETCH=$pf timeout 100 $B/tests/conformance/decode --backend cuda 2>&1 | grep -E "FAILED|case\(s\)" | tee -a $log
+  done
   for sp in 32 64; do
     echo "== --splits $sp" | tee -a $OUT/bench.txt | tee -a $log
     timeout 60 python bench/decode_bench.py --graph --splits $sp --shapes 1x4096,1x16384 2>&1 | tee -a $OUT/bench.txt | tee -a $log
