@@ -20,7 +20,7 @@ typedef struct gpu_kv_entries {
 
 /* The tensor-core decode kernel's L2 prefetch size (bytes; 0 none), unless
  * FLASHATTN_KV_L2_PREFETCH says 0, 128 or 256. */
-#define FA_KV_L2_PREFETCH_DEFAULT 0
+#define FA_KV_L2_PREFETCH_DEFAULT 128
 
 static int gpu_kv_bucket(int64_t d)
 {

@@ -3,7 +3,7 @@
 # (tensor-core kernel chosen; SIMT with both copy modes; portable env) and NVIDIA OpenCL,
 # sanitizers, the Python CUDA tests of the decode path, benches (check_on_device; CUDA graphs),
 # a mutation the new grid case must catch, the sm90 full grid (issue 23).
-# usage: bash .deps/scripts/gpu24b.sh STAGES   (STAGES: any of build,grid,san,py,bench,tune,ncu,mut,g23)
+# usage: bash .deps/scripts/gpu24b.sh STAGES   (STAGES: any of build,grid,san,py,bench,prefill,tune,ncu,mut,g23)
 set -u
 STAGES=${1:-build,grid,bench}
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
@@ -61,6 +61,9 @@ if has bench && [ $(left) -gt 100 ]; then
   for sh in "8 32768" "1 4096"; do set -- $sh
     ./$B/tools/flashattn run --decode --backend cuda --batch $1 --kv $2 --dtype bf16 --repeat 20 --check-on-device 2>&1 | grep -E "^decode|fa_forward_kvcache|copy" | tee -a $log
   done
+fi
+if has prefill && [ $(left) -gt 40 ]; then
+  timeout 60 python bench/decode_bench.py --graph --new 512 --shapes 1x8192,4x8192 2>&1 | tee -a $OUT/bench.txt | tee -a $log
 fi
 if has tune && [ $(left) -gt 120 ]; then
   for pf in 0 128 256; do
