@@ -14,11 +14,17 @@ KV, d] with enable_gqa=True, causal as a bottom-right mask (causal_lower_right; 
 refuse what they do not run: reported as not run). The last column compares the library's O with
 fp32 math attention on the first two sequences.
 
+--check-on-device passes check_on_device=True (the int32 arrays checked by the GPU: no copy to
+the host and no wait per call). --graph times every attention (ours with check_on_device, which
+a graph needs, and both SDPA backends) as a CUDA graph of one call replayed, so that no Python
+or launch overhead on the host is in the times: what a serving loop that captures its decode
+step sees.
+
 The output's first line is its provenance (date, commit, device, command; bench/provenance.py).
 
 usage: FLASHATTN_LIBRARY=build/libflashattn.so python3 bench/decode_bench.py
        [--shapes 1x4096,1x131072,8x32768,64x32768] [--heads 32/8] [--dim 128] [--dtype bf16|fp16]
-       [--page 0|64] [--new 1] [--splits 0]
+       [--page 0|64] [--new 1] [--splits 0] [--check-on-device] [--graph]
 """
 import argparse
 import os
@@ -56,11 +62,35 @@ def sdpa(q, k, v, causal):
                                           enable_gqa=True).transpose(1, 2)
 
 
-def sdpa_time(backend, q, k, v, causal):
+GRAPH_STREAM = None
+
+
+def bench(fn, graph):
+    """do_bench median (ms) of fn, or of replaying a CUDA graph of one fn call (graph): the warm-up
+    call runs on the capture stream, so that the library's context has met it (its scratch and
+    fault record allocated, its scratch last used there) before the capture."""
+    global GRAPH_STREAM
+    if not graph:
+        return do_bench(fn)
+    if GRAPH_STREAM is None:
+        GRAPH_STREAM = torch.cuda.Stream()
+    GRAPH_STREAM.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(GRAPH_STREAM):
+        fn()
+    torch.cuda.current_stream().wait_stream(GRAPH_STREAM)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=GRAPH_STREAM):
+        fn()
+    torch.cuda.synchronize()
+    return do_bench(g.replay)
+
+
+def sdpa_time(backend, q, k, v, causal, graph):
     try:
         with sdpa_kernel([backend]):
             sdpa(q, k, v, causal)
-            return do_bench(lambda: sdpa(q, k, v, causal))
+            return bench(lambda: sdpa(q, k, v, causal), graph)
     except RuntimeError as e:
         return f"not run ({str(e).splitlines()[0][:60]})"
 
@@ -74,7 +104,10 @@ def main():
     ap.add_argument("--page", type=int, default=0, help="0: contiguous cache; else the page size (shuffled pages)")
     ap.add_argument("--new", type=int, default=1, help="new query tokens per sequence (causal when > 1)")
     ap.add_argument("--splits", type=int, default=0, help="num_splits (0: the library's choice)")
+    ap.add_argument("--check-on-device", action="store_true", help="check_on_device=True")
+    ap.add_argument("--graph", action="store_true", help="time CUDA graph replays (implies --check-on-device)")
     args = ap.parse_args()
+    check = args.check_on_device or args.graph
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     hq, hk = (int(x) for x in args.heads.split("/"))
     d, sn, causal = args.dim, args.new, args.new > 1
@@ -83,7 +116,8 @@ def main():
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {args.dtype} | heads {hq}/{hk}, d {d}, "
           f"{sn} new token(s){' (causal)' if causal else ''} | cache: "
           f"{'paged, page ' + str(args.page) + ', shuffled' if args.page else 'contiguous'} | device copy "
-          f"{rate / 1e9:,.0f} GB/s (read + write) | times: do_bench medians", flush=True)
+          f"{rate / 1e9:,.0f} GB/s (read + write) | times: do_bench medians"
+          f"{' of CUDA graph replays' if args.graph else ''} | check_on_device {check}", flush=True)
     print("| batch | KV length | flashattn µs (GB/s) | SDPA flash µs (GB/s) | SDPA cuDNN µs (GB/s) | "
           "flashattn / best SDPA (time) | max |O - SDPA| |")
     print("|---|---|---|---|---|---|---|")
@@ -110,14 +144,18 @@ def main():
 
         def ours():
             return flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, causal=causal,
-                                                     num_splits=args.splits)
+                                                     num_splits=args.splits, check_on_device=check)
         try:
             o = ours()
-            t_ours = do_bench(ours)
+            if check:
+                flashattn.synchronize(q)
+            t_ours = bench(ours, args.graph)
+            if check:
+                flashattn.synchronize(q)
         except flashattn.FlashAttnError as e:
             o, t_ours = None, f"not run ({e.status})"
-        t_fa2 = sdpa_time(SDPBackend.FLASH_ATTENTION, q, k, v, causal)
-        t_cud = sdpa_time(SDPBackend.CUDNN_ATTENTION, q, k, v, causal)
+        t_fa2 = sdpa_time(SDPBackend.FLASH_ATTENTION, q, k, v, causal, args.graph)
+        t_cud = sdpa_time(SDPBackend.CUDNN_ATTENTION, q, k, v, causal, args.graph)
         kv_bytes = 2 * b * s * hk * d * q.element_size()
 
         def cell(t):

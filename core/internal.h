@@ -126,6 +126,9 @@ typedef struct fa_kv_problem {
     const void *rotary_cos, *rotary_sin;
     int64_t cos_stride, sin_stride;
     int num_splits; /* as asked; 0 = the backend's choice */
+    /* the arrays' values are the backend's to check on the device (check_on_device): no host
+     * copies; p.seqlen_k is the capacity) */
+    int device_check;
 } fa_kv_problem;
 
 /* Keys sequence b attends to after appending. */

@@ -10,7 +10,8 @@
 /* Tokens of one sequence the int32 arrays can count. */
 #define FA_KV_MAX_TOKENS ((int64_t)INT32_MAX)
 
-/* Copies n int32 from the context's memory into host[0..n). */
+/* Copies n int32 from the context's memory into host[0..n) (host NULL: only checks that the array
+ * overlaps no output). */
 static fa_status load_int32(fa_context *ctx, const char *name, const int32_t *src, int64_t n, const fa_span *outs,
                             const char *const *out_names, int n_outs, int32_t *host)
 {
@@ -23,7 +24,7 @@ static fa_status load_int32(fa_context *ctx, const char *name, const int32_t *sr
     for (int i = 0; i < n_outs; ++i)
         if (fa_spans_overlap(s, outs[i]))
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s overlaps %s in memory", name, out_names[i]);
-    if (n == 0)
+    if (n == 0 || !host)
         return FA_SUCCESS;
     return ctx->backend->copy(ctx, host, src, (size_t)bytes, FA_COPY_DEVICE_TO_HOST);
 }
@@ -135,12 +136,13 @@ static fa_view cache_view(const fa_tensor *t)
     return v;
 }
 
-/* The host arrays: lengths against capacity, pages and batch rows in range; p.seqlen_k. */
+/* The host arrays: lengths against capacity, pages and batch rows in range; p.seqlen_k. Arrays
+ * checked on the device: p.seqlen_k is the capacity. */
 static fa_status check_arrays(fa_context *ctx, fa_kv_problem *kp)
 {
     fa_problem *p = &kp->p;
-    int64_t longest = 0, rot_need = 0;
-    for (int64_t b = 0; b < p->batch; ++b) {
+    int64_t longest = kp->device_check ? kp->capacity : 0, rot_need = 0;
+    for (int64_t b = 0; b < p->batch && !kp->device_check; ++b) {
         int64_t cached = kp->host_seqlens ? kp->host_seqlens[b] : kp->seqlen_cache;
         if (cached < 0)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "cache_seqlens[%lld] = %lld is negative", (long long)b,
@@ -248,7 +250,13 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "num_splits = %d must be >= 0 (0: chosen by the backend)",
                         a->num_splits);
     kp->num_splits = a->num_splits;
-    /* the int32 arrays, read on the host */
+    if (a->check_on_device) {
+        fa_capabilities caps;
+        memset(&caps, 0, sizeof caps);
+        ctx->backend->capabilities(&caps);
+        kp->device_check = (caps.features & FA_FEATURE_KVCACHE_DEVICE_CHECK) != 0;
+    }
+    /* the int32 arrays, read on the host unless the device checks them */
     int64_t n_seq = B, n_bt = 0, n_idx = a->cache_batch_idx ? B : 0, n_all;
     if (kp->paged && !fa_mul_ok(B, kp->block_table_stride, &n_bt))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "block_table: batch x block_table_stride overflows 64 bits");
@@ -258,27 +266,28 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
         (uint64_t)n_all > (uint64_t)(SIZE_MAX / sizeof(int32_t)))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "the int32 arrays' sizes overflow");
     int32_t *h = malloc(sizeof(int32_t) * (size_t)(n_all > 0 ? n_all : 1));
+    int32_t *copy = kp->device_check ? NULL : h;
     if (!h)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate host copies of %lld int32", (long long)n_all);
     *host = h;
     if (a->cache_seqlens) {
-        if ((st = load_int32(ctx, "cache_seqlens", a->cache_seqlens, n_seq, outs, out_names, n_outs, h)))
+        if ((st = load_int32(ctx, "cache_seqlens", a->cache_seqlens, n_seq, outs, out_names, n_outs, copy)))
             return st;
         kp->cache_seqlens = a->cache_seqlens;
-        kp->host_seqlens = h;
+        kp->host_seqlens = copy;
     }
     if (kp->paged) {
-        if ((st = load_int32(ctx, "block_table", a->block_table, n_bt, outs, out_names, n_outs, h + n_seq)))
+        if ((st = load_int32(ctx, "block_table", a->block_table, n_bt, outs, out_names, n_outs, copy ? copy + n_seq : NULL)))
             return st;
         kp->block_table = a->block_table;
-        kp->host_block_table = h + n_seq;
+        kp->host_block_table = copy ? copy + n_seq : NULL;
     }
     if (a->cache_batch_idx) {
         if ((st = load_int32(ctx, "cache_batch_idx", a->cache_batch_idx, n_idx, outs, out_names, n_outs,
-                             h + n_seq + n_bt)))
+                             copy ? copy + n_seq + n_bt : NULL)))
             return st;
         kp->batch_idx = a->cache_batch_idx;
-        kp->host_batch_idx = h + n_seq + n_bt;
+        kp->host_batch_idx = copy ? copy + n_seq + n_bt : NULL;
     }
     if ((st = check_arrays(ctx, kp)))
         return st;

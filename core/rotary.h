@@ -25,6 +25,12 @@ FA_ROTARY_FN void fa_rotary_pair(int interleaved, int rotary_dim, int i, int *cx
     }
 }
 
+/* The pair that channel c (< rotary_dim) belongs to. */
+FA_ROTARY_FN int fa_rotary_pair_of(int interleaved, int rotary_dim, int c)
+{
+    return interleaved ? c / 2 : c < rotary_dim / 2 ? c : c - rotary_dim / 2;
+}
+
 FA_ROTARY_FN void fa_rotary_apply(float c, float s, float *x, float *y)
 {
     float x0 = *x, y0 = *y;

@@ -269,6 +269,7 @@ FA_API fa_status fa_device_name(const char *backend, int device, char *buf, size
 #define FA_FEATURE_SOFTCAP       (1u << 11) /* fa_options.softcap, forward and backward */
 #define FA_FEATURE_ALIBI         (1u << 12) /* fa_options.alibi_slopes, forward and backward */
 #define FA_FEATURE_KVCACHE       (1u << 13) /* fa_forward_kvcache */
+#define FA_FEATURE_KVCACHE_DEVICE_CHECK (1u << 14) /* fa_kvcache_args.check_on_device honoured */
 
 typedef struct fa_capabilities {
     unsigned dtypes;       /* bit (1 << fa_dtype) per supported dtype */
@@ -370,9 +371,19 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  *   backend uses at most as many as it has key blocks to give them); the result does not depend
  *   on it beyond rounding.
  * Every tensor, cache_seqlens, block_table and cache_batch_idx live in the context's memory; the
- * library reads the three int32 arrays on the host to check them (a copy on GPU backends). q,
+ * library reads the three int32 arrays on the host to check them (a copy on GPU backends, which
+ * waits for the work queued before the call), unless check_on_device asks otherwise (below). q,
  * k_cache, v_cache, k_new, v_new and the rotary tables share one dtype; o may be fp32 as in
- * fa_forward. Backends list it as FA_FEATURE_KVCACHE; the others return FA_ERR_UNSUPPORTED. */
+ * fa_forward. Backends list it as FA_FEATURE_KVCACHE; the others return FA_ERR_UNSUPPORTED.
+ * - check_on_device (backends listing FA_FEATURE_KVCACHE_DEVICE_CHECK; the others check on the
+ *   host as usual): the int32 arrays are checked by the device, in stream order, so the call never
+ *   waits for the host and can be captured in a CUDA graph. The shapes, strides and options are
+ *   still checked at once; the values of the arrays (lengths against the capacity, pages, batch
+ *   rows, rotary positions) are checked by the device: a bad value makes the call write nothing
+ *   (o, lse and the caches keep their bytes), and so does every device-checked call after it on
+ *   the context until fa_synchronize reports it (FA_ERR_INVALID_ARG naming the array, sequence and
+ *   value) and clears it. Splits are then planned from the capacity rather than the longest
+ *   sequence. */
 typedef struct fa_kvcache_args {
     fa_tensor q;
     fa_tensor k_cache, v_cache;        /* updated in place when k_new is given */
@@ -387,6 +398,7 @@ typedef struct fa_kvcache_args {
     fa_tensor lse;                     /* written; data NULL to skip */
     fa_options opts;
     int num_splits;                    /* 0: chosen by the backend */
+    int check_on_device;               /* 1: the int32 arrays checked by the device (see above) */
 } fa_kvcache_args;
 
 FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_kvcache_args *args);

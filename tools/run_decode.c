@@ -25,7 +25,9 @@ static const char decode_help[] =
     "  --backend NAME --device N --threads T\n"
     "  --batch B (8)  --kv N (32768)  --new N (1)  --heads H (32)  --heads-kv H (8)  --dim D (128)\n"
     "  --dtype fp32|fp16|bf16 (bf16)  --page P (0: contiguous; else the page size, pages shuffled)\n"
-    "  --splits N (0: the backend's choice)  --causal  --repeat R (10)\n";
+    "  --splits N (0: the backend's choice)  --causal  --repeat R (10)\n"
+    "  --check-on-device (the int32 arrays checked by the device: no host copy per call; the\n"
+    "    backends without it check on the host)\n";
 
 typedef struct copy_job {
     char *dst;
@@ -87,7 +89,7 @@ int run_decode(int argc, char **argv)
     const char *cmd = "run";
     arg_cursor a = {cmd, argc, argv, 0};
     const char *backend = NULL, *dtype_name = "bf16";
-    int device = 0, threads = -1, repeat = 10, splits = 0, causal = 0;
+    int device = 0, threads = -1, repeat = 10, splits = 0, causal = 0, check_on_device = 0;
     int64_t batch = 8, kv = 32768, sn = 1, hq = 32, hk = 8, d = 128, page = 0;
     for (a.pos = 1; a.pos < argc; ++a.pos) {
         const char *o = argv[a.pos];
@@ -108,6 +110,8 @@ int run_decode(int argc, char **argv)
             rc = take_int(&a, o, 0, 1 << 16, &splits);
         } else if (!strcmp(o, "--causal")) {
             causal = 1;
+        } else if (!strcmp(o, "--check-on-device")) {
+            check_on_device = 1;
         } else if (!strcmp(o, "--batch")) {
             rc = take_i64(&a, o, 1, INT32_MAX, &batch);
         } else if (!strcmp(o, "--kv")) {
@@ -203,6 +207,7 @@ int run_decode(int argc, char **argv)
     args.opts = fa_options_default();
     args.opts.causal = causal;
     args.num_splits = splits;
+    args.check_on_device = check_on_device;
     const int workers = fa_context_num_threads(ctx);
     for (int r = -1; r < repeat; ++r) { /* r = -1: warm-up */
         double t0 = now();
@@ -230,9 +235,10 @@ int run_decode(int argc, char **argv)
     char devname[256] = "";
     fa_device_name(bname, device, devname, sizeof devname);
     fa_bench_provenance(stdout, devname, argc, argv);
-    printf("decode on %s (%d thread%s): batch %lld, kv %lld, new %lld, heads %lld/%lld, d %lld, %s, %s cache%s\n",
+    printf("decode on %s (%d thread%s): batch %lld, kv %lld, new %lld, heads %lld/%lld, d %lld, %s, %s cache%s%s\n",
            bname, workers, workers == 1 ? "" : "s", (long long)batch, (long long)kv, (long long)sn, (long long)hq,
-           (long long)hk, (long long)d, fa_dtype_name(dt), page ? "paged" : "contiguous", causal ? ", causal" : "");
+           (long long)hk, (long long)d, fa_dtype_name(dt), page ? "paged" : "contiguous", causal ? ", causal" : "",
+           check_on_device ? ", check_on_device" : "");
     printf("  fa_forward_kvcache: %.1f us (min %.1f), K and V read at %.1f GB/s\n", t * 1e6, times[0] * 1e6,
            rate / 1e9);
     printf("  copy of the cache's %.1f MB: %.1f GB/s (read + write)\n", (double)bytes_c / 1e6, copy / 1e9);

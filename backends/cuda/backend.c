@@ -65,7 +65,7 @@ static void cuda_capabilities(fa_capabilities *caps)
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT | FA_FEATURE_SOFTCAP |
-                     FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
+                     FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
     snprintf(caps->notes, sizeof caps->notes,
              "sm80 mma (cc>=8.0, f16/bf16; bwd d<=128, d256 non-det); cc 9.0 wgmma fwd, non-det bwd, d "
              "64/128/256 w/o dropout/block mask; softcap/ALiBi: 16B rows; portable: the rest (no f32 out from "
@@ -258,7 +258,8 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
 }
 
 /* fa_forward_kvcache: the decode kernels (backends/gpu/decode/) for every dtype and head dim */
-static const gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor};
+static const gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor, fa_kv_forward_mma,
+                                           fa_kv_blocks_per_processor_mma};
 
 static fa_status cuda_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {

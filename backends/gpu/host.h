@@ -6,6 +6,7 @@
 #ifndef FA_GPU_HOST_H
 #define FA_GPU_HOST_H
 
+#include "decode/kv_params.h"
 #include "internal.h"
 #include "params.h"
 #include "runtime.h"
@@ -24,6 +25,10 @@ typedef struct gpu_state {
     void *scratch;
     size_t scratch_bytes;
     fa_rt_stream scratch_stream;
+    /* fa_forward_kvcache's fault record (kv_params.h) for calls checked on the device, allocated
+     * by the first of them; fault_armed: such a call ran since fa_synchronize last read it */
+    long long *fault;
+    int fault_armed;
 } gpu_state;
 
 enum {
@@ -104,6 +109,8 @@ static void gpu_close(fa_context *ctx)
     FA_RT(StreamSynchronize)(s->own);
     if (s->scratch)
         FA_RT(Free)(s->scratch); /* waits for the kernels still using it */
+    if (s->fault)
+        FA_RT(Free)(s->fault);
     FA_RT(StreamDestroy)(s->own);
     free(s);
     ctx->priv = NULL;
@@ -297,10 +304,45 @@ static fa_status gpu_copy(fa_context *ctx, void *dst, const void *src, size_t by
     return FA_SUCCESS;
 }
 
+/* The fault a device-checked fa_forward_kvcache recorded, as the error the host check would have
+ * given (then the record is cleared); FA_SUCCESS when none. Waits for the device: the calls may
+ * have run on a stream the context no longer uses. */
+static fa_status gpu_report_fault(fa_context *ctx)
+{
+    gpu_state *s = gpu_of(ctx);
+    long long f[FA_KV_FAULT_WORDS];
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    GPU_TRY(ctx, FA_RT(DeviceSynchronize)());
+    GPU_TRY(ctx, FA_RT(Memcpy)(f, s->fault, sizeof f, FA_RT(MemcpyDeviceToHost)));
+    s->fault_armed = 0;
+    if (f[0] == FA_KV_FAULT_NONE)
+        return FA_SUCCESS;
+    GPU_TRY(ctx, FA_RT(Memset)(s->fault, 0, sizeof f));
+    GPU_TRY(ctx, FA_RT(DeviceSynchronize)());
+    const long long b = f[1], i = f[2], v = f[3];
+    switch (f[0]) {
+    case FA_KV_FAULT_NEGATIVE_LENGTH:
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "fa_forward_kvcache (checked on the device): cache_seqlens[%lld] = %lld is negative", b, v);
+    case FA_KV_FAULT_OVER_CAPACITY:
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                        "fa_forward_kvcache (checked on the device): sequence %lld: cache_seqlens = %lld and the new "
+                        "tokens make %lld, more than the cache's positions",
+                        b, v, i);
+    case FA_KV_FAULT_BATCH_IDX:
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "fa_forward_kvcache (checked on the device): cache_batch_idx[%lld] = %lld is outside the cache's rows", b, v);
+    case FA_KV_FAULT_PAGE:
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "fa_forward_kvcache (checked on the device): block_table[%lld][%lld] = %lld is outside the pages", b, i, v);
+    case FA_KV_FAULT_ROTARY:
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "fa_forward_kvcache (checked on the device): rotary: sequence %lld needs %lld table rows, more than seqlen_ro", b, v);
+    default:
+        return FA_ERROR(ctx, FA_ERR_BACKEND, "fa_forward_kvcache: unknown fault record %lld", (long long)f[0]);
+    }
+}
+
 static fa_status gpu_sync(fa_context *ctx)
 {
     GPU_TRY(ctx, FA_RT(StreamSynchronize)(gpu_of(ctx)->stream));
-    return FA_SUCCESS;
+    return gpu_of(ctx)->fault_armed ? gpu_report_fault(ctx) : FA_SUCCESS;
 }
 
 static fa_status gpu_set_stream(fa_context *ctx, void *stream)

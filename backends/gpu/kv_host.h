@@ -13,7 +13,14 @@ typedef struct gpu_kv_entries {
     int (*forward)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
                    void *stream);
     int (*blocks_per_processor)(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
+    /* the tensor-core kernel (NULL where the backend has none) */
+    int (*forward_mma)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream);
+    int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int *blocks);
 } gpu_kv_entries;
+
+/* The tensor-core decode kernel's L2 prefetch size (bytes; 0 none), unless
+ * FLASHATTN_KV_L2_PREFETCH says 0, 128 or 256. */
+#define FA_KV_L2_PREFETCH_DEFAULT 128
 
 static int gpu_kv_bucket(int64_t d)
 {
@@ -116,26 +123,49 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, c
     kv.out_f32 = p->out_dtype != p->dtype;
     kv.mod = fa_score_mod_prepare(p->mod, p->scale);
     kv.alibi_slopes = p->alibi_slopes;
+    if (kp->device_check) {
+        if (!s->fault) {
+            GPU_TRY(ctx, FA_RT(Malloc)((void **)&s->fault, sizeof(long long) * FA_KV_FAULT_WORDS));
+            GPU_TRY(ctx, FA_RT(Memset)(s->fault, 0, sizeof(long long) * FA_KV_FAULT_WORDS));
+            GPU_TRY(ctx, FA_RT(DeviceSynchronize)());
+        }
+        kv.fault = s->fault;
+        kv.capacity = kp->capacity;
+        kv.num_pages = kp->num_pages;
+        kv.batch_cache = kp->batch_cache;
+        kv.seqlen_ro = kp->seqlen_ro;
+    }
     const size_t elem = fa_dtype_size(p->dtype);
     kv.aligned = p->d % 8 == 0 && gpu_kv_view_aligned(&kp->k_cache, elem) && gpu_kv_view_aligned(&kp->v_cache, elem);
-    /* query rows per kv head, in tiles of 4 or 8 rows */
+    /* the kernel: the tensor-core one where it exists (cc >= 8.0, fp16 / bf16, aligned rows, d <=
+     * 128; FLASHATTN_KV_KERNEL=simt turns it off), else the SIMT one with the cp.async ring (fp16 /
+     * bf16, aligned rows; FLASHATTN_KV_COPY=registers turns it off) or register loads */
+    const char *kernel = getenv("FLASHATTN_KV_KERNEL"), *copy = getenv("FLASHATTN_KV_COPY");
+    const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
+                    bucket <= 128 && !(kernel && strcmp(kernel, "simt") == 0);
+    const char *prefetch = getenv("FLASHATTN_KV_L2_PREFETCH");
+    kv.l2_prefetch = prefetch ? atoi(prefetch) : FA_KV_L2_PREFETCH_DEFAULT;
+    if (kv.l2_prefetch != 128 && kv.l2_prefetch != 256)
+        kv.l2_prefetch = 0;
+    const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32 && !(copy && strcmp(copy, "registers") == 0);
+    /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
-    const int row_tile = kv.rows <= FA_KV_ROW_TILE_SMALL ? FA_KV_ROW_TILE_SMALL : FA_KV_ROW_TILE_LARGE;
+    const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA
+                         : kv.rows <= FA_KV_ROW_TILE_SMALL ? FA_KV_ROW_TILE_SMALL
+                                                           : FA_KV_ROW_TILE_LARGE;
     kv.row_tiles = (kv.rows + row_tile - 1) / row_tile;
     int64_t blocks;
     if (!fa_mul_ok(p->batch, p->heads_kv, &blocks) || !fa_mul_ok(blocks, kv.row_tiles, &blocks) || blocks > INT32_MAX)
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
                         "fa_forward_kvcache on %s: batch x heads_kv x row tiles = %lld blocks (at most 2^31 - 1)",
                         FA_RT_NAME, (long long)blocks);
-    /* the cp.async ring where it exists (fp16 / bf16, aligned rows; FLASHATTN_KV_COPY=registers
-     * turns it off) */
-    const char *copy = getenv("FLASHATTN_KV_COPY");
-    const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32 && !(copy && strcmp(copy, "registers") == 0);
     kv.splits = 1;
     kv.keys_per_split = FA_KV_KEY_CHUNK;
     if (p->seqlen_q > 0) {
         int resident = 0;
-        fa_rt_error e = (fa_rt_error)entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy, &resident);
+        fa_rt_error e = (fa_rt_error)(mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, &resident)
+                                          : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
+                                                                        &resident));
         if (e != FA_RT(Success))
             return gpu_fail(ctx, e, "fa_forward_kvcache: occupancy of the decode kernel");
         kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,
@@ -152,7 +182,9 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, c
             return st;
         kv.partial = partial;
     }
-    fa_rt_error e = (fa_rt_error)entry->forward(&kv, (int)p->dtype, bucket, row_tile, async_copy, s->stream);
+    s->fault_armed |= kp->device_check;
+    fa_rt_error e = (fa_rt_error)(mma ? entry->forward_mma(&kv, (int)p->dtype, bucket, s->stream)
+                                      : entry->forward(&kv, (int)p->dtype, bucket, row_tile, async_copy, s->stream));
     if (e != FA_RT(Success))
         return gpu_fail(ctx, e, "fa_forward_kvcache kernels");
     return FA_SUCCESS;

@@ -43,7 +43,7 @@ static void hip_capabilities(fa_capabilities *caps)
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
-                     FA_FEATURE_KVCACHE;
+                     FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
     snprintf(caps->notes, sizeof caps->notes,
              "built for %s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), portable SIMT kernels "
              "for the rest (always deterministic), or for all with FLASHATTN_HIP_KERNELS=portable; "
@@ -151,7 +151,7 @@ static fa_status hip_backward(fa_context *ctx, const fa_problem *p, const fa_var
 
 /* fa_forward_kvcache: the decode kernels (backends/gpu/decode/), on a device the library was
  * built for */
-static const gpu_kv_entries kv_entries = {fa_hip_kv_forward, fa_hip_kv_blocks_per_processor};
+static const gpu_kv_entries kv_entries = {fa_hip_kv_forward, fa_hip_kv_blocks_per_processor, NULL, NULL};
 
 static fa_status hip_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {

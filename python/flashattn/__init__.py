@@ -23,6 +23,7 @@ import os
 
 from . import _capi, _core
 from ._capi import FlashAttnError, backends
+from ._core import synchronize
 
 # The torch custom operators (torch.compile traces through them) where torch is installed;
 # FLASHATTN_NO_TORCH=1 keeps torch out of the import (NumPy only).
@@ -38,7 +39,8 @@ _torch = importlib.import_module("._torch", __name__) if _torch_module is not No
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "block_sparse_attn_func",
-           "flash_attn_backward", "flash_attn_with_kvcache", "FlashAttnError", "backends", "library_version"]
+           "flash_attn_backward", "flash_attn_with_kvcache", "FlashAttnError", "backends", "library_version",
+           "synchronize"]
 __version__ = "0.1.0"
 
 
@@ -154,7 +156,8 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
+                            check_on_device=False):
     """Attention of q [batch, seqlen_new, heads, d] over a KV cache, FlashAttention-2's signature:
     k_cache / v_cache [batch_cache, seqlen_cache, heads_kv, d], or [num_pages, page_size, heads_kv, d]
     with block_table [batch, max_pages] (int32); cache_seqlens (int or [batch]) tokens in each
@@ -164,8 +167,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache after appending. Forward only (inference): no autograd. cache_leftpad is not supported
     (ValueError). Returns out, or (out, softmax_lse [batch, heads, seqlen_new]) with
     return_softmax_lse. The library: fa_forward_kvcache (NumPy arrays and CPU tensors on the CPU
-    backend; the CUDA backend does not run it yet: FlashAttnError FA_ERR_UNSUPPORTED). On torch
-    tensors it is the custom operator flashattn::fwd_kvcache, which torch.compile traces."""
+    backend, CUDA tensors on the CUDA backend). On torch tensors it is the custom operator
+    flashattn::fwd_kvcache, which torch.compile traces. check_on_device=True (beyond FA2's
+    signature): on CUDA the int32 arrays' values are checked by the GPU instead of copied to the
+    host, so the call does not wait for the GPU (and can be captured in a CUDA graph); a bad value
+    makes that call and the ones after it write nothing until flashattn.synchronize(tensor) raises
+    it. Elsewhere it is checked at once, as without the flag."""
     if cache_leftpad is not None:
         raise ValueError("cache_leftpad is not supported")
     # torch tensors through the custom operator (torch.compile traces it; the caches are declared mutated)
@@ -174,5 +181,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                      cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                                      block_table=block_table, softmax_scale=softmax_scale, causal=causal,
                                      window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,
-                                     alibi_slopes=alibi_slopes, num_splits=num_splits)
+                                     alibi_slopes=alibi_slopes, num_splits=num_splits,
+                                     check_on_device=check_on_device)
     return (out, lse) if return_softmax_lse else out

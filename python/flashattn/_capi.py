@@ -50,7 +50,7 @@ class KvcacheArgs(C.Structure):  # fa_kvcache_args
                 ("block_table", C.c_void_p), ("block_table_stride", C.c_int64), ("cache_batch_idx", C.c_void_p),
                 ("k_new", Tensor), ("v_new", Tensor), ("rotary_cos", Tensor), ("rotary_sin", Tensor),
                 ("rotary_interleaved", C.c_int), ("o", Tensor), ("lse", Tensor), ("opts", Options),
-                ("num_splits", C.c_int)]
+                ("num_splits", C.c_int), ("check_on_device", C.c_int)]
 
 
 class FlashAttnError(RuntimeError):
@@ -117,6 +117,7 @@ def lib():
         L.fa_forward.argtypes = [C.c_void_p, C.POINTER(FwdArgs)]
         L.fa_backward.argtypes = [C.c_void_p, C.POINTER(BwdArgs)]
         L.fa_forward_kvcache.argtypes = [C.c_void_p, C.POINTER(KvcacheArgs)]
+        L.fa_synchronize.argtypes = [C.c_void_p]
         L.fa_options_default.restype = Options
         L.fa_options_default.argtypes = []
         L.fa_backend_count.restype = C.c_int

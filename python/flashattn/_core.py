@@ -266,7 +266,7 @@ def _address(a):
 
 def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                     cache_batch_idx=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0):
+                    softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, check_on_device=False):
     """O and LSE of q attending over the cache (fa_forward_kvcache); k / v appended in place."""
     if len(q.shape) != 4:
         raise ValueError(f"q must be [batch, seqlen_new, heads, d], got shape {tuple(q.shape)}")
@@ -318,7 +318,19 @@ def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
         a.block_table_stride = ints["block_table"].shape[1]
     a.opts = call.options()
     a.num_splits = int(num_splits)
+    a.check_on_device = int(bool(check_on_device))
     with ctx.lock:
         _bind_stream(ctx, backend, q)
         ctx.check(_capi.lib().fa_forward_kvcache(ctx.ptr, C.byref(a)), "fa_forward_kvcache")
     return out, lse
+
+
+def synchronize(ref):
+    """Waits for the library's work on ref's device (the current torch stream for CUDA tensors) and
+    raises FlashAttnError for a bad cache_seqlens / block_table / cache_batch_idx value that a
+    check_on_device call found there since the last synchronize (fa_synchronize)."""
+    view = _View(ref, "ref")
+    ctx, backend = _context_of([view])
+    with ctx.lock:
+        _bind_stream(ctx, backend, ref)
+        ctx.check(_capi.lib().fa_synchronize(ctx.ptr), "fa_synchronize")

@@ -376,3 +376,41 @@ def test_kvcache_compile_fullgraph():
     written = [a.name for a in torch.ops.flashattn.fwd_kvcache.default._schema.arguments
                if a.alias_info is not None and a.alias_info.is_write]
     assert written == ["k_cache", "v_cache"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kvcache_check_on_device(device):
+    """check_on_device=True: the same outputs and caches as the host check; a full sequence given a
+    new token is refused at once on the CPU and, on CUDA, by flashattn.synchronize, with the
+    outputs, the caches and a good call made in between all untouched; then the context runs again"""
+    q, kc, vc, kn, vn, cos, sin, lens, table = (x.to(device) if x is not None else None
+                                                 for x in kvcache_inputs(6, True))
+    args = dict(k=kn, v=vn, rotary_cos=cos, rotary_sin=sin, block_table=table, causal=True, return_softmax_lse=True)
+    kc2, vc2 = kc.clone(), vc.clone()
+    want = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, **args)
+    got = fa.flash_attn_with_kvcache(q, kc2, vc2, cache_seqlens=lens, check_on_device=True, **args)
+    fa.synchronize(q)
+    for g, w in zip(got + (kc2, vc2), want + (kc, vc)):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    full = torch.tensor([0, 9, table.shape[1] * kc.shape[1]], dtype=torch.int32, device=device)
+    before_k, before_v = kc.clone(), vc.clone()
+    if device == "cpu":
+        with pytest.raises(fa.FlashAttnError) as e:
+            fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=full, check_on_device=True, **args)
+    else:
+        out, _ = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=full, check_on_device=True, **args)
+        out_before = out.clone()
+        good, _ = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, check_on_device=True, **args)
+        good_before = good.clone()
+        with pytest.raises(fa.FlashAttnError) as e:
+            fa.synchronize(q)
+        assert "checked on the device" in e.value.message
+        torch.testing.assert_close(out, out_before, rtol=0, atol=0)
+        torch.testing.assert_close(good, good_before, rtol=0, atol=0)
+    assert e.value.status == "FA_ERR_INVALID_ARG"
+    torch.testing.assert_close(kc, before_k, rtol=0, atol=0)
+    torch.testing.assert_close(vc, before_v, rtol=0, atol=0)
+    again = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, check_on_device=True, **args)
+    fa.synchronize(q)
+    for g, w in zip(again, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

@@ -65,6 +65,9 @@ static const dcase cases[] = {
      * aligned strides): reading past d shows */
     {"contig-nanpad-d40-bf16", B16, 2, 1, 8, 2, 40, 0, 300, {299, 100}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 8},
     {"paged16-nanpad-d48-append-f16", F16, 2, 2, 4, 1, 48, 16, 64, {30, 0}, 2, 48, 0, 1, -1, -1, 0, 2, 0, 0, 16},
+    /* a window whose first key is not a multiple of 16 in pages of 16: a kernel that reads 16 keys
+     * from one page address must start them on a page's first key */
+    {"paged16-window-unaligned-bf16", B16, 2, 1, 8, 2, 128, 16, 160, {150, 77}, 1, 0, 0, 0, 37, -1, 0, 0, 0, 0, 0},
 };
 
 /* ------------------------------------------------------------------ dtype helpers */
@@ -351,6 +354,10 @@ static void *track(dev_case *x, void *p)
     return p;
 }
 
+/* check_on_device for every call the grid makes (--device-check, or the second pass on backends
+ * that list FA_FEATURE_KVCACHE_DEVICE_CHECK) */
+static int device_check;
+
 static int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
 {
     memset(x, 0, sizeof *x);
@@ -393,6 +400,7 @@ static int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_cas
     a->opts.window_right = c->right;
     a->opts.softcap = c->softcap;
     a->num_splits = c->splits;
+    a->check_on_device = device_check;
     for (int i = 0; i < x->n; ++i)
         if (!x->ptr[i])
             return 0;
@@ -466,6 +474,8 @@ static int run_case(fa_context *ctx, const dcase *c, uint64_t seed)
         goto out;
     }
     fa_status st = fa_forward_kvcache(ctx, &x.a);
+    if (st == FA_SUCCESS)
+        st = fa_synchronize(ctx); /* where the device checks the arrays, their faults surface here */
     if (st != FA_SUCCESS) {
         printf("  %s: fa_forward_kvcache: %s (%s)\n", c->name, fa_status_string(st), fa_context_last_error(ctx));
         goto out;
@@ -536,8 +546,7 @@ static void b_null_q(fa_kvcache_args *a, void *s) { (void)s; a->q.data = NULL; }
 static void b_page_size(fa_kvcache_args *a, void *s) { (void)s; a->k_cache.shape[1] = a->v_cache.shape[1] = 24; }
 static void b_table_range(fa_kvcache_args *a, void *s)
 {
-    int32_t *t = s;
-    memcpy(t, a->block_table, sizeof(int32_t) * 2 * (size_t)a->block_table_stride);
+    int32_t *t = s; /* holds the case's block table (run_bad): a->block_table may be device memory */
     t[0] = 999; /* sequence 0's first page: in use */
     a->block_table = t;
 }
@@ -584,40 +593,87 @@ static const struct {
     {"block_table_stride x batch overflows", b_page_count_overflow, FA_ERR_OVERFLOW},
 };
 
-/* Each bad call returns its status and leaves o and the caches as they were (host backends only
- * for the int32 arrays built here: on device backends those cases are skipped). */
-static int run_bad(fa_context *ctx, int host_memory)
+/* The bad values of the int32 arrays (and of the rotary rows they need): what a device check
+ * finds, and fa_synchronize reports. */
+static int value_fault(breaker fn)
+{
+    return fn == b_table_range || fn == b_overflow_len || fn == b_negative_len || fn == b_rotary_short;
+}
+
+/* Points the call's int32 arrays that a breaker set to `scratch` (host memory) at a copy of it in
+ * the context's memory. */
+static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *scratch, size_t n, dev_case *x)
+{
+    const int32_t **arrays[3] = {&a->cache_seqlens, &a->block_table, &a->cache_batch_idx};
+    void *copy = NULL;
+    for (int i = 0; i < 3; ++i)
+        if (*arrays[i] == scratch) {
+            if (!copy && !(copy = track(x, dev(ctx, scratch, sizeof(int32_t) * n))))
+                return 0;
+            *arrays[i] = copy;
+        }
+    return 1;
+}
+
+/* Each bad call returns its status and leaves o and the caches as they were. With check_on_device
+ * (device_check_pass) only the bad array values are tried: the call returns FA_SUCCESS, a good
+ * call made after it writes nothing either, fa_synchronize returns the status, and after that a
+ * good call runs again. */
+static int run_bad(fa_context *ctx, int device_check_pass)
 {
     const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0};
     host_case h;
     make_host(&c, &h, 99);
+    if (c.batch * h.pages_per_seq > 64) {
+        printf("  bad: the block table does not fit the scratch array\n");
+        free_host(&h);
+        return 1;
+    }
     int failures = 0;
     const size_t es = esz(c.dtype);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-        int uses_host_array = bad[i].fn == b_table_range || bad[i].fn == b_overflow_len ||
-                              bad[i].fn == b_negative_len || bad[i].fn == b_batch_idx_paged;
-        if (uses_host_array && !host_memory)
+        if (device_check_pass && !value_fault(bad[i].fn))
             continue;
         dev_case x;
-        if (!make_dev(ctx, &c, &h, &x)) {
+        int32_t scratch[64];
+        memcpy(scratch, h.table, sizeof(int32_t) * (size_t)(c.batch * h.pages_per_seq));
+        int made = make_dev(ctx, &c, &h, &x);
+        fa_kvcache_args a = x.a;
+        bad[i].fn(&a, scratch);
+        if (!made || !upload_scratch(ctx, &a, scratch, 64, &x)) {
             printf("  bad: cannot allocate\n");
             free_dev(ctx, &x);
             ++failures;
             continue;
         }
-        int32_t scratch[64];
         void *o0 = back(ctx, x.a.o.data, es * (size_t)h.qn);
-        fa_kvcache_args a = x.a;
-        bad[i].fn(&a, scratch);
-        fa_status st = fa_forward_kvcache(ctx, &a);
+        fa_status st = fa_forward_kvcache(ctx, &a), st_good = FA_SUCCESS, st_after = FA_SUCCESS;
+        int deferred = 0;
+        if (device_check_pass) {
+            deferred = st == FA_SUCCESS;
+            st_good = fa_forward_kvcache(ctx, &x.a); /* must write nothing: the fault is not yet reported */
+            if (deferred)
+                st = fa_synchronize(ctx);
+        }
         void *o1 = back(ctx, x.a.o.data, es * (size_t)h.qn), *k1 = back(ctx, x.a.k_cache.data, es * (size_t)h.cn);
         void *v1 = back(ctx, x.a.v_cache.data, es * (size_t)h.cn);
         int untouched = o0 && o1 && k1 && v1 && memcmp(o0, o1, es * (size_t)h.qn) == 0 &&
                         memcmp(k1, h.kc, es * (size_t)h.cn) == 0 && memcmp(v1, h.vc, es * (size_t)h.cn) == 0;
         const char *msg = fa_context_last_error(ctx);
         int ok = st == bad[i].want && untouched && msg && msg[0];
-        printf("  bad argument, %s: %s%s (%s)\n", bad[i].name, fa_status_string(st), untouched ? "" : ", OUTPUTS CHANGED",
-               msg);
+        printf("  bad argument%s, %s: %s%s (%s)\n", device_check_pass ? " (checked on the device)" : "", bad[i].name,
+               fa_status_string(st), untouched ? "" : ", OUTPUTS CHANGED", msg);
+        if (device_check_pass) {
+            /* reported once: the same context then runs the good call */
+            st_after = fa_forward_kvcache(ctx, &x.a);
+            if (st_after == FA_SUCCESS)
+                st_after = fa_synchronize(ctx);
+            ok = ok && deferred && st_good == FA_SUCCESS && st_after == FA_SUCCESS;
+            if (!deferred || st_good != FA_SUCCESS || st_after != FA_SUCCESS)
+                printf("    the call %s, the good call after it %s, the good call after fa_synchronize %s\n",
+                       deferred ? "returned FA_SUCCESS" : "was refused at once", fa_status_string(st_good),
+                       fa_status_string(st_after));
+        }
         if (!ok) {
             printf("    FAILED: expected %s with outputs untouched\n", fa_status_string(bad[i].want));
             ++failures;
@@ -636,13 +692,16 @@ static int run_bad(fa_context *ctx, int host_memory)
 int main(int argc, char **argv)
 {
     const char *backend = "cpu", *filter = NULL;
+    int only_device_check = 0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             backend = argv[++i];
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
             filter = argv[++i];
+        else if (!strcmp(argv[i], "--device-check"))
+            only_device_check = 1;
         else {
-            fprintf(stderr, "usage: %s [--backend NAME] [--filter SUBSTRING]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--backend NAME] [--filter SUBSTRING] [--device-check]\n", argv[0]);
             return 2;
         }
     }
@@ -657,24 +716,32 @@ int main(int argc, char **argv)
         return 1;
     }
     fa_capabilities caps;
+    memset(&caps, 0, sizeof caps);
     if (fa_backend_capabilities(backend, &caps) == FA_SUCCESS && !(caps.features & FA_FEATURE_KVCACHE)) {
         printf("SKIP: backend %s has no fa_forward_kvcache (FA_FEATURE_KVCACHE)\n", backend);
         fa_context_destroy(ctx);
         return 77;
     }
     int failures = 0, run = 0;
-    printf("decode on %s\n", backend);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-        if (filter && !strstr(cases[i].name, filter))
-            continue;
-        ++run;
-        if (!run_case(ctx, &cases[i], 1000 + i)) {
-            printf("  FAILED %s\n", cases[i].name);
-            ++failures;
+    /* passes: check_on_device 0, then 1 on backends that offer it (--device-check: 1 alone; a
+     * backend without it checks on the host then, and the bad calls fail at once) */
+    const int has_device_check = (caps.features & FA_FEATURE_KVCACHE_DEVICE_CHECK) != 0;
+    for (int pass = only_device_check; pass <= (has_device_check || only_device_check); ++pass) {
+        device_check = pass;
+        printf("decode on %s, check_on_device %d%s\n", backend, pass,
+               pass && !has_device_check ? " (the backend checks on the host)" : "");
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+            if (filter && !strstr(cases[i].name, filter))
+                continue;
+            ++run;
+            if (!run_case(ctx, &cases[i], 1000 + i)) {
+                printf("  FAILED %s%s\n", cases[i].name, pass ? " (checked on the device)" : "");
+                ++failures;
+            }
         }
+        if (!filter || strstr("bad", filter))
+            failures += run_bad(ctx, pass && has_device_check);
     }
-    if (!filter || strstr("bad", filter))
-        failures += run_bad(ctx, !strcmp(backend, "cpu"));
     fa_context_destroy(ctx);
     printf("%d case(s) run, %d failure(s)\n", run, failures);
     return failures ? 1 : 0;

@@ -111,6 +111,19 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool vali
                  "r"(valid ? 16 : 0));
 }
 
+/* cp_async16 asking L2 to fetch the whole 128- or 256-byte span around src from memory (the
+ * .L2::128B / .L2::256B prefetch-size hint), for rows read whole by neighbouring copies. */
+template <int PREFETCH> __device__ __forceinline__ void cp_async16_prefetch(void *dst, const void *src, bool valid)
+{
+    static_assert(PREFETCH == 128 || PREFETCH == 256, "prefetch sizes 128 and 256");
+    if (PREFETCH == 256)
+        FA_SM80_ASM("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                     "r"(valid ? 16 : 0));
+    else
+        FA_SM80_ASM("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                     "r"(valid ? 16 : 0));
+}
+
 /* The same to a shared-memory address already converted (smem_addr). */
 __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void *src, bool valid)
 {

@@ -1,5 +1,5 @@
 /* decode.cuh: fa_forward_kvcache on CUDA and HIP, written once (vendor.h maps the names): three
- * kernels on the context's stream.
+ * kernels on the context's stream, after check.cuh's when the device checks the int32 arrays.
  *
  *   append_kernel   one thread per (sequence, new token, kv head, channel): k_new rotated in fp32
  *                   and rounded to the dtype, v_new copied, into the cache rows at cache_seqlens.
@@ -18,6 +18,7 @@
 #define FA_GPU_DECODE_CUH
 
 #include "../portable/common.cuh"
+#include "check.cuh"
 #include "kv_params.h"
 #include "rotary.h"
 
@@ -160,8 +161,7 @@ FA_DEVICE float rotated(const fa_gpu_kv_params &p, const typename S::T *x, int64
     const int rd = (int)p.rotary_dim;
     if (c >= rd)
         return S::load(x, off + c);
-    const int inter = p.rotary_interleaved, half = rd / 2;
-    const int i = inter ? c / 2 : (c < half ? c : c - half);
+    const int inter = p.rotary_interleaved, i = fa_rotary_pair_of(inter, rd, c);
     int cx, cy;
     fa_rotary_pair(inter, rd, i, &cx, &cy);
     float vx = S::load(x, off + cx), vy = S::load(x, off + cy);
@@ -176,6 +176,8 @@ FA_DEVICE float rotated(const fa_gpu_kv_params &p, const typename S::T *x, int64
 template <class S> __global__ FA_LAUNCH_BOUNDS(256) void append_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
+    if (skip_on_fault(p))
+        return;
     const int64_t per_seq = p.seqlen_knew * p.heads_kv * p.d, total = p.batch * per_seq;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = e / per_seq, r = e % per_seq;
@@ -188,6 +190,118 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(256) void append_kernel(const fa_
         const float k = p.rotary_cos ? rotated<S>(p, kn, ks, c, t) : S::load(kn, ks + c);
         S::store(static_cast<T *>(p.k_cache.data), token_offset(p, p.k_cache, b, t, h) + c, k);
         S::store(static_cast<T *>(p.v_cache.data), token_offset(p, p.v_cache, b, t, h) + c, S::load(vn, vs + c));
+    }
+}
+
+/* ---------------------------------------------------------------- a decode block's rows and keys */
+
+/* The keys a decode block reads: its split's, inside the union of its rows' ranges (k_begin ..
+ * k_end), and the keys every row of it sees (lo_full .. hi_full: steps inside need no
+ * per-element mask). */
+struct block_keys {
+    int64_t k_begin, k_end, lo_full, hi_full;
+};
+
+/* The start every decode kernel shares, for the block of rows tile * RT .. + RT of kv head hk of
+ * sequence b and split `split`: each row's query channels, rotated and rounded to the dtype,
+ * through put_q(r, c, x) (zero for rows past p.rows and channels past d); each row's visible keys
+ * (lo_s, hi_s; empty past p.rows) and score modifiers (mod_s), in shared memory; then a barrier. */
+template <class S, int RT, int D, class PutQ>
+FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
+                                 int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q)
+{
+    typedef typename S::T T;
+    const int tid = threadIdx.x;
+    const int64_t cached = cached_len(p, b), sk = cached + p.seqlen_knew, sn = p.seqlen_new;
+    const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
+    const T *q = static_cast<const T *>(p.q.data);
+    for (int e = tid; e < RT * D; e += (int)blockDim.x) {
+        const int r = e / D, c = e % D;
+        const int64_t row = tile * RT + r;
+        float x = 0.0f;
+        if (row < p.rows && c < p.d) {
+            const int64_t h = hk * p.group + row / sn, i = row % sn;
+            const int64_t off = b * p.q.sb + i * p.q.ss + h * p.q.sh;
+            x = p.rotary_cos ? round_to<S>(rotated<S>(p, q, off, c, advance ? cached + i : cached)) : S::load(q, off + c);
+        }
+        put_q(r, c, x);
+    }
+    if (tid < RT) {
+        const fa_mask mask = fa_mask_make(sn, sk, p.causal, p.window_left, p.window_right);
+        const int64_t row = tile * RT + tid;
+        int64_t lo = 0, hi = 0;
+        float slope = 0.0f;
+        if (row < p.rows) {
+            const int64_t h = hk * p.group + row / sn, i = row % sn;
+            fa_mask_row_range(&mask, i, &lo, &hi);
+            if (p.mod.alibi)
+                slope = p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)];
+        }
+        mod_s[tid] = fa_score_mod_begin(p.mod, slope, sk - sn);
+        lo_s[tid] = lo;
+        hi_s[tid] = hi;
+    }
+    FA_SYNC();
+    block_keys k;
+    int64_t lo_all = INT64_MAX, hi_all = 0;
+    k.lo_full = 0;
+    k.hi_full = INT64_MAX;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+        if (tile * RT + r < p.rows) {
+            lo_all = min(lo_all, lo_s[r]);
+            hi_all = max(hi_all, hi_s[r]);
+            k.lo_full = max(k.lo_full, lo_s[r]);
+            k.hi_full = min(k.hi_full, hi_s[r]);
+        }
+    k.k_begin = max(lo_all, split * p.keys_per_split);
+    k.k_end = min(hi_all, min(sk, (split + 1) * p.keys_per_split));
+    return k;
+}
+
+/* The end every decode kernel shares: STREAMS partial results of each of the block's RT rows
+ * (acc_s [STREAMS][RT][D] outputs scaled by 2^-m, m_s the maxima in log2 units, l_s the sums;
+ * shared memory, after a barrier) merged, and written as O and LSE, or as the split's partials. */
+template <class S, int D, int RT, int STREAMS>
+FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const float (*m_s)[RT],
+                           const float (*l_s)[RT], int64_t b, int64_t hk, int64_t tile, int64_t split)
+{
+    typedef typename S::T T;
+    const int64_t hq = p.heads_q, sn = p.seqlen_new;
+    for (int e = threadIdx.x; e < RT * D; e += (int)blockDim.x) {
+        const int r = e / D, c = e % D;
+        const int64_t row = tile * RT + r;
+        if (row >= p.rows || c >= p.d)
+            continue;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int st = 0; st < STREAMS; ++st)
+            mx = fmaxf(mx, m_s[st][r]);
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        float sum = 0.0f, a = 0.0f;
+#pragma unroll
+        for (int st = 0; st < STREAMS; ++st) {
+            const float w = exp2f(m_s[st][r] - base);
+            sum += l_s[st][r] * w;
+            a += acc_s[(st * RT + r) * D + c] * w;
+        }
+        const float out = sum > 0.0f ? a / sum : 0.0f;
+        const float lse = sum > 0.0f ? (base + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        const int64_t h = hk * p.group + row / sn, i = row % sn;
+        if (p.splits > 1) {
+            const int64_t at = ((b * hq + h) * sn + i) * p.splits + split;
+            p.partial[at * p.d + c] = out;
+            if (c == 0)
+                p.partial[p.batch * hq * sn * p.splits * p.d + at] = lse;
+            continue;
+        }
+        const int64_t oo = b * p.o.sb + i * p.o.ss + h * p.o.sh + c;
+        if (p.out_f32)
+            static_cast<float *>(p.o.data)[oo] = out;
+        else
+            S::store(static_cast<T *>(p.o.data), oo, out);
+        if (c == 0 && p.lse.data)
+            static_cast<float *>(p.lse.data)[b * p.lse.sb + i * p.lse.ss + h * p.lse.sh] = lse;
     }
 }
 
@@ -221,58 +335,20 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
     __shared__ int64_t lo_s[RT], hi_s[RT];
     __shared__ fa_score_mod_state mod_s[RT];
 
+    if (skip_on_fault(p))
+        return;
     const int tid = threadIdx.x, stream = tid / LPK, c0 = (tid % LPK) * 8;
     const int64_t tile = blockIdx.x % p.row_tiles, bh = blockIdx.x / p.row_tiles;
     const int64_t hk = bh % p.heads_kv, b = bh / p.heads_kv, split = blockIdx.y;
-    const int64_t cached = cached_len(p, b), sk = cached + p.seqlen_knew, sn = p.seqlen_new;
+    const int64_t sn = p.seqlen_new;
     const bool has_mod = fa_score_mod_factors_active(p.mod);
-    const fa_mask mask = fa_mask_make(sn, sk, p.causal, p.window_left, p.window_right);
-    const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
 
     /* the tile's query rows into shared memory: rotated and rounded, scaled to log2 units
      * unless a score modifier needs the raw product */
     const float qmul = has_mod ? 1.0f : p.scale_log2;
-    const T *q = static_cast<const T *>(p.q.data);
-    for (int e = tid; e < RT * D; e += FA_KV_THREADS) {
-        const int r = e / D, c = e % D;
-        const int64_t row = tile * RT + r;
-        float x = 0.0f;
-        if (row < p.rows && c < p.d) {
-            const int64_t h = hk * p.group + row / sn, i = row % sn;
-            const int64_t off = b * p.q.sb + i * p.q.ss + h * p.q.sh;
-            x = p.rotary_cos ? round_to<S>(rotated<S>(p, q, off, c, advance ? cached + i : cached)) : S::load(q, off + c);
-        }
-        q_s[r][c] = x * qmul;
-    }
-    if (tid < RT) {
-        const int64_t row = tile * RT + tid;
-        int64_t lo = 0, hi = 0;
-        float slope = 0.0f;
-        if (row < p.rows) {
-            const int64_t h = hk * p.group + row / sn, i = row % sn;
-            fa_mask_row_range(&mask, i, &lo, &hi);
-            if (p.mod.alibi)
-                slope = p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)];
-        }
-        mod_s[tid] = fa_score_mod_begin(p.mod, slope, sk - sn);
-        lo_s[tid] = lo;
-        hi_s[tid] = hi;
-    }
-    FA_SYNC();
-
-    /* the keys this block reads: its split's, inside the union of its rows' ranges; full: the
-     * keys every row sees (steps inside it need no per-element mask) */
-    int64_t lo_all = INT64_MAX, hi_all = 0, lo_full = 0, hi_full = INT64_MAX;
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-        if (tile * RT + r < p.rows) {
-            lo_all = min(lo_all, lo_s[r]);
-            hi_all = max(hi_all, hi_s[r]);
-            lo_full = max(lo_full, lo_s[r]);
-            hi_full = min(hi_full, hi_s[r]);
-        }
-    const int64_t k_begin = max(lo_all, split * p.keys_per_split);
-    const int64_t k_end = min(hi_all, min(sk, (split + 1) * p.keys_per_split));
+    const block_keys keys = begin_block<S, RT, D>(p, b, hk, tile, split, lo_s, hi_s, mod_s,
+                                                  [&](int r, int c, float x) { q_s[r][c] = x * qmul; });
+    const int64_t k_begin = keys.k_begin, k_end = keys.k_end, lo_full = keys.lo_full, hi_full = keys.hi_full;
 
     float qr[RT][8], acc[RT][8], m[RT], l[RT];
 #pragma unroll
@@ -438,42 +514,7 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
         }
     }
     FA_SYNC();
-    const int64_t hq = p.heads_q;
-    for (int e = tid; e < RT * D; e += FA_KV_THREADS) {
-        const int r = e / D, c = e % D;
-        const int64_t row = tile * RT + r;
-        if (row >= p.rows || c >= p.d)
-            continue;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int st = 0; st < STREAMS; ++st)
-            mx = fmaxf(mx, m_s[st][r]);
-        const float base = mx == -INFINITY ? 0.0f : mx;
-        float sum = 0.0f, a = 0.0f;
-#pragma unroll
-        for (int st = 0; st < STREAMS; ++st) {
-            const float w = exp2f(m_s[st][r] - base);
-            sum += l_s[st][r] * w;
-            a += acc_s[st][r][c] * w;
-        }
-        const float out = sum > 0.0f ? a / sum : 0.0f;
-        const float lse = sum > 0.0f ? (base + log2f(sum)) * 0.69314718055994531f : -INFINITY;
-        const int64_t h = hk * p.group + row / sn, i = row % sn;
-        if (p.splits > 1) {
-            const int64_t at = ((b * hq + h) * sn + i) * p.splits + split;
-            p.partial[at * p.d + c] = out;
-            if (c == 0)
-                p.partial[p.batch * hq * sn * p.splits * p.d + at] = lse;
-            continue;
-        }
-        const int64_t oo = b * p.o.sb + i * p.o.ss + h * p.o.sh + c;
-        if (p.out_f32)
-            static_cast<float *>(p.o.data)[oo] = out;
-        else
-            S::store(static_cast<T *>(p.o.data), oo, out);
-        if (c == 0 && p.lse.data)
-            static_cast<float *>(p.lse.data)[b * p.lse.sb + i * p.lse.ss + h * p.lse.sh] = lse;
-    }
+    merge_store<S, D, RT, STREAMS>(p, &acc_s[0][0][0], m_s, l_s, b, hk, tile, split);
 }
 
 /* ---------------------------------------------------------------- combine */
@@ -481,6 +522,8 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
+    if (skip_on_fault(p))
+        return;
     const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, total = p.batch * hq * sn * p.d;
     const float *lses = p.partial + p.batch * hq * sn * splits * p.d;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
@@ -544,31 +587,43 @@ template <class S, int D, int RT, bool ASYNC> fa_gpu_error blocks_per_processor(
     return e;
 }
 
-/* The three kernels of one call; D the head-dim bucket, RT the row tile the host chose
+/* A call's first kernels: the device check (check_on_device), then the append kernel when new
+ * keys are given. */
+template <class S> fa_gpu_error launch_check_append(const fa_gpu_kv_params &p, fa_gpu_stream stream)
+{
+    fa_gpu_error e = launch_check<S>(p, stream);
+    if (e != FA_GPU_SUCCESS || !p.k_new.data || p.seqlen_knew == 0)
+        return e;
+    append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * p.d), 256, 0, stream>>>(p);
+    return fa_gpu_last_error();
+}
+
+/* The combine kernel, when the keys are split. */
+template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu_stream stream)
+{
+    if (p.splits == 1)
+        return FA_GPU_SUCCESS;
+    combine_kernel<S><<<stride_blocks(p.batch * p.heads_q * p.seqlen_new * p.d), 256, 0, stream>>>(p);
+    return fa_gpu_last_error();
+}
+
+/* The kernels of one call; D the head-dim bucket, RT the row tile the host chose
  * (p.row_tiles, p.splits and p.keys_per_split were computed with it). */
 template <class S, int D, int RT, bool ASYNC> fa_gpu_error launch(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    if (p.k_new.data && p.seqlen_knew > 0) {
-        append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * p.d), 256, 0, stream>>>(p);
-        const fa_gpu_error e = fa_gpu_last_error();
-        if (e != FA_GPU_SUCCESS)
-            return e;
-    }
-    if (p.seqlen_new == 0)
-        return FA_GPU_SUCCESS;
+    fa_gpu_error e = launch_check_append<S>(p, stream);
+    if (e != FA_GPU_SUCCESS || p.seqlen_new == 0)
+        return e;
     const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;
     if (blocks > 0x7fffffff || p.splits > 65535)
         return FA_GPU_INVALID_VALUE;
     int bytes;
-    fa_gpu_error e = prepare<S, D, RT, ASYNC>(&bytes);
-    if (e != FA_GPU_SUCCESS)
+    if ((e = prepare<S, D, RT, ASYNC>(&bytes)) != FA_GPU_SUCCESS)
         return e;
     decode_kernel<S, D, RT, ASYNC><<<dim3((unsigned)blocks, (unsigned)p.splits), FA_KV_THREADS, bytes, stream>>>(p);
-    e = fa_gpu_last_error();
-    if (e != FA_GPU_SUCCESS || p.splits == 1)
+    if ((e = fa_gpu_last_error()) != FA_GPU_SUCCESS)
         return e;
-    combine_kernel<S><<<stride_blocks(p.batch * p.heads_q * p.seqlen_new * p.d), 256, 0, stream>>>(p);
-    return fa_gpu_last_error();
+    return launch_combine<S>(p, stream);
 }
 
 } // namespace kv

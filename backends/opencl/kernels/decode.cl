@@ -39,8 +39,7 @@ static inline float fa_kv_rotated(__global const long *prm, __global const fa_st
     const int rd = (int)prm[FA_KV_ROTARY_DIM];
     if (c >= rd)
         return FA_LOAD(x, off + c);
-    const int inter = (int)prm[FA_KV_ROTARY_INTERLEAVED], hd = rd / 2;
-    const int i = inter ? c / 2 : (c < hd ? c : c - hd);
+    const int inter = (int)prm[FA_KV_ROTARY_INTERLEAVED], i = fa_rotary_pair_of(inter, rd, c);
     int cx, cy;
     fa_rotary_pair(inter, rd, i, &cx, &cy);
     float vx = FA_LOAD(x, off + cx), vy = FA_LOAD(x, off + cy);
