@@ -14,21 +14,45 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
+_TORCH = None
+_TORCH_CODES = None
+
+
+def _torch_module():
+    global _TORCH
+    if _TORCH is None:
+        import torch
+        _TORCH = torch
+    return _TORCH
+
+
+def _torch_codes():
+    """torch dtype -> the library's dtype code (built once)."""
+    global _TORCH_CODES
+    if _TORCH_CODES is None:
+        torch = _torch_module()
+        _TORCH_CODES = {torch.float32: _capi.DTYPE_F32, torch.float16: _capi.DTYPE_F16,
+                        torch.bfloat16: _capi.DTYPE_BF16}
+    return _TORCH_CODES
+
+
 class _View:
     """What the library needs of one array: address, dtype code, shape, strides (elements)."""
 
     def __init__(self, a, name):
         if _is_torch(a):
-            import torch
-            codes = {torch.float32: _capi.DTYPE_F32, torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16}
+            codes = _torch_codes()
             if a.dtype not in codes:
                 raise TypeError(f"{name}: dtype {a.dtype} is not float32, float16 or bfloat16")
             self.ptr, self.dtype = a.data_ptr(), codes[a.dtype]
-            self.shape, self.strides = tuple(a.shape), tuple(a.stride())
-            self.device = ("cuda", a.device.index if a.device.index is not None else torch.cuda.current_device()) \
-                if a.device.type == "cuda" else ("cpu", 0)
-            if a.device.type not in ("cuda", "cpu"):
-                raise TypeError(f"{name}: tensors on {a.device.type} are not supported (cpu or cuda)")
+            self.shape, self.strides = tuple(a.shape), a.stride()
+            dev = a.device
+            if dev.type == "cuda":
+                self.device = ("cuda", dev.index if dev.index is not None else _torch_module().cuda.current_device())
+            elif dev.type == "cpu":
+                self.device = ("cpu", 0)
+            else:
+                raise TypeError(f"{name}: tensors on {dev.type} are not supported (cpu or cuda)")
         else:
             import numpy as np
             a = a if isinstance(a, np.ndarray) else np.asarray(a)

@@ -131,6 +131,17 @@ def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=Non
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     if alibi_slopes is not None and not isinstance(alibi_slopes, Tensor):
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
+    if type(q) is Tensor and type(k_cache) is Tensor and not torch.compiler.is_compiling():
+        # eager, plain tensors: the library directly, without the operator's Python dispatch (some
+        # 75 us per call, more than a decode step's GPU work at small batches); the operator does
+        # exactly this, so the results are the same. Tracing (torch.compile, fake or functional
+        # tensors) goes through the operator.
+        return _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                     cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+                                     block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+                                     window_size=window_size, softcap=_core.check_softcap(softcap),
+                                     rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
+                                     num_splits=num_splits, check_on_device=check_on_device)
     return fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _as_tensor(cache_seqlens, q, torch.int32),
                        _as_tensor(cache_batch_idx, q, torch.int32), _as_tensor(block_table, q, torch.int32),
                        float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
