@@ -354,6 +354,7 @@ static void fuzz_kvcache(reader *r, arena *a)
         o.softmax_scale = take_float(r);
     k.opts = o;
     k.num_splits = (int)take_int(r, 5);
+    k.check_on_device = (int)(take(r) % 2); /* the CPU backend checks on the host either way */
     if (a->too_big)
         return;
     if (getenv("FUZZ_API_VERBOSE"))
