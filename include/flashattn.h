@@ -330,6 +330,8 @@ typedef enum fa_copy_kind {
 FA_API fa_status fa_malloc(fa_context *ctx, size_t bytes, void **ptr);
 FA_API fa_status fa_free(fa_context *ctx, void *ptr);
 FA_API fa_status fa_memcpy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa_copy_kind kind);
+/* Waits for the work queued on the context's stream; then reports (and clears) the bad value a
+ * fa_forward_kvcache call with check_on_device found since the last fa_synchronize. */
 FA_API fa_status fa_synchronize(fa_context *ctx);
 
 /* ---------------------------------------------------------------- attention */
