@@ -265,11 +265,13 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
     if (!fa_add_ok(n_seq, n_bt, &n_all) || !fa_add_ok(n_all, n_idx, &n_all) ||
         (uint64_t)n_all > (uint64_t)(SIZE_MAX / sizeof(int32_t)))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "the int32 arrays' sizes overflow");
-    int32_t *h = malloc(sizeof(int32_t) * (size_t)(n_all > 0 ? n_all : 1));
-    int32_t *copy = kp->device_check ? NULL : h;
-    if (!h)
-        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate host copies of %lld int32", (long long)n_all);
-    *host = h;
+    /* copy: the host copies, none when the device checks the arrays */
+    int32_t *copy = NULL;
+    if (!kp->device_check) {
+        if (!(copy = malloc(sizeof(int32_t) * (size_t)(n_all > 0 ? n_all : 1))))
+            return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate host copies of %lld int32", (long long)n_all);
+        *host = copy;
+    }
     if (a->cache_seqlens) {
         if ((st = load_int32(ctx, "cache_seqlens", a->cache_seqlens, n_seq, outs, out_names, n_outs, copy)))
             return st;

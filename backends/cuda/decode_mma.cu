@@ -211,19 +211,13 @@ template <class S, int D> fa_gpu_error prepare_mma()
 
 template <class S, int D> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    fa_gpu_error e = launch_check_append<S>(p, stream);
-    if (e != FA_GPU_SUCCESS || p.seqlen_new == 0)
-        return e;
-    const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;
-    if (blocks > 0x7fffffff || p.splits > 65535)
-        return FA_GPU_INVALID_VALUE;
-    if ((e = prepare_mma<S, D>()) != FA_GPU_SUCCESS)
-        return e;
-    decode_mma_kernel<S, D>
-        <<<dim3((unsigned)blocks, (unsigned)p.splits), FA_KV_THREADS, mma_shape<D>::SMEM, stream>>>(p);
-    if ((e = fa_gpu_last_error()) != FA_GPU_SUCCESS)
-        return e;
-    return launch_combine<S>(p, stream);
+    return launch_call<S>(p, stream, [&](dim3 grid) {
+        fa_gpu_error e = prepare_mma<S, D>();
+        if (e != FA_GPU_SUCCESS)
+            return e;
+        decode_mma_kernel<S, D><<<grid, FA_KV_THREADS, mma_shape<D>::SMEM, stream>>>(p);
+        return fa_gpu_last_error();
+    });
 }
 
 } // namespace kv

@@ -20,6 +20,10 @@ typedef struct gpu_state {
     fa_rt_stream own, stream; /* the context's stream, and the one calls run on (fa_set_stream) */
     fa_rt_prop prop;
     int kernels;              /* FLASHATTN_<BACKEND>_KERNELS, read when the context opens: */
+    /* fa_forward_kvcache's kernel knobs, read when the context opens: FLASHATTN_KV_KERNEL=simt
+     * (no tensor-core decode kernel), FLASHATTN_KV_COPY=registers (SIMT kernel without its
+     * cp.async ring), FLASHATTN_KV_L2_PREFETCH (0, 128 or 256; kv_host.h's default otherwise) */
+    int kv_simt, kv_registers, kv_l2_prefetch;
     /* scratch the context keeps between calls (gpu_scratch): its size, and the stream its last
      * user ran on */
     void *scratch;
@@ -96,6 +100,11 @@ static fa_status gpu_open(fa_context *ctx, int device, const char *kernels_env)
                  : strcmp(kernels, "sm90") == 0          ? GPU_KERNELS_SM90
                  : strcmp(kernels, "sm80") == 0          ? GPU_KERNELS_SM80
                                                          : GPU_KERNELS_CHOOSER;
+    const char *kv_kernel = getenv("FLASHATTN_KV_KERNEL"), *kv_copy = getenv("FLASHATTN_KV_COPY");
+    const char *kv_prefetch = getenv("FLASHATTN_KV_L2_PREFETCH");
+    s->kv_simt = kv_kernel && strcmp(kv_kernel, "simt") == 0;
+    s->kv_registers = kv_copy && strcmp(kv_copy, "registers") == 0;
+    s->kv_l2_prefetch = kv_prefetch ? atoi(kv_prefetch) : -1;
     ctx->priv = s;
     return FA_SUCCESS;
 }

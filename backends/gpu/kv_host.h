@@ -19,7 +19,7 @@ typedef struct gpu_kv_entries {
 } gpu_kv_entries;
 
 /* The tensor-core decode kernel's L2 prefetch size (bytes; 0 none), unless
- * FLASHATTN_KV_L2_PREFETCH says 0, 128 or 256. */
+ * FLASHATTN_KV_L2_PREFETCH says 0, 128 or 256 (gpu_state.kv_l2_prefetch). */
 #define FA_KV_L2_PREFETCH_DEFAULT 128
 
 static int gpu_kv_bucket(int64_t d)
@@ -140,14 +140,12 @@ static fa_status gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, c
     /* the kernel: the tensor-core one where it exists (cc >= 8.0, fp16 / bf16, aligned rows, d <=
      * 128; FLASHATTN_KV_KERNEL=simt turns it off), else the SIMT one with the cp.async ring (fp16 /
      * bf16, aligned rows; FLASHATTN_KV_COPY=registers turns it off) or register loads */
-    const char *kernel = getenv("FLASHATTN_KV_KERNEL"), *copy = getenv("FLASHATTN_KV_COPY");
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
-                    bucket <= 128 && !(kernel && strcmp(kernel, "simt") == 0);
-    const char *prefetch = getenv("FLASHATTN_KV_L2_PREFETCH");
-    kv.l2_prefetch = prefetch ? atoi(prefetch) : FA_KV_L2_PREFETCH_DEFAULT;
+                    bucket <= 128 && !s->kv_simt;
+    kv.l2_prefetch = s->kv_l2_prefetch < 0 ? FA_KV_L2_PREFETCH_DEFAULT : s->kv_l2_prefetch;
     if (kv.l2_prefetch != 128 && kv.l2_prefetch != 256)
         kv.l2_prefetch = 0;
-    const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32 && !(copy && strcmp(copy, "registers") == 0);
+    const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32 && !s->kv_registers;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
     const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA

@@ -195,6 +195,20 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(256) void append_kernel(const fa_
 
 /* ---------------------------------------------------------------- a decode block's rows and keys */
 
+/* Channel c of output row i (query head h, sequence b): O in o's dtype or fp32, and the row's LSE
+ * from channel 0. */
+template <class S>
+FA_DEVICE void store_output(const fa_gpu_kv_params &p, int64_t b, int64_t i, int64_t h, int64_t c, float out, float lse)
+{
+    const int64_t oo = b * p.o.sb + i * p.o.ss + h * p.o.sh + c;
+    if (p.out_f32)
+        static_cast<float *>(p.o.data)[oo] = out;
+    else
+        S::store(static_cast<typename S::T *>(p.o.data), oo, out);
+    if (c == 0 && p.lse.data)
+        static_cast<float *>(p.lse.data)[b * p.lse.sb + i * p.lse.ss + h * p.lse.sh] = lse;
+}
+
 /* The keys a decode block reads: its split's, inside the union of its rows' ranges (k_begin ..
  * k_end), and the keys every row of it sees (lo_full .. hi_full: steps inside need no
  * per-element mask). */
@@ -266,7 +280,6 @@ template <class S, int D, int RT, int STREAMS>
 FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const float (*m_s)[RT],
                            const float (*l_s)[RT], int64_t b, int64_t hk, int64_t tile, int64_t split)
 {
-    typedef typename S::T T;
     const int64_t hq = p.heads_q, sn = p.seqlen_new;
     for (int e = threadIdx.x; e < RT * D; e += (int)blockDim.x) {
         const int r = e / D, c = e % D;
@@ -295,13 +308,7 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
                 p.partial[p.batch * hq * sn * p.splits * p.d + at] = lse;
             continue;
         }
-        const int64_t oo = b * p.o.sb + i * p.o.ss + h * p.o.sh + c;
-        if (p.out_f32)
-            static_cast<float *>(p.o.data)[oo] = out;
-        else
-            S::store(static_cast<T *>(p.o.data), oo, out);
-        if (c == 0 && p.lse.data)
-            static_cast<float *>(p.lse.data)[b * p.lse.sb + i * p.lse.ss + h * p.lse.sh] = lse;
+        store_output<S>(p, b, i, h, c, out, lse);
     }
 }
 
@@ -521,7 +528,6 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 
 template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa_gpu_kv_params p)
 {
-    typedef typename S::T T;
     if (skip_on_fault(p))
         return;
     const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, total = p.batch * hq * sn * p.d;
@@ -542,15 +548,7 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa
                 sum += w;
                 a += w * p.partial[(row * splits + s) * p.d + c];
             }
-        const float out = sum > 0.0f ? a / sum : 0.0f;
-        const int64_t oo = b * p.o.sb + i * p.o.ss + h * p.o.sh + c;
-        if (p.out_f32)
-            static_cast<float *>(p.o.data)[oo] = out;
-        else
-            S::store(static_cast<T *>(p.o.data), oo, out);
-        if (c == 0 && p.lse.data)
-            static_cast<float *>(p.lse.data)[b * p.lse.sb + i * p.lse.ss + h * p.lse.sh] =
-                sum > 0.0f ? mx + logf(sum) : -INFINITY;
+        store_output<S>(p, b, i, h, c, sum > 0.0f ? a / sum : 0.0f, sum > 0.0f ? mx + logf(sum) : -INFINITY);
     }
 }
 
@@ -607,9 +605,11 @@ template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu
     return fa_gpu_last_error();
 }
 
-/* The kernels of one call; D the head-dim bucket, RT the row tile the host chose
- * (p.row_tiles, p.splits and p.keys_per_split were computed with it). */
-template <class S, int D, int RT, bool ASYNC> fa_gpu_error launch(const fa_gpu_kv_params &p, fa_gpu_stream stream)
+/* The kernels of one call around its decode kernel: check and append, then decode(grid) (which
+ * launches the decode kernel on one block per sequence, kv head and row tile by split), then
+ * combine. Every decode kernel (this file's, CUDA's decode_mma.cu) is launched through it. */
+template <class S, class Decode>
+fa_gpu_error launch_call(const fa_gpu_kv_params &p, fa_gpu_stream stream, Decode decode)
 {
     fa_gpu_error e = launch_check_append<S>(p, stream);
     if (e != FA_GPU_SUCCESS || p.seqlen_new == 0)
@@ -617,13 +617,23 @@ template <class S, int D, int RT, bool ASYNC> fa_gpu_error launch(const fa_gpu_k
     const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;
     if (blocks > 0x7fffffff || p.splits > 65535)
         return FA_GPU_INVALID_VALUE;
-    int bytes;
-    if ((e = prepare<S, D, RT, ASYNC>(&bytes)) != FA_GPU_SUCCESS)
-        return e;
-    decode_kernel<S, D, RT, ASYNC><<<dim3((unsigned)blocks, (unsigned)p.splits), FA_KV_THREADS, bytes, stream>>>(p);
-    if ((e = fa_gpu_last_error()) != FA_GPU_SUCCESS)
+    if ((e = decode(dim3((unsigned)blocks, (unsigned)p.splits))) != FA_GPU_SUCCESS)
         return e;
     return launch_combine<S>(p, stream);
+}
+
+/* The kernels of one call with the SIMT decode kernel; D the head-dim bucket, RT the row tile the
+ * host chose (p.row_tiles, p.splits and p.keys_per_split were computed with it). */
+template <class S, int D, int RT, bool ASYNC> fa_gpu_error launch(const fa_gpu_kv_params &p, fa_gpu_stream stream)
+{
+    return launch_call<S>(p, stream, [&](dim3 grid) {
+        int bytes;
+        fa_gpu_error e = prepare<S, D, RT, ASYNC>(&bytes);
+        if (e != FA_GPU_SUCCESS)
+            return e;
+        decode_kernel<S, D, RT, ASYNC><<<grid, FA_KV_THREADS, bytes, stream>>>(p);
+        return fa_gpu_last_error();
+    });
 }
 
 } // namespace kv
