@@ -414,3 +414,33 @@ def test_kvcache_check_on_device(device):
     fa.synchronize(q)
     for g, w in zip(again, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_kvcache_eager_arguments():
+    """every option reaches the library on the eager path of torch tensors (which skips the custom
+    operator) as on the NumPy path and through the operator itself, bit for bit: three new
+    tokens, causal and a window, softcap, ALiBi, a given scale, half-split rotary, two splits"""
+    g = torch.Generator().manual_seed(8)
+    b, sn, h, hk, d, cap = 3, 3, 4, 2, 64, 64
+    q = torch.randn(b, sn, h, d, generator=g)
+    kc, vc = torch.randn(b, cap, hk, d, generator=g), torch.randn(b, cap, hk, d, generator=g)
+    kn, vn = torch.randn(b, sn, hk, d, generator=g), torch.randn(b, sn, hk, d, generator=g)
+    theta = torch.arange(cap + sn)[:, None] * 10000.0 ** (-2.0 * torch.arange(16)[None, :] / 32)
+    lens = torch.tensor([0, 9, cap - sn - 1], dtype=torch.int32)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    opts = dict(softmax_scale=0.3, causal=True, window_size=(5, -1), softcap=20.0, rotary_interleaved=False,
+                num_splits=2)
+    caches = [(kc.clone(), vc.clone()) for _ in range(2)]
+    got = fa.flash_attn_with_kvcache(q, caches[0][0], caches[0][1], k=kn, v=vn, rotary_cos=theta.cos(),
+                                     rotary_sin=theta.sin(), cache_seqlens=lens, alibi_slopes=slopes,
+                                     return_softmax_lse=True, **opts)
+    n_kc, n_vc = kc.numpy().copy(), vc.numpy().copy()
+    want = fa.flash_attn_with_kvcache(q.numpy(), n_kc, n_vc, k=kn.numpy(), v=vn.numpy(),
+                                      rotary_cos=theta.cos().numpy(), rotary_sin=theta.sin().numpy(),
+                                      cache_seqlens=lens.numpy(), alibi_slopes=slopes.numpy(),
+                                      return_softmax_lse=True, **opts)
+    op = torch.ops.flashattn.fwd_kvcache(q, caches[1][0], caches[1][1], kn, vn, theta.cos(), theta.sin(), lens, None,
+                                         None, 0.3, True, 5, -1, 20.0, False, slopes, 2, False)
+    for g_, w_, o_ in zip(got + caches[0], want + (n_kc, n_vc), op + caches[1]):
+        np.testing.assert_array_equal(g_.numpy(), w_)
+        np.testing.assert_array_equal(o_.numpy(), w_)
