@@ -502,7 +502,7 @@ static int64_t choose_splits(const fa_kv_problem *kp, int threads, int64_t units
     const int64_t blocks = (kp->p.seqlen_k + KV_BLOCK - 1) / KV_BLOCK; /* more splits would be empty */
     if (kp->num_splits > 0)
         return kp->num_splits < blocks ? kp->num_splits : blocks > 1 ? blocks : 1;
-    if (units >= threads || kp->p.seqlen_k <= 256)
+    if (units < 1 || units >= threads || kp->p.seqlen_k <= 256) /* no query row: nothing to split */
         return 1;
     int64_t want = (2 * (int64_t)threads + units - 1) / units, most = (kp->p.seqlen_k + 255) / 256;
     return want < most ? want : most;
@@ -524,10 +524,12 @@ fa_status fa_cpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     } else {
         ac.row_blocks = (gr + ROW_BLOCK - 1) / ROW_BLOCK;
     }
-    ac.splits = choose_splits(kp, threads, p->batch * ac.head_blocks * ac.row_blocks);
-    int64_t per_worker = attn_scratch_floats(p->d, ac.hb), scratch_floats, tasks, pf = 0;
-    if (!fa_mul_ok(per_worker, threads, &scratch_floats) || !fa_mul_ok(p->batch * ac.head_blocks, ac.splits, &tasks) ||
-        !fa_mul_ok(tasks, ac.row_blocks, &tasks))
+    int64_t per_worker = attn_scratch_floats(p->d, ac.hb), scratch_floats, units, tasks, pf = 0;
+    if (!fa_mul_ok(per_worker, threads, &scratch_floats) || !fa_mul_ok(p->batch, ac.head_blocks, &units) ||
+        !fa_mul_ok(units, ac.row_blocks, &units))
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the task count overflows 64 bits");
+    ac.splits = choose_splits(kp, threads, units);
+    if (!fa_mul_ok(units, ac.splits, &tasks))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the task count overflows 64 bits");
     if (ac.splits > 1 && p->seqlen_q > 0 &&
         (!fa_mul_ok(p->total_q, p->heads_q, &pf) || !fa_mul_ok(pf, ac.splits, &pf) || !fa_mul_ok(pf, p->d + 1, &pf) ||
