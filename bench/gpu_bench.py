@@ -24,11 +24,16 @@ Modes (one per run):
                  plain call is timed first and again last (its spread is the run's noise); d 128,
                  seqlens 4096 and 16384 unless --seqlens / --dims say otherwise.
 
+  --dropout      the cost of dropout (p = 0.1): our forward and backward without and with it, and
+                 PyTorch's FA2 without and with it, on the same inputs (--sm80: our sm80 path instead of
+                 the default chooser); d 64, 128, seqlens 1024, 4096, 16384 unless told otherwise.
+
 usage: python3 bench/gpu_bench.py --lib build/libflashattn.so [--seqlens 1024,4096,16384] [--dims 64,128]
        [--dtype bf16|fp16|bf16,fp16] [--causal both|yes|no] [--no-math] [--sm80]
        python3 bench/gpu_bench.py --lib build/libflashattn.so --blocksparse [--mask-block 128] [--densities ...]
        python3 bench/gpu_bench.py --lib build/libflashattn.so --memory [--seqlens 1024,4096,16384,65536]
        python3 bench/gpu_bench.py --lib build/libflashattn.so --modifiers [--seqlens 4096,16384] [--dims 128]
+       python3 bench/gpu_bench.py --lib build/libflashattn.so --dropout [--sm80] [--seqlens ...] [--dims ...]
 """
 import argparse
 import ctypes as C
@@ -410,6 +415,66 @@ def modifiers(lib, args, dtype_name):
                 torch.cuda.empty_cache()
 
 
+# ---------------------------------------------------------------- --dropout
+
+def dropout_cost(lib, args, dtype_name):
+    """Our forward and backward without and with dropout p = 0.1, beside PyTorch's FA2 backend without
+    and with it, on the same inputs: the overhead is the time with dropout over the time without."""
+    dt = DTYPES[dtype_name]
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    ours = Library(args.lib, kernels="sm80") if args.sm80 else lib
+    path = "sm80 path (FLASHATTN_CUDA_KERNELS=sm80)" if args.sm80 else "default chooser"
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | dropout p = 0.1 | "
+          f"ours: {path} | ms are medians of do_bench | hidden 2048, batch 16384/seqlen")
+    print("| d | causal | seqlen | ours fwd ms plain / dropout (x) | ours bwd ms plain / dropout (x) | "
+          "FA2 fwd ms plain / dropout (x) | FA2 bwd ms plain / dropout (x) | variants |")
+    print("|---|---|---|---|---|---|---|---|")
+    for d in ints(args.dims or "64,128"):
+        for causal in causals:
+            for s in ints(args.seqlens or "1024,4096,16384"):
+                b, h = max(1, 16384 // s), 2048 // d
+                q, k, v, do, o, lse, dq, dk, dv = make_inputs(b, s, h, d, dt)
+                ours.bind_stream()
+                times, names = [], []
+                for p in (0.0, 0.1):
+                    fa = ours.fwd_args(q, k, v, o, lse, causal)
+                    ba = ours.bwd_args(q, k, v, o, lse, do, dq, dk, dv, causal)
+                    for a in (fa, ba):
+                        a.opts.dropout_p = p
+                        a.opts.dropout_seed = 1234
+                    try:
+                        names.append(f"{ours.variant(fa, False)} / {ours.variant(fa, True)}")
+                        ours.forward(fa)  # O and LSE of this option for the backward
+                        times.append((bench(lambda: ours.forward(fa)), bench(lambda: ours.backward(ba))))
+                    except Unsupported as e:
+                        names.append(f"not supported by flashattn: {e}")
+                        times.append(None)
+                fa2 = []
+                for p in (0.0, 0.1):
+                    try:
+                        qg, kg, vg = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+                        dog = do.transpose(1, 2)
+                        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                            f = lambda: F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, dropout_p=p)
+                            tf = bench(f)
+                            out = f()
+                            tb = bench(lambda: out.backward(dog, retain_graph=True))
+                        fa2.append((tf, tb))
+                    except (RuntimeError, torch.OutOfMemoryError) as e:
+                        fa2.append(None)
+                    torch.cuda.empty_cache()
+
+                def pair(x, i):
+                    if x[0] is None or x[1] is None:
+                        return "n/s"
+                    return f"{x[0][i]:.3f} / {x[1][i]:.3f} ({x[1][i] / x[0][i]:.3f})"
+
+                print(f"| {d} | {'yes' if causal else 'no'} | {s} | {pair(times, 0)} | {pair(times, 1)} | "
+                      f"{pair(fa2, 0)} | {pair(fa2, 1)} | {'; '.join(dict.fromkeys(names))} |", flush=True)
+                del q, k, v, do, o, lse, dq, dk, dv
+                torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------- --blocksparse
 
 def block_sparse(lib, args, dtype_name):
@@ -420,7 +485,10 @@ def block_sparse(lib, args, dtype_name):
     dt = DTYPES[dtype_name]
     mb = args.mask_block
     densities = [float(x) for x in args.densities.split(",")]
+    if args.sm80:  # the sm80 path instead of the default chooser
+        lib = Library(args.lib, kernels="sm80")
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | non-causal | "
+          f"{'sm80 path (FLASHATTN_CUDA_KERNELS=sm80)' if args.sm80 else 'default chooser'} | "
           f"block-sparse RANDOM masks (fa_block_mask_create, one mask for all heads, seed {args.seed}), "
           f"mask blocks {mb} x {mb} | ms are medians of do_bench, each call includes the library's "
           "host-side block lists and their upload | hidden 2048, batch 16384/seqlen")
@@ -577,11 +645,13 @@ def main():
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--no-math", action="store_true")
     ap.add_argument("--sm80", action="store_true",
-                    help="default mode: also time the sm80 path (FLASHATTN_CUDA_KERNELS=sm80) in the same run")
+                    help="default mode: also time the sm80 path (FLASHATTN_CUDA_KERNELS=sm80) in the same run; "
+                    "--dropout, --blocksparse: time the sm80 path instead of the default chooser")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--blocksparse", action="store_true", help="block-sparse table (RANDOM masks)")
     mode.add_argument("--memory", action="store_true", help="extra device memory table")
     mode.add_argument("--modifiers", action="store_true", help="cost of softcap / ALiBi against the plain call")
+    mode.add_argument("--dropout", action="store_true", help="cost of dropout p = 0.1, ours and FA2's")
     ap.add_argument("--mask-block", type=int, default=128, help="--blocksparse: mask block size (square)")
     ap.add_argument("--densities", default="1,0.5,0.25,0.125", help="--blocksparse: nominal densities")
     ap.add_argument("--seed", type=int, default=1, help="--blocksparse: the masks' seed")
@@ -598,7 +668,7 @@ def main():
     torch.manual_seed(0)
     stream = use_own_stream()  # noqa: F841 (kept current for the run)
     run = block_sparse if args.blocksparse else memory if args.memory else modifiers if args.modifiers \
-        else side_by_side
+        else dropout_cost if args.dropout else side_by_side
     for i, name in enumerate(dtypes):
         if i:
             print()
