@@ -20,14 +20,14 @@ fa_options fa_options_default(void)
 typedef struct fa_call {
     fa_problem p;
     int32_t *cu_host;
-    fa_block_lists lists;
+    fa_block_lists *lists; /* from the context's cache (core/lists_cache.c) */
     fa_variant variant;
 } fa_call;
 
-static void call_release(fa_call *c)
+static void call_release(fa_context *ctx, fa_call *c)
 {
     free(c->cu_host);
-    fa_block_lists_free(&c->lists);
+    fa_lists_release(ctx, c->lists);
 }
 
 static void plan_problem(fa_context *ctx, fa_problem *p, fa_tile_limits *lim)
@@ -44,11 +44,11 @@ static fa_status prepare(fa_context *ctx, fa_call *c)
     plan_problem(ctx, p, &lim);
     /* the lists follow the query tiles; a call with no rows (batch 0 included) runs nothing */
     if (p->block_mask && p->batch > 0 && p->seqlen_q > 0 && p->seqlen_k > 0) {
-        fa_status st = fa_block_lists_build(p->block_mask, p->heads_q, p->seqlen_q, p->seqlen_k, p->block_q,
-                                            p->block_k, &c->lists);
+        fa_status st = fa_lists_acquire(ctx, p->block_mask, p->heads_q, p->seqlen_q, p->seqlen_k, p->block_q,
+                                        p->block_k, &c->lists);
         if (st != FA_SUCCESS)
             return FA_ERROR(ctx, st, "block_mask: cannot build the per-tile lists (%s)", fa_status_string(st));
-        p->lists = &c->lists;
+        p->lists = c->lists;
     }
     /* a backend that has not implemented a score modifier must say so, never ignore it */
     fa_capabilities caps;
@@ -74,7 +74,7 @@ fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args)
         st = ctx->backend->forward(ctx, &c.p, &c.variant);
     if (st == FA_SUCCESS)
         fa_clear_error(ctx);
-    call_release(&c);
+    call_release(ctx, &c);
     return st;
 }
 
@@ -94,7 +94,7 @@ fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args)
         st = ctx->backend->backward(ctx, &c.p, &c.variant);
     if (st == FA_SUCCESS)
         fa_clear_error(ctx);
-    call_release(&c);
+    call_release(ctx, &c);
     return st;
 }
 
@@ -114,7 +114,7 @@ fa_status fa_query_support(fa_context *ctx, const fa_fwd_args *args, int backwar
             snprintf(variant, variant_len, "%s", c.variant.name);
         fa_clear_error(ctx);
     }
-    call_release(&c);
+    call_release(ctx, &c);
     return st;
 }
 
@@ -150,7 +150,7 @@ fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
             fa_clear_error(ctx);
         }
     }
-    call_release(&c);
+    call_release(ctx, &c);
     return st;
 }
 

@@ -136,8 +136,13 @@ fa_status fa_context_create(fa_context **out, const char *backend, int device)
     ctx->device = device;
     ctx->serial = fa_context_next_serial();
     fa_clear_error(NULL);
+    if (fa_lists_cache_create(ctx) != FA_SUCCESS) {
+        free(ctx);
+        return FA_ERROR(NULL, FA_ERR_OUT_OF_MEMORY, "fa_context_create: cannot allocate the context");
+    }
     st = b->open(ctx, device);
     if (st != FA_SUCCESS) {
+        fa_lists_cache_destroy(ctx);
         /* the backend recorded its reason against the context that is about to go */
         fa_error_move_to_thread(ctx);
         if (!*fa_last_error())
@@ -154,6 +159,7 @@ void fa_context_destroy(fa_context *ctx)
 {
     if (!ctx)
         return;
+    fa_lists_cache_destroy(ctx); /* the backend's device copies first: it is still open */
     ctx->backend->close(ctx);
     free(ctx);
 }

@@ -33,6 +33,12 @@ typedef struct fa_block_lists {
     int32_t *col;
     uint8_t *cls;
     int64_t nnz;
+    /* lists of the context's cache (core/lists_cache.c) are shared between calls; bits: the copy
+     * of the mask's bits they were built from; device: the backend's device copies of the bits and
+     * lists (fa_backend.lists_upload), NULL where it keeps none */
+    int cached;
+    const uint8_t *bits;
+    void *device;
 } fa_block_lists;
 
 typedef struct fa_problem {
@@ -207,6 +213,12 @@ typedef struct fa_backend {
     void *(*stream)(const struct fa_context *ctx);
     /* fa_forward_kvcache; optional (NULL: FA_ERR_UNSUPPORTED). Appends, rotates and attends. */
     fa_status (*forward_kvcache)(struct fa_context *ctx, const fa_kv_problem *kp);
+    /* Device copies of block lists the context keeps between calls (core/lists_cache.c); optional
+     * (NULL: the kernels read what the call passes them). lists_upload sets l->device to copies of
+     * geometry->bits and of l's arrays, or leaves it NULL and returns an error when it cannot keep
+     * copies now (the lists are then not kept); lists_free releases them, once no kernel uses them. */
+    fa_status (*lists_upload)(struct fa_context *ctx, fa_block_lists *l, const fa_block_mask *geometry);
+    void (*lists_free)(struct fa_context *ctx, fa_block_lists *l);
 } fa_backend;
 
 /* The host versions of the ring steps (core/ring.c), for backends whose memory is the host's. */
@@ -226,6 +238,7 @@ struct fa_context {
     void *priv;      /* backend state */
     uint64_t serial; /* distinct for every context created: a thread's stored message for an
                         earlier context at the same address is not this one's */
+    struct fa_lists_cache *lists_cache; /* core/lists_cache.c */
 };
 
 /* Error messages are per thread (core/status.c): each thread keeps, for itself, the last message
@@ -267,6 +280,18 @@ void fa_plan_tiles(const fa_tile_limits *lim, int64_t d, int64_t *block_q, int64
 fa_status fa_block_lists_build(const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q, int64_t seqlen_k,
                                int64_t block_q, int64_t block_k, fa_block_lists *out);
 void fa_block_lists_free(fa_block_lists *l);
+
+/* lists_cache.c: the block lists of the context's last few masks, kept between calls. acquire
+ * returns lists for the mask and tiling (the cache's, or the call's own when none can be kept);
+ * every successful acquire is paired with a release when the call is done with them. */
+typedef struct fa_lists_cache fa_lists_cache;
+fa_status fa_lists_cache_create(fa_context *ctx);
+void fa_lists_cache_destroy(fa_context *ctx);
+fa_status fa_lists_acquire(fa_context *ctx, const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q,
+                           int64_t seqlen_k, int64_t block_q, int64_t block_k, fa_block_lists **out);
+void fa_lists_release(fa_context *ctx, fa_block_lists *l);
+/* Entries held, and lists built since the context opened (for tests). */
+void fa_lists_cache_stats(const fa_context *ctx, int *entries, int64_t *builds);
 fa_status fa_block_mask_check(const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q, int64_t seqlen_k,
                               char *why, size_t why_len);
 

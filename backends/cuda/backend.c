@@ -337,4 +337,6 @@ const fa_backend fa_backend_cuda = {
     .ring_merge = cuda_ring_merge,
     .ring_add = cuda_ring_add,
     .stream = cuda_stream,
+    .lists_upload = gpu_lists_upload,
+    .lists_free = gpu_lists_free,
 };

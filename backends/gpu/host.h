@@ -157,6 +157,68 @@ static void gpu_release(fa_context *ctx, gpu_buffers *cb)
             FA_RT(FreeAsync)(all[i], st);
 }
 
+/* Device copies of block lists the context keeps (core/lists_cache.c): the mask's bits and the
+ * lists' three arrays in one allocation. */
+typedef struct gpu_lists {
+    void *base;
+    const void *bits, *row_ptr, *col, *cls;
+} gpu_lists;
+
+static size_t gpu_align16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static fa_status gpu_lists_upload(fa_context *ctx, fa_block_lists *l, const fa_block_mask *m)
+{
+    gpu_state *s = gpu_of(ctx);
+    fa_rt_capture_status cs;
+    /* while the stream is captured, a copy would only land when the graph replays: the call uploads
+     * its own (gpu_make_params), as a captured call must */
+    if (FA_RT(StreamIsCapturing)(s->stream, &cs) != FA_RT(Success) || cs != FA_RT_CAPTURE_NONE)
+        return FA_ERR_UNSUPPORTED;
+    const size_t sizes[4] = {(size_t)(m->heads * m->rows * m->cols), sizeof(int64_t) * (size_t)(l->heads * l->nq + 1),
+                             sizeof(int32_t) * (size_t)l->nnz, (size_t)l->nnz};
+    const void *src[4] = {m->bits, l->row_ptr, l->col, l->cls};
+    size_t off[4], total = 0;
+    for (int i = 0; i < 4; ++i) {
+        off[i] = total;
+        total += gpu_align16(sizes[i]);
+    }
+    gpu_lists *g = calloc(1, sizeof *g);
+    if (!g)
+        return FA_ERR_OUT_OF_MEMORY;
+    GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    fa_rt_error e = FA_RT(Malloc)(&g->base, total ? total : 1);
+    /* synchronous copies: the lists are complete before any stream's kernel can read them */
+    for (int i = 0; i < 4 && e == FA_RT(Success); ++i)
+        if (sizes[i])
+            e = FA_RT(Memcpy)((char *)g->base + off[i], src[i], sizes[i], FA_RT(MemcpyHostToDevice));
+    if (e != FA_RT(Success)) {
+        if (g->base)
+            FA_RT(Free)(g->base);
+        free(g);
+        return gpu_fail(ctx, e, "block lists: device copies");
+    }
+    g->bits = (char *)g->base + off[0];
+    g->row_ptr = (char *)g->base + off[1];
+    g->col = (char *)g->base + off[2];
+    g->cls = (char *)g->base + off[3];
+    l->device = g;
+    return FA_SUCCESS;
+}
+
+static void gpu_lists_free(fa_context *ctx, fa_block_lists *l)
+{
+    gpu_lists *g = (gpu_lists *)l->device;
+    if (!g)
+        return;
+    FA_RT(SetDevice)(ctx->device);
+    FA_RT(Free)(g->base); /* waits for the kernels still reading them */
+    free(g);
+    l->device = NULL;
+}
+
 static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_params *kp, gpu_buffers *cb)
 {
     memset(kp, 0, sizeof *kp);
@@ -198,20 +260,28 @@ static fa_status gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_pa
     if (p->block_mask && p->lists) {
         const fa_block_mask *bm = p->block_mask;
         const fa_block_lists *l = p->lists;
-        if ((st = gpu_upload(ctx, bm->bits, (size_t)(bm->heads * bm->rows * bm->cols), &cb->bits)) ||
-            (st = gpu_upload(ctx, l->row_ptr, sizeof(int64_t) * (size_t)(l->heads * l->nq + 1), &cb->row_ptr)) ||
-            (st = gpu_upload(ctx, l->col, sizeof(int32_t) * (size_t)l->nnz, &cb->col)) ||
-            (st = gpu_upload(ctx, l->cls, (size_t)l->nnz, &cb->cls)))
-            return st;
-        kp->bm_bits = cb->bits;
+        const gpu_lists *g = (const gpu_lists *)l->device;
+        if (g) { /* kept by the context */
+            kp->bm_bits = g->bits;
+            kp->bl_row_ptr = g->row_ptr;
+            kp->bl_col = g->col;
+            kp->bl_cls = g->cls;
+        } else { /* this call's own, released after its kernels */
+            if ((st = gpu_upload(ctx, l->bits, (size_t)(bm->heads * bm->rows * bm->cols), &cb->bits)) ||
+                (st = gpu_upload(ctx, l->row_ptr, sizeof(int64_t) * (size_t)(l->heads * l->nq + 1), &cb->row_ptr)) ||
+                (st = gpu_upload(ctx, l->col, sizeof(int32_t) * (size_t)l->nnz, &cb->col)) ||
+                (st = gpu_upload(ctx, l->cls, (size_t)l->nnz, &cb->cls)))
+                return st;
+            kp->bm_bits = cb->bits;
+            kp->bl_row_ptr = cb->row_ptr;
+            kp->bl_col = cb->col;
+            kp->bl_cls = cb->cls;
+        }
         kp->bm_heads = bm->heads;
         kp->bm_rows = bm->rows;
         kp->bm_cols = bm->cols;
         kp->bm_bq = bm->block_q;
         kp->bm_bk = bm->block_k;
-        kp->bl_row_ptr = cb->row_ptr;
-        kp->bl_col = cb->col;
-        kp->bl_cls = cb->cls;
         kp->bl_heads = l->heads;
         kp->bl_nq = l->nq;
     }

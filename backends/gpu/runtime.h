@@ -16,7 +16,9 @@
 typedef hipError_t fa_rt_error;
 typedef hipStream_t fa_rt_stream;
 typedef hipDeviceProp_t fa_rt_prop;
+typedef hipStreamCaptureStatus fa_rt_capture_status;
 #define FA_RT_ERR_NO_MEMORY hipErrorOutOfMemory
+#define FA_RT_CAPTURE_NONE hipStreamCaptureStatusNone
 #else
 #include <cuda_runtime_api.h>
 #define FA_RT(name) cuda##name
@@ -24,7 +26,9 @@ typedef hipDeviceProp_t fa_rt_prop;
 typedef cudaError_t fa_rt_error;
 typedef cudaStream_t fa_rt_stream;
 typedef struct cudaDeviceProp fa_rt_prop;
+typedef enum cudaStreamCaptureStatus fa_rt_capture_status;
 #define FA_RT_ERR_NO_MEMORY cudaErrorMemoryAllocation
+#define FA_RT_CAPTURE_NONE cudaStreamCaptureStatusNone
 #endif
 
 #endif /* FA_GPU_RUNTIME_H */

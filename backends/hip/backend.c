@@ -189,4 +189,6 @@ const fa_backend fa_backend_hip = {
     .sync = gpu_sync,
     .set_stream = gpu_set_stream,
     .num_threads = NULL, // optional
+    .lists_upload = gpu_lists_upload,
+    .lists_free = gpu_lists_free,
 };
