@@ -6,7 +6,8 @@
  * pays at every step. The cache keeps, per context, up to FA_LISTS_CACHE_ENTRIES lists with a copy
  * of the bits they were built from; a call whose mask has the same geometry and the same bytes
  * (compared in full, so a mask edited in place is never served stale lists) and whose tiling is the
- * same reuses them, and the backend's device copies with them (fa_backend.lists_upload).
+ * same reuses them, and the backend's device copies with them (fa_backend.lists_upload). Masks of
+ * more than FA_LISTS_CACHE_MAX_BITS bytes are built per call.
  *
  * Calls may share a context from several threads (flashattn.h): the table is locked, and an entry
  * in use by a call (refs > 0) is never evicted. When every entry is in use, or the backend declines
@@ -18,6 +19,10 @@
 #include <string.h>
 
 #define FA_LISTS_CACHE_ENTRIES 8
+/* A mask of more bytes is not kept: the table holds at most 8 x 16 MiB of bits (and lists, and
+ * their device copies), and building the lists of such a mask costs little beside the attention
+ * over the sequences it covers. */
+#define FA_LISTS_CACHE_MAX_BITS ((size_t)16 << 20)
 
 typedef struct lists_entry {
     fa_block_lists lists; /* lists.cached != 0: the slot holds an entry */
@@ -87,8 +92,8 @@ static size_t mask_bytes(const fa_block_mask *m)
 fa_status fa_lists_acquire(fa_context *ctx, const fa_block_mask *m, int64_t heads_q, int64_t seqlen_q,
                            int64_t seqlen_k, int64_t block_q, int64_t block_k, fa_block_lists **out)
 {
-    fa_lists_cache *c = ctx->lists_cache;
     const size_t bytes = mask_bytes(m);
+    fa_lists_cache *c = bytes <= FA_LISTS_CACHE_MAX_BITS ? ctx->lists_cache : NULL;
     *out = NULL;
     if (c) {
         pthread_mutex_lock(&c->mu);

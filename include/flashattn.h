@@ -105,10 +105,11 @@ FA_API fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int ndim, cons
  * columns [c*block_k, (c+1)*block_k)). heads is 1 (one mask for every query head) or heads_q.
  * rows must cover ceil(seqlen_q / block_q) and cols ceil(seqlen_k / block_k) (for varlen: of the
  * longest sequence). bits lives in host memory. The mask intersects causal/window masks.
- * A context keeps the per-tile lists it builds from the last 8 masks it ran (with a copy of their
- * bits, and on cuda / hip device copies of both): a call whose mask has the same geometry and the
- * same bytes reuses them, so editing bits in place between calls is safe, and a mask reused over a
- * training loop is prepared once. The copies go with the context (fa_context_destroy). */
+ * A context keeps the per-tile lists it builds from the last 8 masks of up to 16 MiB it ran (with a
+ * copy of their bits, and on cuda / hip device copies of both): a call whose mask has the same
+ * geometry and the same bytes reuses them, so editing bits in place between calls is safe, and a
+ * mask reused over a training loop is prepared once. The copies go with the context
+ * (fa_context_destroy). */
 typedef struct fa_block_mask {
     int64_t heads;
     int64_t rows, cols;

@@ -1,7 +1,8 @@
 /* test_lists_cache.c: core/lists_cache.c, the block lists a context keeps between calls.
  * A mask reused is built once; a mask edited in place, another geometry or another tiling is built
  * again and gives the answer a fresh context gives; the least recently used entry goes when the
- * table is full; entries in use are never evicted (a call then gets lists of its own); calls from
+ * table is full; entries in use are never evicted (a call then gets lists of its own), nor are
+ * masks over 16 MiB kept; calls from
  * several threads on one context agree with single-threaded calls. Answers are compared bit for
  * bit with fresh contexts (the CPU backend is deterministic in fp32). */
 #include <setjmp.h>
@@ -294,6 +295,37 @@ static void test_entries_in_use_are_kept(void **state)
         fa_block_mask_destroy(&m[i]);
 }
 
+/* A mask of more than 16 MiB of bits is built per call and not kept. */
+static void test_huge_mask_is_not_kept(void **state)
+{
+    (void)state;
+    const int64_t side = 4100; /* 4100 x 4100 one-row blocks: 16.03 MiB */
+    uint8_t *bitmap = malloc((size_t)(side * side));
+    assert_non_null(bitmap);
+    for (int64_t i = 0; i < side * side; ++i)
+        bitmap[i] = (uint8_t)((i / side) % 3 != 0 || i % side == i / side);
+    fa_block_mask m;
+    assert_int_equal(fa_block_mask_from_bitmap(&m, bitmap, 1, side, side, 1, 1), FA_SUCCESS);
+    free(bitmap);
+    fa_context *ctx = NULL;
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    fa_block_lists *l = NULL;
+    assert_int_equal(fa_lists_acquire(ctx, &m, 1, side, side, 64, 64, &l), FA_SUCCESS);
+    assert_false(l->cached);
+    fa_block_lists direct;
+    assert_int_equal(fa_block_lists_build(&m, 1, side, side, 64, 64, &direct), FA_SUCCESS);
+    assert_int_equal(l->nnz, direct.nnz);
+    assert_memory_equal(l->col, direct.col, sizeof(int32_t) * (size_t)direct.nnz);
+    fa_block_lists_free(&direct);
+    fa_lists_release(ctx, l);
+    int entries;
+    int64_t builds;
+    stats(ctx, &entries, &builds);
+    assert_int_equal(entries, 0);
+    fa_context_destroy(ctx);
+    fa_block_mask_destroy(&m);
+}
+
 /* ---------------------------------------------------------------- threads */
 
 enum { THREADS = 4, CALLS = 12, SHARED_MASKS = 3 };
@@ -374,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_other_lengths_are_other_entries),
         cmocka_unit_test(test_least_recently_used_is_evicted),
         cmocka_unit_test(test_entries_in_use_are_kept),
+        cmocka_unit_test(test_huge_mask_is_not_kept),
         cmocka_unit_test(test_threads_share_the_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
