@@ -14,6 +14,7 @@
 #include "../common/score_mod.cuh"
 #include "../common/softmax_step.cuh"
 #include "../common/backward_step.cuh"
+#include "backward_walk.cuh"
 
 #include "mask.h"
 
@@ -70,7 +71,6 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t wk0 = k0 + warp * 16; /* the warp's first key */
-    const int64_t nqt = (s.sq + BQ - 1) / BQ, niter = p.group * nqt;
     fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, hk * p.group) : fa_score_mod_state{};
 
     float dk[DV / 8][4], dv[DV / 8][4];
@@ -80,48 +80,16 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
         for (int e = 0; e < 4; ++e)
             dk[i][e] = dv[i][e] = 0.0f;
 
-    /* the class of query rows [q0, q0 + rows) against keys [j0, j0 + 16 * n) (inside one 64-key tile
-     * of the block lists when n == 1) */
-    auto keys_class = [&](int64_t h, int64_t q0, int64_t j0, int64_t j1) -> fa_tile_class {
-        fa_tile_class c = fa_mask_classify_tile(&m, q0, q0 + BQ, j0, j1);
-        if (!LISTS || c == FA_TILE_EMPTY || !p.bl_row_ptr)
-            return c;
-        fa_tile_class best = FA_TILE_EMPTY;
-        for (int64_t t = j0 / BLOCK; t * BLOCK < j1; ++t) {
-            fa_tile_class u = tile_class(p, m, h, q0 / BLOCK, t);
-            best = best == FA_TILE_EMPTY ? u : (u == FA_TILE_EMPTY ? best : fa_tile_class_meet(best, u));
-        }
-        return fa_tile_class_meet(c, best);
-    };
-    auto next_iter = [&](int64_t it) -> int64_t {
-        for (; it < niter; ++it) {
-            int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
-            if (keys_class(h, q0, k0, k0 + BN) != FA_TILE_EMPTY)
-                return it;
-        }
-        return niter;
-    };
+    const query_walk<BQ, LISTS> walk(p, m, hk, s.sq);
     auto load_q_side = [&](int64_t it, int buf) {
-        int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
-        load_tile<T, D, ALIGNED, BQ, NT>(qs + buf * BQ * LD, p.q, b, s.q_start + q0, imin(s.sq - q0, BQ), h, (int)p.d);
-        load_tile<T, D, ALIGNED, BQ, NT>(dos + buf * BQ * LD, p.dout, b, s.q_start + q0, imin(s.sq - q0, BQ), h,
-                                         (int)p.d);
-        /* LSE log2(e) and D of the rows, asynchronously like the tiles; rows past the end get
-         * zeros (their P is masked) */
-        if (threadIdx.x < 2 * BQ) {
-            const int r = threadIdx.x % BQ;
-            const int64_t i = q0 + r;
-            const float *src = (threadIdx.x < BQ ? p.lse2 : p.dsum) + h * p.total_q +
-                               (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
-            float *dst = (threadIdx.x < BQ ? lse_s : dsum_s) + buf * BQ + r;
-            cp_async4(dst, i < s.sq ? src : p.dsum, i < s.sq);
-        }
+        load_query_side<T, D, ALIGNED, BQ, NT>(p, s, b, walk.head(it), walk.row0(it), qs + buf * BQ * LD,
+                                               dos + buf * BQ * LD, lse_s + buf * BQ, dsum_s + buf * BQ);
     };
 
     load_tile<T, D, ALIGNED, BN, NT>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
     load_tile<T, D, ALIGNED, BN, NT>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
-    int64_t it = next_iter(0);
-    if (it < niter)
+    int64_t it = walk.next(0, k0, k0 + BN);
+    if (it < walk.niter)
         load_q_side(it, 0);
     cp_async_commit();
 
@@ -136,27 +104,27 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
     const uint32_t do_a0 = smem_addr(dos) + 2u * (uint32_t)lane_off_a(LD),
                    do_bt0 = smem_addr(dos) + 2u * (uint32_t)lane_off_bt(LD);
 
-    for (int n = 0; it < niter; ++n) {
+    for (int n = 0; it < walk.niter; ++n) {
         const int buf = n & 1;
-        const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
+        const int64_t h = walk.head(it), q0 = walk.row0(it);
         /* this step's tiles landed and every warp is done with the previous step: its buffers
          * (Q, dO, LSE, D of buf ^ 1, and dS^T) are free for the prefetch and the dS^T stores */
         cp_async_wait<0>();
         __syncthreads();
-        const int64_t it_next = next_iter(it + 1);
-        if (it_next < niter) {
+        const int64_t it_next = walk.next(it + 1, k0, k0 + BN);
+        if (it_next < walk.niter) {
             load_q_side(it_next, buf ^ 1);
             cp_async_commit();
         }
         /* rows that saw no key (a tile with one is not FULL for the block's keys): Q, dO zeroed */
-        if ((keys_class(h, q0, k0, k0 + BN) != FA_TILE_FULL || q0 + BQ > s.sq) &&
+        if ((walk.keys_class(h, q0, k0, k0 + BN) != FA_TILE_FULL || q0 + BQ > s.sq) &&
             zero_absent_rows<T, D, BQ, NT>(qs + buf * BQ * LD, dos + buf * BQ * LD, LD, lse_s + buf * BQ)) /* uniform */
             __syncthreads();
         /* fragment bases of this step's Q and dO tiles (A: lane_off_a, transposed-B: lane_off_bt) */
         const uint32_t q_a = q_a0 + 2u * (uint32_t)(buf * BQ * LD), q_bt = q_bt0 + 2u * (uint32_t)(buf * BQ * LD);
         const uint32_t do_a = do_a0 + 2u * (uint32_t)(buf * BQ * LD), do_bt = do_bt0 + 2u * (uint32_t)(buf * BQ * LD);
         const float *lse2 = lse_s + buf * BQ, *dd = dsum_s + buf * BQ;
-        const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
+        const fa_tile_class cls = walk.keys_class(h, q0, wk0, wk0 + 16);
         uint32_t df[BQ / 16][4]; /* dS^T as A fragments, for dK after the dQ product */
         if (cls != FA_TILE_EMPTY) {
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;

@@ -6,12 +6,13 @@
  * dK, dV per key tile with the warps owning key rows (S^T = K Q^T, so no transposes through
  * shared memory) and dQ per query tile in a second kernel, without atomics, so its gradients are
  * bitwise reproducible; the fused one (bwd_kernel) computes all three per key tile and adds dQ
- * into an fp32 accumulator with reductions (red_add2), so its dQ is not. Masks, dropout
+ * into an fp32 accumulator with reductions (red_add2), so its dQ is not; at d 64 and 128 it runs on
+ * FlashAttention-2's warp grid (bwd_grid_kernel) where the device has the shared memory. Masks, dropout
  * (core/philox.h), block-sparse lists and the score modifiers (core/score_mod.h, instances with
  * the MOD flag) follow the core's definitions element for element.
  *
  * This header gathers them by role: forward.cuh, backward_deterministic.cuh, backward_fused.cuh,
- * backward_elementwise.cuh (dsum_kernel, dq_convert_kernel) and launch.cuh, on the device helpers
+ * backward_grid.cuh, backward_walk.cuh, backward_elementwise.cuh (dsum_kernel, dq_convert_kernel) and launch.cuh, on the device helpers
  * of ../common/ that the sm90 kernels share. */
 #ifndef FA_SM80_KERNELS_CUH
 #define FA_SM80_KERNELS_CUH
@@ -20,6 +21,7 @@
 #include "backward_elementwise.cuh"
 #include "backward_deterministic.cuh"
 #include "backward_fused.cuh"
+#include "backward_grid.cuh"
 #include "launch.cuh"
 
 #endif

@@ -1,5 +1,6 @@
 /* launch.cuh: the sm80 launchers: the forward, the fused backward and the deterministic backward
- * (after dsum_kernel), each choosing the kernel instance a call needs. */
+ * (after dsum_kernel), each choosing the kernel instance a call needs; the fused backward takes
+ * bwd_grid_kernel where it serves (grid_backward_fits), else bwd_kernel. */
 #ifndef FA_SM80_LAUNCH_CUH
 #define FA_SM80_LAUNCH_CUH
 
@@ -11,8 +12,12 @@
 #include "backward_elementwise.cuh"
 #include "backward_deterministic.cuh"
 #include "backward_fused.cuh"
+#include "backward_grid.cuh"
 
 #include <cuda_runtime.h>
+
+#include <stdlib.h>
+#include <string.h>
 
 namespace fa_sm80 {
 
@@ -37,22 +42,20 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_g
     return cudaGetLastError();
 }
 
-template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
-cudaError_t launch_fused_backward(const fa_gpu_params &p, cudaStream_t st)
+/* The fused backward's three launches: dq_accum zeroed, KERNEL over blocks_x key tiles (x kv heads
+ * x batch) with smem bytes of dynamic shared memory, dQ converted. */
+template <typename T, int D, typename KERNEL>
+cudaError_t launch_fused(KERNEL kernel, size_t smem, int64_t blocks_x, const fa_gpu_params &p, cudaStream_t st)
 {
-    using S = bwd_shape<D>;
-    static_assert(sizeof(T) == 2, "bwd_shape::SMEM counts 16-bit elements");
-    const size_t smem = S::SMEM;
-    auto k = bwd_kernel<T, D, ALIGNED, MODE, MOD>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
     if (p.dq_accum &&
         (e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st)) != cudaSuccess)
         return e;
     if (p.seqlen_k > 0) {
-        dim3 g1((unsigned)((p.seqlen_k + S::BN - 1) / S::BN * S::PASSES), (unsigned)p.heads_kv, (unsigned)p.batch);
-        k<<<g1, S::NT, smem, st>>>(p);
+        dim3 g1((unsigned)blocks_x, (unsigned)p.heads_kv, (unsigned)p.batch);
+        kernel<<<g1, 256, smem, st>>>(p);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     }
@@ -61,6 +64,48 @@ cudaError_t launch_fused_backward(const fa_gpu_params &p, cudaStream_t st)
     dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
     dq_convert_kernel<T, D><<<g2, 256, 0, st>>>(p);
     return cudaGetLastError();
+}
+
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
+cudaError_t launch_fused_backward(const fa_gpu_params &p, cudaStream_t st)
+{
+    using S = bwd_shape<D>;
+    static_assert(sizeof(T) == 2 && S::NT == 256, "bwd_shape::SMEM counts 16-bit elements; launch_fused uses 256 threads");
+    return launch_fused<T, D>(bwd_kernel<T, D, ALIGNED, MODE, MOD>, S::SMEM, (p.seqlen_k + S::BN - 1) / S::BN * S::PASSES,
+                              p, st);
+}
+
+template <typename T, int D, int MODE> cudaError_t launch_grid_backward(const fa_gpu_params &p, cudaStream_t st)
+{
+    using S = bwd_grid_shape<D>;
+    static_assert(sizeof(T) == 2 && S::NT == 256, "bwd_grid_shape::SMEM counts 16-bit elements");
+    return launch_fused<T, D>(bwd_grid_kernel<T, D, MODE>, S::SMEM, (p.seqlen_k + S::BN - 1) / S::BN, p, st);
+}
+
+/* Whether the grid backward (bwd_grid_kernel) serves a fused call at head dim D: d 64 and 128,
+ * 16-byte aligned rows, no score modifier, and the device gives a block the kernel's shared memory
+ * (171 KB at d 128: Hopper-class devices; an A100's 164 KB takes bwd_kernel). The environment
+ * variable FLASHATTN_SM80_BWD=rows selects bwd_kernel everywhere (for comparisons). */
+__host__ inline bool sm80_backward_rows_forced()
+{
+    static const bool rows = [] {
+        const char *v = getenv("FLASHATTN_SM80_BWD");
+        return v && strcmp(v, "rows") == 0;
+    }();
+    return rows;
+}
+
+template <int D> __host__ bool grid_backward_fits()
+{
+    if constexpr (D != 64 && D != 128) {
+        return false;
+    } else {
+        int dev = 0, optin = 0;
+        if (sm80_backward_rows_forced() || cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+            return false;
+        return (size_t)optin >= bwd_grid_shape<D>::SMEM;
+    }
 }
 
 /* The deterministic two-kernel backward (dK / dV, then dQ), d <= 128; D already computed. */
@@ -113,6 +158,12 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
     const bool fused = D > 128 ? (p.dq_accum || p.seqlen_q == 0) : (p.dq_accum && p.seqlen_q > 0);
     if (fused && fa_gpu_has_score_mod(p)) /* ALIGNED here (refused above otherwise) */
         return launch_fused_backward<T, D, ALIGNED, 2, ALIGNED>(p, st);
+    if constexpr (ALIGNED && (D == 64 || D == 128)) {
+        if (fused && grid_backward_fits<D>())
+            return mode_of(p) == 2   ? launch_grid_backward<T, D, 2>(p, st)
+                   : mode_of(p) == 1 ? launch_grid_backward<T, D, 1>(p, st)
+                                     : launch_grid_backward<T, D, 0>(p, st);
+    }
     if (fused)
         return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)
                : mode_of(p) == 1 ? launch_fused_backward<T, D, ALIGNED, 1>(p, st)

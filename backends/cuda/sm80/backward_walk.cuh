@@ -1,0 +1,78 @@
+/* backward_walk.cuh: what the fused backward kernels (bwd_kernel, bwd_grid_kernel) share about
+ * their walk: a block owns a tile of keys of one kv head and visits, in order, the query tiles of
+ * every query head of the group that see at least one of those keys; each step's query side
+ * (Q, dO, LSE log2(e) and D of BQ rows) is copied into one of two buffers while the other is used. */
+#ifndef FA_SM80_BACKWARD_WALK_CUH
+#define FA_SM80_BACKWARD_WALK_CUH
+
+#include "params.h"
+#include "primitives.cuh"
+#include "../common/tile_geometry.cuh"
+#include "../common/tile_io.cuh"
+#include "../common/tile_class.cuh"
+
+#include "mask.h"
+
+namespace fa_sm80 {
+
+/* The walk of one block: steps it = 0 .. niter - 1 stand for (query head hk * group + it / nqt,
+ * query rows [(it % nqt) * BQ, + BQ)). LISTS: the block lists refine the mask's classes. */
+template <int BQ, bool LISTS> struct query_walk {
+    const fa_gpu_params &p;
+    const fa_mask &m;
+    int64_t hk, nqt, niter;
+
+    __device__ __forceinline__ query_walk(const fa_gpu_params &p_, const fa_mask &m_, int64_t hk_, int64_t sq)
+        : p(p_), m(m_), hk(hk_), nqt((sq + BQ - 1) / BQ), niter(p_.group * ((sq + BQ - 1) / BQ))
+    {
+    }
+    __device__ __forceinline__ int64_t head(int64_t it) const { return hk * p.group + it / nqt; }
+    __device__ __forceinline__ int64_t row0(int64_t it) const { return (it % nqt) * BQ; }
+
+    /* The class of query rows [q0, q0 + BQ) of head h against keys [j0, j1) (whole 64-key tiles of
+     * the block lists, or a part of one) under every mask. */
+    __device__ __forceinline__ fa_tile_class keys_class(int64_t h, int64_t q0, int64_t j0, int64_t j1) const
+    {
+        fa_tile_class c = fa_mask_classify_tile(&m, q0, q0 + BQ, j0, j1);
+        if (!LISTS || c == FA_TILE_EMPTY || !p.bl_row_ptr)
+            return c;
+        fa_tile_class best = FA_TILE_EMPTY;
+        for (int64_t t = j0 / BLOCK; t * BLOCK < j1; ++t) {
+            fa_tile_class u = tile_class(p, m, h, q0 / BLOCK, t);
+            best = best == FA_TILE_EMPTY ? u : (u == FA_TILE_EMPTY ? best : fa_tile_class_meet(best, u));
+        }
+        return fa_tile_class_meet(c, best);
+    }
+
+    /* The first step at or after it whose query tile sees a key of [j0, j1); niter if none. */
+    __device__ __forceinline__ int64_t next(int64_t it, int64_t j0, int64_t j1) const
+    {
+        for (; it < niter; ++it)
+            if (keys_class(head(it), row0(it), j0, j1) != FA_TILE_EMPTY)
+                return it;
+        return niter;
+    }
+};
+
+/* Step it's query side into buffers qs, dos [BQ][D + 8], lse2s, dsums [BQ] (cp.async; the caller
+ * commits; plain loads when !ALIGNED): Q and dO rows past the sequence zero-filled, LSE log2(e) and D of those rows 0 (their
+ * P is masked). All NT threads call it; NT >= 2 BQ. */
+template <typename T, int D, bool ALIGNED, int BQ, int NT>
+__device__ __forceinline__ void load_query_side(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t h, int64_t q0,
+                                                T *qs, T *dos, float *lse2s, float *dsums)
+{
+    static_assert(NT >= 2 * BQ, "one thread per LSE / D value");
+    load_tile<T, D, ALIGNED, BQ, NT>(qs, p.q, b, s.q_start + q0, imin(s.sq - q0, BQ), h, (int)p.d);
+    load_tile<T, D, ALIGNED, BQ, NT>(dos, p.dout, b, s.q_start + q0, imin(s.sq - q0, BQ), h, (int)p.d);
+    if (threadIdx.x < 2 * BQ) {
+        const int r = threadIdx.x % BQ;
+        const int64_t i = q0 + r;
+        const float *src = (threadIdx.x < BQ ? p.lse2 : p.dsum) + h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
+        float *dst = (threadIdx.x < BQ ? lse2s : dsums) + r;
+        cp_async4(dst, i < s.sq ? src : p.dsum, i < s.sq);
+    }
+}
+
+} // namespace fa_sm80
+
+#endif
