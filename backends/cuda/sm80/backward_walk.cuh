@@ -30,18 +30,20 @@ template <int BQ, bool LISTS> struct query_walk {
     __device__ __forceinline__ int64_t row0(int64_t it) const { return (it % nqt) * BQ; }
 
     /* The class of query rows [q0, q0 + BQ) of head h against keys [j0, j1) (whole 64-key tiles of
-     * the block lists, or a part of one) under every mask. */
+     * the block lists, or a part of one) under every mask: EMPTY when every list tile is, FULL when
+     * every one is, PARTIAL otherwise (a range that spans an EMPTY and a FULL tile is PARTIAL). */
     __device__ __forceinline__ fa_tile_class keys_class(int64_t h, int64_t q0, int64_t j0, int64_t j1) const
     {
         fa_tile_class c = fa_mask_classify_tile(&m, q0, q0 + BQ, j0, j1);
         if (!LISTS || c == FA_TILE_EMPTY || !p.bl_row_ptr)
             return c;
-        fa_tile_class best = FA_TILE_EMPTY;
+        bool any = false, all_full = true;
         for (int64_t t = j0 / BLOCK; t * BLOCK < j1; ++t) {
             fa_tile_class u = tile_class(p, m, h, q0 / BLOCK, t);
-            best = best == FA_TILE_EMPTY ? u : (u == FA_TILE_EMPTY ? best : fa_tile_class_meet(best, u));
+            any |= u != FA_TILE_EMPTY;
+            all_full &= u == FA_TILE_FULL;
         }
-        return fa_tile_class_meet(c, best);
+        return !any ? FA_TILE_EMPTY : all_full ? c : fa_tile_class_meet(c, FA_TILE_PARTIAL);
     }
 
     /* The first step at or after it whose query tile sees a key of [j0, j1); niter if none. */
