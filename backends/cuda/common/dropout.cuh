@@ -8,6 +8,15 @@
 
 namespace fa_sm80 {
 
+/* Words k & 3 and (k & 3) + 1 of a Philox block for an even k (the two keys a thread holds in the
+ * mma accumulator layout), selected rather than indexed: an index known only at run time would
+ * put the block in local memory. */
+__device__ __forceinline__ void philox_pair(const fa_philox4 &x, int64_t k, uint32_t &w0, uint32_t &w1)
+{
+    w0 = (k & 2) ? x.v[2] : x.v[0];
+    w1 = (k & 2) ? x.v[3] : x.v[1];
+}
+
 /* Dropout factor of element (b, h, i, j): 0 or 1 / (1 - p). */
 __device__ __forceinline__ float dropout_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i, int64_t j)
 {

@@ -12,6 +12,7 @@
 #include "../common/tile_class.cuh"
 #include "../common/softmax_step.cuh"
 #include "../common/backward_step.cuh"
+#include "../common/dropout.cuh"
 #include "backward_walk.cuh"
 
 #include "mask.h"
@@ -36,8 +37,10 @@ template <int D> struct bwd_grid_shape {
     static_assert(D == 64 || D == 128, "the grid backward has d 64 and 128 instances");
     static_assert(DQ % 16 == 0, "dQ columns per warp must be whole n16 steps");
     /* dynamic shared memory: K, V [BN][LD], Q, dO [2][BQ][LD], P Z and dS [BQ][LDP] (16-bit), then
-     * LSE log2(e) and D of two query tiles (fp32): 171 KB at d 128, 107 KB at d 64 */
-    static constexpr size_t SMEM = 2 * (2 * BN * LD + 4 * BQ * LD + 2 * BQ * LDP) + sizeof(float) * 4 * BQ;
+     * LSE log2(e) and D of two query tiles (fp32), the step classes (bytes): 175 KB at d 128, 110 KB
+     * at d 64 */
+    static constexpr int CLASSES = 4096; /* steps per table of classes (tabled_walk), with block lists */
+    static constexpr size_t SMEM = 2 * (2 * BN * LD + 4 * BQ * LD + 2 * BQ * LDP) + sizeof(float) * 4 * BQ + CLASSES;
 };
 
 /* The bit of element (m tile mi, n8 tile ni, accumulator element e) in a thread's 32-element
@@ -63,6 +66,7 @@ __global__ void __launch_bounds__(bwd_grid_shape<D>::NT, 1) bwd_grid_kernel(cons
     T *dss = ps + BQ * LDP;                  /* [BQ][LDP]: dS of the step */
     float *lse_s = reinterpret_cast<float *>(dss + BQ * LDP); /* [2][BQ], times log2(e) */
     float *dsum_s = lse_s + 2 * BQ;                           /* [2][BQ] */
+    uint8_t *class_s = reinterpret_cast<uint8_t *>(dsum_s + 2 * BQ); /* [CLASSES] */
 
     const int64_t hk = blockIdx.y, b = blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
@@ -101,7 +105,13 @@ __global__ void __launch_bounds__(bwd_grid_shape<D>::NT, 1) bwd_grid_kernel(cons
 
     load_tile<T, D, true, BN, NT>(ks, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
     load_tile<T, D, true, BN, NT>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
-    int64_t it = walk.next(0, k0, k0 + BN);
+    /* with block lists the step classes come from a table in shared memory */
+    const bool tabled = LISTS && p.bl_row_ptr;
+    tabled_walk<BQ, LISTS, S::CLASSES> table(walk, class_s, k0, k0 + BN);
+    if (tabled)
+        table.begin();
+    auto next = [&](int64_t i) { return tabled ? table.next(i) : walk.next(i, k0, k0 + BN); };
+    int64_t it = next(0);
     if (it < walk.niter)
         load_query_side<T, D, true, BQ, NT>(p, s, b, walk.head(it), walk.row0(it), qs, dos, lse_s, dsum_s);
     cp_async_commit();
@@ -113,14 +123,14 @@ __global__ void __launch_bounds__(bwd_grid_shape<D>::NT, 1) bwd_grid_kernel(cons
          * (Q, dO, LSE, D of buf ^ 1, P Z and dS) are free for the prefetch and this step's stores */
         cp_async_wait<0>();
         __syncthreads();
-        const int64_t it_next = walk.next(it + 1, k0, k0 + BN);
+        const fa_tile_class cls = tabled ? table.class_at(it) : walk.keys_class(h, q0, k0, k0 + BN);
+        const int64_t it_next = next(it + 1);
         if (it_next < walk.niter) {
             load_query_side<T, D, true, BQ, NT>(p, s, b, walk.head(it_next), walk.row0(it_next),
                                                 qs + (buf ^ 1) * BQ * LD, dos + (buf ^ 1) * BQ * LD,
                                                 lse_s + (buf ^ 1) * BQ, dsum_s + (buf ^ 1) * BQ);
             cp_async_commit();
         }
-        const fa_tile_class cls = walk.keys_class(h, q0, k0, k0 + BN);
         /* rows that saw no key (a tile with one is not FULL): Q, dO zeroed */
         if ((cls != FA_TILE_FULL || q0 + BQ > s.sq) &&
             zero_absent_rows<T, D, BQ, NT>(qs + buf * BQ * LD, dos + buf * BQ * LD, LD, lse_s + buf * BQ)) /* uniform */
@@ -173,8 +183,10 @@ __global__ void __launch_bounds__(bwd_grid_shape<D>::NT, 1) bwd_grid_kernel(cons
                             const int64_t i = wq0 + mi * 16 + g + 8 * r, j = wk0 + ni * 8 + 2 * t4;
                             const fa_philox4 x = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
                                                                   (uint64_t)h, (uint64_t)i, (uint64_t)j);
-                            keep |= (uint32_t)(x.v[j & 3] >= p.dropout_threshold) << grid_bit(mi, ni, 2 * r);
-                            keep |= (uint32_t)(x.v[(j & 3) + 1] >= p.dropout_threshold) << grid_bit(mi, ni, 2 * r + 1);
+                            uint32_t w0, w1;
+                            philox_pair(x, j, w0, w1);
+                            keep |= (uint32_t)(w0 >= p.dropout_threshold) << grid_bit(mi, ni, 2 * r);
+                            keep |= (uint32_t)(w1 >= p.dropout_threshold) << grid_bit(mi, ni, 2 * r + 1);
                         }
             }
             uint32_t pw[2][4][2], dw[2][4][2]; /* P Z and dS of the thread's elements, packed in pairs */

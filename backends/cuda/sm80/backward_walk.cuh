@@ -56,9 +56,47 @@ template <int BQ, bool LISTS> struct query_walk {
     }
 };
 
+/* The classes of a block's steps against its keys [j0, j1), CAP at a time in shared memory (tab),
+ * computed by all threads side by side. With block lists a class costs two binary searches in the
+ * lists (dependent global loads), which the walk would otherwise pay one step after another. Every
+ * thread of the block calls fill (through begin and next) at the same points: the table holds the
+ * same bytes for all, so next takes the same path in every thread. */
+template <int BQ, bool LISTS, int CAP> struct tabled_walk {
+    const query_walk<BQ, LISTS> &w;
+    uint8_t *tab;
+    int64_t j0, j1, c0;
+
+    __device__ __forceinline__ tabled_walk(const query_walk<BQ, LISTS> &w_, uint8_t *tab_, int64_t j0_, int64_t j1_)
+        : w(w_), tab(tab_), j0(j0_), j1(j1_), c0(0)
+    {
+    }
+    /* steps [from, from + CAP): every thread has finished reading the table before it changes */
+    __device__ __forceinline__ void fill(int64_t from)
+    {
+        __syncthreads();
+        c0 = from;
+        for (int64_t i = threadIdx.x; i < CAP && from + i < w.niter; i += blockDim.x)
+            tab[i] = (uint8_t)w.keys_class(w.head(from + i), w.row0(from + i), j0, j1);
+        __syncthreads();
+    }
+    __device__ __forceinline__ void begin() { fill(0); }
+    __device__ __forceinline__ int64_t next(int64_t it)
+    {
+        for (; it < w.niter; ++it) {
+            if (it >= c0 + CAP)
+                fill(it);
+            if (tab[it - c0] != FA_TILE_EMPTY)
+                return it;
+        }
+        return w.niter;
+    }
+    /* step it's class: it was the last step next returned */
+    __device__ __forceinline__ fa_tile_class class_at(int64_t it) const { return (fa_tile_class)tab[it - c0]; }
+};
+
 /* Step it's query side into buffers qs, dos [BQ][D + 8], lse2s, dsums [BQ] (cp.async; the caller
- * commits; plain loads when !ALIGNED): Q and dO rows past the sequence zero-filled, LSE log2(e) and D of those rows 0 (their
- * P is masked). All NT threads call it; NT >= 2 BQ. */
+ * commits; plain loads when !ALIGNED): Q and dO rows past the sequence zero-filled, LSE log2(e)
+ * and D of those rows 0 (their P is masked). All NT threads call it; NT >= 2 BQ. */
 template <typename T, int D, bool ALIGNED, int BQ, int NT>
 __device__ __forceinline__ void load_query_side(const fa_gpu_params &p, const fa_seq &s, int64_t b, int64_t h, int64_t q0,
                                                 T *qs, T *dos, float *lse2s, float *dsums)
