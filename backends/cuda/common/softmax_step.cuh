@@ -10,6 +10,7 @@
 #include "tile_geometry.cuh"
 #include "tile_class.cuh"
 #include "score_mod.cuh"
+#include "dropout.cuh"
 
 #include "empty_row.h"
 #include "mask.h"
@@ -110,17 +111,13 @@ __device__ __forceinline__ void softmax_scores(const fa_gpu_params &p, const fa_
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < KN / 8; ++nt)
+            for (int nt = 0; nt < KN / 8; ++nt) {
+                uint32_t w[2][2];
+                dropout_words_2x2(p, b, h, wq0 + mt * MSTRIDE + g, k0x + nt * 8 + 2 * t4, w);
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int64_t i = wq0 + mt * MSTRIDE + g + r * 8;
-                    const int64_t j = k0x + nt * 8 + 2 * t4; /* even: j and j + 1 share a Philox block */
-                    fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
-                                                       (uint64_t)h, (uint64_t)i, (uint64_t)j);
-                    sacc[mt][nt][2 * r] *= bits.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
-                    sacc[mt][nt][2 * r + 1] *=
-                        bits.v[(j + 1) & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
-                }
+                for (int e = 0; e < 4; ++e)
+                    sacc[mt][nt][e] *= w[e >> 1][e & 1] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+            }
     }
 }
 

@@ -130,6 +130,9 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
             const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
             const bool drop = DROP && p.dropout_threshold;
+            uint32_t keep[(BQ / 2 + 31) / 32] = {}; /* dropout's verdicts, bit 4 nt + e */
+            if (drop)
+                dropout_keep_keys_by_rows<BQ / 8>(p, b, h, q0 + 2 * t4, wk0 + g, keep);
             /* P^T = exp2(S^T * scale log2 e - LSE log2 e) */
             /* and dP^T = V dO^T in the same k loop: the two products are independent */
             float pt[BQ / 8][4], dpt[BQ / 8][4];
@@ -158,21 +161,19 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
                     }
                     pt[nt][e] = x;
                     if constexpr (MOD) { /* dS^T = P^T (Z dP^T - D) scale, times the derivative */
-                        const float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                        const float z = drop ? keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
                         dpt[nt][e] = x * (dpt[nt][e] * z - dd[col]) * p.scale * grad;
                     }
                 }
             {
                 uint32_t pf[BQ / 16][4];
-                if (drop) { /* the factors are recomputed for dS below rather than kept: their 32
-                               registers are the accumulators' (dropout calls only) */
+                if (drop) {
                     float pz[BQ / 8][4];
 #pragma unroll
                     for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
                         for (int e = 0; e < 4; ++e)
-                            pz[nt][e] = pt[nt][e] * dropout_factor(p, b, h, q0 + nt * 8 + 2 * t4 + (e & 1),
-                                                                   wk0 + g + (e >> 1) * 8);
+                            pz[nt][e] = pt[nt][e] * keep_factor(keep, 4 * nt + e, p.dropout_scale);
                     acc_to_a<T, BQ>(pf, pz);
                 } else {
                     acc_to_a<T, BQ>(pf, pt);
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int col = nt * 8 + 2 * t4 + (e & 1);
-                        float z = drop ? dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                        float z = drop ? keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
                         dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
                     }
             }

@@ -176,18 +176,13 @@ __global__ void __launch_bounds__(bwd_grid_shape<D>::NT, 1) bwd_grid_kernel(cons
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-                    for (int r = 0; r < 2; ++r)
+                    for (int ni = 0; ni < 4; ++ni) {
+                        uint32_t w[2][2];
+                        dropout_words_2x2(p, b, h, wq0 + mi * 16 + g, wk0 + ni * 8 + 2 * t4, w);
 #pragma unroll
-                        for (int ni = 0; ni < 4; ++ni) {
-                            /* keys j, j + 1 (j even) lie in one Philox block of four */
-                            const int64_t i = wq0 + mi * 16 + g + 8 * r, j = wk0 + ni * 8 + 2 * t4;
-                            const fa_philox4 x = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q,
-                                                                  (uint64_t)h, (uint64_t)i, (uint64_t)j);
-                            uint32_t w0, w1;
-                            philox_pair(x, j, w0, w1);
-                            keep |= (uint32_t)(w0 >= p.dropout_threshold) << grid_bit(mi, ni, 2 * r);
-                            keep |= (uint32_t)(w1 >= p.dropout_threshold) << grid_bit(mi, ni, 2 * r + 1);
-                        }
+                        for (int e = 0; e < 4; ++e)
+                            keep |= (uint32_t)(w[e >> 1][e & 1] >= p.dropout_threshold) << grid_bit(mi, ni, e);
+                    }
             }
             uint32_t pw[2][4][2], dw[2][4][2]; /* P Z and dS of the thread's elements, packed in pairs */
             if (seen) {

@@ -276,6 +276,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
             const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
             const bool drop = DROP && p.dropout_threshold;
+            uint32_t keep[(BQ / 2 + 31) / 32] = {}; /* dropout's verdicts, bit 4 nt + e */
+            if (drop)
+                fa_sm80::dropout_keep_keys_by_rows<BQ / 8>(p, b, h, q0 + 2 * t4, wk0 + g, keep);
             float alibi_d0 = 0.0f;
             if constexpr (MOD)
                 alibi_d0 = fa_sm80::modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
@@ -306,8 +309,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                 for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        pz[nt][e] = pt[nt][e] * fa_sm80::dropout_factor(p, b, h, q0 + nt * 8 + 2 * t4 + (e & 1),
-                                                                        wk0 + g + (e >> 1) * 8);
+                        pz[nt][e] = pt[nt][e] * fa_sm80::keep_factor(keep, 4 * nt + e, p.dropout_scale);
                 fa_sm80::acc_to_a<T, BQ>(pf, pz);
             } else {
                 fa_sm80::acc_to_a<T, BQ>(pf, pt);
@@ -320,7 +322,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                     for (int e = 0; e < 4; ++e) {
                         const int col = nt * 8 + 2 * t4 + (e & 1);
                         const float z =
-                            drop ? fa_sm80::dropout_factor(p, b, h, q0 + col, wk0 + g + (e >> 1) * 8) : 1.0f;
+                            drop ? fa_sm80::keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
                         dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
                     }
             }
