@@ -23,9 +23,8 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 
 /* The helpers below are always inlined into their (multiversioned) callers: a 32-byte vector
  * must never be passed between a default-target helper and an x86-64-v3 clone, whose calling
- * conventions for it differ (that is what GCC's -Wpsabi note is about; it cannot apply to a call
- * that does not exist). */
-#pragma GCC diagnostic ignored "-Wpsabi"
+ * conventions for it differ. (GCC's -Wpsabi note about that convention cannot apply to a call that
+ * does not exist; the build turns it off with -Wno-psabi, since a pragma does not silence it.) */
 #define FA_VINLINE static inline __attribute__((always_inline))
 
 #define VEC 8

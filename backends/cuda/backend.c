@@ -156,6 +156,12 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
             snprintf(why, why_len, "cuda: no kernel for head dim %lld (1..%d)", (long long)p->d, FA_MAX_HEAD_DIM);
             return FA_ERR_UNSUPPORTED;
         }
+#ifndef FA_HAVE_MFMA_EMULATED
+        if (gs->kernels == GPU_KERNELS_MFMA_EMULATED) {
+            snprintf(why, why_len, "cuda: the mfma-emulated kernels are a test aid, built only with -Dtests=true");
+            return FA_ERR_UNSUPPORTED;
+        }
+#endif
         /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too) */
         c->family = gs->kernels == GPU_KERNELS_MFMA_EMULATED && !p->backward && c->head_dim <= 128 &&
                             (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)
@@ -226,7 +232,11 @@ static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa
     switch (c.family) {
     case FAMILY_SM90: return fa_sm90_forward(kp, (int)c.dtype, c.head_dim, stream);
     case FAMILY_SM80: return fa_sm80_forward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
+#ifdef FA_HAVE_MFMA_EMULATED
     case FAMILY_MFMA_EMULATED: return fa_mfma_forward(kp, (int)c.dtype, c.head_dim, stream);
+#else
+    case FAMILY_MFMA_EMULATED: break; /* never chosen: not built */
+#endif
     case FAMILY_PORTABLE: return fa_portable_forward(kp, (int)c.dtype, c.head_dim, stream);
     }
     (void)p;
