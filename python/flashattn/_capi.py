@@ -5,6 +5,7 @@ import ctypes as C
 import glob
 import os
 import sys
+import sysconfig
 import threading
 
 FA_MAX_DIMS = 4
@@ -67,14 +68,20 @@ class FlashAttnError(RuntimeError):
 def _candidates():
     """Where libflashattn may be, in order: $FLASHATTN_LIBRARY; beside this package (an editable
     or in-tree layout); the wheel's library folder (meson-python puts the project's shared
-    libraries in site-packages/.flashattn.mesonpy.libs); the system's loader path."""
+    libraries in .flashattn.mesonpy.libs at the wheel's root, which installs into platlib, while
+    this package, pure Python, installs into purelib: the same folder in a venv, not on every
+    system); the system's loader path."""
     env = os.environ.get("FLASHATTN_LIBRARY")
     if env:
         yield env
         return
     here = os.path.dirname(os.path.abspath(__file__))
-    site = os.path.dirname(here)
-    for folder in (here, os.path.join(site, ".flashattn.mesonpy.libs")):
+    folders = [here]
+    for site in (os.path.dirname(here), sysconfig.get_path("platlib"), sysconfig.get_path("purelib")):
+        folder = os.path.join(site, ".flashattn.mesonpy.libs")
+        if site and folder not in folders:
+            folders.append(folder)
+    for folder in folders:
         for name in sorted(glob.glob(os.path.join(folder, "libflashattn.so*")) +
                            glob.glob(os.path.join(folder, "libflashattn*.dylib"))):
             yield name

@@ -22,14 +22,32 @@ def _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, 
                       max_seqlen_k=max_k if cu_k is not None else None, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
+def _forward(q, k, v, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
+             window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes):
+    """out, lse: the body of flashattn::fwd and of the eager path (_EagerAttention)."""
+    call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
+                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
+    return _core.forward(call, q, k, v)
+
+
+def _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p,
+                    softmax_scale, causal, window_left, window_right, deterministic, seed, offset, softcap,
+                    alibi_slopes):
+    """dq, dk, dv: the body of flashattn::bwd and of the eager path's backward."""
+    call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
+                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    return _core.backward(call, dout, q, k, v, out, lse)
+
+
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_q: Optional[Tensor], cu_k: Optional[Tensor], max_q: int, max_k: int,
         block_mask: Optional[Tensor], block_q: int, block_k: int, dropout_p: float, softmax_scale: float, causal: bool,
         window_left: int, window_right: int, deterministic: bool, seed: int, offset: int, softcap: float,
         alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-    call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
-    return _core.forward(call, q, k, v)
+    return _forward(q, k, v, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale,
+                    causal, window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
 
 
 @fwd.register_fake
@@ -45,11 +63,9 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
         deterministic: bool, seed: int, offset: int, softcap: float,
         alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-    call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
-    if dout.stride(-1) != 1:
-        dout = dout.contiguous()
-    return _core.backward(call, dout, q, k, v, out, lse)
+    return _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k,
+                           dropout_p, softmax_scale, causal, window_left, window_right, deterministic, seed, offset,
+                           softcap, alibi_slopes)
 
 
 @bwd.register_fake
@@ -73,6 +89,33 @@ def _backward(ctx, dout, dlse):
 fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _EagerAttention(torch.autograd.Function):
+    """flashattn::fwd with its autograd formula, for eager calls on plain tensors. The operator's
+    first call goes through torch's Python dispatcher, which imports torch._dynamo, sympy and more
+    (3-5 s on the H200 machine, bench/cold_start.py); this path calls the same bodies directly, so
+    its results are the operator's."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *options):
+        out, lse = _forward(q, k, v, *options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = options
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward_grads(dout, q, k, v, out, lse, *ctx.options)
+        return (dq, dk, dv) + (None,) * len(ctx.options)
+
+
+def _eager(*tensors):
+    """Whether a call may bypass the operator: plain tensors (not fake, functional or other
+    subclasses that tracing uses) outside torch.compile."""
+    return all(type(t) is Tensor for t in tensors) and not torch.compiler.is_compiling()
+
+
 def _as_tensor(x, ref, dtype):
     if x is None or isinstance(x, Tensor):
         return x
@@ -90,12 +133,15 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
     if alibi_slopes is not None and not isinstance(alibi_slopes, Tensor):
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
     bq, bk = (int(block_size[0]), int(block_size[1])) if block_mask is not None else (0, 0)
-    return fwd(q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32),
-               int(max_seqlen_q) if max_seqlen_q is not None else 0, int(max_seqlen_k) if max_seqlen_k is not None else 0,
-               _as_tensor(block_mask, q, torch.uint8), bq, bk, float(dropout_p),
-               float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
-               int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0, int(offset),
-               _core.check_softcap(softcap), alibi_slopes)
+    args = (q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32),
+            int(max_seqlen_q) if max_seqlen_q is not None else 0, int(max_seqlen_k) if max_seqlen_k is not None else 0,
+            _as_tensor(block_mask, q, torch.uint8), bq, bk, float(dropout_p),
+            float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
+            int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0, int(offset),
+            _core.check_softcap(softcap), alibi_slopes)
+    if _eager(q, k, v):
+        return _EagerAttention.apply(*args)
+    return fwd(*args)
 
 
 @torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
