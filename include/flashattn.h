@@ -476,6 +476,21 @@ FA_API fa_status fa_ring_nccl_create(fa_ring_nccl **ring, fa_context *ctx,
 FA_API fa_ring_comm fa_ring_nccl_comm(fa_ring_nccl *ring);
 FA_API void fa_ring_nccl_destroy(fa_ring_nccl *ring);
 
+/* ---------------------------------------------------------------- layout of the structures */
+
+/* The byte layout of every public structure above, as this library was compiled: one entry per
+ * structure (field_name NULL, offset 0, size its sizeof) followed by one entry per field (its
+ * offsetof and sizeof), in declaration order. For bindings that restate the structures (the Python
+ * package's ctypes declarations are tested against it). The table is static; *count (when count is
+ * not NULL) receives its length. */
+typedef struct fa_abi_field {
+    const char *struct_name; /* "fa_tensor", ... */
+    const char *field_name;  /* NULL: the entry of the structure itself */
+    size_t offset;
+    size_t size;
+} fa_abi_field;
+FA_API const fa_abi_field *fa_abi_layout(size_t *count);
+
 /* ---------------------------------------------------------------- conversions (host) */
 
 FA_API uint16_t fa_f32_to_f16(float x);

@@ -1,23 +1,34 @@
 """flashattn: exact fused attention (FlashAttention) from the flashattn C library.
 
-The functions have the signatures of FlashAttention-2's public interface, so code switches with
-one import; layouts as FlashAttention's: q [batch, seqlen_q, heads, d], k and v [batch, seqlen_k,
-heads_kv, d] (heads a multiple of heads_kv: GQA/MQA), varlen q [total_q, heads, d] with int32
-cu_seqlens of batch + 1 offsets. They take NumPy arrays (the CPU backend; float32, float16, and
-bfloat16 from ml_dtypes) and torch tensors (CPU tensors on the CPU backend, CUDA tensors on the
-CUDA backend, on the current stream, no copies). With torch, every function goes through
-torch.library custom operators (flashattn::fwd, flashattn::bwd): gradients flow through autograd
-and torch.compile traces them without graph breaks; with NumPy, flash_attn_backward gives dQ, dK,
-dV (FLASHATTN_NO_TORCH=1 keeps torch out: torch tensors then run forward only, without autograd).
+The functions have FlashAttention-2's signatures, positional order included (after the arrays:
+dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+return_attn_probs), so code switches with one import; what flashattn adds (seed=, offset=,
+backend=, check_on_device=) is keyword-only. Layouts as FlashAttention's: q [batch, seqlen_q,
+heads, d], k and v [batch, seqlen_k, heads_kv, d] (heads a multiple of heads_kv: GQA/MQA), varlen
+q [total_q, heads, d] with int32 cu_seqlens of batch + 1 offsets.
 
-Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= with
-NumPy (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
+Arrays (float32, float16, bfloat16): torch tensors run where they live (CPU tensors on the CPU
+backend, CUDA tensors on the CUDA backend, on the current stream, no copies). NumPy arrays (and
+other host arrays through DLPack) run on the backend that backend= names ("opencl", "cuda:1"),
+else FLASHATTN_BACKEND, else the CPU backend: on a device backend they are copied there and the
+results back. Other libraries' GPU arrays (CuPy, JAX, ... through __dlpack__ or
+__cuda_array_interface__) run in place on the CUDA backend; their results are DeviceArrays, memory
+the library allocated that exposes __cuda_array_interface__ (and .numpy()) and is freed when the
+object is deleted. With torch, every function goes through torch.library custom operators
+(flashattn::fwd, flashattn::bwd): gradients flow through autograd and torch.compile traces them
+without graph breaks; otherwise flash_attn_backward gives dQ, dK, dV (FLASHATTN_NO_TORCH=1 keeps
+torch out: torch tensors then run forward only, without autograd).
+
+Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= outside
+torch (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
 return_attn_probs=True returns (out, softmax_lse, None): the attention probabilities are never
-materialised; softcap= and alibi_slopes= (fp32 [heads] or [batch, heads], on the tensors' device) are
-keyword-only here; varlen rows after cu_seqlens[-1]
-(padding) get out = 0, softmax_lse = -inf and zero gradients instead of undefined values. Bad
-input raises FlashAttnError (a RuntimeError) with the library's status and message, or
-ValueError / TypeError for what Python checks first."""
+materialised; alibi_slopes are fp32 [heads] or [batch, heads] in the arrays' memory (or host
+values, copied); flash_attn_varlen_func's block_table (a paged KV cache) is refused (ValueError:
+flash_attn_with_kvcache takes paged caches); varlen rows after cu_seqlens[-1] (padding) get out =
+0, softmax_lse = -inf and zero gradients instead of undefined values. Bad input raises
+FlashAttnError (a RuntimeError) with the library's status and message, or ValueError / TypeError
+(an input that is not an array, an option of the wrong type) for what Python checks first; no
+output is written then."""
 import importlib
 import os
 
@@ -56,108 +67,137 @@ def _torch_seed(dropout_p, seed, q):
     return seed
 
 
+def _check_arrays(**arrays):
+    for name, a in arrays.items():
+        _core.check_array(a, name)
+
+
 def _attention(q, k, v, return_attn_probs, **options):
+    _core.check_options(return_attn_probs=return_attn_probs,
+                        **{n: options[n] for n in ("dropout_p", "softmax_scale", "causal", "window_size", "softcap",
+                                                   "alibi_slopes", "deterministic", "seed", "offset", "backend")})
     if _torch is not None and _core._is_torch(q):  # the custom operator: autograd and torch.compile
+        _core.check_torch_backend(q, options.pop("backend"))
         options["seed"] = _torch_seed(options.get("dropout_p", 0.0), options.get("seed"), q)
         out, lse = _torch.attention(q, k, v, **options)
-    else:  # NumPy arrays (or torch tensors under FLASHATTN_NO_TORCH: no autograd)
+    else:  # NumPy and other arrays (or torch tensors under FLASHATTN_NO_TORCH: no autograd)
         out, lse = _core.forward(_core.Call(q, **options), q, k, v)
     return (out, lse, None) if return_attn_probs else out
 
 
-def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                    deterministic=False, return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
-                    alibi_slopes=None):
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, seed=None, offset=0,
+                    backend=None):
     """Attention of q [batch, seqlen_q, heads, d] over k, v [batch, seqlen_k, heads_kv, d].
     softmax_scale None: 1 / sqrt(d). causal: bottom-right aligned when seqlen_q != seqlen_k.
     window_size (left, right), -1 unbounded. softcap c > 0: scores become c tanh(s / c);
     alibi_slopes [heads] or [batch, heads] float32: scores minus slope * |i + seqlen_k - seqlen_q - j|.
+    Keyword-only: seed, offset (dropout's Philox stream), backend (where NumPy arrays run).
     Returns out, or (out, softmax_lse [batch, heads, seqlen_q] float32, None) with return_attn_probs."""
+    _check_arrays(q=q, k=k, v=v)
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
-                      softcap=softcap, alibi_slopes=alibi_slopes)
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             deterministic=False, return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
-                             alibi_slopes=None):
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                             seed=None, offset=0, backend=None):
     """flash_attn_func with kv [batch, seqlen_k, 2, heads_kv, d]."""
-    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, deterministic,
-                           return_attn_probs, seed=seed, offset=offset, softcap=softcap, alibi_slopes=alibi_slopes)
+    _check_arrays(q=q, kv=kv)
+    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs, seed=seed, offset=offset, backend=backend)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              deterministic=False, return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
-                              alibi_slopes=None):
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                              seed=None, offset=0, backend=None):
     """flash_attn_func with qkv [batch, seqlen, 3, heads, d]."""
+    _check_arrays(qkv=qkv)
     return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
-                           deterministic, return_attn_probs, seed=seed, offset=offset, softcap=softcap,
-                           alibi_slopes=alibi_slopes)
+                           softcap, alibi_slopes, deterministic, return_attn_probs, seed=seed, offset=offset,
+                           backend=backend)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                           softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
-                           return_attn_probs=False, *, seed=None, offset=0, softcap=0.0, alibi_slopes=None):
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None, *, seed=None, offset=0,
+                           backend=None):
     """Packed variable-length batches: q [total_q, heads, d], k, v [total_k, heads_kv, d],
     cu_seqlens int32 [batch + 1]; softmax_lse [heads, total_q]. cu_seqlens[-1] may be below the
     packed rows (padding at the end): those rows get out = 0 and softmax_lse = -inf (and zero
     gradients), where FlashAttention-2 leaves them undefined. ALiBi's distance is within each
-    sequence."""
+    sequence. block_table (FlashAttention-2's paged keys and values) is not supported: ValueError."""
+    _check_arrays(q=q, k=k, v=v)
+    if block_table is not None:
+        raise ValueError("flash_attn_varlen_func: block_table (paged keys and values) is not supported; "
+                         "flash_attn_with_kvcache takes a paged cache")
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                      max_seqlen_k=max_seqlen_k, softcap=softcap, alibi_slopes=alibi_slopes)
+                      max_seqlen_k=max_seqlen_k)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                                    softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
-                                    return_attn_probs=False, *, seed=None, offset=0, softcap=0.0,
-                                    alibi_slopes=None):
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, seed=None,
+                                    offset=0, backend=None):
     """flash_attn_varlen_func with kv [total_k, 2, heads_kv, d]."""
+    _check_arrays(q=q, kv=kv)
     return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                  dropout_p, softmax_scale, causal, window_size, deterministic, return_attn_probs,
-                                  seed=seed, offset=offset, softcap=softcap, alibi_slopes=alibi_slopes)
+                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, seed=seed, offset=offset, backend=backend)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
-                                     window_size=(-1, -1), deterministic=False, return_attn_probs=False, *, seed=None,
-                                     offset=0, softcap=0.0, alibi_slopes=None):
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False, *, seed=None, offset=0, backend=None):
     """flash_attn_varlen_func with qkv [total, 3, heads, d] and one cu_seqlens."""
+    _check_arrays(qkv=qkv)
     return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                  dropout_p, softmax_scale, causal, window_size, deterministic, return_attn_probs,
-                                  seed=seed, offset=offset, softcap=softcap, alibi_slopes=alibi_slopes)
+                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, seed=seed, offset=offset, backend=backend)
 
 
 def block_sparse_attn_func(q, k, v, block_mask, block_size, dropout_p=0.0, softmax_scale=None, causal=False,
-                           window_size=(-1, -1), deterministic=False, return_attn_probs=False, *, seed=None, offset=0,
-                           softcap=0.0, alibi_slopes=None):
+                           window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, *, seed=None, offset=0, backend=None):
     """flash_attn_func restricted to a block mask: block_mask [rows, cols] or [heads, rows, cols]
     (nonzero: query block r may attend key block c; one mask for every head or one per query
     head), block_size (block_q, block_k). Empty blocks are skipped, so the cost follows the
-    density. Intersects causal and window masks."""
+    density. Intersects causal and window masks. The options after block_size in flash_attn_func's
+    order."""
+    _check_arrays(q=q, k=k, v=v)
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                      window_size=window_size, deterministic=deterministic, seed=seed, offset=offset,
-                      block_mask=block_mask, block_size=block_size, softcap=softcap, alibi_slopes=alibi_slopes)
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend,
+                      block_mask=block_mask, block_size=block_size)
 
 
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None, causal=False,
-                        window_size=(-1, -1), deterministic=False, *, seed=None, offset=0, cu_seqlens_q=None,
-                        cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, block_mask=None, block_size=None,
-                        softcap=0.0, alibi_slopes=None):
+                        window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, *, seed=None,
+                        offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                        block_mask=None, block_size=None, backend=None):
     """dQ, dK, dV for the output gradient dout, from the forward's out and softmax_lse and the same
-    options (dropout: the same seed and offset). For NumPy arrays, and for torch without autograd."""
+    options, in flash_attn_func's order (dropout: the same seed and offset; varlen and block masks
+    by keyword). For NumPy and other arrays, and for torch without autograd."""
+    _check_arrays(dout=dout, q=q, k=k, v=v, out=out, softmax_lse=softmax_lse)
+    _core.check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                        seed=seed, offset=offset, backend=backend)
     call = _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       deterministic=deterministic, seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q,
                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                      block_mask=block_mask, block_size=block_size, softcap=softcap, alibi_slopes=alibi_slopes)
+                      block_mask=block_mask, block_size=block_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      backend=backend)
     return _core.backward(call, dout, q, k, v, out, softmax_lse)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False,
-                            check_on_device=False):
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            check_on_device=False, backend=None):
     """Attention of q [batch, seqlen_new, heads, d] over a KV cache, FlashAttention-2's signature:
     k_cache / v_cache [batch_cache, seqlen_cache, heads_kv, d], or [num_pages, page_size, heads_kv, d]
     with block_table [batch, max_pages] (int32); cache_seqlens (int or [batch]) tokens in each
@@ -166,21 +206,32 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     rotate q and k (interleaved or halves); causal / window_size aligned bottom-right against the
     cache after appending. Forward only (inference): no autograd. cache_leftpad is not supported
     (ValueError). Returns out, or (out, softmax_lse [batch, heads, seqlen_new]) with
-    return_softmax_lse. The library: fa_forward_kvcache (NumPy arrays and CPU tensors on the CPU
-    backend, CUDA tensors on the CUDA backend). On torch tensors it is the custom operator
-    flashattn::fwd_kvcache, which torch.compile traces. check_on_device=True (beyond FA2's
-    signature): on CUDA the int32 arrays' values are checked by the GPU instead of copied to the
-    host, so the call does not wait for the GPU (and can be captured in a CUDA graph); a bad value
-    makes that call and the ones after it write nothing until flashattn.synchronize(tensor) raises
-    it. Elsewhere it is checked at once, as without the flag."""
+    return_softmax_lse. The library: fa_forward_kvcache (arrays placed as flash_attn_func's: NumPy
+    caches on a device backend are copied there and, with k / v, back whole). On torch tensors it
+    is the custom operator flashattn::fwd_kvcache, which torch.compile traces. Keyword-only, beyond
+    FA2's signature: backend (NumPy arrays), check_on_device=True: on CUDA the int32 arrays' values
+    are checked by the GPU instead of copied to the host, so the call does not wait for the GPU
+    (and can be captured in a CUDA graph); a bad value makes that call and the ones after it write
+    nothing until flashattn.synchronize(tensor) raises it. Elsewhere it is checked at once, as
+    without the flag."""
+    arrays = dict(q=q, k_cache=k_cache, v_cache=v_cache)
+    arrays.update({n: x for n, x in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin))
+                   if x is not None})
+    _check_arrays(**arrays)
+    _core.check_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+                        alibi_slopes=alibi_slopes, backend=backend)
+    _core._flag(return_softmax_lse, "return_softmax_lse")
     if cache_leftpad is not None:
         raise ValueError("cache_leftpad is not supported")
-    # torch tensors through the custom operator (torch.compile traces it; the caches are declared mutated)
-    forward = _torch.kvcache if _torch is not None and _core._is_torch(q) else _core.kvcache_forward
-    out, lse = forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                                     cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
-                                     block_table=block_table, softmax_scale=softmax_scale, causal=causal,
-                                     window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,
-                                     alibi_slopes=alibi_slopes, num_splits=num_splits,
-                                     check_on_device=check_on_device)
+    options = dict(k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_seqlens=cache_seqlens,
+                   cache_batch_idx=cache_batch_idx, block_table=block_table, softmax_scale=softmax_scale,
+                   causal=causal, window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,
+                   alibi_slopes=alibi_slopes, num_splits=num_splits, check_on_device=check_on_device)
+    if _torch is not None and _core._is_torch(q):
+        # torch tensors through the custom operator (torch.compile traces it; the caches are
+        # declared mutated); they run on their device's backend
+        _core.check_torch_backend(q, backend)
+        out, lse = _torch.kvcache(q, k_cache, v_cache, **options)
+    else:
+        out, lse = _core.kvcache_forward(q, k_cache, v_cache, backend=backend, **options)
     return (out, lse) if return_softmax_lse else out

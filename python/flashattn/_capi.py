@@ -1,5 +1,6 @@
-"""_capi.py: the C library (include/flashattn.h) through ctypes: the structures field for field,
-the library found and loaded once, contexts cached per (backend, device), and every status turned
+"""_capi.py: the C library (include/flashattn.h) through ctypes: the structures field for field
+(each names its C type in _c_name_; python/tests/test_abi.py holds them to the library's own
+fa_abi_layout table), the library found and loaded once, contexts cached per (backend, device), and every status turned
 into a FlashAttnError carrying the library's status and message."""
 import ctypes as C
 import glob
@@ -10,48 +11,90 @@ import threading
 
 FA_MAX_DIMS = 4
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+COPY_HOST_TO_DEVICE, COPY_DEVICE_TO_HOST = 0, 1  # fa_copy_kind
 STATUS_NAMES = ["FA_SUCCESS", "FA_ERR_INVALID_ARG", "FA_ERR_UNSUPPORTED", "FA_ERR_OUT_OF_MEMORY",
                 "FA_ERR_NO_BACKEND", "FA_ERR_NO_DEVICE", "FA_ERR_BACKEND", "FA_ERR_OVERFLOW", "FA_ERR_INTERNAL"]
 
 
-class Tensor(C.Structure):  # fa_tensor
+class Tensor(C.Structure):
+    _c_name_ = "fa_tensor"
     _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("ndim", C.c_int),
                 ("shape", C.c_int64 * FA_MAX_DIMS), ("stride", C.c_int64 * FA_MAX_DIMS)]
 
 
-class BlockMask(C.Structure):  # fa_block_mask
+class BlockMask(C.Structure):
+    _c_name_ = "fa_block_mask"
     _fields_ = [("heads", C.c_int64), ("rows", C.c_int64), ("cols", C.c_int64),
                 ("block_q", C.c_int64), ("block_k", C.c_int64), ("bits", C.POINTER(C.c_uint8))]
 
 
-class Options(C.Structure):  # fa_options
+class Options(C.Structure):
+    _c_name_ = "fa_options"
     _fields_ = [("softmax_scale", C.c_float), ("causal", C.c_int), ("window_left", C.c_int64),
                 ("window_right", C.c_int64), ("dropout_p", C.c_float), ("dropout_seed", C.c_uint64),
                 ("dropout_offset", C.c_uint64), ("block_mask", C.POINTER(BlockMask)), ("deterministic", C.c_int),
                 ("softcap", C.c_float), ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64)]
 
 
-class Varlen(C.Structure):  # fa_varlen
+class Varlen(C.Structure):
+    _c_name_ = "fa_varlen"
     _fields_ = [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p), ("batch", C.c_int64),
                 ("max_seqlen_q", C.c_int64), ("max_seqlen_k", C.c_int64)]
 
 
-class FwdArgs(C.Structure):  # fa_fwd_args
+class FwdArgs(C.Structure):
+    _c_name_ = "fa_fwd_args"
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor),
                 ("varlen", C.POINTER(Varlen)), ("opts", Options)]
 
 
-class BwdArgs(C.Structure):  # fa_bwd_args
+class BwdArgs(C.Structure):
+    _c_name_ = "fa_bwd_args"
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor), ("dout", Tensor),
                 ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("varlen", C.POINTER(Varlen)), ("opts", Options)]
 
 
-class KvcacheArgs(C.Structure):  # fa_kvcache_args
+class Capabilities(C.Structure):
+    _c_name_ = "fa_capabilities"
+    _fields_ = [("dtypes", C.c_uint), ("max_head_dim", C.c_int), ("head_dims", C.c_int * 16),
+                ("features", C.c_uint), ("notes", C.c_char * 256)]
+
+
+class PlanInfo(C.Structure):
+    _c_name_ = "fa_plan_info"
+    _fields_ = [(n, C.c_int64) for n in ("block_q", "block_k", "onchip_bytes", "paper_block_q", "paper_block_k",
+                                          "num_q_blocks", "num_k_blocks", "workspace_fwd", "workspace_bwd")]
+
+
+class IoModel(C.Structure):
+    _c_name_ = "fa_io_model"
+    _fields_ = [(n, C.c_int64) for n in ("block_q", "block_k", "standard_read", "standard_write", "flash_read",
+                                          "flash_write", "flash_qouter_read", "flash_qouter_write")]
+
+
+class KvcacheArgs(C.Structure):
+    _c_name_ = "fa_kvcache_args"
     _fields_ = [("q", Tensor), ("k_cache", Tensor), ("v_cache", Tensor), ("cache_seqlens", C.c_void_p),
                 ("block_table", C.c_void_p), ("block_table_stride", C.c_int64), ("cache_batch_idx", C.c_void_p),
                 ("k_new", Tensor), ("v_new", Tensor), ("rotary_cos", Tensor), ("rotary_sin", Tensor),
                 ("rotary_interleaved", C.c_int), ("o", Tensor), ("lse", Tensor), ("opts", Options),
                 ("num_splits", C.c_int), ("check_on_device", C.c_int)]
+
+
+class RingComm(C.Structure):
+    _c_name_ = "fa_ring_comm"
+    _fields_ = [("rank", C.c_int), ("size", C.c_int),
+                ("start", C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int, C.c_void_p, C.c_void_p, C.c_size_t,
+                                      C.c_void_p)),
+                ("finish", C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int, C.c_void_p)),
+                ("agree", C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_int, C.POINTER(C.c_int))),
+                ("user", C.c_void_p)]
+
+
+class AbiField(C.Structure):
+    _c_name_ = "fa_abi_field"
+    _fields_ = [("struct_name", C.c_char_p), ("field_name", C.c_char_p), ("offset", C.c_size_t),
+                ("size", C.c_size_t)]
 
 
 class FlashAttnError(RuntimeError):
@@ -137,6 +180,11 @@ def lib():
                                            C.c_int64, C.c_int64, C.c_int64, C.c_double, C.c_uint64]
         L.fa_block_mask_destroy.argtypes = [C.POINTER(BlockMask)]
         L.fa_block_mask_destroy.restype = None
+        L.fa_malloc.argtypes = [C.c_void_p, C.c_size_t, C.POINTER(C.c_void_p)]
+        L.fa_free.argtypes = [C.c_void_p, C.c_void_p]
+        L.fa_memcpy.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_size_t, C.c_int]
+        L.fa_abi_layout.restype = C.POINTER(AbiField)
+        L.fa_abi_layout.argtypes = [C.POINTER(C.c_size_t)]
         _lib = L
         return L
 
@@ -194,6 +242,14 @@ def backends():
     """The backends compiled into the loaded library."""
     L = lib()
     return [L.fa_backend_name(i).decode() for i in range(L.fa_backend_count())]
+
+
+def abi_layout():
+    """The library's fa_abi_layout table: (struct name, field name or None, offset, size) rows."""
+    n = C.c_size_t()
+    rows = lib().fa_abi_layout(C.byref(n))
+    return [(rows[i].struct_name.decode(), rows[i].field_name.decode() if rows[i].field_name else None,
+             rows[i].offset, rows[i].size) for i in range(n.value)]
 
 
 def tensor(data_ptr, dtype, shape, strides):

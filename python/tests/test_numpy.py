@@ -83,22 +83,17 @@ def test_dense(dtype, d, causal):
     check_backward(grads, q, k, v, do, scale, lambda bi: vis, dtype)
 
 
-class PlanInfo(ctypes.Structure):  # fa_plan_info
-    _fields_ = [(n, ctypes.c_int64) for n in ("block_q", "block_k", "onchip_bytes", "paper_block_q", "paper_block_k",
-                                               "num_q_blocks", "num_k_blocks", "workspace_fwd", "workspace_bwd")]
-
-
 def cpu_forward_key_tiles(q, k):
     """How many key tiles the CPU backend's forward walks for q, k (fa_plan)."""
     L = _capi.lib()
-    L.fa_plan.argtypes = [ctypes.c_void_p, ctypes.POINTER(_capi.FwdArgs), ctypes.POINTER(PlanInfo)]
+    L.fa_plan.argtypes = [ctypes.c_void_p, ctypes.POINTER(_capi.FwdArgs), ctypes.POINTER(_capi.PlanInfo)]
     code = {"float32": _capi.DTYPE_F32, "float16": _capi.DTYPE_F16, "bfloat16": _capi.DTYPE_BF16}[q.dtype.name]
     o = np.empty_like(q)
     t = lambda a: _capi.tensor(a.ctypes.data, code, a.shape, [s // a.itemsize for s in a.strides])
     args = _capi.FwdArgs()
     args.q, args.k, args.v, args.o = t(q), t(k), t(k), t(o)
     args.opts = L.fa_options_default()
-    info = PlanInfo()
+    info = _capi.PlanInfo()
     assert L.fa_plan(_capi.context("cpu").ptr, ctypes.byref(args), ctypes.byref(info)) == 0
     return info.num_k_blocks
 
