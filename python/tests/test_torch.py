@@ -444,3 +444,27 @@ def test_kvcache_eager_arguments():
     for g_, w_, o_ in zip(got + caches[0], want + (n_kc, n_vc), op + caches[1]):
         np.testing.assert_array_equal(g_.numpy(), w_)
         np.testing.assert_array_equal(o_.numpy(), w_)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_eager_path_is_the_operator(device):
+    """Eager calls on plain tensors run _EagerAttention (the operator's first call costs seconds of
+    torch imports); it must give the operator's bits, forward and gradients, and a traced call
+    (a FakeTensor, as torch.compile sees) must still go to the operator."""
+    from flashattn import _torch as ft
+    dtype = dtypes_of(device)[0]
+    q, k, v, do = make(2, 70, 90, 4, 2, 64, dtype, device, seed=3)
+    args = (None, None, 0, 0, None, 0, 0, 0.0, 0.0, True, -1, -1, False, 0, 0, 0.0, None)
+    grads = []
+    for run in (lambda *t: ft._EagerAttention.apply(*t, *args), lambda *t: ft.fwd(*t, *args)):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        out, lse = run(*leaves)
+        out.backward(do)
+        grads.append((out.detach(), lse, *(x.grad for x in leaves)))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    assert ft._eager(q, k, v)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(q)
+        assert not ft._eager(fake, fake, fake)
