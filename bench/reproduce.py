@@ -35,6 +35,7 @@ provenance lines of the CSVs it was drawn from).
 """
 import argparse
 import csv
+import json
 import math
 import os
 import shutil
@@ -193,12 +194,12 @@ def part_hbm(args):
     rows = []
     for family, (bq, bk) in HBM_TILES.items():
         env = dict(os.environ, FLASHATTN_CUDA_KERNELS=family)
-        info = subprocess.run([args.tool, "run", "--backend", "cuda", "--repeat", "1"] + dims, env=env,
+        info = subprocess.run([args.tool, "run", "--backend", "cuda", "--repeat", "1", "--json"] + dims, env=env,
                               capture_output=True, text=True)
         if info.returncode != 0:
             print(f"hbm: {family}: flashattn run failed: {info.stderr.strip()[:200]}", flush=True)
             continue
-        kernel = next((l.split(":", 1)[1].strip() for l in info.stdout.splitlines() if l.startswith("kernel:")), "?")
+        kernel = "forward " + json.loads(info.stdout)["kernel"]["forward"]
         cmd = [ncu, "--clock-control", "none", "--csv", "--metrics", ",".join(HBM_METRICS), "-k", "regex:forward",
                "-c", "1", args.tool, "run", "--backend", "cuda", "--repeat", "1"] + dims
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -223,17 +224,15 @@ def part_hbm(args):
 
 
 def hbm_device(args):
-    """The CUDA device's name from `flashattn info` (the hbm part runs without torch)."""
+    """The CUDA device's name from `flashattn info --json` (the hbm part runs without torch)."""
     try:
-        info = subprocess.run([args.tool, "info"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
+        info = json.loads(subprocess.run([args.tool, "info", "--json"], capture_output=True, text=True,
+                                         timeout=60).stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
         return "unknown"
-    in_cuda = False
-    for l in info.splitlines():
-        if l.startswith("backend "):
-            in_cuda = l.strip() == "backend cuda"
-        elif in_cuda and l.strip().startswith("0: "):
-            return l.strip()[3:]
+    for backend in info.get("backends", []):
+        if backend.get("name") == "cuda" and backend.get("devices"):
+            return backend["devices"][0].get("name") or "unknown"
     return "unknown"
 
 

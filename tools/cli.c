@@ -1,4 +1,4 @@
-/* cli.c: the flashattn tool's messages and option parser (cli.h). */
+/* cli.c: the flashattn tool's messages and option parser (cli.h), the parser over getopt_long. */
 #include "cli.h"
 
 #include <errno.h>
@@ -9,6 +9,27 @@
 #include <string.h>
 
 /* ================================================================ messages */
+
+static char last_error[512];
+
+const char *last_error_message(void)
+{
+    return last_error;
+}
+
+static void remember_error_v(const char *fmt, va_list ap)
+{
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    last_error[strcspn(last_error, "\n")] = '\0';
+}
+
+void remember_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    remember_error_v(fmt, ap);
+    va_end(ap);
+}
 
 static void print_usage_hint(const char *cmd)
 {
@@ -25,6 +46,9 @@ int usage_error(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
+    va_start(ap, fmt);
+    remember_error_v(fmt, ap);
+    va_end(ap);
     fputc('\n', stderr);
     print_usage_hint(cmd);
     return EXIT_USAGE;
@@ -35,6 +59,8 @@ int library_error(const char *cmd, fa_context *ctx, const char *what, fa_status 
     const char *detail = ctx ? fa_context_last_error(ctx) : "";
     fprintf(stderr, "flashattn %s: %s failed: %s%s%s\n", cmd, what, fa_status_string(st),
             detail && *detail ? "\n  " : "", detail ? detail : "");
+    remember_error("%s failed: %s%s%s", what, fa_status_string(st), detail && *detail ? ": " : "",
+                   detail ? detail : "");
     return st == FA_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_LIBRARY;
 }
 
@@ -42,6 +68,8 @@ int context_error(const char *cmd, const char *backend, int device, fa_status st
 {
     fprintf(stderr, "flashattn %s: cannot create a context for backend '%s', device %d: %s\n", cmd,
             backend ? backend : "default", device, fa_status_string(st));
+    remember_error("cannot create a context for backend '%s', device %d: %s", backend ? backend : "default", device,
+                   fa_status_string(st));
     fprintf(stderr, "  backends compiled in:");
     for (int i = 0; i < fa_backend_count(); ++i)
         fprintf(stderr, " %s", fa_backend_name(i));
@@ -65,11 +93,79 @@ void format_bytes(double bytes, char *buf, size_t len)
 
 /* ================================================================ option parsing */
 
+void arg_begin(arg_cursor *a, const char *cmd, int argc, char **argv, const struct option *options)
+{
+    memset(a, 0, sizeof *a);
+    a->cmd = cmd;
+    a->argc = argc;
+    a->argv = argv;
+    a->options = options;
+    optind = 0; /* glibc: 0 restarts the scan from argv[1] with fresh internal state */
+    opterr = 0; /* the messages are ours */
+}
+
+/* The option of options whose name is the n bytes at name, or NULL. */
+static const struct option *find_option(const struct option *options, const char *name, size_t n)
+{
+    for (const struct option *o = options; o->name; ++o)
+        if (strlen(o->name) == n && strncmp(o->name, name, n) == 0)
+            return o;
+    return NULL;
+}
+
+int next_option(arg_cursor *a, int *rc)
+{
+    *rc = 0;
+    /* '-': words that are not options come back in order as 1 (no permutation, so argv[at] is the
+     * option word getopt_long reads); ':': a missing value comes back as ':' */
+    int at = optind > 0 ? optind : 1;
+    int index = -1;
+    int c = getopt_long(a->argc, a->argv, "-:h", a->options, &index);
+    if (c == -1) {
+        if (optind < a->argc) /* the words after "--" */
+            *rc = usage_error(a->cmd, "unexpected argument '%s'", a->argv[optind]);
+        return 0;
+    }
+    const char *word = at < a->argc ? a->argv[at] : "";
+    size_t name_len = strncmp(word, "--", 2) == 0 ? strcspn(word + 2, "=") : 0;
+    if (c == 1) {
+        *rc = usage_error(a->cmd, "unexpected argument '%s' (options start with --)", optarg);
+    } else if (c == ':') {
+        *rc = usage_error(a->cmd, "option %.*s needs a value", (int)(name_len + 2), word);
+    } else if (c == '?') {
+        const struct option *o = name_len ? find_option(a->options, word + 2, name_len) : NULL;
+        if (o && o->has_arg == no_argument)
+            *rc = usage_error(a->cmd, "option --%s takes no value ('%s')", o->name, word);
+        else if (name_len)
+            *rc = usage_error(a->cmd, "unknown option '%.*s'", (int)(name_len + 2), word);
+        else
+            *rc = usage_error(a->cmd, "unknown option '-%c'", optopt ? optopt : '?');
+    } else if (c == 'h') {
+        a->opt = "--help";
+        a->value = NULL;
+        return 1;
+    } else if (c == 0 && index >= 0) {
+        const char *name = a->options[index].name;
+        if (strlen(name) != name_len || strncmp(word + 2, name, name_len) != 0) {
+            *rc = usage_error(a->cmd, "unknown option '%.*s' (did you mean --%s? options are not abbreviated)",
+                              (int)(name_len + 2), word, name);
+        } else {
+            snprintf(a->opt_text, sizeof a->opt_text, "--%s", name);
+            a->opt = a->opt_text;
+            a->value = optarg;
+            return 1;
+        }
+    } else {
+        *rc = usage_error(a->cmd, "cannot parse '%s'", word);
+    }
+    return 0;
+}
+
 int take_value(arg_cursor *a, const char *opt, const char **value)
 {
-    if (a->pos + 1 >= a->argc)
+    if (!a->value) /* not reached: the table marks options with a value required_argument */
         return usage_error(a->cmd, "option %s needs a value", opt);
-    *value = a->argv[++a->pos];
+    *value = a->value;
     return 0;
 }
 
@@ -123,6 +219,32 @@ int take_i64(arg_cursor *a, const char *opt, int64_t lo, int64_t hi, int64_t *ou
     return rc ? rc : parse_i64_text(a->cmd, opt, v, lo, hi, out);
 }
 
+int take_i64_pair(arg_cursor *a, const char *opt_first, const char *opt_second, int64_t lo, int64_t hi,
+                  int64_t *first, int64_t *second)
+{
+    const char *v = NULL;
+    int rc = take_value(a, opt_first, &v);
+    if (rc)
+        return rc;
+    const char *comma = strchr(v, ',');
+    if (comma) {
+        char text[64];
+        size_t n = (size_t)(comma - v);
+        if (n >= sizeof text)
+            return usage_error(a->cmd, "%s: '%s' is not an integer", opt_first, v);
+        memcpy(text, v, n);
+        text[n] = '\0';
+        rc = parse_i64_text(a->cmd, opt_first, text, lo, hi, first);
+        return rc ? rc : parse_i64_text(a->cmd, opt_second, comma + 1, lo, hi, second);
+    }
+    rc = parse_i64_text(a->cmd, opt_first, v, lo, hi, first);
+    if (rc)
+        return rc;
+    if (optind >= a->argc)
+        return usage_error(a->cmd, "option %s needs a second value", a->opt);
+    return parse_i64_text(a->cmd, opt_second, a->argv[optind++], lo, hi, second);
+}
+
 int take_int(arg_cursor *a, const char *opt, int lo, int hi, int *out)
 {
     int64_t v = 0;
@@ -153,7 +275,7 @@ int is_help(const char *s)
 
 int parse_attention_option(arg_cursor *a, fa_options *opts, int *handled)
 {
-    const char *opt = a->argv[a->pos];
+    const char *opt = a->opt;
     *handled = 1;
     if (strcmp(opt, "--causal") == 0) {
         opts->causal = 1;
@@ -164,8 +286,8 @@ int parse_attention_option(arg_cursor *a, fa_options *opts, int *handled)
         return 0;
     }
     if (strcmp(opt, "--window") == 0) {
-        int rc = take_i64(a, "--window (left)", -1, INT64_MAX, &opts->window_left);
-        return rc ? rc : take_i64(a, "--window (right)", -1, INT64_MAX, &opts->window_right);
+        return take_i64_pair(a, "--window (left)", "--window (right)", -1, INT64_MAX, &opts->window_left,
+                             &opts->window_right);
     }
     if (strcmp(opt, "--scale") == 0) {
         double s;

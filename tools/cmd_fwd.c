@@ -43,7 +43,7 @@ static const char fwd_help[] =
 int cmd_fwd(int argc, char **argv)
 {
     for (int i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "--k-cache") == 0)
+        if (strcmp(argv[i], "--k-cache") == 0 || strncmp(argv[i], "--k-cache=", 10) == 0)
             return cmd_fwd_kvcache(argc, argv);
     file_job *j = file_job_new(0);
     if (!j) {

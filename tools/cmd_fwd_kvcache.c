@@ -51,12 +51,42 @@ typedef struct kv_job {
     fa_context *ctx;
 } kv_job;
 
+/* kin_opt and kout_opt, and the rest; the attention options that do not apply (--deterministic,
+ * dropout) are in the table so that parse can say why they are refused. */
+static const struct option kvcache_options[] = {
+    HELP_OPTION,
+    ATTENTION_OPTIONS,
+    {"q", required_argument, NULL, 0},
+    {"k-cache", required_argument, NULL, 0},
+    {"v-cache", required_argument, NULL, 0},
+    {"cache-seqlens", required_argument, NULL, 0},
+    {"block-table", required_argument, NULL, 0},
+    {"cache-batch-idx", required_argument, NULL, 0},
+    {"k-new", required_argument, NULL, 0},
+    {"v-new", required_argument, NULL, 0},
+    {"rotary-cos", required_argument, NULL, 0},
+    {"rotary-sin", required_argument, NULL, 0},
+    {"out", required_argument, NULL, 0},
+    {"lse", required_argument, NULL, 0},
+    {"k-cache-out", required_argument, NULL, 0},
+    {"v-cache-out", required_argument, NULL, 0},
+    {"rotary-interleaved", no_argument, NULL, 0},
+    {"num-splits", required_argument, NULL, 0},
+    {"bf16", no_argument, NULL, 0},
+    {"backend", required_argument, NULL, 0},
+    {"device", required_argument, NULL, 0},
+    {"threads", required_argument, NULL, 0},
+    OPTIONS_END,
+};
+
 /* 0, EXIT_USAGE after a message, or -1 for --help (printed) */
 static int parse(kv_job *j, int argc, char **argv)
 {
-    arg_cursor a = {"fwd", argc, argv, 0};
-    for (a.pos = 1; a.pos < argc; ++a.pos) {
-        const char *opt = argv[a.pos];
+    arg_cursor a;
+    int parse_rc = 0;
+    arg_begin(&a, "fwd", argc, argv, kvcache_options);
+    while (next_option(&a, &parse_rc)) {
+        const char *opt = a.opt;
         int rc = 0, handled = 0;
         if (is_help(opt)) {
             fputs(fwd_kvcache_help, stdout);
@@ -96,11 +126,13 @@ static int parse(kv_job *j, int argc, char **argv)
         } else if (strcmp(opt, "--threads") == 0) {
             rc = take_int(&a, opt, 0, 4096, &j->threads);
         } else {
-            rc = usage_error(a.cmd, "unknown option '%s' with --k-cache", opt);
+            rc = usage_error(a.cmd, "unknown option '%s' with --k-cache", opt); /* in kvcache_options */
         }
         if (rc)
             return rc;
     }
+    if (parse_rc)
+        return parse_rc;
     static const int need[] = {K_Q, K_KC, K_VC};
     for (int i = 0; i < 3; ++i)
         if (!j->in_path[need[i]])
@@ -267,7 +299,7 @@ static int run(kv_job *j)
         FILE *f = outputs_open_temp(&j->outs[i], err, sizeof err);
         if (!f) {
             fprintf(stderr, "flashattn fwd: %s\n", err);
-            return EXIT_LIBRARY;
+            return EXIT_IO;
         }
         char close_err[sizeof err];
         int written = npy_write_stream(f, j->out_path[r], r == K_LSE ? NPY_TYPE_F32 : npy_type_of(j->dtype), ndims[r],
@@ -275,12 +307,12 @@ static int run(kv_job *j)
         int closed = outputs_close_temp(&j->outs[i], f, close_err, sizeof close_err) == 0;
         if (!written || !closed) {
             fprintf(stderr, "flashattn fwd: %s; no output was changed\n", written ? close_err : err);
-            return EXIT_LIBRARY;
+            return EXIT_IO;
         }
     }
     if (outputs_commit(j->outs, j->n_out, err, sizeof err) != 0) {
         fprintf(stderr, "flashattn fwd: %s\n", err);
-        return EXIT_LIBRARY;
+        return EXIT_IO;
     }
     return 0;
 }
@@ -294,6 +326,13 @@ int cmd_fwd_kvcache(int argc, char **argv)
     }
     j->opts = fa_options_default();
     j->threads = -1;
+    /* --help wins wherever it stands: `fwd --k-cache --help` reads it as no file name */
+    for (int i = 1; i < argc; ++i)
+        if (is_help(argv[i])) {
+            fputs(fwd_kvcache_help, stdout);
+            free(j);
+            return 0;
+        }
     int rc = parse(j, argc, argv);
     if (rc < 0) /* --help */
         rc = 0;

@@ -41,15 +41,33 @@ static fa_status iomodel_totals(const fa_io_model *m, int64_t bh, int64_t v[3])
     return FA_SUCCESS;
 }
 
+static const struct option iomodel_options[] = {
+    HELP_OPTION,
+    {"seqlen-q", required_argument, NULL, 0},
+    {"seqlen-k", required_argument, NULL, 0},
+    {"dim", required_argument, NULL, 0},
+    {"batch", required_argument, NULL, 0},
+    {"heads", required_argument, NULL, 0},
+    {"onchip", required_argument, NULL, 0},
+    {"block-q", required_argument, NULL, 0},
+    {"block-k", required_argument, NULL, 0},
+    {"sweep", required_argument, NULL, 0},
+    {"csv", no_argument, NULL, 0},
+    {"dtype", required_argument, NULL, 0},
+    OPTIONS_END,
+};
+
 int cmd_iomodel(int argc, char **argv)
 {
     int64_t sq = 1024, sk = -1, d = 64, batch = 1, heads = 1, onchip = 232448, bq = 0, bk = 0;
     size_t elem = 2;
     const char *dtype_name = "fp16", *sweep = NULL;
     int as_csv = 0;
-    arg_cursor a = {"iomodel", argc, argv, 0};
-    for (a.pos = 1; a.pos < argc; ++a.pos) {
-        const char *opt = argv[a.pos];
+    arg_cursor a;
+    int parse_rc = 0;
+    arg_begin(&a, "iomodel", argc, argv, iomodel_options);
+    while (next_option(&a, &parse_rc)) {
+        const char *opt = a.opt;
         int rc = 0;
         if (is_help(opt)) {
             fputs(iomodel_help, stdout);
@@ -85,11 +103,13 @@ int cmd_iomodel(int argc, char **argv)
                     rc = usage_error(a.cmd, "--dtype: '%s' is not fp32, fp16 or bf16", dtype_name);
             }
         } else {
-            rc = usage_error(a.cmd, "unknown option '%s'", opt);
+            rc = usage_error(a.cmd, "unknown option '%s'", opt); /* in iomodel_options, not here */
         }
         if (rc)
             return rc;
     }
+    if (parse_rc)
+        return parse_rc;
     if (sk < 0)
         sk = sq;
     int64_t bh;

@@ -1,7 +1,8 @@
 /* cmd_run.c: `flashattn run`: times fa_forward (and fa_backward) on random normal inputs and
- * reports time, TFLOP/s, the kernel variant, the planned tiles and the extra memory; --check hands
- * the results to run_check.c. */
+ * reports time, TFLOP/s, the kernel variant, the planned tiles and the extra memory, as text or
+ * with --json as one JSON object (run_json); --check hands the results to run_check.c. */
 #include "cli.h"
+#include "json.h"
 #include "npy.h"
 #include "run.h"
 
@@ -53,11 +54,14 @@ static const char run_help[] =
     "  --input-seed S        seed of the random inputs (1)\n"
     "  --check               max abs error against the float64 reference (and the naive\n"
     "                        same-precision error as yardstick); exit 1 if over the conformance bound\n"
+    "  --json                one JSON object on stdout instead of the text (docs/tool.md lists its\n"
+    "                        members); also after a failure once the options were read\n"
     "\n"
     "--decode times fa_forward_kvcache instead ('flashattn run --decode --help').\n"
     "\n"
     "FLOPs are counted as in the FlashAttention papers: forward 4*b*hq*sq*sk*d, halved with --causal,\n"
-    "backward 2.5x the forward, times the mask density with --block-sparse.\n";
+    "backward 2.5x the forward, times the mask density with --block-sparse.\n"
+    "\n" EXIT_STATUS_HELP;
 
 static int parse_block_pattern(const char *s, fa_block_pattern *out)
 {
@@ -75,6 +79,33 @@ static int parse_block_pattern(const char *s, fa_block_pattern *out)
         return 0;
     return 1;
 }
+
+static const struct option run_options[] = {
+    HELP_OPTION,
+    ATTENTION_OPTIONS,
+    {"backend", required_argument, NULL, 0},
+    {"device", required_argument, NULL, 0},
+    {"batch", required_argument, NULL, 0},
+    {"seqlen-q", required_argument, NULL, 0},
+    {"seqlen-k", required_argument, NULL, 0},
+    {"heads", required_argument, NULL, 0},
+    {"heads-kv", required_argument, NULL, 0},
+    {"dim", required_argument, NULL, 0},
+    {"dtype", required_argument, NULL, 0},
+    {"block-sparse", required_argument, NULL, 0},
+    {"block-size", required_argument, NULL, 0},
+    {"density", required_argument, NULL, 0},
+    {"block-param", required_argument, NULL, 0},
+    {"alibi", no_argument, NULL, 0},
+    {"alibi-slopes", required_argument, NULL, 0},
+    {"backward", no_argument, NULL, 0},
+    {"check", no_argument, NULL, 0},
+    {"threads", required_argument, NULL, 0},
+    {"repeat", required_argument, NULL, 0},
+    {"input-seed", required_argument, NULL, 0},
+    {"json", no_argument, NULL, 0},
+    OPTIONS_END,
+};
 
 static int parse_run_args(int argc, char **argv, run_config *c, int *help)
 {
@@ -94,10 +125,12 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
     c->input_seed = 1;
     *help = 0;
     const int64_t big = (int64_t)1 << 40;
-    arg_cursor a = {"run", argc, argv, 0};
-    for (a.pos = 1; a.pos < argc; ++a.pos) {
-        const char *opt = argv[a.pos];
-        int rc = 0, handled = 0;
+    arg_cursor a;
+    int rc = 0;
+    arg_begin(&a, "run", argc, argv, run_options);
+    while (next_option(&a, &rc)) {
+        const char *opt = a.opt;
+        int handled = 0;
         if (is_help(opt)) {
             *help = 1;
             return 0;
@@ -136,9 +169,7 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
                 rc = usage_error(a.cmd, "--block-sparse: '%s' is not butterfly, local, strided or random", v);
             c->block_sparse = 1;
         } else if (strcmp(opt, "--block-size") == 0) {
-            rc = take_i64(&a, "--block-size (BQ)", 1, big, &c->block_q);
-            if (!rc)
-                rc = take_i64(&a, "--block-size (BK)", 1, big, &c->block_k);
+            rc = take_i64_pair(&a, "--block-size (BQ)", "--block-size (BK)", 1, big, &c->block_q, &c->block_k);
         } else if (strcmp(opt, "--density") == 0)
             rc = take_f64(&a, opt, 0.0, 1.0, 1, &c->density);
         else if (strcmp(opt, "--block-param") == 0)
@@ -159,11 +190,15 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
             rc = take_int(&a, opt, 1, 1000000, &c->repeat);
         else if (strcmp(opt, "--input-seed") == 0)
             rc = take_u64(&a, opt, &c->input_seed);
+        else if (strcmp(opt, "--json") == 0)
+            c->json = 1;
         else
-            rc = usage_error(a.cmd, "unknown option '%s'", opt);
+            rc = usage_error(a.cmd, "unknown option '%s'", opt); /* in run_options but not handled here */
         if (rc)
             return rc;
     }
+    if (rc)
+        return rc;
     if (c->seqlen_k < 0)
         c->seqlen_k = c->seqlen_q;
     if (c->heads_kv < 0)
@@ -342,12 +377,190 @@ static fa_status time_calls(fa_context *ctx, const char *label, const fa_fwd_arg
     return FA_SUCCESS;
 }
 
+/* The text report's first lines: backend and device, the problem, the kernels and the plan. */
+static void print_problem(const run_config *c, const run_state *s, const char *backend, const char *variant_fwd,
+                          const char *variant_bwd, const fa_plan_info *plan, double density)
+{
+    printf("backend: %s, device %d (%s)", backend, c->device, s->report.device_name);
+    if (strcmp(backend, "cpu") == 0)
+        printf(", %d threads", fa_context_num_threads(s->ctx));
+    printf("\nproblem: batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld (kv %lld), d %lld, %s", (long long)c->batch,
+           (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->heads, (long long)c->heads_kv, (long long)c->dim,
+           fa_dtype_name(c->dtype));
+    if (c->opts.causal)
+        printf(", causal");
+    if (c->opts.window_left >= 0 || c->opts.window_right >= 0)
+        printf(", window (%lld, %lld)", (long long)c->opts.window_left, (long long)c->opts.window_right);
+    if (c->opts.softmax_scale != 0.0f)
+        printf(", scale %g", (double)c->opts.softmax_scale);
+    if (c->opts.softcap > 0.0f)
+        printf(", softcap %g", (double)c->opts.softcap);
+    if (c->alibi)
+        printf(", ALiBi (standard slopes %g .. %g)", (double)s->alibi_host[0], (double)s->alibi_host[c->heads - 1]);
+    else if (c->alibi_path)
+        printf(", ALiBi (slopes %s, batch stride %lld)", c->alibi_path, (long long)c->opts.alibi_batch_stride);
+    if (c->opts.dropout_p > 0.0f)
+        printf(", dropout %g (seed %llu, offset %llu)", (double)c->opts.dropout_p,
+               (unsigned long long)c->opts.dropout_seed, (unsigned long long)c->opts.dropout_offset);
+    if (s->have_mask) {
+        printf(", block-sparse %lld x %lld blocks, density %.3f", (long long)c->block_q, (long long)c->block_k, density);
+    }
+    if (c->opts.deterministic)
+        printf(", deterministic");
+    printf("\nkernel: forward %s", variant_fwd);
+    if (c->backward)
+        printf(", backward %s", variant_bwd);
+    printf("\nplan: tiles B_r x B_c = %lld x %lld (paper %lld x %lld from M = %lld bytes), %lld x %lld blocks\n",
+           (long long)plan->block_q, (long long)plan->block_k, (long long)plan->paper_block_q,
+           (long long)plan->paper_block_k, (long long)plan->onchip_bytes, (long long)plan->num_q_blocks,
+           (long long)plan->num_k_blocks);
+    fflush(stdout);
+}
+
+/* --json: the options, what was measured (the members of parts not reached are null) and how it
+ * ended: "exit_status" and "error" (null on success). */
+static void run_json(const run_config *c, const run_state *s, int rc)
+{
+    const run_report *r = &s->report;
+    json_writer jw;
+    json_init(&jw, stdout);
+    json_begin_object(&jw, NULL);
+    json_string(&jw, "command", "run");
+    json_string(&jw, "version", fa_version());
+    json_string(&jw, "backend", r->backend ? r->backend : c->backend);
+    json_int(&jw, "device", c->device);
+    json_string(&jw, "device_name", r->backend ? r->device_name : NULL);
+    if (r->threads > 0)
+        json_int(&jw, "threads", r->threads);
+    else
+        json_null(&jw, "threads");
+    json_begin_object(&jw, "problem");
+    json_int(&jw, "batch", c->batch);
+    json_int(&jw, "seqlen_q", c->seqlen_q);
+    json_int(&jw, "seqlen_k", c->seqlen_k);
+    json_int(&jw, "heads", c->heads);
+    json_int(&jw, "heads_kv", c->heads_kv);
+    json_int(&jw, "dim", c->dim);
+    json_string(&jw, "dtype", r->backend || c->have_dtype ? fa_dtype_name(c->dtype) : NULL);
+    json_end_object(&jw);
+    json_begin_object(&jw, "options");
+    json_bool(&jw, "causal", c->opts.causal);
+    json_int(&jw, "window_left", c->opts.window_left);
+    json_int(&jw, "window_right", c->opts.window_right);
+    json_double(&jw, "softmax_scale", c->opts.softmax_scale); /* 0: 1/sqrt(dim) */
+    json_double(&jw, "softcap", c->opts.softcap);
+    json_bool(&jw, "alibi", c->alibi || c->alibi_path);
+    json_string(&jw, "alibi_slopes_file", c->alibi_path);
+    json_double(&jw, "dropout", c->opts.dropout_p);
+    json_uint(&jw, "seed", c->opts.dropout_seed);
+    json_uint(&jw, "offset", c->opts.dropout_offset);
+    if (c->block_sparse) {
+        static const char *const patterns[] = {"dense", "butterfly", "local", "strided", "random"};
+        json_begin_object(&jw, "block_sparse");
+        json_string(&jw, "pattern", (unsigned)c->pattern < 5 ? patterns[c->pattern] : "?");
+        json_int(&jw, "block_q", c->block_q);
+        json_int(&jw, "block_k", c->block_k);
+        json_double(&jw, "density", s->have_mask ? r->density : NAN);
+        json_end_object(&jw);
+    } else {
+        json_null(&jw, "block_sparse");
+    }
+    json_bool(&jw, "deterministic", c->opts.deterministic);
+    json_bool(&jw, "backward", c->backward);
+    json_bool(&jw, "check", c->check);
+    json_int(&jw, "repeat", c->repeat);
+    json_uint(&jw, "input_seed", c->input_seed);
+    json_end_object(&jw);
+    if (r->have_kernels) {
+        json_begin_object(&jw, "kernel");
+        json_string(&jw, "forward", r->variant_fwd);
+        json_string(&jw, "backward", c->backward ? r->variant_bwd : NULL);
+        json_end_object(&jw);
+    } else {
+        json_null(&jw, "kernel");
+    }
+    if (r->have_plan) {
+        json_begin_object(&jw, "plan");
+        json_int(&jw, "block_q", r->plan.block_q);
+        json_int(&jw, "block_k", r->plan.block_k);
+        json_int(&jw, "paper_block_q", r->plan.paper_block_q);
+        json_int(&jw, "paper_block_k", r->plan.paper_block_k);
+        json_int(&jw, "onchip_bytes", r->plan.onchip_bytes);
+        json_int(&jw, "num_q_blocks", r->plan.num_q_blocks);
+        json_int(&jw, "num_k_blocks", r->plan.num_k_blocks);
+        json_int(&jw, "workspace_forward_bytes", r->plan.workspace_fwd);
+        json_int(&jw, "workspace_backward_bytes", r->plan.workspace_bwd);
+        json_end_object(&jw);
+    } else {
+        json_null(&jw, "plan");
+    }
+    json_begin_object(&jw, "timings");
+    for (int bwd = 0; bwd <= 1; ++bwd) {
+        const char *key = bwd ? "backward" : "forward";
+        if (!(bwd ? r->have_backward : r->have_forward)) {
+            json_null(&jw, key);
+            continue;
+        }
+        double mean = bwd ? r->bwd_mean_ms : r->fwd_mean_ms, flops = bwd ? r->flops_bwd : r->flops_fwd;
+        json_begin_object(&jw, key);
+        json_double(&jw, "mean_ms", mean);
+        json_double(&jw, "min_ms", bwd ? r->bwd_min_ms : r->fwd_min_ms);
+        json_int(&jw, "runs", c->repeat);
+        json_double(&jw, "flop", flops);
+        json_double(&jw, "tflops", mean > 0.0 ? flops / (mean * 1e-3) / 1e12 : 0.0);
+        json_end_object(&jw);
+    }
+    json_end_object(&jw);
+    if (r->have_memory) {
+        json_begin_object(&jw, "memory");
+        json_double(&jw, "tensor_bytes", r->tensor_bytes);
+        json_int(&jw, "workspace_forward_bytes", r->plan.workspace_fwd);
+        json_int(&jw, "workspace_backward_bytes", r->plan.workspace_bwd);
+        json_double(&jw, "peak_rss_bytes", r->rss_after > 0.0 ? r->rss_after : NAN); /* CPU backend only */
+        json_double(&jw, "peak_rss_bytes_before", r->rss_before > 0.0 ? r->rss_before : NAN);
+        json_end_object(&jw);
+    } else {
+        json_null(&jw, "memory");
+    }
+    if (c->check && (r->check_ran || r->n_checks > 0)) {
+        json_begin_object(&jw, "check");
+        int all_ok = r->check_ran;
+        for (int i = 0; i < r->n_checks; ++i)
+            all_ok &= r->checks[i].ok;
+        json_bool(&jw, "passed", all_ok);
+        json_begin_array(&jw, "results");
+        for (int i = 0; i < r->n_checks; ++i) {
+            const run_check_line *l = &r->checks[i];
+            json_begin_object(&jw, NULL);
+            json_string(&jw, "tensor", l->tensor);
+            json_double(&jw, "max_abs_error", l->error);
+            json_double(&jw, "naive_max_abs_error", l->naive_error); /* null for LSE */
+            json_double(&jw, "bound", l->bound);
+            json_bool(&jw, "ok", l->ok);
+            json_end_object(&jw);
+        }
+        json_end_array(&jw);
+        json_end_object(&jw);
+    } else {
+        json_null(&jw, "check");
+    }
+    json_int(&jw, "exit_status", rc);
+    if (rc == 0)
+        json_null(&jw, "error");
+    else if (*last_error_message())
+        json_string(&jw, "error", last_error_message());
+    else
+        json_string(&jw, "error", "failed; the message is on standard error");
+    json_end_object(&jw);
+    json_finish(&jw);
+}
+
 int cmd_run(int argc, char **argv)
 {
     const char *cmd = "run";
     for (int i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "--decode") == 0)
-            return run_decode(argc, argv);
+        if (strcmp(argv[i], "--decode") == 0 || strncmp(argv[i], "--decode=", 9) == 0)
+            return run_decode(argc, argv); /* whose parser refuses a value */
     run_config c;
     int help = 0;
     int rc = parse_run_args(argc, argv, &c, &help);
@@ -360,15 +573,19 @@ int cmd_run(int argc, char **argv)
 
     run_state s;
     memset(&s, 0, sizeof s);
+    run_report *rep = &s.report;
+    const char *backend = NULL;
+    fa_status st;
     int64_t alibi_count, alibi_stride;
-    if ((rc = run_alibi_slopes(&c, &s, &alibi_count, &alibi_stride)) != 0) {
-        run_state_release(&s);
-        return rc;
+    if ((rc = run_alibi_slopes(&c, &s, &alibi_count, &alibi_stride)) != 0)
+        goto done;
+    st = fa_context_create(&s.ctx, c.backend, c.device);
+    if (st != FA_SUCCESS) {
+        rc = context_error(cmd, c.backend, c.device, st);
+        goto done;
     }
-    fa_status st = fa_context_create(&s.ctx, c.backend, c.device);
-    if (st != FA_SUCCESS)
-        return context_error(cmd, c.backend, c.device, st);
-    const char *backend = fa_context_backend_name(s.ctx);
+    backend = fa_context_backend_name(s.ctx);
+    rep->backend = backend;
     rc = EXIT_LIBRARY;
     if (c.threads >= 0 && (st = fa_context_set_num_threads(s.ctx, c.threads)) != FA_SUCCESS) {
         rc = library_error(cmd, s.ctx, "fa_context_set_num_threads", st);
@@ -491,50 +708,25 @@ int cmd_run(int argc, char **argv)
         goto done;
     }
 
-    char dev_name[256] = "";
-    if (fa_device_name(backend, c.device, dev_name, sizeof dev_name) != FA_SUCCESS)
-        snprintf(dev_name, sizeof dev_name, "?");
-    dev_name[sizeof dev_name - 1] = '\0';
-    printf("backend: %s, device %d (%s)", backend, c.device, dev_name);
+    rep->have_kernels = 1;
+    memcpy(rep->variant_fwd, variant_fwd, sizeof variant_fwd);
+    memcpy(rep->variant_bwd, variant_bwd, sizeof variant_bwd);
+    rep->plan = plan;
+    rep->have_plan = 1;
+    char *dev_name = rep->device_name;
+    if (fa_device_name(backend, c.device, dev_name, sizeof rep->device_name) != FA_SUCCESS)
+        snprintf(dev_name, sizeof rep->device_name, "?");
+    dev_name[sizeof rep->device_name - 1] = '\0';
     if (strcmp(backend, "cpu") == 0)
-        printf(", %d threads", fa_context_num_threads(s.ctx));
-    printf("\nproblem: batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld (kv %lld), d %lld, %s", (long long)c.batch,
-           (long long)c.seqlen_q, (long long)c.seqlen_k, (long long)c.heads, (long long)c.heads_kv, (long long)c.dim,
-           fa_dtype_name(c.dtype));
-    if (c.opts.causal)
-        printf(", causal");
-    if (c.opts.window_left >= 0 || c.opts.window_right >= 0)
-        printf(", window (%lld, %lld)", (long long)c.opts.window_left, (long long)c.opts.window_right);
-    if (c.opts.softmax_scale != 0.0f)
-        printf(", scale %g", (double)c.opts.softmax_scale);
-    if (c.opts.softcap > 0.0f)
-        printf(", softcap %g", (double)c.opts.softcap);
-    if (c.alibi)
-        printf(", ALiBi (standard slopes %g .. %g)", (double)s.alibi_host[0], (double)s.alibi_host[c.heads - 1]);
-    else if (c.alibi_path)
-        printf(", ALiBi (slopes %s, batch stride %lld)", c.alibi_path, (long long)c.opts.alibi_batch_stride);
-    if (c.opts.dropout_p > 0.0f)
-        printf(", dropout %g (seed %llu, offset %llu)", (double)c.opts.dropout_p,
-               (unsigned long long)c.opts.dropout_seed, (unsigned long long)c.opts.dropout_offset);
+        rep->threads = fa_context_num_threads(s.ctx);
     double density = 1.0;
-    if (s.have_mask) {
-        density = fa_block_mask_density(&s.mask);
-        printf(", block-sparse %lld x %lld blocks, density %.3f", (long long)c.block_q, (long long)c.block_k, density);
-    }
-    if (c.opts.deterministic)
-        printf(", deterministic");
-    printf("\nkernel: forward %s", variant_fwd);
-    if (c.backward)
-        printf(", backward %s", variant_bwd);
+    if (s.have_mask)
+        density = rep->density = fa_block_mask_density(&s.mask);
     char ws_f[32], ws_b[32];
     format_bytes((double)plan.workspace_fwd, ws_f, sizeof ws_f);
     format_bytes((double)plan.workspace_bwd, ws_b, sizeof ws_b);
-    printf("\nplan: tiles B_r x B_c = %lld x %lld (paper %lld x %lld from M = %lld bytes), %lld x %lld blocks\n",
-           (long long)plan.block_q, (long long)plan.block_k, (long long)plan.paper_block_q,
-           (long long)plan.paper_block_k, (long long)plan.onchip_bytes, (long long)plan.num_q_blocks,
-           (long long)plan.num_k_blocks);
-    fflush(stdout);
-
+    if (!c.json)
+        print_problem(&c, &s, backend, variant_fwd, variant_bwd, &plan, density);
     double flops_fwd = 4.0 * (double)c.batch * (double)c.heads * (double)c.seqlen_q * (double)c.seqlen_k *
                        (double)c.dim * (c.opts.causal ? 0.5 : 1.0) * density;
     double rss_before = peak_rss_bytes();
@@ -543,37 +735,58 @@ int cmd_run(int argc, char **argv)
         rc = library_error(cmd, s.ctx, "fa_forward", st);
         goto done;
     }
-    printf("forward:  %10.3f ms mean, %10.3f ms min over %d runs, %8.4g TFLOP/s (%.3g FLOP)\n", mean_ms, min_ms,
-           c.repeat, mean_ms > 0.0 ? flops_fwd / (mean_ms * 1e-3) / 1e12 : 0.0, flops_fwd);
-    fflush(stdout);
+    rep->have_forward = 1;
+    rep->fwd_mean_ms = mean_ms;
+    rep->fwd_min_ms = min_ms;
+    rep->flops_fwd = flops_fwd;
+    if (!c.json) {
+        printf("forward:  %10.3f ms mean, %10.3f ms min over %d runs, %8.4g TFLOP/s (%.3g FLOP)\n", mean_ms, min_ms,
+               c.repeat, mean_ms > 0.0 ? flops_fwd / (mean_ms * 1e-3) / 1e12 : 0.0, flops_fwd);
+        fflush(stdout);
+    }
     if (c.backward) {
         double flops_bwd = 2.5 * flops_fwd;
         if ((st = time_calls(s.ctx, "backward", NULL, &bwd, c.repeat, &mean_ms, &min_ms)) != FA_SUCCESS) {
             rc = library_error(cmd, s.ctx, "fa_backward", st);
             goto done;
         }
-        printf("backward: %10.3f ms mean, %10.3f ms min over %d runs, %8.4g TFLOP/s (%.3g FLOP)\n", mean_ms, min_ms,
-               c.repeat, mean_ms > 0.0 ? flops_bwd / (mean_ms * 1e-3) / 1e12 : 0.0, flops_bwd);
+        rep->have_backward = 1;
+        rep->bwd_mean_ms = mean_ms;
+        rep->bwd_min_ms = min_ms;
+        rep->flops_bwd = flops_bwd;
+        if (!c.json)
+            printf("backward: %10.3f ms mean, %10.3f ms min over %d runs, %8.4g TFLOP/s (%.3g FLOP)\n", mean_ms,
+                   min_ms, c.repeat, mean_ms > 0.0 ? flops_bwd / (mean_ms * 1e-3) / 1e12 : 0.0, flops_bwd);
     }
     {
         double io = (double)(2 * b_q + 2 * b_k + b_lse) + (c.backward ? (double)(2 * b_q + 2 * b_k) : 0.0);
         char io_text[32];
+        rep->have_memory = 1;
+        rep->tensor_bytes = io;
         format_bytes(io, io_text, sizeof io_text);
-        printf("memory: tensors %s; library workspace forward %s, backward %s", io_text, ws_f, ws_b);
+        if (!c.json)
+            printf("memory: tensors %s; library workspace forward %s, backward %s", io_text, ws_f, ws_b);
         if (strcmp(backend, "cpu") == 0) {
             char before[32], after[32];
             double rss_after = peak_rss_bytes();
+            rep->rss_before = rss_before;
+            rep->rss_after = rss_after;
             format_bytes(rss_before, before, sizeof before);
             format_bytes(rss_after, after, sizeof after);
-            printf("; peak RSS %s (%s before the first call)", after, before);
+            if (!c.json)
+                printf("; peak RSS %s (%s before the first call)", after, before);
         }
-        printf("\n");
-        fflush(stdout);
+        if (!c.json) {
+            printf("\n");
+            fflush(stdout);
+        }
     }
     rc = 0;
     if (c.check)
         rc = run_check(&c, &s, &fwd, c.backward ? &bwd : NULL, n_q, n_k);
 done:
+    if (c.json)
+        run_json(&c, &s, rc);
     run_state_release(&s);
     return rc;
 }

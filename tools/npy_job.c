@@ -26,12 +26,41 @@ file_job *file_job_new(int backward)
     return j;
 }
 
+/* The options fwd and bwd share, then each one's own: the input and output files. */
+#define FILE_JOB_COMMON_OPTIONS                                                                          \
+    HELP_OPTION, ATTENTION_OPTIONS, {"q", required_argument, NULL, 0}, {"k", required_argument, NULL, 0}, \
+        {"v", required_argument, NULL, 0}, {"lse", required_argument, NULL, 0},                          \
+        {"cu-seqlens-q", required_argument, NULL, 0}, {"cu-seqlens-k", required_argument, NULL, 0},      \
+        {"block-mask", required_argument, NULL, 0}, {"block-size", required_argument, NULL, 0},          \
+        {"alibi-slopes", required_argument, NULL, 0}, {"bf16", no_argument, NULL, 0},                    \
+        {"backend", required_argument, NULL, 0}, {"device", required_argument, NULL, 0},                 \
+        {"threads", required_argument, NULL, 0}
+
+static const struct option fwd_options[] = {
+    FILE_JOB_COMMON_OPTIONS,
+    {"out", required_argument, NULL, 0},
+    {"o", required_argument, NULL, 0}, /* bwd's input, refused with a hint */
+    OPTIONS_END,
+};
+
+static const struct option bwd_options[] = {
+    FILE_JOB_COMMON_OPTIONS,
+    {"o", required_argument, NULL, 0},
+    {"do", required_argument, NULL, 0},
+    {"dq", required_argument, NULL, 0},
+    {"dk", required_argument, NULL, 0},
+    {"dv", required_argument, NULL, 0},
+    OPTIONS_END,
+};
+
 int file_job_parse(file_job *j, int argc, char **argv, int *help)
 {
-    arg_cursor a = {j->cmd, argc, argv, 0};
+    arg_cursor a;
+    int parse_rc = 0;
     *help = 0;
-    for (a.pos = 1; a.pos < argc; ++a.pos) {
-        const char *opt = argv[a.pos];
+    arg_begin(&a, j->cmd, argc, argv, j->backward ? bwd_options : fwd_options);
+    while (next_option(&a, &parse_rc)) {
+        const char *opt = a.opt;
         int rc = 0, handled = 0;
         if (is_help(opt)) {
             *help = 1;
@@ -81,9 +110,7 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
             if (!rc && (*slot)[0] == '\0')
                 rc = usage_error(a.cmd, "%s: empty file name", opt);
         } else if (strcmp(opt, "--block-size") == 0) {
-            rc = take_i64(&a, "--block-size (BQ)", 1, INT64_MAX, &j->block_q);
-            if (!rc)
-                rc = take_i64(&a, "--block-size (BK)", 1, INT64_MAX, &j->block_k);
+            rc = take_i64_pair(&a, "--block-size (BQ)", "--block-size (BK)", 1, INT64_MAX, &j->block_q, &j->block_k);
             j->have_block_size = 1;
         } else if (strcmp(opt, "--bf16") == 0) {
             j->bf16 = 1;
@@ -95,11 +122,13 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
             rc = take_int(&a, opt, 0, 4096, &j->threads);
         } else {
             rc = usage_error(a.cmd, "unknown option '%s'%s", opt,
-                             !j->backward && (strcmp(opt, "--o") == 0) ? " (the output is --out)" : "");
+                             !j->backward && strcmp(opt, "--o") == 0 ? " (the output is --out)" : "");
         }
         if (rc)
             return rc;
     }
+    if (parse_rc)
+        return parse_rc;
     /* required arguments */
     static const int fwd_inputs[] = {IN_Q, IN_K, IN_V};
     static const int bwd_inputs[] = {IN_Q, IN_K, IN_V, IN_O, IN_LSE, IN_DO};
@@ -417,7 +446,7 @@ int file_job_write_outputs(file_job *j)
         FILE *f = outputs_open_temp(&j->outs[i], err, sizeof err);
         if (!f) {
             fprintf(stderr, "flashattn %s: %s\n", j->cmd, err);
-            return EXIT_LIBRARY;
+            return EXIT_IO;
         }
         char close_err[sizeof err];
         int written = npy_write_stream(f, j->out_path[r], is_lse ? NPY_TYPE_F32 : npy_type_of(j->dtype), ndim, shape,
@@ -425,12 +454,12 @@ int file_job_write_outputs(file_job *j)
         int closed = outputs_close_temp(&j->outs[i], f, close_err, sizeof close_err) == 0;
         if (!written || !closed) {
             fprintf(stderr, "flashattn %s: %s; no output was changed\n", j->cmd, written ? close_err : err);
-            return EXIT_LIBRARY;
+            return EXIT_IO;
         }
     }
     if (outputs_commit(j->outs, j->n_out, err, sizeof err) != 0) {
         fprintf(stderr, "flashattn %s: %s\n", j->cmd, err);
-        return EXIT_LIBRARY;
+        return EXIT_IO;
     }
     return 0;
 }

@@ -72,7 +72,8 @@ int file_job_open(file_job *j);
  * Q, O, dO and dQ, of K for K, V, dK and dV, the LSE shape for LSE. */
 fa_tensor file_job_tensor(const file_job *j, int role, int is_output);
 /* Every output downloaded into its temporary, all renamed into place only when all were written.
- * 0 or EXIT_LIBRARY after a message. */
+ * 0, or after a message EXIT_IO when a file could not be written, EXIT_LIBRARY when out of memory
+ * or the download failed. */
 int file_job_write_outputs(file_job *j);
 /* Frees everything and removes any temporary left; j may be NULL. */
 void file_job_release(file_job *j);
@@ -89,10 +90,6 @@ void file_job_release(file_job *j);
     "changes no existing file (a process killed while writing leaves its temporary behind). A\n"           \
     "replaced file keeps its permissions; it is a new file, so its other hard links keep the old\n"        \
     "contents.\n"                                                                                           \
-    "\n"                                                                                                     \
-    "Exit status: 0 success; 1 the library or device failed (no such backend or device, an\n"              \
-    "unsupported case, out of memory) or an output could not be written; 2 a usage error: a bad\n"         \
-    "option, an input file missing, unreadable, not a valid .npy or not fitting the others (also\n"         \
-    "when the library rejects it as an invalid argument), or an output path refused as above.\n"
+    "\n" EXIT_STATUS_HELP
 
 #endif

@@ -20,8 +20,33 @@ typedef struct run_config {
     int alibi;              /* --alibi: the standard slopes, one per head */
     const char *alibi_path; /* --alibi-slopes FILE.npy */
     int backward, check, threads, repeat;
+    int json; /* --json: one JSON object on stdout instead of the text report */
     uint64_t input_seed;
 } run_config;
+
+/* One line of --check: max |got - ref| against its bound. */
+typedef struct run_check_line {
+    const char *tensor; /* "O", "LSE", "dQ", "dK", "dV" */
+    double error, naive_error, bound; /* naive_error NaN for LSE (a fixed tolerance) */
+    int ok;
+} run_check_line;
+
+/* What `run` measured, kept for --json (the text report prints it as it goes); have_* say which
+ * parts were reached before an error. */
+typedef struct run_report {
+    const char *backend;
+    char device_name[256];
+    int threads; /* the CPU backend's workers, else 0 */
+    int have_kernels, have_plan, have_forward, have_backward, have_memory;
+    char variant_fwd[128], variant_bwd[128];
+    fa_plan_info plan;
+    double density;
+    double fwd_mean_ms, fwd_min_ms, flops_fwd, bwd_mean_ms, bwd_min_ms, flops_bwd;
+    double tensor_bytes, rss_before, rss_after;
+    int check_ran; /* every line below was computed */
+    run_check_line checks[5];
+    int n_checks;
+} run_report;
 
 #define RUN_HOST_BUFFERS 16
 
@@ -33,6 +58,7 @@ typedef struct run_state {
     device_buffer q, k, v, o, lse, dout, dq, dk, dv, alibi;
     float *alibi_host; /* the slopes as uploaded (run_host_alloc), for --check */
     void *host[RUN_HOST_BUFFERS]; /* host staging buffers, freed at the end */
+    run_report report;
 } run_state;
 
 /* A host buffer freed by run_state_release; NULL when out of memory or out of slots. */
@@ -40,8 +66,11 @@ void *run_host_alloc(run_state *s, size_t bytes);
 void run_state_release(run_state *s);
 
 /* --check: compares the results of fwd (and bwd when not NULL), which ran on s's context, with the
- * float64 reference; n_q and n_k are the element counts of Q and K. Returns 0, EXIT_LIBRARY when an
- * error exceeds its bound or the check cannot run, or what library_error says. */
+ * float64 reference; n_q and n_k are the element counts of Q and K. Each line goes to s->report
+ * (and to stdout unless --json). Returns 0, EXIT_CHECK_FAILED when an error exceeds its bound,
+ * EXIT_LIBRARY when the check cannot run, or what library_error says. FLASHATTN_RUN_CHECK_PERTURB
+ * (a number) is added to the first element of O before it is compared: the tests use it to see
+ * the check fail. */
 int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const fa_bwd_args *bwd, int64_t n_q,
               int64_t n_k);
 

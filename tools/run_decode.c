@@ -84,15 +84,38 @@ static fa_status copy_once(fa_context *ctx, int host, int threads, void *dst, co
     return FA_SUCCESS;
 }
 
+static const struct option decode_options[] = {
+    HELP_OPTION,
+    {"decode", no_argument, NULL, 0},
+    {"backend", required_argument, NULL, 0},
+    {"device", required_argument, NULL, 0},
+    {"threads", required_argument, NULL, 0},
+    {"repeat", required_argument, NULL, 0},
+    {"splits", required_argument, NULL, 0},
+    {"causal", no_argument, NULL, 0},
+    {"check-on-device", no_argument, NULL, 0},
+    {"batch", required_argument, NULL, 0},
+    {"kv", required_argument, NULL, 0},
+    {"new", required_argument, NULL, 0},
+    {"heads", required_argument, NULL, 0},
+    {"heads-kv", required_argument, NULL, 0},
+    {"dim", required_argument, NULL, 0},
+    {"page", required_argument, NULL, 0},
+    {"dtype", required_argument, NULL, 0},
+    OPTIONS_END,
+};
+
 int run_decode(int argc, char **argv)
 {
     const char *cmd = "run";
-    arg_cursor a = {cmd, argc, argv, 0};
+    arg_cursor a;
     const char *backend = NULL, *dtype_name = "bf16";
     int device = 0, threads = -1, repeat = 10, splits = 0, causal = 0, check_on_device = 0;
     int64_t batch = 8, kv = 32768, sn = 1, hq = 32, hk = 8, d = 128, page = 0;
-    for (a.pos = 1; a.pos < argc; ++a.pos) {
-        const char *o = argv[a.pos];
+    int parse_rc = 0;
+    arg_begin(&a, cmd, argc, argv, decode_options);
+    while (next_option(&a, &parse_rc)) {
+        const char *o = a.opt;
         int rc = 0;
         if (is_help(o)) {
             fputs(decode_help, stdout);
@@ -129,11 +152,13 @@ int run_decode(int argc, char **argv)
         } else if (!strcmp(o, "--dtype")) {
             rc = take_value(&a, o, &dtype_name);
         } else {
-            rc = usage_error(cmd, "unknown option '%s' with --decode", o);
+            rc = usage_error(cmd, "unknown option '%s' with --decode", o); /* in decode_options, not here */
         }
         if (rc)
             return rc;
     }
+    if (parse_rc)
+        return parse_rc;
     fa_dtype dt;
     if (!parse_dtype_name(dtype_name, &dt))
         return usage_error(cmd, "--dtype: '%s' is not fp32, fp16 or bf16", dtype_name);

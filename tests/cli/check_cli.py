@@ -333,7 +333,7 @@ def sanitizer_report(proc):
 
 
 def unsupported(proc):
-    return proc.returncode == 1 and "FA_ERR_UNSUPPORTED" in proc.stderr
+    return proc.returncode == 3 and "FA_ERR_UNSUPPORTED" in proc.stderr
 
 
 def first_lines(text, n=6):
@@ -639,7 +639,7 @@ def iomodel_checks(exe):
         results.append(("PASS" if ok else "FAIL", "flashattn iomodel %s: exit %d%s" % (
             " ".join(args), proc.returncode, "" if ok else ", stdout %r" % proc.stdout[:80])))
     proc = run_tool(exe, ["iomodel", "--seqlen-q", str(1 << 62), "--dim", "4"], timeout=60)
-    ok = proc.returncode == 1 and "OVERFLOW" in proc.stderr and not proc.stdout
+    ok = proc.returncode == 3 and "OVERFLOW" in proc.stderr and not proc.stdout
     results.append(("PASS" if ok else "FAIL", "flashattn iomodel with a count over 64 bits: exit %d" % proc.returncode))
     return results
 

@@ -148,7 +148,7 @@ def bad_input_checks(exe, tmp):
         ("run --alibi and --alibi-slopes", ["run", "--heads", "2", "--alibi", "--alibi-slopes", slopes_ok], 2,
          "--alibi"),
         ("run softcap inf", ["run", "--softcap", "inf"], 2, "--softcap"),
-        ("unknown backend", ["fwd"] + base + ["--out", out, "--backend", "no-such-backend"], 1, "no-such-backend"),
+        ("unknown backend", ["fwd"] + base + ["--out", out, "--backend", "no-such-backend"], 3, "no-such-backend"),
         ("unknown command", ["frobnicate"], 2, "frobnicate"),
         ("no command", [], 2, "COMMAND"),
     ]

@@ -5,9 +5,9 @@ Every case runs the tool in a fresh directory and compares a snapshot of that di
 permissions, inode and bytes of every entry, the target of every link) before and after: a
 refused or failed command must leave every pre-existing entry untouched and create nothing (no
 temporary left behind); a successful one may change only its outputs. No case may hang (a FIFO),
-and each must exit with the status `flashattn --help` documents: 0 success, 1 the library or
-device failed or an output could not be written, 2 a usage error (bad option, bad input file,
-output path refused before computing).
+and each must exit with the status `flashattn --help` documents: 0 success, 2 a usage error (bad
+option, bad input file, output path refused before computing), 3 the library or device failed, 4
+an output could not be written.
 
 The cases are issue 21's reproducers: a failed write (file-size limit) must not delete or
 truncate the old output; outputs are renamed into place only when all were written (an
@@ -156,7 +156,7 @@ def failed_write_keeps_old_output(exe, tmp):
     s = Scene(tmp, "xfsz", qshape=(2, 64, 4, 32))
     s.write("o.npy")
     s.write("l.npy")
-    return expect(exe, s, s.fwd("--out", "o.npy", "--lse", "l.npy"), 1, "o.npy", limit_file_size=True)
+    return expect(exe, s, s.fwd("--out", "o.npy", "--lse", "l.npy"), 4, "o.npy", limit_file_size=True)
 
 
 def fwd_bad_lse_dir_keeps_out(exe, tmp):
@@ -355,13 +355,13 @@ def exit_status_as_documented(exe, tmp):
     s.write("not_npy.npy", b"not a numpy file\n" * 4)
     help_text = run_in(exe, s, ["--help"]).stdout
     problems = []
-    for phrase in ("0 success", "1 the library or the device", "an output could not be", "2 a usage error",
-                   "input file missing"):
+    for phrase in ("0 success", "1 run --check found an error", "2 a usage error", "input file missing",
+                   "3 the library or the device failed", "4 an output could not be written"):
         if phrase not in " ".join(help_text.split()):
             problems.append("--help does not say %r" % phrase)
     cases = [
         (0, "", s.fwd("--out", "out.npy"), ("out.npy",)),
-        (1, "no-such-backend", s.fwd("--out", "out.npy", "--backend", "no-such-backend"), ()),
+        (3, "no-such-backend", s.fwd("--out", "out.npy", "--backend", "no-such-backend"), ()),
         (2, "--frobnicate", s.fwd("--out", "out.npy", "--frobnicate"), ()),
         (2, "missing.npy", ["fwd", "--q", "missing.npy", "--k", "k.npy", "--v", "v.npy", "--out", "out.npy"], ()),
         (2, "not_npy.npy", ["fwd", "--q", "not_npy.npy", "--k", "k.npy", "--v", "v.npy", "--out", "out.npy"], ()),
