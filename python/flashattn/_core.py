@@ -76,9 +76,20 @@ _DL_DTYPES = {(2, 32): "float32", (2, 16): "float16", (4, 16): "bfloat16", (0, 3
 _CAI_DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32"}  # no typestr names bfloat16
 _CUDA_STREAM_LEGACY = 1  # cudaStreamLegacy ((cudaStream_t)0x1); also DLPack's and CAI's number for it
 
-_capsule_pointer = C.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = C.c_void_p
-_capsule_pointer.argtypes = [C.py_object, C.c_char_p]
+
+
+def _capsule_pointer(capsule, name):
+    """The pointer a DLPack capsule holds. CPython's C API through ctypes.pythonapi, which PyPy
+    does not have: there DLPack inputs are refused (NumPy arrays and __cuda_array_interface__
+    objects still work)."""
+    api = getattr(C, "pythonapi", None)
+    if api is None:
+        raise TypeError("DLPack inputs need CPython (ctypes.pythonapi); pass a NumPy array or an object "
+                        "with __cuda_array_interface__")
+    get = api.PyCapsule_GetPointer
+    get.restype = C.c_void_p
+    get.argtypes = [C.py_object, C.c_char_p]
+    return get(capsule, name)
 
 
 class Foreign:
@@ -615,13 +626,18 @@ class Call:
         return C.pointer(self.vl)
 
     def options(self, marshal):
-        o = _capi.lib().fa_options_default()
+        # a structure ctypes owns, filled from the library's defaults: PyPy's ctypes cannot store
+        # pointers into a structure returned by value from a foreign function
+        o = _capi.Options()
+        defaults = _capi.lib().fa_options_default()
+        C.memmove(C.byref(o), C.byref(defaults), C.sizeof(o))
         o.softmax_scale = self.softmax_scale
         o.causal = int(self.causal)
         o.window_left, o.window_right = self.window
         o.dropout_p = self.dropout_p
         o.dropout_seed, o.dropout_offset = self.seed & (2 ** 64 - 1), self.offset & (2 ** 64 - 1)
-        o.block_mask = C.pointer(self.mask) if self.mask is not None else None
+        if self.mask is not None:
+            o.block_mask = C.pointer(self.mask)
         o.deterministic = int(self.deterministic)
         o.softcap = self.softcap
         if self.slopes is not None:
