@@ -41,15 +41,15 @@ static void print_usage_hint(const char *cmd)
 
 int usage_error(const char *cmd, const char *fmt, ...)
 {
-    fprintf(stderr, "flashattn%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    /* formatted once, then printed and remembered: GCC's -Wformat-overflow, under UBSan's
+     * instrumentation at -O2, took a second pass over fmt for a possible NULL */
+    char message[1024];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    va_start(ap, fmt);
-    remember_error_v(fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "flashattn%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "", message);
+    remember_error("%s", message);
     print_usage_hint(cmd);
     return EXIT_USAGE;
 }
