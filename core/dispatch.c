@@ -2,6 +2,7 @@
  * the CPU; OpenCL only by name; FLASHATTN_BACKEND overrides), contexts, and discovery queries. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,49 @@ fa_status fa_device_count(const char *backend, int *count)
     return b->device_count(count);
 }
 
+/* Whether b can run here (fa_backend.availability, else its device count), the reason in why. */
+static fa_status backend_availability(const fa_backend *b, int *count, char *why, size_t len)
+{
+    *count = 0;
+    why[0] = '\0';
+    fa_status st;
+    if (b->availability) {
+        st = b->availability(count, why, len);
+    } else {
+        st = b->device_count(count);
+        if (st != FA_SUCCESS)
+            snprintf(why, len, "cannot count its devices: %s", fa_status_string(st));
+        else if (*count <= 0)
+            st = FA_ERR_NO_BACKEND;
+    }
+    if (st == FA_SUCCESS && *count > 0) {
+        snprintf(why, len, "available: %d device%s", *count, *count == 1 ? "" : "s");
+    } else {
+        *count = 0;
+        if (st == FA_SUCCESS)
+            st = FA_ERR_NO_BACKEND;
+        if (!why[0])
+            snprintf(why, len, "no device");
+    }
+    return st;
+}
+
+fa_status fa_backend_availability(const char *backend, char *why, size_t len)
+{
+    if (!backend || !why || len == 0)
+        return FA_ERR_INVALID_ARG;
+    const fa_backend *b = find_backend(backend);
+    if (!b) {
+        snprintf(why, len, "not compiled in");
+        return FA_ERR_NO_BACKEND;
+    }
+    char line[FA_ERROR_MESSAGE_BYTES];
+    int n = 0;
+    fa_status st = backend_availability(b, &n, line, sizeof line);
+    snprintf(why, len, "%s", line);
+    return st;
+}
+
 fa_status fa_device_name(const char *backend, int device, char *buf, size_t len)
 {
     if (!backend || !buf || len == 0)
@@ -121,11 +165,10 @@ fa_status fa_context_create(fa_context **out, const char *backend, int device)
                             backend == env ? " (named by FLASHATTN_BACKEND)" : "");
     }
     int n = 0;
-    fa_status st = b->device_count(&n);
+    char why[FA_ERROR_MESSAGE_BYTES - 96];
+    fa_status st = backend_availability(b, &n, why, sizeof why);
     if (st != FA_SUCCESS)
-        return FA_ERROR(NULL, st, "fa_context_create: the %s backend cannot count its devices", b->name);
-    if (n == 0)
-        return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: the %s backend has no usable device", b->name);
+        return FA_ERROR(NULL, st, "fa_context_create: the %s backend has no usable device: %s", b->name, why);
     if (device < 0 || device >= n)
         return FA_ERROR(NULL, FA_ERR_NO_DEVICE, "fa_context_create: device %d of the %s backend: it has %d (0..%d)",
                         device, b->name, n, n - 1);

@@ -136,6 +136,9 @@ int cmd_info(int argc, char **argv)
         if (!name)
             continue;
         printf("\nbackend %s\n", name);
+        char why[256];
+        fa_backend_availability(name, why, sizeof why);
+        printf("    availability: %s\n", why);
         int count = 0;
         fa_status st = fa_device_count(name, &count);
         if (st != FA_SUCCESS) {
