@@ -197,13 +197,13 @@ fa_status fa_context_create(fa_context **out, const char *backend, int device)
                             backend == env ? " (named by FLASHATTN_BACKEND)" : "");
         b = backend_table(i, why, sizeof why);
         if (!b)
-            return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: the %s backend has no usable device: %s",
+            return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: the %s backend is unavailable: %s",
                             backend, why);
     }
     int n = 0;
     fa_status st = backend_availability(b, &n, why, sizeof why);
     if (st != FA_SUCCESS)
-        return FA_ERROR(NULL, st, "fa_context_create: the %s backend has no usable device: %s", b->name, why);
+        return FA_ERROR(NULL, st, "fa_context_create: the %s backend is unavailable: %s", b->name, why);
     if (device < 0 || device >= n)
         return FA_ERROR(NULL, FA_ERR_NO_DEVICE, "fa_context_create: device %d of the %s backend: it has %d (0..%d)",
                         device, b->name, n, n - 1);
