@@ -42,6 +42,8 @@ int context_error(const char *cmd, const char *backend, int device, fa_status st
 {
     fprintf(stderr, "flashattn %s: cannot create a context for backend '%s', device %d: %s\n", cmd,
             backend ? backend : "default", device, fa_status_string(st));
+    if (*fa_last_error())
+        fprintf(stderr, "  %s\n", fa_last_error()); /* why: e.g. the backend's library not found */
     fprintf(stderr, "  backends compiled in:");
     for (int i = 0; i < fa_backend_count(); ++i)
         fprintf(stderr, " %s", fa_backend_name(i));
