@@ -1,32 +1,39 @@
 /* dispatch.c: the registry of compiled-in backends, the default-backend choice (CUDA, HIP, then
- * the CPU; OpenCL only by name; FLASHATTN_BACKEND overrides), contexts, and discovery queries. */
+ * the CPU; OpenCL only by name; FLASHATTN_BACKEND overrides), contexts, and discovery queries.
+ * A backend is linked into the library (its table is here) or built as a shared module that
+ * core/module.c loads at first use (the HIP backend: libflashattn-hip.so). */
 #include "internal.h"
+#include "module.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef FA_HAVE_CUDA
 extern const fa_backend fa_backend_cuda;
 #endif
-#ifdef FA_HAVE_HIP
-extern const fa_backend fa_backend_hip;
-#endif
 #ifdef FA_HAVE_OPENCL
 extern const fa_backend fa_backend_opencl;
 #endif
 
+/* One backend compiled in: its table, or NULL for a module (fa_module_backend loads it). */
+typedef struct registry_entry {
+    const char *name;
+    const fa_backend *table;
+} registry_entry;
+
 /* In order of preference for "default". */
-static const fa_backend *const registry[] = {
+static const registry_entry registry[] = {
 #ifdef FA_HAVE_CUDA
-    &fa_backend_cuda,
+    {"cuda", &fa_backend_cuda},
 #endif
 #ifdef FA_HAVE_HIP
-    &fa_backend_hip,
+    {"hip", NULL}, /* libflashattn-hip.so */
 #endif
 #ifdef FA_HAVE_OPENCL
-    &fa_backend_opencl,
+    {"opencl", &fa_backend_opencl},
 #endif
-    &fa_backend_cpu,
+    {"cpu", &fa_backend_cpu},
 };
 #define REGISTRY_SIZE ((int)(sizeof registry / sizeof registry[0]))
 
@@ -37,15 +44,21 @@ int fa_backend_count(void)
 
 const char *fa_backend_name(int index)
 {
-    return index >= 0 && index < REGISTRY_SIZE ? registry[index]->name : NULL;
+    return index >= 0 && index < REGISTRY_SIZE ? registry[index].name : NULL;
 }
 
-static const fa_backend *find_backend(const char *name)
+static int find_backend(const char *name)
 {
     for (int i = 0; i < REGISTRY_SIZE; ++i)
-        if (strcmp(registry[i]->name, name) == 0)
-            return registry[i];
-    return NULL;
+        if (strcmp(registry[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Entry i's table, loading its module at the first call; NULL (why says why) when it cannot load. */
+static const fa_backend *backend_table(int i, char *why, size_t len)
+{
+    return registry[i].table ? registry[i].table : fa_module_backend(registry[i].name, why, len);
 }
 
 static int usable(const fa_backend *b)
@@ -59,31 +72,88 @@ static int usable(const fa_backend *b)
  * preferred over the native CPU backend), so it runs only when named. */
 static const fa_backend *default_backend(void)
 {
-    for (int i = 0; i < REGISTRY_SIZE; ++i)
-        if (registry[i]->is_gpu && usable(registry[i]))
-            return registry[i];
+    for (int i = 0; i < REGISTRY_SIZE; ++i) {
+        const fa_backend *b = backend_table(i, NULL, 0);
+        if (b && b->is_gpu && usable(b))
+            return b;
+    }
     return &fa_backend_cpu;
 }
 
+/* A module that cannot load has no devices, as a runtime without a driver has none. */
 fa_status fa_device_count(const char *backend, int *count)
 {
     if (!backend || !count)
         return FA_ERR_INVALID_ARG;
-    const fa_backend *b = find_backend(backend);
-    if (!b)
+    int i = find_backend(backend);
+    if (i < 0)
         return FA_ERR_NO_BACKEND;
+    const fa_backend *b = backend_table(i, NULL, 0);
+    if (!b) {
+        *count = 0;
+        return FA_SUCCESS;
+    }
     return b->device_count(count);
+}
+
+/* Whether b can run here (fa_backend.availability, else its device count), the reason in why. */
+static fa_status backend_availability(const fa_backend *b, int *count, char *why, size_t len)
+{
+    *count = 0;
+    why[0] = '\0';
+    fa_status st;
+    if (b->availability) {
+        st = b->availability(count, why, len);
+    } else {
+        st = b->device_count(count);
+        if (st != FA_SUCCESS)
+            snprintf(why, len, "cannot count its devices: %s", fa_status_string(st));
+        else if (*count <= 0)
+            st = FA_ERR_NO_BACKEND;
+    }
+    if (st == FA_SUCCESS && *count > 0) {
+        snprintf(why, len, "available: %d device%s", *count, *count == 1 ? "" : "s");
+    } else {
+        *count = 0;
+        if (st == FA_SUCCESS)
+            st = FA_ERR_NO_BACKEND;
+        if (!why[0])
+            snprintf(why, len, "no device");
+    }
+    return st;
+}
+
+fa_status fa_backend_availability(const char *backend, char *why, size_t len)
+{
+    if (!backend || !why || len == 0)
+        return FA_ERR_INVALID_ARG;
+    int i = find_backend(backend);
+    if (i < 0) {
+        snprintf(why, len, "not compiled in");
+        return FA_ERR_NO_BACKEND;
+    }
+    char line[FA_ERROR_MESSAGE_BYTES];
+    const fa_backend *b = backend_table(i, line, sizeof line);
+    if (!b) {
+        snprintf(why, len, "%s", line);
+        return FA_ERR_NO_BACKEND;
+    }
+    int n = 0;
+    fa_status st = backend_availability(b, &n, line, sizeof line);
+    snprintf(why, len, "%s", line);
+    return st;
 }
 
 fa_status fa_device_name(const char *backend, int device, char *buf, size_t len)
 {
     if (!backend || !buf || len == 0)
         return FA_ERR_INVALID_ARG;
-    const fa_backend *b = find_backend(backend);
-    if (!b)
+    int i = find_backend(backend);
+    if (i < 0)
         return FA_ERR_NO_BACKEND;
+    const fa_backend *b = backend_table(i, NULL, 0);
     int n = 0;
-    fa_status st = b->device_count(&n);
+    fa_status st = b ? b->device_count(&n) : FA_SUCCESS;
     if (st != FA_SUCCESS)
         return st;
     if (device < 0 || device >= n)
@@ -95,9 +165,14 @@ fa_status fa_backend_capabilities(const char *backend, fa_capabilities *caps)
 {
     if (!backend || !caps)
         return FA_ERR_INVALID_ARG;
-    const fa_backend *b = find_backend(backend);
-    if (!b)
+    int i = find_backend(backend);
+    if (i < 0)
         return FA_ERR_NO_BACKEND;
+    char why[FA_ERROR_MESSAGE_BYTES - 96];
+    const fa_backend *b = backend_table(i, why, sizeof why);
+    if (!b)
+        return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_backend_capabilities: the %s backend is unavailable: %s", backend,
+                        why);
     memset(caps, 0, sizeof *caps);
     b->capabilities(caps);
     return FA_SUCCESS;
@@ -112,20 +187,23 @@ fa_status fa_context_create(fa_context **out, const char *backend, int device)
     if ((!backend || strcmp(backend, "default") == 0) && env && *env && strcmp(env, "default") != 0)
         backend = env;
     const fa_backend *b;
+    char why[FA_ERROR_MESSAGE_BYTES - 96];
     if (!backend || strcmp(backend, "default") == 0) {
         b = default_backend();
     } else {
-        b = find_backend(backend);
-        if (!b)
+        int i = find_backend(backend);
+        if (i < 0)
             return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: no backend \"%s\" in this build%s", backend,
                             backend == env ? " (named by FLASHATTN_BACKEND)" : "");
+        b = backend_table(i, why, sizeof why);
+        if (!b)
+            return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: the %s backend is unavailable: %s",
+                            backend, why);
     }
     int n = 0;
-    fa_status st = b->device_count(&n);
+    fa_status st = backend_availability(b, &n, why, sizeof why);
     if (st != FA_SUCCESS)
-        return FA_ERROR(NULL, st, "fa_context_create: the %s backend cannot count its devices", b->name);
-    if (n == 0)
-        return FA_ERROR(NULL, FA_ERR_NO_BACKEND, "fa_context_create: the %s backend has no usable device", b->name);
+        return FA_ERROR(NULL, st, "fa_context_create: the %s backend is unavailable: %s", b->name, why);
     if (device < 0 || device >= n)
         return FA_ERROR(NULL, FA_ERR_NO_DEVICE, "fa_context_create: device %d of the %s backend: it has %d (0..%d)",
                         device, b->name, n, n - 1);

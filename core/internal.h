@@ -185,6 +185,11 @@ typedef struct fa_backend {
     const char *name;
     int is_gpu;
     fa_status (*device_count)(int *count);
+    /* Whether the backend can run on this machine: FA_SUCCESS with *count >= 1 devices, else
+     * FA_ERR_NO_BACKEND with *count 0 and one line in why that starts with the reason's class:
+     * "library not found: " (with the loader's message), "no driver: " or "no device". Optional
+     * (NULL: device_count decides, and zero devices reads "no device"). */
+    fa_status (*availability)(int *count, char *why, size_t len); // optional
     fa_status (*device_name)(int device, char *buf, size_t len);
     void (*capabilities)(fa_capabilities *caps);
     fa_status (*open)(struct fa_context *ctx, int device);

@@ -259,6 +259,11 @@ FA_API int fa_backend_count(void);                 /* backends compiled in */
 FA_API const char *fa_backend_name(int index);     /* NULL when out of range */
 FA_API fa_status fa_device_count(const char *backend, int *count);
 FA_API fa_status fa_device_name(const char *backend, int device, char *buf, size_t len);
+/* Whether a backend can run on this machine, in one line written to why (truncated to len):
+ * FA_SUCCESS with "available: N device(s)", or FA_ERR_NO_BACKEND with the reason: "not compiled
+ * in", "library not found: <the loader's message>" (the vendor runtime, or the backend's module,
+ * cannot be loaded), "no driver: ..." or "no device...". FA_ERR_INVALID_ARG for a null argument. */
+FA_API fa_status fa_backend_availability(const char *backend, char *why, size_t len);
 
 #define FA_FEATURE_CAUSAL        (1u << 0)
 #define FA_FEATURE_WINDOW        (1u << 1)

@@ -68,8 +68,11 @@ int context_error(const char *cmd, const char *backend, int device, fa_status st
 {
     fprintf(stderr, "flashattn %s: cannot create a context for backend '%s', device %d: %s\n", cmd,
             backend ? backend : "default", device, fa_status_string(st));
-    remember_error("cannot create a context for backend '%s', device %d: %s", backend ? backend : "default", device,
-                   fa_status_string(st));
+    const char *why = fa_last_error(); /* e.g. the backend's library not found */
+    remember_error("cannot create a context for backend '%s', device %d: %s%s%s", backend ? backend : "default",
+                   device, fa_status_string(st), *why ? ": " : "", why);
+    if (*why)
+        fprintf(stderr, "  %s\n", why);
     fprintf(stderr, "  backends compiled in:");
     for (int i = 0; i < fa_backend_count(); ++i)
         fprintf(stderr, " %s", fa_backend_name(i));

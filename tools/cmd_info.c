@@ -143,18 +143,21 @@ static void json_backend(json_writer *jw, const char *name)
 {
     json_begin_object(jw, NULL);
     json_string(jw, "name", name);
+    char why[256];
+    fa_status avail = fa_backend_availability(name, why, sizeof why);
     int count = 0;
     fa_status st = fa_device_count(name, &count);
-    const char *why = st != FA_SUCCESS ? fa_last_error() : NULL;
-    json_bool(jw, "available", st == FA_SUCCESS && count > 0);
-    if (st != FA_SUCCESS) {
-        json_string(jw, "unavailable_reason", why && *why ? why : fa_status_string(st));
-        json_string(jw, "status", fa_status_string(st));
-    } else if (count == 0) {
+    json_bool(jw, "available", avail == FA_SUCCESS && st == FA_SUCCESS && count > 0);
+    if (avail != FA_SUCCESS)
+        json_string(jw, "unavailable_reason", why); /* library not found, no driver, no device */
+    else if (st != FA_SUCCESS)
+        json_string(jw, "unavailable_reason", fa_status_string(st));
+    else if (count == 0)
         json_string(jw, "unavailable_reason", "no devices");
-    } else {
+    else
         json_null(jw, "unavailable_reason");
-    }
+    if (st != FA_SUCCESS)
+        json_string(jw, "status", fa_status_string(st));
     json_begin_array(jw, "devices");
     for (int dev = 0; st == FA_SUCCESS && dev < count; ++dev) {
         char dev_name[256] = "";
@@ -341,6 +344,9 @@ int cmd_info(int argc, char **argv)
         if (!name)
             continue;
         printf("\nbackend %s\n", name);
+        char why[256];
+        fa_backend_availability(name, why, sizeof why);
+        printf("    availability: %s\n", why);
         int count = 0;
         fa_status st = fa_device_count(name, &count);
         if (st != FA_SUCCESS) {

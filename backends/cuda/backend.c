@@ -327,6 +327,7 @@ const fa_backend fa_backend_cuda = {
     .name = "cuda",
     .is_gpu = 1,
     .device_count = gpu_device_count,
+    .availability = gpu_availability,
     .device_name = cuda_device_name,
     .capabilities = cuda_capabilities,
     .open = cuda_open,

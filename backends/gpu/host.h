@@ -75,6 +75,30 @@ static fa_status gpu_device_count(int *count)
     return FA_SUCCESS;
 }
 
+/* fa_backend.availability: the runtime's own word for why there is no device. Without a device
+ * the runtime answers NoDevice; any other error means the driver (CUDA: libcuda, too old or
+ * absent; HIP: the kernel driver /dev/kfd) is not usable. */
+static fa_status gpu_availability(int *count, char *why, size_t len)
+{
+    int n = 0;
+    fa_rt_error e = FA_RT(GetDeviceCount)(&n);
+    if (e != FA_RT(Success)) {
+        (void)FA_RT(GetLastError)();
+        *count = 0;
+        const char *name = FA_RT(GetErrorName)(e), *text = FA_RT(GetErrorString)(e);
+        snprintf(why, len, "%s: %s%s%s%s", e == FA_RT_ERR_NO_DEVICE ? "no device" : "no driver", name,
+                 strcmp(name, text) ? " (" : "", strcmp(name, text) ? text : "", strcmp(name, text) ? ")" : "");
+        return FA_ERR_NO_BACKEND;
+    }
+    *count = n;
+    if (n <= 0) {
+        *count = 0;
+        snprintf(why, len, "no device");
+        return FA_ERR_NO_BACKEND;
+    }
+    return FA_SUCCESS;
+}
+
 /* kernels_env: the variable that picks the kernel family ("FLASHATTN_CUDA_KERNELS"). */
 static fa_status gpu_open(fa_context *ctx, int device, const char *kernels_env)
 {

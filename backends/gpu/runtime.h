@@ -18,6 +18,7 @@ typedef hipStream_t fa_rt_stream;
 typedef hipDeviceProp_t fa_rt_prop;
 typedef hipStreamCaptureStatus fa_rt_capture_status;
 #define FA_RT_ERR_NO_MEMORY hipErrorOutOfMemory
+#define FA_RT_ERR_NO_DEVICE hipErrorNoDevice
 #define FA_RT_CAPTURE_NONE hipStreamCaptureStatusNone
 #else
 #include <cuda_runtime_api.h>
@@ -28,6 +29,7 @@ typedef cudaStream_t fa_rt_stream;
 typedef struct cudaDeviceProp fa_rt_prop;
 typedef enum cudaStreamCaptureStatus fa_rt_capture_status;
 #define FA_RT_ERR_NO_MEMORY cudaErrorMemoryAllocation
+#define FA_RT_ERR_NO_DEVICE cudaErrorNoDevice
 #define FA_RT_CAPTURE_NONE cudaStreamCaptureStatusNone
 #endif
 

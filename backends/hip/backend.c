@@ -173,6 +173,7 @@ const fa_backend fa_backend_hip = {
     .name = "hip",
     .is_gpu = 1,
     .device_count = gpu_device_count,
+    .availability = gpu_availability,
     .device_name = hip_device_name,
     .capabilities = hip_capabilities,
     .open = hip_open,

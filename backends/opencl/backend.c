@@ -1,6 +1,7 @@
 /* backend.c: the OpenCL backend's table. The pieces are in runtime.c (devices, contexts),
  * memory.c (device pointers), tiles.c (the tile table and the chooser), programs.c (kernel
- * builds and their cache) and launch.c (the launches); the kernels are the .cl files in kernels/.
+ * builds and their cache) and launch.c (the launches); the kernels are the .cl files in kernels/;
+ * loader.c opens the OpenCL ICD loader at run time (the library does not link libOpenCL).
  * Notes and measurements behind the choices: docs/backends/opencl.md. */
 #include "opencl_backend.h"
 
@@ -10,6 +11,7 @@ const fa_backend fa_backend_opencl = {
      * must not win over the native CPU backend. OpenCL runs when asked for by name. */
     .is_gpu = 0,
     .device_count = ocl_device_count,
+    .availability = ocl_availability,
     .device_name = ocl_device_name,
     .capabilities = ocl_capabilities,
     .open = ocl_open,

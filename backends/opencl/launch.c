@@ -21,7 +21,7 @@ static void call_release(call_args *a)
     cl_mem all[] = {a->params, a->bits, a->row_ptr, a->col, a->cls, a->dsum};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (all[i])
-            clReleaseMemObject(all[i]);
+            ocl_api.clReleaseMemObject(all[i]);
 }
 
 /* A buffer holding bytes from src (or uninitialised when src is NULL); an empty one gets 4 bytes,
@@ -30,9 +30,10 @@ static fa_status upload(fa_context *ctx, const void *src, size_t bytes, cl_mem *
 {
     cl_int e;
     if (src && bytes)
-        *out = clCreateBuffer(ocl_state_of(ctx)->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)src, &e);
+        *out = ocl_api.clCreateBuffer(ocl_state_of(ctx)->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
+                                      (void *)src, &e);
     else
-        *out = clCreateBuffer(ocl_state_of(ctx)->context, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
+        *out = ocl_api.clCreateBuffer(ocl_state_of(ctx)->context, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &e);
     if (e != CL_SUCCESS)
         return OCL_FAIL(ctx, e, "clCreateBuffer");
     return FA_SUCCESS;
@@ -179,7 +180,7 @@ static cl_mem or_dummy(const ocl_state *s, cl_mem m)
 static cl_int set_args(cl_kernel k, const char *kinds, const void *const *values)
 {
     for (cl_uint i = 0; kinds[i]; ++i) {
-        cl_int e = clSetKernelArg(k, i, kinds[i] == 'm' ? sizeof(cl_mem) : sizeof(float), values[i]);
+        cl_int e = ocl_api.clSetKernelArg(k, i, kinds[i] == 'm' ? sizeof(cl_mem) : sizeof(float), values[i]);
         if (e != CL_SUCCESS)
             return e;
     }
@@ -193,7 +194,8 @@ static fa_status launch(fa_context *ctx, cl_kernel k, const char *name, int64_t 
         return FA_SUCCESS;
     size_t global[3] = {(size_t)(groups * group_size), (size_t)heads, (size_t)batch};
     size_t local[3] = {(size_t)group_size, 1, 1};
-    OCL_TRY(ctx, clEnqueueNDRangeKernel(ocl_state_of(ctx)->queue, k, 3, NULL, global, local, 0, NULL, NULL), name);
+    OCL_TRY(ctx, ocl_api.clEnqueueNDRangeKernel(ocl_state_of(ctx)->queue, k, 3, NULL, global, local, 0, NULL, NULL),
+            name);
     return FA_SUCCESS;
 }
 
@@ -229,7 +231,7 @@ fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
     }
     call_release(&a);
     if (st == FA_SUCCESS)
-        OCL_TRY(ctx, clFlush(s->queue), "clFlush");
+        OCL_TRY(ctx, ocl_api.clFlush(s->queue), "clFlush");
     return st;
 }
 
@@ -273,7 +275,7 @@ fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v
     }
     call_release(&a);
     if (st == FA_SUCCESS)
-        OCL_TRY(ctx, clFlush(s->queue), "clFlush");
+        OCL_TRY(ctx, ocl_api.clFlush(s->queue), "clFlush");
     return st;
 }
 

@@ -43,7 +43,7 @@ static fa_status set_args(fa_context *ctx, cl_kernel k, const char *name, int n,
                           const size_t *sizes)
 {
     for (int i = 0; i < n; ++i)
-        OCL_TRY(ctx, clSetKernelArg(k, (cl_uint)i, sizes[i], vals[i]), name);
+        OCL_TRY(ctx, ocl_api.clSetKernelArg(k, (cl_uint)i, sizes[i], vals[i]), name);
     return FA_SUCCESS;
 }
 
@@ -52,7 +52,8 @@ static fa_status enqueue(fa_context *ctx, cl_kernel k, const char *name, int64_t
     const size_t group = 64;
     size_t global[2] = {(size_t)((items + (int64_t)group - 1) / (int64_t)group) * group, (size_t)batch};
     size_t local[2] = {group, 1};
-    OCL_TRY(ctx, clEnqueueNDRangeKernel(ocl_state_of(ctx)->queue, k, 2, NULL, global, local, 0, NULL, NULL), name);
+    OCL_TRY(ctx, ocl_api.clEnqueueNDRangeKernel(ocl_state_of(ctx)->queue, k, 2, NULL, global, local, 0, NULL, NULL),
+            name);
     return FA_SUCCESS;
 }
 
@@ -63,7 +64,7 @@ static int64_t kv_splits(const ocl_state *s, const fa_kv_problem *kp)
     if (kp->num_splits > 0) /* at most one split per key */
         return kp->num_splits < kp->p.seqlen_k ? kp->num_splits : kp->p.seqlen_k > 1 ? kp->p.seqlen_k : 1;
     cl_uint units = 1;
-    clGetDeviceInfo(s->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
     const int64_t rows = kp->p.batch * kp->p.heads_q * kp->p.seqlen_q, want = (64 * (int64_t)units + rows - 1) / rows;
     int64_t most = (kp->p.seqlen_k + 255) / 256;
     most = most < 1 ? 1 : most > 64 ? 64 : most;
@@ -152,7 +153,8 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
         int64_t n_cs = kp->cache_seqlens ? p->batch : 0, n_bt = kp->paged ? p->batch * kp->block_table_stride : 0;
         int64_t n_bi = kp->batch_idx ? p->batch : 0, n = n_cs + n_bt + n_bi;
         cl_int e;
-        extra = clCreateBuffer(s->context, CL_MEM_READ_WRITE, sizeof(int32_t) * (size_t)(n > 0 ? n : 1), NULL, &e);
+        extra = ocl_api.clCreateBuffer(s->context, CL_MEM_READ_WRITE, sizeof(int32_t) * (size_t)(n > 0 ? n : 1), NULL,
+                                       &e);
         if (e != CL_SUCCESS)
             return OCL_FAIL(ctx, e, "clCreateBuffer(int32 arrays)");
         const cl_mem src[3] = {mcs, mbt, mbi};
@@ -162,22 +164,22 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
         for (int i = 0; i < 3 && e == CL_SUCCESS; ++i) {
             if (!count[i])
                 continue;
-            e = clEnqueueCopyBuffer(s->queue, src[i], extra, sizeof(int32_t) * (size_t)prm[slot[i]],
+            e = ocl_api.clEnqueueCopyBuffer(s->queue, src[i], extra, sizeof(int32_t) * (size_t)prm[slot[i]],
                                     sizeof(int32_t) * (size_t)at, sizeof(int32_t) * (size_t)count[i], 0, NULL, NULL);
             prm[slot[i]] = at;
             at += count[i];
         }
         if (e != CL_SUCCESS) {
-            clReleaseMemObject(extra);
+            ocl_api.clReleaseMemObject(extra);
             return OCL_FAIL(ctx, e, "clEnqueueCopyBuffer(int32 arrays)");
         }
         ints = extra;
     }
     cl_int e;
-    cl_mem params = clCreateBuffer(s->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof prm, prm, &e);
+    cl_mem params = ocl_api.clCreateBuffer(s->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof prm, prm, &e);
     cl_mem partial = NULL;
     if (e == CL_SUCCESS && splits > 1)
-        partial = clCreateBuffer(s->context, CL_MEM_READ_WRITE,
+        partial = ocl_api.clCreateBuffer(s->context, CL_MEM_READ_WRITE,
                                  sizeof(float) * (size_t)(p->total_q * p->heads_q * splits * (p->d + 1)), NULL, &e);
     if (e != CL_SUCCESS)
         st = OCL_FAIL(ctx, e, "clCreateBuffer(kv cache parameters)");
@@ -210,12 +212,12 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     }
     /* OpenCL keeps the released buffers alive until the queued kernels ran */
     if (params)
-        clReleaseMemObject(params);
+        ocl_api.clReleaseMemObject(params);
     if (partial)
-        clReleaseMemObject(partial);
+        ocl_api.clReleaseMemObject(partial);
     if (extra)
-        clReleaseMemObject(extra);
+        ocl_api.clReleaseMemObject(extra);
     if (st == FA_SUCCESS)
-        OCL_TRY(ctx, clFlush(s->queue), "clFlush");
+        OCL_TRY(ctx, ocl_api.clFlush(s->queue), "clFlush");
     return st;
 }

@@ -47,7 +47,7 @@ fa_status ocl_alloc(fa_context *ctx, size_t bytes, void **ptr)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "fa_malloc: cannot reserve %zu bytes of address space (%s)",
                         size, strerror(errno));
     cl_int e;
-    cl_mem mem = clCreateBuffer(s->context, CL_MEM_READ_WRITE, size, NULL, &e);
+    cl_mem mem = ocl_api.clCreateBuffer(s->context, CL_MEM_READ_WRITE, size, NULL, &e);
     if (e != CL_SUCCESS) {
         munmap(range, size);
         return OCL_FAIL(ctx, e, "clCreateBuffer");
@@ -71,7 +71,7 @@ fa_status ocl_free(fa_context *ctx, void *ptr)
             memmove(&s->buffers[i], &s->buffers[i + 1], (s->nbuffers - i - 1) * sizeof *s->buffers);
             s->nbuffers--;
             /* the queue may still use it: OpenCL frees the memory once its commands are done */
-            cl_int e = clReleaseMemObject(b.mem);
+            cl_int e = ocl_api.clReleaseMemObject(b.mem);
             munmap((void *)b.base, b.bytes);
             if (e != CL_SUCCESS)
                 return OCL_FAIL(ctx, e, "clReleaseMemObject");
@@ -94,18 +94,23 @@ fa_status ocl_copy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa
                             src, bytes);
     switch (kind) {
     case FA_COPY_HOST_TO_DEVICE:
-        OCL_TRY(ctx, clEnqueueWriteBuffer(s->queue, bd->mem, CL_TRUE, (uintptr_t)dst - bd->base, bytes, src, 0, NULL, NULL),
+        OCL_TRY(ctx,
+                ocl_api.clEnqueueWriteBuffer(s->queue, bd->mem, CL_TRUE, (uintptr_t)dst - bd->base, bytes, src, 0, NULL,
+                                             NULL),
                 "clEnqueueWriteBuffer");
         break;
     case FA_COPY_DEVICE_TO_HOST:
-        OCL_TRY(ctx, clEnqueueReadBuffer(s->queue, bs->mem, CL_TRUE, (uintptr_t)src - bs->base, bytes, dst, 0, NULL, NULL),
+        OCL_TRY(ctx,
+                ocl_api.clEnqueueReadBuffer(s->queue, bs->mem, CL_TRUE, (uintptr_t)src - bs->base, bytes, dst, 0, NULL,
+                                            NULL),
                 "clEnqueueReadBuffer");
         break;
     case FA_COPY_DEVICE_TO_DEVICE:
-        OCL_TRY(ctx, clEnqueueCopyBuffer(s->queue, bs->mem, bd->mem, (uintptr_t)src - bs->base, (uintptr_t)dst - bd->base,
-                                         bytes, 0, NULL, NULL),
+        OCL_TRY(ctx,
+                ocl_api.clEnqueueCopyBuffer(s->queue, bs->mem, bd->mem, (uintptr_t)src - bs->base,
+                                            (uintptr_t)dst - bd->base, bytes, 0, NULL, NULL),
                 "clEnqueueCopyBuffer");
-        OCL_TRY(ctx, clFinish(s->queue), "clFinish"); /* the helper's contract: done on return */
+        OCL_TRY(ctx, ocl_api.clFinish(s->queue), "clFinish"); /* the helper's contract: done on return */
         break;
     case FA_COPY_HOST_TO_HOST: memmove(dst, src, bytes); break;
     }
@@ -114,6 +119,6 @@ fa_status ocl_copy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa
 
 fa_status ocl_sync(fa_context *ctx)
 {
-    OCL_TRY(ctx, clFinish(ocl_state_of(ctx)->queue), "clFinish");
+    OCL_TRY(ctx, ocl_api.clFinish(ocl_state_of(ctx)->queue), "clFinish");
     return FA_SUCCESS;
 }

@@ -6,13 +6,15 @@
  *   tiles.c     the tile table and the chooser
  *   programs.c  building the kernels and the program cache (in memory and on disk)
  *   launch.c    binding a call's arguments and launching the forward and backward kernels
- *   launch_kv.c fa_forward_kvcache's launches (kernels/decode.cl) */
+ *   launch_kv.c fa_forward_kvcache's launches (kernels/decode.cl)
+ *   loader.c    the OpenCL API itself, loaded at run time (ocl_api, loader.h) */
 #ifndef FA_OPENCL_BACKEND_H
 #define FA_OPENCL_BACKEND_H
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include "internal.h"
 #include "kernels/params.h"
+#include "loader.h"
 
 #include <CL/cl.h>
 
@@ -78,6 +80,7 @@ fa_status ocl_fail_at(fa_context *ctx, cl_int e, const char *what, const char *f
 
 /* runtime.c */
 fa_status ocl_device_count(int *count);
+fa_status ocl_availability(int *count, char *why, size_t len);
 fa_status ocl_device_name(int device, char *buf, size_t len);
 void ocl_capabilities(fa_capabilities *caps);
 fa_status ocl_open(fa_context *ctx, int device);

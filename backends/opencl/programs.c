@@ -20,9 +20,9 @@ void ocl_release_programs(ocl_state *s)
         cl_kernel ks[] = {p->forward, p->forward_vec, p->dsum, p->dkdv, p->dq, p->kv_append, p->kv_decode, p->kv_combine};
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; ++k)
             if (ks[k])
-                clReleaseKernel(ks[k]);
+                ocl_api.clReleaseKernel(ks[k]);
         if (p->program)
-            clReleaseProgram(p->program);
+            ocl_api.clReleaseProgram(p->program);
     }
     s->nprograms = 0;
 }
@@ -90,13 +90,13 @@ static unsigned char *read_file(const char *path, size_t *len)
 static void save_binary(cl_program prog, const char *dir, const char *path)
 {
     size_t size = 0;
-    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
+    if (ocl_api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return;
     unsigned char *bin = malloc(size);
     if (!bin)
         return;
     unsigned char *bins[1] = {bin};
-    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
+    if (ocl_api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
         char tmp[4300], d[4096];
         snprintf(d, sizeof d, "%s", dir);
         make_dirs(d);
@@ -119,7 +119,7 @@ static fa_status build_failed(fa_context *ctx, const ocl_state *s, cl_program pr
 {
     char log[400] = "";
     size_t n = 0;
-    clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &n);
+    ocl_api.clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &n);
     log[sizeof log - 1] = '\0';
     return FA_ERROR(ctx, FA_ERR_BACKEND, "clBuildProgram: %s (%s): %s", ocl_error_name(e), options, log);
 }
@@ -195,33 +195,34 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
     if (bin) {
         const unsigned char *bins[1] = {bin};
         cl_int bstatus;
-        prog = clCreateProgramWithBinary(s->context, 1, &s->device, &blen, bins, &bstatus, &e);
+        prog = ocl_api.clCreateProgramWithBinary(s->context, 1, &s->device, &blen, bins, &bstatus, &e);
         free(bin);
         if (e == CL_SUCCESS && bstatus == CL_SUCCESS)
-            e = clBuildProgram(prog, 1, &s->device, options, NULL, NULL);
+            e = ocl_api.clBuildProgram(prog, 1, &s->device, options, NULL, NULL);
         if (e != CL_SUCCESS || bstatus != CL_SUCCESS) { /* stale or foreign: rebuild from source */
             if (prog)
-                clReleaseProgram(prog);
+                ocl_api.clReleaseProgram(prog);
             prog = NULL;
         }
     }
     if (!prog) {
         const char *src = fa_opencl_source;
         size_t len = fa_opencl_source_len;
-        prog = clCreateProgramWithSource(s->context, 1, &src, &len, &e);
+        prog = ocl_api.clCreateProgramWithSource(s->context, 1, &src, &len, &e);
         if (e != CL_SUCCESS)
             return OCL_FAIL(ctx, e, "clCreateProgramWithSource");
-        e = clBuildProgram(prog, 1, &s->device, options, NULL, NULL);
+        e = ocl_api.clBuildProgram(prog, 1, &s->device, options, NULL, NULL);
         if (e != CL_SUCCESS) {
             fa_status st = build_failed(ctx, s, prog, e, options);
-            clReleaseProgram(prog);
+            ocl_api.clReleaseProgram(prog);
             return st;
         }
         if (getenv("FLASHATTN_OPENCL_LOG")) { /* the compiler's report, e.g. NVIDIA's register counts */
             size_t ln = 0;
-            clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &ln);
+            ocl_api.clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &ln);
             char *log = ln ? malloc(ln + 1) : NULL;
-            if (log && clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, ln, log, NULL) == CL_SUCCESS) {
+            if (log &&
+                ocl_api.clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, ln, log, NULL) == CL_SUCCESS) {
                 log[ln] = '\0';
                 fprintf(stderr, "flashattn opencl build (%s):\n%s\n", options, log);
             }
@@ -235,22 +236,22 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
     snprintf(pr->options, sizeof pr->options, "%s", options);
     pr->program = prog;
     if (kernels == 1)
-        pr->forward = clCreateKernel(prog, "fa_forward", &e);
+        pr->forward = ocl_api.clCreateKernel(prog, "fa_forward", &e);
     if (kernels == 2)
-        pr->forward_vec = clCreateKernel(prog, "fa_forward_vec", &e);
+        pr->forward_vec = ocl_api.clCreateKernel(prog, "fa_forward_vec", &e);
     if (kernels == 5) {
-        pr->kv_append = clCreateKernel(prog, "fa_kv_append", &e);
+        pr->kv_append = ocl_api.clCreateKernel(prog, "fa_kv_append", &e);
         if (e == CL_SUCCESS)
-            pr->kv_decode = clCreateKernel(prog, "fa_kv_decode", &e);
+            pr->kv_decode = ocl_api.clCreateKernel(prog, "fa_kv_decode", &e);
         if (e == CL_SUCCESS)
-            pr->kv_combine = clCreateKernel(prog, "fa_kv_combine", &e);
+            pr->kv_combine = ocl_api.clCreateKernel(prog, "fa_kv_combine", &e);
     }
     if (kernels == 3 || kernels == 4) {
-        pr->dsum = clCreateKernel(prog, "fa_backward_dsum", &e);
+        pr->dsum = ocl_api.clCreateKernel(prog, "fa_backward_dsum", &e);
         if (e == CL_SUCCESS)
-            pr->dkdv = clCreateKernel(prog, kernels == 3 ? "fa_backward_dkdv" : "fa_backward_dkdv_vec", &e);
+            pr->dkdv = ocl_api.clCreateKernel(prog, kernels == 3 ? "fa_backward_dkdv" : "fa_backward_dkdv_vec", &e);
         if (e == CL_SUCCESS)
-            pr->dq = clCreateKernel(prog, kernels == 3 ? "fa_backward_dq" : "fa_backward_dq_vec", &e);
+            pr->dq = ocl_api.clCreateKernel(prog, kernels == 3 ? "fa_backward_dq" : "fa_backward_dq_vec", &e);
     }
     s->nprograms++;
     if (e != CL_SUCCESS)

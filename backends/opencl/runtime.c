@@ -53,13 +53,15 @@ fa_status ocl_fail_at(fa_context *ctx, cl_int e, const char *what, const char *f
  * platform only. The backend's device index is the position in this list. */
 static int list_devices(cl_device_id *devs, cl_platform_id *plats, int max)
 {
+    if (ocl_api_load())
+        return 0; /* no ICD loader: zero devices, and ocl_availability says why */
     cl_uint np = 0;
-    if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0)
+    if (ocl_api.clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0)
         return 0; /* no ICD loader configuration, no platform: zero devices, not an error */
     cl_platform_id pl[16];
     if (np > 16)
         np = 16;
-    if (clGetPlatformIDs(np, pl, NULL) != CL_SUCCESS)
+    if (ocl_api.clGetPlatformIDs(np, pl, NULL) != CL_SUCCESS)
         return 0;
     long only = -1;
     const char *env = getenv("FLASHATTN_OPENCL_PLATFORM");
@@ -70,12 +72,12 @@ static int list_devices(cl_device_id *devs, cl_platform_id *plats, int max)
         if (only >= 0 && (long)i != only)
             continue;
         cl_uint nd = 0;
-        if (clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+        if (ocl_api.clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
             continue;
         cl_device_id d[OCL_MAX_DEVICES];
         if (nd > (cl_uint)(max - n))
             nd = (cl_uint)(max - n);
-        if (clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_ALL, nd, d, NULL) != CL_SUCCESS)
+        if (ocl_api.clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_ALL, nd, d, NULL) != CL_SUCCESS)
             continue;
         for (cl_uint j = 0; j < nd; ++j) {
             devs[n] = d[j];
@@ -94,6 +96,33 @@ fa_status ocl_device_count(int *count)
     return FA_SUCCESS;
 }
 
+fa_status ocl_availability(int *count, char *why, size_t len)
+{
+    *count = 0;
+    const char *load_error = ocl_api_load();
+    if (load_error) {
+        snprintf(why, len, "%s", load_error);
+        return FA_ERR_NO_BACKEND;
+    }
+    cl_uint np = 0;
+    cl_int e = ocl_api.clGetPlatformIDs(0, NULL, &np);
+    if (e != CL_SUCCESS || np == 0) {
+        snprintf(why, len, "no driver: the OpenCL ICD loader finds no platform (%s; a vendor's driver registers one in "
+                 "/etc/OpenCL/vendors)", e != CL_SUCCESS ? ocl_error_name(e) : "0 platforms");
+        return FA_ERR_NO_BACKEND;
+    }
+    cl_device_id d[OCL_MAX_DEVICES];
+    cl_platform_id p[OCL_MAX_DEVICES];
+    *count = list_devices(d, p, OCL_MAX_DEVICES);
+    if (*count == 0) {
+        const char *only = getenv("FLASHATTN_OPENCL_PLATFORM");
+        snprintf(why, len, "no device: %u platform%s, none with a device%s%s", (unsigned)np, np == 1 ? "" : "s",
+                 only && *only ? " among those FLASHATTN_OPENCL_PLATFORM keeps: " : "", only && *only ? only : "");
+        return FA_ERR_NO_BACKEND;
+    }
+    return FA_SUCCESS;
+}
+
 fa_status ocl_device_name(int device, char *buf, size_t len)
 {
     cl_device_id d[OCL_MAX_DEVICES];
@@ -103,9 +132,9 @@ fa_status ocl_device_name(int device, char *buf, size_t len)
         return FA_ERR_NO_DEVICE;
     char name[256] = "", plat[256] = "";
     cl_device_type type = 0;
-    if (clGetDeviceInfo(d[device], CL_DEVICE_NAME, sizeof name, name, NULL) != CL_SUCCESS ||
-        clGetPlatformInfo(p[device], CL_PLATFORM_NAME, sizeof plat, plat, NULL) != CL_SUCCESS ||
-        clGetDeviceInfo(d[device], CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS)
+    if (ocl_api.clGetDeviceInfo(d[device], CL_DEVICE_NAME, sizeof name, name, NULL) != CL_SUCCESS ||
+        ocl_api.clGetPlatformInfo(p[device], CL_PLATFORM_NAME, sizeof plat, plat, NULL) != CL_SUCCESS ||
+        ocl_api.clGetDeviceInfo(d[device], CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS)
         return FA_ERR_BACKEND;
     snprintf(buf, len, "%s (%s, %s)", name, plat, (type & CL_DEVICE_TYPE_GPU) ? "GPU" : (type & CL_DEVICE_TYPE_CPU) ? "CPU" : "other");
     return FA_SUCCESS;
@@ -129,19 +158,19 @@ void ocl_close(fa_context *ctx)
     if (!s)
         return;
     if (s->queue) {
-        clFinish(s->queue);
-        clReleaseCommandQueue(s->queue);
+        ocl_api.clFinish(s->queue);
+        ocl_api.clReleaseCommandQueue(s->queue);
     }
     for (size_t i = 0; i < s->nbuffers; ++i) {
-        clReleaseMemObject(s->buffers[i].mem);
+        ocl_api.clReleaseMemObject(s->buffers[i].mem);
         munmap((void *)s->buffers[i].base, s->buffers[i].bytes);
     }
     free(s->buffers);
     if (s->dummy)
-        clReleaseMemObject(s->dummy);
+        ocl_api.clReleaseMemObject(s->dummy);
     ocl_release_programs(s);
     if (s->context)
-        clReleaseContext(s->context);
+        ocl_api.clReleaseContext(s->context);
     free(s);
     ctx->priv = NULL;
 }
@@ -150,6 +179,9 @@ fa_status ocl_open(fa_context *ctx, int device)
 {
     cl_device_id d[OCL_MAX_DEVICES];
     cl_platform_id p[OCL_MAX_DEVICES];
+    const char *load_error = ocl_api_load();
+    if (load_error)
+        return FA_ERROR(ctx, FA_ERR_NO_BACKEND, "opencl: %s", load_error);
     int n = list_devices(d, p, OCL_MAX_DEVICES);
     if (device < 0 || device >= n)
         return FA_ERROR(ctx, FA_ERR_NO_DEVICE, "opencl: device %d of %d", device, n);
@@ -159,26 +191,26 @@ fa_status ocl_open(fa_context *ctx, int device)
     ctx->priv = s;
     s->platform = p[device];
     s->device = d[device];
-    cl_int e = clGetDeviceInfo(s->device, CL_DEVICE_TYPE, sizeof s->type, &s->type, NULL);
+    cl_int e = ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_TYPE, sizeof s->type, &s->type, NULL);
     if (e == CL_SUCCESS)
-        e = clGetDeviceInfo(s->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof s->max_group, &s->max_group, NULL);
+        e = ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof s->max_group, &s->max_group, NULL);
     if (e == CL_SUCCESS)
-        e = clGetDeviceInfo(s->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof s->local_bytes, &s->local_bytes, NULL);
+        e = ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof s->local_bytes, &s->local_bytes, NULL);
     if (e == CL_SUCCESS)
-        e = clGetDeviceInfo(s->device, CL_DEVICE_NAME, sizeof s->device_name, s->device_name, NULL);
+        e = ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_NAME, sizeof s->device_name, s->device_name, NULL);
     if (e == CL_SUCCESS)
-        e = clGetDeviceInfo(s->device, CL_DEVICE_VERSION, sizeof s->device_version, s->device_version, NULL);
+        e = ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_VERSION, sizeof s->device_version, s->device_version, NULL);
     if (e == CL_SUCCESS)
-        e = clGetDeviceInfo(s->device, CL_DRIVER_VERSION, sizeof s->driver_version, s->driver_version, NULL);
+        e = ocl_api.clGetDeviceInfo(s->device, CL_DRIVER_VERSION, sizeof s->driver_version, s->driver_version, NULL);
     if (e == CL_SUCCESS)
-        e = clGetPlatformInfo(s->platform, CL_PLATFORM_VERSION, sizeof s->platform_version, s->platform_version,
+        e = ocl_api.clGetPlatformInfo(s->platform, CL_PLATFORM_VERSION, sizeof s->platform_version, s->platform_version,
                               NULL);
     if (e != CL_SUCCESS) {
         ocl_close(ctx);
         return OCL_FAIL(ctx, e, "clGetDeviceInfo");
     }
     cl_device_fp_config fp = 0;
-    if (clGetDeviceInfo(s->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
+    if (ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
         s->fma = (fp & CL_FP_FMA) != 0;
     /* FLASHATTN_OPENCL_TILES=gpu|cpu overrides the device type's choice: the tests run the GPU
      * kernels on PoCL this way, since CI has no GPU */
@@ -189,20 +221,20 @@ fa_status ocl_open(fa_context *ctx, int device)
     if (!ocl_parse_fwd_tile(&s->fwd_tile))
         s->fwd_tile.block_q = 0;
     size_t ext_len = 0;
-    if (clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
+    if (ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
         char *ext = malloc(ext_len + 1);
-        if (ext && clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
+        if (ext && ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
             ext[ext_len] = '\0';
             s->nv_options = strstr(ext, "cl_nv_compiler_options") != NULL;
         }
         free(ext);
     }
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)s->platform, 0};
-    s->context = clCreateContext(props, 1, &s->device, NULL, NULL, &e);
+    s->context = ocl_api.clCreateContext(props, 1, &s->device, NULL, NULL, &e);
     if (e == CL_SUCCESS)
-        s->queue = clCreateCommandQueue(s->context, s->device, 0, &e);
+        s->queue = ocl_api.clCreateCommandQueue(s->context, s->device, 0, &e);
     if (e == CL_SUCCESS)
-        s->dummy = clCreateBuffer(s->context, CL_MEM_READ_WRITE, 64, NULL, &e);
+        s->dummy = ocl_api.clCreateBuffer(s->context, CL_MEM_READ_WRITE, 64, NULL, &e);
     if (e != CL_SUCCESS) {
         ocl_close(ctx);
         return OCL_FAIL(ctx, e, "clCreateContext / clCreateCommandQueue");
