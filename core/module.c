@@ -4,6 +4,9 @@
  *   FLASHATTN_<NAME>_MODULE    a path (then only there: tests and users pointing at one build);
  *   beside the file holding the library's code (libflashattn.so, or the program that linked
  *                              libflashattn.a), found with dladdr;
+ *   a Python install's copy    the program's directory /../lib/python3.* /{site,dist}-packages/
+ *                              .flashattn.mesonpy.libs (a wheel puts the flashattn tool in bin/
+ *                              and both libraries there; the tool links libflashattn.a);
  *   the library search path    LD_LIBRARY_PATH, the program's runpath, ld.so.cache;
  *   FA_MODULE_DIR              where `meson install` puts it (prefix / libdir).
  * A module that is found but cannot load (its runtime is missing) stops the search with dlopen's
@@ -13,6 +16,7 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <dlfcn.h>
+#include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +81,29 @@ static void *open_candidate(const char *path, int must_exist, char *why, size_t 
     return h;
 }
 
+/* The module in a Python install of the wheel, found from the running program's path. */
+static void *open_in_python_install(const char *file, char *why, size_t len, int *stop)
+{
+    char exe[4096], pattern[4096 + 128];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    snprintf(pattern, sizeof pattern, "%s/../lib/python3*/*-packages/.flashattn.mesonpy.libs/%s", exe, file);
+    glob_t g;
+    void *h = NULL;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; !h && !*stop && i < g.gl_pathc; ++i)
+            h = open_candidate(g.gl_pathv[i], 1, why, len, stop);
+        globfree(&g);
+    }
+    return h;
+}
+
 static void *open_module(const char *name, char *why, size_t len)
 {
     char env_name[64], file[64], path[4096];
@@ -102,6 +129,8 @@ static void *open_module(const char *name, char *why, size_t len)
         snprintf(path, sizeof path, "%.*s/%s", dir_len, slash ? info.dli_fname : ".", file);
         h = open_candidate(path, 1, why, len, &stop);
     }
+    if (!h && !stop)
+        h = open_in_python_install(file, why, len, &stop);
     if (!h && !stop)
         h = open_candidate(file, 0, why, len, &stop);
 #ifdef FA_MODULE_DIR

@@ -33,7 +33,7 @@ import importlib
 import os
 
 from . import _capi, _core
-from ._capi import FlashAttnError, backends
+from ._capi import FlashAttnError, backend_availability, backends
 from ._core import synchronize
 
 # The torch custom operators (torch.compile traces through them) where torch is installed;
@@ -50,8 +50,8 @@ _torch = importlib.import_module("._torch", __name__) if _torch_module is not No
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "block_sparse_attn_func",
-           "flash_attn_backward", "flash_attn_with_kvcache", "FlashAttnError", "backends", "library_version",
-           "synchronize"]
+           "flash_attn_backward", "flash_attn_with_kvcache", "FlashAttnError", "backends", "backend_availability",
+           "library_version", "synchronize"]
 __version__ = "0.1.0"
 
 

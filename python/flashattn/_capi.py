@@ -174,6 +174,7 @@ def lib():
         L.fa_backend_name.restype = C.c_char_p
         L.fa_backend_name.argtypes = [C.c_int]
         L.fa_device_count.argtypes = [C.c_char_p, C.POINTER(C.c_int)]
+        L.fa_backend_availability.argtypes = [C.c_char_p, C.c_char_p, C.c_size_t]
         L.fa_block_mask_from_bitmap.argtypes = [C.POINTER(BlockMask), C.c_void_p, C.c_int64, C.c_int64, C.c_int64,
                                                 C.c_int64, C.c_int64]
         L.fa_block_mask_create.argtypes = [C.POINTER(BlockMask), C.c_int, C.c_int64, C.c_int64, C.c_int64,
@@ -242,6 +243,16 @@ def backends():
     """The backends compiled into the loaded library."""
     L = lib()
     return [L.fa_backend_name(i).decode() for i in range(L.fa_backend_count())]
+
+
+def backend_availability(name):
+    """Whether backend `name` can run on this machine: (True, "available: N device(s)") or (False,
+    the reason: "not compiled in", "library not found: ...", "no driver: ...", "no device...")."""
+    if not isinstance(name, str):
+        raise TypeError(f"backend_availability: the backend name must be a str, not {type(name).__name__}")
+    why = C.create_string_buffer(512)
+    st = lib().fa_backend_availability(name.encode(), why, len(why))
+    return st == 0, why.value.decode(errors="replace")
 
 
 def abi_layout():

@@ -205,3 +205,36 @@ def test_backend_of_gpu_arrays_cannot_be_changed():
     views = [_core._View(FakeCuda(), "q")]
     with pytest.raises(ValueError, match="run there"):
         _core._context_for(views, "opencl")
+
+
+def test_backend_availability_matches_device_count():
+    """fa_backend_availability through Python: every backend compiled in answers (bool, reason), True
+    exactly where it has a device; the CPU backend is always available; a name not compiled in says so."""
+    for b in fa.backends():
+        ok, why = fa.backend_availability(b)
+        assert ok == has_device(b), (b, ok, why)
+        assert why.startswith("available: ") if ok else why, (b, why)
+    assert fa.backend_availability("cpu")[0]
+    assert fa.backend_availability("no-such-backend") == (False, "not compiled in")
+    with pytest.raises(TypeError):
+        fa.backend_availability(None)
+
+
+@pytest.mark.skipif("opencl" not in fa.backends(), reason="the OpenCL backend is not compiled in")
+def test_backend_availability_library_not_found():
+    """With the OpenCL library absent (FLASHATTN_OPENCL_LIBRARY naming a missing file, read at the
+    library's first use, so in a fresh interpreter) the package imports, computes on the CPU, and
+    says why OpenCL is unavailable."""
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np, flashattn as fa\n"
+            "ok, why = fa.backend_availability('opencl')\n"
+            "q = np.ones((1, 8, 1, 32), np.float32)\n"
+            "assert np.allclose(fa.flash_attn_func(q, q, q), q)\n"
+            "print(ok, why)\n")
+    env = dict(os.environ, FLASHATTN_OPENCL_LIBRARY="/nonexistent/libOpenCL.so.1")
+    env.pop("FLASHATTN_BACKEND", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("False library not found: ") and "/nonexistent/libOpenCL.so.1" in out.stdout, out.stdout
