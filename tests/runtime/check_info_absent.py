@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_info_absent.py: the flashattn tool where the vendor runtimes are absent (simulated:
 FLASHATTN_OPENCL_LIBRARY and FLASHATTN_HIP_MODULE name files that do not exist): `info` lists
-every backend compiled in with the reason it is unavailable (in text and in --json), and a CPU run
+every backend compiled in with the reason it is unavailable (in text and in --json), the default
+backend is one that is present (CPU, or CUDA where there is a GPU), and a CPU run
 with --check passes.
 
 usage: check_info_absent.py FLASHATTN_TOOL"""
@@ -37,8 +38,10 @@ def main(tool):
                 failures.append(f"{b}: availability '{why}' does not say its library {path} was not found")
         elif b == "cpu" and not why.startswith("available: "):
             failures.append(f"cpu: availability '{why}'")
-    if "default backend: cpu" not in info.stdout:
-        failures.append("the default backend is not cpu")
+    # the default is a backend that is present: the CPU's, or CUDA's where there is a GPU
+    default = re.search(r"^default backend: (\S+)", info.stdout, re.M)
+    if not default or default.group(1) in ("opencl", "hip") or default.group(1) not in backends:
+        failures.append(f"the default backend is {default.group(1) if default else 'not named'}")
     js = subprocess.run([tool, "info", "--json"], env=env, capture_output=True, text=True, timeout=120)
     try:
         entries = {e["name"]: e for e in json.loads(js.stdout)["backends"]}

@@ -63,12 +63,19 @@ static void hip_absent(void **state)
     check_absent("hip", getenv("FLASHATTN_HIP_MODULE") ? getenv("FLASHATTN_HIP_MODULE") : "?");
 }
 
-/* The default context is the CPU backend's, and it computes: one query row attends to two keys. */
+/* The default context is on a backend that is present (the CPU's, or CUDA's where a GPU is), never on
+ * an absent one; the CPU backend computes: one query row attends to two keys. */
 static void cpu_works(void **state)
 {
     (void)state;
     fa_context *ctx = NULL;
     assert_int_equal(fa_context_create(&ctx, NULL, 0), FA_SUCCESS);
+    const char *chosen = fa_context_backend_name(ctx);
+    print_message("default backend: %s\n", chosen);
+    assert_true(strcmp(chosen, "opencl") != 0 && strcmp(chosen, "hip") != 0);
+    fa_context_destroy(ctx);
+    ctx = NULL;
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
     assert_string_equal(fa_context_backend_name(ctx), "cpu");
     char why[256];
     assert_int_equal(fa_backend_availability("cpu", why, sizeof why), FA_SUCCESS);
