@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the kernel instances and the dispatch tables of every CUDA / HIP kernel family from one
-table per family (FAMILIES below): sm80 (one .cu per direction, dtype and padded head dim), sm90,
+table per family (FAMILIES below): sm80 (one .cu per direction, dtype and padded head dim), sm90
+(one .cu per direction and dtype),
 the portable SIMT kernels (one .cu per dtype) and the MFMA forward. Every entry point has the same
 shape: a switch on dtype * 1000 + head dim over the instances the table lists, and the
 cudaErrorInvalidValue / hipErrorInvalidValue of the family for anything else. Adding an instance is
@@ -117,11 +118,30 @@ def sm80_files():
 
 
 def sm90_files():
+    """One .cu per (direction, dtype) holding its head dims' instances (ninja spreads them over the
+    cores; one file with all twelve was the longest compile of the build), and dispatch.cu with the
+    entry points, which instantiates nothing (extern template)."""
+    files = {}
+    out = "backends/cuda/sm90/instances"
+    sig = "(const fa_gpu_params &, cudaStream_t)"
+    directions = (("fwd", "forward", "launch_forward"), ("bwd", "backward", "launch_backward"))
+    names = []
+    externs = ""
+    for tag_dir, direction, fn in directions:
+        for tag, (ctype, _) in SM90["dtypes"].items():
+            name = f"{tag_dir}_{tag}.cu"
+            names.append(name)
+            body = HEADER + '#include "../backward.cuh"\n\nnamespace fa_sm90 {\n'
+            for d in SM90[direction]:
+                body += f"template cudaError_t {fn}<{ctype}, {d}>{sig};\n"
+                externs += f"extern template cudaError_t {fn}<{ctype}, {d}>{sig};\n"
+            files[f"{out}/{name}"] = body + "}\n"
     s = HEADER
-    s += "// The sm90 instances and their C entry points (backends/cuda/kernels.h), fp16 and bf16: the\n"
-    s += "// warp-specialised forward and the fused non-deterministic backward. Built only for\n"
-    s += "// -gencode=arch=compute_90a,code=sm_90a.\n"
-    s += '#include "../kernels.h"\n#include "backward.cuh"\n'
+    s += "// The sm90 entry points (backends/cuda/kernels.h), fp16 and bf16: the warp-specialised forward\n"
+    s += "// and the fused non-deterministic backward, whose instances are in the other files here. Built\n"
+    s += "// only for -gencode=arch=compute_90a,code=sm_90a.\n"
+    s += '#include "../../kernels.h"\n#include "../backward.cuh"\n\nnamespace fa_sm90 {\n' + externs
+    s += "} // namespace fa_sm90\n"
     codes = " && ".join(f"dtype != {code}" for _, code in SM90["dtypes"].values())
     for cname, direction in (("fa_sm90_has_instance", "forward"), ("fa_sm90_has_backward", "backward")):
         s += f'\nextern "C" int {cname}(int dtype, int head_dim_pad, int plain, int mod)\n{{\n'
@@ -137,7 +157,10 @@ def sm90_files():
                  for ctype, code in SM90["dtypes"].values() for dim in SM90[direction]]
         decl = f"int {cname}(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream)"
         s += "\n" + dispatch_entry(decl, "cudaStream_t", "dtype * 1000 + head_dim_pad", cases, "cudaErrorInvalidValue")
-    return {"backends/cuda/sm90/instances.cu": s}
+    files[f"{out}/dispatch.cu"] = s
+    names.append("dispatch.cu")
+    files[f"{out}/instances.txt"] = "\n".join(sorted(names)) + "\n"
+    return files
 
 
 def portable_files():

@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
 /* D and LSE log2(e) (the sm80 kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
  * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. d 256
  * and score modifiers: calls with neither dropout nor a block mask only. */
-template <typename T, int D> inline cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
+template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
     static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");

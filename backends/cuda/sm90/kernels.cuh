@@ -478,7 +478,7 @@ template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(cons
 /* Mode 0 (neither block lists nor dropout) on the warp-specialised kernel, with or without score
  * modifiers, the others on the first one (d 64 and 128 only, and no modifiers: the chooser sends
  * d 256 and modifiers only in mode 0). */
-template <typename T, int D> inline cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t stream)
+template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
     const int64_t nq = (p.seqlen_q + BR - 1) / BR;
     if (nq == 0 || p.batch == 0)
