@@ -66,16 +66,30 @@ static void cpu_capabilities(fa_capabilities *caps)
              "the backward is always deterministic");
 }
 
+/* The kernel table is chosen once per context (cpuid, or FLASHATTN_CPU_ISA for tests and
+ * benchmarks); a table the CPU cannot run is refused here, before any call. */
 static fa_status cpu_open(fa_context *ctx, int device)
 {
-    (void)ctx;
     (void)device;
+    const char *why = NULL;
+    const fa_cpu_isa *isa = fa_cpu_isa_select(&why);
+    if (!isa)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "FLASHATTN_CPU_ISA=%s: %s", getenv("FLASHATTN_CPU_ISA"), why);
+    ctx->priv = (void *)(uintptr_t)isa; /* the tables are const; the context only reads them */
     return FA_SUCCESS;
+}
+
+const fa_cpu_isa *fa_cpu_isa_of(const fa_context *ctx)
+{
+    if (ctx && ctx->priv)
+        return (const fa_cpu_isa *)ctx->priv;
+    const fa_cpu_isa *isa = fa_cpu_isa_select(NULL);
+    return isa ? isa : &fa_cpu_isa_generic;
 }
 
 static void cpu_close(fa_context *ctx)
 {
-    (void)ctx;
+    ctx->priv = NULL;
 }
 
 /* The tile table of the CPU backend. Each row gives M, the on-chip budget of the paper's formula
@@ -120,9 +134,8 @@ static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
 
 static fa_status cpu_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
-    (void)ctx;
-    snprintf(out->name, sizeof out->name, "cpu-flash-%s-%s-b%lldx%lld", p->backward ? "bwd" : "fwd",
-             fa_dtype_name(p->dtype), (long long)p->block_q, (long long)p->block_k);
+    snprintf(out->name, sizeof out->name, "cpu-flash-%s-%s-b%lldx%lld-%s", p->backward ? "bwd" : "fwd",
+             fa_dtype_name(p->dtype), (long long)p->block_q, (long long)p->block_k, fa_cpu_isa_of(ctx)->name);
     out->kernel = 0;
     return FA_SUCCESS;
 }

@@ -4,128 +4,26 @@
  * tile) with the online softmax. Backward: D = rowsum(dO * O); then one task per (batch, kv head,
  * chunk of key tiles) that recomputes S and P, accumulates dK and dV in its tile and dQ in a
  * per-chunk fp32 buffer; the chunks' dQ are summed in a fixed order, so the backward is always
- * deterministic. Matrix products use one register-blocked kernel written with GCC vector
- * extensions and compiled twice (x86-64-v3 and baseline) where the compiler supports it; the
- * forward prefetches the next key tile into L2 while it computes with the current one. */
+ * deterministic. Matrix products, exp and the softmax step come from the context's kernel table
+ * (isa.h: AVX-512, AVX2 or generic, chosen by cpuid); the forward prefetches the next key tile
+ * into L2 while it computes with the current one. */
 #include "cpu.h"
 #include "empty_row.h"
 #include "half.h"
 #include "philox.h"
 #include "pool.h"
 #include "score_mod.h"
-#include "simd.h"
 #include "softmax.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* C[M x N] (+)= A[M x K] B[K x N], all row-major fp32; N a multiple of NR. */
-FA_MULTIVERSION
-static void gemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                    float *C, int64_t ldc, int accumulate)
-{
-    /* panel-outer: one K x 16 panel of B (K cache lines) stays in L1 while every row block of A
-     * streams past it */
-    for (int64_t j = 0; j < N; j += NR) {
-        int64_t i = 0;
-        for (; i + MR <= M; i += MR)
-            fa_kernel_4x16(K, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc, 1.0f, accumulate);
-        for (; i < M; ++i)
-            fa_kernel_1x16(K, A + i * lda, B + j, ldb, C + i * ldc + j, 1.0f, accumulate);
-    }
-}
+#define PANEL FA_CPU_PANEL
 
-/* C[M x N] (+)= A[M x K] B[K x N] with B packed in panels: panel j (columns 16j .. 16j + 16) is
- * K x 16 contiguous at B + j * ldp (ldp >= 16 K: a product may use the first K rows of taller
- * panels), so the micro-kernel streams it from L1 in order. Meanwhile it prefetches pf_bytes at
- * pf (may be NULL) into L2, a few lines before each micro-kernel call: the forward passes the next
- * key tile, which would otherwise arrive from L3 or DRAM while the kernel waits for it (the
- * hardware prefetcher does not run far enough ahead of the kernel's one line per k step). */
-FA_MULTIVERSION
-static void gemm_np(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldp,
-                    float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes)
+static inline int64_t round_up(int64_t x, int64_t m)
 {
-    int64_t calls = (N + NR - 1) / NR * ((M + MR - 1) / MR);
-    int64_t pf_step = pf ? (pf_bytes + calls - 1) / calls : 0, pf_done = 0;
-    for (int64_t j = 0; j < N; j += NR) {
-        const float *panel = B + j / NR * ldp;
-        int64_t i = 0;
-        for (; i < M; i += MR) {
-            for (int64_t x = 0; x < pf_step && pf_done < pf_bytes; x += 64, pf_done += 64)
-                __builtin_prefetch(pf + pf_done, 0, 2);
-            if (i + MR <= M)
-                fa_kernel_4x16(K, A + i * lda, lda, panel, NR, C + i * ldc + j, ldc, 1.0f, accumulate);
-            else
-                for (int64_t r = i; r < M; ++r)
-                    fa_kernel_1x16(K, A + r * lda, panel, NR, C + r * ldc + j, 1.0f, accumulate);
-        }
-    }
-}
-
-/* exp(x - shift) for a row of n floats (n a multiple of VEC), in place, returning the sum of
- * the results (fa_exp8: 0 for -inf, NaN propagates). */
-FA_MULTIVERSION
-static float exp_inplace(float *x, int64_t n, float shift)
-{
-    v8f total = {0};
-    for (int64_t t = 0; t < n; t += VEC) {
-        v8f res = fa_exp8(load8(x + t) - shift);
-        store8(x + t, res);
-        total += res;
-    }
-    float sum = 0.0f;
-    for (int i = 0; i < VEC; ++i)
-        sum += total[i];
-    return sum;
-}
-
-/* x[0..n) *= a (n a multiple of VEC) */
-FA_MULTIVERSION
-static void scale_row(float *x, int64_t n, float a)
-{
-    for (int64_t t = 0; t < n; t += VEC)
-        store8(x + t, load8(x + t) * a);
-}
-
-/* The online-softmax step of one score tile (nr rows of width columns, row stride ld, masked
- * scores -inf): per row, the new running max, P = exp(S - max) in place, the running sum, and
- * the rescaling of that row of the output tile. One multiversioned call per tile rather than
- * three per row: the calls through the target_clones dispatch cost as much as a 64-wide row's
- * arithmetic. */
-FA_MULTIVERSION
-static void online_softmax_tile(float *s, int64_t nr, int64_t width, int64_t ld, fa_softmax_row *rows, float *o,
-                                int64_t ldo)
-{
-    for (int64_t r = 0; r < nr; ++r) {
-        /* columns past the tile's width hold -inf (apply_mask), so whole-row passes are exact */
-        float *row = s + r * ld;
-        v8f m8 = load8(row);
-        for (int64_t t = VEC; t < width; t += VEC) {
-            v8f v = load8(row + t);
-            m8 = select8(v > m8, v, m8);
-        }
-        float mx = m8[0];
-        for (int i = 1; i < VEC; ++i)
-            mx = m8[i] > mx ? m8[i] : mx;
-        float alpha = fa_softmax_update(&rows[r], mx);
-        float shift = fa_softmax_shift(rows[r].m);
-        v8f total = {0};
-        for (int64_t t = 0; t < width; t += VEC) {
-            v8f e = fa_exp8(load8(row + t) - shift);
-            store8(row + t, e);
-            total += e;
-        }
-        float sum = 0.0f;
-        for (int i = 0; i < VEC; ++i)
-            sum += total[i];
-        rows[r].l += sum;
-        if (alpha != 1.0f) {
-            float *orow = o + r * ldo;
-            for (int64_t t = 0; t < ldo; t += VEC)
-                store8(orow + t, load8(orow + t) * alpha);
-        }
-    }
+    return (x + m - 1) / m * m;
 }
 
 /* ------------------------------------------------------------------ tile movement */
@@ -299,9 +197,9 @@ static void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int64_t q0,
 /* ------------------------------------------------------------------ shapes of the buffers */
 
 typedef struct tile_dims {
-    int64_t bq, bk;   /* B_r, B_c (B_c a multiple of NR) */
-    int64_t dp;       /* d padded to NR */
-    int64_t bqp;      /* B_r padded to NR (for transposed tiles) */
+    int64_t bq, bk;   /* B_r, B_c (B_c a multiple of PANEL) */
+    int64_t dp;       /* d padded to PANEL */
+    int64_t bqp;      /* B_r padded to PANEL (for transposed tiles) */
 } tile_dims;
 
 static tile_dims dims_of(const fa_problem *p)
@@ -309,8 +207,8 @@ static tile_dims dims_of(const fa_problem *p)
     tile_dims t;
     t.bq = p->block_q;
     t.bk = p->block_k;
-    t.dp = fa_round_up(p->d, NR);
-    t.bqp = fa_round_up(p->block_q, NR);
+    t.dp = round_up(p->d, PANEL);
+    t.bqp = round_up(p->block_q, PANEL);
     return t;
 }
 
@@ -336,7 +234,7 @@ static int64_t float_bytes(int64_t a, int64_t b, int64_t c)
     if (!fa_mul_ok(a, b, &n) || !fa_mul_ok(n, c, &n) || !fa_mul_ok(n, 4, &n) || n > INT64_MAX - 63 ||
         (uint64_t)n > SIZE_MAX - 63)
         return -1;
-    return fa_round_up(n, 64);
+    return round_up(n, 64);
 }
 
 /* The sum of byte counts from float_bytes; -1 when one is -1 or the sum overflows. */
@@ -391,6 +289,7 @@ int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads)
  * Extra memory: about 2 * total_k * heads_kv * d floats, linear in N. */
 typedef struct fwd_ctx {
     const fa_problem *p;
+    const fa_cpu_isa *isa;
     tile_dims t;
     int64_t nq; /* query tiles of the longest sequence */
     int64_t *tile_base; /* batch + 1 prefix sums of key tiles per sequence */
@@ -427,13 +326,13 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
     for (int64_t r = 0; r < nc; ++r) {
         int64_t off = b * p->k.sb + (ks + k0 + r) * p->k.ss + hk * p->k.sh;
         convert_row(p->dtype, p->k.data, off, p->d, 1.0f, row);
-        float *kp = kT + r / NR * dp * NR + r % NR;
+        float *kp = kT + r / PANEL * dp * PANEL + r % PANEL;
         for (int64_t c = 0; c < dp; ++c)
-            kp[c * NR] = row[c];
+            kp[c * PANEL] = row[c];
         off = b * p->v.sb + (ks + k0 + r) * p->v.ss + hk * p->v.sh;
         convert_row(p->dtype, p->v.data, off, p->d, 1.0f, row);
-        for (int64_t c = 0; c < dp; c += NR)
-            memcpy(v + c * bk + r * NR, row + c, sizeof(float) * NR);
+        for (int64_t c = 0; c < dp; c += PANEL)
+            memcpy(v + c * bk + r * PANEL, row + c, sizeof(float) * PANEL);
     }
 }
 
@@ -477,13 +376,13 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
             int64_t lo, hi;
             fa_mask_rows_range(&m, q0, q0 + nr, &lo, &hi);
             if (lo > k0)
-                j0 = (lo - k0) / NR * NR;
+                j0 = (lo - k0) / PANEL * PANEL;
             if (hi - k0 < j1)
                 j1 = hi - k0;
             if (j1 <= j0)
                 continue;
         }
-        int64_t w = fa_round_up(j1, NR) - j0; /* columns computed, from j0 */
+        int64_t w = round_up(j1, PANEL) - j0; /* columns computed, from j0 */
         const float *kT = fc->kv_pack + ((fc->tile_base[b] + kt) * p->heads_kv + hk) * kv_tile_floats(t);
         const float *vtile = kT + t->dp * t->bk;
         float *sj = s + j0;
@@ -492,15 +391,15 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         if (kt + 1 < nk && tile_class(p, &m, h, qt, kt + 1) != FA_TILE_EMPTY)
             next = (const char *)(kT + kv_tile_floats(t) * p->heads_kv);
         int64_t half_bytes = t->dp * t->bk * (int64_t)sizeof(float);
-        gemm_np(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * NR, sj, t->bk, 0, next, half_bytes);
+        fc->isa->gemm_panels(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * PANEL, sj, t->bk, 0, next, half_bytes);
         if (fa_score_mod_active(p->mod))
             apply_score_mod(p, b, h, sk - sq, q0, nr, k0 + j0, w, t->bk, sj, NULL);
         if (cls != FA_TILE_FULL || j0 + w > nc)
             apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
-        online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
+        fc->isa->online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
         if (p->dropout_threshold)
             apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
-        gemm_np(nr, t->dp, w, sj, t->bk, vtile + j0 * NR, t->bk * NR, otile, t->dp, 1, next ? next + half_bytes : NULL,
+        fc->isa->gemm_panels(nr, t->dp, w, sj, t->bk, vtile + j0 * PANEL, t->bk * PANEL, otile, t->dp, 1, next ? next + half_bytes : NULL,
                 half_bytes);
     }
     for (int64_t r = 0; r < nr; ++r) {
@@ -530,7 +429,7 @@ static int64_t *key_tile_prefix(const fa_problem *p, int64_t bk)
 
 fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
 {
-    fwd_ctx fc = {.p = p, .t = dims_of(p)};
+    fwd_ctx fc = {.p = p, .isa = fa_cpu_isa_of(ctx), .t = dims_of(p)};
     fc.nq = (p->seqlen_q + fc.t.bq - 1) / fc.t.bq;
     int64_t ntasks = p->batch * p->heads_q * fc.nq;
     if (ntasks == 0)
@@ -574,6 +473,7 @@ fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
 
 typedef struct bwd_ctx {
     const fa_problem *p;
+    const fa_cpu_isa *isa;
     tile_dims t;
     int64_t nq, nk, chunks;
     float *dsum;   /* D = rowsum(dO * O): [heads_q][total_q] */
@@ -653,9 +553,9 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     }
                 }
                 /* P = exp(scale * Q K^T - LSE); a row with LSE = -inf is fully masked: P = 0 */
-                gemm_nn(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
+                bc->isa->gemm_rows(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
                 for (int64_t r = 0; r < nr; ++r)
-                    scale_row(pm + r * bk, bk, p->scale);
+                    bc->isa->scale_row(pm + r * bk, bk, p->scale);
                 if (fa_score_mod_active(p->mod))
                     apply_score_mod(p, b, h, sk - sq, q0, nr, k0, bk, bk, pm, grad);
                 if (cls != FA_TILE_FULL || nc < bk)
@@ -664,7 +564,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     if (fa_row_absent(lse[r]))
                         memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);
                     else
-                        exp_inplace(pm + r * bk, bk, lse[r]);
+                        bc->isa->exp_row(pm + r * bk, bk, lse[r]);
                 }
                 /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */
                 const float *pzv = pm;
@@ -674,9 +574,9 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     pzv = pz;
                 }
                 transpose(pzv, nr, bk, bk, tr, t->bqp);
-                gemm_nn(bk, dp, nr, tr, t->bqp, dotile, dp, dv, dp, 1);
+                bc->isa->gemm_rows(bk, dp, nr, tr, t->bqp, dotile, dp, dv, dp, 1);
                 /* dP = Z o (dO V^T); dS = P o (dP - D) * scale */
-                gemm_nn(nr, bk, p->d, dotile, dp, vT, bk, ds, bk, 0);
+                bc->isa->gemm_rows(nr, bk, p->d, dotile, dp, vT, bk, ds, bk, 0);
                 if (p->dropout_threshold)
                     apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
                 for (int64_t r = 0; r < nr; ++r) {
@@ -689,9 +589,9 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                             drow[j] *= grad[r * bk + j];
                 }
                 /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
-                gemm_nn(nr, dp, bk, ds, bk, ktile, dp, dq_acc + (cr0 * p->heads_q + h) * dp, p->heads_q * dp, 1);
+                bc->isa->gemm_rows(nr, dp, bk, ds, bk, ktile, dp, dq_acc + (cr0 * p->heads_q + h) * dp, p->heads_q * dp, 1);
                 transpose(ds, nr, bk, bk, tr, t->bqp);
-                gemm_nn(bk, dp, nr, tr, t->bqp, qtile, dp, dk, dp, 1);
+                bc->isa->gemm_rows(bk, dp, nr, tr, t->bqp, qtile, dp, dk, dp, 1);
             }
         }
         store_rows(p, &p->dk, b, ks + k0, nc, hk, dk, dp, 1.0f, NULL);
@@ -732,7 +632,7 @@ static void bwd_dq_task(void *argp, int64_t task, float *scratch)
 
 fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
 {
-    bwd_ctx bc = {.p = p, .t = dims_of(p)};
+    bwd_ctx bc = {.p = p, .isa = fa_cpu_isa_of(ctx), .t = dims_of(p)};
     bc.nq = (p->seqlen_q + bc.t.bq - 1) / bc.t.bq;
     bc.nk = (p->seqlen_k + bc.t.bk - 1) / bc.t.bk;
     int threads = fa_cpu_threads(ctx);

@@ -1,0 +1,46 @@
+/* isa.h: the CPU kernels whose speed depends on the vector instruction set. One source
+ * (isa_kernels.c) is compiled once per instruction set the compiler can target (generic; on
+ * x86-64 also AVX2 + FMA and AVX-512), each into its own table with its own register blocking;
+ * the backend picks the widest table the CPU runs (cpuid) when a context opens.
+ *
+ * Matrices are row-major fp32. A "panel" layout holds B in column panels of FA_CPU_PANEL
+ * columns: panel j (columns 16 j .. 16 j + 15) is K x 16 contiguous at B + j * ldp. */
+#ifndef FA_CPU_ISA_H
+#define FA_CPU_ISA_H
+
+#include "softmax.h"
+
+#include <stdint.h>
+
+#define FA_CPU_PANEL 16 /* columns of a packed panel; every tile width is a multiple of it */
+
+typedef struct fa_cpu_isa {
+    const char *name; /* "avx512", "avx2" or "generic": the value FLASHATTN_CPU_ISA takes */
+    int lanes;        /* fp32 lanes of one vector */
+    /* C[M x N] (+)= A[M x K] B[K x N], B in panels (ldp >= 16 K); N a multiple of 16. Prefetches
+     * pf_bytes at pf (may be NULL) into L2, spread over the product. */
+    void (*gemm_panels)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldp,
+                        float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes);
+    /* The same with B row-major (ldb); N a multiple of 16. */
+    void (*gemm_rows)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                      float *C, int64_t ldc, int accumulate);
+    /* The online-softmax step of one score tile (nr rows, width a multiple of 16, row stride ld,
+     * masked scores -inf): per row the new running max, P = exp(S - max) in place, the running
+     * sum, and the rescaling of that row of the output tile o (ldo a multiple of 16 floats). */
+    void (*online_softmax_tile)(float *s, int64_t nr, int64_t width, int64_t ld, fa_softmax_row *rows, float *o,
+                                int64_t ldo);
+    /* x[0..n) = exp(x - shift) (n a multiple of 16); returns the sum. 0 for -inf, NaN stays. */
+    float (*exp_row)(float *x, int64_t n, float shift);
+    /* x[0..n) *= a (n a multiple of 16) */
+    void (*scale_row)(float *x, int64_t n, float a);
+} fa_cpu_isa;
+
+/* The tables compiled in (backends/cpu/meson.build): generic always, the others on x86-64. */
+extern const fa_cpu_isa fa_cpu_isa_generic, fa_cpu_isa_avx2, fa_cpu_isa_avx512;
+
+/* The widest table this CPU runs, or the one FLASHATTN_CPU_ISA names ("avx512", "avx2",
+ * "generic"). NULL when the variable names a table that is not compiled in or that this CPU
+ * cannot run; *why then says which. */
+const fa_cpu_isa *fa_cpu_isa_select(const char **why);
+
+#endif

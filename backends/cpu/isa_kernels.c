@@ -1,0 +1,293 @@
+/* isa_kernels.c: the fused kernels' hot loops, written once with GCC vector extensions and
+ * compiled once per instruction set (backends/cpu/meson.build passes -DFA_CPU_ISA_AVX512 with
+ * -march=x86-64-v4, -DFA_CPU_ISA_AVX2 with -march=x86-64-v3, or nothing for the generic table);
+ * each compile defines one fa_cpu_isa table (isa.h). What differs per instruction set is the
+ * vector width and the register block of the matrix micro-kernel:
+ *
+ *   table    lanes  block (rows x columns)  accumulators
+ *   avx512   16     8 x 32 (two panels)     16 of 32 zmm
+ *   avx2     8      4 x 16 (one panel)      8 of 16 ymm
+ *   generic  4      2 x 16 (4 x 16 on Arm)  8 of 16 xmm (16 of 32 NEON)
+ *
+ * Each k step of the micro-kernel loads one row of each panel, broadcasts one element of A per
+ * row, and issues rows x columns / lanes FMAs into independent accumulators, enough of them to
+ * cover the FMA latency on two pipes. */
+#include "isa.h"
+
+#include <string.h>
+
+#if defined(FA_CPU_ISA_AVX512)
+#define LANES 16
+#define MR 8
+#define NP 2
+#define TABLE fa_cpu_isa_avx512
+#define ISA_NAME "avx512"
+#elif defined(FA_CPU_ISA_AVX2)
+#define LANES 8
+#define MR 4
+#define NP 1
+#define TABLE fa_cpu_isa_avx2
+#define ISA_NAME "avx2"
+#else
+#define LANES 4
+#if defined(__aarch64__)
+#define MR 4
+#else
+#define MR 2
+#endif
+#define NP 1
+#define TABLE fa_cpu_isa_generic
+#define ISA_NAME "generic"
+#endif
+
+#define PANEL FA_CPU_PANEL
+#define PV (PANEL / LANES) /* vectors in one row of a panel */
+
+typedef float vf __attribute__((vector_size(LANES * 4)));
+typedef int32_t vi __attribute__((vector_size(LANES * 4)));
+
+/* Helpers are always inlined: vectors never cross a call boundary. */
+#define VINLINE static inline __attribute__((always_inline))
+
+VINLINE vf vload(const float *p)
+{
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+VINLINE void vstore(float *p, vf v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+VINLINE vf vsplat(float x)
+{
+    vf v = {0};
+    return v + x;
+}
+
+VINLINE vf as_float(vi x)
+{
+    vf f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+VINLINE vi as_bits(vf x)
+{
+    vi i;
+    memcpy(&i, &x, sizeof i);
+    return i;
+}
+
+/* mask ? a : b, lane by lane */
+VINLINE vf vselect(vi mask, vf a, vf b)
+{
+    return as_float((as_bits(a) & mask) | (as_bits(b) & ~mask));
+}
+
+VINLINE float hsum(vf v)
+{
+    float s = v[0];
+    for (int i = 1; i < LANES; ++i)
+        s += v[i];
+    return s;
+}
+
+VINLINE float hmax(vf v)
+{
+    float m = v[0];
+    for (int i = 1; i < LANES; ++i)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* e^x lane by lane: Cody-Waite range reduction x = k ln2 + r, a degree-6 polynomial for e^r
+ * (relative error about 2 ulp, tests/core checks it against float64), 2^k by exponent bits.
+ * Exactly 0 below -87.3 (masked -inf scores give 0); NaN propagates. */
+VINLINE vf vexp(vf v)
+{
+    const vf lo = vsplat(-87.3f), hi = vsplat(88.3f);
+    vi nan_mask = v != v;
+    vi under = v < lo;
+    vf c = vselect(v > hi, hi, v);
+    c = vselect(c < lo, lo, c);
+    vf kf = c * 1.44269504088896341f + 0.5f;
+    /* floor(kf): truncate, then step down where truncation rounded a negative value up */
+    vi ki = __builtin_convertvector(kf, vi);
+    vf kt = __builtin_convertvector(ki, vf);
+    ki += kt > kf; /* the comparison is -1 where true */
+    kt = __builtin_convertvector(ki, vf);
+    vf r = c - kt * 0.693359375f;
+    r = r + kt * 2.12194440e-4f;
+    vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    vf res = p * as_float((ki + 127) << 23);
+    res = as_float(as_bits(res) & ~under);
+    return vselect(nan_mask, v, res);
+}
+
+/* ------------------------------------------------------------------ matrix products */
+
+/* C[mr x 16 np] (+)= A[mr x K] B, where row k of B's panel p starts at B + p * pstride + k * kstride.
+ * mr <= MR and np <= NP are constants at every call, so the accumulators are registers. */
+VINLINE void micro_kernel(const int mr, const int np, int64_t K, const float *A, int64_t lda, const float *B,
+                          int64_t kstride, int64_t pstride, float *C, int64_t ldc, int accumulate)
+{
+    vf c[MR][NP * PV];
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; ++r)
+#pragma GCC unroll 16
+        for (int x = 0; x < np * PV; ++x)
+            c[r][x] = vsplat(0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+        vf b[NP * PV];
+#pragma GCC unroll 16
+        for (int x = 0; x < np * PV; ++x)
+            b[x] = vload(B + x / PV * pstride + k * kstride + x % PV * LANES);
+#pragma GCC unroll 16
+        for (int r = 0; r < mr; ++r) {
+            const float a = A[r * lda + k]; /* scalar times vector: a broadcast */
+#pragma GCC unroll 16
+            for (int x = 0; x < np * PV; ++x)
+                c[r][x] += a * b[x];
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; ++r)
+#pragma GCC unroll 16
+        for (int x = 0; x < np * PV; ++x) {
+            float *cp = C + r * ldc + x / PV * PANEL + x % PV * LANES;
+            vstore(cp, accumulate ? c[r][x] + vload(cp) : c[r][x]);
+        }
+}
+
+/* The rows of one column block (np panels): full blocks of MR rows, then the rest in one call
+ * of its exact height. */
+VINLINE void row_blocks(const int np, int64_t M, int64_t K, const float *A, int64_t lda, const float *B,
+                        int64_t kstride, int64_t pstride, float *C, int64_t ldc, int accumulate, const char *pf,
+                        int64_t pf_step, int64_t pf_bytes, int64_t *pf_done)
+{
+    for (int64_t i = 0; i < M; i += MR) {
+        for (int64_t x = 0; x < pf_step && *pf_done < pf_bytes; x += 64, *pf_done += 64)
+            __builtin_prefetch(pf + *pf_done, 0, 2);
+        const float *a = A + i * lda;
+        float *c = C + i * ldc;
+        switch (M - i < MR ? M - i : MR) {
+#define FA_ROWS_CASE(n)                                                                                    \
+    case n:                                                                                                \
+        micro_kernel(n, np, K, a, lda, B, kstride, pstride, c, ldc, accumulate);            \
+        break;
+            FA_ROWS_CASE(1)
+            FA_ROWS_CASE(2)
+#if MR >= 3
+            FA_ROWS_CASE(3)
+#endif
+#if MR >= 4
+            FA_ROWS_CASE(4)
+#endif
+#if MR >= 5
+            FA_ROWS_CASE(5)
+#endif
+#if MR >= 6
+            FA_ROWS_CASE(6)
+#endif
+#if MR >= 7
+            FA_ROWS_CASE(7)
+#endif
+#if MR >= 8
+            FA_ROWS_CASE(8)
+#endif
+#if MR > 8
+#error "row_blocks handles at most 8 rows"
+#endif
+#undef FA_ROWS_CASE
+        default:
+            break;
+        }
+    }
+}
+
+/* Column blocks of NP panels outermost: their K x 16 NP floats stay in L1 while the row blocks
+ * of A stream past. */
+static void gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t kstride,
+                 int64_t pstride, float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes)
+{
+    int64_t panels = N / PANEL;
+    int64_t calls = (panels + NP - 1) / NP * ((M + MR - 1) / MR);
+    int64_t pf_step = pf && calls > 0 ? (pf_bytes + calls - 1) / calls : 0, pf_done = 0;
+    for (int64_t j = 0; j < panels; j += NP) {
+        const float *b = B + j * pstride;
+        float *c = C + j * PANEL;
+        if (j + NP <= panels)
+            row_blocks(NP, M, K, A, lda, b, kstride, pstride, c, ldc, accumulate, pf, pf_step, pf_bytes, &pf_done);
+#if NP > 1
+        else
+            row_blocks(1, M, K, A, lda, b, kstride, pstride, c, ldc, accumulate, pf, pf_step, pf_bytes, &pf_done);
+#endif
+    }
+}
+
+static void gemm_panels(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldp,
+                        float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes)
+{
+    gemm(M, N, K, A, lda, B, PANEL, ldp, C, ldc, accumulate, pf, pf_bytes);
+}
+
+static void gemm_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                      float *C, int64_t ldc, int accumulate)
+{
+    gemm(M, N, K, A, lda, B, ldb, PANEL, C, ldc, accumulate, NULL, 0);
+}
+
+/* ------------------------------------------------------------------ softmax */
+
+static float exp_row(float *x, int64_t n, float shift)
+{
+    vf total = vsplat(0.0f);
+    for (int64_t t = 0; t < n; t += LANES) {
+        vf e = vexp(vload(x + t) - shift);
+        vstore(x + t, e);
+        total += e;
+    }
+    return hsum(total);
+}
+
+static void scale_row(float *x, int64_t n, float a)
+{
+    for (int64_t t = 0; t < n; t += LANES)
+        vstore(x + t, vload(x + t) * a);
+}
+
+static void online_softmax_tile(float *s, int64_t nr, int64_t width, int64_t ld, fa_softmax_row *rows, float *o,
+                                int64_t ldo)
+{
+    for (int64_t r = 0; r < nr; ++r) {
+        /* columns past the tile's width hold -inf (the caller's mask), so whole-row passes are exact */
+        float *row = s + r * ld;
+        vf m = vload(row);
+        for (int64_t t = LANES; t < width; t += LANES) {
+            vf v = vload(row + t);
+            m = vselect(v > m, v, m);
+        }
+        float alpha = fa_softmax_update(&rows[r], hmax(m));
+        rows[r].l += exp_row(row, width, fa_softmax_shift(rows[r].m));
+        if (alpha != 1.0f)
+            scale_row(o + r * ldo, ldo, alpha);
+    }
+}
+
+const fa_cpu_isa TABLE = {
+    .name = ISA_NAME,
+    .lanes = LANES,
+    .gemm_panels = gemm_panels,
+    .gemm_rows = gemm_rows,
+    .online_softmax_tile = online_softmax_tile,
+    .exp_row = exp_row,
+    .scale_row = scale_row,
+};
