@@ -80,6 +80,11 @@ def main():
     device = f"{cpu_name()}, {os.cpu_count()} logical CPUs, {args.threads} threads"
     print(prov.comment(device))
     print(f"# torch {torch.__version__}; flashattn library {flashattn.library_version()}")
+    import ctypes
+    from flashattn import _capi
+    name = ctypes.create_string_buffer(512)
+    _capi.lib().fa_device_name(b"cpu", 0, name, len(name))
+    print(f"# our CPU device: {name.value.decode()}; FLASHATTN_CPU_ISA={os.environ.get('FLASHATTN_CPU_ISA', '')}")
 
     n = 2048
     a = torch.randn(n, n, dtype=torch.float32)

@@ -49,7 +49,9 @@ static fa_status cpu_device_name(int device, char *buf, size_t len)
         fclose(f);
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(buf, len, "%s (%ld threads)", model, cores);
+    const char *why = NULL;
+    const fa_cpu_isa *isa = fa_cpu_isa_select(&why);
+    snprintf(buf, len, "%s (%ld threads, %s kernels)", model, cores, isa ? isa->name : "no runnable");
     return FA_SUCCESS;
 }
 
