@@ -1,0 +1,241 @@
+/* test_cpu_isa.c: every CPU kernel table (backends/cpu/isa.h) that this build has and this CPU
+ * runs, against double precision: exp_row's relative error over the whole float range it serves
+ * and its special values; gemm_panels and gemm_rows on shapes that leave partial row blocks and a
+ * lone panel, with and without accumulation; the online-softmax step of a tile with masked columns
+ * and fully masked rows. A table the CPU cannot run is named in the output as not run. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "isa.h"
+
+static const char *const table_names[] = {"avx512", "avx2", "generic"};
+#define NTABLES (sizeof table_names / sizeof table_names[0])
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float next_uniform(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 0x2545f4914f6cdd1dull) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
+}
+
+/* The table FLASHATTN_CPU_ISA=name selects, or NULL (not compiled in, or the CPU lacks it). */
+static const fa_cpu_isa *table_named(const char *name)
+{
+    setenv("FLASHATTN_CPU_ISA", name, 1);
+    const char *why = NULL;
+    const fa_cpu_isa *t = fa_cpu_isa_select(&why);
+    unsetenv("FLASHATTN_CPU_ISA");
+    if (!t)
+        printf("[ NOT RUN  ] table %s: %s\n", name, why ? why : "?");
+    else
+        assert_string_equal(t->name, name);
+    return t;
+}
+
+/* The relative error bound of exp_row: 4 units of the last place (2^-23 relative each), measured
+ * largest 2-3 ulp on the polynomial's range */
+#define EXP_REL_BOUND (4.0 * FLT_EPSILON)
+
+static void check_exp(const fa_cpu_isa *t)
+{
+    enum { N = 4096 };
+    float *x = aligned_alloc(64, sizeof(float) * N), *y = aligned_alloc(64, sizeof(float) * N);
+    assert_non_null(x);
+    assert_non_null(y);
+    double worst = 0.0;
+    /* a sweep over [-104, 89] (past both ends of the range) in steps that hit many mantissas */
+    for (int pass = 0; pass < 48; ++pass) {
+        for (int i = 0; i < N; ++i)
+            x[i] = -104.0f + 193.0f * (float)(pass * N + i) / (float)(48 * N);
+        memcpy(y, x, sizeof(float) * N);
+        float shift = pass % 2 ? 0.0f : 0.5f;
+        t->exp_row(y, N, shift);
+        for (int i = 0; i < N; ++i) {
+            /* the kernel subtracts in float: the reference takes the same rounded argument */
+            double arg = (double)(x[i] - shift), want = exp(arg);
+            /* below -87.3 results are exactly 0 (masked scores); above 88.3 the input is clamped */
+            if (arg < -87.3) {
+                assert_true(y[i] == 0.0f);
+                continue;
+            }
+            if (arg > 88.3 || want < FLT_MIN)
+                continue; /* clamped, or subnormal: not a softmax value */
+            double rel = fabs((double)y[i] - want) / want;
+            if (rel > worst)
+                worst = rel;
+            if (rel > EXP_REL_BOUND)
+                fail_msg("%s exp(%.9g - %g) = %.9g, want %.9g (relative error %.3g)", t->name, (double)x[i],
+                         (double)shift, (double)y[i], want, rel);
+        }
+    }
+    /* the returned sum: scores below the shift, as the softmax gives them */
+    for (int i = 0; i < N; ++i)
+        y[i] = 15.0f * next_uniform() - 15.0f;
+    double want_sum = 0.0;
+    for (int i = 0; i < N; ++i)
+        want_sum += exp((double)y[i] - 1.0);
+    float sum = t->exp_row(y, N, 1.0f);
+    assert_true(fabs((double)sum - want_sum) <= 1e-5 * want_sum);
+    printf("[ INFO     ] table %s: exp relative error at most %.3g (%.2f ulp)\n", t->name, worst,
+           worst / FLT_EPSILON);
+    /* special values: -inf -> 0, NaN stays NaN, 0 -> 1 */
+    for (int i = 0; i < 64; ++i)
+        x[i] = i % 4 == 0 ? -INFINITY : i % 4 == 1 ? NAN : i % 4 == 2 ? 0.0f : -1000.0f;
+    t->exp_row(x, 64, 0.0f);
+    for (int i = 0; i < 64; ++i) {
+        if (i % 4 == 1)
+            assert_true(isnan(x[i]));
+        else if (i % 4 == 2)
+            assert_true(x[i] == 1.0f);
+        else
+            assert_true(x[i] == 0.0f);
+    }
+    free(x);
+    free(y);
+}
+
+/* C (+)= A B in double, then the table's product, compared element by element with a bound of
+ * K rounding errors of the largest term. */
+static void check_gemm(const fa_cpu_isa *t, int panels_layout, int64_t M, int64_t N, int64_t K, int accumulate)
+{
+    int64_t lda = K + 3, ldb = N + 16, ldc = N + 16, ldp = 16 * K + 16;
+    float *A = malloc(sizeof(float) * (size_t)(M * lda));
+    float *B = malloc(sizeof(float) * (size_t)(K * ldb));
+    float *Bp = malloc(sizeof(float) * (size_t)(N / 16 * ldp));
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc));
+    double *want = malloc(sizeof(double) * (size_t)(M * N));
+    assert_true(A && B && Bp && C && want);
+    for (int64_t i = 0; i < M * lda; ++i)
+        A[i] = next_uniform();
+    for (int64_t i = 0; i < K * ldb; ++i)
+        B[i] = next_uniform();
+    for (int64_t i = 0; i < M * ldc; ++i)
+        C[i] = next_uniform();
+    for (int64_t j = 0; j < N; ++j) /* the panel layout of B */
+        for (int64_t k = 0; k < K; ++k)
+            Bp[j / 16 * ldp + k * 16 + j % 16] = B[k * ldb + j];
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            double acc = accumulate ? (double)C[i * ldc + j] : 0.0;
+            for (int64_t k = 0; k < K; ++k)
+                acc += (double)A[i * lda + k] * (double)B[k * ldb + j];
+            want[i * N + j] = acc;
+        }
+    float guard = C[ldc - 1]; /* a column past N: never written */
+    if (panels_layout)
+        t->gemm_panels(M, N, K, A, lda, Bp, ldp, C, ldc, accumulate, (const char *)B, 4096);
+    else
+        t->gemm_rows(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    double bound = (double)(K + 2) * FLT_EPSILON * 2.0;
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j)
+            if (fabs((double)C[i * ldc + j] - want[i * N + j]) > bound)
+                fail_msg("%s %s M %lld N %lld K %lld acc %d: C[%lld][%lld] = %.9g, want %.9g", t->name,
+                         panels_layout ? "gemm_panels" : "gemm_rows", (long long)M, (long long)N, (long long)K,
+                         accumulate, (long long)i, (long long)j, (double)C[i * ldc + j], want[i * N + j]);
+    assert_true(C[ldc - 1] == guard);
+    free(A);
+    free(B);
+    free(Bp);
+    free(C);
+    free(want);
+}
+
+static void check_softmax(const fa_cpu_isa *t)
+{
+    enum { NR = 11, W = 48, LD = 64, LDO = 32 };
+    float s[NR * LD], o[NR * LDO], s0[NR * LD], o0[NR * LDO];
+    fa_softmax_row rows[NR], rows0[NR];
+    for (int r = 0; r < NR; ++r) {
+        rows[r] = fa_softmax_init();
+        if (r % 3 == 1) { /* a row that has seen keys before */
+            rows[r].m = 2.0f;
+            rows[r].l = 3.0f;
+        }
+        for (int j = 0; j < LD; ++j) {
+            float v = 4.0f * next_uniform();
+            if (r == 4 || (r % 2 == 0 && j >= 40) || j >= W) /* masked columns; row 4 all masked */
+                v = -INFINITY;
+            s[r * LD + j] = v;
+        }
+        for (int c = 0; c < LDO; ++c)
+            o[r * LDO + c] = next_uniform();
+        rows0[r] = rows[r];
+    }
+    memcpy(s0, s, sizeof s);
+    memcpy(o0, o, sizeof o);
+    t->online_softmax_tile(s, NR, W, LD, rows, o, LDO);
+    for (int r = 0; r < NR; ++r) {
+        double m = rows0[r].m;
+        for (int j = 0; j < W; ++j)
+            m = s0[r * LD + j] > m ? s0[r * LD + j] : m;
+        assert_true(rows[r].m == (float)m);
+        double shift = m == -INFINITY ? 0.0 : m;
+        double alpha = rows0[r].m == -INFINITY ? 0.0 : exp((double)rows0[r].m - m);
+        double l = rows0[r].l * alpha;
+        for (int j = 0; j < W; ++j) {
+            double p = exp((double)s0[r * LD + j] - shift);
+            l += p;
+            assert_true(fabs((double)s[r * LD + j] - p) <= 4.0 * FLT_EPSILON * p + 1e-30);
+        }
+        assert_true(fabs((double)rows[r].l - l) <= 1e-5 * l + 1e-30);
+        for (int c = 0; c < LDO; ++c)
+            assert_true(fabs((double)o[r * LDO + c] - alpha * o0[r * LDO + c]) <= 1e-6 * fabs(o0[r * LDO + c]) + 1e-30);
+    }
+}
+
+static void test_tables(void **state)
+{
+    (void)state;
+    int ran = 0;
+    for (size_t i = 0; i < NTABLES; ++i) {
+        const fa_cpu_isa *t = table_named(table_names[i]);
+        if (!t)
+            continue;
+        ++ran;
+        check_exp(t);
+        static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 19, 64};
+        static const int64_t Ns[] = {16, 32, 48, 80, 128};
+        static const int64_t Ks[] = {1, 7, 64, 129};
+        for (size_t a = 0; a < sizeof Ms / sizeof Ms[0]; ++a)
+            for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; ++b)
+                for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; ++c)
+                    for (int acc = 0; acc < 2; ++acc) {
+                        check_gemm(t, 1, Ms[a], Ns[b], Ks[c], acc);
+                        check_gemm(t, 0, Ms[a], Ns[b], Ks[c], acc);
+                    }
+        check_softmax(t);
+        printf("[ INFO     ] table %s (%d lanes): exp, products and the softmax step checked\n", t->name, t->lanes);
+    }
+    assert_true(ran >= 1); /* generic always runs */
+    /* the default choice is one of the tables */
+    const fa_cpu_isa *best = fa_cpu_isa_select(NULL);
+    assert_non_null(best);
+    printf("[ INFO     ] default table: %s\n", best->name);
+    /* a name that is no table */
+    setenv("FLASHATTN_CPU_ISA", "sse9", 1);
+    const char *why = NULL;
+    assert_null(fa_cpu_isa_select(&why));
+    assert_non_null(why);
+    unsetenv("FLASHATTN_CPU_ISA");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tables),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
