@@ -218,18 +218,12 @@ static int64_t fwd_scratch_floats(const tile_dims *t)
     return 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
 }
 
-/* Key tiles a backward task holds at once: each query tile (Q, dO, its dQ) is loaded once per
- * group instead of once per key tile, which divides the task's traffic through L2 and L3 by the
- * group size. */
-#define BWD_GROUP 4
-
 static int64_t bwd_scratch_floats(const tile_dims *t)
 {
-    /* per key tile of the group: K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp); shared: Q,
-     * dO, the group's dQ (bq x dp), P, P o Z, dS, the softcap's derivative (bq x bk), P^T / dS^T
-     * (bk x bqp), LSE, D */
-    return BWD_GROUP * 5 * t->bk * t->dp + 3 * t->bq * t->dp + 4 * t->bq * t->bk + t->bk * t->bqp + 2 * t->bq +
-           64;
+    /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), Q, dO (bq x dp), P, P o Z, dS, the
+     * softcap's derivative (bq x bk), P^T / dS^T (bk x bqp), LSE, D */
+    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 4 * t->bq * t->bk + t->bk * t->bqp +
+           2 * t->bq + 64;
 }
 
 /* a * b * c floats in bytes, rounded up to the 64 of aligned_alloc; -1 when that overflows 64 bits
@@ -511,66 +505,6 @@ static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
     }
 }
 
-/* The buffers of one key tile of a backward group. */
-typedef struct bwd_key_tile {
-    int64_t kt, k0, nc;
-    float *ktile, *kT, *vT, *dk, *dv;
-} bwd_key_tile;
-
-/* One query tile (rows q0 .. q0 + nr of head h, Q and dO loaded, LSE and D in lse / dsum) against
- * one key tile: P, dV += (P o Z)^T dO, dS, dQ (the group's buffer dqt) += dS K, dK += dS^T Q. */
-static void bwd_tile_pair(const bwd_ctx *bc, const fa_mask *m, int64_t b, int64_t h, int64_t sq, int64_t sk,
-                          int64_t q0, int64_t nr, fa_tile_class cls, const bwd_key_tile *kt, const float *qtile,
-                          const float *dotile, const float *lse, const float *dsum, float *dqt, float *work)
-{
-    const fa_problem *p = bc->p;
-    const tile_dims *t = &bc->t;
-    const fa_cpu_isa *isa = bc->isa;
-    int64_t dp = t->dp, bk = t->bk, k0 = kt->k0, nc = kt->nc;
-    float *pm = work, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *grad = ds + t->bq * bk;
-    float *tr = grad + t->bq * bk;
-    /* P = exp(scale * Q K^T - LSE); a row with LSE = -inf is fully masked: P = 0 */
-    isa->gemm_rows(nr, bk, p->d, qtile, dp, kt->kT, bk, pm, bk, 0);
-    for (int64_t r = 0; r < nr; ++r)
-        isa->scale_row(pm + r * bk, bk, p->scale);
-    if (fa_score_mod_active(p->mod))
-        apply_score_mod(p, b, h, sk - sq, q0, nr, k0, bk, bk, pm, grad);
-    if (cls != FA_TILE_FULL || nc < bk)
-        apply_mask(p, m, h, q0, nr, k0, nc, bk, bk, pm, cls);
-    for (int64_t r = 0; r < nr; ++r) { /* LSE = -inf: a row that saw no key, P = 0 */
-        if (fa_row_absent(lse[r]))
-            memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);
-        else
-            isa->exp_row(pm + r * bk, bk, lse[r]);
-    }
-    /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */
-    const float *pzv = pm;
-    if (p->dropout_threshold) {
-        memcpy(pz, pm, sizeof(float) * (size_t)(nr * bk));
-        apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
-        pzv = pz;
-    }
-    transpose(pzv, nr, bk, bk, tr, t->bqp);
-    isa->gemm_rows(bk, dp, nr, tr, t->bqp, dotile, dp, kt->dv, dp, 1);
-    /* dP = Z o (dO V^T); dS = P o (dP - D) * scale */
-    isa->gemm_rows(nr, bk, p->d, dotile, dp, kt->vT, bk, ds, bk, 0);
-    if (p->dropout_threshold)
-        apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
-    for (int64_t r = 0; r < nr; ++r) {
-        float *drow = ds + r * bk;
-        const float *prow = pm + r * bk;
-        for (int64_t j = 0; j < bk; ++j) /* a select: P = 0 meets dP = NaN from V = NaN */
-            drow[j] = prow[j] == 0.0f ? 0.0f : prow[j] * (drow[j] - dsum[r]) * p->scale;
-        if (p->mod.softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */
-            for (int64_t j = 0; j < bk; ++j)
-                drow[j] *= grad[r * bk + j];
-    }
-    /* dQ (the group's part) += dS K ; dK += dS^T Q */
-    isa->gemm_rows(nr, dp, bk, ds, bk, kt->ktile, dp, dqt, dp, 1);
-    transpose(ds, nr, bk, bk, tr, t->bqp);
-    isa->gemm_rows(bk, dp, nr, tr, t->bqp, qtile, dp, kt->dk, dp, 1);
-}
-
 static void bwd_main_task(void *argp, int64_t task, float *scratch)
 {
     const bwd_ctx *bc = argp;
@@ -584,45 +518,27 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
     int64_t nk = (sk + t->bk - 1) / t->bk, nq = (sq + t->bq - 1) / t->bq;
     int64_t dp = t->dp, bk = t->bk;
 
-    bwd_key_tile kts[BWD_GROUP];
-    float *next = scratch;
-    for (int g = 0; g < BWD_GROUP; ++g) {
-        kts[g].ktile = next;
-        kts[g].kT = kts[g].ktile + bk * dp;
-        kts[g].vT = kts[g].kT + dp * bk;
-        kts[g].dk = kts[g].vT + dp * bk;
-        kts[g].dv = kts[g].dk + bk * dp;
-        next = kts[g].dv + bk * dp;
-    }
-    float *qtile = next, *dotile = qtile + t->bq * dp, *dqt = dotile + t->bq * dp;
-    float *lse = dqt + t->bq * dp, *dsum = lse + t->bq, *work = dsum + t->bq;
+    float *ktile = scratch, *kT = ktile + bk * dp, *vT = kT + dp * bk;
+    float *dk = vT + dp * bk, *dv = dk + bk * dp;
+    float *qtile = dv + bk * dp, *dotile = qtile + t->bq * dp;
+    float *pm = dotile + t->bq * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *grad = ds + t->bq * bk;
+    float *tr = grad + t->bq * bk;
+    float *lse = tr + bk * t->bqp, *dsum = lse + t->bq;
     float *dq_acc = bc->dq_acc + chunk * p->total_q * p->heads_q * dp;
 
-    /* this task's key tiles are chunk, chunk + chunks, ... (interleaved tiles balance causal work
-     * across chunks), taken BWD_GROUP at a time */
-    for (int64_t first = chunk; first < nk; first += BWD_GROUP * bc->chunks) {
-        int ng = 0;
-        for (int64_t kt = first; kt < nk && ng < BWD_GROUP; kt += bc->chunks, ++ng) {
-            bwd_key_tile *k = &kts[ng];
-            k->kt = kt;
-            k->k0 = kt * bk;
-            k->nc = sk - k->k0 < bk ? sk - k->k0 : bk;
-            load_rows(p, &p->k, b, ks + k->k0, k->nc, bk, hk, 1.0f, k->ktile, dp);
-            load_rows_transposed(p, &p->k, b, ks + k->k0, k->nc, hk, k->kT, dp, bk);
-            load_rows_transposed(p, &p->v, b, ks + k->k0, k->nc, hk, k->vT, dp, bk);
-            memset(k->dk, 0, sizeof(float) * (size_t)(bk * dp));
-            memset(k->dv, 0, sizeof(float) * (size_t)(bk * dp));
-        }
+    /* interleaved key tiles balance causal work across chunks */
+    for (int64_t kt = chunk; kt < nk; kt += bc->chunks) {
+        int64_t k0 = kt * bk, nc = sk - k0 < bk ? sk - k0 : bk;
+        load_rows(p, &p->k, b, ks + k0, nc, bk, hk, 1.0f, ktile, dp);
+        load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, dp, bk);
+        load_rows_transposed(p, &p->v, b, ks + k0, nc, hk, vT, dp, bk);
+        memset(dk, 0, sizeof(float) * (size_t)(bk * dp));
+        memset(dv, 0, sizeof(float) * (size_t)(bk * dp));
         /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
         for (int64_t h = hk * p->group; nq > 0 && h < (hk + 1) * p->group; ++h) {
             for (int64_t qt = 0; qt < nq; ++qt) {
-                fa_tile_class cls[BWD_GROUP];
-                int any = 0;
-                for (int g = 0; g < ng; ++g) {
-                    cls[g] = tile_class(p, &m, h, qt, kts[g].kt);
-                    any |= cls[g] != FA_TILE_EMPTY;
-                }
-                if (!any)
+                fa_tile_class cls = tile_class(p, &m, h, qt, kt);
+                if (cls == FA_TILE_EMPTY)
                     continue;
                 int64_t q0 = qt * t->bq, nr = sq - q0 < t->bq ? sq - q0 : t->bq;
                 int64_t cr0 = canon_q_row(p, b, qs, q0);
@@ -636,24 +552,50 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                         memset(dotile + r * dp, 0, sizeof(float) * (size_t)dp);
                     }
                 }
-                memset(dqt, 0, sizeof(float) * (size_t)(nr * dp));
-                for (int g = 0; g < ng; ++g)
-                    if (cls[g] != FA_TILE_EMPTY)
-                        bwd_tile_pair(bc, &m, b, h, sq, sk, q0, nr, cls[g], &kts[g], qtile, dotile, lse, dsum, dqt,
-                                      work);
-                /* the group's dQ into this chunk's partial sum, in key-tile order within the chunk */
-                for (int64_t r = 0; r < nr; ++r) {
-                    float *acc = dq_acc + ((cr0 + r) * p->heads_q + h) * dp;
-                    const float *part = dqt + r * dp;
-                    for (int64_t c = 0; c < dp; ++c)
-                        acc[c] += part[c];
+                /* P = exp(scale * Q K^T - LSE); a row with LSE = -inf is fully masked: P = 0 */
+                bc->isa->gemm_rows(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
+                for (int64_t r = 0; r < nr; ++r)
+                    bc->isa->scale_row(pm + r * bk, bk, p->scale);
+                if (fa_score_mod_active(p->mod))
+                    apply_score_mod(p, b, h, sk - sq, q0, nr, k0, bk, bk, pm, grad);
+                if (cls != FA_TILE_FULL || nc < bk)
+                    apply_mask(p, &m, h, q0, nr, k0, nc, bk, bk, pm, cls);
+                for (int64_t r = 0; r < nr; ++r) { /* LSE = -inf: a row that saw no key, P = 0 */
+                    if (fa_row_absent(lse[r]))
+                        memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);
+                    else
+                        bc->isa->exp_row(pm + r * bk, bk, lse[r]);
                 }
+                /* dV += (P o Z)^T dO, with Z the dropout factors (0 or 1/(1-p)) */
+                const float *pzv = pm;
+                if (p->dropout_threshold) {
+                    memcpy(pz, pm, sizeof(float) * (size_t)(nr * bk));
+                    apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
+                    pzv = pz;
+                }
+                transpose(pzv, nr, bk, bk, tr, t->bqp);
+                bc->isa->gemm_rows(bk, dp, nr, tr, t->bqp, dotile, dp, dv, dp, 1);
+                /* dP = Z o (dO V^T); dS = P o (dP - D) * scale */
+                bc->isa->gemm_rows(nr, bk, p->d, dotile, dp, vT, bk, ds, bk, 0);
+                if (p->dropout_threshold)
+                    apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
+                for (int64_t r = 0; r < nr; ++r) {
+                    float *drow = ds + r * bk;
+                    const float *prow = pm + r * bk;
+                    for (int64_t j = 0; j < bk; ++j) /* a select: P = 0 meets dP = NaN from V = NaN */
+                        drow[j] = prow[j] == 0.0f ? 0.0f : prow[j] * (drow[j] - dsum[r]) * p->scale;
+                    if (p->mod.softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */
+                        for (int64_t j = 0; j < bk; ++j)
+                            drow[j] *= grad[r * bk + j];
+                }
+                /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
+                bc->isa->gemm_rows(nr, dp, bk, ds, bk, ktile, dp, dq_acc + (cr0 * p->heads_q + h) * dp, p->heads_q * dp, 1);
+                transpose(ds, nr, bk, bk, tr, t->bqp);
+                bc->isa->gemm_rows(bk, dp, nr, tr, t->bqp, qtile, dp, dk, dp, 1);
             }
         }
-        for (int g = 0; g < ng; ++g) {
-            store_rows(p, &p->dk, b, ks + kts[g].k0, kts[g].nc, hk, kts[g].dk, dp, 1.0f, NULL);
-            store_rows(p, &p->dv, b, ks + kts[g].k0, kts[g].nc, hk, kts[g].dv, dp, 1.0f, NULL);
-        }
+        store_rows(p, &p->dk, b, ks + k0, nc, hk, dk, dp, 1.0f, NULL);
+        store_rows(p, &p->dv, b, ks + k0, nc, hk, dv, dp, 1.0f, NULL);
     }
 }
 
