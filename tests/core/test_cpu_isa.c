@@ -135,7 +135,7 @@ static void check_gemm(const fa_cpu_isa *t, int panels_layout, int64_t M, int64_
         }
     float guard = C[ldc - 1]; /* a column past N: never written */
     if (panels_layout)
-        t->gemm_panels(M, N, K, A, lda, Bp, ldp, C, ldc, accumulate, (const char *)B, 4096);
+        t->gemm_panels(M, N, K, A, lda, Bp, ldp, C, ldc, accumulate, (const char *)B, K * ldb * (int64_t)sizeof(float));
     else
         t->gemm_rows(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     double bound = (double)(K + 2) * FLT_EPSILON * 2.0;
