@@ -1,94 +1,65 @@
 /* standard_attention.c: the benchmark baseline, standard attention that materialises S and P
  * (N x N fp32 per head) in three passes: S = scale * Q K^T, P = softmax(S) row by row, O = P V.
- * The matrix products use the library's own 4 x 16 micro-kernel (backends/cpu/simd.h, compiled
- * for x86-64-v3 and baseline) on packed panels with cache blocking, and the softmax the same
- * vectorised exp, so a comparison with the fused path measures materialisation and its memory
- * traffic, not a weaker matmul. */
+ * The matrix products, exp and the row softmax use the library's own kernel table (backends/cpu
+ * isa.h, the same table a library context takes on this CPU, FLASHATTN_CPU_ISA included) on
+ * packed panels with cache blocking, so a comparison with the fused path measures
+ * materialisation and its memory traffic, not a weaker matmul. */
 #include "standard_attention.h"
 
-/* the library's own vector building blocks and parallel loop (backends/cpu), so the baseline
- * computes with exactly the code the fused kernels use */
+/* the library's own kernel tables and parallel loop (backends/cpu), so the baseline computes with
+ * exactly the code the fused kernels use */
+#include "isa.h"
 #include "pool.h"
-#include "simd.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define NR FA_CPU_PANEL
 #define ROWS 64     /* query rows per task */
 #define KC 256      /* depth of one block of the P V product (a V panel block stays in L1) */
 
-/* S rows [0, nr) of one head, panels [0, npanels): S = scale * Q K^T. Q rows have stride ldq,
- * ktp holds K^T as panels of d x 16. Panel-outer keeps one K^T panel in L1 for the whole
- * row block. */
-FA_MULTIVERSION
-static void scores_rows(const float *q, int64_t ldq, int64_t nr, const float *ktp, int64_t d, int64_t npanels,
-                        float *s, int64_t ld, float scale)
+static int64_t fa_round_up(int64_t x, int64_t m)
 {
-    for (int64_t jp = 0; jp < npanels; ++jp) {
-        const float *B = ktp + jp * d * NR;
-        int64_t i = 0;
-        for (; i + MR <= nr; i += MR)
-            fa_kernel_4x16(d, q + i * ldq, ldq, B, NR, s + i * ld + jp * NR, ld, scale, 0);
-        for (; i < nr; ++i)
-            fa_kernel_1x16(d, q + i * ldq, B, NR, s + i * ld + jp * NR, scale, 0);
-    }
+    return (x + m - 1) / m * m;
+}
+
+/* S rows [0, nr) of one head, panels [0, npanels): S = scale * Q K^T. Q rows have stride ldq,
+ * ktp holds K^T as panels of d x 16. */
+static void scores_rows(const fa_cpu_isa *isa, const float *q, int64_t ldq, int64_t nr, const float *ktp, int64_t d,
+                        int64_t npanels, float *s, int64_t ld, float scale)
+{
+    isa->gemm_panels(nr, npanels * NR, d, q, ldq, ktp, d * NR, s, ld, 0, NULL, 0);
+    for (int64_t i = 0; i < nr; ++i)
+        isa->scale_row(s + i * ld, npanels * NR, scale);
 }
 
 /* P row = softmax(S row[0, lim)); P[lim, zero_to) = 0 so a row block's product with V may read
- * a few columns past a row's causal limit. lim = 0 (a fully masked row) gives P = 0. */
-FA_MULTIVERSION
-static void softmax_row(const float *s, float *p, int64_t lim, int64_t zero_to)
+ * a few columns past a row's causal limit (the row has room for lim rounded up to 16). lim = 0 (a
+ * fully masked row) gives P = 0. */
+static void softmax_row(const fa_cpu_isa *isa, const float *s, float *p, int64_t lim, int64_t zero_to)
 {
-    int64_t nv = lim / VEC * VEC;
-    float m = -INFINITY;
-    if (nv) {
-        v8f mv = load8(s);
-        for (int64_t j = VEC; j < nv; j += VEC) {
-            v8f x = load8(s + j);
-            mv = select8(x > mv, x, mv);
-        }
-        for (int t = 0; t < VEC; ++t)
-            m = mv[t] > m ? mv[t] : m;
+    int64_t w = fa_round_up(lim, NR);
+    fa_softmax_row row = fa_softmax_init();
+    if (lim > 0) {
+        memcpy(p, s, sizeof(float) * (size_t)lim);
+        for (int64_t j = lim; j < w; ++j)
+            p[j] = -INFINITY; /* exp gives 0 */
+        float rescaled[NR] = {0}; /* a fresh row has no output to rescale */
+        isa->online_softmax_tile(p, 1, w, w, &row, rescaled, NR);
     }
-    for (int64_t j = nv; j < lim; ++j)
-        m = s[j] > m ? s[j] : m;
-    if (lim == 0 || m == -INFINITY) {
-        memset(p, 0, sizeof(float) * (size_t)zero_to);
+    if (lim == 0 || row.m == -INFINITY) {
+        memset(p, 0, sizeof(float) * (size_t)(zero_to > w ? zero_to : w));
         return;
     }
-    v8f sumv = {0};
-    for (int64_t j = 0; j < nv; j += VEC) {
-        v8f e = fa_exp8(load8(s + j) - m);
-        store8(p + j, e);
-        sumv += e;
-    }
-    float sum = 0.0f;
-    for (int t = 0; t < VEC; ++t)
-        sum += sumv[t];
-    if (nv < lim) { /* tail: pad with -inf, whose exp is 0 */
-        float tmp[VEC];
-        for (int t = 0; t < VEC; ++t)
-            tmp[t] = nv + t < lim ? s[nv + t] - m : -INFINITY;
-        v8f e = fa_exp8(load8(tmp));
-        for (int t = 0; nv + t < lim; ++t) {
-            p[nv + t] = e[t];
-            sum += e[t];
-        }
-    }
-    float inv = 1.0f / sum;
-    for (int64_t j = 0; j < nv; j += VEC)
-        store8(p + j, load8(p + j) * inv);
-    for (int64_t j = nv; j < lim; ++j)
-        p[j] *= inv;
-    if (zero_to > lim)
-        memset(p + lim, 0, sizeof(float) * (size_t)(zero_to - lim));
+    isa->scale_row(p, w, 1.0f / row.l);
+    if (zero_to > w)
+        memset(p + w, 0, sizeof(float) * (size_t)(zero_to - w));
 }
 
 /* obuf[nr x d_pad] = P[nr x klim] V[klim x d_pad]; vp holds V as panels of ld x 16 (ld rows). */
-FA_MULTIVERSION
-static void pv_rows(const float *p, int64_t ld, int64_t nr, int64_t klim, const float *vp, int64_t ncp, float *obuf,
-                    int64_t d_pad)
+static void pv_rows(const fa_cpu_isa *isa, const float *p, int64_t ld, int64_t nr, int64_t klim, const float *vp,
+                    int64_t ncp, float *obuf, int64_t d_pad)
 {
     if (klim <= 0) {
         memset(obuf, 0, sizeof(float) * (size_t)(nr * d_pad));
@@ -96,14 +67,7 @@ static void pv_rows(const float *p, int64_t ld, int64_t nr, int64_t klim, const 
     }
     for (int64_t k0 = 0; k0 < klim; k0 += KC) {
         int64_t kc = klim - k0 < KC ? klim - k0 : KC;
-        for (int64_t cp = 0; cp < ncp; ++cp) {
-            const float *B = vp + cp * ld * NR + k0 * NR;
-            int64_t i = 0;
-            for (; i + MR <= nr; i += MR)
-                fa_kernel_4x16(kc, p + i * ld + k0, ld, B, NR, obuf + i * d_pad + cp * NR, d_pad, 1.0f, k0 > 0);
-            for (; i < nr; ++i)
-                fa_kernel_1x16(kc, p + i * ld + k0, B, NR, obuf + i * d_pad + cp * NR, 1.0f, k0 > 0);
-        }
+        isa->gemm_panels(nr, ncp * NR, kc, p + k0, ld, vp + k0 * NR, ld * NR, obuf, d_pad, k0 > 0, NULL, 0);
     }
 }
 
@@ -113,6 +77,7 @@ static void pv_rows(const float *p, int64_t ld, int64_t nr, int64_t klim, const 
 
 typedef struct sa_run {
     const sa_problem *p;
+    const fa_cpu_isa *isa;
     sa_workspace *ws;
     float scale;
     int64_t nblocks; /* row blocks of ROWS query rows per head */
@@ -176,7 +141,7 @@ static void scores_task(void *argp, int64_t task, float *scratch)
     int64_t klim = key_limit(r, i0 + nr - 1);
     const float *q = p->q + (b * p->seqlen_q + i0) * p->heads * p->d + h * p->d;
     float *s = r->ws->s + (bh * p->seqlen_q + i0) * ld;
-    scores_rows(q, p->heads * p->d, nr, r->ws->kt_packed + bh * ld * p->d, p->d, fa_round_up(klim, NR) / NR, s, ld,
+    scores_rows(r->isa, q, p->heads * p->d, nr, r->ws->kt_packed + bh * ld * p->d, p->d, fa_round_up(klim, NR) / NR, s, ld,
                 r->scale);
 }
 
@@ -190,7 +155,7 @@ static void softmax_task(void *argp, int64_t task, float *scratch)
     int64_t ld = r->ws->ld, zero_to = key_limit(r, i0 + nr - 1);
     for (int64_t i = i0; i < i0 + nr; ++i) {
         int64_t off = (bh * p->seqlen_q + i) * ld;
-        softmax_row(r->ws->s + off, r->ws->p + off, key_limit(r, i), zero_to);
+        softmax_row(r->isa, r->ws->s + off, r->ws->p + off, key_limit(r, i), zero_to);
     }
 }
 
@@ -201,7 +166,7 @@ static void pv_task(void *argp, int64_t task, float *obuf)
     int64_t bh, i0, nr;
     block_of(r, task, &bh, &i0, &nr);
     int64_t b = bh / p->heads, h = bh % p->heads, ld = r->ws->ld, dp = r->ws->d_pad;
-    pv_rows(r->ws->p + (bh * p->seqlen_q + i0) * ld, ld, nr, key_limit(r, i0 + nr - 1),
+    pv_rows(r->isa, r->ws->p + (bh * p->seqlen_q + i0) * ld, ld, nr, key_limit(r, i0 + nr - 1),
             r->ws->v_packed + bh * ld * dp, dp / NR, obuf, dp);
     for (int64_t i = 0; i < nr; ++i)
         memcpy(p->o + (b * p->seqlen_q + i0 + i) * p->heads * p->d + h * p->d, obuf + i * dp,
@@ -262,6 +227,9 @@ int sa_forward(const sa_problem *p, sa_workspace *ws, int threads)
     if (ws->ld != fa_round_up(p->seqlen_k, NR) || ws->d_pad != fa_round_up(p->d, NR))
         return -1;
     sa_run r = {.p = p, .ws = ws, .scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->d)};
+    r.isa = fa_cpu_isa_select(NULL);
+    if (!r.isa) /* FLASHATTN_CPU_ISA names a table this CPU lacks: the library refuses it too */
+        return -1;
     r.nblocks = (p->seqlen_q + ROWS - 1) / ROWS;
     r.offset = p->seqlen_k - p->seqlen_q;
     int64_t bh = p->batch * p->heads, ntasks = bh * r.nblocks;

@@ -1,8 +1,7 @@
-/* simd.h: the vector building blocks of the CPU kernels: 8-lane fp32 vectors through GCC vector
- * extensions, a 4 x 16 register-blocked matrix micro-kernel, and a vectorised exp. Shared by the
- * library's fused kernels (flash.c) and the benchmark's materialising baseline, so the two compare
- * attention algorithms, not code generation. Functions that use them are compiled twice
- * (x86-64-v3 and baseline, FA_MULTIVERSION) where the compiler supports it. */
+/* simd.h: 8-lane fp32 vectors through GCC vector extensions and a vectorised exp, used by the
+ * decode kernels (kvcache.c, kv_rows.h). Functions that use them are compiled twice (x86-64-v3
+ * and baseline, FA_MULTIVERSION) where the compiler supports it. The fused forward and backward
+ * use the per-instruction-set tables of isa.h instead. */
 #ifndef FA_CPU_SIMD_H
 #define FA_CPU_SIMD_H
 
@@ -28,8 +27,6 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #define FA_VINLINE static inline __attribute__((always_inline))
 
 #define VEC 8
-#define NR 16 /* columns of the micro-kernel: two vectors */
-#define MR 4  /* rows of the micro-kernel */
 
 static inline int64_t fa_round_up(int64_t x, int64_t m)
 {
@@ -96,64 +93,6 @@ FA_VINLINE v8f fa_exp8(v8f v)
     v8f res = p * bits_as_float((ki + 127) << 23);
     res = bits_as_float(float_as_bits(res) & ~under);
     return select8(nan_mask, v, res);
-}
-
-/* C[4 x 16] (+)= alpha * A[4 x K] B[K x 16]; A row-major (lda), B row-major (ldb). */
-FA_VINLINE void fa_kernel_4x16(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                               int64_t ldc, float alpha, int accumulate)
-{
-    v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
-    const float *a0 = A, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
-    for (int64_t k = 0; k < K; ++k) {
-        v8f b0 = load8(B + k * ldb), b1 = load8(B + k * ldb + VEC);
-        /* scalar * vector: GCC broadcasts the scalar (vbroadcastss) */
-        float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-        c00 += x0 * b0;
-        c01 += x0 * b1;
-        c10 += x1 * b0;
-        c11 += x1 * b1;
-        c20 += x2 * b0;
-        c21 += x2 * b1;
-        c30 += x3 * b0;
-        c31 += x3 * b1;
-    }
-    float *r0 = C, *r1 = r0 + ldc, *r2 = r1 + ldc, *r3 = r2 + ldc;
-    if (alpha != 1.0f) {
-        c00 *= alpha; c01 *= alpha; c10 *= alpha; c11 *= alpha;
-        c20 *= alpha; c21 *= alpha; c30 *= alpha; c31 *= alpha;
-    }
-    if (accumulate) {
-        c00 += load8(r0); c01 += load8(r0 + VEC);
-        c10 += load8(r1); c11 += load8(r1 + VEC);
-        c20 += load8(r2); c21 += load8(r2 + VEC);
-        c30 += load8(r3); c31 += load8(r3 + VEC);
-    }
-    store8(r0, c00); store8(r0 + VEC, c01);
-    store8(r1, c10); store8(r1 + VEC, c11);
-    store8(r2, c20); store8(r2 + VEC, c21);
-    store8(r3, c30); store8(r3 + VEC, c31);
-}
-
-/* The same for one row (the tail of a row block). */
-FA_VINLINE void fa_kernel_1x16(int64_t K, const float *A, const float *B, int64_t ldb, float *C, float alpha,
-                               int accumulate)
-{
-    v8f c0 = {0}, c1 = {0};
-    for (int64_t k = 0; k < K; ++k) {
-        float x = A[k];
-        c0 += x * load8(B + k * ldb);
-        c1 += x * load8(B + k * ldb + VEC);
-    }
-    if (alpha != 1.0f) {
-        c0 *= alpha;
-        c1 *= alpha;
-    }
-    if (accumulate) {
-        c0 += load8(C);
-        c1 += load8(C + VEC);
-    }
-    store8(C, c0);
-    store8(C + VEC, c1);
 }
 
 #endif
