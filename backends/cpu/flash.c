@@ -97,13 +97,6 @@ static void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t
     }
 }
 
-static void transpose(const float *src, int64_t rows, int64_t cols, int64_t lds, float *dst, int64_t ldd)
-{
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-            dst[c * ldd + r] = src[r * lds + c];
-}
-
 /* ------------------------------------------------------------------ masks on a tile */
 
 /* Class of tile (qt, kt) of query head h under every mask; for block-sparse, the core's lists. */
@@ -199,7 +192,6 @@ static void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int64_t q0,
 typedef struct tile_dims {
     int64_t bq, bk;   /* B_r, B_c (B_c a multiple of PANEL) */
     int64_t dp;       /* d padded to PANEL */
-    int64_t bqp;      /* B_r padded to PANEL (for transposed tiles) */
 } tile_dims;
 
 static tile_dims dims_of(const fa_problem *p)
@@ -208,7 +200,6 @@ static tile_dims dims_of(const fa_problem *p)
     t.bq = p->block_q;
     t.bk = p->block_k;
     t.dp = round_up(p->d, PANEL);
-    t.bqp = round_up(p->block_q, PANEL);
     return t;
 }
 
@@ -221,8 +212,8 @@ static int64_t fwd_scratch_floats(const tile_dims *t)
 static int64_t bwd_scratch_floats(const tile_dims *t)
 {
     /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), Q, dO (bq x dp), P, P o Z, dS, the
-     * softcap's derivative (bq x bk), P^T / dS^T (bk x bqp), LSE, D */
-    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 4 * t->bq * t->bk + t->bk * t->bqp +
+     * softcap's derivative (bq x bk), LSE, D */
+    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 4 * t->bq * t->bk +
            2 * t->bq + 64;
 }
 
@@ -522,8 +513,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
     float *dk = vT + dp * bk, *dv = dk + bk * dp;
     float *qtile = dv + bk * dp, *dotile = qtile + t->bq * dp;
     float *pm = dotile + t->bq * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *grad = ds + t->bq * bk;
-    float *tr = grad + t->bq * bk;
-    float *lse = tr + bk * t->bqp, *dsum = lse + t->bq;
+    float *lse = grad + t->bq * bk, *dsum = lse + t->bq;
     float *dq_acc = bc->dq_acc + chunk * p->total_q * p->heads_q * dp;
 
     /* interleaved key tiles balance causal work across chunks */
@@ -573,25 +563,19 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
                     pzv = pz;
                 }
-                transpose(pzv, nr, bk, bk, tr, t->bqp);
-                bc->isa->gemm_rows(bk, dp, nr, tr, t->bqp, dotile, dp, dv, dp, 1);
+                bc->isa->gemm_tn(bk, dp, nr, pzv, bk, dotile, dp, dv, dp, 1);
                 /* dP = Z o (dO V^T); dS = P o (dP - D) * scale */
                 bc->isa->gemm_rows(nr, bk, p->d, dotile, dp, vT, bk, ds, bk, 0);
                 if (p->dropout_threshold)
                     apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
-                for (int64_t r = 0; r < nr; ++r) {
-                    float *drow = ds + r * bk;
-                    const float *prow = pm + r * bk;
-                    for (int64_t j = 0; j < bk; ++j) /* a select: P = 0 meets dP = NaN from V = NaN */
-                        drow[j] = prow[j] == 0.0f ? 0.0f : prow[j] * (drow[j] - dsum[r]) * p->scale;
-                    if (p->mod.softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */
-                        for (int64_t j = 0; j < bk; ++j)
-                            drow[j] *= grad[r * bk + j];
-                }
+                /* a select inside: P = 0 meets dP = NaN from V = NaN */
+                bc->isa->softmax_grad_tile(ds, pm, nr, bk, bk, dsum, p->scale);
+                if (p->mod.softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */
+                    for (int64_t x = 0; x < nr * bk; ++x)
+                        ds[x] *= grad[x];
                 /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
                 bc->isa->gemm_rows(nr, dp, bk, ds, bk, ktile, dp, dq_acc + (cr0 * p->heads_q + h) * dp, p->heads_q * dp, 1);
-                transpose(ds, nr, bk, bk, tr, t->bqp);
-                bc->isa->gemm_rows(bk, dp, nr, tr, t->bqp, qtile, dp, dk, dp, 1);
+                bc->isa->gemm_tn(bk, dp, nr, ds, bk, qtile, dp, dk, dp, 1);
             }
         }
         store_rows(p, &p->dk, b, ks + k0, nc, hk, dk, dp, 1.0f, NULL);

@@ -24,6 +24,9 @@ typedef struct fa_cpu_isa {
     /* The same with B row-major (ldb); N a multiple of 16. */
     void (*gemm_rows)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                       float *C, int64_t ldc, int accumulate);
+    /* C[M x N] (+)= A^T B with A stored K x M row-major (lda), B row-major; N a multiple of 16. */
+    void (*gemm_tn)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                    float *C, int64_t ldc, int accumulate);
     /* The online-softmax step of one score tile (nr rows, width a multiple of 16, row stride ld,
      * masked scores -inf): per row the new running max, P = exp(S - max) in place, the running
      * sum, and the rescaling of that row of the output tile o (ldo a multiple of 16 floats). */
@@ -33,6 +36,10 @@ typedef struct fa_cpu_isa {
     float (*exp_row)(float *x, int64_t n, float shift);
     /* x[0..n) *= a (n a multiple of 16) */
     void (*scale_row)(float *x, int64_t n, float a);
+    /* The backward's dS = P o (dP - D) scale on nr rows of n columns (a multiple of 16, row stride
+     * ld), dP given in ds and overwritten; 0 wherever P is 0, even where dP is NaN or inf. */
+    void (*softmax_grad_tile)(float *ds, const float *p, int64_t nr, int64_t n, int64_t ld, const float *dsum,
+                              float scale);
 } fa_cpu_isa;
 
 /* The tables compiled in (backends/cpu/meson.build): generic always, the others on x86-64. */

@@ -134,10 +134,12 @@ VINLINE vf vexp(vf v)
 
 /* ------------------------------------------------------------------ matrix products */
 
-/* C[mr x 16 np] (+)= A[mr x K] B, where row k of B's panel p starts at B + p * pstride + k * kstride.
- * mr <= MR and np <= NP are constants at every call, so the accumulators are registers. */
-VINLINE void micro_kernel(const int mr, const int np, int64_t K, const float *A, int64_t lda, const float *B,
-                          int64_t kstride, int64_t pstride, float *C, int64_t ldc, int accumulate)
+/* C[mr x 16 np] (+)= A[mr x K] B, where row k of B's panel p starts at B + p * pstride + k * kstride;
+ * A is row-major (element (r, k) at A[r * lda + k]) or, with a_trans, stored transposed (at
+ * A[k * lda + r]: the mr elements of one k step are then contiguous). mr <= MR, np <= NP and
+ * a_trans are constants at every call, so the accumulators are registers. */
+VINLINE void micro_kernel(const int mr, const int np, const int a_trans, int64_t K, const float *A, int64_t lda,
+                          const float *B, int64_t kstride, int64_t pstride, float *C, int64_t ldc, int accumulate)
 {
     vf c[MR][NP * PV];
 #pragma GCC unroll 16
@@ -152,7 +154,7 @@ VINLINE void micro_kernel(const int mr, const int np, int64_t K, const float *A,
             b[x] = vload(B + x / PV * pstride + k * kstride + x % PV * LANES);
 #pragma GCC unroll 16
         for (int r = 0; r < mr; ++r) {
-            const float a = A[r * lda + k]; /* scalar times vector: a broadcast */
+            const float a = a_trans ? A[k * lda + r] : A[r * lda + k]; /* scalar times vector: a broadcast */
 #pragma GCC unroll 16
             for (int x = 0; x < np * PV; ++x)
                 c[r][x] += a * b[x];
@@ -169,19 +171,19 @@ VINLINE void micro_kernel(const int mr, const int np, int64_t K, const float *A,
 
 /* The rows of one column block (np panels): full blocks of MR rows, then the rest in one call
  * of its exact height. */
-VINLINE void row_blocks(const int np, int64_t M, int64_t K, const float *A, int64_t lda, const float *B,
+VINLINE void row_blocks(const int np, const int a_trans, int64_t M, int64_t K, const float *A, int64_t lda, const float *B,
                         int64_t kstride, int64_t pstride, float *C, int64_t ldc, int accumulate, const char *pf,
                         int64_t pf_step, int64_t pf_bytes, int64_t *pf_done)
 {
     for (int64_t i = 0; i < M; i += MR) {
         for (int64_t x = 0; x < pf_step && *pf_done < pf_bytes; x += 64, *pf_done += 64)
             __builtin_prefetch(pf + *pf_done, 0, 2);
-        const float *a = A + i * lda;
+        const float *a = a_trans ? A + i : A + i * lda;
         float *c = C + i * ldc;
         switch (M - i < MR ? M - i : MR) {
 #define FA_ROWS_CASE(n)                                                                                    \
     case n:                                                                                                \
-        micro_kernel(n, np, K, a, lda, B, kstride, pstride, c, ldc, accumulate);            \
+        micro_kernel(n, np, a_trans, K, a, lda, B, kstride, pstride, c, ldc, accumulate);   \
         break;
             FA_ROWS_CASE(1)
             FA_ROWS_CASE(2)
@@ -215,8 +217,9 @@ VINLINE void row_blocks(const int np, int64_t M, int64_t K, const float *A, int6
 
 /* Column blocks of NP panels outermost: their K x 16 NP floats stay in L1 while the row blocks
  * of A stream past. */
-static void gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t kstride,
-                 int64_t pstride, float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes)
+VINLINE void gemm(const int a_trans, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                  int64_t kstride, int64_t pstride, float *C, int64_t ldc, int accumulate, const char *pf,
+                  int64_t pf_bytes)
 {
     int64_t panels = N / PANEL;
     int64_t calls = (panels + NP - 1) / NP * ((M + MR - 1) / MR);
@@ -225,10 +228,12 @@ static void gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
         const float *b = B + j * pstride;
         float *c = C + j * PANEL;
         if (j + NP <= panels)
-            row_blocks(NP, M, K, A, lda, b, kstride, pstride, c, ldc, accumulate, pf, pf_step, pf_bytes, &pf_done);
+            row_blocks(NP, a_trans, M, K, A, lda, b, kstride, pstride, c, ldc, accumulate, pf, pf_step, pf_bytes,
+                       &pf_done);
 #if NP > 1
         else
-            row_blocks(1, M, K, A, lda, b, kstride, pstride, c, ldc, accumulate, pf, pf_step, pf_bytes, &pf_done);
+            row_blocks(1, a_trans, M, K, A, lda, b, kstride, pstride, c, ldc, accumulate, pf, pf_step, pf_bytes,
+                       &pf_done);
 #endif
     }
 }
@@ -236,13 +241,19 @@ static void gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
 static void gemm_panels(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldp,
                         float *C, int64_t ldc, int accumulate, const char *pf, int64_t pf_bytes)
 {
-    gemm(M, N, K, A, lda, B, PANEL, ldp, C, ldc, accumulate, pf, pf_bytes);
+    gemm(0, M, N, K, A, lda, B, PANEL, ldp, C, ldc, accumulate, pf, pf_bytes);
 }
 
 static void gemm_rows(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                       float *C, int64_t ldc, int accumulate)
 {
-    gemm(M, N, K, A, lda, B, ldb, PANEL, C, ldc, accumulate, NULL, 0);
+    gemm(0, M, N, K, A, lda, B, ldb, PANEL, C, ldc, accumulate, NULL, 0);
+}
+
+static void gemm_tn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                    float *C, int64_t ldc, int accumulate)
+{
+    gemm(1, M, N, K, A, lda, B, ldb, PANEL, C, ldc, accumulate, NULL, 0);
 }
 
 /* ------------------------------------------------------------------ softmax */
@@ -282,12 +293,29 @@ static void online_softmax_tile(float *s, int64_t nr, int64_t width, int64_t ld,
     }
 }
 
+static void softmax_grad_tile(float *ds, const float *p, int64_t nr, int64_t n, int64_t ld, const float *dsum,
+                              float scale)
+{
+    for (int64_t r = 0; r < nr; ++r) {
+        float *drow = ds + r * ld;
+        const float *prow = p + r * ld;
+        const vf zero = vsplat(0.0f);
+        for (int64_t t = 0; t < n; t += LANES) {
+            vf pv = vload(prow + t);
+            vf g = pv * (vload(drow + t) - dsum[r]) * scale;
+            vstore(drow + t, vselect(pv == zero, zero, g));
+        }
+    }
+}
+
 const fa_cpu_isa TABLE = {
     .name = ISA_NAME,
     .lanes = LANES,
     .gemm_panels = gemm_panels,
     .gemm_rows = gemm_rows,
+    .gemm_tn = gemm_tn,
     .online_softmax_tile = online_softmax_tile,
     .exp_row = exp_row,
     .scale_row = scale_row,
+    .softmax_grad_tile = softmax_grad_tile,
 };

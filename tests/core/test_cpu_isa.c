@@ -1,8 +1,9 @@
 /* test_cpu_isa.c: every CPU kernel table (backends/cpu/isa.h) that this build has and this CPU
  * runs, against double precision: exp_row's relative error over the whole float range it serves
- * and its special values; gemm_panels and gemm_rows on shapes that leave partial row blocks and a
- * lone panel, with and without accumulation; the online-softmax step of a tile with masked columns
- * and fully masked rows. A table the CPU cannot run is named in the output as not run. */
+ * and its special values; gemm_panels, gemm_rows and gemm_tn on shapes that leave partial row
+ * blocks and a lone panel, with and without accumulation; the online-softmax step of a tile with
+ * masked columns and fully masked rows; the backward's dS step, 0 wherever P is 0. A table the
+ * CPU cannot run is named in the output as not run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,19 +107,26 @@ static void check_exp(const fa_cpu_isa *t)
     free(y);
 }
 
-/* C (+)= A B in double, then the table's product, compared element by element with a bound of
- * K rounding errors of the largest term. */
-static void check_gemm(const fa_cpu_isa *t, int panels_layout, int64_t M, int64_t N, int64_t K, int accumulate)
+enum { LAYOUT_ROWS, LAYOUT_PANELS, LAYOUT_TN };
+
+/* C (+)= A B in double, then the table's product (B row-major, B in panels, or A stored
+ * transposed), compared element by element with a bound of K rounding errors of the largest
+ * term. */
+static void check_gemm(const fa_cpu_isa *t, int layout, int64_t M, int64_t N, int64_t K, int accumulate)
 {
-    int64_t lda = K + 3, ldb = N + 16, ldc = N + 16, ldp = 16 * K + 16;
+    int64_t lda = K + 3, ldb = N + 16, ldc = N + 16, ldp = 16 * K + 16, ldat = M + 5;
     float *A = malloc(sizeof(float) * (size_t)(M * lda));
+    float *At = malloc(sizeof(float) * (size_t)(K * ldat));
     float *B = malloc(sizeof(float) * (size_t)(K * ldb));
     float *Bp = malloc(sizeof(float) * (size_t)(N / 16 * ldp));
     float *C = malloc(sizeof(float) * (size_t)(M * ldc));
     double *want = malloc(sizeof(double) * (size_t)(M * N));
-    assert_true(A && B && Bp && C && want);
+    assert_true(A && At && B && Bp && C && want);
     for (int64_t i = 0; i < M * lda; ++i)
         A[i] = next_uniform();
+    for (int64_t i = 0; i < M; ++i) /* A^T, K x M */
+        for (int64_t k = 0; k < K; ++k)
+            At[k * ldat + i] = A[i * lda + k];
     for (int64_t i = 0; i < K * ldb; ++i)
         B[i] = next_uniform();
     for (int64_t i = 0; i < M * ldc; ++i)
@@ -134,8 +142,10 @@ static void check_gemm(const fa_cpu_isa *t, int panels_layout, int64_t M, int64_
             want[i * N + j] = acc;
         }
     float guard = C[ldc - 1]; /* a column past N: never written */
-    if (panels_layout)
+    if (layout == LAYOUT_PANELS)
         t->gemm_panels(M, N, K, A, lda, Bp, ldp, C, ldc, accumulate, (const char *)B, K * ldb * (int64_t)sizeof(float));
+    else if (layout == LAYOUT_TN)
+        t->gemm_tn(M, N, K, At, ldat, B, ldb, C, ldc, accumulate);
     else
         t->gemm_rows(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     double bound = (double)(K + 2) * FLT_EPSILON * 2.0;
@@ -143,10 +153,11 @@ static void check_gemm(const fa_cpu_isa *t, int panels_layout, int64_t M, int64_
         for (int64_t j = 0; j < N; ++j)
             if (fabs((double)C[i * ldc + j] - want[i * N + j]) > bound)
                 fail_msg("%s %s M %lld N %lld K %lld acc %d: C[%lld][%lld] = %.9g, want %.9g", t->name,
-                         panels_layout ? "gemm_panels" : "gemm_rows", (long long)M, (long long)N, (long long)K,
+                         layout == LAYOUT_PANELS ? "gemm_panels" : layout == LAYOUT_TN ? "gemm_tn" : "gemm_rows", (long long)M, (long long)N, (long long)K,
                          accumulate, (long long)i, (long long)j, (double)C[i * ldc + j], want[i * N + j]);
     assert_true(C[ldc - 1] == guard);
     free(A);
+    free(At);
     free(B);
     free(Bp);
     free(C);
@@ -196,6 +207,37 @@ static void check_softmax(const fa_cpu_isa *t)
     }
 }
 
+/* dS = P o (dP - D) scale, and exactly 0 where P is 0 whatever dP holds */
+static void check_softmax_grad(const fa_cpu_isa *t)
+{
+    enum { NR = 5, W = 48, LD = 64 };
+    float p[NR * LD], ds[NR * LD], dp[NR * LD], dsum[NR];
+    const float scale = 0.125f;
+    for (int r = 0; r < NR; ++r) {
+        dsum[r] = next_uniform();
+        for (int j = 0; j < LD; ++j) {
+            p[r * LD + j] = j % 5 == 0 ? 0.0f : 0.5f + 0.5f * next_uniform();
+            dp[r * LD + j] = j % 10 == 0 ? (j % 20 == 0 ? NAN : INFINITY) : next_uniform();
+        }
+    }
+    memcpy(ds, dp, sizeof ds);
+    t->softmax_grad_tile(ds, p, NR, W, LD, dsum, scale);
+    for (int r = 0; r < NR; ++r)
+        for (int j = 0; j < LD; ++j) {
+            float got = ds[r * LD + j];
+            if (j >= W) { /* past the width: untouched */
+                assert_memory_equal(&got, &dp[r * LD + j], sizeof got);
+                continue;
+            }
+            if (p[r * LD + j] == 0.0f) {
+                assert_true(got == 0.0f);
+                continue;
+            }
+            double want = (double)p[r * LD + j] * ((double)dp[r * LD + j] - dsum[r]) * scale;
+            assert_true(fabs((double)got - want) <= 4.0 * FLT_EPSILON * fabs(want) + 1e-30);
+        }
+}
+
 static void test_tables(void **state)
 {
     (void)state;
@@ -213,11 +255,13 @@ static void test_tables(void **state)
             for (size_t b = 0; b < sizeof Ns / sizeof Ns[0]; ++b)
                 for (size_t c = 0; c < sizeof Ks / sizeof Ks[0]; ++c)
                     for (int acc = 0; acc < 2; ++acc) {
-                        check_gemm(t, 1, Ms[a], Ns[b], Ks[c], acc);
-                        check_gemm(t, 0, Ms[a], Ns[b], Ks[c], acc);
+                        check_gemm(t, LAYOUT_PANELS, Ms[a], Ns[b], Ks[c], acc);
+                        check_gemm(t, LAYOUT_ROWS, Ms[a], Ns[b], Ks[c], acc);
+                        check_gemm(t, LAYOUT_TN, Ms[a], Ns[b], Ks[c], acc);
                     }
         check_softmax(t);
-        printf("[ INFO     ] table %s (%d lanes): exp, products and the softmax step checked\n", t->name, t->lanes);
+        check_softmax_grad(t);
+        printf("[ INFO     ] table %s (%d lanes): exp, products, the softmax step and dS checked\n", t->name, t->lanes);
     }
     assert_true(ran >= 1); /* generic always runs */
     /* the default choice is one of the tables */
