@@ -9,7 +9,7 @@ MUTATIONS = [
         "id": "softcap-grad-dropped",
         "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash.c)",
         "edits": [
-            ("backends/cpu/flash.c", "drow[j] *= grad[r * bk + j];", "drow[j] *= 1.0f;"),
+            ("backends/cpu/flash.c", "ds[x] *= grad[x];", "ds[x] *= 1.0f;"),
         ],
     },
     {
@@ -46,11 +46,11 @@ MUTATIONS = [
     },
     {
         "id": "ds-1pct",
-        "what": "dS 1 % too large in the CPU backward (flash.c)",
+        "what": "dS 1 % too large in the CPU backward (isa_kernels.c, every kernel table)",
         "edits": [
-            ("backends/cpu/flash.c",
-             "prow[j] * (drow[j] - dsum[r]) * p->scale;",
-             "prow[j] * (drow[j] - dsum[r]) * p->scale * 1.01f;"),
+            ("backends/cpu/isa_kernels.c",
+             "vf g = pv * (vload(drow + t) - dsum[r]) * scale;",
+             "vf g = pv * (vload(drow + t) - dsum[r]) * scale * 1.01f;"),
         ],
     },
     {
@@ -119,8 +119,8 @@ MUTATIONS = [
              "                    if (fa_row_absent(lse[r]))\n"
              "                        memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);\n"
              "                    else\n"
-             "                        exp_inplace(pm + r * bk, bk, lse[r]);",
-             "                    exp_inplace(pm + r * bk, bk, lse[r]);"),
+             "                        bc->isa->exp_row(pm + r * bk, bk, lse[r]);",
+             "                    bc->isa->exp_row(pm + r * bk, bk, lse[r]);"),
         ],
     },
     {
