@@ -1,6 +1,7 @@
 /* isa_kernels.c: the fused kernels' hot loops, written once with GCC vector extensions and
- * compiled once per instruction set (backends/cpu/meson.build passes -DFA_CPU_ISA_AVX512 with
- * -march=x86-64-v4, -DFA_CPU_ISA_AVX2 with -march=x86-64-v3, or nothing for the generic table);
+ * compiled once per instruction set (the top-level meson.build passes -DFA_CPU_ISA_AVX512 with
+ * -mavx512f -mavx512vl -mavx512bw -mavx512dq -mavx512cd and the AVX2 flags, -DFA_CPU_ISA_AVX2
+ * with -mavx -mavx2 -mfma -mbmi -mbmi2, -DFA_CPU_ISA_GENERIC with no target flags);
  * each compile defines one fa_cpu_isa table (isa.h). What differs per instruction set is the
  * vector width and the register block of the matrix micro-kernel:
  *
