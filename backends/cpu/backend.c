@@ -121,7 +121,6 @@ static const cpu_tile_row cpu_tiles[] = {
 
 static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
 {
-    (void)ctx;
     size_t n = sizeof cpu_tiles / sizeof cpu_tiles[0], i = 0;
     if (p->backward)
         i = n - 1;
@@ -132,6 +131,8 @@ static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
     out->max_block_q = cpu_tiles[i].max_block_q;
     out->max_block_k = 256;
     out->multiple = 16;
+    if (p->dtype == FA_DTYPE_BF16 && fa_cpu_isa_of(ctx)->gemm_bf16) /* the bf16 products' K step */
+        out->min_block = out->multiple = 32;
 }
 
 static fa_status cpu_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
@@ -156,7 +157,7 @@ static fa_status cpu_backward(fa_context *ctx, const fa_problem *p, const fa_var
 
 static int64_t cpu_workspace(const fa_context *ctx, const fa_problem *p)
 {
-    return fa_cpu_workspace_bytes(p, fa_cpu_threads(ctx));
+    return fa_cpu_workspace_bytes(p, fa_cpu_isa_of(ctx), fa_cpu_threads(ctx));
 }
 
 static fa_status cpu_alloc(fa_context *ctx, size_t bytes, void **ptr)

@@ -17,7 +17,7 @@ const fa_cpu_isa *fa_cpu_isa_of(const fa_context *ctx);
 
 fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p);
 fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p);
-int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads); /* -1 when it overflows 64 bits */
+int64_t fa_cpu_workspace_bytes(const fa_problem *p, const fa_cpu_isa *isa, int threads); /* -1 when it overflows 64 bits */
 int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads);
 fa_status fa_cpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp); /* kvcache.c */
 

@@ -7,6 +7,7 @@
  * deterministic. Matrix products, exp and the softmax step come from the context's kernel table
  * (isa.h: AVX-512, AVX2 or generic, chosen by cpuid); the forward prefetches the next key tile
  * into L2 while it computes with the current one. */
+#include "bf16_pack.h"
 #include "cpu.h"
 #include "empty_row.h"
 #include "half.h"
@@ -191,30 +192,40 @@ static void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int64_t q0,
 
 typedef struct tile_dims {
     int64_t bq, bk;   /* B_r, B_c (B_c a multiple of PANEL) */
-    int64_t dp;       /* d padded to PANEL */
+    int64_t dp;       /* d padded to PANEL, or to 32 for the bf16 products */
+    int bf16;         /* the products take bf16 operands (gemm_bf16) */
 } tile_dims;
 
-static tile_dims dims_of(const fa_problem *p)
+/* bf16 inputs go to the table's bf16 products where it has them and the tiles are whole
+ * multiples of their K step (32; the tile table asks for that, backend.c) */
+static int uses_bf16_products(const fa_problem *p, const fa_cpu_isa *isa)
+{
+    return p->dtype == FA_DTYPE_BF16 && isa->gemm_bf16 && p->block_q % 32 == 0 && p->block_k % 32 == 0;
+}
+
+static tile_dims dims_of(const fa_problem *p, const fa_cpu_isa *isa)
 {
     tile_dims t;
     t.bq = p->block_q;
     t.bk = p->block_k;
-    t.dp = round_up(p->d, PANEL);
+    t.bf16 = uses_bf16_products(p, isa);
+    t.dp = round_up(p->d, t.bf16 ? 32 : PANEL);
     return t;
 }
 
 static int64_t fwd_scratch_floats(const tile_dims *t)
 {
-    /* Q, O (bq x dp), S (bq x bk), row factors */
-    return 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64;
+    /* Q, O (bq x dp), S (bq x bk), row factors; for the bf16 products P in bf16 (bq x bk) */
+    return 2 * t->bq * t->dp + t->bq * t->bk + 3 * t->bq + 64 + (t->bf16 ? t->bq * t->bk / 2 : 0);
 }
 
 static int64_t bwd_scratch_floats(const tile_dims *t)
 {
     /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), Q, dO (bq x dp), P, P o Z, dS, the
-     * softcap's derivative (bq x bk), LSE, D */
-    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 4 * t->bq * t->bk +
-           2 * t->bq + 64;
+     * softcap's derivative (bq x bk), LSE, D; for the bf16 products also P^T, dS, dS^T in bf16
+     * and this tile's dQ (bq x dp) */
+    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 4 * t->bq * t->bk + 2 * t->bq + 64 +
+           (t->bf16 ? 3 * t->bq * t->bk / 2 + t->bq * t->dp : 0);
 }
 
 /* a * b * c floats in bytes, rounded up to the 64 of aligned_alloc; -1 when that overflows 64 bits
@@ -238,9 +249,9 @@ static int64_t sum_bytes(const int64_t *parts, int n)
     return total;
 }
 
-int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads)
+int64_t fa_cpu_workspace_bytes(const fa_problem *p, const fa_cpu_isa *isa, int threads)
 {
-    tile_dims t = dims_of(p);
+    tile_dims t = dims_of(p, isa);
     int64_t part[3] = {float_bytes(threads, p->backward ? bwd_scratch_floats(&t) : fwd_scratch_floats(&t), 1), 0, 0};
     if (!p->backward) {
         /* packed K^T and V tiles: each sequence's keys padded to whole tiles (an upper bound
@@ -249,7 +260,7 @@ int64_t fa_cpu_workspace_bytes(const fa_problem *p, int threads)
         if (!fa_mul_ok(p->batch, (p->seqlen_k + t.bk - 1) / t.bk * t.bk, &rows) ||
             !fa_mul_ok(p->batch, t.bk, &padded) || !fa_add_ok(padded, p->total_k, &padded))
             return -1;
-        part[1] = float_bytes(rows < padded ? rows : padded, p->heads_kv, 2 * t.dp);
+        part[1] = float_bytes(rows < padded ? rows : padded, p->heads_kv, t.bf16 ? t.dp : 2 * t.dp);
     } else {
         int64_t q_rows; /* rows of every head */
         if (!fa_mul_ok(p->total_q, p->heads_q, &q_rows))
@@ -275,9 +286,11 @@ int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads)
 /* ------------------------------------------------------------------ forward */
 
 /* K and V converted once per call into fp32 tiles, K transposed: tile (b, kt, hk) at
- * kv_pack + ((tile_base[b] + kt) * heads_kv + hk) * 2 * dp * bk, K^T (dp x bk) then V (bk x dp).
- * Every query tile of the head reuses them, so the forward's inner loop does no conversion.
- * Extra memory: about 2 * total_k * heads_kv * d floats, linear in N. */
+ * kv_pack + ((tile_base[b] + kt) * heads_kv + hk) * kv_tile_floats, K^T (dp x bk) then V
+ * (bk x dp), both in panels; for the bf16 products both pair-packed in bf16 (bf16_pack.h), K^T
+ * as dp / 2 x bk pairs, V as bk / 2 x dp. Every query tile of the head reuses them, so the
+ * forward's inner loop does no conversion. Extra memory: about 2 * total_k * heads_kv * d
+ * elements, linear in N. */
 typedef struct fwd_ctx {
     const fa_problem *p;
     const fa_cpu_isa *isa;
@@ -289,7 +302,7 @@ typedef struct fwd_ctx {
 
 static int64_t kv_tile_floats(const tile_dims *t)
 {
-    return 2 * t->dp * t->bk;
+    return (t->bf16 ? 1 : 2) * t->dp * t->bk;
 }
 
 static void pack_kv_task(void *argp, int64_t task, float *scratch)
@@ -306,7 +319,14 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
     int64_t sq, sk, qs, ks;
     fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
     int64_t k0 = kt * t->bk, nc = sk - k0 < t->bk ? sk - k0 : t->bk, dp = t->dp, bk = t->bk;
-    float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + dp * bk;
+    float *kT = fc->kv_pack + task * kv_tile_floats(t), *v = kT + kv_tile_floats(t) / 2;
+    if (t->bf16) {
+        const uint16_t *k = (const uint16_t *)p->k.data + b * p->k.sb + (ks + k0) * p->k.ss + hk * p->k.sh;
+        const uint16_t *vs = (const uint16_t *)p->v.data + b * p->v.sb + (ks + k0) * p->v.ss + hk * p->v.sh;
+        fa_bf16_pairs_of_rows(k, p->k.ss, nc, bk, p->d, dp, (uint32_t *)kT);
+        fa_bf16_pairs_of_columns(vs, p->v.ss, nc, bk, p->d, dp, (uint32_t *)v);
+        return;
+    }
     /* each key row straight into its panels (K^T: dp x bk, V: bk x dp, both in 16-column
      * panels), zero-padded to dp columns and bk rows */
     float row[FA_MAX_HEAD_DIM];
@@ -348,8 +368,20 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
     float *qtile = scratch, *otile = qtile + t->bq * t->dp;
     float *s = otile + t->bq * t->dp, *inv = s + t->bq * t->bk;
     fa_softmax_row rows[FA_CPU_MAX_BLOCK];
-    load_rows(p, &p->q, b, qs + q0, nr, nr, h, p->scale, qtile, t->dp);
-    memset(otile, 0, sizeof(float) * (size_t)(nr * t->dp));
+    /* the bf16 products: Q as it is (S scaled after the product), P rounded to bf16 in pb; the
+     * products run on nr16 rows, the padding rows zero */
+    const fa_cpu_isa *isa = fc->isa;
+    int64_t nr16 = round_up(nr, 16);
+    uint16_t *qb = (uint16_t *)qtile, *pb = (uint16_t *)(inv + 3 * t->bq + 64);
+    if (t->bf16) {
+        isa->bf16_tiles_begin();
+        fa_bf16_rows((const uint16_t *)p->q.data + b * p->q.sb + (qs + q0) * p->q.ss + h * p->q.sh, p->q.ss, nr, nr16,
+                     p->d, qb, t->dp);
+        memset(pb + nr * t->bk, 0, sizeof(uint16_t) * (size_t)((nr16 - nr) * t->bk));
+    } else {
+        load_rows(p, &p->q, b, qs + q0, nr, nr, h, p->scale, qtile, t->dp);
+    }
+    memset(otile, 0, sizeof(float) * (size_t)(nr16 * t->dp));
     for (int64_t r = 0; r < nr; ++r)
         rows[r] = fa_softmax_init();
 
@@ -362,37 +394,56 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         /* Only the panels that hold a visible key: the visible range of rows q0 .. q0 + nr - 1
          * lies in [lo of the first row, hi of the last) (both ends are monotone), so columns
          * [j0, j1) of the tile, rounded out to whole panels, hold every visible score. */
+        const int64_t align = t->bf16 ? 32 : PANEL; /* the bf16 product's K step */
         int64_t j0 = 0, j1 = nc;
         if (cls != FA_TILE_FULL) {
             int64_t lo, hi;
             fa_mask_rows_range(&m, q0, q0 + nr, &lo, &hi);
             if (lo > k0)
-                j0 = (lo - k0) / PANEL * PANEL;
+                j0 = (lo - k0) / align * align;
             if (hi - k0 < j1)
                 j1 = hi - k0;
             if (j1 <= j0)
                 continue;
         }
-        int64_t w = round_up(j1, PANEL) - j0; /* columns computed, from j0 */
+        int64_t w = round_up(j1, align) - j0; /* columns computed, from j0 */
         const float *kT = fc->kv_pack + ((fc->tile_base[b] + kt) * p->heads_kv + hk) * kv_tile_floats(t);
-        const float *vtile = kT + t->dp * t->bk;
+        const float *vtile = kT + kv_tile_floats(t) / 2;
         float *sj = s + j0;
         /* the next key tile (if any) into L2 during this one's two products: K^T, then V */
         const char *next = NULL;
         if (kt + 1 < nk && tile_class(p, &m, h, qt, kt + 1) != FA_TILE_EMPTY)
             next = (const char *)(kT + kv_tile_floats(t) * p->heads_kv);
-        int64_t half_bytes = t->dp * t->bk * (int64_t)sizeof(float);
-        fc->isa->gemm_panels(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * PANEL, sj, t->bk, 0, next, half_bytes);
+        int64_t half_bytes = kv_tile_floats(t) / 2 * (int64_t)sizeof(float);
+        if (t->bf16) {
+            for (int64_t x = 0; next && x < 2 * half_bytes; x += 64) /* the next K and V tile */
+                __builtin_prefetch(next + x, 0, 2);
+            isa->gemm_bf16(nr16, w, t->dp, qb, t->dp, (const uint32_t *)kT + j0, t->bk, sj, t->bk, 0);
+            for (int64_t r = 0; r < nr; ++r)
+                isa->scale_row(sj + r * t->bk, w, p->scale);
+        } else {
+            isa->gemm_panels(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * PANEL, sj, t->bk, 0, next,
+                             half_bytes);
+        }
         if (fa_score_mod_active(p->mod))
             apply_score_mod(p, b, h, sk - sq, q0, nr, k0 + j0, w, t->bk, sj, NULL);
         if (cls != FA_TILE_FULL || j0 + w > nc)
             apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
-        fc->isa->online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
+        isa->online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
         if (p->dropout_threshold)
             apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
-        fc->isa->gemm_panels(nr, t->dp, w, sj, t->bk, vtile + j0 * PANEL, t->bk * PANEL, otile, t->dp, 1, next ? next + half_bytes : NULL,
-                half_bytes);
+        if (t->bf16) {
+            for (int64_t r = 0; r < nr; ++r)
+                isa->to_bf16_row(sj + r * t->bk, pb + r * t->bk + j0, w);
+            isa->gemm_bf16(nr16, t->dp, w, pb + j0, t->bk, (const uint32_t *)vtile + j0 / 2 * t->dp, t->dp, otile,
+                           t->dp, 1);
+        } else {
+            isa->gemm_panels(nr, t->dp, w, sj, t->bk, vtile + j0 * PANEL, t->bk * PANEL, otile, t->dp, 1,
+                             next ? next + half_bytes : NULL, half_bytes);
+        }
     }
+    if (t->bf16)
+        isa->bf16_tiles_end();
     for (int64_t r = 0; r < nr; ++r) {
         inv[r] = fa_softmax_inv_sum(rows[r]);
         if (p->has_lse) {
@@ -420,7 +471,8 @@ static int64_t *key_tile_prefix(const fa_problem *p, int64_t bk)
 
 fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
 {
-    fwd_ctx fc = {.p = p, .isa = fa_cpu_isa_of(ctx), .t = dims_of(p)};
+    fwd_ctx fc = {.p = p, .isa = fa_cpu_isa_of(ctx)};
+    fc.t = dims_of(p, fc.isa);
     fc.nq = (p->seqlen_q + fc.t.bq - 1) / fc.t.bq;
     int64_t ntasks = p->batch * p->heads_q * fc.nq;
     if (ntasks == 0)
@@ -450,7 +502,7 @@ fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
         free(fc.tile_base);
         free(fc.kv_pack);
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu forward: cannot allocate %lld bytes of workspace",
-                        (long long)fa_cpu_workspace_bytes(p, threads));
+                        (long long)fa_cpu_workspace_bytes(p, fc.isa, threads));
     }
     fa_parallel_for(threads, npack, pack_kv_task, &fc, scratch, per);
     fa_parallel_for(threads, ntasks, fwd_task, &fc, scratch, per);
@@ -496,6 +548,70 @@ static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
     }
 }
 
+/* The bf16 products' operands of one backward task, in the fp32 path's buffers (each holds its
+ * bf16 counterparts) and the extras bwd_scratch_floats counts. */
+typedef struct bwd_bf16_tiles {
+    uint32_t *k_cols, *k_rows, *v_rows; /* K as B of dS K; K^T, V^T as B of Q K^T, dO V^T */
+    uint16_t *q, *dout;                 /* row-major, A of the products */
+    uint32_t *q_cols, *dout_cols;       /* as B of dS^T Q, P^T dO */
+    uint16_t *pt, *ds, *dst;            /* (P o Z)^T, dS, dS^T */
+    float *dq;                          /* this tile's dS K */
+} bwd_bf16_tiles;
+
+/* The four products of one (query tile, key tile) pair with bf16 operands: P = exp(scale * Q K^T
+ * - LSE) as in the fp32 path, then dV += (P o Z)^T dO, dP = dO V^T, dS, dQ += dS K, dK += dS^T Q.
+ * P and dS are rounded to bf16 before their products (as the GPU kernels do). nr query rows,
+ * padded to nr16 (rows of A) and nr32 (the K extent of the transposed products). */
+static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b, int64_t h, int64_t q0,
+                          int64_t nr, int64_t sq, int64_t sk, int64_t k0, int64_t nc, const fa_mask *m, fa_tile_class cls,
+                          const float *lse, const float *dsum, float *pm, float *pz, float *ds, float *grad,
+                          float *dk, float *dv, float *dq_rows, int64_t ld_dq)
+{
+    const fa_problem *p = bc->p;
+    const fa_cpu_isa *isa = bc->isa;
+    const int64_t dp = bc->t.dp, bk = bc->t.bk, nr16 = round_up(nr, 16), nr32 = round_up(nr, 32);
+    isa->gemm_bf16(nr16, bk, dp, bt->q, dp, bt->k_rows, bk, pm, bk, 0);
+    for (int64_t r = 0; r < nr; ++r)
+        isa->scale_row(pm + r * bk, bk, p->scale);
+    if (fa_score_mod_active(p->mod))
+        apply_score_mod(p, b, h, sk - sq, q0, nr, k0, bk, bk, pm, grad);
+    if (cls != FA_TILE_FULL || nc < bk)
+        apply_mask(p, m, h, q0, nr, k0, nc, bk, bk, pm, cls);
+    for (int64_t r = 0; r < nr; ++r) {
+        if (fa_row_absent(lse[r]))
+            memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);
+        else
+            isa->exp_row(pm + r * bk, bk, lse[r]);
+    }
+    const float *pzv = pm;
+    if (p->dropout_threshold) {
+        memcpy(pz, pm, sizeof(float) * (size_t)(nr * bk));
+        apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
+        pzv = pz;
+    }
+    fa_bf16_transpose_round(pzv, bk, nr, bk, bt->pt, nr32, nr32);
+    isa->gemm_bf16(bk, dp, nr32, bt->pt, nr32, bt->dout_cols, dp, dv, dp, 1);
+    isa->gemm_bf16(nr16, bk, dp, bt->dout, dp, bt->v_rows, bk, ds, bk, 0);
+    if (p->dropout_threshold)
+        apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
+    isa->softmax_grad_tile(ds, pm, nr, bk, bk, dsum, p->scale);
+    if (p->mod.softcap > 0.0f)
+        for (int64_t x = 0; x < nr * bk; ++x)
+            ds[x] *= grad[x];
+    for (int64_t r = 0; r < nr; ++r)
+        isa->to_bf16_row(ds + r * bk, bt->ds + r * bk, bk);
+    memset(bt->ds + nr * bk, 0, sizeof(uint16_t) * (size_t)((nr16 - nr) * bk));
+    fa_bf16_transpose_round(ds, bk, nr, bk, bt->dst, nr32, nr32);
+    isa->gemm_bf16(nr16, dp, bk, bt->ds, bk, bt->k_cols, dp, bt->dq, dp, 0);
+    for (int64_t r = 0; r < nr; ++r) {
+        float *acc = dq_rows + r * ld_dq;
+        const float *add = bt->dq + r * dp;
+        for (int64_t x = 0; x < dp; ++x)
+            acc[x] += add[x];
+    }
+    isa->gemm_bf16(bk, dp, nr32, bt->dst, nr32, bt->q_cols, dp, dk, dp, 1);
+}
+
 static void bwd_main_task(void *argp, int64_t task, float *scratch)
 {
     const bwd_ctx *bc = argp;
@@ -515,13 +631,36 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
     float *pm = dotile + t->bq * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *grad = ds + t->bq * bk;
     float *lse = grad + t->bq * bk, *dsum = lse + t->bq;
     float *dq_acc = bc->dq_acc + chunk * p->total_q * p->heads_q * dp;
+    bwd_bf16_tiles bt = {0};
+    if (t->bf16) {
+        bt.k_cols = (uint32_t *)ktile;
+        bt.k_rows = (uint32_t *)kT;
+        bt.v_rows = (uint32_t *)vT;
+        bt.q = (uint16_t *)qtile;
+        bt.q_cols = (uint32_t *)(qtile + t->bq * dp / 2);
+        bt.dout = (uint16_t *)dotile;
+        bt.dout_cols = (uint32_t *)(dotile + t->bq * dp / 2);
+        bt.pt = (uint16_t *)(dsum + t->bq + 64);
+        bt.ds = bt.pt + t->bq * bk;
+        bt.dst = bt.ds + t->bq * bk;
+        bt.dq = (float *)(bt.dst + t->bq * bk);
+        bc->isa->bf16_tiles_begin();
+    }
 
     /* interleaved key tiles balance causal work across chunks */
     for (int64_t kt = chunk; kt < nk; kt += bc->chunks) {
         int64_t k0 = kt * bk, nc = sk - k0 < bk ? sk - k0 : bk;
-        load_rows(p, &p->k, b, ks + k0, nc, bk, hk, 1.0f, ktile, dp);
-        load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, dp, bk);
-        load_rows_transposed(p, &p->v, b, ks + k0, nc, hk, vT, dp, bk);
+        if (t->bf16) {
+            const uint16_t *k = (const uint16_t *)p->k.data + b * p->k.sb + (ks + k0) * p->k.ss + hk * p->k.sh;
+            const uint16_t *v = (const uint16_t *)p->v.data + b * p->v.sb + (ks + k0) * p->v.ss + hk * p->v.sh;
+            fa_bf16_pairs_of_columns(k, p->k.ss, nc, bk, p->d, dp, bt.k_cols);
+            fa_bf16_pairs_of_rows(k, p->k.ss, nc, bk, p->d, dp, bt.k_rows);
+            fa_bf16_pairs_of_rows(v, p->v.ss, nc, bk, p->d, dp, bt.v_rows);
+        } else {
+            load_rows(p, &p->k, b, ks + k0, nc, bk, hk, 1.0f, ktile, dp);
+            load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, dp, bk);
+            load_rows_transposed(p, &p->v, b, ks + k0, nc, hk, vT, dp, bk);
+        }
         memset(dk, 0, sizeof(float) * (size_t)(bk * dp));
         memset(dv, 0, sizeof(float) * (size_t)(bk * dp));
         /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
@@ -532,11 +671,32 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     continue;
                 int64_t q0 = qt * t->bq, nr = sq - q0 < t->bq ? sq - q0 : t->bq;
                 int64_t cr0 = canon_q_row(p, b, qs, q0);
-                load_rows(p, &p->q, b, qs + q0, nr, nr, h, 1.0f, qtile, dp);
-                load_rows(p, &p->dout, b, qs + q0, nr, nr, h, 1.0f, dotile, dp);
                 for (int64_t r = 0; r < nr; ++r) {
                     lse[r] = ((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss];
                     dsum[r] = bc->dsum[h * p->total_q + cr0 + r];
+                }
+                float *dq_rows = dq_acc + (cr0 * p->heads_q + h) * dp;
+                if (t->bf16) {
+                    int64_t nr32 = round_up(nr, 32);
+                    fa_bf16_rows((const uint16_t *)p->q.data + b * p->q.sb + (qs + q0) * p->q.ss + h * p->q.sh,
+                                 p->q.ss, nr, nr32, p->d, bt.q, dp);
+                    fa_bf16_rows((const uint16_t *)p->dout.data + b * p->dout.sb + (qs + q0) * p->dout.ss +
+                                     h * p->dout.sh,
+                                 p->dout.ss, nr, nr32, p->d, bt.dout, dp);
+                    for (int64_t r = 0; r < nr; ++r)
+                        if (fa_row_absent(lse[r])) { /* a row that saw no key: its Q and dO enter as 0 */
+                            memset(bt.q + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
+                            memset(bt.dout + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
+                        }
+                    fa_bf16_pairs_of_columns(bt.q, dp, nr32, nr32, dp, dp, bt.q_cols);
+                    fa_bf16_pairs_of_columns(bt.dout, dp, nr32, nr32, dp, dp, bt.dout_cols);
+                    bwd_tile_bf16(bc, &bt, b, h, q0, nr, sq, sk, k0, nc, &m, cls, lse, dsum, pm, pz, ds, grad, dk,
+                                  dv, dq_rows, p->heads_q * dp);
+                    continue;
+                }
+                load_rows(p, &p->q, b, qs + q0, nr, nr, h, 1.0f, qtile, dp);
+                load_rows(p, &p->dout, b, qs + q0, nr, nr, h, 1.0f, dotile, dp);
+                for (int64_t r = 0; r < nr; ++r) {
                     if (fa_row_absent(lse[r])) { /* a row that saw no key: its Q and dO enter as 0 */
                         memset(qtile + r * dp, 0, sizeof(float) * (size_t)dp);
                         memset(dotile + r * dp, 0, sizeof(float) * (size_t)dp);
@@ -574,13 +734,15 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     for (int64_t x = 0; x < nr * bk; ++x)
                         ds[x] *= grad[x];
                 /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
-                bc->isa->gemm_rows(nr, dp, bk, ds, bk, ktile, dp, dq_acc + (cr0 * p->heads_q + h) * dp, p->heads_q * dp, 1);
+                bc->isa->gemm_rows(nr, dp, bk, ds, bk, ktile, dp, dq_rows, p->heads_q * dp, 1);
                 bc->isa->gemm_tn(bk, dp, nr, ds, bk, qtile, dp, dk, dp, 1);
             }
         }
         store_rows(p, &p->dk, b, ks + k0, nc, hk, dk, dp, 1.0f, NULL);
         store_rows(p, &p->dv, b, ks + k0, nc, hk, dv, dp, 1.0f, NULL);
     }
+    if (t->bf16)
+        bc->isa->bf16_tiles_end();
 }
 
 /* dQ of one (batch, query tile), every head: the chunks' partial sums in chunk order. */
@@ -616,7 +778,8 @@ static void bwd_dq_task(void *argp, int64_t task, float *scratch)
 
 fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
 {
-    bwd_ctx bc = {.p = p, .isa = fa_cpu_isa_of(ctx), .t = dims_of(p)};
+    bwd_ctx bc = {.p = p, .isa = fa_cpu_isa_of(ctx)};
+    bc.t = dims_of(p, bc.isa);
     bc.nq = (p->seqlen_q + bc.t.bq - 1) / bc.t.bq;
     bc.nk = (p->seqlen_k + bc.t.bk - 1) / bc.t.bk;
     int threads = fa_cpu_threads(ctx);
@@ -639,7 +802,7 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
         free(bc.dsum);
         free(bc.dq_acc);
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld bytes of workspace",
-                        (long long)fa_cpu_workspace_bytes(p, threads));
+                        (long long)fa_cpu_workspace_bytes(p, bc.isa, threads));
     }
     fa_parallel_for(threads, p->batch * p->heads_q * bc.nq, bwd_dsum_task, &bc, scratch, per);
     fa_parallel_for(threads, p->batch * p->heads_kv * bc.chunks, bwd_main_task, &bc, scratch, per);

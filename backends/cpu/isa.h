@@ -40,13 +40,26 @@ typedef struct fa_cpu_isa {
      * ld), dP given in ds and overwritten; 0 wherever P is 0, even where dP is NaN or inf. */
     void (*softmax_grad_tile)(float *ds, const float *p, int64_t nr, int64_t n, int64_t ld, const float *dsum,
                               float scale);
+    /* y[0..n) = x rounded to bf16, to nearest even (n a multiple of 16); NaN stays NaN */
+    void (*to_bf16_row)(const float *x, uint16_t *y, int64_t n);
+
+    /* bf16 products; NULL in tables without them. C[M x N] fp32 (+)= A[M x K] B[K x N]: A bf16
+     * row-major (lda elements), B "pair-packed": a uint32_t array whose element (kp, n), at
+     * B[kp * ldb + n], holds the bf16 pair B[2 kp][n] (low half), B[2 kp + 1][n] (high half).
+     * M and N multiples of 16, K a multiple of 32 (callers pad with zeros). Used only between
+     * bf16_tiles_begin and bf16_tiles_end on the same thread. */
+    void (*bf16_tiles_begin)(void);
+    void (*bf16_tiles_end)(void);
+    void (*gemm_bf16)(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint32_t *B,
+                      int64_t ldb, float *C, int64_t ldc, int accumulate);
 } fa_cpu_isa;
 
 /* The tables compiled in (backends/cpu/meson.build): generic always, the others on x86-64. */
-extern const fa_cpu_isa fa_cpu_isa_generic, fa_cpu_isa_avx2, fa_cpu_isa_avx512;
+extern const fa_cpu_isa fa_cpu_isa_generic, fa_cpu_isa_avx2, fa_cpu_isa_avx512, fa_cpu_isa_amx,
+    fa_cpu_isa_amx_emulated;
 
-/* The widest table this CPU runs, or the one FLASHATTN_CPU_ISA names ("avx512", "avx2",
- * "generic"). NULL when the variable names a table that is not compiled in or that this CPU
+/* The widest table this CPU runs, or the one FLASHATTN_CPU_ISA names ("amx", "avx512", "avx2",
+ * "generic", and the test aid "amx-emulated" where the build has it: never chosen unless named). NULL when the variable names a table that is not compiled in or that this CPU
  * cannot run; *why then says which. */
 const fa_cpu_isa *fa_cpu_isa_select(const char **why);
 

@@ -17,12 +17,18 @@
 
 #include <string.h>
 
-#if defined(FA_CPU_ISA_AVX512)
+#if defined(FA_CPU_ISA_AVX512) || defined(FA_CPU_ISA_AMX)
 #define LANES 16
 #define MR 8
 #define NP 2
+#if defined(FA_CPU_ISA_AMX) /* avx512's kernels and the bf16 products on AMX tiles */
+#define TABLE fa_cpu_isa_amx
+#define ISA_NAME "amx"
+#define BF16_FN(name) fa_cpu_amx_##name
+#else
 #define TABLE fa_cpu_isa_avx512
 #define ISA_NAME "avx512"
+#endif
 #elif defined(FA_CPU_ISA_AVX2)
 #define LANES 8
 #define MR 4
@@ -37,8 +43,21 @@
 #define MR 2
 #endif
 #define NP 1
+#if defined(FA_CPU_ISA_AMX_EMULATED) /* generic's kernels and the AMX tile program run by plain C */
+#define TABLE fa_cpu_isa_amx_emulated
+#define ISA_NAME "amx-emulated"
+#define BF16_FN(name) fa_cpu_amx_emulated_##name
+#else
 #define TABLE fa_cpu_isa_generic
 #define ISA_NAME "generic"
+#endif
+#endif
+
+#if defined(BF16_FN) /* defined in bf16_tiles.c */
+void BF16_FN(bf16_tiles_begin)(void);
+void BF16_FN(bf16_tiles_end)(void);
+void BF16_FN(gemm_bf16)(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint32_t *B,
+                        int64_t ldb, float *C, int64_t ldc, int accumulate);
 #endif
 
 #define PANEL FA_CPU_PANEL
@@ -309,6 +328,23 @@ static void softmax_grad_tile(float *ds, const float *p, int64_t nr, int64_t n, 
     }
 }
 
+/* ------------------------------------------------------------------ bf16 */
+
+static void to_bf16_row(const float *x, uint16_t *y, int64_t n)
+{
+    /* round to nearest even: add 0x7fff plus the kept part's lowest bit, keep the high half;
+     * a NaN keeps its high half with the quiet bit set (core/half.h's fa_float_to_bfloat) */
+    typedef uint32_t vu __attribute__((vector_size(LANES * 4)));
+    for (int64_t t = 0; t < n; t += LANES) {
+        vu b;
+        memcpy(&b, x + t, sizeof b);
+        vu nan_mask = (vu)((b & 0x7fffffffu) > 0x7f800000u);
+        vu r = ((b + 0x7fffu + ((b >> 16) & 1u)) >> 16 & ~nan_mask) | ((b >> 16 | 0x40u) & nan_mask);
+        for (int i = 0; i < LANES; ++i)
+            y[t + i] = (uint16_t)r[i];
+    }
+}
+
 const fa_cpu_isa TABLE = {
     .name = ISA_NAME,
     .lanes = LANES,
@@ -319,4 +355,10 @@ const fa_cpu_isa TABLE = {
     .exp_row = exp_row,
     .scale_row = scale_row,
     .softmax_grad_tile = softmax_grad_tile,
+    .to_bf16_row = to_bf16_row,
+#if defined(BF16_FN)
+    .bf16_tiles_begin = BF16_FN(bf16_tiles_begin),
+    .bf16_tiles_end = BF16_FN(bf16_tiles_end),
+    .gemm_bf16 = BF16_FN(gemm_bf16),
+#endif
 };

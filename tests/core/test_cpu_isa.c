@@ -2,8 +2,9 @@
  * runs, against double precision: exp_row's relative error over the whole float range it serves
  * and its special values; gemm_panels, gemm_rows and gemm_tn on shapes that leave partial row
  * blocks and a lone panel, with and without accumulation; the online-softmax step of a tile with
- * masked columns and fully masked rows; the backward's dS step, 0 wherever P is 0. A table the
- * CPU cannot run is named in the output as not run. */
+ * masked columns and fully masked rows; the backward's dS step, 0 wherever P is 0; the rounding
+ * to bf16; the bf16 products of the tables that have them (amx, and amx-emulated, the same tile
+ * program run by plain C). A table the CPU cannot run is named in the output as not run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +19,7 @@
 
 #include "isa.h"
 
-static const char *const table_names[] = {"avx512", "avx2", "generic"};
+static const char *const table_names[] = {"amx", "amx-emulated", "avx512", "avx2", "generic"};
 #define NTABLES (sizeof table_names / sizeof table_names[0])
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -238,6 +239,108 @@ static void check_softmax_grad(const fa_cpu_isa *t)
         }
 }
 
+static float bf16_value(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* a random bf16 in [-1, 1) */
+static uint16_t next_bf16(void)
+{
+    float f = next_uniform();
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return (uint16_t)(x >> 16);
+}
+
+/* to_bf16_row: round to nearest even (ties both ways), NaN stays NaN, infinities and the
+ * largest finite values that round up to infinity */
+static void check_to_bf16(const fa_cpu_isa *t)
+{
+    enum { N = 64 };
+    const uint32_t bits[] = {0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0xbf808000u,
+                             0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x7f7fffffu,
+                             0x00000001u, 0x80000000u, 0x00000000u, 0x7f7f8000u, 0x7f7f0001u, 0xff7f7fffu};
+    float x[N];
+    uint16_t y[N];
+    for (int i = 0; i < N; ++i) {
+        uint32_t b = i < (int)(sizeof bits / sizeof bits[0]) ? bits[i] : (uint32_t)(next_uniform() * 1e9f);
+        memcpy(&x[i], &b, sizeof b);
+    }
+    t->to_bf16_row(x, y, N);
+    for (int i = 0; i < N; ++i) {
+        if (x[i] != x[i]) {
+            assert_true(bf16_value(y[i]) != bf16_value(y[i]));
+            continue;
+        }
+        /* the nearest of the two bf16 neighbours, the even one on a tie, in double */
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        uint16_t lo = (uint16_t)(b >> 16), hi = (uint16_t)(lo + 1);
+        /* past bf16's largest finite value the upper neighbour is infinity, at 2^128 for rounding */
+        double vhi = (hi & 0x7fffu) == 0x7f80u ? copysign(0x1p128, (double)x[i]) : (double)bf16_value(hi);
+        double dlo = fabs((double)x[i] - bf16_value(lo)), dhi = fabs(vhi - (double)x[i]);
+        uint16_t want = (b & 0xffffu) == 0 ? lo : dlo < dhi ? lo : dhi < dlo ? hi : (lo & 1u) ? hi : lo;
+        if (y[i] != want)
+            fail_msg("%s to_bf16_row(%a) = 0x%04x, want 0x%04x", t->name, (double)x[i], y[i], want);
+    }
+}
+
+/* C (+)= A B with A (M x K) and B (K x N) in bf16, B pair-packed, against double: the products
+ * are exact, the sums fp32, so the bound is K + 2 roundings of the sum of |terms|. Columns past N
+ * and rows past M of C are never written. */
+static void check_gemm_bf16(const fa_cpu_isa *t, int64_t M, int64_t N, int64_t K, int accumulate)
+{
+    int64_t lda = K + 32, ldb = N + 16, ldc = N + 16;
+    uint16_t *A = malloc(sizeof(uint16_t) * (size_t)(M * lda));
+    uint16_t *B = malloc(sizeof(uint16_t) * (size_t)(K * N));
+    uint32_t *Bp = malloc(sizeof(uint32_t) * (size_t)(K / 2 * ldb));
+    float *C = malloc(sizeof(float) * (size_t)((M + 1) * ldc));
+    double *want = malloc(sizeof(double) * (size_t)(M * N)), *mag = malloc(sizeof(double) * (size_t)(M * N));
+    assert_true(A && B && Bp && C && want && mag);
+    for (int64_t i = 0; i < M * lda; ++i)
+        A[i] = next_bf16();
+    for (int64_t i = 0; i < K * N; ++i)
+        B[i] = next_bf16();
+    for (int64_t i = 0; i < (M + 1) * ldc; ++i)
+        C[i] = next_uniform();
+    for (int64_t kp = 0; kp < K / 2; ++kp)
+        for (int64_t j = 0; j < N; ++j)
+            Bp[kp * ldb + j] = (uint32_t)B[2 * kp * N + j] | (uint32_t)B[(2 * kp + 1) * N + j] << 16;
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+            double acc = accumulate ? (double)C[i * ldc + j] : 0.0, m = fabs(acc);
+            for (int64_t k = 0; k < K; ++k) {
+                double term = (double)bf16_value(A[i * lda + k]) * (double)bf16_value(B[k * N + j]);
+                acc += term;
+                m += fabs(term);
+            }
+            want[i * N + j] = acc;
+            mag[i * N + j] = m;
+        }
+    float guard_col = C[ldc - 1], guard_row = C[M * ldc];
+    t->bf16_tiles_begin();
+    t->gemm_bf16(M, N, K, A, lda, Bp, ldb, C, ldc, accumulate);
+    t->bf16_tiles_end();
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j)
+            if (fabs((double)C[i * ldc + j] - want[i * N + j]) > (double)(K + 2) * FLT_EPSILON * mag[i * N + j])
+                fail_msg("%s gemm_bf16 M %lld N %lld K %lld acc %d: C[%lld][%lld] = %.9g, want %.9g", t->name,
+                         (long long)M, (long long)N, (long long)K, accumulate, (long long)i, (long long)j,
+                         (double)C[i * ldc + j], want[i * N + j]);
+    assert_true(C[ldc - 1] == guard_col);
+    assert_true(C[M * ldc] == guard_row);
+    free(A);
+    free(B);
+    free(Bp);
+    free(C);
+    free(want);
+    free(mag);
+}
+
 static void test_tables(void **state)
 {
     (void)state;
@@ -261,7 +364,17 @@ static void test_tables(void **state)
                     }
         check_softmax(t);
         check_softmax_grad(t);
-        printf("[ INFO     ] table %s (%d lanes): exp, products, the softmax step and dS checked\n", t->name, t->lanes);
+        check_to_bf16(t);
+        if (t->gemm_bf16) { /* M, N multiples of 16 (one or two tiles, and more), K of 32 */
+            static const int64_t Mb[] = {16, 32, 48, 64, 112}, Nb[] = {16, 32, 48, 128}, Kb[] = {32, 64, 160};
+            for (size_t a = 0; a < sizeof Mb / sizeof Mb[0]; ++a)
+                for (size_t b = 0; b < sizeof Nb / sizeof Nb[0]; ++b)
+                    for (size_t c = 0; c < sizeof Kb / sizeof Kb[0]; ++c)
+                        for (int acc = 0; acc < 2; ++acc)
+                            check_gemm_bf16(t, Mb[a], Nb[b], Kb[c], acc);
+        }
+        printf("[ INFO     ] table %s (%d lanes): exp, products, the softmax step, dS and bf16 rounding checked%s\n",
+               t->name, t->lanes, t->gemm_bf16 ? "; bf16 products checked" : "");
     }
     assert_true(ran >= 1); /* generic always runs */
     /* the default choice is one of the tables */
