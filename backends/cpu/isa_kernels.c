@@ -123,22 +123,20 @@ VINLINE float hmax(vf v)
     return m;
 }
 
-/* e^x lane by lane: Cody-Waite range reduction x = k ln2 + r, a degree-6 polynomial for e^r,
- * 2^k by exponent bits; tests/core/test_cpu_isa.c bounds its relative error by 4 x 2^-23
- * against double precision. Exactly 0 below -87.3 (masked -inf scores give 0); NaN propagates. */
+/* e^x lane by lane: x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (Cody-Waite: ln2 in two
+ * parts), a degree-6 polynomial for e^r, 2^n by exponent bits. The rounding is one FMA: adding
+ * 1.5 x 2^23 + 127 leaves n + 127 in the low mantissa bits (the spacing of floats there is 1), so
+ * those bits shifted up by 23 are the exponent field of 2^n, and subtracting the constant again
+ * gives n exactly. tests/core/test_cpu_isa.c bounds the relative error by 4 x 2^-23 against double
+ * precision. Inputs below -87.3 (masked -inf scores among them) give exactly 0, inputs above 88.3
+ * give e^88.3; NaN propagates through the arithmetic. */
 VINLINE vf vexp(vf v)
 {
-    const vf lo = vsplat(-87.3f), hi = vsplat(88.3f);
-    vi nan_mask = v != v;
+    const vf lo = vsplat(-87.3f), hi = vsplat(88.3f), magic = vsplat(12582912.0f + 127.0f);
     vi under = v < lo;
-    vf c = vselect(v > hi, hi, v);
-    c = vselect(c < lo, lo, c);
-    vf kf = c * 1.44269504088896341f + 0.5f;
-    /* floor(kf): truncate, then step down where truncation rounded a negative value up */
-    vi ki = __builtin_convertvector(kf, vi);
-    vf kt = __builtin_convertvector(ki, vf);
-    ki += kt > kf; /* the comparison is -1 where true */
-    kt = __builtin_convertvector(ki, vf);
+    vf c = vselect(v > hi, hi, vselect(under, lo, v));
+    vf kf = c * 1.44269504088896341f + magic;
+    vf kt = kf - magic;
     vf r = c - kt * 0.693359375f;
     r = r + kt * 2.12194440e-4f;
     vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
@@ -147,9 +145,54 @@ VINLINE vf vexp(vf v)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    vf res = p * as_float((ki + 127) << 23);
-    res = as_float(as_bits(res) & ~under);
-    return vselect(nan_mask, v, res);
+    vf res = p * as_float(as_bits(kf) << 23);
+    return as_float(as_bits(res) & ~under);
+}
+
+/* EXP_U independent vexp at once, step by step: one vexp is a chain of about 15 dependent
+ * operations, so a core whose scheduler holds only a vexp or two runs them at the chain's latency;
+ * interleaved, the chains fill the pipes. */
+#define EXP_U (LANES >= 16 ? 4 : 2)
+VINLINE void vexp_block(vf *v)
+{
+    const vf lo = vsplat(-87.3f), hi = vsplat(88.3f), magic = vsplat(12582912.0f + 127.0f);
+    vi under[EXP_U];
+    vf kf[EXP_U], r[EXP_U], p[EXP_U];
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i) {
+        under[i] = v[i] < lo;
+        r[i] = vselect(v[i] > hi, hi, vselect(under[i], lo, v[i]));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        kf[i] = r[i] * 1.44269504088896341f + magic;
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i) {
+        vf kt = kf[i] - magic;
+        r[i] = r[i] - kt * 0.693359375f;
+        r[i] = r[i] + kt * 2.12194440e-4f;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        p[i] = r[i] * 1.9875691500e-4f + 1.3981999507e-3f;
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        p[i] = p[i] * r[i] + 8.3334519073e-3f;
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        p[i] = p[i] * r[i] + 4.1665795894e-2f;
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        p[i] = p[i] * r[i] + 1.6666665459e-1f;
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        p[i] = p[i] * r[i] + 5.0000001201e-1f;
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        p[i] = p[i] * (r[i] * r[i]) + r[i] + 1.0f;
+#pragma GCC unroll 4
+    for (int i = 0; i < EXP_U; ++i)
+        v[i] = as_float(as_bits(p[i] * as_float(as_bits(kf[i]) << 23)) & ~under[i]);
 }
 
 /* ------------------------------------------------------------------ matrix products */
@@ -281,7 +324,20 @@ static void gemm_tn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda
 static float exp_row(float *x, int64_t n, float shift)
 {
     vf total = vsplat(0.0f);
-    for (int64_t t = 0; t < n; t += LANES) {
+    int64_t t = 0;
+    for (; t + EXP_U * LANES <= n; t += EXP_U * LANES) {
+        vf e[EXP_U];
+#pragma GCC unroll 4
+        for (int i = 0; i < EXP_U; ++i)
+            e[i] = vload(x + t + i * LANES) - shift;
+        vexp_block(e);
+#pragma GCC unroll 4
+        for (int i = 0; i < EXP_U; ++i) {
+            vstore(x + t + i * LANES, e[i]);
+            total += e[i];
+        }
+    }
+    for (; t < n; t += LANES) {
         vf e = vexp(vload(x + t) - shift);
         vstore(x + t, e);
         total += e;
@@ -335,13 +391,14 @@ static void to_bf16_row(const float *x, uint16_t *y, int64_t n)
     /* round to nearest even: add 0x7fff plus the kept part's lowest bit, keep the high half;
      * a NaN keeps its high half with the quiet bit set (core/half.h's fa_float_to_bfloat) */
     typedef uint32_t vu __attribute__((vector_size(LANES * 4)));
+    typedef uint16_t vh __attribute__((vector_size(LANES * 2)));
     for (int64_t t = 0; t < n; t += LANES) {
         vu b;
         memcpy(&b, x + t, sizeof b);
         vu nan_mask = (vu)((b & 0x7fffffffu) > 0x7f800000u);
         vu r = ((b + 0x7fffu + ((b >> 16) & 1u)) >> 16 & ~nan_mask) | ((b >> 16 | 0x40u) & nan_mask);
-        for (int i = 0; i < LANES; ++i)
-            y[t + i] = (uint16_t)r[i];
+        vh h = __builtin_convertvector(r, vh);
+        memcpy(y + t, &h, sizeof h);
     }
 }
 
