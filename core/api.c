@@ -32,6 +32,7 @@ static void call_release(fa_context *ctx, fa_call *c)
 
 static void plan_problem(fa_context *ctx, fa_problem *p, fa_tile_limits *lim)
 {
+    memset(lim, 0, sizeof *lim);
     ctx->backend->tile_limits(ctx, p, lim);
     fa_plan_tiles(lim, p->d, &p->block_q, &p->block_k);
 }
