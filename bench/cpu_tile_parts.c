@@ -30,10 +30,10 @@ typedef struct tile {
     fa_softmax_row rows[256];
 } tile;
 
-enum { PH_S_F32, PH_S_BF16, PH_SCALE, PH_SOFTMAX, PH_TO_BF16, PH_PV_F32, PH_PV_BF16, PH_TILES_CFG, PH_N };
+enum { PH_S_F32, PH_S_BF16, PH_SCALE, PH_SOFTMAX, PH_TO_BF16, PH_SOFTMAX_BF16, PH_PV_F32, PH_PV_BF16, PH_TILES_CFG, PH_N };
 static const char *const phase_names[PH_N] = {"S = Q K^T fp32 panels", "S = Q K^T bf16 tiles", "S *= scale",
-                                              "online softmax step", "P to bf16", "O += P V fp32 panels",
-                                              "O += P V bf16 tiles", "tile config + release"};
+                                              "online softmax step", "P to bf16", "softmax step, scale and P to bf16 fused",
+                                              "O += P V fp32 panels", "O += P V bf16 tiles", "tile config + release"};
 
 static void run_phase(tile *x, int ph)
 {
@@ -50,6 +50,9 @@ static void run_phase(tile *x, int ph)
     case PH_TO_BF16:
         for (int64_t r = 0; r < bq; ++r)
             t->to_bf16_row(x->s + r * bk, x->pb + r * bk, bk);
+        break;
+    case PH_SOFTMAX_BF16:
+        t->online_softmax_tile_bf16(x->s, bq, bk, bk, 0.0883883f, x->rows, x->o, dp, x->pb, bk);
         break;
     case PH_PV_F32: t->gemm_panels(bq, dp, bk, x->s, bk, x->vp, bk * FA_CPU_PANEL, x->o, dp, 1, NULL, 0); break;
     case PH_PV_BF16: t->gemm_bf16(bq, dp, bk, x->pb, bk, x->vpairs, dp, x->o, dp, 1); break;

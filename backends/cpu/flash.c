@@ -372,6 +372,9 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
      * products run on nr16 rows, the padding rows zero */
     const fa_cpu_isa *isa = fc->isa;
     int64_t nr16 = round_up(nr, 16);
+    /* without score modifiers and dropout, the scale, the softmax step and the rounding of P are
+     * one pass over the tile */
+    const int fused = t->bf16 && p->scale > 0.0f && !fa_score_mod_active(p->mod) && !p->dropout_threshold;
     uint16_t *qb = (uint16_t *)qtile, *pb = (uint16_t *)(inv + 3 * t->bq + 64);
     if (t->bf16) {
         isa->bf16_tiles_begin();
@@ -419,7 +422,7 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
             for (int64_t x = 0; next && x < 2 * half_bytes; x += 64) /* the next K and V tile */
                 __builtin_prefetch(next + x, 0, 2);
             isa->gemm_bf16(nr16, w, t->dp, qb, t->dp, (const uint32_t *)kT + j0, t->bk, sj, t->bk, 0);
-            for (int64_t r = 0; r < nr; ++r)
+            for (int64_t r = 0; !fused && r < nr; ++r)
                 isa->scale_row(sj + r * t->bk, w, p->scale);
         } else {
             isa->gemm_panels(nr, w, t->dp, qtile, t->dp, kT + j0 * t->dp, t->dp * PANEL, sj, t->bk, 0, next,
@@ -429,12 +432,16 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
             apply_score_mod(p, b, h, sk - sq, q0, nr, k0 + j0, w, t->bk, sj, NULL);
         if (cls != FA_TILE_FULL || j0 + w > nc)
             apply_mask(p, &m, h, q0, nr, k0 + j0, nc - j0, w, t->bk, sj, cls);
-        isa->online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
-        if (p->dropout_threshold)
-            apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
-        if (t->bf16) {
-            for (int64_t r = 0; r < nr; ++r)
+        if (fused) {
+            isa->online_softmax_tile_bf16(sj, nr, w, t->bk, p->scale, rows, otile, t->dp, pb + j0, t->bk);
+        } else {
+            isa->online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
+            if (p->dropout_threshold)
+                apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
+            for (int64_t r = 0; t->bf16 && r < nr; ++r)
                 isa->to_bf16_row(sj + r * t->bk, pb + r * t->bk + j0, w);
+        }
+        if (t->bf16) {
             isa->gemm_bf16(nr16, t->dp, w, pb + j0, t->bk, (const uint32_t *)vtile + j0 / 2 * t->dp, t->dp, otile,
                            t->dp, 1);
         } else {

@@ -42,6 +42,10 @@ typedef struct fa_cpu_isa {
                               float scale);
     /* y[0..n) = x rounded to bf16, to nearest even (n a multiple of 16); NaN stays NaN */
     void (*to_bf16_row)(const float *x, uint16_t *y, int64_t n);
+    /* online_softmax_tile on unscaled scores with the scale (> 0) folded in, P written rounded to
+     * bf16 into p (row stride ldp) instead of over s; the sums are of the fp32 values */
+    void (*online_softmax_tile_bf16)(const float *s, int64_t nr, int64_t width, int64_t ld, float scale,
+                                     fa_softmax_row *rows, float *o, int64_t ldo, uint16_t *p, int64_t ldp);
 
     /* bf16 products; NULL in tables without them. C[M x N] fp32 (+)= A[M x K] B[K x N]: A bf16
      * row-major (lda elements), B "pair-packed": a uint32_t array whose element (kp, n), at

@@ -386,19 +386,63 @@ static void softmax_grad_tile(float *ds, const float *p, int64_t nr, int64_t n, 
 
 /* ------------------------------------------------------------------ bf16 */
 
-static void to_bf16_row(const float *x, uint16_t *y, int64_t n)
+/* y[0..LANES) = x rounded to bf16: to nearest even (add 0x7fff plus the kept part's lowest bit,
+ * keep the high half); a NaN keeps its high half with the quiet bit set (core/half.h's
+ * fa_float_to_bfloat) */
+VINLINE void store_bf16(uint16_t *y, vf x)
 {
-    /* round to nearest even: add 0x7fff plus the kept part's lowest bit, keep the high half;
-     * a NaN keeps its high half with the quiet bit set (core/half.h's fa_float_to_bfloat) */
     typedef uint32_t vu __attribute__((vector_size(LANES * 4)));
     typedef uint16_t vh __attribute__((vector_size(LANES * 2)));
-    for (int64_t t = 0; t < n; t += LANES) {
-        vu b;
-        memcpy(&b, x + t, sizeof b);
-        vu nan_mask = (vu)((b & 0x7fffffffu) > 0x7f800000u);
-        vu r = ((b + 0x7fffu + ((b >> 16) & 1u)) >> 16 & ~nan_mask) | ((b >> 16 | 0x40u) & nan_mask);
-        vh h = __builtin_convertvector(r, vh);
-        memcpy(y + t, &h, sizeof h);
+    vu b;
+    memcpy(&b, &x, sizeof b);
+    vu nan_mask = (vu)((b & 0x7fffffffu) > 0x7f800000u);
+    vu r = ((b + 0x7fffu + ((b >> 16) & 1u)) >> 16 & ~nan_mask) | ((b >> 16 | 0x40u) & nan_mask);
+    vh h = __builtin_convertvector(r, vh);
+    memcpy(y, &h, sizeof h);
+}
+
+static void to_bf16_row(const float *x, uint16_t *y, int64_t n)
+{
+    for (int64_t t = 0; t < n; t += LANES)
+        store_bf16(y + t, vload(x + t));
+}
+
+static void online_softmax_tile_bf16(const float *s, int64_t nr, int64_t width, int64_t ld, float scale,
+                                     fa_softmax_row *rows, float *o, int64_t ldo, uint16_t *p, int64_t ldp)
+{
+    for (int64_t r = 0; r < nr; ++r) {
+        const float *row = s + r * ld;
+        uint16_t *prow = p + r * ldp;
+        vf m = vload(row);
+        for (int64_t t = LANES; t < width; t += LANES) {
+            vf v = vload(row + t);
+            m = vselect(v > m, v, m);
+        }
+        /* scale > 0: the max of the scaled scores is the scaled max, rounding included */
+        float alpha = fa_softmax_update(&rows[r], hmax(m) * scale);
+        const float shift = fa_softmax_shift(rows[r].m);
+        vf total = vsplat(0.0f);
+        int64_t t = 0;
+        for (; t + EXP_U * LANES <= width; t += EXP_U * LANES) {
+            vf e[EXP_U];
+#pragma GCC unroll 4
+            for (int i = 0; i < EXP_U; ++i)
+                e[i] = vload(row + t + i * LANES) * scale - shift;
+            vexp_block(e);
+#pragma GCC unroll 4
+            for (int i = 0; i < EXP_U; ++i) {
+                total += e[i];
+                store_bf16(prow + t + i * LANES, e[i]);
+            }
+        }
+        for (; t < width; t += LANES) {
+            vf e = vexp(vload(row + t) * scale - shift);
+            total += e;
+            store_bf16(prow + t, e);
+        }
+        rows[r].l += hsum(total);
+        if (alpha != 1.0f)
+            scale_row(o + r * ldo, ldo, alpha);
     }
 }
 
@@ -413,6 +457,7 @@ const fa_cpu_isa TABLE = {
     .scale_row = scale_row,
     .softmax_grad_tile = softmax_grad_tile,
     .to_bf16_row = to_bf16_row,
+    .online_softmax_tile_bf16 = online_softmax_tile_bf16,
 #if defined(BF16_FN)
     .bf16_tiles_begin = BF16_FN(bf16_tiles_begin),
     .bf16_tiles_end = BF16_FN(bf16_tiles_end),

@@ -208,6 +208,74 @@ static void check_softmax(const fa_cpu_isa *t)
     }
 }
 
+static float bf16_value(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* a random bf16 in [-1, 1) */
+static uint16_t next_bf16(void)
+{
+    float f = next_uniform();
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return (uint16_t)(x >> 16);
+}
+
+/* The fused step: the scale folded in, P rounded to bf16 into its own buffer (the scores left as
+ * they were), the sums and the output's rescaling as in the fp32 step. */
+static void check_softmax_bf16(const fa_cpu_isa *t)
+{
+    enum { NR = 11, W = 80, LD = 96, LDO = 32, LDP = 112 };
+    const float scale = 0.0883883476f;
+    float s[NR * LD], o[NR * LDO], s0[NR * LD], o0[NR * LDO];
+    uint16_t pb[NR * LDP];
+    fa_softmax_row rows[NR], rows0[NR];
+    for (int r = 0; r < NR; ++r) {
+        rows[r] = fa_softmax_init();
+        if (r % 3 == 1) {
+            rows[r].m = 0.25f;
+            rows[r].l = 3.0f;
+        }
+        for (int j = 0; j < LD; ++j)
+            s[r * LD + j] = r == 4 || (r % 2 == 0 && j >= 64) || j >= W ? -INFINITY : 40.0f * next_uniform();
+        for (int c = 0; c < LDO; ++c)
+            o[r * LDO + c] = next_uniform();
+        for (int j = 0; j < LDP; ++j)
+            pb[r * LDP + j] = 0xabcdu;
+        rows0[r] = rows[r];
+    }
+    memcpy(s0, s, sizeof s);
+    memcpy(o0, o, sizeof o);
+    t->online_softmax_tile_bf16(s, NR, W, LD, scale, rows, o, LDO, pb, LDP);
+    assert_memory_equal(s, s0, sizeof s);
+    for (int r = 0; r < NR; ++r) {
+        double m = rows0[r].m;
+        for (int j = 0; j < W; ++j)
+            m = (double)(scale * s0[r * LD + j]) > m ? (double)(scale * s0[r * LD + j]) : m;
+        assert_true(rows[r].m == (float)m);
+        double shift = m == -INFINITY ? 0.0 : m;
+        double alpha = rows0[r].m == -INFINITY ? 0.0 : exp((double)rows0[r].m - m);
+        double l = rows0[r].l * alpha;
+        for (int j = 0; j < W; ++j) {
+            double p = exp((double)scale * s0[r * LD + j] - shift);
+            l += p;
+            /* one bf16 rounding (2^-8 relative) after an exp within 4 x 2^-23 */
+            if (fabs((double)bf16_value(pb[r * LDP + j]) - p) > (0x1p-8 + 8.0 * FLT_EPSILON) * p + 1e-30)
+                fail_msg("%s softmax bf16 row %d col %d: %g, want %g", t->name, r, j,
+                         (double)bf16_value(pb[r * LDP + j]), p);
+        }
+        for (int j = W; j < LDP; ++j) /* past the width: untouched */
+            assert_true(pb[r * LDP + j] == 0xabcdu);
+        assert_true(fabs((double)rows[r].l - l) <= 1e-5 * l + 1e-30);
+        for (int c = 0; c < LDO; ++c)
+            assert_true(fabs((double)o[r * LDO + c] - alpha * o0[r * LDO + c]) <= 1e-6 * fabs(o0[r * LDO + c]) + 1e-30);
+    }
+}
+
 /* dS = P o (dP - D) scale, and exactly 0 where P is 0 whatever dP holds */
 static void check_softmax_grad(const fa_cpu_isa *t)
 {
@@ -237,23 +305,6 @@ static void check_softmax_grad(const fa_cpu_isa *t)
             double want = (double)p[r * LD + j] * ((double)dp[r * LD + j] - dsum[r]) * scale;
             assert_true(fabs((double)got - want) <= 4.0 * FLT_EPSILON * fabs(want) + 1e-30);
         }
-}
-
-static float bf16_value(uint16_t h)
-{
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
-/* a random bf16 in [-1, 1) */
-static uint16_t next_bf16(void)
-{
-    float f = next_uniform();
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    return (uint16_t)(x >> 16);
 }
 
 /* to_bf16_row: round to nearest even (ties both ways), NaN stays NaN, infinities and the
@@ -365,6 +416,7 @@ static void test_tables(void **state)
         check_softmax(t);
         check_softmax_grad(t);
         check_to_bf16(t);
+        check_softmax_bf16(t);
         if (t->gemm_bf16) { /* M, N multiples of 16 (one or two tiles, and more), K of 32 */
             static const int64_t Mb[] = {16, 32, 48, 64, 112}, Nb[] = {16, 32, 48, 128}, Kb[] = {32, 64, 160};
             for (size_t a = 0; a < sizeof Mb / sizeof Mb[0]; ++a)
