@@ -71,18 +71,4 @@ static inline void fa_bf16_pairs_of_columns(const uint16_t *src, int64_t ss, int
     }
 }
 
-/* dst (n x ldd) = x^T rounded to bf16, x being nr rows of n fp32 (row stride ld); columns nr ..
- * cols of dst are zero. */
-static inline void fa_bf16_transpose_round(const float *x, int64_t ld, int64_t nr, int64_t n, uint16_t *dst,
-                                           int64_t ldd, int64_t cols)
-{
-    for (int64_t c = 0; c < n; ++c) {
-        uint16_t *out = dst + c * ldd;
-        for (int64_t r = 0; r < nr; ++r)
-            out[r] = fa_float_to_bfloat(x[r * ld + c]);
-        for (int64_t r = nr; r < cols; ++r)
-            out[r] = 0;
-    }
-}
-
 #endif

@@ -249,26 +249,42 @@ static int64_t sum_bytes(const int64_t *parts, int n)
     return total;
 }
 
+/* Rows of whole tiles of `block` over every sequence (keys, or queries): an upper bound for
+ * varlen, whose exact count needs cu_seqlens; -1 when it overflows. */
+static int64_t padded_rows(const fa_problem *p, int64_t block, int queries)
+{
+    int64_t longest = queries ? p->seqlen_q : p->seqlen_k, total = queries ? p->total_q : p->total_k;
+    int64_t rows, padded;
+    if (!fa_mul_ok(p->batch, (longest + block - 1) / block * block, &rows) || !fa_mul_ok(p->batch, block, &padded) ||
+        !fa_add_ok(padded, total, &padded))
+        return -1;
+    return rows < padded ? rows : padded;
+}
+
 int64_t fa_cpu_workspace_bytes(const fa_problem *p, const fa_cpu_isa *isa, int threads)
 {
     tile_dims t = dims_of(p, isa);
-    int64_t part[3] = {float_bytes(threads, p->backward ? bwd_scratch_floats(&t) : fwd_scratch_floats(&t), 1), 0, 0};
+    int64_t part[4] = {float_bytes(threads, p->backward ? bwd_scratch_floats(&t) : fwd_scratch_floats(&t), 1), 0, 0, 0};
     if (!p->backward) {
-        /* packed K^T and V tiles: each sequence's keys padded to whole tiles (an upper bound
-         * for varlen, whose exact count needs cu_seqlens) */
-        int64_t rows, padded;
-        if (!fa_mul_ok(p->batch, (p->seqlen_k + t.bk - 1) / t.bk * t.bk, &rows) ||
-            !fa_mul_ok(p->batch, t.bk, &padded) || !fa_add_ok(padded, p->total_k, &padded))
+        /* packed K^T and V tiles */
+        int64_t rows = padded_rows(p, t.bk, 0);
+        if (rows < 0)
             return -1;
-        part[1] = float_bytes(rows < padded ? rows : padded, p->heads_kv, t.bf16 ? t.dp : 2 * t.dp);
+        part[1] = float_bytes(rows, p->heads_kv, t.bf16 ? t.dp : 2 * t.dp);
     } else {
         int64_t q_rows; /* rows of every head */
         if (!fa_mul_ok(p->total_q, p->heads_q, &q_rows))
             return -1;
         part[1] = float_bytes(q_rows, 1, 1);                                  /* D */
         part[2] = float_bytes(fa_cpu_bwd_chunks(p, threads), q_rows, t.dp);   /* dQ partials */
+        if (t.bf16) { /* Q^T and dO^T in bf16: dp floats per padded query row and head */
+            int64_t rows = padded_rows(p, t.bq, 1);
+            if (rows < 0)
+                return -1;
+            part[3] = float_bytes(rows, p->heads_q, t.dp);
+        }
     }
-    return sum_bytes(part, 3);
+    return sum_bytes(part, 4);
 }
 
 int64_t fa_cpu_bwd_chunks(const fa_problem *p, int threads)
@@ -461,8 +477,8 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
     store_rows(p, &p->o, b, qs + q0, nr, h, otile, t->dp, 1.0f, inv);
 }
 
-/* Prefix sums of each sequence's key tiles; NULL when out of memory. */
-static int64_t *key_tile_prefix(const fa_problem *p, int64_t bk)
+/* Prefix sums of each sequence's tiles of `block` keys (or queries); NULL when out of memory. */
+static int64_t *tile_prefix(const fa_problem *p, int64_t block, int queries)
 {
     int64_t *base = malloc(sizeof(int64_t) * (size_t)(p->batch + 1));
     if (!base)
@@ -471,7 +487,7 @@ static int64_t *key_tile_prefix(const fa_problem *p, int64_t bk)
     for (int64_t b = 0; b < p->batch; ++b) {
         int64_t sq, sk, qs, ks;
         fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
-        base[b + 1] = base[b] + (sk + bk - 1) / bk;
+        base[b + 1] = base[b] + ((queries ? sq : sk) + block - 1) / block;
     }
     return base;
 }
@@ -488,7 +504,7 @@ fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)
     if (threads > ntasks)
         threads = (int)ntasks;
     int64_t per = fwd_scratch_floats(&fc.t);
-    fc.tile_base = key_tile_prefix(p, fc.t.bk);
+    fc.tile_base = tile_prefix(p, fc.t.bk, 0);
     if (!fc.tile_base)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu forward: cannot allocate %lld key tile offsets",
                         (long long)p->batch + 1);
@@ -528,6 +544,10 @@ typedef struct bwd_ctx {
     int64_t nq, nk, chunks;
     float *dsum;   /* D = rowsum(dO * O): [heads_q][total_q] */
     float *dq_acc; /* [chunks][total_q][heads_q][dp] */
+    /* bf16 products: Q^T then dO^T (dp x bq bf16 each) of query tile (b, qt), head h at
+     * qt_pack + ((qtile_base[b] + qt) * heads_q + h) * dp * bq floats */
+    int64_t *qtile_base;
+    float *qt_pack;
 } bwd_ctx;
 
 static int64_t canon_q_row(const fa_problem *p, int64_t b, int64_t qs, int64_t i)
@@ -553,30 +573,65 @@ static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
             acc += fa_load_elem(p->dtype, p->o.data, oo + c) * fa_load_elem(p->dtype, p->dout.data, od + c);
         bc->dsum[h * p->total_q + canon_q_row(p, b, qs, i)] = acc;
     }
+    if (!bc->t.bf16 || q0 >= sq)
+        return;
+    /* Q^T and dO^T of the tile in bf16, the columns of rows past the sequence or that saw no key 0 */
+    const int64_t dp = bc->t.dp, bq = bc->t.bq, nr = sq - q0 < bq ? sq - q0 : bq;
+    uint16_t *qt_out = (uint16_t *)(bc->qt_pack + ((bc->qtile_base[b] + qt) * p->heads_q + h) * dp * bq);
+    uint16_t *dot_out = qt_out + dp * bq;
+    memset(qt_out, 0, sizeof(uint16_t) * (size_t)(2 * dp * bq));
+    for (int64_t r = 0; r < nr; ++r) {
+        float lse = ((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss];
+        if (fa_row_absent(lse))
+            continue;
+        const uint16_t *q = (const uint16_t *)p->q.data + b * p->q.sb + (qs + q0 + r) * p->q.ss + h * p->q.sh;
+        const uint16_t *d = (const uint16_t *)p->dout.data + b * p->dout.sb + (qs + q0 + r) * p->dout.ss + h * p->dout.sh;
+        for (int64_t c = 0; c < p->d; ++c) {
+            qt_out[c * bq + r] = q[c];
+            dot_out[c * bq + r] = d[c];
+        }
+    }
 }
 
-/* The bf16 products' operands of one backward task, in the fp32 path's buffers (each holds its
- * bf16 counterparts) and the extras bwd_scratch_floats counts. */
+/* The bf16 products' operands of one backward task, in the fp32 path's buffers and the extras
+ * bwd_scratch_floats counts. dV and dK are accumulated transposed (dV^T += dO^T P, dK^T += Q^T dS),
+ * so that their B operands are P and dS in pairs of rows, built as they are rounded, and their A
+ * operands Q^T and dO^T come packed once per call (bwd_dsum_task). */
 typedef struct bwd_bf16_tiles {
     uint32_t *k_cols, *k_rows, *v_rows; /* K as B of dS K; K^T, V^T as B of Q K^T, dO V^T */
-    uint16_t *q, *dout;                 /* row-major, A of the products */
-    uint32_t *q_cols, *dout_cols;       /* as B of dS^T Q, P^T dO */
-    uint16_t *pt, *ds, *dst;            /* (P o Z)^T, dS, dS^T */
+    uint16_t *q, *dout;                 /* rows of the query tile, A of Q K^T and dO V^T */
+    const uint16_t *qT, *doutT;         /* the packed Q^T, dO^T of the query tile (dp x bq) */
+    uint32_t *p_pairs, *ds_pairs;       /* P o Z and dS in pairs of rows (nr32 / 2 x bk) */
+    uint16_t *ds;                       /* dS rows (nr16 x bk), A of dS K */
     float *dq;                          /* this tile's dS K */
 } bwd_bf16_tiles;
 
-/* The four products of one (query tile, key tile) pair with bf16 operands: P = exp(scale * Q K^T
- * - LSE) as in the fp32 path, then dV += (P o Z)^T dO, dP = dO V^T, dS, dQ += dS K, dK += dS^T Q.
- * P and dS are rounded to bf16 before their products (as the GPU kernels do). nr query rows,
- * padded to nr16 (rows of A) and nr32 (the K extent of the transposed products). */
+/* rows [0, nr) of x (row stride ld, n columns) rounded to bf16 in pairs of rows: nr32 / 2 rows of
+ * pairs, the rows past nr zero */
+static void bf16_row_pairs(const fa_cpu_isa *isa, const float *x, int64_t ld, int64_t nr, int64_t nr32, int64_t n,
+                           uint32_t *out)
+{
+    for (int64_t kp = 0; kp < nr32 / 2; ++kp) {
+        int64_t r = 2 * kp;
+        if (r >= nr)
+            memset(out + kp * n, 0, sizeof(uint32_t) * (size_t)n);
+        else
+            isa->to_bf16_pairs(x + r * ld, r + 1 < nr ? x + (r + 1) * ld : NULL, out + kp * n, n);
+    }
+}
+
+/* The products of one (query tile, key tile) pair with bf16 operands: P = exp(scale * Q K^T -
+ * LSE) as in the fp32 path, then dV^T += dO^T (P o Z), dP = dO V^T, dS, dQ += dS K, dK^T +=
+ * Q^T dS. P and dS are rounded to bf16 before their products (as the GPU kernels do). nr query
+ * rows, padded to nr16 (rows of A) and nr32 (the K extent of the transposed products). */
 static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b, int64_t h, int64_t q0,
                           int64_t nr, int64_t sq, int64_t sk, int64_t k0, int64_t nc, const fa_mask *m, fa_tile_class cls,
                           const float *lse, const float *dsum, float *pm, float *pz, float *ds, float *grad,
-                          float *dk, float *dv, float *dq_rows, int64_t ld_dq)
+                          float *dkT, float *dvT, float *dq_rows, int64_t ld_dq)
 {
     const fa_problem *p = bc->p;
     const fa_cpu_isa *isa = bc->isa;
-    const int64_t dp = bc->t.dp, bk = bc->t.bk, nr16 = round_up(nr, 16), nr32 = round_up(nr, 32);
+    const int64_t dp = bc->t.dp, bk = bc->t.bk, bq = bc->t.bq, nr16 = round_up(nr, 16), nr32 = round_up(nr, 32);
     isa->gemm_bf16(nr16, bk, dp, bt->q, dp, bt->k_rows, bk, pm, bk, 0);
     for (int64_t r = 0; r < nr; ++r)
         isa->scale_row(pm + r * bk, bk, p->scale);
@@ -596,8 +651,8 @@ static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b
         apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
         pzv = pz;
     }
-    fa_bf16_transpose_round(pzv, bk, nr, bk, bt->pt, nr32, nr32);
-    isa->gemm_bf16(bk, dp, nr32, bt->pt, nr32, bt->dout_cols, dp, dv, dp, 1);
+    bf16_row_pairs(isa, pzv, bk, nr, nr32, bk, bt->p_pairs);
+    isa->gemm_bf16(dp, bk, nr32, bt->doutT, bq, bt->p_pairs, bk, dvT, bk, 1);
     isa->gemm_bf16(nr16, bk, dp, bt->dout, dp, bt->v_rows, bk, ds, bk, 0);
     if (p->dropout_threshold)
         apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
@@ -608,7 +663,7 @@ static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b
     for (int64_t r = 0; r < nr; ++r)
         isa->to_bf16_row(ds + r * bk, bt->ds + r * bk, bk);
     memset(bt->ds + nr * bk, 0, sizeof(uint16_t) * (size_t)((nr16 - nr) * bk));
-    fa_bf16_transpose_round(ds, bk, nr, bk, bt->dst, nr32, nr32);
+    bf16_row_pairs(isa, ds, bk, nr, nr32, bk, bt->ds_pairs);
     isa->gemm_bf16(nr16, dp, bk, bt->ds, bk, bt->k_cols, dp, bt->dq, dp, 0);
     for (int64_t r = 0; r < nr; ++r) {
         float *acc = dq_rows + r * ld_dq;
@@ -616,7 +671,18 @@ static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b
         for (int64_t x = 0; x < dp; ++x)
             acc[x] += add[x];
     }
-    isa->gemm_bf16(bk, dp, nr32, bt->dst, nr32, bt->q_cols, dp, dk, dp, 1);
+    isa->gemm_bf16(dp, bk, nr32, bt->qT, bq, bt->ds_pairs, bk, dkT, bk, 1);
+}
+
+/* rows [row0, row0 + n) of head h of batch b from the transposed tile srcT (d rows x ld) */
+static void store_rows_transposed(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t h,
+                                  const float *srcT, int64_t ld)
+{
+    for (int64_t r = 0; r < n; ++r) {
+        int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
+        for (int64_t c = 0; c < p->d; ++c)
+            fa_store_elem(p->out_dtype, v->data, off + c, srcT[c * ld + r]);
+    }
 }
 
 static void bwd_main_task(void *argp, int64_t task, float *scratch)
@@ -644,13 +710,11 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
         bt.k_rows = (uint32_t *)kT;
         bt.v_rows = (uint32_t *)vT;
         bt.q = (uint16_t *)qtile;
-        bt.q_cols = (uint32_t *)(qtile + t->bq * dp / 2);
         bt.dout = (uint16_t *)dotile;
-        bt.dout_cols = (uint32_t *)(dotile + t->bq * dp / 2);
-        bt.pt = (uint16_t *)(dsum + t->bq + 64);
-        bt.ds = bt.pt + t->bq * bk;
-        bt.dst = bt.ds + t->bq * bk;
-        bt.dq = (float *)(bt.dst + t->bq * bk);
+        bt.p_pairs = (uint32_t *)(dsum + t->bq + 64);
+        bt.ds_pairs = bt.p_pairs + t->bq * bk / 2;
+        bt.ds = (uint16_t *)(bt.ds_pairs + t->bq * bk / 2);
+        bt.dq = (float *)(bt.ds + t->bq * bk);
         bc->isa->bf16_tiles_begin();
     }
 
@@ -668,7 +732,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
             load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, dp, bk);
             load_rows_transposed(p, &p->v, b, ks + k0, nc, hk, vT, dp, bk);
         }
-        memset(dk, 0, sizeof(float) * (size_t)(bk * dp));
+        memset(dk, 0, sizeof(float) * (size_t)(bk * dp)); /* dK^T, dV^T (dp x bk) for the bf16 products */
         memset(dv, 0, sizeof(float) * (size_t)(bk * dp));
         /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
         for (int64_t h = hk * p->group; nq > 0 && h < (hk + 1) * p->group; ++h) {
@@ -684,19 +748,19 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 }
                 float *dq_rows = dq_acc + (cr0 * p->heads_q + h) * dp;
                 if (t->bf16) {
-                    int64_t nr32 = round_up(nr, 32);
+                    int64_t nr16 = round_up(nr, 16);
                     fa_bf16_rows((const uint16_t *)p->q.data + b * p->q.sb + (qs + q0) * p->q.ss + h * p->q.sh,
-                                 p->q.ss, nr, nr32, p->d, bt.q, dp);
+                                 p->q.ss, nr, nr16, p->d, bt.q, dp);
                     fa_bf16_rows((const uint16_t *)p->dout.data + b * p->dout.sb + (qs + q0) * p->dout.ss +
                                      h * p->dout.sh,
-                                 p->dout.ss, nr, nr32, p->d, bt.dout, dp);
+                                 p->dout.ss, nr, nr16, p->d, bt.dout, dp);
                     for (int64_t r = 0; r < nr; ++r)
                         if (fa_row_absent(lse[r])) { /* a row that saw no key: its Q and dO enter as 0 */
                             memset(bt.q + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
                             memset(bt.dout + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
                         }
-                    fa_bf16_pairs_of_columns(bt.q, dp, nr32, nr32, dp, dp, bt.q_cols);
-                    fa_bf16_pairs_of_columns(bt.dout, dp, nr32, nr32, dp, dp, bt.dout_cols);
+                    bt.qT = (const uint16_t *)(bc->qt_pack + ((bc->qtile_base[b] + qt) * p->heads_q + h) * dp * t->bq);
+                    bt.doutT = bt.qT + dp * t->bq;
                     bwd_tile_bf16(bc, &bt, b, h, q0, nr, sq, sk, k0, nc, &m, cls, lse, dsum, pm, pz, ds, grad, dk,
                                   dv, dq_rows, p->heads_q * dp);
                     continue;
@@ -745,8 +809,13 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 bc->isa->gemm_tn(bk, dp, nr, ds, bk, qtile, dp, dk, dp, 1);
             }
         }
-        store_rows(p, &p->dk, b, ks + k0, nc, hk, dk, dp, 1.0f, NULL);
-        store_rows(p, &p->dv, b, ks + k0, nc, hk, dv, dp, 1.0f, NULL);
+        if (t->bf16) {
+            store_rows_transposed(p, &p->dk, b, ks + k0, nc, hk, dk, bk);
+            store_rows_transposed(p, &p->dv, b, ks + k0, nc, hk, dv, bk);
+        } else {
+            store_rows(p, &p->dk, b, ks + k0, nc, hk, dk, dp, 1.0f, NULL);
+            store_rows(p, &p->dv, b, ks + k0, nc, hk, dv, dp, 1.0f, NULL);
+        }
     }
     if (t->bf16)
         bc->isa->bf16_tiles_end();
@@ -792,22 +861,34 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
     int threads = fa_cpu_threads(ctx);
     bc.chunks = fa_cpu_bwd_chunks(p, threads);
     int64_t per = bwd_scratch_floats(&bc.t);
-    int64_t q_rows = 0, scratch_bytes = float_bytes(per, threads, 1), dsum_bytes = -1, acc_bytes = -1;
+    int64_t q_rows = 0, scratch_bytes = float_bytes(per, threads, 1), dsum_bytes = -1, acc_bytes = -1, pack_bytes = 0;
     if (fa_mul_ok(p->total_q, p->heads_q, &q_rows)) {
         dsum_bytes = float_bytes(q_rows, 1, 1);
         acc_bytes = float_bytes(bc.chunks, q_rows, bc.t.dp);
     }
-    if (scratch_bytes < 0 || dsum_bytes < 0 || acc_bytes < 0)
+    if (bc.t.bf16) {
+        bc.qtile_base = tile_prefix(p, bc.t.bq, 1);
+        if (!bc.qtile_base)
+            return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld query tile offsets",
+                            (long long)p->batch + 1);
+        pack_bytes = float_bytes(bc.qtile_base[p->batch] * bc.t.bq, p->heads_q, bc.t.dp);
+    }
+    if (scratch_bytes < 0 || dsum_bytes < 0 || acc_bytes < 0 || pack_bytes < 0) {
+        free(bc.qtile_base);
         return FA_ERROR(ctx, FA_ERR_OVERFLOW,
                         "cpu backward: workspace for %lld chunks x %lld query rows x %lld heads overflows 64 bits",
                         (long long)bc.chunks, (long long)p->total_q, (long long)p->heads_q);
+    }
     float *scratch = aligned_alloc(64, (size_t)scratch_bytes);
     bc.dsum = malloc((size_t)(dsum_bytes > 0 ? dsum_bytes : 64));
     bc.dq_acc = calloc((size_t)(acc_bytes > 0 ? acc_bytes : 64), 1);
-    if (!scratch || !bc.dsum || !bc.dq_acc) {
+    bc.qt_pack = bc.t.bf16 ? aligned_alloc(64, (size_t)(pack_bytes > 0 ? pack_bytes : 64)) : NULL;
+    if (!scratch || !bc.dsum || !bc.dq_acc || (bc.t.bf16 && !bc.qt_pack)) {
         free(scratch);
         free(bc.dsum);
         free(bc.dq_acc);
+        free(bc.qt_pack);
+        free(bc.qtile_base);
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld bytes of workspace",
                         (long long)fa_cpu_workspace_bytes(p, bc.isa, threads));
     }
@@ -817,5 +898,7 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
     free(scratch);
     free(bc.dsum);
     free(bc.dq_acc);
+    free(bc.qt_pack);
+    free(bc.qtile_base);
     return FA_SUCCESS;
 }

@@ -42,6 +42,9 @@ typedef struct fa_cpu_isa {
                               float scale);
     /* y[0..n) = x rounded to bf16, to nearest even (n a multiple of 16); NaN stays NaN */
     void (*to_bf16_row)(const float *x, uint16_t *y, int64_t n);
+    /* y[0..n) = bf16(x0) | bf16(x1) << 16: two rows rounded (as to_bf16_row) into pairs; x1 NULL
+     * gives 0 in the high halves */
+    void (*to_bf16_pairs)(const float *x0, const float *x1, uint32_t *y, int64_t n);
     /* online_softmax_tile on unscaled scores with the scale (> 0) folded in, P written rounded to
      * bf16 into p (row stride ldp) instead of over s; the sums are of the fp32 values */
     void (*online_softmax_tile_bf16)(const float *s, int64_t nr, int64_t width, int64_t ld, float scale,

@@ -407,6 +407,21 @@ static void to_bf16_row(const float *x, uint16_t *y, int64_t n)
         store_bf16(y + t, vload(x + t));
 }
 
+static void to_bf16_pairs(const float *x0, const float *x1, uint32_t *y, int64_t n)
+{
+    for (int64_t t = 0; t < n; t += LANES) {
+        uint16_t lo[LANES], hi[LANES];
+        store_bf16(lo, vload(x0 + t));
+        if (x1)
+            store_bf16(hi, vload(x1 + t));
+        else
+            memset(hi, 0, sizeof hi);
+#pragma GCC unroll 16
+        for (int i = 0; i < LANES; ++i)
+            y[t + i] = (uint32_t)lo[i] | (uint32_t)hi[i] << 16;
+    }
+}
+
 static void online_softmax_tile_bf16(const float *s, int64_t nr, int64_t width, int64_t ld, float scale,
                                      fa_softmax_row *rows, float *o, int64_t ldo, uint16_t *p, int64_t ldp)
 {
@@ -457,6 +472,7 @@ const fa_cpu_isa TABLE = {
     .scale_row = scale_row,
     .softmax_grad_tile = softmax_grad_tile,
     .to_bf16_row = to_bf16_row,
+    .to_bf16_pairs = to_bf16_pairs,
     .online_softmax_tile_bf16 = online_softmax_tile_bf16,
 #if defined(BF16_FN)
     .bf16_tiles_begin = BF16_FN(bf16_tiles_begin),

@@ -322,6 +322,18 @@ static void check_to_bf16(const fa_cpu_isa *t)
         memcpy(&x[i], &b, sizeof b);
     }
     t->to_bf16_row(x, y, N);
+    /* to_bf16_pairs: the same roundings, two rows into the halves of one word (no second row: 0) */
+    uint32_t pairs[N], single[N];
+    float x1[N];
+    for (int i = 0; i < N; ++i)
+        x1[i] = x[N - 1 - i];
+    t->to_bf16_pairs(x, x1, pairs, N);
+    t->to_bf16_pairs(x1, NULL, single, N);
+    for (int i = 0; i < N; ++i) {
+        assert_true((uint16_t)pairs[i] == y[i]);
+        assert_true((uint16_t)(pairs[i] >> 16) == y[N - 1 - i]);
+        assert_true(single[i] == y[N - 1 - i]);
+    }
     for (int i = 0; i < N; ++i) {
         if (x[i] != x[i]) {
             assert_true(bf16_value(y[i]) != bf16_value(y[i]));
