@@ -221,10 +221,10 @@ static int64_t fwd_scratch_floats(const tile_dims *t)
 
 static int64_t bwd_scratch_floats(const tile_dims *t)
 {
-    /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), Q, dO (bq x dp), P, P o Z, dS, the
-     * softcap's derivative (bq x bk), LSE, D; for the bf16 products also P^T, dS, dS^T in bf16
-     * and this tile's dQ (bq x dp) */
-    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 2 * t->bq * t->dp + 4 * t->bq * t->bk + 2 * t->bq + 64 +
+    /* K (bk x dp), K^T, V^T (dp x bk), dK, dV (bk x dp), P, P o Z, dS, the softcap's derivative
+     * (bq x bk), LSE, D; for the bf16 products also P o Z and dS in pairs of rows, dS in bf16 and
+     * this tile's dQ (bq x dp) */
+    return 3 * t->bk * t->dp + 2 * t->dp * t->bk + 4 * t->bq * t->bk + 2 * t->bq + 64 +
            (t->bf16 ? 3 * t->bq * t->bk / 2 + t->bq * t->dp : 0);
 }
 
@@ -277,12 +277,10 @@ int64_t fa_cpu_workspace_bytes(const fa_problem *p, const fa_cpu_isa *isa, int t
             return -1;
         part[1] = float_bytes(q_rows, 1, 1);                                  /* D */
         part[2] = float_bytes(fa_cpu_bwd_chunks(p, threads), q_rows, t.dp);   /* dQ partials */
-        if (t.bf16) { /* Q^T and dO^T in bf16: dp floats per padded query row and head */
-            int64_t rows = padded_rows(p, t.bq, 1);
-            if (rows < 0)
-                return -1;
-            part[3] = float_bytes(rows, p->heads_q, t.dp);
-        }
+        int64_t rows = padded_rows(p, t.bq, 1); /* Q and dO packed: 2 dp floats per padded row and head */
+        if (rows < 0)
+            return -1;
+        part[3] = float_bytes(rows, p->heads_q, 2 * t.dp);
     }
     return sum_bytes(part, 4);
 }
@@ -543,20 +541,27 @@ typedef struct bwd_ctx {
     tile_dims t;
     int64_t nq, nk, chunks;
     float *dsum;   /* D = rowsum(dO * O): [heads_q][total_q] */
-    float *dq_acc; /* [chunks][total_q][heads_q][dp] */
-    /* bf16 products: Q^T then dO^T (dp x bq bf16 each) of query tile (b, qt), head h at
-     * qt_pack + ((qtile_base[b] + qt) * heads_q + h) * dp * bq floats */
+    float *dq_acc; /* [chunks][heads_q][total_q][dp]: one head's rows contiguous */
+    /* Q and dO of query tile (b, qt), head h, packed once per call at q_pack + ((qtile_base[b] +
+     * qt) * heads_q + h) * 2 * dp * bq floats: fp32 Q rows then dO rows (bq x dp each); for the
+     * bf16 products Q rows, dO rows (bq x dp bf16), Q^T, dO^T (dp x bq bf16). Rows past the
+     * sequence and rows that saw no key are 0. */
     int64_t *qtile_base;
-    float *qt_pack;
+    float *q_pack;
 } bwd_ctx;
+
+static float *q_pack_of(const bwd_ctx *bc, int64_t b, int64_t qt, int64_t h)
+{
+    return bc->q_pack + ((bc->qtile_base[b] + qt) * bc->p->heads_q + h) * 2 * bc->t.dp * bc->t.bq;
+}
 
 static int64_t canon_q_row(const fa_problem *p, int64_t b, int64_t qs, int64_t i)
 {
     return p->varlen ? qs + i : b * p->seqlen_q + i;
 }
 
-/* D for one (batch, head, query tile). */
-static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
+/* D and the packed Q, dO of one (batch, head, query tile). */
+static void bwd_prepare_task(void *argp, int64_t task, float *scratch)
 {
     (void)scratch;
     const bwd_ctx *bc = argp;
@@ -564,8 +569,11 @@ static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
     int64_t qt = task % bc->nq, h = (task / bc->nq) % p->heads_q, b = task / bc->nq / p->heads_q;
     int64_t sq, sk, qs, ks;
     fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
-    int64_t q0 = qt * bc->t.bq;
-    for (int64_t i = q0; i < sq && i < q0 + bc->t.bq; ++i) {
+    const int64_t dp = bc->t.dp, bq = bc->t.bq, q0 = qt * bq;
+    if (q0 >= sq)
+        return;
+    const int64_t nr = sq - q0 < bq ? sq - q0 : bq;
+    for (int64_t i = q0; i < q0 + nr; ++i) {
         int64_t oo = b * p->o.sb + (qs + i) * p->o.ss + h * p->o.sh;
         int64_t od = b * p->dout.sb + (qs + i) * p->dout.ss + h * p->dout.sh;
         float acc = 0.0f;
@@ -573,33 +581,46 @@ static void bwd_dsum_task(void *argp, int64_t task, float *scratch)
             acc += fa_load_elem(p->dtype, p->o.data, oo + c) * fa_load_elem(p->dtype, p->dout.data, od + c);
         bc->dsum[h * p->total_q + canon_q_row(p, b, qs, i)] = acc;
     }
-    if (!bc->t.bf16 || q0 >= sq)
-        return;
-    /* Q^T and dO^T of the tile in bf16, the columns of rows past the sequence or that saw no key 0 */
-    const int64_t dp = bc->t.dp, bq = bc->t.bq, nr = sq - q0 < bq ? sq - q0 : bq;
-    uint16_t *qt_out = (uint16_t *)(bc->qt_pack + ((bc->qtile_base[b] + qt) * p->heads_q + h) * dp * bq);
-    uint16_t *dot_out = qt_out + dp * bq;
-    memset(qt_out, 0, sizeof(uint16_t) * (size_t)(2 * dp * bq));
+    float *pack = q_pack_of(bc, b, qt, h);
+    if (!bc->t.bf16) {
+        load_rows(p, &p->q, b, qs + q0, nr, bq, h, 1.0f, pack, dp);
+        load_rows(p, &p->dout, b, qs + q0, nr, bq, h, 1.0f, pack + bq * dp, dp);
+    } else {
+        uint16_t *qr = (uint16_t *)pack, *dr = qr + bq * dp, *qtr = dr + bq * dp, *dtr = qtr + dp * bq;
+        fa_bf16_rows((const uint16_t *)p->q.data + b * p->q.sb + (qs + q0) * p->q.ss + h * p->q.sh, p->q.ss, nr, bq,
+                     p->d, qr, dp);
+        fa_bf16_rows((const uint16_t *)p->dout.data + b * p->dout.sb + (qs + q0) * p->dout.ss + h * p->dout.sh,
+                     p->dout.ss, nr, bq, p->d, dr, dp);
+        for (int64_t c = 0; c < dp; ++c)
+            for (int64_t r = 0; r < bq; ++r) {
+                qtr[c * bq + r] = qr[r * dp + c];
+                dtr[c * bq + r] = dr[r * dp + c];
+            }
+    }
+    /* a row that saw no key: its Q and dO enter as 0 */
     for (int64_t r = 0; r < nr; ++r) {
-        float lse = ((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss];
-        if (fa_row_absent(lse))
+        if (!fa_row_absent(((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss]))
             continue;
-        const uint16_t *q = (const uint16_t *)p->q.data + b * p->q.sb + (qs + q0 + r) * p->q.ss + h * p->q.sh;
-        const uint16_t *d = (const uint16_t *)p->dout.data + b * p->dout.sb + (qs + q0 + r) * p->dout.ss + h * p->dout.sh;
-        for (int64_t c = 0; c < p->d; ++c) {
-            qt_out[c * bq + r] = q[c];
-            dot_out[c * bq + r] = d[c];
+        if (!bc->t.bf16) {
+            memset(pack + r * dp, 0, sizeof(float) * (size_t)dp);
+            memset(pack + (bq + r) * dp, 0, sizeof(float) * (size_t)dp);
+            continue;
         }
+        uint16_t *qr = (uint16_t *)pack, *dr = qr + bq * dp, *qtr = dr + bq * dp, *dtr = qtr + dp * bq;
+        memset(qr + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
+        memset(dr + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
+        for (int64_t c = 0; c < dp; ++c)
+            qtr[c * bq + r] = dtr[c * bq + r] = 0;
     }
 }
 
 /* The bf16 products' operands of one backward task, in the fp32 path's buffers and the extras
  * bwd_scratch_floats counts. dV and dK are accumulated transposed (dV^T += dO^T P, dK^T += Q^T dS),
  * so that their B operands are P and dS in pairs of rows, built as they are rounded, and their A
- * operands Q^T and dO^T come packed once per call (bwd_dsum_task). */
+ * operands Q^T and dO^T come packed once per call (bwd_prepare_task). */
 typedef struct bwd_bf16_tiles {
     uint32_t *k_cols, *k_rows, *v_rows; /* K as B of dS K; K^T, V^T as B of Q K^T, dO V^T */
-    uint16_t *q, *dout;                 /* rows of the query tile, A of Q K^T and dO V^T */
+    const uint16_t *q, *dout;           /* rows of the query tile, A of Q K^T and dO V^T */
     const uint16_t *qT, *doutT;         /* the packed Q^T, dO^T of the query tile (dp x bq) */
     uint32_t *p_pairs, *ds_pairs;       /* P o Z and dS in pairs of rows (nr32 / 2 x bk) */
     uint16_t *ds;                       /* dS rows (nr16 x bk), A of dS K */
@@ -700,8 +721,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
 
     float *ktile = scratch, *kT = ktile + bk * dp, *vT = kT + dp * bk;
     float *dk = vT + dp * bk, *dv = dk + bk * dp;
-    float *qtile = dv + bk * dp, *dotile = qtile + t->bq * dp;
-    float *pm = dotile + t->bq * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *grad = ds + t->bq * bk;
+    float *pm = dv + bk * dp, *pz = pm + t->bq * bk, *ds = pz + t->bq * bk, *grad = ds + t->bq * bk;
     float *lse = grad + t->bq * bk, *dsum = lse + t->bq;
     float *dq_acc = bc->dq_acc + chunk * p->total_q * p->heads_q * dp;
     bwd_bf16_tiles bt = {0};
@@ -709,8 +729,6 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
         bt.k_cols = (uint32_t *)ktile;
         bt.k_rows = (uint32_t *)kT;
         bt.v_rows = (uint32_t *)vT;
-        bt.q = (uint16_t *)qtile;
-        bt.dout = (uint16_t *)dotile;
         bt.p_pairs = (uint32_t *)(dsum + t->bq + 64);
         bt.ds_pairs = bt.p_pairs + t->bq * bk / 2;
         bt.ds = (uint16_t *)(bt.ds_pairs + t->bq * bk / 2);
@@ -746,33 +764,18 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     lse[r] = ((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss];
                     dsum[r] = bc->dsum[h * p->total_q + cr0 + r];
                 }
-                float *dq_rows = dq_acc + (cr0 * p->heads_q + h) * dp;
+                float *dq_rows = dq_acc + (h * p->total_q + cr0) * dp;
+                const float *pack = q_pack_of(bc, b, qt, h);
                 if (t->bf16) {
-                    int64_t nr16 = round_up(nr, 16);
-                    fa_bf16_rows((const uint16_t *)p->q.data + b * p->q.sb + (qs + q0) * p->q.ss + h * p->q.sh,
-                                 p->q.ss, nr, nr16, p->d, bt.q, dp);
-                    fa_bf16_rows((const uint16_t *)p->dout.data + b * p->dout.sb + (qs + q0) * p->dout.ss +
-                                     h * p->dout.sh,
-                                 p->dout.ss, nr, nr16, p->d, bt.dout, dp);
-                    for (int64_t r = 0; r < nr; ++r)
-                        if (fa_row_absent(lse[r])) { /* a row that saw no key: its Q and dO enter as 0 */
-                            memset(bt.q + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
-                            memset(bt.dout + r * dp, 0, sizeof(uint16_t) * (size_t)dp);
-                        }
-                    bt.qT = (const uint16_t *)(bc->qt_pack + ((bc->qtile_base[b] + qt) * p->heads_q + h) * dp * t->bq);
+                    bt.q = (const uint16_t *)pack;
+                    bt.dout = bt.q + t->bq * dp;
+                    bt.qT = bt.dout + t->bq * dp;
                     bt.doutT = bt.qT + dp * t->bq;
                     bwd_tile_bf16(bc, &bt, b, h, q0, nr, sq, sk, k0, nc, &m, cls, lse, dsum, pm, pz, ds, grad, dk,
-                                  dv, dq_rows, p->heads_q * dp);
+                                  dv, dq_rows, dp);
                     continue;
                 }
-                load_rows(p, &p->q, b, qs + q0, nr, nr, h, 1.0f, qtile, dp);
-                load_rows(p, &p->dout, b, qs + q0, nr, nr, h, 1.0f, dotile, dp);
-                for (int64_t r = 0; r < nr; ++r) {
-                    if (fa_row_absent(lse[r])) { /* a row that saw no key: its Q and dO enter as 0 */
-                        memset(qtile + r * dp, 0, sizeof(float) * (size_t)dp);
-                        memset(dotile + r * dp, 0, sizeof(float) * (size_t)dp);
-                    }
-                }
+                const float *qtile = pack, *dotile = pack + t->bq * dp;
                 /* P = exp(scale * Q K^T - LSE); a row with LSE = -inf is fully masked: P = 0 */
                 bc->isa->gemm_rows(nr, bk, p->d, qtile, dp, kT, bk, pm, bk, 0);
                 for (int64_t r = 0; r < nr; ++r)
@@ -805,7 +808,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                     for (int64_t x = 0; x < nr * bk; ++x)
                         ds[x] *= grad[x];
                 /* dQ (this chunk's part) += dS K ; dK += dS^T Q */
-                bc->isa->gemm_rows(nr, dp, bk, ds, bk, ktile, dp, dq_rows, p->heads_q * dp, 1);
+                bc->isa->gemm_rows(nr, dp, bk, ds, bk, ktile, dp, dq_rows, dp, 1);
                 bc->isa->gemm_tn(bk, dp, nr, ds, bk, qtile, dp, dk, dp, 1);
             }
         }
@@ -835,7 +838,7 @@ static void bwd_dq_task(void *argp, int64_t task, float *scratch)
     for (int64_t i = q0; i < sq && i < q0 + bc->t.bq; ++i) {
         int64_t cr = canon_q_row(p, b, qs, i);
         for (int64_t h = 0; h < p->heads_q; ++h) {
-            float *acc = bc->dq_acc + (cr * p->heads_q + h) * dp;
+            float *acc = bc->dq_acc + (h * p->total_q + cr) * dp;
             for (int64_t c = 1; c < bc->chunks; ++c) {
                 const float *part = acc + c * plane;
                 for (int64_t x = 0; x < p->d; ++x)
@@ -866,13 +869,11 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
         dsum_bytes = float_bytes(q_rows, 1, 1);
         acc_bytes = float_bytes(bc.chunks, q_rows, bc.t.dp);
     }
-    if (bc.t.bf16) {
-        bc.qtile_base = tile_prefix(p, bc.t.bq, 1);
-        if (!bc.qtile_base)
-            return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld query tile offsets",
-                            (long long)p->batch + 1);
-        pack_bytes = float_bytes(bc.qtile_base[p->batch] * bc.t.bq, p->heads_q, bc.t.dp);
-    }
+    bc.qtile_base = tile_prefix(p, bc.t.bq, 1);
+    if (!bc.qtile_base)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld query tile offsets",
+                        (long long)p->batch + 1);
+    pack_bytes = float_bytes(bc.qtile_base[p->batch] * bc.t.bq, p->heads_q, 2 * bc.t.dp);
     if (scratch_bytes < 0 || dsum_bytes < 0 || acc_bytes < 0 || pack_bytes < 0) {
         free(bc.qtile_base);
         return FA_ERROR(ctx, FA_ERR_OVERFLOW,
@@ -882,23 +883,23 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
     float *scratch = aligned_alloc(64, (size_t)scratch_bytes);
     bc.dsum = malloc((size_t)(dsum_bytes > 0 ? dsum_bytes : 64));
     bc.dq_acc = calloc((size_t)(acc_bytes > 0 ? acc_bytes : 64), 1);
-    bc.qt_pack = bc.t.bf16 ? aligned_alloc(64, (size_t)(pack_bytes > 0 ? pack_bytes : 64)) : NULL;
-    if (!scratch || !bc.dsum || !bc.dq_acc || (bc.t.bf16 && !bc.qt_pack)) {
+    bc.q_pack = aligned_alloc(64, (size_t)(pack_bytes > 0 ? pack_bytes : 64));
+    if (!scratch || !bc.dsum || !bc.dq_acc || !bc.q_pack) {
         free(scratch);
         free(bc.dsum);
         free(bc.dq_acc);
-        free(bc.qt_pack);
+        free(bc.q_pack);
         free(bc.qtile_base);
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cpu backward: cannot allocate %lld bytes of workspace",
                         (long long)fa_cpu_workspace_bytes(p, bc.isa, threads));
     }
-    fa_parallel_for(threads, p->batch * p->heads_q * bc.nq, bwd_dsum_task, &bc, scratch, per);
+    fa_parallel_for(threads, p->batch * p->heads_q * bc.nq, bwd_prepare_task, &bc, scratch, per);
     fa_parallel_for(threads, p->batch * p->heads_kv * bc.chunks, bwd_main_task, &bc, scratch, per);
     fa_parallel_for(threads, p->batch * bc.nq, bwd_dq_task, &bc, scratch, per);
     free(scratch);
     free(bc.dsum);
     free(bc.dq_acc);
-    free(bc.qt_pack);
+    free(bc.q_pack);
     free(bc.qtile_base);
     return FA_SUCCESS;
 }
