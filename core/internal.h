@@ -177,7 +177,6 @@ typedef struct fa_tile_limits {
     int64_t onchip_bytes;            /* M for the paper's formula */
     int64_t min_block, max_block_q, max_block_k;
     int64_t multiple;                /* tiles are rounded to a multiple of this */
-    int64_t min_block_q, min_block_k; /* raise the formula's B_r, B_c to these (0: no floor) */
 } fa_tile_limits;
 
 struct fa_context;

@@ -37,10 +37,6 @@ void fa_plan_tiles(const fa_tile_limits *lim, int64_t d, int64_t *block_q, int64
 {
     int64_t bq, bk;
     fa_plan_paper_blocks(lim->onchip_bytes, d, &bq, &bk);
-    if (bq < lim->min_block_q)
-        bq = lim->min_block_q;
-    if (bk < lim->min_block_k)
-        bk = lim->min_block_k;
     *block_q = clamp_block(bq, lim->min_block, lim->max_block_q, lim->multiple);
     *block_k = clamp_block(bk, lim->min_block, lim->max_block_k, lim->multiple);
 }

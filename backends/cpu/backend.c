@@ -133,19 +133,6 @@ static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
     out->multiple = 16;
     if (p->dtype == FA_DTYPE_BF16 && fa_cpu_isa_of(ctx)->gemm_bf16) /* the bf16 products' K step */
         out->min_block = out->multiple = 32;
-#ifndef FA_CPU_FWD_MIN_BLOCK_Q /* experiment knobs (session 28) */
-#define FA_CPU_FWD_MIN_BLOCK_Q 0
-#endif
-#ifndef FA_CPU_BWD_MIN_BLOCK_Q
-#define FA_CPU_BWD_MIN_BLOCK_Q 0
-#endif
-#ifndef FA_CPU_BWD_MIN_BLOCK_K
-#define FA_CPU_BWD_MIN_BLOCK_K 0
-#endif
-    out->min_block_q = p->backward ? FA_CPU_BWD_MIN_BLOCK_Q : FA_CPU_FWD_MIN_BLOCK_Q;
-    out->min_block_k = p->backward ? FA_CPU_BWD_MIN_BLOCK_K : 0;
-    if (out->max_block_q < out->min_block_q)
-        out->max_block_q = out->min_block_q;
 }
 
 static fa_status cpu_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
