@@ -16,6 +16,9 @@
 #include "isa.h"
 
 #include <string.h>
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
 
 #if defined(FA_CPU_ISA_AVX512) || defined(FA_CPU_ISA_AMX)
 #define LANES 16
@@ -107,20 +110,73 @@ VINLINE vf vselect(vi mask, vf a, vf b)
     return as_float((as_bits(a) & mask) | (as_bits(b) & ~mask));
 }
 
+/* lane i ^ w of v in lane i: the butterfly step of a horizontal reduction */
+#if LANES == 16
+#define XOR_LANES(w)                                                                                       \
+    ((vi){0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), 6 ^ (w), 7 ^ (w), 8 ^ (w), 9 ^ (w),         \
+          10 ^ (w), 11 ^ (w), 12 ^ (w), 13 ^ (w), 14 ^ (w), 15 ^ (w)})
+#elif LANES == 8
+#define XOR_LANES(w) ((vi){0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), 6 ^ (w), 7 ^ (w)})
+#else
+#define XOR_LANES(w) ((vi){0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w)})
+#endif
+
+/* the sum and the max of the lanes, by log2(LANES) butterfly steps (every lane ends with the
+ * result) rather than LANES - 1 extractions */
 VINLINE float hsum(vf v)
 {
-    float s = v[0];
-    for (int i = 1; i < LANES; ++i)
-        s += v[i];
-    return s;
+#if LANES >= 16
+    v += __builtin_shuffle(v, XOR_LANES(8));
+#endif
+#if LANES >= 8
+    v += __builtin_shuffle(v, XOR_LANES(4));
+#endif
+    v += __builtin_shuffle(v, XOR_LANES(2));
+    v += __builtin_shuffle(v, XOR_LANES(1));
+    return v[0];
+}
+
+/* b where b > a, else a (so a NaN in b keeps a): the max instruction where there is one, whose
+ * rule for NaN (the second operand when either is NaN) is the same */
+VINLINE vf vmax(vf a, vf b)
+{
+#if LANES == 16 && defined(__AVX512F__)
+    return (vf)_mm512_max_ps((__m512)b, (__m512)a);
+#elif LANES == 8 && defined(__AVX__)
+    return (vf)_mm256_max_ps((__m256)b, (__m256)a);
+#elif LANES == 4 && defined(__SSE__)
+    return (vf)_mm_max_ps((__m128)b, (__m128)a);
+#else
+    return vselect(b > a, b, a);
+#endif
 }
 
 VINLINE float hmax(vf v)
 {
-    float m = v[0];
-    for (int i = 1; i < LANES; ++i)
-        m = v[i] > m ? v[i] : m;
-    return m;
+#if LANES >= 16
+    v = vmax(v, __builtin_shuffle(v, XOR_LANES(8)));
+#endif
+#if LANES >= 8
+    v = vmax(v, __builtin_shuffle(v, XOR_LANES(4)));
+#endif
+    v = vmax(v, __builtin_shuffle(v, XOR_LANES(2)));
+    v = vmax(v, __builtin_shuffle(v, XOR_LANES(1)));
+    return v[0];
+}
+
+/* the max of row[0..width) (width a multiple of LANES), two accumulators: the max's latency,
+ * not its throughput, would bound one */
+VINLINE float row_max(const float *row, int64_t width)
+{
+    vf m0 = vload(row), m1 = m0;
+    int64_t t = LANES;
+    for (; t + 2 * LANES <= width; t += 2 * LANES) {
+        m0 = vmax(m0, vload(row + t));
+        m1 = vmax(m1, vload(row + t + LANES));
+    }
+    if (t < width)
+        m0 = vmax(m0, vload(row + t));
+    return hmax(vmax(m0, m1));
 }
 
 /* e^x lane by lane: x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (Cody-Waite: ln2 in two
@@ -357,12 +413,7 @@ static void online_softmax_tile(float *s, int64_t nr, int64_t width, int64_t ld,
     for (int64_t r = 0; r < nr; ++r) {
         /* columns past the tile's width hold -inf (the caller's mask), so whole-row passes are exact */
         float *row = s + r * ld;
-        vf m = vload(row);
-        for (int64_t t = LANES; t < width; t += LANES) {
-            vf v = vload(row + t);
-            m = vselect(v > m, v, m);
-        }
-        float alpha = fa_softmax_update(&rows[r], hmax(m));
+        float alpha = fa_softmax_update(&rows[r], row_max(row, width));
         rows[r].l += exp_row(row, width, fa_softmax_shift(rows[r].m));
         if (alpha != 1.0f)
             scale_row(o + r * ldo, ldo, alpha);
@@ -428,13 +479,8 @@ static void online_softmax_tile_bf16(const float *s, int64_t nr, int64_t width, 
     for (int64_t r = 0; r < nr; ++r) {
         const float *row = s + r * ld;
         uint16_t *prow = p + r * ldp;
-        vf m = vload(row);
-        for (int64_t t = LANES; t < width; t += LANES) {
-            vf v = vload(row + t);
-            m = vselect(v > m, v, m);
-        }
         /* scale > 0: the max of the scaled scores is the scaled max, rounding included */
-        float alpha = fa_softmax_update(&rows[r], hmax(m) * scale);
+        float alpha = fa_softmax_update(&rows[r], row_max(row, width) * scale);
         const float shift = fa_softmax_shift(rows[r].m);
         vf total = vsplat(0.0f);
         int64_t t = 0;
