@@ -151,6 +151,20 @@ VINLINE vf vmax(vf a, vf b)
 #endif
 }
 
+/* b where b < a, else a (so a NaN in a stays): the min instruction where there is one */
+VINLINE vf vmin(vf a, vf b)
+{
+#if LANES == 16 && defined(__AVX512F__)
+    return (vf)_mm512_min_ps((__m512)b, (__m512)a);
+#elif LANES == 8 && defined(__AVX__)
+    return (vf)_mm256_min_ps((__m256)b, (__m256)a);
+#elif LANES == 4 && defined(__SSE__)
+    return (vf)_mm_min_ps((__m128)b, (__m128)a);
+#else
+    return vselect(b < a, b, a);
+#endif
+}
+
 VINLINE float hmax(vf v)
 {
 #if LANES >= 16
@@ -190,7 +204,7 @@ VINLINE vf vexp(vf v)
 {
     const vf lo = vsplat(-87.3f), hi = vsplat(88.3f), magic = vsplat(12582912.0f + 127.0f);
     vi under = v < lo;
-    vf c = vselect(v > hi, hi, vselect(under, lo, v));
+    vf c = vmin(vmax(v, lo), hi); /* a NaN passes both */
     vf kf = c * 1.44269504088896341f + magic;
     vf kt = kf - magic;
     vf r = c - kt * 0.693359375f;
@@ -217,7 +231,7 @@ VINLINE void vexp_block(vf *v)
 #pragma GCC unroll 4
     for (int i = 0; i < EXP_U; ++i) {
         under[i] = v[i] < lo;
-        r[i] = vselect(v[i] > hi, hi, vselect(under[i], lo, v[i]));
+        r[i] = vmin(vmax(v[i], lo), hi);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < EXP_U; ++i)
