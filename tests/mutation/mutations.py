@@ -7,9 +7,38 @@ skipped. Every fault models a plausible kernel bug that the test suite must catc
 MUTATIONS = [
     {
         "id": "softcap-grad-dropped",
-        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash.c)",
+        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash.c, fp32 products)",
         "edits": [
-            ("backends/cpu/flash.c", "ds[x] *= grad[x];", "ds[x] *= 1.0f;"),
+            ("backends/cpu/flash.c", "                        ds[x] *= grad[x];", "                        ds[x] *= 1.0f;"),
+        ],
+    },
+    {
+        "id": "softcap-grad-dropped-bf16",
+        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash.c, bf16 products: "
+                "the amx tables)",
+        "edits": [
+            ("backends/cpu/flash.c", "            ds[x] *= grad[x];\n    for (int64_t r = 0; r < nr; ++r)\n"
+             "        isa->to_bf16_row(", "            ds[x] *= 1.0f;\n    for (int64_t r = 0; r < nr; ++r)\n"
+             "        isa->to_bf16_row("),
+        ],
+    },
+    {
+        "id": "bf16-pairs-swapped",
+        "what": "the bf16 backward's P pairs built from the rows in the wrong order (flash.c bf16_row_pairs)",
+        "edits": [
+            ("backends/cpu/flash.c",
+             "isa->to_bf16_pairs(x + r * ld, r + 1 < nr ? x + (r + 1) * ld : NULL, out + kp * n, n);",
+             "isa->to_bf16_pairs(r + 1 < nr ? x + (r + 1) * ld : x + r * ld, r + 1 < nr ? x + r * ld : NULL, "
+             "out + kp * n, n);"),
+        ],
+    },
+    {
+        "id": "amx-k-step-skipped",
+        "what": "the AMX tile program skips the last 32-wide K step of every product (bf16_tiles.c: the amx "
+                "and amx-emulated tables)",
+        "edits": [
+            ("backends/cpu/bf16_tiles.c", "    for (int64_t k = 0; k < K; k += 32) {",
+             "    for (int64_t k = 0; k + 32 < K; k += 32) {"),
         ],
     },
     {

@@ -7,9 +7,9 @@ exits 1 if any mutation is missed, stale (its target text is gone) or does not b
 
 The suite is `meson test` of a build with -Dcuda=disabled -Dhip=disabled -Dopencl=disabled (there
 is no GPU where this runs, and the faults are in the CPU kernels): the core and API unit tests,
-the ring, CLI and Python tests, the long-sequence CPU checks, then the CPU conformance grid
-(--grid full by default, as the README's test command runs it). Before any fault the unmodified
-copy must pass the same tests, otherwise nothing could be concluded.
+the ring, CLI and Python tests, the long-sequence CPU checks, the kernel tables' short grids, then
+the CPU conformance grid (--grid full by default, as the README's test command runs it). Before
+any fault the unmodified copy must pass the same tests, otherwise nothing could be concluded.
 
 Usage: run_mutations.py [--grid full|short] [--only ID[,ID...]] [--all-tests] [--no-baseline]
                         [--keep] [--list]
@@ -54,8 +54,8 @@ def copy_tree(dst):
 
 
 def test_stages(build):
-    """The suite's tests in three stages, cheapest first: unit tests, the other quick CPU tests,
-    then the conformance grid."""
+    """The suite's tests in four stages, cheapest first: unit tests, the other quick CPU tests,
+    the kernel tables' short grids, then the conformance grids."""
     out = run(["meson", "test", "-C", build, "--list"]).stdout
     names = []
     for line in out.splitlines():
@@ -69,7 +69,11 @@ def test_stages(build):
     unit = [n for n in names if n.startswith(("core_", "api_"))]
     conf = [n for n in names if n.startswith("conformance")]
     rest = [n for n in names if n not in unit and n not in conf]
-    return [s for s in (unit, rest, conf) if s]
+    # the short grids of the CPU kernel tables (a fault in one table's code fails only its test)
+    # before the full grids, which would otherwise share the cores with them
+    tables = [n for n in conf if n.startswith("conformance-cpu-")]
+    conf = [n for n in conf if n not in tables]
+    return [s for s in (unit, rest, tables, conf) if s]
 
 
 def failure_lines(text, limit=2):
