@@ -110,15 +110,17 @@ VINLINE vf vselect(vi mask, vf a, vf b)
     return as_float((as_bits(a) & mask) | (as_bits(b) & ~mask));
 }
 
-/* lane i ^ w of v in lane i: the butterfly step of a horizontal reduction */
+/* lane i ^ w of v in lane i: the butterfly step of a horizontal reduction (__builtin_shufflevector:
+ * clang, and GCC from 12) */
 #if LANES == 16
-#define XOR_LANES(w)                                                                                       \
-    ((vi){0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), 6 ^ (w), 7 ^ (w), 8 ^ (w), 9 ^ (w),         \
-          10 ^ (w), 11 ^ (w), 12 ^ (w), 13 ^ (w), 14 ^ (w), 15 ^ (w)})
+#define XOR_LANES(v, w)                                                                                    \
+    __builtin_shufflevector(v, v, 0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), 6 ^ (w), 7 ^ (w),     \
+                            8 ^ (w), 9 ^ (w), 10 ^ (w), 11 ^ (w), 12 ^ (w), 13 ^ (w), 14 ^ (w), 15 ^ (w))
 #elif LANES == 8
-#define XOR_LANES(w) ((vi){0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), 6 ^ (w), 7 ^ (w)})
+#define XOR_LANES(v, w)                                                                                    \
+    __builtin_shufflevector(v, v, 0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), 6 ^ (w), 7 ^ (w))
 #else
-#define XOR_LANES(w) ((vi){0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w)})
+#define XOR_LANES(v, w) __builtin_shufflevector(v, v, 0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w))
 #endif
 
 /* the sum and the max of the lanes, by log2(LANES) butterfly steps (every lane ends with the
@@ -126,13 +128,13 @@ VINLINE vf vselect(vi mask, vf a, vf b)
 VINLINE float hsum(vf v)
 {
 #if LANES >= 16
-    v += __builtin_shuffle(v, XOR_LANES(8));
+    v += XOR_LANES(v, 8);
 #endif
 #if LANES >= 8
-    v += __builtin_shuffle(v, XOR_LANES(4));
+    v += XOR_LANES(v, 4);
 #endif
-    v += __builtin_shuffle(v, XOR_LANES(2));
-    v += __builtin_shuffle(v, XOR_LANES(1));
+    v += XOR_LANES(v, 2);
+    v += XOR_LANES(v, 1);
     return v[0];
 }
 
@@ -168,13 +170,13 @@ VINLINE vf vmin(vf a, vf b)
 VINLINE float hmax(vf v)
 {
 #if LANES >= 16
-    v = vmax(v, __builtin_shuffle(v, XOR_LANES(8)));
+    v = vmax(v, XOR_LANES(v, 8));
 #endif
 #if LANES >= 8
-    v = vmax(v, __builtin_shuffle(v, XOR_LANES(4)));
+    v = vmax(v, XOR_LANES(v, 4));
 #endif
-    v = vmax(v, __builtin_shuffle(v, XOR_LANES(2)));
-    v = vmax(v, __builtin_shuffle(v, XOR_LANES(1)));
+    v = vmax(v, XOR_LANES(v, 2));
+    v = vmax(v, XOR_LANES(v, 1));
     return v[0];
 }
 
