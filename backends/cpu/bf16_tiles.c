@@ -20,49 +20,56 @@
 #if defined(FA_CPU_AMX_EMULATE)
 #define FN(name) fa_cpu_amx_emulated_##name
 
-/* the eight tile registers: 16 rows of 64 bytes */
-static _Thread_local unsigned char tile_reg[8][16][64];
+/* the eight tile registers: 16 rows of 64 bytes, read as bf16 (A and B tiles) or fp32 (C tiles)
+ * through the union */
+typedef union tile_bytes {
+    unsigned char b[16][64];
+    uint16_t h[16][32];
+    float f[16][16];
+} tile_bytes;
+static _Thread_local tile_bytes tile_reg[8];
 
 static void tile_load(int t, const void *p, int64_t stride)
 {
     for (int r = 0; r < 16; ++r)
-        memcpy(tile_reg[t][r], (const char *)p + r * stride, 64);
+        memcpy(tile_reg[t].b[r], (const char *)p + r * stride, 64);
 }
 
 static void tile_store(int t, void *p, int64_t stride)
 {
     for (int r = 0; r < 16; ++r)
-        memcpy((char *)p + r * stride, tile_reg[t][r], 64);
+        memcpy((char *)p + r * stride, tile_reg[t].b[r], 64);
 }
 
-static float bf16_value(const unsigned char *p)
+static float bf16_value(uint16_t h)
 {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
+    union {
+        uint32_t u;
+        float f;
+    } x = {.u = (uint32_t)h << 16};
+    return x.f;
 }
 
-/* C tile c += A tile a (16 x 32 bf16) times pair-packed B tile b (16 pair rows x 16 columns) */
+/* C tile c += A tile a (16 x 32 bf16) times pair-packed B tile b (16 pair rows x 16 columns: pair
+ * n of row kp at h[kp][2 n], h[kp][2 n + 1]), the sums in k order */
 static void tile_dp(int c, int a, int b)
 {
+    const tile_bytes *ta = &tile_reg[a], *tb = &tile_reg[b];
+    tile_bytes *tc = &tile_reg[c];
     for (int m = 0; m < 16; ++m)
         for (int n = 0; n < 16; ++n) {
-            float acc;
-            memcpy(&acc, &tile_reg[c][m][4 * n], 4);
+            float acc = tc->f[m][n];
             for (int kp = 0; kp < 16; ++kp) {
-                acc += bf16_value(&tile_reg[a][m][4 * kp]) * bf16_value(&tile_reg[b][kp][4 * n]);
-                acc += bf16_value(&tile_reg[a][m][4 * kp + 2]) * bf16_value(&tile_reg[b][kp][4 * n + 2]);
+                acc += bf16_value(ta->h[m][2 * kp]) * bf16_value(tb->h[kp][2 * n]);
+                acc += bf16_value(ta->h[m][2 * kp + 1]) * bf16_value(tb->h[kp][2 * n + 1]);
             }
-            memcpy(&tile_reg[c][m][4 * n], &acc, 4);
+            tc->f[m][n] = acc;
         }
 }
 
 #define TILE_LOAD(t, p, stride) tile_load(t, p, stride)
 #define TILE_STORE(t, p, stride) tile_store(t, p, stride)
-#define TILE_ZERO(t) memset(tile_reg[t], 0, sizeof tile_reg[t])
+#define TILE_ZERO(t) memset(&tile_reg[t], 0, sizeof tile_reg[t])
 #define TILE_DP(c, a, b) tile_dp(c, a, b)
 
 void FN(bf16_tiles_begin)(void)
