@@ -264,14 +264,22 @@ fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v
         if (e == CL_SUCCESS)
             e = set_args(pr->dq, "mffmmmmmmmmmmmmmm", vq);
         int64_t nq = (p->seqlen_q + p->block_q - 1) / p->block_q, nk = (p->seqlen_k + p->block_k - 1) / p->block_k;
+        /* backward.cl: work-groups of (B_r / tm) x (B_c / tn) work-items, one per tile and FA_DA
+         * columns; backward_vec.cl: one work-item per tile */
+        int64_t group = 1, splits = 1;
+        if (v->kernel) {
+            ocl_tile_row t = ocl_bwd_block(s, p);
+            group = (p->block_q / t.tm) * (p->block_k / t.tn);
+            splits = (p->d + t.da - 1) / t.da;
+        }
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(backward)");
         else if ((st = launch(ctx, pr->dsum, "clEnqueueNDRangeKernel(fa_backward_dsum)", nq, p->block_q, p->heads_q,
                               p->batch)) == FA_SUCCESS &&
-                 (st = launch(ctx, pr->dkdv, "clEnqueueNDRangeKernel(fa_backward_dkdv)", nk, v->kernel ? p->block_k : 1,
+                 (st = launch(ctx, pr->dkdv, "clEnqueueNDRangeKernel(fa_backward_dkdv)", nk * splits, group,
                               p->heads_kv, p->batch)) == FA_SUCCESS)
-            st = launch(ctx, pr->dq, "clEnqueueNDRangeKernel(fa_backward_dq)", nq, v->kernel ? p->block_q : 1,
-                        p->heads_q, p->batch);
+            st = launch(ctx, pr->dq, "clEnqueueNDRangeKernel(fa_backward_dq)", nq * splits, group, p->heads_q,
+                        p->batch);
     }
     call_release(&a);
     if (st == FA_SUCCESS)

@@ -31,7 +31,8 @@ typedef struct ocl_buffer {
 typedef struct ocl_tile_row {
     int64_t max_d, block_q, block_k;
     int kernel;
-    int64_t tm, tn, dc, maxreg; /* maxreg: NVIDIA's register cap for the GPU forward (0: none) */
+    int64_t tm, tn, dc, maxreg; /* maxreg: NVIDIA's register cap for the GPU kernels (0: none) */
+    int64_t da; /* GPU backward: head-dim columns of dK, dV, dQ one work-group accumulates (0: all) */
 } ocl_tile_row;
 
 typedef struct ocl_program {
@@ -51,6 +52,7 @@ typedef struct ocl_state {
     int nv_options;         /* the device takes NVIDIA's compiler options (cl_nv_compiler_options) */
     int fma;                /* CL_FP_FMA in the single-precision config: the CPU kernels use fma() (FA_FMA) */
     ocl_tile_row fwd_tile; /* FLASHATTN_OPENCL_FWD_TILE's row; block_q 0 when unset */
+    ocl_tile_row bwd_tile; /* FLASHATTN_OPENCL_BWD_TILE's row; block_q 0 when unset */
     size_t max_group;
     cl_ulong local_bytes;
     char device_name[256], device_version[128], driver_version[128], platform_version[256];
@@ -95,6 +97,8 @@ fa_status ocl_sync(fa_context *ctx);
 
 /* tiles.c */
 int ocl_parse_fwd_tile(ocl_tile_row *out);
+int ocl_parse_bwd_tile(ocl_tile_row *out);
+ocl_tile_row ocl_bwd_block(const ocl_state *s, const fa_problem *p);
 int ocl_score_mod_on(const fa_problem *p);
 ocl_tile_row ocl_fwd_block(const ocl_state *s, const fa_problem *p);
 void ocl_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out);

@@ -144,6 +144,13 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
         if (s->nv_options && t.maxreg)
             n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
     }
+    if (kernels == 3) {
+        ocl_tile_row t = ocl_bwd_block(s, p);
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_TM=%lld -DFA_TN=%lld -DFA_DC=%lld -DFA_DA=%lld",
+                      (long long)t.tm, (long long)t.tn, (long long)t.dc, (long long)t.da);
+        if (s->nv_options && t.maxreg)
+            n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
+    }
     if (!kind && s->fma) /* only the CPU kernels read it: the GPU programs' options stay as they were */
         n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_FMA=1");
     if (ocl_score_mod_on(p)) /* a second program: the plain one is compiled without the modifiers */

@@ -220,6 +220,8 @@ fa_status ocl_open(fa_context *ctx, int device)
                                                         : (s->type & CL_DEVICE_TYPE_GPU) != 0;
     if (!ocl_parse_fwd_tile(&s->fwd_tile))
         s->fwd_tile.block_q = 0;
+    if (!ocl_parse_bwd_tile(&s->bwd_tile))
+        s->bwd_tile.block_q = 0;
     size_t ext_len = 0;
     if (ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
         char *ext = malloc(ext_len + 1);

@@ -17,13 +17,14 @@ static const ocl_tile_row gpu_fwd_tiles[] = {
      * same region, P^T 17 KiB: 34 KiB of __local memory at every head dim */
     {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 32, .maxreg = 128},
 };
+/* The GPU backward (backward.cl): 64 x 64 tiles, 256 work-items of 4 x 4 scores each, the four
+ * operands in 16-column passes (region A 20 KiB, P / dS 17 KiB: 38 KiB of __local memory). dK and
+ * dV take 2 x 4 keys x d / 16 floats per work-item in registers (64 at d 128); above d 128 each
+ * work-group accumulates 128 of the columns and a second one the rest (S and dP computed twice)
+ * rather than holding 128 floats per work-item. */
 static const ocl_tile_row gpu_bwd_tiles[] = {
-    /* the dK/dV kernel keeps 4 d floats per work-item; 32 x 64 tiles: 16 + 16 KiB of Q, dO and K, V */
-    {.max_d = 64, .block_q = 32, .block_k = 64, .kernel = 1},
-    /* 32 x 32: Q + dO 32 KiB, K + V 32 KiB */
-    {.max_d = 128, .block_q = 32, .block_k = 32, .kernel = 1},
-    /* 16 x 16 at d 256: 32 KiB each */
-    {.max_d = 256, .block_q = 16, .block_k = 16, .kernel = 1},
+    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128},
+    {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128},
 };
 /* CPU devices run the forward as fa_forward_vec (one work-item per query tile, float8 blocks) */
 static const ocl_tile_row cpu_fwd_tiles[] = {
@@ -57,6 +58,8 @@ static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
     int gpu = s->gpu_tiles;
     if (!p->backward && gpu && s->fwd_tile.block_q) /* FLASHATTN_OPENCL_FWD_TILE */
         return s->fwd_tile;
+    if (p->backward && gpu && s->bwd_tile.block_q) /* FLASHATTN_OPENCL_BWD_TILE */
+        return s->bwd_tile;
     const ocl_tile_row *t = p->backward ? (gpu ? gpu_bwd_tiles : cpu_bwd_tiles) : (gpu ? gpu_fwd_tiles : cpu_fwd_tiles);
     size_t n = p->backward ? (gpu ? OCL_ROWS(gpu_bwd_tiles) : OCL_ROWS(cpu_bwd_tiles))
                            : (gpu ? OCL_ROWS(gpu_fwd_tiles) : OCL_ROWS(cpu_fwd_tiles));
@@ -79,6 +82,21 @@ int ocl_parse_fwd_tile(ocl_tile_row *out)
         return 0;
     *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc,
                           .maxreg = 32768 / (bm / tm * bn / tn) >= 255 ? 0 : 32768 / (bm / tm * bn / tn)};
+    return 1;
+}
+
+/* FLASHATTN_OPENCL_BWD_TILE=bm,bn,tm,tn,dc,da,maxreg replaces the GPU backward's row (for tuning,
+ * as the forward's; a shape backward.cl cannot take is refused by ocl_choose with its reason). */
+int ocl_parse_bwd_tile(ocl_tile_row *out)
+{
+    const char *v = getenv("FLASHATTN_OPENCL_BWD_TILE");
+    long long bm, bn, tm, tn, dc, da, maxreg;
+    if (!v || sscanf(v, "%lld,%lld,%lld,%lld,%lld,%lld,%lld", &bm, &bn, &tm, &tn, &dc, &da, &maxreg) != 7)
+        return 0;
+    if (bm < 16 || bn < 16 || bm > 256 || bn > 256 || tm < 4 || tn < 4 || dc < 4 || da < 0 || maxreg < 0 || maxreg > 255)
+        return 0;
+    *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc,
+                          .da = da, .maxreg = maxreg};
     return 1;
 }
 
@@ -117,6 +135,40 @@ ocl_tile_row ocl_fwd_block(const ocl_state *s, const fa_problem *p)
     return t;
 }
 
+/* The GPU backward's work-item block for the planned tile: the table's when the tile is the
+ * table's, else 4 x 4 in 16-column passes, all columns of d <= 128 per work-group. */
+ocl_tile_row ocl_bwd_block(const ocl_state *s, const fa_problem *p)
+{
+    ocl_tile_row t = tile_row(s, p);
+    if (t.block_q != p->block_q || t.block_k != p->block_k || t.tm == 0)
+        t = (ocl_tile_row){.block_q = p->block_q, .block_k = p->block_k, .kernel = 1, .tm = 4, .tn = 4, .dc = 16,
+                           .da = 128};
+    if (t.da <= 0 || t.da > p->d) /* every column in one work-group (a multiple of 4: float4 columns) */
+        t.da = (p->d + 3) / 4 * 4;
+    return t;
+}
+
+/* __local bytes and the check of a GPU backward block (backward.cl's regions and its #error
+ * rules); 0 when the block is not one the kernels take. */
+static int64_t bwd_local_bytes(const ocl_tile_row *t)
+{
+    int64_t bq = t->block_q, bk = t->block_k;
+    if (t->tm < 4 || t->tn < 4 || t->tm % 4 || t->tn % 4 || bq % t->tm || bk % t->tn || t->dc < 4 || t->dc % 4 ||
+        t->da % 4)
+        return 0;
+    int64_t wg = (bq / t->tm) * (bk / t->tn), owk = 4 * (bq / t->tm), owq = 4 * (bk / t->tn);
+    if ((bq * t->dc / 4) % wg || (bk * t->dc / 4) % wg || (bq * owk / 4) % wg || (bk * owq / 4) % wg)
+        return 0;
+    int64_t ra = (t->dc + 4) * 2 * (bq + bk), rp = bq * (bk + 4);
+    if (bq * owk > ra)
+        ra = bq * owk;
+    if (bk * owq > ra)
+        ra = bk * owq;
+    if (bk * (bq + 4) > rp)
+        rp = bk * (bq + 4);
+    return 4 * (ra + rp + 2 * bq) + 4 * 2 * bq;
+}
+
 fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
     if (p->out_dtype != p->dtype)
@@ -131,18 +183,27 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: sequences longer than %d tokens",
                         (int)INT32_MAX);
     int kind = kernel_kind(s, p);
-    int64_t wider = p->block_q > p->block_k ? p->block_q : p->block_k;
     int64_t dv = (p->d + 15) / 16 * 16;
     int64_t group, local;
-    if (p->backward) { /* the larger of the dQ (B_r) and dK/dV (B_c) kernels, their larger pair of
-                        * tiles plus LSE and D; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
-                        * row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and
-                        * Z (B_r x B_c each) */
+    if (p->backward) { /* backward.cl: bwd_local_bytes; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
+                        * row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and Z
+                        * (B_r x B_c each) */
         int64_t vec_tiles = 2 * p->block_q + 5 * p->block_k > 3 * p->block_q + 3 * p->block_k
                                 ? 2 * p->block_q + 5 * p->block_k
                                 : 3 * p->block_q + 3 * p->block_k;
-        group = kind ? wider : 1;
-        local = kind ? 4 * (2 * p->d * wider + 2 * p->block_q) : 4 * (vec_tiles * dv + 3 * p->block_q * p->block_k);
+        group = 1;
+        local = 4 * (vec_tiles * dv + 3 * p->block_q * p->block_k);
+        if (kind) {
+            ocl_tile_row t = ocl_bwd_block(s, p);
+            local = bwd_local_bytes(&t);
+            if (!local)
+                return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
+                                "opencl: backward tile %lld x %lld with %lld x %lld per work-item, %lld columns per "
+                                "pass and %lld per work-group is not a shape backward.cl takes",
+                                (long long)p->block_q, (long long)p->block_k, (long long)t.tm, (long long)t.tn,
+                                (long long)t.dc, (long long)t.da);
+            group = (p->block_q / t.tm) * (p->block_k / t.tn);
+        }
     } else if (kind) { /* forward.cl: region A (Q and K passes; V chunks) and P^T */
         ocl_tile_row t = ocl_fwd_block(s, p);
         if (p->block_q < 32 || p->block_k < 32 || p->block_q % t.tm || p->block_k % t.tn ||
