@@ -21,10 +21,12 @@ static const ocl_tile_row gpu_fwd_tiles[] = {
  * operands in 16-column passes (region A 20 KiB, P / dS 17 KiB: 38 KiB of __local memory). dK and
  * dV take 2 x 4 keys x d / 16 floats per work-item in registers (64 at d 128); above d 128 each
  * work-group accumulates 128 of the columns and a second one the rest (S and dP computed twice)
- * rather than holding 128 floats per work-item. */
+ * rather than holding 128 floats per work-item. On NVIDIA the registers are capped at 128 (two
+ * work-groups per SM): on the H200, d 64 ran 12 % faster so and d 128 the same; a cap of 168 ran
+ * 12-16 % slower than none (docs/benchmarks.md, issue 28). */
 static const ocl_tile_row gpu_bwd_tiles[] = {
-    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128},
-    {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128},
+    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
+    {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
 };
 /* CPU devices run the forward as fa_forward_vec (one work-item per query tile, float8 blocks) */
 static const ocl_tile_row cpu_fwd_tiles[] = {
