@@ -215,17 +215,22 @@ fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
         float scale = p->scale, drop = p->dropout_scale;
         const void *vals[] = {&a.params, &scale, &drop, &a.mem[FA_T_Q], &a.mem[FA_T_K], &a.mem[FA_T_V], &a.mem[FA_T_O],
                               &a.mem[FA_T_LSE], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls, &a.alibi};
-        cl_kernel k = v->kernel ? pr->forward : pr->forward_vec;
+        cl_kernel k = v->kernel == 2 ? pr->forward_mma : v->kernel ? pr->forward : pr->forward_vec;
         cl_int e = set_args(k, "mffmmmmmmmmmmmm", vals);
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(fa_forward)");
         else {
             int64_t group = 1;
-            if (v->kernel) {
+            if (v->kernel == 2)
+                group = 128; /* forward_mma.cl: 4 warps */
+            else if (v->kernel) {
                 ocl_tile_row t = ocl_fwd_block(s, p);
                 group = (p->block_q / t.tm) * (p->block_k / t.tn);
             }
-            st = launch(ctx, k, v->kernel ? "clEnqueueNDRangeKernel(fa_forward)" : "clEnqueueNDRangeKernel(fa_forward_vec)",
+            st = launch(ctx, k,
+                        v->kernel == 2 ? "clEnqueueNDRangeKernel(fa_forward_mma)"
+                        : v->kernel    ? "clEnqueueNDRangeKernel(fa_forward)"
+                                       : "clEnqueueNDRangeKernel(fa_forward_vec)",
                         (p->seqlen_q + p->block_q - 1) / p->block_q, group, p->heads_q, p->batch);
         }
     }

@@ -20,6 +20,8 @@
 
 #define OCL_MAX_DEVICES 64
 #define OCL_MAX_PROGRAMS 64
+/* cl_nv_device_attribute_query's CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV (CL/cl_ext.h, not needed) */
+#define OCL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
 
 typedef struct ocl_buffer {
     uintptr_t base; /* start of the reserved address range the user sees */
@@ -38,7 +40,7 @@ typedef struct ocl_tile_row {
 typedef struct ocl_program {
     char options[320];
     cl_program program;
-    cl_kernel forward, forward_vec, dsum, dkdv, dq;
+    cl_kernel forward, forward_vec, forward_mma, dsum, dkdv, dq;
     cl_kernel kv_append, kv_decode, kv_combine; /* fa_forward_kvcache (decode.cl) */
 } ocl_program;
 
@@ -50,6 +52,8 @@ typedef struct ocl_state {
     cl_device_type type;
     int gpu_tiles;          /* the GPU rows of the tile table and the work-group kernels */
     int nv_options;         /* the device takes NVIDIA's compiler options (cl_nv_compiler_options) */
+    int nv_attributes;      /* cl_nv_device_attribute_query: the compute capability can be read */
+    int nv_mma;             /* the matrix path runs (forward_mma.cl, nv_mma.cl; runtime.c) */
     int fma;                /* CL_FP_FMA in the single-precision config: the CPU kernels use fma() (FA_FMA) */
     ocl_tile_row fwd_tile; /* FLASHATTN_OPENCL_FWD_TILE's row; block_q 0 when unset */
     ocl_tile_row bwd_tile; /* FLASHATTN_OPENCL_BWD_TILE's row; block_q 0 when unset */

@@ -131,7 +131,7 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
 {
     ocl_state *s = ocl_state_of(ctx);
     char options[320];
-    int kernels = p->backward ? (kind ? 3 : 4) : kind ? 1 : 2;
+    int kernels = p->backward ? (kind ? 3 : 4) : kind == 2 ? 6 : kind ? 1 : 2;
     int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_UNROLL=%d",
                      kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
                      (s->type & CL_DEVICE_TYPE_GPU) != 0);
@@ -246,6 +246,8 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
         pr->forward = ocl_api.clCreateKernel(prog, "fa_forward", &e);
     if (kernels == 2)
         pr->forward_vec = ocl_api.clCreateKernel(prog, "fa_forward_vec", &e);
+    if (kernels == 6)
+        pr->forward_mma = ocl_api.clCreateKernel(prog, "fa_forward_mma", &e);
     if (kernels == 5) {
         pr->kv_append = ocl_api.clCreateKernel(prog, "fa_kv_append", &e);
         if (e == CL_SUCCESS)

@@ -148,8 +148,9 @@ void ocl_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
     snprintf(caps->notes, sizeof caps->notes,
-             "OpenCL C 1.2, any device; every d in 1..256 (a program per head dim); fp32 arithmetic, fp16/bf16 "
-             "as storage; backward without atomics, always deterministic; not in the default-backend chain");
+             "OpenCL C 1.2, any device, d 1..256; fp32 arithmetic, fp16/bf16 as storage; deterministic backward; "
+             "not in the default chain; NVIDIA sm_80+: the fp16/bf16 forward at d %% 16 == 0, d <= 128 on mma.sync "
+             "(variants -mma; FLASHATTN_OPENCL_MATRIX=0: off)");
 }
 
 void ocl_close(fa_context *ctx)
@@ -228,8 +229,28 @@ fa_status ocl_open(fa_context *ctx, int device)
         if (ext && ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
             ext[ext_len] = '\0';
             s->nv_options = strstr(ext, "cl_nv_compiler_options") != NULL;
+            s->nv_attributes = strstr(ext, "cl_nv_device_attribute_query") != NULL;
         }
         free(ext);
+    }
+    /* The matrix path (forward_mma.cl: mma.sync through inline PTX) where NVIDIA's driver reports
+     * compute capability 8.0 or newer; FLASHATTN_OPENCL_MATRIX=0 turns it off, =require makes a
+     * device without it an error (the tests SKIP by name then). */
+    cl_uint cc_major = 0;
+    if (s->nv_attributes && (s->type & CL_DEVICE_TYPE_GPU) &&
+        ocl_api.clGetDeviceInfo(s->device, OCL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof cc_major, &cc_major, NULL) !=
+            CL_SUCCESS)
+        cc_major = 0;
+    const char *matrix = getenv("FLASHATTN_OPENCL_MATRIX");
+    s->nv_mma = cc_major >= 8 && !(matrix && strcmp(matrix, "0") == 0);
+    if (matrix && strcmp(matrix, "require") == 0 && !s->nv_mma) {
+        char name[sizeof s->device_name];
+        snprintf(name, sizeof name, "%s", s->device_name);
+        ocl_close(ctx);
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "opencl: FLASHATTN_OPENCL_MATRIX=require, but %s has no matrix path (it needs NVIDIA's "
+                        "driver and compute capability 8.0 or newer; found %u)",
+                        name, (unsigned)cc_major);
     }
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)s->platform, 0};
     s->context = ocl_api.clCreateContext(props, 1, &s->device, NULL, NULL, &e);

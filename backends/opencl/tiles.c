@@ -171,6 +171,15 @@ static int64_t bwd_local_bytes(const ocl_tile_row *t)
     return 4 * (ra + rp + 2 * bq) + 4 * 2 * bq;
 }
 
+/* The forward runs on the matrix path (forward_mma.cl) when the device has one (nv_mma), the
+ * inputs are fp16 or bf16, d is a multiple of 16 up to 128 and the planned tile is 64 rows by a
+ * multiple of 16 keys up to 64. */
+static int mma_forward(const ocl_state *s, const fa_problem *p)
+{
+    return s->nv_mma && s->gpu_tiles && !p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
+           p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k % 16 == 0 && p->block_k <= 64;
+}
+
 fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
     if (p->out_dtype != p->dtype)
@@ -206,6 +215,10 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
                                 (long long)t.dc, (long long)t.da);
             group = (p->block_q / t.tm) * (p->block_k / t.tn);
         }
+    } else if (mma_forward(s, p)) { /* forward_mma.cl: K and V as 16-bit rows, the row ranges */
+        kind = 2;
+        group = 128;
+        local = 2 * 2 * p->block_k * (p->d + 8) + 4 * 2 * p->block_q;
     } else if (kind) { /* forward.cl: region A (Q and K passes; V chunks) and P^T */
         ocl_tile_row t = ocl_fwd_block(s, p);
         if (p->block_q < 32 || p->block_k < 32 || p->block_q % t.tm || p->block_k % t.tn ||
@@ -229,7 +242,7 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
                         (long long)local, s->max_group, (unsigned long long)s->local_bytes);
     snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-%s%lld%s", p->backward ? "bwd" : "fwd",
              fa_dtype_name(p->dtype), (long long)p->d, (long long)p->block_q, (long long)p->block_k,
-             kind ? "wg" : "vec", (long long)group, ocl_score_mod_on(p) ? "-scoremod" : "");
+             kind == 2 ? "mma" : kind ? "wg" : "vec", (long long)group, ocl_score_mod_on(p) ? "-scoremod" : "");
     out->kernel = kind;
     return FA_SUCCESS;
 }

@@ -31,8 +31,9 @@
 #endif
 #ifndef FA_KERNELS
 #define FA_KERNELS 1 /* which kernels a program holds: 1 fa_forward, 2 fa_forward_vec, 3 the backward's
-                      * three, 4 the backward for CPU devices (backward_vec.cl); one program per
-                      * direction and kind keeps the compile time at first use short */
+                      * three, 4 the backward for CPU devices (backward_vec.cl), 5 decode.cl's, 6
+                      * fa_forward_mma (NVIDIA only: nv_mma.cl); one program per direction and kind
+                      * keeps the compile time at first use short */
 #endif
 
 #ifndef FA_SCORE_MOD
