@@ -60,6 +60,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
 
     const int tid = (int)get_local_id(0), warp = tid / 32;
     const int lane = (int)fa_nv_lane(), g = lane / 4, t = lane % 4;
+    const int lm = lane / 8, lr = lane % 8; /* ldmatrix: this lane's matrix and row */
     const long qtile = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
     long sq, sk, qs, ks;
     fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
@@ -125,8 +126,23 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
         /* S = Q K^T: block n holds keys 8 n + 2t, + 1 of rows rw0 (.x, .y) and rw1 (.z, .w) */
         float4 s[FA_NT];
         FA_UNROLL_LOOP
-        for (int n = 0; n < FA_NT; ++n) {
+        for (int n = 0; n < FA_NT; ++n)
             s[n] = (float4)(0.0f);
+#if FA_NV_LDMATRIX
+        /* K's B fragments for blocks n and n + 1 in one ldmatrix: matrices (keys of n, dims 0-7 of
+         * the step), (n, 8-15), (n + 1, 0-7), (n + 1, 8-15) */
+        FA_UNROLL_LOOP
+        for (int n = 0; n < FA_NT; n += 2) {
+            FA_UNROLL_LOOP
+            for (int st = 0; st < FA_KS; ++st) {
+                const uint4 kb = fa_nv_ldmatrix_x4(k_l + (8 * (n + lm / 2) + lr) * FA_KP + 16 * st + 8 * (lm % 2));
+                s[n] = fa_nv_mma(s[n], qf[st], kb.xy);
+                s[n + 1] = fa_nv_mma(s[n + 1], qf[st], kb.zw);
+            }
+        }
+#else
+        FA_UNROLL_LOOP
+        for (int n = 0; n < FA_NT; ++n) {
             FA_UNROLL_LOOP
             for (int st = 0; st < FA_KS; ++st) {
                 __local const ushort *kr = k_l + (8 * n + g) * FA_KP + 16 * st + 2 * t;
@@ -134,6 +150,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
                 s[n] = fa_nv_mma(s[n], qf[st], bf);
             }
         }
+#endif
 
         /* scale, score modifiers, mask; each row's maximum over its four lanes */
         float tile_max[2] = {-INFINITY, -INFINITY};
@@ -224,6 +241,16 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
             const uint4 pa = (uint4)(fa_nv_pack(s[2 * j].x, s[2 * j].y), fa_nv_pack(s[2 * j].z, s[2 * j].w),
                                      fa_nv_pack(s[2 * j + 1].x, s[2 * j + 1].y),
                                      fa_nv_pack(s[2 * j + 1].z, s[2 * j + 1].w));
+#if FA_NV_LDMATRIX
+            /* V's B fragments for column blocks n and n + 1 in one transposing ldmatrix: matrices
+             * (keys 0-7 of the step, columns of n), (keys 8-15, n), (0-7, n + 1), (8-15, n + 1) */
+            FA_UNROLL_LOOP
+            for (int n = 0; n < FA_OT; n += 2) {
+                const uint4 vb = fa_nv_ldmatrix_x4_trans(v_l + (16 * j + 8 * (lm % 2) + lr) * FA_KP + 8 * (n + lm / 2));
+                acc[n] = fa_nv_mma(acc[n], pa, vb.xy);
+                acc[n + 1] = fa_nv_mma(acc[n + 1], pa, vb.zw);
+            }
+#else
             __local const ushort *vr = v_l + (16 * j + 2 * t) * FA_KP + g;
             FA_UNROLL_LOOP
             for (int n = 0; n < FA_OT; ++n) {
@@ -231,6 +258,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
                                          (uint)vr[8 * n + 8 * FA_KP] | ((uint)vr[8 * n + 9 * FA_KP] << 16));
                 acc[n] = fa_nv_mma(acc[n], pa, bf);
             }
+#endif
         }
     }
 

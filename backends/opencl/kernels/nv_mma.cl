@@ -67,6 +67,35 @@ static inline float fa_nv_quad_sum(float x)
     return x + y;
 }
 
+#ifndef FA_NV_LDMATRIX
+#define FA_NV_LDMATRIX 1 /* B fragments by ldmatrix (0: by 16- and 32-bit __local reads, for comparison) */
+#endif
+
+/* Four 8 x 8 matrices of 16-bit values from __local memory: lane l gives the address of row l % 8
+ * of matrix l / 8 (16 bytes, 16-byte aligned) and receives, in .x .. .w, its fragment of each
+ * matrix: row l / 4, columns 2 (l % 4) and + 1 (with .trans: rows 2 (l % 4) and + 1 of column
+ * l / 4). A __local pointer is an offset in the shared window, the address ldmatrix takes. The
+ * memory clobber keeps the compiler from moving the read across the work-group's barriers. */
+static inline uint4 fa_nv_ldmatrix_x4(__local const ushort *row)
+{
+    uint r0, r1, r2, r3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"((uint)(size_t)row)
+                 : "memory");
+    return (uint4)(r0, r1, r2, r3);
+}
+
+static inline uint4 fa_nv_ldmatrix_x4_trans(__local const ushort *row)
+{
+    uint r0, r1, r2, r3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"((uint)(size_t)row)
+                 : "memory");
+    return (uint4)(r0, r1, r2, r3);
+}
+
 /* Two consecutive 16-bit elements from index i of a tensor (any alignment), lo in the low half. */
 static inline uint fa_nv_ld2(__global const ushort *p, long i)
 {
