@@ -144,6 +144,11 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
         if (s->nv_options && t.maxreg)
             n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
     }
+    if (kernels == 6) {
+        ocl_tile_row t = ocl_mma_block(p->d);
+        if (s->nv_options && t.maxreg)
+            n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
+    }
     if (kernels == 3) {
         ocl_tile_row t = ocl_bwd_block(s, p);
         n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_TM=%lld -DFA_TN=%lld -DFA_DC=%lld -DFA_DA=%lld",

@@ -28,6 +28,15 @@ static const ocl_tile_row gpu_bwd_tiles[] = {
     {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
     {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
 };
+/* The matrix-path forward (forward_mma.cl, NVIDIA): 64 x 64 tiles, 4 warps; only the register cap
+ * differs by head dim. Without a cap ptxas takes 250-255 registers (two work-groups per SM); on
+ * the H200 (fp16, 4096 tokens) d 64 ran 55 TFLOP/s uncapped, 78 at 128 and 73 at 168, and d 128
+ * 78 uncapped, 72 at 128, 80 at 168 and 75 at 200 (docs/benchmarks.md, issue 28). */
+static const ocl_tile_row mma_fwd_tiles[] = {
+    {.max_d = 64, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 128},
+    {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 168},
+};
+
 /* CPU devices run the forward as fa_forward_vec (one work-item per query tile, float8 blocks) */
 static const ocl_tile_row cpu_fwd_tiles[] = {
     /* d <= 64: 64 x 128 (Q, O, K^T, V and S: 128 KiB, a core's L2 share), as the CPU backend;
@@ -178,6 +187,15 @@ static int mma_forward(const ocl_state *s, const fa_problem *p)
 {
     return s->nv_mma && s->gpu_tiles && !p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
            p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k % 16 == 0 && p->block_k <= 64;
+}
+
+/* The matrix-path forward's row for head dim d (mma_forward decides whether it runs). */
+ocl_tile_row ocl_mma_block(int64_t d)
+{
+    size_t i = 0;
+    while (i + 1 < OCL_ROWS(mma_fwd_tiles) && d > mma_fwd_tiles[i].max_d)
+        ++i;
+    return mma_fwd_tiles[i];
 }
 
 fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
