@@ -4,7 +4,8 @@
  *   # provenance: date 2026-12-01T08:30:00Z | commit <hash>[-dirty] | device <name> | command <argv>
  * bench/provenance.py writes the same line for the Python benchmarks. A build made without git
  * metadata reads "unknown" for the commit; FLASHATTN_BENCH_COMMIT in the environment then names it
- * ("<value> (from FLASHATTN_BENCH_COMMIT)"). */
+ * ("<value> (from FLASHATTN_BENCH_COMMIT)"), and beside a known one ("<value> (from
+ * FLASHATTN_BENCH_COMMIT; git here: <hash>)") for a tree copied without its own git metadata. */
 #ifndef FA_BENCH_PROVENANCE_H
 #define FA_BENCH_PROVENANCE_H
 
@@ -43,8 +44,10 @@ static inline void fa_bench_provenance(FILE *f, const char *device, int argc, ch
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
     const char *env = getenv("FLASHATTN_BENCH_COMMIT");
     fprintf(f, "# provenance: date %s | commit ", date);
-    if (strcmp(FA_BENCH_COMMIT, "unknown") == 0 && env && *env)
+    if (env && *env && strcmp(FA_BENCH_COMMIT, "unknown") == 0)
         fprintf(f, "%s (from FLASHATTN_BENCH_COMMIT)", env);
+    else if (env && *env) /* a copied tree whose git metadata is not the tree's (as bench/provenance.py) */
+        fprintf(f, "%s (from FLASHATTN_BENCH_COMMIT; git here: %s)", env, FA_BENCH_COMMIT);
     else
         fputs(FA_BENCH_COMMIT, f);
     fprintf(f, " | device %s | command ", device && *device ? device : "unknown");
