@@ -146,7 +146,9 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
     }
     if (kernels == 6) {
         ocl_tile_row t = ocl_mma_block(p->d);
-        if (s->nv_options && t.maxreg)
+        if (s->nv_emulate)
+            n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_NV_EMULATE=1");
+        else if (s->nv_options && t.maxreg)
             n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
     }
     if (kernels == 3) {

@@ -235,7 +235,7 @@ fa_status ocl_open(fa_context *ctx, int device)
     }
     /* The matrix path (forward_mma.cl: mma.sync through inline PTX) where NVIDIA's driver reports
      * compute capability 8.0 or newer; FLASHATTN_OPENCL_MATRIX=0 turns it off, =require makes a
-     * device without it an error (the tests SKIP by name then). */
+     * device without it an error (the tests SKIP by name then), =emulate runs it anywhere. */
     cl_uint cc_major = 0;
     if (s->nv_attributes && (s->type & CL_DEVICE_TYPE_GPU) &&
         ocl_api.clGetDeviceInfo(s->device, OCL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof cc_major, &cc_major, NULL) !=
@@ -243,6 +243,11 @@ fa_status ocl_open(fa_context *ctx, int device)
         cc_major = 0;
     const char *matrix = getenv("FLASHATTN_OPENCL_MATRIX");
     s->nv_mma = cc_major >= 8 && !(matrix && strcmp(matrix, "0") == 0);
+    /* =emulate: the matrix-path kernels with nv_mma.cl's instructions in plain OpenCL C, on any
+     * device (the tests run them on PoCL this way) */
+    s->nv_emulate = matrix && strcmp(matrix, "emulate") == 0;
+    if (s->nv_emulate)
+        s->nv_mma = 1;
     if (matrix && strcmp(matrix, "require") == 0 && !s->nv_mma) {
         char name[sizeof s->device_name];
         snprintf(name, sizeof name, "%s", s->device_name);

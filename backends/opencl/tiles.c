@@ -236,7 +236,7 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
     } else if (mma_forward(s, p)) { /* forward_mma.cl: K and V as 16-bit rows, the row ranges */
         kind = 2;
         group = 128;
-        local = 2 * 2 * p->block_k * (p->d + 8) + 4 * 2 * p->block_q;
+        local = 2 * 2 * p->block_k * (p->d + 8) + 4 * 2 * p->block_q + (s->nv_emulate ? 4 * 6 * 128 : 0);
     } else if (kind) { /* forward.cl: region A (Q and K passes; V chunks) and P^T */
         ocl_tile_row t = ocl_fwd_block(s, p);
         if (p->block_q < 32 || p->block_k < 32 || p->block_q % t.tm || p->block_k % t.tn ||

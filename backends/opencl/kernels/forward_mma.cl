@@ -57,6 +57,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
     __local uint4 kv_l[2 * FA_BN * FA_KP / 8];
     __local ushort *const k_l = (__local ushort *)kv_l, *const v_l = k_l + FA_BN * FA_KP;
     __local int range_l[2 * FA_BM];
+    FA_NV_XS_DECL
 
     const int tid = (int)get_local_id(0), warp = tid / 32;
     const int lane = (int)fa_nv_lane(), g = lane / 4, t = lane % 4;
@@ -135,9 +136,9 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
         for (int n = 0; n < FA_NT; n += 2) {
             FA_UNROLL_LOOP
             for (int st = 0; st < FA_KS; ++st) {
-                const uint4 kb = fa_nv_ldmatrix_x4(k_l + (8 * (n + lm / 2) + lr) * FA_KP + 16 * st + 8 * (lm % 2));
-                s[n] = fa_nv_mma(s[n], qf[st], kb.xy);
-                s[n + 1] = fa_nv_mma(s[n + 1], qf[st], kb.zw);
+                const uint4 kb = FA_NV_LDM(k_l, (8 * (n + lm / 2) + lr) * FA_KP + 16 * st + 8 * (lm % 2));
+                s[n] = FA_NV_MMA(s[n], qf[st], kb.xy);
+                s[n + 1] = FA_NV_MMA(s[n + 1], qf[st], kb.zw);
             }
         }
 #else
@@ -147,7 +148,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
             for (int st = 0; st < FA_KS; ++st) {
                 __local const ushort *kr = k_l + (8 * n + g) * FA_KP + 16 * st + 2 * t;
                 const uint2 bf = (uint2)(*(__local const uint *)kr, *(__local const uint *)(kr + 8));
-                s[n] = fa_nv_mma(s[n], qf[st], bf);
+                s[n] = FA_NV_MMA(s[n], qf[st], bf);
             }
         }
 #endif
@@ -194,7 +195,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
         float alpha[2], shift[2];
         FA_UNROLL_LOOP
         for (int hr = 0; hr < 2; ++hr) {
-            const float m_old = row_max[hr], m_new = fmax(m_old, fa_nv_quad_max(tile_max[hr]));
+            const float m_old = row_max[hr], m_new = fmax(m_old, FA_NV_QMAX(tile_max[hr]));
             alpha[hr] = m_old == -INFINITY ? 0.0f : m_new == m_old ? 1.0f : exp2(m_old - m_new);
             shift[hr] = m_new == -INFINITY ? 0.0f : m_new;
             row_max[hr] = m_new;
@@ -246,9 +247,9 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
              * (keys 0-7 of the step, columns of n), (keys 8-15, n), (0-7, n + 1), (8-15, n + 1) */
             FA_UNROLL_LOOP
             for (int n = 0; n < FA_OT; n += 2) {
-                const uint4 vb = fa_nv_ldmatrix_x4_trans(v_l + (16 * j + 8 * (lm % 2) + lr) * FA_KP + 8 * (n + lm / 2));
-                acc[n] = fa_nv_mma(acc[n], pa, vb.xy);
-                acc[n + 1] = fa_nv_mma(acc[n + 1], pa, vb.zw);
+                const uint4 vb = FA_NV_LDMT(v_l, (16 * j + 8 * (lm % 2) + lr) * FA_KP + 8 * (n + lm / 2));
+                acc[n] = FA_NV_MMA(acc[n], pa, vb.xy);
+                acc[n + 1] = FA_NV_MMA(acc[n + 1], pa, vb.zw);
             }
 #else
             __local const ushort *vr = v_l + (16 * j + 2 * t) * FA_KP + g;
@@ -256,7 +257,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
             for (int n = 0; n < FA_OT; ++n) {
                 const uint2 bf = (uint2)((uint)vr[8 * n] | ((uint)vr[8 * n + FA_KP] << 16),
                                          (uint)vr[8 * n + 8 * FA_KP] | ((uint)vr[8 * n + 9 * FA_KP] << 16));
-                acc[n] = fa_nv_mma(acc[n], pa, bf);
+                acc[n] = FA_NV_MMA(acc[n], pa, bf);
             }
 #endif
         }
@@ -266,7 +267,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
     const fa_ocl_view vo = fa_view_of(prm, FA_T_O), vl = fa_view_of(prm, FA_T_LSE);
     FA_UNROLL_LOOP
     for (int hr = 0; hr < 2; ++hr) {
-        const float l = fa_nv_quad_sum(row_sum[hr]);
+        const float l = FA_NV_QSUM(row_sum[hr]);
         const long i = q0 + (hr ? rw1 : rw0);
         if (i >= sq)
             continue;
