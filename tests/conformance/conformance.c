@@ -4,7 +4,8 @@
  * is within 1% of p) and finite differences on the
  * float64 reference. A backend that is not compiled in, has no device, or rejects a case as
  * unsupported is reported as skipped by name, never as passed.
- * Usage: conformance [--backend NAME] [--device N] [--grid full|short] [--filter SUBSTRING] */
+ * Usage: conformance [--backend NAME] [--device N] [--grid full|short] [--filter SUBSTRING[,SUBSTRING...]]
+ * (a case runs when its name contains any of the comma-separated substrings) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -329,6 +330,23 @@ static int compiled_in(const char *name)
     return 0;
 }
 
+/* 1 when name contains one of filter's comma-separated substrings (or there is no filter) */
+static int filter_selects(const char *filter, const char *name)
+{
+    if (!filter)
+        return 1;
+    for (const char *p = filter;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p), nlen = strlen(name);
+        for (size_t i = 0; len > 0 && i + len <= nlen; ++i)
+            if (memcmp(name + i, p, len) == 0)
+                return 1;
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
+}
+
 static int run_backend(const char *backend, int device, int full, const char *filter)
 {
     int ndev = 0;
@@ -365,7 +383,7 @@ static int run_backend(const char *backend, int device, int full, const char *fi
         return 1;
     int ncases = conf_grid(cases, MAX_CASES, full), nt = 0;
     for (int i = 0; i < ncases; ++i) {
-        if (filter && !strstr(cases[i].name, filter))
+        if (!filter_selects(filter, cases[i].name))
             continue;
         snprintf(names[nt], sizeof names[nt], "%s/%s", backend, cases[i].name);
         tests[nt].name = names[nt];
@@ -380,7 +398,7 @@ static int run_backend(const char *backend, int device, int full, const char *fi
                  {"dropout-fraction", test_dropout_fraction},
                  {"reference-finite-differences", test_reference_finite_differences}};
     for (int i = 0; i < 3; ++i) {
-        if (filter && !strstr(extra[i].name, filter))
+        if (!filter_selects(filter, extra[i].name))
             continue;
         snprintf(names[nt], sizeof names[nt], "%s/%s", backend, extra[i].name);
         tests[nt].name = names[nt];
@@ -411,7 +429,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
             filter = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--backend NAME] [--device N] [--grid full|short] [--filter SUBSTRING]\n",
+            fprintf(stderr, "usage: %s [--backend NAME] [--device N] [--grid full|short] [--filter SUBSTRING[,...]]\n",
                     argv[0]);
             return 2;
         }

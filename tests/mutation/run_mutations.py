@@ -11,13 +11,16 @@ the ring, CLI and Python tests, the long-sequence CPU checks, the kernel tables'
 the CPU conformance grid (--grid full by default, as the README's test command runs it). Before
 any fault the unmodified copy must pass the same tests, otherwise nothing could be concluded.
 
-Usage: run_mutations.py [--grid full|short] [--only ID[,ID...]] [--all-tests] [--no-baseline]
-                        [--keep] [--list]
+Usage: run_mutations.py [--grid full|short] [--only ID[,ID...]] [--sample K [--seed S]] [--all-tests]
+                        [--no-baseline] [--keep] [--list]
+  --sample K    K of the mutations, chosen by the seed S (.ci/run: from the commit, so a run can be
+                repeated; over many commits every mutation is drawn)
   --all-tests   run every stage even after a failure, to list every test that catches a fault
   --no-baseline skip the run of the unmodified copy (only when the same tests have just passed
                 on the same tree, as in .ci/run)"""
 import argparse
 import os
+import random
 import re
 import shutil
 import signal
@@ -148,6 +151,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", choices=["full", "short"], default="full")
     ap.add_argument("--only", default="")
+    ap.add_argument("--sample", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--all-tests", action="store_true")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
@@ -180,6 +185,9 @@ def main():
         if unknown:
             sys.exit("run_mutations: unknown mutation id(s): " + ", ".join(unknown))
         muts = [m for m in MUTATIONS if m["id"] in wanted]
+    if 0 < args.sample < len(muts):
+        picked = set(random.Random(args.seed).sample(range(len(muts)), args.sample))
+        muts = [m for i, m in enumerate(muts) if i in picked]
     if args.list:
         for m in muts:
             print("%-30s %s" % (m["id"], m["what"]))
