@@ -18,7 +18,7 @@
  * elements outside the mask get P = dS = 0 by selection, and such rows of Q and dO enter dK and
  * dV as zeros. fp32 compute; fp16 and bf16 as storage. CPU devices run backward_vec.cl. */
 
-#if FA_KERNELS == 3 || FA_KERNELS == 4
+#if FA_KERNELS == 3 || FA_KERNELS == 4 || FA_KERNELS == 7 /* 7: backward_mma.cl's program */
 __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store_t *o,
                                __global const fa_store_t *dout, __global float *dsum, __global const int *cu_q,
                                __global const int *cu_k)
