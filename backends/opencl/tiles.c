@@ -192,7 +192,7 @@ static int mma_forward(const ocl_state *s, const fa_problem *p)
 /* The backward likewise (backward_mma.cl), at 64 x 64 tiles. */
 static int mma_backward(const ocl_state *s, const fa_problem *p)
 {
-    return s->nv_mma && s->gpu_tiles && p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
+    return s->nv_mma_backward && s->gpu_tiles && p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
            p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k == 64;
 }
 
