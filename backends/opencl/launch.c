@@ -272,7 +272,9 @@ fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v
         /* backward.cl: work-groups of (B_r / tm) x (B_c / tn) work-items, one per tile and FA_DA
          * columns; backward_vec.cl: one work-item per tile */
         int64_t group = 1, splits = 1;
-        if (v->kernel) {
+        if (v->kernel == 2) /* backward_mma.cl: 4 warps */
+            group = 128;
+        else if (v->kernel) {
             ocl_tile_row t = ocl_bwd_block(s, p);
             group = (p->block_q / t.tm) * (p->block_k / t.tn);
             splits = (p->d + t.da - 1) / t.da;

@@ -55,6 +55,7 @@ typedef struct ocl_state {
     int nv_attributes;      /* cl_nv_device_attribute_query: the compute capability can be read */
     int nv_mma;             /* the matrix path runs (forward_mma.cl, nv_mma.cl; runtime.c) */
     int nv_emulate;         /* ... with its instructions emulated in plain OpenCL C (FA_NV_EMULATE) */
+    int nv_mma_backward;    /* ... and its backward (backward_mma.cl; runtime.c says when) */
     int fma;                /* CL_FP_FMA in the single-precision config: the CPU kernels use fma() (FA_FMA) */
     ocl_tile_row fwd_tile; /* FLASHATTN_OPENCL_FWD_TILE's row; block_q 0 when unset */
     ocl_tile_row bwd_tile; /* FLASHATTN_OPENCL_BWD_TILE's row; block_q 0 when unset */

@@ -131,7 +131,7 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
 {
     ocl_state *s = ocl_state_of(ctx);
     char options[320];
-    int kernels = p->backward ? (kind ? 3 : 4) : kind == 2 ? 6 : kind ? 1 : 2;
+    int kernels = p->backward ? (kind == 2 ? 7 : kind ? 3 : 4) : kind == 2 ? 6 : kind ? 1 : 2;
     int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_UNROLL=%d",
                      kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
                      (s->type & CL_DEVICE_TYPE_GPU) != 0);
@@ -144,7 +144,7 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
         if (s->nv_options && t.maxreg)
             n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
     }
-    if (kernels == 6) {
+    if (kernels == 6 || kernels == 7) {
         ocl_tile_row t = ocl_mma_block(p->d);
         if (s->nv_emulate)
             n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_NV_EMULATE=1");
@@ -262,12 +262,14 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
         if (e == CL_SUCCESS)
             pr->kv_combine = ocl_api.clCreateKernel(prog, "fa_kv_combine", &e);
     }
-    if (kernels == 3 || kernels == 4) {
+    if (kernels == 3 || kernels == 4 || kernels == 7) {
+        const char *dkdv = kernels == 3 ? "fa_backward_dkdv" : kernels == 4 ? "fa_backward_dkdv_vec" : "fa_backward_dkdv_mma";
+        const char *dq = kernels == 3 ? "fa_backward_dq" : kernels == 4 ? "fa_backward_dq_vec" : "fa_backward_dq_mma";
         pr->dsum = ocl_api.clCreateKernel(prog, "fa_backward_dsum", &e);
         if (e == CL_SUCCESS)
-            pr->dkdv = ocl_api.clCreateKernel(prog, kernels == 3 ? "fa_backward_dkdv" : "fa_backward_dkdv_vec", &e);
+            pr->dkdv = ocl_api.clCreateKernel(prog, dkdv, &e);
         if (e == CL_SUCCESS)
-            pr->dq = ocl_api.clCreateKernel(prog, kernels == 3 ? "fa_backward_dq" : "fa_backward_dq_vec", &e);
+            pr->dq = ocl_api.clCreateKernel(prog, dq, &e);
     }
     s->nprograms++;
     if (e != CL_SUCCESS)

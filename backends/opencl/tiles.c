@@ -189,6 +189,13 @@ static int mma_forward(const ocl_state *s, const fa_problem *p)
            p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k % 16 == 0 && p->block_k <= 64;
 }
 
+/* The backward likewise (backward_mma.cl), at 64 x 64 tiles. */
+static int mma_backward(const ocl_state *s, const fa_problem *p)
+{
+    return s->nv_mma_backward && s->gpu_tiles && p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
+           p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k == 64;
+}
+
 /* The matrix-path forward's row for head dim d (mma_forward decides whether it runs). */
 ocl_tile_row ocl_mma_block(int64_t d)
 {
@@ -214,7 +221,11 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
     int kind = kernel_kind(s, p);
     int64_t dv = (p->d + 15) / 16 * 16;
     int64_t group, local;
-    if (p->backward) { /* backward.cl: bwd_local_bytes; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
+    if (mma_backward(s, p)) { /* backward_mma.cl: K and V rows (both kernels), Q and dO rows of a step */
+        kind = 2;
+        group = 128;
+        local = 2 * 2 * 64 * (p->d + 8) + 2 * 2 * 16 * (p->d + 8) + 4 * 4 * 64 + (s->nv_emulate ? 4 * 6 * 128 : 0);
+    } else if (p->backward) { /* backward.cl: bwd_local_bytes; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
                         * row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and Z
                         * (B_r x B_c each) */
         int64_t vec_tiles = 2 * p->block_q + 5 * p->block_k > 3 * p->block_q + 3 * p->block_k

@@ -18,7 +18,7 @@
  * elements outside the mask get P = dS = 0 by selection, and such rows of Q and dO enter dK and
  * dV as zeros. fp32 compute; fp16 and bf16 as storage. CPU devices run backward_vec.cl. */
 
-#if FA_KERNELS == 3 || FA_KERNELS == 4
+#if FA_KERNELS == 3 || FA_KERNELS == 4 || FA_KERNELS == 7 /* 7: backward_mma.cl's program */
 __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store_t *o,
                                __global const fa_store_t *dout, __global float *dsum, __global const int *cu_q,
                                __global const int *cu_k)
@@ -95,6 +95,37 @@ static inline float4 fa_pass_load(__global const fa_store_t *t, long base, long 
 {
     const int r = e / (FA_DC / 4), c = dc + (e % (FA_DC / 4)) * 4;
     return r < nvalid && c < FA_D ? fa_load4(t, base + r * stride + c, FA_D - c) : (float4)(0.0f);
+}
+
+/* One pass: FA_DC columns from dc of the query tile's Q and dO rows (nr valid, from bq and bd with
+ * row strides sq and sd) and of the key tile's K and V rows (nc valid) into their __local regions;
+ * every load is issued before the first store. */
+static inline void fa_bwd_pass(__local float *qp_l, __local float *dp_l, __local float *kp_l, __local float *vp_l,
+                               __global const fa_store_t *q, long bq, long sq, __global const fa_store_t *dout, long bd,
+                               long sd, __global const fa_store_t *k, long bk, long sk, __global const fa_store_t *v,
+                               long bv, long sv, int nr, int nc, int dc, int tid)
+{
+    float4 xk[FA_NPN], xv[FA_NPN], xq[FA_NPM], xd[FA_NPM];
+    FA_UNROLL_LOOP
+    for (int u = 0; u < FA_NPM; ++u) {
+        xq[u] = fa_pass_load(q, bq, sq, tid + u * FA_WG, nr, dc);
+        xd[u] = fa_pass_load(dout, bd, sd, tid + u * FA_WG, nr, dc);
+    }
+    FA_UNROLL_LOOP
+    for (int u = 0; u < FA_NPN; ++u) {
+        xk[u] = fa_pass_load(k, bk, sk, tid + u * FA_WG, nc, dc);
+        xv[u] = fa_pass_load(v, bv, sv, tid + u * FA_WG, nc, dc);
+    }
+    FA_UNROLL_LOOP
+    for (int u = 0; u < FA_NPM; ++u) {
+        FA_ST4(qp_l, fa_pass_at(tid + u * FA_WG), xq[u]);
+        FA_ST4(dp_l, fa_pass_at(tid + u * FA_WG), xd[u]);
+    }
+    FA_UNROLL_LOOP
+    for (int u = 0; u < FA_NPN; ++u) {
+        FA_ST4(kp_l, fa_pass_at(tid + u * FA_WG), xk[u]);
+        FA_ST4(vp_l, fa_pass_at(tid + u * FA_WG), xv[u]);
+    }
 }
 
 /* Float4 e of a chunk of width w (a multiple of 4) from column c0: row e / (w / 4), stored densely. */
@@ -240,28 +271,8 @@ __kernel void fa_backward_dkdv(__global const long *prm, const float scale, cons
                     barrier(CLK_LOCAL_MEM_FENCE); /* the previous pass is read */
                 {
                     const fa_ocl_view vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
-                    const long bk = fa_at(vk, b, ks + k0, hk), bv = fa_at(vv, b, ks + k0, hk);
-                    float4 xk[FA_NPN], xv[FA_NPN], xq[FA_NPM], xd[FA_NPM];
-                    FA_UNROLL_LOOP
-                    for (int u = 0; u < FA_NPN; ++u) {
-                        xk[u] = fa_pass_load(k, bk, vk.ss, tid + u * FA_WG, nc, dc);
-                        xv[u] = fa_pass_load(v, bv, vv.ss, tid + u * FA_WG, nc, dc);
-                    }
-                    FA_UNROLL_LOOP
-                    for (int u = 0; u < FA_NPM; ++u) {
-                        xq[u] = fa_pass_load(q, bq, vq.ss, tid + u * FA_WG, nr, dc);
-                        xd[u] = fa_pass_load(dout, bd, vd.ss, tid + u * FA_WG, nr, dc);
-                    }
-                    FA_UNROLL_LOOP
-                    for (int u = 0; u < FA_NPN; ++u) {
-                        FA_ST4(kp_l, fa_pass_at(tid + u * FA_WG), xk[u]);
-                        FA_ST4(vp_l, fa_pass_at(tid + u * FA_WG), xv[u]);
-                    }
-                    FA_UNROLL_LOOP
-                    for (int u = 0; u < FA_NPM; ++u) {
-                        FA_ST4(qp_l, fa_pass_at(tid + u * FA_WG), xq[u]);
-                        FA_ST4(dp_l, fa_pass_at(tid + u * FA_WG), xd[u]);
-                    }
+                    fa_bwd_pass(qp_l, dp_l, kp_l, vp_l, q, bq, vq.ss, dout, bd, vd.ss, k, fa_at(vk, b, ks + k0, hk), vk.ss,
+                                v, fa_at(vv, b, ks + k0, hk), vv.ss, nr, nc, dc, tid);
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
                 FA_PASS_PRODUCT(s, kp_l, qp_l, FA_TN, FA_TM, ty * FA_TN, tx, FA_TXK);
@@ -449,28 +460,8 @@ __kernel void fa_backward_dq(__global const long *prm, const float scale, const 
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous pass or chunk is read; range_l published */
             {
                 const fa_ocl_view vv = fa_view_of(prm, FA_T_V);
-                const long bv = fa_at(vv, b, ks + k0, hk);
-                float4 xk[FA_NPN], xv[FA_NPN], xq[FA_NPM], xd[FA_NPM];
-                FA_UNROLL_LOOP
-                for (int u = 0; u < FA_NPM; ++u) {
-                    xq[u] = fa_pass_load(q, bq, vq.ss, tid + u * FA_WG, nr, dc);
-                    xd[u] = fa_pass_load(dout, bd, vd.ss, tid + u * FA_WG, nr, dc);
-                }
-                FA_UNROLL_LOOP
-                for (int u = 0; u < FA_NPN; ++u) {
-                    xk[u] = fa_pass_load(k, bk, vk.ss, tid + u * FA_WG, nc, dc);
-                    xv[u] = fa_pass_load(v, bv, vv.ss, tid + u * FA_WG, nc, dc);
-                }
-                FA_UNROLL_LOOP
-                for (int u = 0; u < FA_NPM; ++u) {
-                    FA_ST4(qp_l, fa_pass_at(tid + u * FA_WG), xq[u]);
-                    FA_ST4(dp_l, fa_pass_at(tid + u * FA_WG), xd[u]);
-                }
-                FA_UNROLL_LOOP
-                for (int u = 0; u < FA_NPN; ++u) {
-                    FA_ST4(kp_l, fa_pass_at(tid + u * FA_WG), xk[u]);
-                    FA_ST4(vp_l, fa_pass_at(tid + u * FA_WG), xv[u]);
-                }
+                fa_bwd_pass(qp_l, dp_l, kp_l, vp_l, q, bq, vq.ss, dout, bd, vd.ss, k, bk, vk.ss, v,
+                            fa_at(vv, b, ks + k0, hk), vv.ss, nr, nc, dc, tid);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             FA_PASS_PRODUCT(s, qp_l, kp_l, FA_TM, FA_TN, ty * FA_TM, tx, FA_TXQ);

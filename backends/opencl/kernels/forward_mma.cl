@@ -21,32 +21,6 @@
 #error "forward_mma.cl: 64-row tiles, d and B_c multiples of 16, fp16 or bf16"
 #endif
 
-/* The tile's K and V rows [0, nc) as 16-bit values into k_l and v_l (zeros past nc): whole 16-byte
- * vectors when the rows start at multiples of 8 elements, else element by element. */
-static inline void fa_mma_load_kv(__local ushort *k_l, __local ushort *v_l, __global const ushort *k,
-                                  __global const ushort *v, long bk, long sk_row, long bv, long sv_row, int nc,
-                                  int tid)
-{
-    if (bk % 8 == 0 && sk_row % 8 == 0 && bv % 8 == 0 && sv_row % 8 == 0) {
-        for (int e = tid; e < FA_BN * FA_D / 8; e += FA_MG) {
-            const int r = e / (FA_D / 8), c = (e % (FA_D / 8)) * 8;
-            uint4 kx = (uint4)(0u), vx = (uint4)(0u);
-            if (r < nc) {
-                kx = *(__global const uint4 *)(k + bk + r * sk_row + c);
-                vx = *(__global const uint4 *)(v + bv + r * sv_row + c);
-            }
-            *(__local uint4 *)(k_l + r * FA_KP + c) = kx;
-            *(__local uint4 *)(v_l + r * FA_KP + c) = vx;
-        }
-    } else {
-        for (int e = tid; e < FA_BN * FA_D; e += FA_MG) {
-            const int r = e / FA_D, c = e % FA_D;
-            k_l[r * FA_KP + c] = r < nc ? k[bk + r * sk_row + c] : (ushort)0;
-            v_l[r * FA_KP + c] = r < nc ? v[bv + r * sv_row + c] : (ushort)0;
-        }
-    }
-}
-
 __kernel void fa_forward_mma(__global const long *prm, const float scale, const float drop_scale,
                              __global const fa_store_t *q, __global const fa_store_t *k, __global const fa_store_t *v,
                              __global fa_store_t *o, __global float *lse, __global const int *cu_q,
@@ -119,8 +93,8 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is read; range_l published */
         {
             const fa_ocl_view vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
-            fa_mma_load_kv(k_l, v_l, (__global const ushort *)k, (__global const ushort *)v,
-                           fa_at(vk, b, ks + k0, hk), vk.ss, fa_at(vv, b, ks + k0, hk), vv.ss, nc, tid);
+            fa_nv_load_rows(k_l, (__global const ushort *)k, fa_at(vk, b, ks + k0, hk), vk.ss, nc, FA_BN, tid, FA_MG);
+            fa_nv_load_rows(v_l, (__global const ushort *)v, fa_at(vv, b, ks + k0, hk), vv.ss, nc, FA_BN, tid, FA_MG);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -1,5 +1,5 @@
 /* nv_mma.cl: NVIDIA's warp-level matrix instructions as inline PTX, for the matrix-path kernels
- * (FA_KERNELS == 6). Compiled only into programs the host builds for a device whose OpenCL driver
+ * (FA_KERNELS 6: forward_mma.cl, 7: backward_mma.cl). Compiled only into programs the host builds for a device whose OpenCL driver
  * is NVIDIA's and whose compute capability is 8.0 or newer (runtime.c, ocl_open); no other OpenCL
  * compiler ever sees it. NVIDIA's OpenCL forms warps from 32 consecutive work-items of a 1-D
  * work-group, so a work-item's lane is its %laneid. Fragment layouts (PTX ISA, "Matrix Fragments
@@ -17,7 +17,7 @@
  * work-group, which the kernels keep to (their calls sit in uniform control flow). Products are
  * summed in fp32 in k order, which the tests' float64-derived bounds cover as they do the tensor
  * cores' own order. */
-#if FA_KERNELS == 6
+#if FA_KERNELS == 6 || FA_KERNELS == 7
 #ifndef FA_NV_EMULATE
 #define FA_NV_EMULATE 0
 #endif
@@ -246,6 +246,26 @@ static inline uint4 fa_nv_ldmatrix_x4_trans(__local const ushort *base, int off,
 #define FA_NV_QMAX(x) fa_nv_quad_max(x)
 #define FA_NV_QSUM(x) fa_nv_quad_sum(x)
 #endif
+
+/* Rows [0, n) of a 16-bit tensor (row r at base + r stride) into a __local [rows][FA_D + 8] array,
+ * rows [n, rows) zero: whole 16-byte vectors when the rows start at multiples of 8 elements, else
+ * element by element. Work-items tid, tid + nthreads, ... share the copy. */
+static inline void fa_nv_load_rows(__local ushort *dst, __global const ushort *src, long base, long stride, int n,
+                                   int rows, int tid, int nthreads)
+{
+    if (base % 8 == 0 && stride % 8 == 0) {
+        for (int e = tid; e < rows * FA_D / 8; e += nthreads) {
+            const int r = e / (FA_D / 8), c = (e % (FA_D / 8)) * 8;
+            *(__local uint4 *)(dst + r * (FA_D + 8) + c) =
+                r < n ? *(__global const uint4 *)(src + base + r * stride + c) : (uint4)(0u);
+        }
+    } else {
+        for (int e = tid; e < rows * FA_D; e += nthreads) {
+            const int r = e / FA_D, c = e % FA_D;
+            dst[r * (FA_D + 8) + c] = r < n ? src[base + r * stride + c] : (ushort)0;
+        }
+    }
+}
 
 /* Two consecutive 16-bit elements from index i of a tensor (any alignment), lo in the low half. */
 static inline uint fa_nv_ld2(__global const ushort *p, long i)

@@ -1,0 +1,382 @@
+/* backward_mma.cl: the backward on NVIDIA's matrix instructions (nv_mma.cl), for fp16 and bf16 and
+ * head dims that are multiples of 16 up to 128; deterministic like backward.cl (no atomics: dQ in
+ * its own kernel, which recomputes S and dP). D comes from backward.cl's fa_backward_dsum, built
+ * into the same program. Scores are raw q . k as in backward.cl (the score modifiers in units of
+ * the softmax scale), P = exp2(s scale log2 e - LSE log2 e), dS = P o (Z o dP - D) scale.
+ *   fa_backward_dkdv_mma  one work-group of 4 warps per (key tile of 64 keys, KV head, batch), each
+ *                         warp 16 keys; K and V stay in __local memory, their A fragments read by
+ *                         ldmatrix; the query tiles (and a GQA group's heads) are walked 16 rows at
+ *                         a time: S^T = K Q^T and dP^T = V dO^T (16 x 16 per warp), P^T and dS^T on
+ *                         the accumulators, then dV += P^T dO and dK += dS^T Q with P^T, dS^T as A
+ *                         fragments and dO, Q's B fragments by transposing ldmatrix. dK and dV
+ *                         (16 keys x d per warp) stay in registers to the end.
+ *   fa_backward_dq_mma    one work-group of 4 warps per (64-row query tile, query head, batch), each
+ *                         warp 16 rows with Q's and dO's A fragments in registers; per key tile S and
+ *                         dP as in the forward, dS on the accumulators, dQ += dS K with K's B
+ *                         fragments by transposing ldmatrix.
+ * Rows that saw no key (LSE -inf) and elements outside the mask get P = dS = 0 by selection; such
+ * rows of Q and dO are loaded as zeros. */
+
+#if FA_KERNELS == 7
+#define FA_MW 4            /* warps per work-group */
+#define FA_MG (32 * FA_MW) /* work-items per work-group */
+#define FA_KP (FA_D + 8)   /* __local row pitch, 16-bit elements */
+#define FA_KS (FA_D / 16)  /* 16-wide steps over the head dim */
+#define FA_OT (FA_D / 8)   /* 8-column blocks of dK, dV, dQ */
+#define FA_NT (FA_BN / 8)  /* 8-key blocks of S in fa_backward_dq_mma */
+#define FA_QS 16           /* query rows per step of fa_backward_dkdv_mma */
+#if FA_BM != 16 * FA_MW || FA_BN != 16 * FA_MW || FA_D % 16 || FA_DTYPE == 0
+#error "backward_mma.cl: 64 x 64 tiles, d a multiple of 16, fp16 or bf16"
+#endif
+
+/* The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16) of a __local [rows][FA_KP] array:
+ * matrices (rows 0-7, columns 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) of the block. */
+#define FA_A_FRAG(base, r0, c0, lm, lr) FA_NV_LDM((base), ((r0) + (lr) + 8 * ((lm) % 2)) * FA_KP + (c0) + 8 * ((lm) / 2))
+/* B fragments of two 8-row blocks [r0, r0 + 16) against columns [c0, c0 + 16) (B = the array's
+ * rows transposed: S = Q K^T's K): (.x, .y) for rows r0.., (.z, .w) for rows r0 + 8.. */
+#define FA_BT_FRAG(base, r0, c0, lm, lr) FA_NV_LDM((base), ((r0) + 8 * ((lm) / 2) + (lr)) * FA_KP + (c0) + 8 * ((lm) % 2))
+/* B fragments of rows [r0, r0 + 16) (the product's k) against two 8-column blocks from c0 (P V's V):
+ * (.x, .y) for columns c0.., (.z, .w) for c0 + 8.. */
+#define FA_B_FRAG(base, r0, c0, lm, lr) FA_NV_LDMT((base), ((r0) + 8 * ((lm) % 2) + (lr)) * FA_KP + (c0) + 8 * ((lm) / 2))
+
+__kernel void fa_backward_dkdv_mma(__global const long *prm, const float scale, const float drop_scale,
+                                   __global const fa_store_t *q, __global const fa_store_t *k,
+                                   __global const fa_store_t *v, __global const fa_store_t *dout,
+                                   __global const float *lse, __global const float *dsum, __global fa_store_t *dk,
+                                   __global fa_store_t *dv, __global const int *cu_q, __global const int *cu_k,
+                                   __global const uchar *bm_bits, __global const long *bl_row_ptr,
+                                   __global const int *bl_col, __global const uchar *bl_cls,
+                                   __global const float *alibi_slopes)
+{
+    __local uint4 kv_l[2 * FA_BN * FA_KP / 8];
+    __local uint4 qd_l[2 * FA_QS * FA_KP / 8];
+    __local float lse_l[FA_QS], dsum_l[FA_QS]; /* the step's LSE (log2 units) and D */
+    __local int range_l[2 * FA_QS];            /* and each row's visible keys, empty for a row that saw none */
+    FA_NV_XS_DECL
+    __local ushort *const k_l = (__local ushort *)kv_l, *const v_l = k_l + FA_BN * FA_KP;
+    __local ushort *const q_l = (__local ushort *)qd_l, *const d_l = q_l + FA_QS * FA_KP;
+
+    const int tid = (int)get_local_id(0), warp = tid / 32;
+    const int lane = (int)fa_nv_lane(), g = lane / 4, t = lane % 4, lm = lane / 8, lr = lane % 8;
+    const long kt = (long)get_group_id(0), hk = (long)get_group_id(1), b = (long)get_group_id(2);
+    long sq, sk, qs, ks;
+    fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
+    const long k0 = kt * FA_BN;
+    if (k0 >= sk) /* uniform over the work-group */
+        return;
+    const int nc = (int)min((long)FA_BN, sk - k0);
+    const long heads_q = prm[FA_P_HEADS_Q], group = prm[FA_P_GROUP], total_q = prm[FA_P_TOTAL_Q];
+    const fa_mask m = fa_mask_make(sq, sk, (int)prm[FA_P_CAUSAL], prm[FA_P_WINDOW_LEFT], prm[FA_P_WINDOW_RIGHT]);
+    const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
+    const long row0 = prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q]; /* D's row of query 0 */
+    const float l2 = scale * M_LOG2E_F;
+    const long nq = (sq + FA_BM - 1) / FA_BM;
+    {
+        const fa_ocl_view vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+        fa_nv_load_rows(k_l, (__global const ushort *)k, fa_at(vk, b, ks + k0, hk), vk.ss, nc, FA_BN, tid, FA_MG);
+        fa_nv_load_rows(v_l, (__global const ushort *)v, fa_at(vv, b, ks + k0, hk), vv.ss, nc, FA_BN, tid, FA_MG);
+    }
+    /* this lane's keys (rows of S^T): kr0 = 16 warp + g and kr0 + 8 */
+    const int kr0 = 16 * warp + g;
+    float4 dk_acc[FA_OT], dv_acc[FA_OT];
+    FA_UNROLL_LOOP
+    for (int n = 0; n < FA_OT; ++n) {
+        dk_acc[n] = (float4)(0.0f);
+        dv_acc[n] = (float4)(0.0f);
+    }
+
+    for (long h = hk * group; nq > 0 && h < (hk + 1) * group; ++h) {
+        const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+        const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
+        const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vd = fa_view_of(prm, FA_T_DO);
+        for (long qt = 0; qt < nq; ++qt) {
+            const int cls = fa_pair_class(prm, bl_row_ptr, bl_col, bl_cls, &m, &blk, qt, kt);
+            if (cls == FA_TILE_EMPTY) /* uniform */
+                continue;
+            for (long qq0 = qt * FA_BM; qq0 < min(qt * FA_BM + FA_BM, sq); qq0 += FA_QS) {
+                const int ns = (int)min((long)FA_QS, sq - qq0);
+                barrier(CLK_LOCAL_MEM_FENCE); /* the previous step is done with every __local array */
+                if (tid < FA_QS) {
+                    int64_t a = 0, z = 0;
+                    float l = -INFINITY, dsr = 0.0f;
+                    if (tid < ns) {
+                        fa_mask_row_range(&m, qq0 + tid, &a, &z);
+                        l = lse[fa_at(fa_view_of(prm, FA_T_LSE), b, qs + qq0 + tid, h)];
+                        dsr = dsum[h * total_q + row0 + qq0 + tid];
+                    }
+                    if (l == -INFINITY) /* a row that saw no key: P = 0, and its Q and dO enter as 0 */
+                        z = a;
+                    lse_l[tid] = l * M_LOG2E_F;
+                    dsum_l[tid] = dsr;
+                    range_l[2 * tid] = (int)a;
+                    range_l[2 * tid + 1] = (int)z;
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+                {
+                    /* rows past the sequence, and rows with no visible key, as zeros */
+                    const long bq = fa_at(vq, b, qs + qq0, h), bd = fa_at(vd, b, qs + qq0, h);
+                    fa_nv_load_rows(q_l, (__global const ushort *)q, bq, vq.ss, ns, FA_QS, tid, FA_MG);
+                    fa_nv_load_rows(d_l, (__global const ushort *)dout, bd, vd.ss, ns, FA_QS, tid, FA_MG);
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    for (int e = tid; e < FA_QS * FA_D; e += FA_MG) {
+                        const int r = e / FA_D, c = e % FA_D;
+                        if (r < ns && range_l[2 * r] >= range_l[2 * r + 1]) {
+                            q_l[r * FA_KP + c] = (ushort)0;
+                            d_l[r * FA_KP + c] = (ushort)0;
+                        }
+                    }
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+
+                /* S^T = K Q^T and dP^T = V dO^T: block n holds queries 8 n + 2t, + 1 of keys kr0
+                 * (.x, .y) and kr0 + 8 (.z, .w) */
+                float4 st[2] = {(float4)(0.0f), (float4)(0.0f)}, dpt[2] = {(float4)(0.0f), (float4)(0.0f)};
+                FA_UNROLL_LOOP
+                for (int s = 0; s < FA_KS; ++s) {
+                    const uint4 ka = FA_A_FRAG(k_l, 16 * warp, 16 * s, lm, lr);
+                    const uint4 qb = FA_BT_FRAG(q_l, 0, 16 * s, lm, lr);
+                    st[0] = FA_NV_MMA(st[0], ka, qb.xy);
+                    st[1] = FA_NV_MMA(st[1], ka, qb.zw);
+                    const uint4 va = FA_A_FRAG(v_l, 16 * warp, 16 * s, lm, lr);
+                    const uint4 db = FA_BT_FRAG(d_l, 0, 16 * s, lm, lr);
+                    dpt[0] = FA_NV_MMA(dpt[0], va, db.xy);
+                    dpt[1] = FA_NV_MMA(dpt[1], va, db.zw);
+                }
+
+                /* P^T o Z (into st) and dS^T (into dpt) */
+                FA_UNROLL_LOOP
+                for (int n = 0; n < 2; ++n) {
+                    float pv[4] = {st[n].x, st[n].y, st[n].z, st[n].w};
+                    float dv4[4] = {dpt[n].x, dpt[n].y, dpt[n].z, dpt[n].w};
+                    FA_UNROLL_LOOP
+                    for (int e = 0; e < 4; ++e) {
+                        const int c = 8 * n + 2 * t + e % 2; /* query of the step */
+                        const long key = k0 + kr0 + 8 * (e / 2), i = qq0 + c;
+                        float sc = pv[e];
+#if FA_SCORE_MOD
+                        float grad;
+                        sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
+                        const float ds_scale = scale * grad; /* dS of the unmodified score */
+#else
+                        const float ds_scale = scale;
+#endif
+                        int vis = key >= range_l[2 * c] && key < range_l[2 * c + 1];
+                        if (vis && cls == FA_TILE_PARTIAL && blk.on)
+                            vis = fa_block_keep(&blk, bm_bits, i, key);
+                        const float p = vis ? exp2(mad(sc, l2, -lse_l[c])) : 0.0f;
+                        float z = 1.0f;
+                        if (threshold) {
+                            const fa_philox4 bits = fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET],
+                                                                     (ulong)b, (ulong)heads_q, (ulong)h, (ulong)i,
+                                                                     (ulong)(key & ~3L));
+                            z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+                        }
+                        /* selects: a masked element's score or dP may be NaN, and 0 * NaN is NaN */
+                        pv[e] = vis ? p * z : 0.0f;
+                        dv4[e] = vis ? p * (z * dv4[e] - dsum_l[c]) * ds_scale : 0.0f;
+                    }
+                    st[n] = (float4)(pv[0], pv[1], pv[2], pv[3]);
+                    dpt[n] = (float4)(dv4[0], dv4[1], dv4[2], dv4[3]);
+                }
+
+                /* dV += P^T dO and dK += dS^T Q: the accumulators of the 16 queries are one A fragment */
+                const uint4 pa = (uint4)(fa_nv_pack(st[0].x, st[0].y), fa_nv_pack(st[0].z, st[0].w),
+                                         fa_nv_pack(st[1].x, st[1].y), fa_nv_pack(st[1].z, st[1].w));
+                const uint4 sa = (uint4)(fa_nv_pack(dpt[0].x, dpt[0].y), fa_nv_pack(dpt[0].z, dpt[0].w),
+                                         fa_nv_pack(dpt[1].x, dpt[1].y), fa_nv_pack(dpt[1].z, dpt[1].w));
+                FA_UNROLL_LOOP
+                for (int n = 0; n < FA_OT; n += 2) {
+                    const uint4 db = FA_B_FRAG(d_l, 0, 8 * n, lm, lr);
+                    dv_acc[n] = FA_NV_MMA(dv_acc[n], pa, db.xy);
+                    dv_acc[n + 1] = FA_NV_MMA(dv_acc[n + 1], pa, db.zw);
+                    const uint4 qb = FA_B_FRAG(q_l, 0, 8 * n, lm, lr);
+                    dk_acc[n] = FA_NV_MMA(dk_acc[n], sa, qb.xy);
+                    dk_acc[n + 1] = FA_NV_MMA(dk_acc[n + 1], sa, qb.zw);
+                }
+            }
+        }
+    }
+    const fa_ocl_view vdk = fa_view_of(prm, FA_T_DK), vdv = fa_view_of(prm, FA_T_DV);
+    FA_UNROLL_LOOP
+    for (int hr = 0; hr < 2; ++hr) {
+        const long j = k0 + kr0 + 8 * hr;
+        if (j >= sk)
+            continue;
+        const long ak = fa_at(vdk, b, ks + j, hk), av = fa_at(vdv, b, ks + j, hk);
+        FA_UNROLL_LOOP
+        for (int n = 0; n < FA_OT; ++n) {
+            const int col = 8 * n + 2 * t;
+            FA_STORE(dk, ak + col, hr ? dk_acc[n].z : dk_acc[n].x);
+            FA_STORE(dk, ak + col + 1, hr ? dk_acc[n].w : dk_acc[n].y);
+            FA_STORE(dv, av + col, hr ? dv_acc[n].z : dv_acc[n].x);
+            FA_STORE(dv, av + col + 1, hr ? dv_acc[n].w : dv_acc[n].y);
+        }
+    }
+}
+
+__kernel void fa_backward_dq_mma(__global const long *prm, const float scale, const float drop_scale,
+                                 __global const fa_store_t *q, __global const fa_store_t *k,
+                                 __global const fa_store_t *v, __global const fa_store_t *dout,
+                                 __global const float *lse, __global const float *dsum, __global fa_store_t *dq,
+                                 __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
+                                 __global const long *bl_row_ptr, __global const int *bl_col,
+                                 __global const uchar *bl_cls, __global const float *alibi_slopes)
+{
+    __local uint4 kv_l[2 * FA_BN * FA_KP / 8];
+    __local int range_l[2 * FA_BM];
+    FA_NV_XS_DECL
+    __local ushort *const k_l = (__local ushort *)kv_l, *const v_l = k_l + FA_BN * FA_KP;
+
+    const int tid = (int)get_local_id(0), warp = tid / 32;
+    const int lane = (int)fa_nv_lane(), g = lane / 4, t = lane % 4, lm = lane / 8, lr = lane % 8;
+    const long qt = (long)get_group_id(0), h = (long)get_group_id(1), b = (long)get_group_id(2);
+    long sq, sk, qs, ks;
+    fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
+    const long q0 = qt * FA_BM;
+    if (q0 >= sq)
+        return;
+    const int nr = (int)min((long)FA_BM, sq - q0);
+    const long heads_q = prm[FA_P_HEADS_Q], hk = h / prm[FA_P_GROUP];
+    const fa_mask m = fa_mask_make(sq, sk, (int)prm[FA_P_CAUSAL], prm[FA_P_WINDOW_LEFT], prm[FA_P_WINDOW_RIGHT]);
+    const uint threshold = (uint)prm[FA_P_DROPOUT_THRESHOLD];
+    const fa_ocl_blocks blk = fa_blocks_of(prm, h);
+    const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk); /* raw q . k */
+    const float l2 = scale * M_LOG2E_F;
+    for (int r = tid; r < FA_BM; r += FA_MG) {
+        int64_t a = 0, z = 0;
+        if (r < nr)
+            fa_mask_row_range(&m, q0 + r, &a, &z);
+        range_l[2 * r] = (int)a;
+        range_l[2 * r + 1] = (int)z;
+    }
+
+    /* this lane's rows rw[0] = 16 warp + g and rw[1] = rw[0] + 8: Q's and dO's A fragments, LSE
+     * (log2 units) and D */
+    const int rw[2] = {16 * warp + g, 16 * warp + g + 8};
+    uint4 qf[FA_KS], df[FA_KS];
+    float lrow[2], drow[2];
+    {
+        const fa_ocl_view vq = fa_view_of(prm, FA_T_Q), vd = fa_view_of(prm, FA_T_DO);
+        __global const ushort *qh = (__global const ushort *)q, *dh = (__global const ushort *)dout;
+        long aq[2], ad[2];
+        FA_UNROLL_LOOP
+        for (int hr = 0; hr < 2; ++hr) {
+            const long i = q0 + min(rw[hr], nr - 1);
+            aq[hr] = fa_at(vq, b, qs + i, h);
+            ad[hr] = fa_at(vd, b, qs + i, h);
+            lrow[hr] = rw[hr] < nr ? lse[fa_at(fa_view_of(prm, FA_T_LSE), b, qs + i, h)] * M_LOG2E_F : -INFINITY;
+            drow[hr] = rw[hr] < nr ? dsum[h * prm[FA_P_TOTAL_Q] + (prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q]) + i]
+                                   : 0.0f;
+        }
+        FA_UNROLL_LOOP
+        for (int s = 0; s < FA_KS; ++s) {
+            const int c = 16 * s + 2 * t;
+            qf[s] = (uint4)(rw[0] < nr ? fa_nv_ld2(qh, aq[0] + c) : 0u, rw[1] < nr ? fa_nv_ld2(qh, aq[1] + c) : 0u,
+                            rw[0] < nr ? fa_nv_ld2(qh, aq[0] + c + 8) : 0u, rw[1] < nr ? fa_nv_ld2(qh, aq[1] + c + 8) : 0u);
+            df[s] = (uint4)(rw[0] < nr ? fa_nv_ld2(dh, ad[0] + c) : 0u, rw[1] < nr ? fa_nv_ld2(dh, ad[1] + c) : 0u,
+                            rw[0] < nr ? fa_nv_ld2(dh, ad[0] + c + 8) : 0u, rw[1] < nr ? fa_nv_ld2(dh, ad[1] + c + 8) : 0u);
+        }
+    }
+    float4 acc[FA_OT];
+    FA_UNROLL_LOOP
+    for (int n = 0; n < FA_OT; ++n)
+        acc[n] = (float4)(0.0f);
+
+    const fa_walk walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qt, q0, nr, sk);
+    for (long it = walk.begin; it < walk.end; ++it) {
+        long k0l;
+        const int cls = fa_walk_step(&walk, it, bl_col, bl_cls, &m, q0, &k0l);
+        if (cls == FA_TILE_EMPTY) /* uniform */
+            continue;
+        const int k0 = (int)k0l, nc = min(FA_BN, (int)sk - k0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is read; range_l published */
+        {
+            const fa_ocl_view vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+            fa_nv_load_rows(k_l, (__global const ushort *)k, fa_at(vk, b, ks + k0, hk), vk.ss, nc, FA_BN, tid, FA_MG);
+            fa_nv_load_rows(v_l, (__global const ushort *)v, fa_at(vv, b, ks + k0, hk), vv.ss, nc, FA_BN, tid, FA_MG);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* S = Q K^T and dP = dO V^T: block n holds keys 8 n + 2t, + 1 of rows rw[0] (.x, .y), rw[1] (.z, .w) */
+        float4 s[FA_NT], dp[FA_NT];
+        FA_UNROLL_LOOP
+        for (int n = 0; n < FA_NT; ++n) {
+            s[n] = (float4)(0.0f);
+            dp[n] = (float4)(0.0f);
+        }
+        FA_UNROLL_LOOP
+        for (int n = 0; n < FA_NT; n += 2) {
+            FA_UNROLL_LOOP
+            for (int st = 0; st < FA_KS; ++st) {
+                const uint4 kb = FA_BT_FRAG(k_l, 8 * n, 16 * st, lm, lr);
+                s[n] = FA_NV_MMA(s[n], qf[st], kb.xy);
+                s[n + 1] = FA_NV_MMA(s[n + 1], qf[st], kb.zw);
+                const uint4 vb = FA_BT_FRAG(v_l, 8 * n, 16 * st, lm, lr);
+                dp[n] = FA_NV_MMA(dp[n], df[st], vb.xy);
+                dp[n + 1] = FA_NV_MMA(dp[n + 1], df[st], vb.zw);
+            }
+        }
+
+        /* dS (into s) */
+        FA_UNROLL_LOOP
+        for (int n = 0; n < FA_NT; ++n) {
+            float sv[4] = {s[n].x, s[n].y, s[n].z, s[n].w}, pv[4] = {dp[n].x, dp[n].y, dp[n].z, dp[n].w};
+            FA_UNROLL_LOOP
+            for (int e = 0; e < 4; ++e) {
+                const int hr = e / 2, rr = rw[hr], jj = 8 * n + 2 * t + e % 2;
+                const long i = q0 + rr, key = (long)k0 + jj;
+                float sc = sv[e];
+#if FA_SCORE_MOD
+                float grad;
+                sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
+                const float ds_scale = scale * grad; /* dS of the unmodified score */
+#else
+                const float ds_scale = scale;
+#endif
+                int vis = key >= range_l[2 * rr] && key < range_l[2 * rr + 1] && jj < nc && lrow[hr] != -INFINITY;
+                if (vis && cls == FA_TILE_PARTIAL && blk.on)
+                    vis = fa_block_keep(&blk, bm_bits, i, key);
+                const float p = vis ? exp2(mad(sc, l2, -lrow[hr])) : 0.0f;
+                float z = 1.0f;
+                if (threshold) {
+                    const fa_philox4 bits = fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET], (ulong)b,
+                                                             (ulong)heads_q, (ulong)h, (ulong)i, (ulong)(key & ~3L));
+                    z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+                }
+                sv[e] = vis ? p * (z * pv[e] - drow[hr]) * ds_scale : 0.0f;
+            }
+            s[n] = (float4)(sv[0], sv[1], sv[2], sv[3]);
+        }
+
+        /* dQ += dS K: keys 16 j .. 16 j + 15 are blocks 2 j and 2 j + 1 of dS, one A fragment */
+        FA_UNROLL_LOOP
+        for (int j = 0; j < FA_BN / 16; ++j) {
+            const uint4 sa = (uint4)(fa_nv_pack(s[2 * j].x, s[2 * j].y), fa_nv_pack(s[2 * j].z, s[2 * j].w),
+                                     fa_nv_pack(s[2 * j + 1].x, s[2 * j + 1].y),
+                                     fa_nv_pack(s[2 * j + 1].z, s[2 * j + 1].w));
+            FA_UNROLL_LOOP
+            for (int n = 0; n < FA_OT; n += 2) {
+                const uint4 kb = FA_B_FRAG(k_l, 16 * j, 8 * n, lm, lr);
+                acc[n] = FA_NV_MMA(acc[n], sa, kb.xy);
+                acc[n + 1] = FA_NV_MMA(acc[n + 1], sa, kb.zw);
+            }
+        }
+    }
+    const fa_ocl_view vdq = fa_view_of(prm, FA_T_DQ);
+    FA_UNROLL_LOOP
+    for (int hr = 0; hr < 2; ++hr) {
+        const long i = q0 + rw[hr];
+        if (i >= sq)
+            continue;
+        /* a row that saw no key: dQ = 0 (its dS is 0, but 0 times a NaN in K is NaN) */
+        const float keep = fa_row_absent(lrow[hr]) ? 0.0f : 1.0f;
+        const long at = fa_at(vdq, b, qs + i, h);
+        FA_UNROLL_LOOP
+        for (int n = 0; n < FA_OT; ++n) {
+            const int col = 8 * n + 2 * t;
+            FA_STORE(dq, at + col, fa_row_output(hr ? acc[n].z : acc[n].x, keep));
+            FA_STORE(dq, at + col + 1, fa_row_output(hr ? acc[n].w : acc[n].y, keep));
+        }
+    }
+}
+#endif
