@@ -31,8 +31,7 @@ static void run_grid_case(void **state)
     conf_result r;
     conf_run(g_ctx, c, &r);
     if (r.skipped) {
-        print_message("[ SKIPPED  ] %s: unsupported on %s: %s\n", c->name, fa_context_backend_name(g_ctx),
-                      r.skip_reason);
+        print_message("[ SKIPPED  ] %s on %s: %s\n", c->name, fa_context_backend_name(g_ctx), r.skip_reason);
         skip();
     }
     if (r.failure[0])
