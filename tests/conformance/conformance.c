@@ -5,7 +5,8 @@
  * float64 reference. A backend that is not compiled in, has no device, or rejects a case as
  * unsupported is reported as skipped by name, never as passed.
  * Usage: conformance [--backend NAME] [--device N] [--grid full|short] [--filter SUBSTRING[,SUBSTRING...]]
- * (a case runs when its name contains any of the comma-separated substrings) */
+ * (a case runs when its name contains any of the comma-separated substrings and none of those
+ * written -SUBSTRING) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -329,21 +330,38 @@ static int compiled_in(const char *name)
     return 0;
 }
 
-/* 1 when name contains one of filter's comma-separated substrings (or there is no filter) */
+/* 1 when name contains n bytes at s */
+static int name_has(const char *name, const char *s, size_t n)
+{
+    size_t nlen = strlen(name);
+    for (size_t i = 0; n > 0 && i + n <= nlen; ++i)
+        if (memcmp(name + i, s, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* 1 when there is no filter, or name contains one of filter's comma-separated substrings and none
+ * of those written with a leading '-' (a filter of '-' entries alone excludes from every case) */
 static int filter_selects(const char *filter, const char *name)
 {
     if (!filter)
         return 1;
+    int any_positive = 0, selected = 0;
     for (const char *p = filter;;) {
         const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p), nlen = strlen(name);
-        for (size_t i = 0; len > 0 && i + len <= nlen; ++i)
-            if (memcmp(name + i, p, len) == 0)
-                return 1;
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > 0 && p[0] == '-') {
+            if (name_has(name, p + 1, len - 1))
+                return 0;
+        } else if (len > 0) {
+            any_positive = 1;
+            selected |= name_has(name, p, len);
+        }
         if (!end)
-            return 0;
+            break;
         p = end + 1;
     }
+    return selected || !any_positive;
 }
 
 static int run_backend(const char *backend, int device, int full, const char *filter)
