@@ -257,6 +257,19 @@ static inline int fa_walk_step(const fa_walk *w, long it, __global const int *co
     return fa_tile_class_meet(fa_mask_classify_tile(m, q0, q0 + FA_BM, *k0, *k0 + FA_BN), (fa_tile_class)c);
 }
 
+/* The first step at or after it whose tile is not empty, with its class (*c) and first key (*k0);
+ * w->end when there is none. */
+static inline long fa_walk_next(const fa_walk *w, long it, __global const int *col, __global const uchar *cls,
+                                const fa_mask *m, long q0, int *c, long *k0)
+{
+    for (; it < w->end; ++it) {
+        *c = fa_walk_step(w, it, col, cls, m, q0, k0);
+        if (*c != FA_TILE_EMPTY)
+            break;
+    }
+    return it;
+}
+
 /* The class of the pair (query tile qt, key tile kt), the mask's met with the block list's, for
  * the kernels that own a key tile and walk the query tiles. */
 static inline int fa_pair_class(__global const long *prm, __global const long *row_ptr, __global const int *col,

@@ -3,7 +3,7 @@
  * (query tile of 64 rows, query head, batch); each warp owns 16 query rows, FlashAttention-2's
  * split: Q's fragments stay in registers for the whole key loop; per key tile of FA_BN keys, K and
  * V pass through __local memory as 16-bit values (rows padded by 8 elements, so a warp's fragment
- * reads fall in distinct banks), S = Q K^T and O += P V run as m16n8k16 products with fp32
+ * reads fall in distinct banks; copied by cp.async while the products before them run), S = Q K^T and O += P V run as m16n8k16 products with fp32
  * accumulation, and the online softmax works on the accumulators in registers: each row's four
  * lanes reduce its maximum and sum with shuffles. P is rounded to the operand type for P V, as the
  * CUDA kernels do. Scores are log2-scaled as in forward.cl (exp2; the score modifiers in units of
@@ -84,19 +84,22 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
         const fa_ocl_blocks blk = fa_blocks_of(prm, h);
         walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qtile, q0, nr, sk);
     }
-    for (long it = walk.begin; it < walk.end; ++it) {
-        long k0l;
-        const int cls = fa_walk_step(&walk, it, bl_col, bl_cls, &m, q0, &k0l);
-        if (cls == FA_TILE_EMPTY) /* uniform */
-            continue;
-        const int k0 = (int)k0l, nc = min(FA_BN, (int)sk - k0);
-        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is read; range_l published */
-        {
-            const fa_ocl_view vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
-            fa_nv_load_rows(k_l, (__global const ushort *)k, fa_at(vk, b, ks + k0, hk), vk.ss, nc, FA_BN, tid, FA_MG);
-            fa_nv_load_rows(v_l, (__global const ushort *)v, fa_at(vv, b, ks + k0, hk), vv.ss, nc, FA_BN, tid, FA_MG);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+    /* The copies overlap the products, as in FlashAttention-2: a tile's V is copied while S = Q K^T
+     * runs and the next tile's K while P V runs, each into its one __local buffer (cp.async). */
+    const fa_ocl_view vk = fa_view_of(prm, FA_T_K), vv = fa_view_of(prm, FA_T_V);
+    __global const ushort *const kg = (__global const ushort *)k, *const vg = (__global const ushort *)v;
+    int cls_next;
+    long k0_next;
+    long it = fa_walk_next(&walk, walk.begin, bl_col, bl_cls, &m, q0, &cls_next, &k0_next);
+    if (it < walk.end) /* uniform */
+        fa_nv_load_rows_async(k_l, kg, fa_at(vk, b, ks + k0_next, hk), vk.ss, (int)min((long)FA_BN, sk - k0_next),
+                              FA_BN, tid, FA_MG);
+    while (it < walk.end) {
+        const int cls = cls_next, k0 = (int)k0_next, nc = min(FA_BN, (int)sk - k0);
+        const long it_next = fa_walk_next(&walk, it + 1, bl_col, bl_cls, &m, q0, &cls_next, &k0_next);
+        fa_nv_cp_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* this tile's K is in; the previous tile's V is read; range_l published */
+        fa_nv_load_rows_async(v_l, vg, fa_at(vv, b, ks + k0, hk), vv.ss, nc, FA_BN, tid, FA_MG);
 
         /* S = Q K^T: block n holds keys 8 n + 2t, + 1 of rows rw0 (.x, .y) and rw1 (.z, .w) */
         float4 s[FA_NT];
@@ -201,6 +204,11 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
                 s[n].w *= fa_drop_factor(b1.v[(key & 3) + 1], threshold, drop_scale);
             }
         }
+        fa_nv_cp_wait();
+        barrier(CLK_LOCAL_MEM_FENCE); /* this tile's V is in; its K is read */
+        if (it_next < walk.end) /* uniform */
+            fa_nv_load_rows_async(k_l, kg, fa_at(vk, b, ks + k0_next, hk), vk.ss, (int)min((long)FA_BN, sk - k0_next),
+                                  FA_BN, tid, FA_MG);
         FA_UNROLL_LOOP
         for (int n = 0; n < FA_OT; ++n) {
             acc[n].x *= alpha[0];
@@ -235,6 +243,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
             }
 #endif
         }
+        it = it_next;
     }
 
     /* the row sums over the four lanes, O / l and the LSE */

@@ -25,6 +25,9 @@
 #ifndef FA_NV_LDMATRIX
 #define FA_NV_LDMATRIX 1 /* B fragments by ldmatrix (0: by 16- and 32-bit __local reads, for comparison) */
 #endif
+#ifndef FA_NV_CPASYNC
+#define FA_NV_CPASYNC 1 /* global -> __local copies by cp.async (0: through registers, for comparison) */
+#endif
 
 #if !FA_NV_EMULATE
 
@@ -111,9 +114,41 @@ static inline uint4 fa_nv_ldmatrix_x4_trans(__local const ushort *base, int off)
     return (uint4)(r0, r1, r2, r3);
 }
 
+/* 16 bytes from global to __local memory (both 16-byte aligned) by cp.async: the copy is in flight,
+ * bypassing registers and L1, until this work-item's fa_nv_cp_wait; keep 0 writes zeros instead
+ * (src must still be a valid address). A global pointer's value is its global address. */
+static inline void fa_nv_cp16(__local ushort *dst, __global const ushort *src, int keep)
+{
+#if FA_NV_CPASYNC
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :
+                 : "r"((uint)(size_t)dst), "l"((ulong)(size_t)src), "r"(keep ? 16 : 0)
+                 : "memory");
+#else
+    *(__local uint4 *)dst = keep ? *(__global const uint4 *)src : (uint4)(0u);
+#endif
+}
+
+/* Every cp.async this work-item started has landed; a barrier after it publishes them. */
+static inline void fa_nv_cp_wait(void)
+{
+#if FA_NV_CPASYNC
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 #else
 
 /* ---- the same operations in plain OpenCL C (FA_NV_EMULATE), xs: this warp's exchange area */
+
+static inline void fa_nv_cp16(__local ushort *dst, __global const ushort *src, int keep)
+{
+    *(__local uint4 *)dst = keep ? *(__global const uint4 *)src : (uint4)(0u);
+}
+
+static inline void fa_nv_cp_wait(void)
+{
+}
 
 static inline uint fa_nv_lane(void)
 {
@@ -264,6 +299,22 @@ static inline void fa_nv_load_rows(__local ushort *dst, __global const ushort *s
             const int r = e / FA_D, c = e % FA_D;
             dst[r * (FA_D + 8) + c] = r < n ? src[base + r * stride + c] : (ushort)0;
         }
+    }
+}
+
+/* fa_nv_load_rows started asynchronously: by cp.async where the rows start at multiples of 8
+ * elements (complete after fa_nv_cp_wait, visible to the work-group after the barrier that
+ * follows it), else element by element at once. */
+static inline void fa_nv_load_rows_async(__local ushort *dst, __global const ushort *src, long base, long stride,
+                                         int n, int rows, int tid, int nthreads)
+{
+    if (base % 8 == 0 && stride % 8 == 0) {
+        for (int e = tid; e < rows * FA_D / 8; e += nthreads) {
+            const int r = e / (FA_D / 8), c = (e % (FA_D / 8)) * 8;
+            fa_nv_cp16(dst + r * (FA_D + 8) + c, src + base + (r < n ? r : 0) * stride + c, r < n);
+        }
+    } else {
+        fa_nv_load_rows(dst, src, base, stride, n, rows, tid, nthreads);
     }
 }
 
