@@ -182,13 +182,11 @@ static int64_t bwd_local_bytes(const ocl_tile_row *t)
 
 /* The forward runs on the matrix path (forward_mma.cl) when the device has one (nv_mma), the
  * inputs are fp16 or bf16, d is a multiple of 16 up to 128 and the planned tile is 64 rows by a
- * multiple of 16 keys up to 64 (128 at d <= 64, where K and V of 128 keys take 36 KiB of __local
- * memory: FLASHATTN_OPENCL_FWD_TILE=64,128,... plans it). */
+ * multiple of 16 keys up to 64. */
 static int mma_forward(const ocl_state *s, const fa_problem *p)
 {
     return s->nv_mma && s->gpu_tiles && !p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
-           p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k % 16 == 0 &&
-           p->block_k <= (p->d <= 64 ? 128 : 64);
+           p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k % 16 == 0 && p->block_k <= 64;
 }
 
 /* The backward likewise (backward_mma.cl), at 64 x 64 tiles. */
