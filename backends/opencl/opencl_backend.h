@@ -106,6 +106,7 @@ int ocl_parse_fwd_tile(ocl_tile_row *out);
 int ocl_parse_bwd_tile(ocl_tile_row *out);
 ocl_tile_row ocl_bwd_block(const ocl_state *s, const fa_problem *p);
 ocl_tile_row ocl_mma_block(int64_t d);
+int ocl_mma_bwd_buffers(const ocl_state *s, int64_t d, int kv);
 int ocl_score_mod_on(const fa_problem *p);
 ocl_tile_row ocl_fwd_block(const ocl_state *s, const fa_problem *p);
 void ocl_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out);

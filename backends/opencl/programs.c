@@ -150,6 +150,9 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
             n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_NV_EMULATE=1");
         else if (s->nv_options && t.maxreg)
             n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%lld", (long long)t.maxreg);
+        if (kernels == 7)
+            n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_QB=%d -DFA_KB=%d", ocl_mma_bwd_buffers(s, p->d, 0),
+                          ocl_mma_bwd_buffers(s, p->d, 1));
     }
     if (kernels == 3) {
         ocl_tile_row t = ocl_bwd_block(s, p);

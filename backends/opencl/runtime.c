@@ -149,8 +149,8 @@ void ocl_capabilities(fa_capabilities *caps)
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
     snprintf(caps->notes, sizeof caps->notes,
              "OpenCL C 1.2, d <= 256; fp32 math, fp16/bf16 storage; deterministic backward; "
-             "not in the default chain; NVIDIA sm_80+: fp16/bf16 forward, d %% 16 == 0, <= 128 on mma.sync "
-             "(-mma; FLASHATTN_OPENCL_MATRIX=0 off; backward: FLASHATTN_OPENCL_MATRIX_BACKWARD=1)");
+             "not in the default chain; NVIDIA sm_80+: fp16/bf16 fwd+bwd, d %% 16 == 0, <= 128 on mma.sync "
+             "(-mma; FLASHATTN_OPENCL_MATRIX=0 off, _MATRIX_BACKWARD=0 bwd off)");
 }
 
 void ocl_close(fa_context *ctx)
@@ -248,10 +248,10 @@ fa_status ocl_open(fa_context *ctx, int device)
     s->nv_emulate = matrix && strcmp(matrix, "emulate") == 0;
     if (s->nv_emulate)
         s->nv_mma = 1;
-    /* The matrix-path backward (backward_mma.cl) runs under =emulate, and on NVIDIA only with
-     * FLASHATTN_OPENCL_MATRIX_BACKWARD=1 until it has been measured there (docs/backends/opencl.md) */
+    /* The matrix-path backward (backward_mma.cl) goes with the forward; FLASHATTN_OPENCL_MATRIX_BACKWARD=0
+     * leaves the backward to the portable kernels (except under =emulate) */
     const char *mbwd = getenv("FLASHATTN_OPENCL_MATRIX_BACKWARD");
-    s->nv_mma_backward = s->nv_mma && (s->nv_emulate || (mbwd && strcmp(mbwd, "1") == 0));
+    s->nv_mma_backward = s->nv_mma && (s->nv_emulate || !(mbwd && strcmp(mbwd, "0") == 0));
     if (matrix && strcmp(matrix, "require") == 0 && !s->nv_mma) {
         char name[sizeof s->device_name];
         snprintf(name, sizeof name, "%s", s->device_name);

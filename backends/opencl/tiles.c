@@ -196,6 +196,26 @@ static int mma_backward(const ocl_state *s, const fa_problem *p)
            p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k == 64;
 }
 
+/* __local bytes of backward_mma.cl's kernels with qb buffers of a step's Q and dO rows (FA_QB)
+ * and kb of the K and V tiles in fa_backward_dq_mma (FA_KB): fa_backward_dkdv_mma holds K and V of
+ * 64 keys and per buffer 16 Q and dO rows (rows padded by 8 elements) with their LSE, D and key
+ * ranges; fa_backward_dq_mma K and V of 64 keys per buffer and 64 rows' key ranges; both the
+ * emulation's exchange area. */
+static int64_t mma_bwd_local_bytes(const ocl_state *s, int64_t d, int qb, int kb)
+{
+    int64_t dkdv = 2 * 2 * 64 * (d + 8) + qb * (2 * 2 * 16 * (d + 8) + 4 * 4 * 16);
+    int64_t dq = kb * 2 * 2 * 64 * (d + 8) + 4 * 2 * 64;
+    return (dkdv > dq ? dkdv : dq) + (s->nv_emulate ? 4 * 6 * 128 : 0);
+}
+
+/* The buffers of backward_mma.cl (-DFA_QB, -DFA_KB; ocl_mma_bwd_buffers(s, d, 0) and (s, d, 1)):
+ * two, so that the next step's or tile's copies overlap this one's products, where they fit the
+ * device's __local memory (on a 48 KiB device: Q and dO at d <= 112, K and V at d <= 80), else one. */
+int ocl_mma_bwd_buffers(const ocl_state *s, int64_t d, int kv)
+{
+    return (cl_ulong)mma_bwd_local_bytes(s, d, kv ? 1 : 2, kv ? 2 : 1) <= s->local_bytes ? 2 : 1;
+}
+
 /* The matrix-path forward's row for head dim d (mma_forward decides whether it runs). */
 ocl_tile_row ocl_mma_block(int64_t d)
 {
@@ -224,7 +244,7 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
     if (mma_backward(s, p)) { /* backward_mma.cl: K and V rows (both kernels), Q and dO rows of a step */
         kind = 2;
         group = 128;
-        local = 2 * 2 * 64 * (p->d + 8) + 2 * 2 * 16 * (p->d + 8) + 4 * 4 * 64 + (s->nv_emulate ? 4 * 6 * 128 : 0);
+        local = mma_bwd_local_bytes(s, p->d, ocl_mma_bwd_buffers(s, p->d, 0), ocl_mma_bwd_buffers(s, p->d, 1));
     } else if (p->backward) { /* backward.cl: bwd_local_bytes; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
                         * row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and Z
                         * (B_r x B_c each) */
