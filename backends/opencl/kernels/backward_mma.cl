@@ -23,9 +23,12 @@
 #define FA_KP (FA_D + 8)   /* __local row pitch, 16-bit elements */
 #define FA_KS (FA_D / 16)  /* 16-wide steps over the head dim */
 #define FA_OT (FA_D / 8)   /* 8-column blocks of dK, dV, dQ */
-#define FA_NT (FA_BN / 8)  /* 8-key blocks of S in fa_backward_dq_mma */
+#ifndef FA_DQ_KEYS
+#define FA_DQ_KEYS 32 /* keys of a key tile that fa_backward_dq_mma takes at a time (its S and dP registers) */
+#endif
+#define FA_NT (FA_DQ_KEYS / 8) /* 8-key blocks of S in fa_backward_dq_mma */
 #define FA_QS 16           /* query rows per step of fa_backward_dkdv_mma */
-#if FA_BM != 16 * FA_MW || FA_BN != 16 * FA_MW || FA_D % 16 || FA_DTYPE == 0
+#if FA_BM != 16 * FA_MW || FA_BN != 16 * FA_MW || FA_D % 16 || FA_DTYPE == 0 || FA_BN % FA_DQ_KEYS || FA_DQ_KEYS % 16
 #error "backward_mma.cl: 64 x 64 tiles, d a multiple of 16, fp16 or bf16"
 #endif
 
@@ -415,68 +418,75 @@ __kernel void fa_backward_dq_mma(__global const long *prm, const float scale, co
         __local const ushort *const k_l = (__local const ushort *)kv_l + u * 2 * FA_BN * FA_KP;
         __local const ushort *const v_l = k_l + FA_BN * FA_KP;
 
-        /* S = Q K^T and dP = dO V^T: block n holds keys 8 n + 2t, + 1 of rows rw[0] (.x, .y), rw[1] (.z, .w) */
-        float4 s[FA_NT], dp[FA_NT];
-        FA_UNROLL_LOOP
-        for (int n = 0; n < FA_NT; ++n) {
-            s[n] = (float4)(0.0f);
-            dp[n] = (float4)(0.0f);
-        }
-        FA_UNROLL_LOOP
-        for (int n = 0; n < FA_NT; n += 2) {
+        /* the key tile in parts of FA_DQ_KEYS keys: fewer S and dP registers live at once (the parts
+         * are not unrolled into each other) */
+        FA_UNROLL_BY(1)
+        for (int kp = 0; kp < FA_BN; kp += FA_DQ_KEYS) {
+            /* S = Q K^T and dP = dO V^T: block n holds keys kp + 8 n + 2t, + 1 of rows rw[0] (.x, .y), rw[1]
+             * (.z, .w) */
+            float4 s[FA_NT], dp[FA_NT];
             FA_UNROLL_LOOP
-            for (int st = 0; st < FA_KS; ++st) {
-                const uint4 kb = FA_BT_FRAG(k_l, 8 * n, 16 * st, lm, lr);
-                s[n] = FA_NV_MMA(s[n], qf[st], kb.xy);
-                s[n + 1] = FA_NV_MMA(s[n + 1], qf[st], kb.zw);
-                const uint4 vb = FA_BT_FRAG(v_l, 8 * n, 16 * st, lm, lr);
-                dp[n] = FA_NV_MMA(dp[n], df[st], vb.xy);
-                dp[n + 1] = FA_NV_MMA(dp[n + 1], df[st], vb.zw);
+            for (int n = 0; n < FA_NT; ++n) {
+                s[n] = (float4)(0.0f);
+                dp[n] = (float4)(0.0f);
             }
-        }
-
-        /* dS (into s) */
-        FA_UNROLL_LOOP
-        for (int n = 0; n < FA_NT; ++n) {
-            float sv[4] = {s[n].x, s[n].y, s[n].z, s[n].w}, pv[4] = {dp[n].x, dp[n].y, dp[n].z, dp[n].w};
             FA_UNROLL_LOOP
-            for (int e = 0; e < 4; ++e) {
-                const int hr = e / 2, rr = rw[hr], jj = 8 * n + 2 * t + e % 2;
-                const long i = q0 + rr, key = (long)k0 + jj;
-                float sc = sv[e];
-#if FA_SCORE_MOD
-                float grad;
-                sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
-                const float ds_scale = scale * grad; /* dS of the unmodified score */
-#else
-                const float ds_scale = scale;
-#endif
-                int vis = key >= range_l[2 * rr] && key < range_l[2 * rr + 1] && jj < nc && lrow[hr] != -INFINITY;
-                if (vis && cls == FA_TILE_PARTIAL && blk.on)
-                    vis = fa_block_keep(&blk, bm_bits, i, key);
-                const float p = vis ? exp2(mad(sc, l2, -lrow[hr])) : 0.0f;
-                float z = 1.0f;
-                if (threshold) {
-                    const fa_philox4 bits = fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET], (ulong)b,
-                                                             (ulong)heads_q, (ulong)h, (ulong)i, (ulong)(key & ~3L));
-                    z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+            for (int n = 0; n < FA_NT; n += 2) {
+                FA_UNROLL_LOOP
+                for (int st = 0; st < FA_KS; ++st) {
+                    const uint4 kb = FA_BT_FRAG(k_l, kp + 8 * n, 16 * st, lm, lr);
+                    s[n] = FA_NV_MMA(s[n], qf[st], kb.xy);
+                    s[n + 1] = FA_NV_MMA(s[n + 1], qf[st], kb.zw);
+                    const uint4 vb = FA_BT_FRAG(v_l, kp + 8 * n, 16 * st, lm, lr);
+                    dp[n] = FA_NV_MMA(dp[n], df[st], vb.xy);
+                    dp[n + 1] = FA_NV_MMA(dp[n + 1], df[st], vb.zw);
                 }
-                sv[e] = vis ? p * (z * pv[e] - drow[hr]) * ds_scale : 0.0f;
             }
-            s[n] = (float4)(sv[0], sv[1], sv[2], sv[3]);
-        }
 
-        /* dQ += dS K: keys 16 j .. 16 j + 15 are blocks 2 j and 2 j + 1 of dS, one A fragment */
-        FA_UNROLL_LOOP
-        for (int j = 0; j < FA_BN / 16; ++j) {
-            const uint4 sa = (uint4)(fa_nv_pack(s[2 * j].x, s[2 * j].y), fa_nv_pack(s[2 * j].z, s[2 * j].w),
-                                     fa_nv_pack(s[2 * j + 1].x, s[2 * j + 1].y),
-                                     fa_nv_pack(s[2 * j + 1].z, s[2 * j + 1].w));
+            /* dS (into s) */
             FA_UNROLL_LOOP
-            for (int n = 0; n < FA_OT; n += 2) {
-                const uint4 kb = FA_B_FRAG(k_l, 16 * j, 8 * n, lm, lr);
-                acc[n] = FA_NV_MMA(acc[n], sa, kb.xy);
-                acc[n + 1] = FA_NV_MMA(acc[n + 1], sa, kb.zw);
+            for (int n = 0; n < FA_NT; ++n) {
+                float sv[4] = {s[n].x, s[n].y, s[n].z, s[n].w}, pv[4] = {dp[n].x, dp[n].y, dp[n].z, dp[n].w};
+                FA_UNROLL_LOOP
+                for (int e = 0; e < 4; ++e) {
+                    const int hr = e / 2, rr = rw[hr], jj = kp + 8 * n + 2 * t + e % 2;
+                    const long i = q0 + rr, key = (long)k0 + jj;
+                    float sc = sv[e];
+    #if FA_SCORE_MOD
+                    float grad;
+                    sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
+                    const float ds_scale = scale * grad; /* dS of the unmodified score */
+    #else
+                    const float ds_scale = scale;
+    #endif
+                    int vis = key >= range_l[2 * rr] && key < range_l[2 * rr + 1] && jj < nc && lrow[hr] != -INFINITY;
+                    if (vis && cls == FA_TILE_PARTIAL && blk.on)
+                        vis = fa_block_keep(&blk, bm_bits, i, key);
+                    const float p = vis ? exp2(mad(sc, l2, -lrow[hr])) : 0.0f;
+                    float z = 1.0f;
+                    if (threshold) {
+                        const fa_philox4 bits =
+                            fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET], (ulong)b, (ulong)heads_q,
+                                             (ulong)h, (ulong)i, (ulong)(key & ~3L));
+                        z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+                    }
+                    sv[e] = vis ? p * (z * pv[e] - drow[hr]) * ds_scale : 0.0f;
+                }
+                s[n] = (float4)(sv[0], sv[1], sv[2], sv[3]);
+            }
+
+            /* dQ += dS K: keys kp + 16 j .. + 15 are blocks 2 j and 2 j + 1 of dS, one A fragment */
+            FA_UNROLL_LOOP
+            for (int j = 0; j < FA_DQ_KEYS / 16; ++j) {
+                const uint4 sa = (uint4)(fa_nv_pack(s[2 * j].x, s[2 * j].y), fa_nv_pack(s[2 * j].z, s[2 * j].w),
+                                         fa_nv_pack(s[2 * j + 1].x, s[2 * j + 1].y),
+                                         fa_nv_pack(s[2 * j + 1].z, s[2 * j + 1].w));
+                FA_UNROLL_LOOP
+                for (int n = 0; n < FA_OT; n += 2) {
+                    const uint4 kb = FA_B_FRAG(k_l, kp + 16 * j, 8 * n, lm, lr);
+                    acc[n] = FA_NV_MMA(acc[n], sa, kb.xy);
+                    acc[n + 1] = FA_NV_MMA(acc[n + 1], sa, kb.zw);
+                }
             }
         }
         if (FA_KB == 1 && it < walk.end) { /* uniform */
