@@ -452,13 +452,13 @@ __kernel void fa_backward_dq_mma(__global const long *prm, const float scale, co
                     const int hr = e / 2, rr = rw[hr], jj = kp + 8 * n + 2 * t + e % 2;
                     const long i = q0 + rr, key = (long)k0 + jj;
                     float sc = sv[e];
-    #if FA_SCORE_MOD
+#if FA_SCORE_MOD
                     float grad;
                     sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
                     const float ds_scale = scale * grad; /* dS of the unmodified score */
-    #else
+#else
                     const float ds_scale = scale;
-    #endif
+#endif
                     int vis = key >= range_l[2 * rr] && key < range_l[2 * rr + 1] && jj < nc && lrow[hr] != -INFINITY;
                     if (vis && cls == FA_TILE_PARTIAL && blk.on)
                         vis = fa_block_keep(&blk, bm_bits, i, key);
