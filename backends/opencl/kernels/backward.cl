@@ -298,22 +298,12 @@ __kernel void fa_backward_dkdv(__global const long *prm, const float scale, cons
                     for (int t = 0; t < 4; ++t) {
                         const int x = 4 * x4 + t;
                         const long key = key4 + t;
-                        float sc = s[x][y];
-#if FA_SCORE_MOD
-                        float grad;
-                        sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
-                        const float ds_scale = scale * grad; /* dS of the unmodified score */
-#else
-                        const float ds_scale = scale;
-#endif
-                        int vis = key >= lo && key < hi;
-                        if (vis && cls == FA_TILE_PARTIAL && blk.on)
-                            vis = fa_block_keep(&blk, bm_bits, i, key);
-                        const float p = vis ? exp2(mad(sc, l2, -lrow)) : 0.0f;
                         const float z = threshold ? fa_drop_factor(bits.v[t], threshold, drop_scale) : 1.0f;
-                        /* selects: a masked element's score or dP may be NaN, and 0 * NaN is NaN */
-                        s[x][y] = vis ? p * z : 0.0f;
-                        dpt[x][y] = vis ? p * (z * dpt[x][y] - drow) * ds_scale : 0.0f;
+                        const float2 pd = fa_bwd_element(&sm, &blk, bm_bits, cls == FA_TILE_PARTIAL,
+                                                         key >= lo && key < hi, i, key, s[x][y], dpt[x][y], scale,
+                                                         l2, lrow, drow, z);
+                        s[x][y] = pd.x;
+                        dpt[x][y] = pd.y;
                     }
                 }
             }

@@ -260,18 +260,6 @@ __kernel void fa_backward_dkdv_mma(__global const long *prm, const float scale, 
             for (int e = 0; e < 4; ++e) {
                 const int c = 8 * n + 2 * t + e % 2; /* query of the step */
                 const long key = k0 + kr0 + 8 * (e / 2), i = qq0 + c;
-                float sc = pv[e];
-#if FA_SCORE_MOD
-                float grad;
-                sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
-                const float ds_scale = scale * grad; /* dS of the unmodified score */
-#else
-                const float ds_scale = scale;
-#endif
-                int vis = key >= range_u[2 * c] && key < range_u[2 * c + 1];
-                if (vis && cls == FA_TILE_PARTIAL && blk.on)
-                    vis = fa_block_keep(&blk, bm_bits, i, key);
-                const float p = vis ? exp2(mad(sc, l2, -lse_u[c])) : 0.0f;
                 float z = 1.0f;
                 if (threshold) {
                     const fa_philox4 bits = fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET],
@@ -279,9 +267,11 @@ __kernel void fa_backward_dkdv_mma(__global const long *prm, const float scale, 
                                                              (ulong)(key & ~3L));
                     z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
                 }
-                /* selects: a masked element's score or dP may be NaN, and 0 * NaN is NaN */
-                pv[e] = vis ? p * z : 0.0f;
-                dv4[e] = vis ? p * (z * dv4[e] - dsum_u[c]) * ds_scale : 0.0f;
+                const int vis = key >= range_u[2 * c] && key < range_u[2 * c + 1];
+                const float2 pd = fa_bwd_element(&sm, &blk, bm_bits, cls == FA_TILE_PARTIAL, vis, i, key, pv[e],
+                                                 dv4[e], scale, l2, lse_u[c], dsum_u[c], z);
+                pv[e] = pd.x;
+                dv4[e] = pd.y;
             }
             s_t[n] = (float4)(pv[0], pv[1], pv[2], pv[3]);
             dpt[n] = (float4)(dv4[0], dv4[1], dv4[2], dv4[3]);
@@ -451,18 +441,6 @@ __kernel void fa_backward_dq_mma(__global const long *prm, const float scale, co
                 for (int e = 0; e < 4; ++e) {
                     const int hr = e / 2, rr = rw[hr], jj = kp + 8 * n + 2 * t + e % 2;
                     const long i = q0 + rr, key = (long)k0 + jj;
-                    float sc = sv[e];
-#if FA_SCORE_MOD
-                    float grad;
-                    sc = fa_score_mod_apply_at(&sm, sc, i, key, &grad);
-                    const float ds_scale = scale * grad; /* dS of the unmodified score */
-#else
-                    const float ds_scale = scale;
-#endif
-                    int vis = key >= range_l[2 * rr] && key < range_l[2 * rr + 1] && jj < nc && lrow[hr] != -INFINITY;
-                    if (vis && cls == FA_TILE_PARTIAL && blk.on)
-                        vis = fa_block_keep(&blk, bm_bits, i, key);
-                    const float p = vis ? exp2(mad(sc, l2, -lrow[hr])) : 0.0f;
                     float z = 1.0f;
                     if (threshold) {
                         const fa_philox4 bits =
@@ -470,7 +448,10 @@ __kernel void fa_backward_dq_mma(__global const long *prm, const float scale, co
                                              (ulong)h, (ulong)i, (ulong)(key & ~3L));
                         z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
                     }
-                    sv[e] = vis ? p * (z * pv[e] - drow[hr]) * ds_scale : 0.0f;
+                    const int vis =
+                        key >= range_l[2 * rr] && key < range_l[2 * rr + 1] && jj < nc && lrow[hr] != -INFINITY;
+                    sv[e] = fa_bwd_element(&sm, &blk, bm_bits, cls == FA_TILE_PARTIAL, vis, i, key, sv[e], pv[e], scale,
+                                           l2, lrow[hr], drow[hr], z).y;
                 }
                 s[n] = (float4)(sv[0], sv[1], sv[2], sv[3]);
             }

@@ -308,3 +308,27 @@ static inline fa_score_mod_state fa_score_mod_of(__global const long *prm, __glo
 #endif
     return fa_score_mod_begin(f, slope, sk - sq);
 }
+
+/* One element of a backward tile (backward.cl, backward_mma.cl): from the raw score s = q . k and
+ * dp = dO . v of query i and key `key`, returns (P o Z, dS) with P = exp2(S log2 e scale - LSE
+ * log2 e) for the modified score S (lse2: the row's LSE in log2 units, l2 = scale log2 e), Z the
+ * dropout factor z and dS = P (Z dP - D) scale dS/ds. vis says whether the row sees the key (its
+ * range, and a finite LSE); the block mask is read here where the tile is partial. Masked
+ * elements give 0 by selection: their s or dp may be NaN, and 0 * NaN is NaN. */
+static inline float2 fa_bwd_element(const fa_score_mod_state *sm, const fa_ocl_blocks *blk,
+                                    __global const uchar *bm_bits, int partial, int vis, long i, long key, float s,
+                                    float dp, float scale, float l2, float lse2, float dsum, float z)
+{
+#if FA_SCORE_MOD
+    float grad;
+    s = fa_score_mod_apply_at(sm, s, i, key, &grad);
+    const float ds_scale = scale * grad; /* dS of the unmodified score */
+#else
+    const float ds_scale = scale;
+    (void)sm;
+#endif
+    if (vis && partial && blk->on)
+        vis = fa_block_keep(blk, bm_bits, i, key);
+    const float p = vis ? exp2(mad(s, l2, -lse2)) : 0.0f;
+    return (float2)(vis ? p * z : 0.0f, vis ? p * (z * dp - dsum) * ds_scale : 0.0f);
+}
