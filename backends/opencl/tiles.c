@@ -29,10 +29,11 @@ static const ocl_tile_row gpu_bwd_tiles[] = {
     {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
 };
 /* The matrix-path forward (forward_mma.cl, NVIDIA) and backward (backward_mma.cl, the same caps:
- * 168 and 255 ran slower at both head dims): 64 x 64 tiles, 4 warps; only the register cap
- * differs by head dim. Without a cap ptxas takes 250-255 registers (two work-groups per SM); on
- * the H200 (fp16, 4096 tokens) d 64 ran 55 TFLOP/s uncapped, 78 at 128 and 73 at 168, and d 128
- * 78 uncapped, 72 at 128, 80 at 168 and 75 at 200 (docs/benchmarks.md, issue 28). */
+ * the backward ran slower at 168 and 255 at d 64 and at 255 at d 128): 64 x 64 tiles, 4 warps;
+ * only the register cap differs by head dim. Without a cap ptxas takes 250-255 registers (two
+ * work-groups per SM); on the H200 (fp16, 4096 tokens) the forward at d 64 ran 55 TFLOP/s
+ * uncapped, 78 at 128 and 73 at 168, and at d 128 78 uncapped, 72 at 128, 80 at 168 and 75 at 200
+ * (docs/benchmarks.md, issue 28). */
 static const ocl_tile_row mma_fwd_tiles[] = {
     {.max_d = 64, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 128},
     {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 168},
