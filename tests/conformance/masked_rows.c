@@ -11,8 +11,8 @@
  * an empty block row and an empty block column, varlen with a sequence of no keys and one of no
  * queries; sizes that span several key tiles. Which elements are visible is computed here from
  * the definition in docs/options.md, not from core/mask.h.
- * Usage: masked_rows --backend NAME [--dims 40,64,...]. Exits 77 (SKIP, with the reason) when
- * the backend is not compiled in or has no device. */
+ * Usage: masked_rows --backend NAME [--dims 40,64,...] [--dtypes fp32,fp16,bf16]. Exits 77 (SKIP,
+ * with the reason) when the backend is not compiled in or has no device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -584,21 +584,50 @@ static int compiled_in(const char *name)
     return 0;
 }
 
+/* want[t] = 1 for each dtype of dts named in the comma-separated list (fa_dtype_name's names);
+ * 1 for an unknown name or an empty list */
+static int parse_dtypes(const char *list, const fa_dtype *dts, int *want)
+{
+    int any = 0;
+    for (int t = 0; t < 3; ++t)
+        want[t] = 0;
+    for (const char *s = list; *s;) {
+        size_t n = strcspn(s, ",");
+        int found = 0;
+        for (int t = 0; t < 3; ++t) {
+            const char *name = fa_dtype_name(dts[t]);
+            if (strlen(name) == n && !strncmp(s, name, n))
+                want[t] = found = any = 1;
+        }
+        if (!found) {
+            fprintf(stderr, "masked_rows: unknown dtype '%.*s'\n", (int)n, s);
+            return 1;
+        }
+        s += n;
+        if (*s == ',')
+            ++s;
+    }
+    return !any;
+}
+
 int main(int argc, char **argv)
 {
+    static const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     const char *backend = NULL, *dims = "40,64,128,256";
-    for (int i = 1; i < argc; ++i) {
+    int want[3] = {1, 1, 1}; /* of dts */
+    int usage = 0;
+    for (int i = 1; i < argc && !usage; ++i) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             backend = argv[++i];
         else if (!strcmp(argv[i], "--dims") && i + 1 < argc)
             dims = argv[++i];
-        else {
-            fprintf(stderr, "usage: %s --backend NAME [--dims D,D,...]\n", argv[0]);
-            return 2;
-        }
+        else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
+            usage = parse_dtypes(argv[++i], dts, want);
+        else
+            usage = 1;
     }
-    if (!backend) {
-        fprintf(stderr, "usage: %s --backend NAME [--dims D,D,...]\n", argv[0]);
+    if (usage || !backend) {
+        fprintf(stderr, "usage: %s --backend NAME [--dims D,D,...] [--dtypes fp32,fp16,bf16]\n", argv[0]);
         return 2;
     }
     int ndev = 0;
@@ -627,12 +656,13 @@ int main(int argc, char **argv)
     char devname[256] = "";
     fa_device_name(backend, 0, devname, sizeof devname);
     printf("masked-rows on %s (%s)\n", backend, devname);
-    static const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     int ran = 0;
     for (const char *dp = dims; *dp;) {
         int64_t d = strtoll(dp, NULL, 10);
         for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci)
             for (int t = 0; t < 3; ++t) {
+                if (!want[t])
+                    continue;
                 prob p;
                 if (prob_init(&p, &cases[ci], dts[t], d)) {
                     printf("out of memory\n");
