@@ -1,7 +1,9 @@
 /* reference.c: the float64 oracle (S and P materialised per (batch, head), every product and sum
  * in double) and the naive same-precision baseline (fp32 arithmetic with the rounding a plain
  * implementation in the input dtype incurs). Tests measure kernels against the first and take
- * their tolerance from the second's error. Speed is irrelevant here; clarity is the point. */
+ * their tolerance from the second's error. Clarity is the point; the one concession to speed is
+ * that each (sequence, head)'s rows are widened to double once (head_rows), not per product, since
+ * the conformance suites spend most of their time here. */
 #include "reference.h"
 #include "half.h"
 #include "philox.h"
@@ -107,18 +109,36 @@ static float modified_score_f(const fa_problem *p, int64_t b, int64_t h, int64_t
     return v;
 }
 
-/* Per (b, h) scratch: the materialised matrices. */
+/* One (sequence, head)'s inputs widened to double (exact for fp32, fp16 and bf16), row-major with
+ * d columns: Q and dO of query head h (sq rows), K and V of its KV head (sk rows). */
+typedef struct head_rows {
+    double *q, *dout, *k, *v;
+} head_rows;
+
+/* Per (b, h) scratch: the materialised matrices and the head's rows. */
 typedef struct ref_scratch {
     double *s, *pm, *g; /* S, P and dS'/dS of the score modifiers, sq x sk */
     float *sf, *pf, *gf;
+    head_rows x;
 } ref_scratch;
 
 static int scratch_alloc(const fa_problem *p, ref_scratch *sc, int single)
 {
     memset(sc, 0, sizeof *sc);
     int64_t n = p->seqlen_q * p->seqlen_k;
+    int64_t nq = p->seqlen_q * p->d, nk = p->seqlen_k * p->d;
     if (n < 1)
         n = 1;
+    if (nq < 1)
+        nq = 1;
+    if (nk < 1)
+        nk = 1;
+    sc->x.q = malloc(sizeof(double) * (size_t)nq);
+    sc->x.dout = malloc(sizeof(double) * (size_t)nq);
+    sc->x.k = malloc(sizeof(double) * (size_t)nk);
+    sc->x.v = malloc(sizeof(double) * (size_t)nk);
+    if (!sc->x.q || !sc->x.dout || !sc->x.k || !sc->x.v)
+        return 0;
     if (single) {
         sc->sf = malloc(sizeof(float) * (size_t)n);
         sc->pf = malloc(sizeof(float) * (size_t)n);
@@ -139,14 +159,39 @@ static void scratch_free(ref_scratch *sc)
     free(sc->sf);
     free(sc->pf);
     free(sc->gf);
+    free(sc->x.q);
+    free(sc->x.dout);
+    free(sc->x.k);
+    free(sc->x.v);
+}
+
+/* rows [row0, row0 + n) of head h of view v in batch b, widened to double, n x d */
+static void widen_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t h, double *out)
+{
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t c = 0; c < p->d; ++c)
+            out[i * p->d + c] = fa_view_get(v, p->dtype, b, row0 + i, h, c);
+}
+
+/* sc->x for query head h of sequence b (sq queries from row q0, sk keys from row k0); dO only for
+ * the backward (with_dout: a forward's problem may have no dO view) */
+static void load_head(const fa_problem *p, ref_scratch *sc, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0,
+                      int64_t k0, int with_dout)
+{
+    int64_t hk = h / p->group;
+    widen_rows(p, &p->q, b, q0, sq, h, sc->x.q);
+    widen_rows(p, &p->k, b, k0, sk, hk, sc->x.k);
+    widen_rows(p, &p->v, b, k0, sk, hk, sc->x.v);
+    if (with_dout)
+        widen_rows(p, &p->dout, b, q0, sq, h, sc->x.dout);
 }
 
 /* P (without dropout) of (b, h) in double; row LSE into lse_row (may be NULL); g receives the
  * score modifiers' dS'/dS per element. */
-static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
+static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, const head_rows *x,
                       double *s, double *pm, double *g, double *lse_row)
 {
-    int64_t hk = h / p->group;
+    const int64_t d = p->d;
     for (int64_t i = 0; i < sq; ++i) {
         double mx = -INFINITY;
         for (int64_t j = 0; j < sk; ++j) {
@@ -154,8 +199,8 @@ static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int
             g[i * sk + j] = 0.0;
             if (element_visible(p, sq, sk, h, i, j)) {
                 double dot = 0.0;
-                for (int64_t c = 0; c < p->d; ++c)
-                    dot += fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) * fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
+                for (int64_t c = 0; c < d; ++c)
+                    dot += x->q[i * d + c] * x->k[j * d + c];
                 v = modified_score(p, b, h, sq, sk, i, j, (double)p->scale * dot, &g[i * sk + j]);
             }
             s[i * sk + j] = v;
@@ -191,8 +236,8 @@ fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
         int64_t sq, sk, q0, k0;
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
-            int64_t hk = h / p->group;
-            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, sc.g, lse_row);
+            load_head(p, &sc, b, h, sq, sk, q0, k0, 0);
+            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, lse_row);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 double *orow = o + (r * p->heads_q + h) * p->d;
@@ -203,7 +248,7 @@ fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
                     if (w == 0.0)
                         continue;
                     for (int64_t c = 0; c < p->d; ++c)
-                        orow[c] += w * fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                        orow[c] += w * sc.x.v[j * p->d + c];
                 }
                 if (lse)
                     lse[h * p->total_q + r] = lse_row[i];
@@ -236,7 +281,10 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             int64_t hk = h / p->group;
-            ref_probs(p, b, h, sq, sk, q0, k0, sc.s, sc.pm, sc.g, NULL);
+            load_head(p, &sc, b, h, sq, sk, q0, k0, 1);
+            const double *qr = sc.x.q, *dor = sc.x.dout, *kr = sc.x.k, *vr = sc.x.v;
+            const int64_t d = p->d;
+            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, NULL);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 /* dP_ij = z_ij * (dO_i . V_j); D_i = sum_j P_ij dP_ij; dS = P (dP - D) */
@@ -247,9 +295,8 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
                     double pij = sc.pm[i * sk + j];
                     double dot = 0.0;
                     if (pij != 0.0 && z != 0.0)
-                        for (int64_t c = 0; c < p->d; ++c)
-                            dot += fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c) *
-                                   fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                        for (int64_t c = 0; c < d; ++c)
+                            dot += dor[i * d + c] * vr[j * d + c];
                     dprow[j] = z * dot;
                     dsum += pij * dprow[j];
                     /* dV_j += P_ij z_ij dO_i */
@@ -257,8 +304,8 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
                     if (w != 0.0) {
                         int64_t rk = canon_row(p, b, k0, j, 0);
                         double *dvrow = dv + (rk * p->heads_kv + hk) * p->d;
-                        for (int64_t c = 0; c < p->d; ++c)
-                            dvrow[c] += w * fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c);
+                        for (int64_t c = 0; c < d; ++c)
+                            dvrow[c] += w * dor[i * d + c];
                     }
                 }
                 double *dqrow = dq + (r * p->heads_q + h) * p->d;
@@ -268,9 +315,9 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
                         continue;
                     int64_t rk = canon_row(p, b, k0, j, 0);
                     double *dkrow = dk + (rk * p->heads_kv + hk) * p->d;
-                    for (int64_t c = 0; c < p->d; ++c) {
-                        dqrow[c] += ds * fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
-                        dkrow[c] += ds * fa_view_get(&p->q, p->dtype, b, q0 + i, h, c);
+                    for (int64_t c = 0; c < d; ++c) {
+                        dqrow[c] += ds * kr[j * d + c];
+                        dkrow[c] += ds * qr[i * d + c];
                     }
                 }
             }
@@ -283,10 +330,10 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
 /* ------------------------------------------------------------------ naive same precision */
 
 /* P of (b, h) in fp32 (softmax in fp32, scores accumulated in fp32) and row LSE. */
-static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t q0, int64_t k0,
+static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, const head_rows *x,
                         float *s, float *pm, float *g, double *lse_row)
 {
-    int64_t hk = h / p->group;
+    const int64_t d = p->d;
     for (int64_t i = 0; i < sq; ++i) {
         float mx = -INFINITY;
         for (int64_t j = 0; j < sk; ++j) {
@@ -294,9 +341,8 @@ static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, i
             g[i * sk + j] = 0.0f;
             if (element_visible(p, sq, sk, h, i, j)) {
                 float dot = 0.0f;
-                for (int64_t c = 0; c < p->d; ++c)
-                    dot += (float)fa_view_get(&p->q, p->dtype, b, q0 + i, h, c) *
-                           (float)fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
+                for (int64_t c = 0; c < d; ++c)
+                    dot += (float)x->q[i * d + c] * (float)x->k[j * d + c];
                 v = modified_score_f(p, b, h, sq, sk, i, j, p->scale * dot, &g[i * sk + j]);
             }
             s[i * sk + j] = v;
@@ -335,8 +381,8 @@ fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
         int64_t sq, sk, q0, k0;
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
-            int64_t hk = h / p->group;
-            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, sc.gf, lse_row);
+            load_head(p, &sc, b, h, sq, sk, q0, k0, 0);
+            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, lse_row);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 for (int64_t c = 0; c < p->d; ++c)
@@ -346,7 +392,7 @@ fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
                     if (w == 0.0f)
                         continue;
                     for (int64_t c = 0; c < p->d; ++c)
-                        acc[c] += w * (float)fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                        acc[c] += w * (float)sc.x.v[j * p->d + c];
                 }
                 for (int64_t c = 0; c < p->d; ++c)
                     o[(r * p->heads_q + h) * p->d + c] = fa_round_to(p->dtype, acc[c]);
@@ -385,7 +431,10 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             int64_t hk = h / p->group;
-            naive_probs(p, b, h, sq, sk, q0, k0, sc.sf, sc.pf, sc.gf, NULL);
+            load_head(p, &sc, b, h, sq, sk, q0, k0, 1);
+            const double *qr = sc.x.q, *dor = sc.x.dout, *kr = sc.x.k, *vr = sc.x.v;
+            const int64_t d = p->d;
+            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, NULL);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 float *dprow = sc.sf + i * sk;
@@ -394,17 +443,16 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
                     float z = (float)dropout_factor(p, b, h, i, j);
                     float pij = sc.pf[i * sk + j];
                     float dot = 0.0f;
-                    for (int64_t c = 0; c < p->d; ++c)
-                        dot += (float)fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c) *
-                               (float)fa_view_get(&p->v, p->dtype, b, k0 + j, hk, c);
+                    for (int64_t c = 0; c < d; ++c)
+                        dot += (float)dor[i * d + c] * (float)vr[j * d + c];
                     dprow[j] = (float)fa_round_to(p->dtype, dot) * z;
                     dsum += pij * dprow[j];
                     float w = (float)fa_round_to(p->dtype, pij * z);
                     if (w != 0.0f) {
                         int64_t rk = canon_row(p, b, k0, j, 0);
                         float *dvrow = av + (rk * p->heads_kv + hk) * p->d;
-                        for (int64_t c = 0; c < p->d; ++c)
-                            dvrow[c] += w * (float)fa_view_get(&p->dout, p->dtype, b, q0 + i, h, c);
+                        for (int64_t c = 0; c < d; ++c)
+                            dvrow[c] += w * (float)dor[i * d + c];
                     }
                 }
                 float *dqrow = aq + (r * p->heads_q + h) * p->d;
@@ -415,9 +463,9 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
                     ds *= p->scale;
                     int64_t rk = canon_row(p, b, k0, j, 0);
                     float *dkrow = ak + (rk * p->heads_kv + hk) * p->d;
-                    for (int64_t c = 0; c < p->d; ++c) {
-                        dqrow[c] += ds * (float)fa_view_get(&p->k, p->dtype, b, k0 + j, hk, c);
-                        dkrow[c] += ds * (float)fa_view_get(&p->q, p->dtype, b, q0 + i, h, c);
+                    for (int64_t c = 0; c < d; ++c) {
+                        dqrow[c] += ds * (float)kr[j * d + c];
+                        dkrow[c] += ds * (float)qr[i * d + c];
                     }
                 }
             }
