@@ -7,26 +7,26 @@ skipped. Every fault models a plausible kernel bug that the test suite must catc
 MUTATIONS = [
     {
         "id": "softcap-grad-dropped",
-        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash.c, fp32 products)",
+        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash_backward.c, fp32 products)",
         "edits": [
-            ("backends/cpu/flash.c", "                        ds[x] *= grad[x];", "                        ds[x] *= 1.0f;"),
+            ("backends/cpu/flash_backward.c", "                        ds[x] *= grad[x];", "                        ds[x] *= 1.0f;"),
         ],
     },
     {
         "id": "softcap-grad-dropped-bf16",
-        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash.c, bf16 products: "
+        "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash_backward.c, bf16 products: "
                 "the amx tables)",
         "edits": [
-            ("backends/cpu/flash.c", "            ds[x] *= grad[x];\n    for (int64_t r = 0; r < nr; ++r)\n"
+            ("backends/cpu/flash_backward.c", "            ds[x] *= grad[x];\n    for (int64_t r = 0; r < nr; ++r)\n"
              "        isa->to_bf16_row(", "            ds[x] *= 1.0f;\n    for (int64_t r = 0; r < nr; ++r)\n"
              "        isa->to_bf16_row("),
         ],
     },
     {
         "id": "bf16-pairs-swapped",
-        "what": "the bf16 backward's P pairs built from the rows in the wrong order (flash.c bf16_row_pairs)",
+        "what": "the bf16 backward's P pairs built from the rows in the wrong order (flash_backward.c bf16_row_pairs)",
         "edits": [
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_backward.c",
              "isa->to_bf16_pairs(x + r * ld, r + 1 < nr ? x + (r + 1) * ld : NULL, out + kp * n, n);",
              "isa->to_bf16_pairs(r + 1 < nr ? x + (r + 1) * ld : x + r * ld, r + 1 < nr ? x + r * ld : NULL, "
              "out + kp * n, n);"),
@@ -61,13 +61,14 @@ MUTATIONS = [
         "what": "a backward called again after one forward returns success without writing dQ/dK/dV "
                 "(a kernel that believes its outputs are already up to date)",
         "edits": [
-            ("backends/cpu/flash.c", "#include <string.h>\n",
-             "#include <string.h>\nstatic _Thread_local int mutation_backward_ran;\n"),
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_tiles.h", "#include <string.h>\n",
+             "#include <string.h>\nextern _Thread_local int mutation_backward_ran;\n"),
+            ("backends/cpu/flash_forward.c",
              "fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)\n{\n",
+             "_Thread_local int mutation_backward_ran;\n"
              "fa_status fa_cpu_flash_forward(fa_context *ctx, const fa_problem *p)\n{\n"
              "    mutation_backward_ran = 0;\n"),
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_backward.c",
              "fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)\n{\n",
              "fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)\n{\n"
              "    if (mutation_backward_ran)\n        return FA_SUCCESS;\n    mutation_backward_ran = 1;\n"),
@@ -95,7 +96,7 @@ MUTATIONS = [
         "what": "the CPU kernels' bf16 stores (O, dQ, dK, dV) truncate instead of rounding to nearest "
                 "even; core/half.h itself untouched",
         "edits": [
-            ("backends/cpu/flash.c", "#include <string.h>\n",
+            ("backends/cpu/flash_tiles.h", "#include <string.h>\n",
              "#include <string.h>\n"
              "static inline void mutation_store_elem(fa_dtype dt, void *base, int64_t off, float x)\n{\n"
              "    if (dt == FA_DTYPE_BF16)\n"
@@ -106,9 +107,9 @@ MUTATIONS = [
     },
     {
         "id": "dropout-unscaled",
-        "what": "dropout's kept elements not scaled by 1/(1-p) (flash.c apply_dropout, forward and backward)",
+        "what": "dropout's kept elements not scaled by 1/(1-p) (flash_tiles.h apply_dropout, forward and backward)",
         "edits": [
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_tiles.h",
              "row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] * p->dropout_scale : 0.0f;",
              "row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] : 0.0f;"),
         ],
@@ -142,9 +143,9 @@ MUTATIONS = [
     },
     {
         "id": "bwd-lse-no-inf-guard",
-        "what": "the backward's guard for fully masked rows (LSE = -inf) removed (flash.c)",
+        "what": "the backward's guard for fully masked rows (LSE = -inf) removed (flash_backward.c)",
         "edits": [
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_backward.c",
              "                    if (fa_row_absent(lse[r]))\n"
              "                        memset(pm + r * bk, 0, sizeof(float) * (size_t)bk);\n"
              "                    else\n"
@@ -154,43 +155,43 @@ MUTATIONS = [
     },
     {
         "id": "mask-right-off-by-one",
-        "what": "causal / window right edge off by one in the CPU kernels' partial-tile mask (flash.c apply_mask)",
+        "what": "causal / window right edge off by one in the CPU kernels' partial-tile mask (flash_tiles.h apply_mask)",
         "edits": [
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_tiles.h",
              "            if (b < hi)\n                hi = b;\n",
              "            if (b + 1 < hi)\n                hi = b + 1;\n"),
         ],
     },
     {
         "id": "mask-left-off-by-one",
-        "what": "sliding window left edge off by one in the CPU kernels' partial-tile mask (flash.c apply_mask)",
+        "what": "sliding window left edge off by one in the CPU kernels' partial-tile mask (flash_tiles.h apply_mask)",
         "edits": [
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_tiles.h",
              "            if (a > lo)\n                lo = a;\n",
              "            if (a - 1 > lo)\n                lo = a - 1;\n"),
         ],
     },
     {
         "id": "lse-off-1e-3",
-        "what": "the forward's LSE 0.001 too large (flash.c)",
+        "what": "the forward's LSE 0.001 too large (flash_forward.c)",
         "edits": [
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_forward.c",
              "((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]);",
              "((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]) + 1e-3f;"),
         ],
     },
     {
         "id": "gqa-head-modulo",
-        "what": "GQA: query head h reads kv head h % heads_kv instead of h / group in the forward (flash.c)",
+        "what": "GQA: query head h reads kv head h % heads_kv instead of h / group in the forward (flash_forward.c)",
         "edits": [
-            ("backends/cpu/flash.c", "    int64_t hk = h / p->group;\n", "    int64_t hk = h % p->heads_kv;\n"),
+            ("backends/cpu/flash_forward.c", "    int64_t hk = h / p->group;\n", "    int64_t hk = h % p->heads_kv;\n"),
         ],
     },
     {
         "id": "dq-chunk-sum-drops-last",
-        "what": "the backward's sum of the per-chunk dQ buffers skips the last chunk (flash.c bwd_dq_task)",
+        "what": "the backward's sum of the per-chunk dQ buffers skips the last chunk (flash_backward.c bwd_dq_task)",
         "edits": [
-            ("backends/cpu/flash.c",
+            ("backends/cpu/flash_backward.c",
              "for (int64_t c = 1; c < bc->chunks; ++c) {",
              "for (int64_t c = 1; c < bc->chunks - 1; ++c) {"),
         ],
