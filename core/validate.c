@@ -43,18 +43,21 @@ static fa_status check_tensor(fa_context *ctx, const char *name, const fa_tensor
         if (shape[i] >= 0 && t->shape[i] != shape[i])
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: shape[%d] = %lld, expected %lld", name, i,
                             (long long)t->shape[i], (long long)shape[i]);
-        if (t->stride[i] < 0)
-            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: stride[%d] = %lld is negative", name, i,
-                            (long long)t->stride[i]);
         if (!fa_mul_ok(elems, t->shape[i], &elems))
             return FA_ERROR(ctx, FA_ERR_OVERFLOW, "%s: element count overflows 64 bits", name);
     }
-    if (t->stride[ndim - 1] != 1 && t->shape[ndim - 1] > 1)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: the last dimension must be contiguous (stride %lld)", name,
-                        (long long)t->stride[ndim - 1]);
+    /* a tensor without elements addresses no memory: its strides mean nothing (NumPy and torch
+     * give such arrays zero strides) */
     sp->lo = sp->hi = 0;
     if (elems == 0)
         return FA_SUCCESS;
+    for (int i = 0; i < ndim; ++i)
+        if (t->stride[i] < 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: stride[%d] = %lld is negative", name, i,
+                            (long long)t->stride[i]);
+    if (t->stride[ndim - 1] != 1 && t->shape[ndim - 1] > 1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: the last dimension must be contiguous (stride %lld)", name,
+                        (long long)t->stride[ndim - 1]);
     if (!t->data)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: data is NULL", name);
     int64_t last = 0; /* offset of the last element, in elements */
@@ -134,8 +137,9 @@ static fa_view make_lse_view(const fa_tensor *t, int varlen)
 
 static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem *p)
 {
-    if (isnan(o->softmax_scale) || isinf(o->softmax_scale))
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "softmax_scale must be finite (0 selects 1/sqrt(d))");
+    if (!(o->softmax_scale >= 0.0f) || isinf(o->softmax_scale))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "softmax_scale = %g must be finite and >= 0 (0 selects 1/sqrt(d))",
+                        (double)o->softmax_scale);
     p->scale = o->softmax_scale != 0.0f ? o->softmax_scale : (float)(1.0 / sqrt((double)p->d));
     if (o->window_left < -1 || o->window_right < -1)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "window (%lld, %lld): each side must be >= 0, or -1 for unbounded",
@@ -172,9 +176,10 @@ static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem 
 }
 
 /* ALiBi slopes: fp32 [heads_q] (stride 0) or [batch][stride >= heads_q] in the context's memory,
- * not inside an output (the kernels read them while they write). */
+ * not inside an output (the kernels read them while they write); with read_values, the slopes the
+ * call uses are read on the host (a copy on device backends) and each must be finite. */
 static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const span *outs,
-                             const char *const *out_names, int n_outs)
+                             const char *const *out_names, int n_outs, int read_values)
 {
     p->alibi_slopes = o->alibi_slopes;
     p->mod.alibi = o->alibi_slopes != NULL;
@@ -203,7 +208,22 @@ static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p
     for (int i = 0; i < n_outs; ++i)
         if (spans_overlap(s_a, outs[i]))
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_slopes overlaps output %s in memory", out_names[i]);
-    return FA_SUCCESS;
+    if (!read_values || p->batch == 0)
+        return FA_SUCCESS;
+    float *host = malloc((size_t)bytes);
+    if (!host)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate a host copy of %lld ALiBi slopes", (long long)count);
+    fa_status st = ctx->backend->copy(ctx, host, o->alibi_slopes, (size_t)bytes, FA_COPY_DEVICE_TO_HOST);
+    const int64_t rows = stride != 0 ? p->batch : 1;
+    for (int64_t b = 0; b < rows && st == FA_SUCCESS; ++b)
+        for (int64_t h = 0; h < p->heads_q; ++h)
+            if (!isfinite(host[b * stride + h])) {
+                st = FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_slopes[%lld] = %g (sequence %lld, head %lld) is not finite",
+                              (long long)(b * stride + h), (double)host[b * stride + h], (long long)b, (long long)h);
+                break;
+            }
+    free(host);
+    return st;
 }
 
 /* Reads and checks cu_seqlens (batch + 1 int32 in the context's memory, not inside any output);
@@ -431,7 +451,7 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     span outs[2] = {s_o, s_l};
     static const char *const out_names[2] = {"o", "lse"};
     if ((st = finish_varlen(ctx, a->varlen, p, outs, out_names, 2, cu_host)) || (st = check_work_items(ctx, p)) ||
-        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, outs, out_names, 2)))
+        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, outs, out_names, 2, 1)))
         return st;
     p->q = make_view(&a->q, p->varlen);
     p->k = make_view(&a->k, p->varlen);
@@ -483,7 +503,7 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "outputs %s and %s overlap in memory", out_names[i],
                                 out_names[j]);
     if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, 3, cu_host)) || (st = check_work_items(ctx, p)) ||
-        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, out, out_names, 3)))
+        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, out, out_names, 3, 1)))
         return st;
     p->has_lse = 1;
     p->q = make_view(&a->q, p->varlen);
@@ -515,7 +535,7 @@ fa_status fa_check_options(fa_context *ctx, const fa_options *o, fa_problem *p)
 }
 
 fa_status fa_check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const fa_span *outs,
-                         const char *const *out_names, int n_outs)
+                         const char *const *out_names, int n_outs, int read_values)
 {
-    return check_alibi(ctx, o, p, outs, out_names, n_outs);
+    return check_alibi(ctx, o, p, outs, out_names, n_outs, read_values);
 }

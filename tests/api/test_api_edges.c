@@ -130,14 +130,20 @@ static void test_empty_key_sequence(void **state)
     assert_true(all_bytes_are_poison(fx->buf[BUF_DQ] + o_elements, (CAPACITY - o_elements) * sizeof(float)));
 }
 
-/* flashattn.h says only that 0 selects 1/sqrt(d); a negative scale is a finite, meaningful one
- * (validate.c accepts it), so it must not be rejected. */
-static void test_negative_scale_and_valid_windows_are_accepted(void **state)
+/* Valid windows and dropout are accepted, and so are ALiBi slopes whose only non-finite entries lie
+ * in the padding between rows, which the call never reads. */
+static void test_valid_windows_and_unused_slopes_are_accepted(void **state)
 {
     fixture *fx = *state;
     fill_buffers(fx);
+    float slopes[BATCH * (HEADS_Q + 1)];
+    for (int i = 0; i < BATCH * (HEADS_Q + 1); ++i)
+        slopes[i] = i % (HEADS_Q + 1) == HEADS_Q ? NAN : 0.125f;
     fa_fwd_args f = make_forward(fx, -1, -1, -1);
-    f.opts.softmax_scale = -0.5f;
+    f.opts.alibi_slopes = slopes;
+    f.opts.alibi_batch_stride = HEADS_Q + 1;
+    assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
+    f = make_forward(fx, -1, -1, -1);
     f.opts.window_left = -1;
     f.opts.window_right = 0;
     f.opts.dropout_p = 0.0f;
@@ -582,7 +588,7 @@ int main(void)
         cmocka_unit_test(test_empty_query_sequence),
         cmocka_unit_test(test_empty_query_many_heads),
         cmocka_unit_test(test_empty_key_sequence),
-        cmocka_unit_test(test_negative_scale_and_valid_windows_are_accepted),
+        cmocka_unit_test(test_valid_windows_and_unused_slopes_are_accepted),
         cmocka_unit_test(test_huge_windows_equal_unbounded),
         cmocka_unit_test(test_contiguous_tensor_of_impossible_shape),
         cmocka_unit_test(test_success_clears_last_error),

@@ -26,7 +26,8 @@ typedef enum case_id {
     DK_ALIASES_DV, DQ_ROWS_OVERLAP,
     SOFTCAP_NAN, SOFTCAP_INF, SOFTCAP_NEGATIVE, SOFTCAP_SCALE_RATIO_OVERFLOWS, ALIBI_STRIDE_WITHOUT_SLOPES,
     ALIBI_STRIDE_BELOW_HEADS, ALIBI_STRIDE_NEGATIVE, ALIBI_SPAN_OVERFLOWS, ALIBI_INVERSE_SCALE_OVERFLOWS,
-    ALIBI_INSIDE_O, ALIBI_INSIDE_LSE, ALIBI_INSIDE_DK,
+    ALIBI_INSIDE_O, ALIBI_INSIDE_LSE, ALIBI_INSIDE_DK, SCALE_NEGATIVE, ALIBI_SLOPE_NAN, ALIBI_SLOPE_INF,
+    ALIBI_SLOPE_MINUS_INF,
 } case_id;
 
 typedef struct invalid_case {
@@ -133,10 +134,25 @@ static const invalid_case invalid_cases[] = {
     CASE(ALIBI_INSIDE_O, FORWARD, FA_ERR_INVALID_ARG, "alibi_slopes", "overlap"),
     CASE(ALIBI_INSIDE_LSE, FORWARD, FA_ERR_INVALID_ARG, "alibi_slopes", "overlap"),
     CASE(ALIBI_INSIDE_DK, BACKWARD, FA_ERR_INVALID_ARG, "alibi_slopes", "overlap"),
+    /* the kernels take a row's maximum before scaling, which a negative scale would turn into its minimum */
+    CASE(SCALE_NEGATIVE, BOTH, FA_ERR_INVALID_ARG, "softmax_scale", ">= 0"),
+    CASE(ALIBI_SLOPE_NAN, BOTH, FA_ERR_INVALID_ARG, "alibi_slopes[7]", "not finite"),
+    CASE(ALIBI_SLOPE_INF, BOTH, FA_ERR_INVALID_ARG, "alibi_slopes[7]", "not finite"),
+    CASE(ALIBI_SLOPE_MINUS_INF, BOTH, FA_ERR_INVALID_ARG, "alibi_slopes[3]", "not finite"),
 };
 
 /* ALiBi slopes for the cases above that need a valid pointer: [BATCH][HEADS_Q + 1] */
 static float alibi_slopes[BATCH * (HEADS_Q + 1)];
+/* Slopes of which one that the call uses is not finite: entry `bad` holds `value` */
+static float bad_slopes[BATCH * (HEADS_Q + 1)];
+
+static const float *slopes_with(int bad, float value)
+{
+    for (int i = 0; i < BATCH * (HEADS_Q + 1); ++i)
+        bad_slopes[i] = 0.25f;
+    bad_slopes[bad] = value;
+    return bad_slopes;
+}
 
 /* Block masks used by the mask cases; built once per test run. */
 static fa_block_mask mask_short_rows, mask_short_cols, mask_two_heads, mask_null_bits, mask_zero_block;
@@ -245,6 +261,11 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case SCALE_NAN: a.opts->softmax_scale = NAN; break;
     case SCALE_INF: a.opts->softmax_scale = INFINITY; break;
     case SCALE_MINUS_INF: a.opts->softmax_scale = -INFINITY; break;
+    case SCALE_NEGATIVE: a.opts->softmax_scale = -0.5f; break;
+    /* [BATCH][HEADS_Q + 1] rows: entry 7 is sequence 1's head 2 */
+    case ALIBI_SLOPE_NAN: a.opts->alibi_slopes = slopes_with(7, NAN); a.opts->alibi_batch_stride = HEADS_Q + 1; break;
+    case ALIBI_SLOPE_INF: a.opts->alibi_slopes = slopes_with(7, INFINITY); a.opts->alibi_batch_stride = HEADS_Q + 1; break;
+    case ALIBI_SLOPE_MINUS_INF: a.opts->alibi_slopes = slopes_with(3, -INFINITY); break;
     case WINDOW_LEFT_MINUS_2: a.opts->window_left = -2; break;
     case WINDOW_RIGHT_MINUS_5: a.opts->window_right = -5; break;
     case WINDOW_LEFT_INT64_MIN: a.opts->window_left = INT64_MIN; break;
