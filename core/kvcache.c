@@ -100,12 +100,19 @@ static fa_status read_cache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_pro
     return FA_SUCCESS;
 }
 
+/* A tensor argument is given when it names memory or a shape: an empty table (a 0-byte buffer
+ * may come back from an allocator as NULL) is given, and judged by its shape. */
+static int tensor_given(const fa_tensor *t)
+{
+    return t->data != NULL || t->ndim != 0;
+}
+
 /* Rotary tables and the positions they must cover. */
 static fa_status read_rotary(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem *kp, fa_span *s_cos,
                              fa_span *s_sin)
 {
     s_cos->lo = s_cos->hi = s_sin->lo = s_sin->hi = 0;
-    kp->rotary = a->rotary_cos.data != NULL || a->rotary_sin.data != NULL;
+    kp->rotary = tensor_given(&a->rotary_cos) || tensor_given(&a->rotary_sin);
     if (!kp->rotary)
         return FA_SUCCESS;
     const fa_tensor *c = &a->rotary_cos, *s = &a->rotary_sin;
@@ -134,6 +141,92 @@ static fa_view cache_view(const fa_tensor *t)
 {
     fa_view v = {t->data, t->stride[0], t->stride[1], t->stride[2]};
     return v;
+}
+
+/* One sequence's use of one page (paged) or cache row (contiguous, cache_batch_idx): it reads or
+ * writes rows 0 .. len - 1 of it, and writes rows from wlo on (none when wlo >= len). */
+typedef struct kv_slot_use {
+    int64_t page, len, wlo, seq, index;
+} kv_slot_use;
+
+static int compare_slot_use(const void *a, const void *b)
+{
+    const kv_slot_use *x = a, *y = b;
+    return x->page < y->page ? -1 : x->page > y->page;
+}
+
+/* Appending must not lose a key: a cache slot that a sequence writes is used by no other sequence
+ * (nor by the same sequence at another position, a page listed twice in its block_table row).
+ * Pages shared only for reading (a common prefix) stay legal. Every use of a page starts at its
+ * row 0, so a write from row w conflicts exactly with another use longer than w: per page, the
+ * two longest uses tell. Called with the host arrays checked in range. */
+static fa_status check_exclusive_writes(fa_context *ctx, const fa_kv_problem *kp)
+{
+    const fa_problem *p = &kp->p;
+    if (kp->device_check || !kp->has_new || kp->seqlen_knew == 0 || (!kp->paged && !kp->host_batch_idx))
+        return FA_SUCCESS; /* no host arrays, no writes, or each sequence in its own cache row */
+    int64_t n = 0;
+    for (int64_t b = 0; b < p->batch; ++b)
+        n += kp->paged ? (fa_kv_seqlen(kp, b) + kp->page_size - 1) / kp->page_size : 1;
+    if (n < 2)
+        return FA_SUCCESS;
+    if ((uint64_t)n > (uint64_t)(SIZE_MAX / sizeof(kv_slot_use)))
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "the pages in use overflow the host's memory");
+    kv_slot_use *use = malloc(sizeof *use * (size_t)n);
+    if (!use)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate %lld page records", (long long)n);
+    int64_t k = 0;
+    for (int64_t b = 0; b < p->batch; ++b) {
+        const int64_t total = fa_kv_seqlen(kp, b), cached = total - kp->seqlen_knew;
+        if (!kp->paged) {
+            use[k++] = (kv_slot_use){kp->host_batch_idx[b], total, cached, b, 0};
+            continue;
+        }
+        for (int64_t i = 0; i * kp->page_size < total; ++i) {
+            const int64_t first = i * kp->page_size, rest = total - first;
+            use[k++] = (kv_slot_use){kp->host_block_table[b * kp->block_table_stride + i],
+                                     rest < kp->page_size ? rest : kp->page_size,
+                                     cached > first ? cached - first : 0, b, i};
+        }
+    }
+    qsort(use, (size_t)n, sizeof *use, compare_slot_use);
+    fa_status st = FA_SUCCESS;
+    for (int64_t g = 0, end; g < n && st == FA_SUCCESS; g = end) {
+        int64_t top = g, second = -1; /* the longest use of the page and the next longest */
+        for (end = g + 1; end < n && use[end].page == use[g].page; ++end) {
+            if (use[end].len > use[top].len) {
+                second = top;
+                top = end;
+            } else if (second < 0 || use[end].len > use[second].len) {
+                second = end;
+            }
+        }
+        for (int64_t e = g; e < end && second >= 0; ++e) {
+            const int64_t other = e == top ? second : top;
+            if (use[e].wlo >= use[e].len || use[other].len <= use[e].wlo)
+                continue;
+            const kv_slot_use *w = &use[e], *o = &use[other];
+            if (kp->paged)
+                st = FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                              "block_table: sequence %lld appends into page %lld (block_table[%lld][%lld], rows %lld .. "
+                              "%lld), which block_table[%lld][%lld] also uses (rows 0 .. %lld): a slot written by one "
+                              "sequence must be used by no other, or a key is lost",
+                              (long long)w->seq, (long long)w->page, (long long)w->seq, (long long)w->index,
+                              (long long)w->wlo, (long long)w->len - 1, (long long)o->seq, (long long)o->index,
+                              (long long)o->len - 1);
+            else
+                st = FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                              "cache_batch_idx: sequences %lld and %lld share cache row %lld, and sequence %lld appends "
+                              "at positions %lld .. %lld, which sequence %lld also uses (0 .. %lld): a slot written by "
+                              "one sequence must be used by no other, or a key is lost",
+                              (long long)(w->seq < o->seq ? w->seq : o->seq), (long long)(w->seq < o->seq ? o->seq : w->seq),
+                              (long long)w->page, (long long)w->seq, (long long)w->wlo, (long long)w->len - 1,
+                              (long long)o->seq, (long long)o->len - 1);
+            break;
+        }
+    }
+    free(use);
+    return st;
 }
 
 /* The host arrays: lengths against capacity, pages and batch rows in range; p.seqlen_k. Arrays
@@ -174,6 +267,9 @@ static fa_status check_arrays(fa_context *ctx, fa_kv_problem *kp)
         if (need > rot_need)
             rot_need = need;
     }
+    fa_status st = check_exclusive_writes(ctx, kp);
+    if (st != FA_SUCCESS)
+        return st;
     if (kp->rotary && rot_need > kp->seqlen_ro)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "rotary: positions up to %lld need %lld table rows, seqlen_ro is %lld",
                         (long long)rot_need - 1, (long long)rot_need, (long long)kp->seqlen_ro);
@@ -207,7 +303,7 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
     p->has_lse = a->lse.data != NULL;
     if (p->has_lse && (st = fa_check_tensor(ctx, "lse", &a->lse, 3, sl, FA_DTYPE_F32, 1, &s_l)))
         return st;
-    kp->has_new = a->k_new.data != NULL || a->v_new.data != NULL;
+    kp->has_new = tensor_given(&a->k_new) || tensor_given(&a->v_new);
     if (kp->has_new) {
         if (a->k_new.ndim != 4)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "k_new: ndim is %d, expected 4", a->k_new.ndim);
@@ -244,18 +340,20 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
     if (a->opts.dropout_p != 0.0f || a->opts.block_mask || a->opts.deterministic)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
                         "fa_forward_kvcache takes no dropout, block mask or deterministic flag (a forward for inference)");
-    if ((st = fa_check_options(ctx, &a->opts, p)) || (st = fa_check_alibi(ctx, &a->opts, p, outs, out_names, n_outs)))
-        return st;
-    if (a->num_splits < 0)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "num_splits = %d must be >= 0 (0: chosen by the backend)",
-                        a->num_splits);
-    kp->num_splits = a->num_splits;
     if (a->check_on_device) {
         fa_capabilities caps;
         memset(&caps, 0, sizeof caps);
         ctx->backend->capabilities(&caps);
         kp->device_check = (caps.features & FA_FEATURE_KVCACHE_DEVICE_CHECK) != 0;
     }
+    /* checked on the device, the call reads no value on the host: the slopes included */
+    if ((st = fa_check_options(ctx, &a->opts, p)) ||
+        (st = fa_check_alibi(ctx, &a->opts, p, outs, out_names, n_outs, !kp->device_check)))
+        return st;
+    if (a->num_splits < 0)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "num_splits = %d must be >= 0 (0: chosen by the backend)",
+                        a->num_splits);
+    kp->num_splits = a->num_splits;
     /* the int32 arrays, read on the host unless the device checks them */
     int64_t n_seq = B, n_bt = 0, n_idx = a->cache_batch_idx ? B : 0, n_all;
     if (kp->paged && !fa_mul_ok(B, kp->block_table_stride, &n_bt))

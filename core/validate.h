@@ -22,8 +22,9 @@ int fa_spans_overlap(fa_span a, fa_span b);
 fa_status fa_check_heads(fa_context *ctx, fa_problem *p);
 /* The options into p (scale, masks, dropout, softcap, block mask; p's sizes must be set). */
 fa_status fa_check_options(fa_context *ctx, const fa_options *o, fa_problem *p);
-/* ALiBi's slopes: their span must not meet an output's. */
+/* ALiBi's slopes: their span must not meet an output's; read_values: each slope used is finite
+ * (read on the host). */
 fa_status fa_check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const fa_span *outs,
-                         const char *const *out_names, int n_outs);
+                         const char *const *out_names, int n_outs, int read_values);
 
 #endif
