@@ -64,11 +64,13 @@ static inline float fa_softmax_inv_sum(fa_softmax_row row)
 /* Merge of two partial results of the same query row over disjoint key sets, given as
  * normalised outputs o_a, o_b (length d) and their LSEs (the form split-KV and ring attention
  * exchange). Writes the merged output into o_out (may alias o_a) and returns the merged LSE.
- * Fully masked parts (LSE -inf) contribute nothing; both masked gives O = 0, LSE = -inf. */
+ * Fully masked parts (LSE -inf) contribute nothing; both masked gives O = 0, LSE = -inf; a NaN
+ * LSE gives NaN. */
 static inline float fa_softmax_merge(float lse_a, const float *o_a, float lse_b, const float *o_b,
                                      float *o_out, int64_t d)
 {
-    float m = lse_a > lse_b ? lse_a : lse_b;
+    /* a NaN part makes the merge NaN: never mistaken for a masked one */
+    float m = lse_a > lse_b || isnan(lse_a) ? lse_a : lse_b;
     if (m == -INFINITY) {
         for (int64_t c = 0; c < d; ++c)
             o_out[c] = 0.0f;

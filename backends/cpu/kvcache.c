@@ -388,7 +388,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
                 }
                 if (modded)
                     sr[j] = fa_score_mod_apply(&mod[r], sr[j], fa_alibi_row(i, sk - Sn, col), NULL);
-                tmax = sr[j] > tmax ? sr[j] : tmax;
+                tmax = sr[j] > tmax || isnan(sr[j]) ? sr[j] : tmax; /* NaN is kept: the row's result is NaN */
             }
             for (int64_t j = nk; j < fa_round_up(nk, VEC); ++j)
                 sr[j] = -INFINITY;

@@ -135,7 +135,8 @@ __kernel void fa_kv_decode(__global const long *prm, float scale, __global const
             acc[c] = acc[c] * alpha + w * FA_LOAD(vc, vo + c);
         mx = mnew;
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f, lrow = l > 0.0f ? mx + log(l) : -INFINITY;
+    /* l is 0 only when the row saw no key; NaN (from a NaN score) stays NaN in o and lse */
+    const float inv = l == 0.0f ? 0.0f : 1.0f / l, lrow = l == 0.0f ? -INFINITY : mx + log(l);
     if (splits > 1) {
         __global float *dst = partial + ((b * hq + h) * sn * splits + i * splits + split) * (FA_D + 1);
         for (int c = 0; c < FA_D; ++c)
@@ -165,8 +166,10 @@ __kernel void fa_kv_combine(__global const long *prm, __global const float *part
     const long row = id / FA_D, h = row / sn, i = row % sn;
     __global const float *part = partial + ((b * hq + h) * sn + i) * splits * (FA_D + 1);
     float mx = -INFINITY;
-    for (long s = 0; s < splits; ++s)
-        mx = fmax(mx, part[s * (FA_D + 1) + FA_D]);
+    for (long s = 0; s < splits; ++s) {
+        const float ls = part[s * (FA_D + 1) + FA_D];
+        mx = ls > mx || isnan(ls) ? ls : mx; /* a NaN part makes the row NaN */
+    }
     float sum = 0.0f, a = 0.0f;
     if (mx != -INFINITY)
         for (long s = 0; s < splits; ++s) {
@@ -178,10 +181,10 @@ __kernel void fa_kv_combine(__global const long *prm, __global const float *part
             a += w * part[s * (FA_D + 1) + c];
         }
     const fa_ocl_view vo_ = fa_kv_view(prm, FA_KT_O);
-    FA_STORE(o, vo_.off + b * vo_.sb + i * vo_.ss + h * vo_.sh + c, sum > 0.0f ? a / sum : 0.0f);
+    FA_STORE(o, vo_.off + b * vo_.sb + i * vo_.ss + h * vo_.sh + c, sum == 0.0f ? 0.0f : a / sum);
     if (c == 0 && prm[FA_KV_HAS_LSE]) {
         const fa_ocl_view vl = fa_kv_view(prm, FA_KT_LSE);
-        lse[vl.off + b * vl.sb + h * vl.sh + i * vl.ss] = sum > 0.0f ? mx + log(sum) : -INFINITY;
+        lse[vl.off + b * vl.sb + h * vl.sh + i * vl.ss] = sum == 0.0f ? -INFINITY : mx + log(sum);
     }
 }
 
