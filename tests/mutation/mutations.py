@@ -228,4 +228,47 @@ MUTATIONS = [
              "                    const int64_t re = seg_end < nr ? seg_end : nr;\n                    direct_pv("),
         ],
     },
+    {
+        "id": "kv-page-offset-power-of-two",
+        "what": "the CPU KV cache's row inside a page taken as t & (page_size - 1), right only for page sizes "
+                "that are powers of two (kvcache.c cache_offset)",
+        "edits": [
+            ("backends/cpu/kvcache.c", "(t % kp->page_size) * v->ss", "(t & (kp->page_size - 1)) * v->ss"),
+        ],
+    },
+    {
+        "id": "kv-alibi-slope-of-kv-head",
+        "what": "the CPU KV cache's ALiBi slope indexed by the kv head instead of the query head (kvcache.c: "
+                "differs only under GQA / MQA)",
+        "edits": [
+            ("backends/cpu/kvcache.c", "p->alibi_slopes[fa_alibi_slope_index(f, b, hq)]",
+             "p->alibi_slopes[fa_alibi_slope_index(f, b, hq / p->group)]"),
+        ],
+    },
+    {
+        "id": "kv-rotary-bound-one-short",
+        "what": "a rotary table one row shorter than the positions need is accepted and read past its end "
+                "(core/kvcache.c check_arrays)",
+        "edits": [
+            ("core/kvcache.c", "if (kp->rotary && rot_need > kp->seqlen_ro)", "if (kp->rotary && rot_need > kp->seqlen_ro + 1)"),
+        ],
+    },
+    {
+        "id": "kv-shared-write-accepted",
+        "what": "a page that one sequence appends into and another uses is accepted, and a key is lost "
+                "(core/kvcache.c check_exclusive_writes)",
+        "edits": [
+            ("core/kvcache.c", "if (use[e].wlo >= use[e].len || use[other].len <= use[e].wlo)",
+             "if (use[e].wlo >= use[e].len || use[other].len <= use[e].len)"),
+        ],
+    },
+    {
+        "id": "kv-nan-row-hidden",
+        "what": "the CPU KV cache's block maximum skips NaN scores, so a row whose visible scores are all NaN "
+                "reads as one that sees no key (O = 0, LSE = -inf) instead of NaN (kvcache.c)",
+        "edits": [
+            ("backends/cpu/kvcache.c", "tmax = sr[j] > tmax || isnan(sr[j]) ? sr[j] : tmax;",
+             "tmax = sr[j] > tmax ? sr[j] : tmax;"),
+        ],
+    },
 ]
