@@ -347,6 +347,10 @@ def _aux_on(ref, values, dtype, name):
     array in host memory (copied to the device at the call where the context is not the CPU)."""
     if _is_torch(values) or _is_torch(ref):
         import torch
+        if dtype == "int32":  # checked where a cast would change a value; int32 tensors stay where they are
+            if not (_is_torch(values) and values.dtype == torch.int32):
+                values = torch.from_numpy(int32_array(values, name))
+            return values.to(device=ref.device).contiguous()
         t = values if _is_torch(values) else torch.as_tensor(values)
         return t.to(device=ref.device, dtype=getattr(torch, dtype)).contiguous()
     import numpy as np
@@ -362,10 +366,51 @@ def _aux_on(ref, values, dtype, name):
             return f
     if isinstance(values, (str, bytes)):
         raise TypeError(f"{name}: expected {dtype} values, got {type(values).__name__}")
+    if dtype == "int32":
+        return int32_array(values, name)
     try:
         return np.ascontiguousarray(values, dtype=dtype)
     except (TypeError, ValueError) as e:
         raise TypeError(f"{name}: expected {dtype} values, got {type(values).__name__} ({e})") from None
+
+
+_C_INTEGERS = {"int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1), "uint64": (0, 2 ** 64 - 1)}
+
+
+def c_integer(value, name, ctype):
+    """value as a Python int for a C field of type ctype ("int32", "int64", "uint64"): an integer
+    (not a bool) that fits, else TypeError / OverflowError; ctypes would truncate it silently."""
+    v = _integer(value, name)
+    lo, hi = _C_INTEGERS[ctype]
+    if not lo <= v <= hi:
+        raise OverflowError(f"{name} = {v} does not fit {ctype} ({lo} .. {hi})")
+    return v
+
+
+def int32_array(values, name):
+    """values (a NumPy array, a sequence of integers, a torch tensor in host memory) as a
+    contiguous NumPy int32 array, refusing what a cast would change: floats and bools (TypeError),
+    integers outside int32 (OverflowError)."""
+    import numpy as np
+    if _is_torch(values):
+        values = values.detach().cpu().numpy()
+    try:
+        a = np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"{name}: expected int32 values, got {type(values).__name__} ({e})") from None
+    if a.size == 0:  # no value to change (an empty list is float64 to NumPy)
+        return np.zeros(a.shape, dtype=np.int32)
+    if a.dtype.kind == "O":  # Python integers beyond int64, or mixed objects
+        flat = [c_integer(x, name, "int32") for x in a.ravel()]
+        return np.ascontiguousarray(np.array(flat, dtype=np.int32).reshape(a.shape))
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected integers (int32), got dtype {a.dtype}: a cast would change the values")
+    if a.dtype.itemsize >= 4 and a.dtype != np.int32:
+        lo, hi = int(a.min()), int(a.max())
+        if lo < -2 ** 31 or hi > 2 ** 31 - 1:
+            bad = lo if lo < -2 ** 31 else hi
+            raise OverflowError(f"{name}: value {bad} does not fit int32")
+    return np.ascontiguousarray(a, dtype=np.int32)
 
 
 def _int32_on(ref, values, name="cu_seqlens"):
@@ -484,10 +529,17 @@ def check_softcap(softcap):
 
 
 def check_scale(softmax_scale):
-    s = float(softmax_scale)
-    if not (math.isfinite(s) and s > 0.0):
-        raise ValueError(f"softmax_scale must be finite and > 0, got {softmax_scale}")
-    return s
+    """softmax_scale as the float32 the library receives; its value is the library's to judge
+    (finite and >= 0, 0 selecting 1 / sqrt(d))."""
+    return float32_value(softmax_scale, "softmax_scale")
+
+
+def float32_value(value, name):
+    """A real number for a float32 field: OverflowError where a finite value would become inf."""
+    v = _real(value, name)
+    if math.isfinite(v) and abs(v) > 3.4028234663852886e38 * (1 + 2 ** -25):
+        raise OverflowError(f"{name} = {value} does not fit float32")
+    return v
 
 
 def _real(value, name):
@@ -512,9 +564,10 @@ def _flag(value, name):
 
 
 def _pair(value, name):
+    """A pair of integers for two int64 fields (a window, a block size)."""
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError(f"{name} must be a pair of integers (left, right), got {value!r}")
-    return _integer(value[0], name), _integer(value[1], name)
+    return c_integer(value[0], f"{name}[0]", "int64"), c_integer(value[1], f"{name}[1]", "int64")
 
 
 def check_options(dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -558,8 +611,8 @@ class Call:
         self.softmax_scale = 0.0 if softmax_scale is None else check_scale(softmax_scale)
         self.causal, self.window = _flag(causal, "causal"), _pair(window_size, "window_size")
         self.deterministic = _flag(deterministic, "deterministic")
-        self.seed = _integer(seed, "seed") if seed is not None else 0
-        self.offset = _integer(offset, "offset")
+        self.seed = c_integer(seed, "seed", "uint64") if seed is not None else 0
+        self.offset = c_integer(offset, "offset", "uint64")
         self.backend = backend
         shape = _shape_of(q)
         self.varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -571,7 +624,8 @@ class Call:
             if len(self.cu_q.shape) != 1 or tuple(self.cu_q.shape) != tuple(self.cu_k.shape) or self.cu_q.shape[0] < 1:
                 raise ValueError("cu_seqlens_q and cu_seqlens_k must be 1-D of the same length batch + 1")
             self.batch = self.cu_q.shape[0] - 1
-            self.max_seqlen = (_integer(max_seqlen_q, "max_seqlen_q"), _integer(max_seqlen_k, "max_seqlen_k"))
+            self.max_seqlen = (c_integer(max_seqlen_q, "max_seqlen_q", "int64"),
+                               c_integer(max_seqlen_k, "max_seqlen_k", "int64"))
         self.mask = None
         if block_mask is not None:
             self._make_mask(block_mask, block_size)
@@ -635,7 +689,7 @@ class Call:
         o.causal = int(self.causal)
         o.window_left, o.window_right = self.window
         o.dropout_p = self.dropout_p
-        o.dropout_seed, o.dropout_offset = self.seed & (2 ** 64 - 1), self.offset & (2 ** 64 - 1)
+        o.dropout_seed, o.dropout_offset = self.seed, self.offset
         if self.mask is not None:
             o.block_mask = C.pointer(self.mask)
         o.deterministic = int(self.deterministic)
@@ -746,10 +800,16 @@ def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
     batch = shape[0]
     call = Call(q, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                 alibi_slopes=alibi_slopes, backend=backend)
+    # appending writes into the caches: memory the caller marked read-only is refused, not written
+    for name in ("k_cache", "v_cache") if k is not None else ():
+        array = views[name].array
+        if array is not None and not array.flags.writeable:
+            raise ValueError(f"{name} is read-only (writeable=False): appending k / v writes into it in place")
+    num_splits = c_integer(num_splits, "num_splits", "int32")
     ints = {}
     if cache_seqlens is not None:
         if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
-            cache_seqlens = [int(cache_seqlens)] * batch
+            cache_seqlens = [c_integer(cache_seqlens, "cache_seqlens", "int32")] * batch
         ints["cache_seqlens"] = _int32_on(q, cache_seqlens, "cache_seqlens")
     if cache_batch_idx is not None:
         ints["cache_batch_idx"] = _int32_on(q, cache_batch_idx, "cache_batch_idx")
@@ -787,7 +847,7 @@ def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
             a.block_table = m.address(ints["block_table"])
             a.block_table_stride = ints["block_table"].shape[1]
         a.opts = call.options(m)
-        a.num_splits = _integer(num_splits, "num_splits")
+        a.num_splits = num_splits
         a.check_on_device = int(_flag(check_on_device, "check_on_device"))
         return a
 

@@ -14,9 +14,10 @@ Tensor = torch.Tensor
 
 def _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal, window_left,
           window_right, deterministic, seed, offset, softcap, alibi_slopes):
-    return _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale if softmax_scale > 0.0 else None,
+    return _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale if softmax_scale != 0.0 else None,
                       causal=causal, window_size=(window_left, window_right), deterministic=deterministic,
-                      seed=seed if dropout_p > 0.0 else None, offset=offset, block_mask=block_mask,
+                      seed=_from_int64(seed) if dropout_p > 0.0 else None, offset=_from_int64(offset),
+                      block_mask=block_mask,
                       block_size=(block_q, block_k) if block_mask is not None else None, cu_seqlens_q=cu_q,
                       cu_seqlens_k=cu_k, max_seqlen_q=max_q if cu_q is not None else None,
                       max_seqlen_k=max_k if cu_k is not None else None, softcap=softcap, alibi_slopes=alibi_slopes)
@@ -117,9 +118,23 @@ def _eager(*tensors):
 
 
 def _as_tensor(x, ref, dtype):
-    if x is None or isinstance(x, Tensor):
+    """x as a tensor of dtype; int32 values go through _core's checks (no silent cast), on ref's device."""
+    if x is None:
         return x
-    return torch.as_tensor(x, dtype=dtype, device=ref.device if dtype == torch.int32 else "cpu")
+    if dtype == torch.int32:
+        return _core._int32_on(ref, x, "int32 array")
+    if isinstance(x, Tensor):
+        return x
+    return torch.as_tensor(x, dtype=dtype, device="cpu")
+
+
+def _to_int64(v):
+    """A uint64 value in the operator's int64 (two's complement); _from_int64 restores it."""
+    return v - 2 ** 64 if v >= 2 ** 63 else v
+
+
+def _from_int64(v):
+    return v + 2 ** 64 if v < 0 else v
 
 
 def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
@@ -132,13 +147,17 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
         _core.check_scale(softmax_scale)
     if alibi_slopes is not None and not isinstance(alibi_slopes, Tensor):
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
-    bq, bk = (int(block_size[0]), int(block_size[1])) if block_mask is not None else (0, 0)
-    args = (q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32),
-            int(max_seqlen_q) if max_seqlen_q is not None else 0, int(max_seqlen_k) if max_seqlen_k is not None else 0,
+    bq, bk = _core._pair(block_size, "block_size") if block_mask is not None else (0, 0)
+    window = _core._pair(window_size, "window_size")
+    max_q = _core.c_integer(max_seqlen_q, "max_seqlen_q", "int64") if max_seqlen_q is not None else 0
+    max_k = _core.c_integer(max_seqlen_k, "max_seqlen_k", "int64") if max_seqlen_k is not None else 0
+    # the operator's int is int64: a seed above 2^63 travels as its two's complement, restored in _call
+    seed = _core.c_integer(seed, "seed", "uint64") if seed is not None else 0
+    offset = _core.c_integer(offset, "offset", "uint64")
+    args = (q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32), max_q, max_k,
             _as_tensor(block_mask, q, torch.uint8), bq, bk, float(dropout_p),
-            float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
-            int(window_size[1]), bool(deterministic), int(seed) if seed is not None else 0, int(offset),
-            _core.check_softcap(softcap), alibi_slopes)
+            float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
+            bool(deterministic), _to_int64(seed), _to_int64(offset), _core.check_softcap(softcap), alibi_slopes)
     if _eager(q, k, v):
         return _EagerAttention.apply(*args)
     return fwd(*args)
@@ -155,7 +174,7 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
     return _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                  cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                                  block_table=block_table,
-                                 softmax_scale=softmax_scale if softmax_scale > 0.0 else None, causal=causal,
+                                 softmax_scale=softmax_scale if softmax_scale != 0.0 else None, causal=causal,
                                  window_size=(window_left, window_right), softcap=softcap,
                                  rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
                                  num_splits=num_splits, check_on_device=check_on_device)
@@ -173,8 +192,9 @@ def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=Non
     cache_seqlens becomes one int32 entry per sequence, int arrays become int32 tensors on q's device."""
     if softmax_scale is not None:  # the operator takes 0 for None: check a given one here
         _core.check_scale(softmax_scale)
-    if isinstance(cache_seqlens, int):
-        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((q.shape[0],), _core.c_integer(cache_seqlens, "cache_seqlens", "int32"),
+                                   dtype=torch.int32, device=q.device)
     if alibi_slopes is not None and not isinstance(alibi_slopes, Tensor):
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
     if type(q) is Tensor and type(k_cache) is Tensor and not torch.compiler.is_compiling():
@@ -188,8 +208,9 @@ def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=Non
                                      window_size=window_size, softcap=_core.check_softcap(softcap),
                                      rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
                                      num_splits=num_splits, check_on_device=check_on_device)
+    window = _core._pair(window_size, "window_size")
     return fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _as_tensor(cache_seqlens, q, torch.int32),
                        _as_tensor(cache_batch_idx, q, torch.int32), _as_tensor(block_table, q, torch.int32),
-                       float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), int(window_size[0]),
-                       int(window_size[1]), _core.check_softcap(softcap), bool(rotary_interleaved), alibi_slopes,
-                       int(num_splits), bool(check_on_device))
+                       float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
+                       _core.check_softcap(softcap), bool(rotary_interleaved), alibi_slopes,
+                       _core.c_integer(num_splits, "num_splits", "int32"), bool(check_on_device))
