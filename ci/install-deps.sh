@@ -6,9 +6,10 @@ export DEBIAN_FRONTEND=noninteractive
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential meson ninja-build pkg-config libcmocka-dev python3 python3-numpy python3-pytest python3-venv \
+  build-essential meson ninja-build pkg-config libcmocka-dev python3 python3-numpy python3-pytest python3-hypothesis python3-venv \
   ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd hipcc clang libclang-rt-14-dev pypy3 >/dev/null
-# python3-pytest runs the Python package's suite under meson test; python3-venv lets CI check
+# python3-pytest runs the Python package's suite under meson test (python3-hypothesis: its
+# property-based tests); python3-venv lets CI check
 # `pip install .` in a fresh virtual environment (its build tools come from PyPI). Debian 12 has
 # no ml_dtypes (bfloat16 NumPy arrays): meson's python-pytest run reports the bf16 cases as
 # skipped, with that reason; .ci/run's pip environment installs it with the test extra
