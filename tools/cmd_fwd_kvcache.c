@@ -159,6 +159,41 @@ static int file_error(const kv_job *j, int role, const char *what)
     return EXIT_USAGE;
 }
 
+/* The largest row norm among the cached keys the call reads: sequence b's first cache_seqlens[b]
+ * tokens (every sequence's seqlen_cache without the array) of every kv head, in its cache row or
+ * pages. Rows past the lengths are never read, so whatever they hold cannot overflow a score.
+ * Values the library will refuse (a length past the cache, a page out of range) are skipped. */
+static double cached_key_norm(const kv_job *j)
+{
+    const npy_array *kc = &j->in[K_KC], *cs = &j->in[K_CS], *bt = &j->in[K_BT], *bi = &j->in[K_BI];
+    if (kc->ndim != 4 || kc->count == 0)
+        return 0.0;
+    const int64_t rows = kc->shape[0], per_row = kc->shape[1], d = kc->shape[3], token = kc->shape[2] * d;
+    const size_t elem = kc->bytes / (size_t)kc->count;
+    const int paged = j->in_path[K_BT] != NULL;
+    double best = 0.0;
+    for (int64_t b = 0; b < j->in[K_Q].shape[0]; ++b) {
+        const int64_t len = j->in_path[K_CS] ? ((const int32_t *)cs->data)[b] : per_row;
+        for (int64_t first = 0; first < len; first += per_row) {
+            int64_t row = b;
+            if (paged) {
+                if (first / per_row >= bt->shape[1])
+                    break;
+                row = ((const int32_t *)bt->data)[b * bt->shape[1] + first / per_row];
+            } else if (j->in_path[K_BI]) {
+                row = ((const int32_t *)bi->data)[b];
+            }
+            if (row < 0 || row >= rows || (!paged && first > 0))
+                break;
+            const int64_t n = len - first < per_row ? len - first : per_row;
+            const double norm = max_row_norm(j->dtype, (const char *)kc->data + (size_t)(row * per_row * token) * elem,
+                                             n * token, d);
+            best = norm > best ? norm : best;
+        }
+    }
+    return best;
+}
+
 /* Outputs checked, inputs read, dtypes checked against Q's (the library checks the shapes). */
 static int load(kv_job *j)
 {
@@ -208,9 +243,9 @@ static int load(kv_job *j)
         return usage_error("fwd", "--cache-seqlens and --cache-batch-idx must be int32 [batch]");
     if (j->in_path[K_BT] && (j->in[K_BT].ndim != 2 || j->in[K_BT].shape[0] != q->shape[0]))
         return file_error(j, K_BT, "must be int32 [batch, pages per sequence]");
-    const npy_array *kc = &j->in[K_KC];
-    int rc = check_score_range("fwd", j->opts.softmax_scale, j->dtype, q->shape[3], q->data, q->count, j->in_path[K_Q],
-                               kc->data, kc->count, j->in_path[K_KC]);
+    const double nq = max_row_norm(j->dtype, q->data, q->count, q->shape[3]);
+    int rc = check_score_bound("fwd", j->opts.softmax_scale, q->shape[3], nq, j->in_path[K_Q], cached_key_norm(j),
+                               j->in_path[K_KC]);
     if (!rc && j->in_path[K_KN])
         rc = check_score_range("fwd", j->opts.softmax_scale, j->dtype, q->shape[3], q->data, q->count, j->in_path[K_Q],
                                j->in[K_KN].data, j->in[K_KN].count, j->in_path[K_KN]);

@@ -84,9 +84,11 @@ int shape_bytes(int ndim, const int64_t *shape, size_t elem, int64_t *count, siz
 
 /* The largest Euclidean norm of the count / d rows of d elements (non-finite elements left out:
  * they propagate as documented, and are not what the score bound is about). */
-static double max_row_norm(fa_dtype dt, const void *data, int64_t count, int64_t d)
+double max_row_norm(fa_dtype dt, const void *data, int64_t count, int64_t d)
 {
     double best = 0.0;
+    if (d <= 0)
+        return best;
     for (int64_t row = 0; row < count / d; ++row) {
         double sum = 0.0;
         for (int64_t c = 0; c < d; ++c) {
@@ -105,8 +107,16 @@ int check_score_range(const char *cmd, float softmax_scale, fa_dtype dt, int64_t
 {
     if (d <= 0) /* no scores at all; the library judges the shape */
         return 0;
+    return check_score_bound(cmd, softmax_scale, d, max_row_norm(dt, q, q_count, d), q_name,
+                             max_row_norm(dt, k, k_count, d), k_name);
+}
+
+int check_score_bound(const char *cmd, float softmax_scale, int64_t d, double nq, const char *q_name, double nk,
+                      const char *k_name)
+{
+    if (d <= 0)
+        return 0;
     double scale = softmax_scale != 0.0f ? fabs((double)softmax_scale) : 1.0 / sqrt((double)d);
-    double nq = max_row_norm(dt, q, q_count, d), nk = max_row_norm(dt, k, k_count, d);
     double reach = scale * nq * nk;
     if (reach <= (double)FLT_MAX / 4.0)
         return 0;

@@ -47,6 +47,12 @@ int shape_bytes(int ndim, const int64_t *shape, size_t elem, int64_t *count, siz
  * Returns 0, or EXIT_USAGE after a message naming the inputs (q_name, k_name). */
 int check_score_range(const char *cmd, float softmax_scale, fa_dtype dt, int64_t d, const void *q, int64_t q_count,
                       const char *q_name, const void *k, int64_t k_count, const char *k_name);
+/* The same bound from the largest row norms of q (nq) and of the keys the call reads (nk). */
+int check_score_bound(const char *cmd, float softmax_scale, int64_t d, double nq, const char *q_name, double nk,
+                      const char *k_name);
+/* The largest Euclidean norm of the count / d rows of d elements at data (non-finite elements left
+ * out). */
+double max_row_norm(fa_dtype dt, const void *data, int64_t count, int64_t d);
 
 /* The layout of ALiBi slopes read from a .npy file for batch sequences of heads query heads:
  * float32 [heads] (*stride 0: every sequence) or [batch, heads] (*stride heads), the forms of

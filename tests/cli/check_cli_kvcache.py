@@ -123,12 +123,31 @@ def main():
             (["--q", p("q.npy"), "--k-cache", p("kc.npy"), "--v-cache", p("vc.npy"), "--cache-seqlens", p("cs.npy"),
               "--block-table", p("bt.npy"), "--out", p("keep.npy"), "--dropout", "0.1"], "dropout"),
         ]
+        np.save(p("cos0.npy"), np.zeros((0, 8), dtype=np.float32))
+        bad += [
+            (["--q", p("q.npy"), "--k-cache", p("kc.npy"), "--v-cache", p("vc.npy"), "--block-table", p("bt.npy"),
+              "--cache-seqlens", p("cs.npy"), "--rotary-cos", p("cos0.npy"), "--rotary-sin", p("cos0.npy"),
+              "--out", p("keep.npy")], "an empty rotary table"),
+            (["--q", p("q.npy"), "--k-cache", p("kc.npy"), "--v-cache", p("vc.npy"), "--block-table", p("bt.npy"),
+              "--cache-seqlens", p("cs.npy"), "--scale", "-1", "--out", p("keep.npy")], "a negative scale"),
+        ]
         for args, what in bad:
             r = run(exe, args + ["--backend", "cpu"])
             if r.returncode != 2 or not r.stderr.strip():
                 failures.append(f"bad input ({what}): exit {r.returncode}, message {r.stderr.strip()!r}")
             if open(p("keep.npy"), "rb").read() != before or os.path.exists(p("kx.npy")):
                 failures.append(f"bad input ({what}): an output was written")
+        # the score-range check reads only the cached keys the call attends to: a huge value in a row
+        # past cache_seqlens (never read) is no reason to refuse, one inside is
+        for row, want in ((lens[0] + 1, 0), (lens[0] - 1, 2)):
+            huge = kc.copy()
+            huge[table[0, row // page], row % page] = 1e38
+            np.save(p("huge.npy"), huge)
+            r = run(exe, ["--q", p("q.npy"), "--k-cache", p("huge.npy"), "--v-cache", p("vc.npy"), "--block-table",
+                          p("bt.npy"), "--cache-seqlens", p("cs.npy"), "--out", p("o3.npy"), "--backend", "cpu"])
+            if r.returncode != want:
+                failures.append(f"1e38 in cache row {row} (length {lens[0]}): exit {r.returncode}, expected {want}: "
+                                f"{r.stderr.strip()}")
     for f in failures:
         print("FAILED:", f)
     print(f"cli kvcache: {len(failures)} failure(s)")
