@@ -143,8 +143,8 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
 /* ---------------------------------------------------------------- options and arguments */
 
 /* Semantics (docs/options.md):
- * - scores s_ij = softmax_scale * q_i . k_j; softmax_scale 0 means 1/sqrt(d); NaN or +-inf is
- *   FA_ERR_INVALID_ARG. Scores are formed in fp32: a row with a score that overflows fp32 (huge
+ * - scores s_ij = softmax_scale * q_i . k_j; softmax_scale 0 means 1/sqrt(d); a negative value, NaN
+ *   or +-inf is FA_ERR_INVALID_ARG (the kernels take a row's maximum before scaling). Scores are formed in fp32: a row with a score that overflows fp32 (huge
  *   scale or inputs) has no defined result (typically NaN).
  * - causal: bottom-right aligned. With offset = seqlen_k - seqlen_q, query i sees key j only if
  *   j <= i + offset. Sliding window (left, right), -1 = unbounded on that side: query i sees key j
@@ -158,8 +158,8 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
  *   (Philox4x32-10, key = seed, counter from (offset, b, h, i, j)); kept values are scaled by
  *   1/(1 - p). p in [0, 1).
  * - a row that sees no key gives O = 0, LSE = -inf and dQ = 0 and adds nothing to dK / dV,
- *   whatever Q, K, V, dO hold (NaN / inf included). NaN / inf in a key a row sees propagates to
- *   that row; NaN / inf in V or K of a key the row cannot see but which shares a kernel tile with
+ *   whatever Q, K, V, dO hold (NaN / inf included). NaN / inf in a row's query or in a key it sees
+ *   propagates to that row's O and LSE (fa_forward, fa_forward_kvcache, ring: one rule); NaN / inf in V or K of a key the row cannot see but which shares a kernel tile with
  *   keys it sees may reach its O or dQ (0 * NaN in the tile's products), as in PyTorch's math
  *   attention (docs/options.md).
  * - softcap c > 0: each scaled score becomes S' = c * tanh(S / c) (Gemma 2: c = 50); 0 = off; NaN,
@@ -169,8 +169,9 @@ FA_API double fa_block_mask_density(const fa_block_mask *mask);
  *   output) gives query head h of sequence b the slope a = alibi_slopes[b * alibi_batch_stride +
  *   h]; each score becomes S' = S - a * |i + seqlen_k - seqlen_q - j| (the distance aligned
  *   bottom-right like causal). alibi_batch_stride 0: one slope per head for every sequence
- *   ([heads_q]); >= heads_q: [batch][heads_q] rows that far apart. NULL = off. Slopes are read by
- *   the kernels and not checked: a NaN slope gives NaN rows.
+ *   ([heads_q]); >= heads_q: [batch][heads_q] rows that far apart. NULL = off. The slopes a call
+ *   uses are read on the host to check them (a copy on GPU backends, as cu_seqlens): NaN or +-inf
+ *   is FA_ERR_INVALID_ARG.
  * - softcap then ALiBi when both are set; the mask applies after both, and LSE is that of the
  *   modified scores. Ring attention takes softcap, not ALiBi (FA_ERR_UNSUPPORTED). A backend
  *   lists what it runs in fa_capabilities (FA_FEATURE_SOFTCAP, FA_FEATURE_ALIBI); a call asking a
@@ -368,7 +369,11 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  *   place; the attention then sees cache_seqlens[b] + seqlen_knew keys (cache_seqlens[b] without
  *   them). Every position written or read must lie inside the cache (seqlen_cache, or
  *   block_table_stride * page_size), else FA_ERR_INVALID_ARG. No other cache byte is written.
- * - rotary (rotary_cos data NULL: none): cos and sin [seqlen_ro, rotary_dim / 2] in q's dtype,
+ *   A slot one sequence writes must be used by no other sequence, nor by the same one at another
+ *   position (a page listed twice in its block_table row, a cache_batch_idx repeated), else
+ *   FA_ERR_INVALID_ARG before anything is written: a key would be lost. Pages and rows shared
+ *   only for reading (a common prefix) are legal.
+ * - rotary (rotary_cos data NULL and ndim 0: none; an empty table is a table): cos and sin [seqlen_ro, rotary_dim / 2] in q's dtype,
  *   rotary_dim even and <= d, applied to the first rotary_dim channels of q and k_new (never to
  *   the cache already there): interleaved pairs (2i, 2i + 1) or, with rotary_interleaved 0, the
  *   halves (i, i + rotary_dim / 2) (GPT-NeoX); x' = x cos - y sin, y' = x sin + y cos at
@@ -395,7 +400,8 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  *   (o, lse and the caches keep their bytes), and so does every device-checked call after it on
  *   the context until fa_synchronize reports it (FA_ERR_INVALID_ARG naming the array, sequence and
  *   value) and clears it. Splits are then planned from the capacity rather than the longest
- *   sequence. */
+ *   sequence. The device does not check that appended slots are exclusive (above), nor the ALiBi
+ *   slopes (a NaN slope gives NaN rows): the caller vouches for both. */
 typedef struct fa_kvcache_args {
     fa_tensor q;
     fa_tensor k_cache, v_cache;        /* updated in place when k_new is given */
