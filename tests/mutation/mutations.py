@@ -254,12 +254,12 @@ MUTATIONS = [
         ],
     },
     {
-        "id": "kv-shared-write-accepted",
-        "what": "a page that one sequence appends into and another uses is accepted, and a key is lost "
-                "(core/kvcache.c check_exclusive_writes)",
+        "id": "kv-shared-row-accepted",
+        "what": "the appends' exclusivity checked on sequence numbers instead of cache_batch_idx's rows, so two "
+                "sequences appending into one cache row are accepted and a key is lost (core/kvcache.c)",
         "edits": [
-            ("core/kvcache.c", "if (use[e].wlo >= use[e].len || use[other].len <= use[e].wlo)",
-             "if (use[e].wlo >= use[e].len || use[other].len <= use[e].len)"),
+            ("core/kvcache.c", "use[k++] = (kv_slot_use){kp->host_batch_idx[b], total, cached, b, 0};",
+             "use[k++] = (kv_slot_use){b, total, cached, b, 0};"),
         ],
     },
     {
