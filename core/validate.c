@@ -8,6 +8,7 @@
 #include "score_mod.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,6 +215,11 @@ static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p
     if (!host)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate a host copy of %lld ALiBi slopes", (long long)count);
     fa_status st = ctx->backend->copy(ctx, host, o->alibi_slopes, (size_t)bytes, FA_COPY_DEVICE_TO_HOST);
+    if (st != FA_SUCCESS) { /* the backend's reason, with the argument it concerns */
+        char why[400];
+        snprintf(why, sizeof why, "%s", fa_context_last_error(ctx));
+        st = FA_ERROR(ctx, st, "alibi_slopes: %s", why);
+    }
     const int64_t rows = stride != 0 ? p->batch : 1;
     for (int64_t b = 0; b < rows && st == FA_SUCCESS; ++b)
         for (int64_t h = 0; h < p->heads_q; ++h)
