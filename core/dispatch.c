@@ -3,6 +3,7 @@
  * A backend is linked into the library (its table is here) or built as a shared module that
  * core/module.c loads at first use (the HIP backend: libflashattn-hip.so). */
 #include "internal.h"
+#include "kernels_switch.h"
 #include "module.h"
 
 #include <stdio.h>
@@ -183,6 +184,12 @@ fa_status fa_context_create(fa_context **out, const char *backend, int device)
     if (!out)
         return FA_ERROR(NULL, FA_ERR_INVALID_ARG, "fa_context_create: out is NULL");
     *out = NULL;
+    char bad[48];
+    if (!fa_kernels_switch_valid(bad, sizeof bad))
+        return FA_ERROR(NULL, FA_ERR_INVALID_ARG,
+                        "fa_context_create: " FA_KERNELS_ENV " has \"%s\", which is no token of it or lacks or "
+                        "has a value where it should not (docs/options.md lists the tokens)",
+                        bad);
     const char *env = getenv("FLASHATTN_BACKEND");
     if ((!backend || strcmp(backend, "default") == 0) && env && *env && strcmp(env, "default") != 0)
         backend = env;
