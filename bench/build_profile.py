@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """build_profile.py: where a build's time goes, from ninja's log (BUILD/.ninja_log): each compile's
-duration, summed by kernel family (sm80 forward, sm80 backward, sm90, portable, decode, HIP, the
+duration, summed by kernel family (sm80 forward, sm80 backward, sm90, simt, decode, HIP, the
 rest), and the longest compiles. Durations are wall time per job: with more jobs than cores
 (ninja's default is cores + 2) each job's time includes waiting for a core, so the sums are the
 jobs' shares, not CPU seconds; the build's own wall time is the span of the log.
@@ -12,11 +12,11 @@ import sys
 
 FAMILIES = (
     ("HIP", ("backends/hip/",)),
-    ("sm80 backward", ("sm80_instances_bwd",)),
-    ("sm80 forward and dispatch", ("sm80_instances_fwd", "sm80_instances_dispatch")),
+    ("sm80 backward", ("sm80_bwd",)),
+    ("sm80 forward and dispatch", ("sm80_fwd", "sm80_dispatch")),
     ("sm90", ("sm90",)),
     ("decode", ("decode",)),
-    ("portable", ("portable",)),
+    ("simt", ("simt",)),
 )
 
 

@@ -31,7 +31,7 @@ static const struct fa_kernels_token_info {
 /* The length of the token's name in [s, end): up to '=' or the end. */
 static inline size_t fa_kernels_name_length(const char *s, const char *end)
 {
-    const char *eq = memchr(s, '=', (size_t)(end - s));
+    const char *eq = (const char *)memchr(s, '=', (size_t)(end - s));
     return (size_t)((eq ? eq : end) - s);
 }
 

@@ -1,17 +1,19 @@
 /* backend.c: the CUDA backend's table: the chooser (which kernel family and instance runs a
  * problem, or why none does: cuda_choice_of, one typed answer for the capability query, the
  * workspace size and the launch) and the launch glue; devices, streams, memory and errors are the
- * host glue it shares with the HIP backend (backends/gpu/host.h). Three kernel families:
- * sm90/ (Hopper wgmma, cc 9.0 exactly: the forward of plain fp16/bf16 calls and the
- * non-deterministic backward), sm80/ (tensor cores, cc >= 8.0, fp16/bf16) and the portable SIMT
- * kernels of backends/gpu/portable/ (any dtype, any head dim up to 256, any compute capability),
- * which run what the others do not cover, or everything when FLASHATTN_CUDA_KERNELS=portable. Every
- * family applies the score modifiers (softcap, ALiBi) where it takes a call that has them. Every
- * CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with the CUDA error's name. */
-#include "host.h"
-#include "kernels.h"
-#include "kv_host.h"
-#include "ring.h"
+ * host glue it shares with the HIP backend (host/). Three kernel families: sm90/ (Hopper wgmma,
+ * cc 9.0 exactly: the forward of plain fp16/bf16 calls and the non-deterministic backward), sm80/
+ * (tensor cores, cc >= 8.0, fp16/bf16) and simt/ (any dtype, any head dim up to 256, any compute
+ * capability), which runs what the others do not cover, or everything under
+ * FLASHATTN_KERNELS=simt. Every family applies the score modifiers (softcap, ALiBi) where it takes
+ * a call that has them. Every CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with
+ * the CUDA error's name. */
+#include "host/gpu_host.h"
+#include "host/kernels.h"
+#include "ring/ring.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
 int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod)
@@ -60,7 +62,7 @@ static fa_status cuda_device_name(int device, char *buf, size_t len)
 static void cuda_capabilities(fa_capabilities *caps)
 {
     caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
-    caps->max_head_dim = FA_MAX_HEAD_DIM; /* every d in 1..FA_MAX_HEAD_DIM: sm80 pads, the portable kernels take d exactly */
+    caps->max_head_dim = FA_MAX_HEAD_DIM; /* every d in 1..FA_MAX_HEAD_DIM: sm80 pads, the SIMT kernels take d exactly */
     caps->head_dims[0] = 0;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
@@ -68,24 +70,19 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
     snprintf(caps->notes, sizeof caps->notes,
              "sm80 mma (cc>=8.0, f16/bf16; bwd d<=128, d256 non-det); cc 9.0 wgmma fwd, non-det bwd, d "
-             "64/128/256 w/o dropout/block mask; softcap/ALiBi: 16B rows; portable: the rest (no f32 out from "
-             "f16/bf16); FLASHATTN_CUDA_KERNELS=sm80|sm90|portable|mfma-emulated");
-}
-
-static fa_status cuda_open(fa_context *ctx, int device)
-{
-    return gpu_open(ctx, device, "FLASHATTN_CUDA_KERNELS");
+             "64/128/256 w/o dropout/block mask; softcap/ALiBi: 16B rows; simt: the rest (no f32 out from "
+             "f16/bf16); FLASHATTN_KERNELS=sm80|sm90|simt|mfma-emulated");
 }
 
 /* The core builds block-sparse lists (and plans) at the 64 x 64 granularity every sm80 kernel
- * and every portable kernel walks (the portable forward's tiles are 64 x 64; its backward's row
+ * and every SIMT kernel walks (the SIMT forward's tiles are 64 x 64; its backward's row
  * blocks divide 64): the forward's 128-row query tiles merge the lists of their two 64-row halves, the fused
  * backward's 128-key blocks test both 64-key halves. The kernels' own tile shapes per head dim,
  * with the reason for each, are in sm80/tiles.h. M is the shared memory a block may opt into. */
 static void cuda_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
 {
     (void)p;
-    gpu_tile_limits(out, (int64_t)gpu_of(ctx)->prop.sharedMemPerBlockOptin);
+    fa_gpu_tile_limits(out, (int64_t)fa_gpu_of(ctx)->prop.sharedMemPerBlockOptin);
 }
 
 static int view_aligned(const fa_view *v)
@@ -97,8 +94,8 @@ static int view_aligned(const fa_view *v)
 typedef enum cuda_family {
     FAMILY_SM80 = 1,
     FAMILY_SM90,
-    FAMILY_PORTABLE,
-    FAMILY_MFMA_EMULATED /* the HIP backend's MFMA forward, emulated: FLASHATTN_CUDA_KERNELS=mfma-emulated */
+    FAMILY_SIMT,
+    FAMILY_MFMA_EMULATED /* the HIP backend's MFMA forward, emulated: FLASHATTN_KERNELS=mfma-emulated */
 } cuda_family;
 
 /* What runs a problem. cuda_choice_of makes it; the capability query (through cuda_choose), the
@@ -106,7 +103,7 @@ typedef enum cuda_family {
 typedef struct cuda_choice {
     cuda_family family;
     fa_dtype dtype;
-    int head_dim; /* the instance's: sm80 d padded to a multiple of 32; sm90 64, 128 or 256; portable
+    int head_dim; /* the instance's: sm80 d padded to a multiple of 32; sm90 64, 128 or 256; simt
                      and mfma-emulated the bucket 64, 128 or 256 */
     int aligned;  /* sm80: every row 16-byte aligned and d % 8 == 0, so tiles move by cp.async */
     int fused;    /* backward: the non-deterministic kernel adding dQ into an fp32 accumulator of
@@ -120,15 +117,16 @@ FA_VARIANT_CHOICE(cuda_choice)
 /* Whether the sm80 tensor-core family has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
  * an instance for the padded head dim (backward d <= 128, and d 225..256 without the
  * deterministic option where the device has the shared memory), and for a score modifier
- * 16-byte aligned rows (its MOD instances are the cp.async ones). Everything else is the portable
- * family's, as is everything under FLASHATTN_CUDA_KERNELS=portable or =mfma-emulated. */
-static int sm80_covers(const gpu_state *s, const fa_problem *p, int dpad, int aligned, int mod)
+ * 16-byte aligned rows (its MOD instances are the cp.async ones). Everything else is the SIMT
+ * family's, as is everything under FLASHATTN_KERNELS=simt or =mfma-emulated. */
+static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int aligned, int mod)
 {
     /* d 256 has the fused backward only, and it needs 213.5 KB (more than an A100 offers) */
     if (p->backward && dpad > 128 &&
         (p->deterministic || (size_t)s->prop.sharedMemPerBlockOptin < fa_sm80_fused_backward_smem(dpad)))
         return 0;
-    return (s->kernels == GPU_KERNELS_CHOOSER || s->kernels == GPU_KERNELS_SM90 || s->kernels == GPU_KERNELS_SM80) &&
+    return (s->kernels == FA_GPU_KERNELS_CHOOSER || s->kernels == FA_GPU_KERNELS_SM90 ||
+            s->kernels == FA_GPU_KERNELS_SM80) &&
            s->prop.major >= 8 && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
            fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod);
 }
@@ -136,7 +134,7 @@ static int sm80_covers(const gpu_state *s, const fa_problem *p, int dpad, int al
 /* The chooser: the family and instance that run p, or FA_ERR_UNSUPPORTED with the reason in why. */
 static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda_choice *c, char *why, size_t why_len)
 {
-    const gpu_state *gs = gpu_of(ctx);
+    const fa_gpu_state *gs = fa_gpu_of(ctx);
     memset(c, 0, sizeof *c);
     c->dtype = p->dtype;
     c->mod = fa_score_mod_active(p->mod);
@@ -145,28 +143,28 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     const int dpad = (int)((p->d + 31) / 32 * 32);
     if (!sm80_covers(gs, p, dpad, c->aligned, c->mod)) {
         c->aligned = 0;
-        if (p->out_dtype != p->dtype) { /* the portable kernels store the input dtype */
+        if (p->out_dtype != p->dtype) { /* the SIMT kernels store the input dtype */
             snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s%s)",
                      fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256",
                      c->mod ? "; with softcap or ALiBi also 16-byte aligned rows and d % 8 == 0" : "");
             return FA_ERR_UNSUPPORTED;
         }
-        c->head_dim = fa_portable_bucket(p->d);
+        c->head_dim = fa_simt_bucket(p->d);
         if (c->head_dim == 0) {
             snprintf(why, why_len, "cuda: no kernel for head dim %lld (1..%d)", (long long)p->d, FA_MAX_HEAD_DIM);
             return FA_ERR_UNSUPPORTED;
         }
 #ifndef FA_HAVE_MFMA_EMULATED
-        if (gs->kernels == GPU_KERNELS_MFMA_EMULATED) {
+        if (gs->kernels == FA_GPU_KERNELS_MFMA_EMULATED) {
             snprintf(why, why_len, "cuda: the mfma-emulated kernels are a test aid, built only with -Dtests=true");
             return FA_ERR_UNSUPPORTED;
         }
 #endif
         /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too) */
-        c->family = gs->kernels == GPU_KERNELS_MFMA_EMULATED && !p->backward && c->head_dim <= 128 &&
+        c->family = gs->kernels == FA_GPU_KERNELS_MFMA_EMULATED && !p->backward && c->head_dim <= 128 &&
                             (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)
                         ? FAMILY_MFMA_EMULATED
-                        : FAMILY_PORTABLE;
+                        : FAMILY_SIMT;
         return FA_SUCCESS;
     }
     /* Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the wgmma forward where it has an
@@ -175,18 +173,18 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
      * 33..64, 97..128 and 225..256 (padded to 64, 128, 256, where it is faster than the sm80
      * forward; other d would pad further than sm80's 32-column instances); the rest
      * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
-     * unless FLASHATTN_CUDA_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
+     * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
      * score modifiers) and for every head dim it has.
      * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
      * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
      * padded head dim of the sm80 kernels), every mask at d <= 128; dropout and block masks only
-     * under FLASHATTN_CUDA_KERNELS=sm90 (their instances spill, sm80 stays the default), and
+     * under FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default), and
      * neither with a score modifier; at d 256 plain calls only (the rest: sm80's column-split
      * kernel). */
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
-    const int want = gs->kernels == GPU_KERNELS_SM90 || (gs->kernels == GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
+    const int want = gs->kernels == FA_GPU_KERNELS_SM90 || (gs->kernels == FA_GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
     const int sm90 =
         want && hopper && c->aligned &&
         (p->backward ? !p->deterministic && dpad == dpad64 && fa_sm90_has_backward((int)p->dtype, dpad64, plain, c->mod)
@@ -217,8 +215,8 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     case FAMILY_MFMA_EMULATED:
         snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d%s", dt, c.head_dim, mod);
         break;
-    case FAMILY_PORTABLE:
-        snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s%s", dir, dt, c.head_dim,
+    case FAMILY_SIMT:
+        snprintf(out->name, sizeof out->name, "simt-%s-%s-d%d%s%s", dir, dt, c.head_dim,
                  p->backward ? "-deterministic" : "", mod);
         break;
     }
@@ -226,39 +224,31 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     return FA_SUCCESS;
 }
 
-static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
+/* The chosen family's entry point: the runtime's error as an int. */
+static int launch_forward(const fa_gpu_params *kp, const cuda_choice *c, void *stream)
 {
-    const cuda_choice c = cuda_choice_get(v);
-    switch (c.family) {
-    case FAMILY_SM90: return fa_sm90_forward(kp, (int)c.dtype, c.head_dim, stream);
-    case FAMILY_SM80: return fa_sm80_forward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
+    switch (c->family) {
+    case FAMILY_SM90: return fa_sm90_forward(kp, (int)c->dtype, c->head_dim, stream);
+    case FAMILY_SM80: return fa_sm80_forward(kp, (int)c->dtype, c->head_dim, c->aligned, stream);
 #ifdef FA_HAVE_MFMA_EMULATED
-    case FAMILY_MFMA_EMULATED: return fa_mfma_forward(kp, (int)c.dtype, c.head_dim, stream);
+    case FAMILY_MFMA_EMULATED: return fa_mfma_forward(kp, (int)c->dtype, c->head_dim, stream);
 #else
     case FAMILY_MFMA_EMULATED: break; /* never chosen: not built */
 #endif
-    case FAMILY_PORTABLE: return fa_portable_forward(kp, (int)c.dtype, c.head_dim, stream);
+    case FAMILY_SIMT: return fa_simt_forward(kp, (int)c->dtype, c->head_dim, stream);
     }
-    (void)p;
     return (int)cudaErrorInvalidValue;
 }
 
-static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
+static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *stream)
 {
-    const cuda_choice c = cuda_choice_get(v);
-    switch (c.family) {
-    case FAMILY_SM90: return fa_sm90_backward(kp, (int)c.dtype, c.head_dim, stream);
-    case FAMILY_SM80: return fa_sm80_backward(kp, (int)c.dtype, c.head_dim, c.aligned, stream);
-    case FAMILY_PORTABLE: return fa_portable_backward(kp, (int)c.dtype, c.head_dim, stream);
+    switch (c->family) {
+    case FAMILY_SM90: return fa_sm90_backward(kp, (int)c->dtype, c->head_dim, stream);
+    case FAMILY_SM80: return fa_sm80_backward(kp, (int)c->dtype, c->head_dim, c->aligned, stream);
+    case FAMILY_SIMT: return fa_simt_backward(kp, (int)c->dtype, c->head_dim, stream);
     case FAMILY_MFMA_EMULATED: break; /* forward only */
     }
-    (void)p;
     return (int)cudaErrorInvalidValue;
-}
-
-static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
-{
-    return gpu_forward(ctx, p, v, launch_forward);
 }
 
 /* The fused kernels' fp32 dQ accumulator, at the instance's head dim (0: none). */
@@ -267,24 +257,38 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
     return c->fused ? p->total_q * p->heads_q * c->head_dim : 0;
 }
 
-/* fa_forward_kvcache: the decode kernels (backends/gpu/decode/) for every dtype and head dim */
-static const gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor, fa_kv_forward_mma,
-                                           fa_kv_blocks_per_processor_mma};
-
-static fa_status cuda_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
+static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
-    return gpu_forward_kvcache(ctx, kp, &kv_entries);
+    const cuda_choice c = cuda_choice_get(v);
+    fa_gpu_call call;
+    fa_status st = fa_gpu_call_begin(ctx, p, 0, &call);
+    if (st != FA_SUCCESS || !call.run)
+        return st;
+    return fa_gpu_call_end(ctx, &call, launch_forward(&call.kp, &c, call.stream), v->name);
 }
 
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
     const cuda_choice c = cuda_choice_get(v);
-    return gpu_backward(ctx, p, v, dq_accum_floats(p, &c), launch_backward);
+    fa_gpu_call call;
+    fa_status st = fa_gpu_call_begin(ctx, p, dq_accum_floats(p, &c), &call);
+    if (st != FA_SUCCESS)
+        return st;
+    return fa_gpu_call_end(ctx, &call, call.run ? launch_backward(&call.kp, &c, call.stream) : 0, v->name);
+}
+
+/* fa_forward_kvcache: the decode kernels (decode/) for every dtype and head dim */
+static const fa_gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor, fa_kv_forward_mma,
+                                             fa_kv_blocks_per_processor_mma};
+
+static fa_status cuda_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
+{
+    return fa_gpu_forward_kvcache(ctx, kp, &kv_entries);
 }
 
 static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 {
-    int64_t bytes = gpu_mask_workspace(p, FA_GPU_BLOCK);
+    int64_t bytes = fa_gpu_mask_workspace(p, FA_GPU_BLOCK);
     cuda_choice c;
     char why[200];
     if (p->backward) { /* D and LSE log2(e), and the fused kernels' fp32 dQ (none where no kernel runs p) */
@@ -295,59 +299,59 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
     return bytes;
 }
 
-/* ring attention's steps (ring.cu) on the context's device and stream */
+/* ring attention's steps (ring/ring.cu) on the context's device and stream */
 static fa_status cuda_ring_copy(fa_context *ctx, const fa_tensor *dst, const fa_tensor *src)
 {
-    GPU_TRY(ctx, cudaSetDevice(ctx->device));
-    GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_copy(dst, src, gpu_of(ctx)->stream));
+    FA_GPU_TRY(ctx, cudaSetDevice(ctx->device));
+    FA_GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_copy(dst, src, fa_gpu_of(ctx)->stream));
     return FA_SUCCESS;
 }
 
 static fa_status cuda_ring_merge(fa_context *ctx, const fa_tensor *o, const fa_tensor *lse, const fa_tensor *o_part,
                                  const fa_tensor *lse_part)
 {
-    GPU_TRY(ctx, cudaSetDevice(ctx->device));
-    GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_merge(o, lse, o_part, lse_part, gpu_of(ctx)->stream));
+    FA_GPU_TRY(ctx, cudaSetDevice(ctx->device));
+    FA_GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_merge(o, lse, o_part, lse_part, fa_gpu_of(ctx)->stream));
     return FA_SUCCESS;
 }
 
 static fa_status cuda_ring_add(fa_context *ctx, const fa_tensor *acc, const fa_tensor *part)
 {
-    GPU_TRY(ctx, cudaSetDevice(ctx->device));
-    GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_add(acc, part, gpu_of(ctx)->stream));
+    FA_GPU_TRY(ctx, cudaSetDevice(ctx->device));
+    FA_GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_add(acc, part, fa_gpu_of(ctx)->stream));
     return FA_SUCCESS;
 }
 
 static void *cuda_stream(const fa_context *ctx)
 {
-    return gpu_of(ctx)->stream;
+    return fa_gpu_of(ctx)->stream;
 }
 
 const fa_backend fa_backend_cuda = {
     .name = "cuda",
     .is_gpu = 1,
-    .device_count = gpu_device_count,
-    .availability = gpu_availability,
+    .device_count = fa_gpu_device_count,
+    .availability = fa_gpu_availability,
     .device_name = cuda_device_name,
     .capabilities = cuda_capabilities,
-    .open = cuda_open,
-    .close = gpu_close,
+    .open = fa_gpu_open,
+    .close = fa_gpu_close,
     .tile_limits = cuda_tile_limits,
     .choose = cuda_choose,
     .forward = cuda_forward,
     .backward = cuda_backward,
     .forward_kvcache = cuda_forward_kvcache,
     .workspace = cuda_workspace,
-    .alloc = gpu_alloc,
-    .free = gpu_free,
-    .copy = gpu_copy,
-    .sync = gpu_sync,
-    .set_stream = gpu_set_stream,
+    .alloc = fa_gpu_alloc,
+    .free = fa_gpu_free,
+    .copy = fa_gpu_copy,
+    .sync = fa_gpu_sync,
+    .set_stream = fa_gpu_set_stream,
     .num_threads = NULL, // optional
     .ring_copy = cuda_ring_copy,
     .ring_merge = cuda_ring_merge,
     .ring_add = cuda_ring_add,
     .stream = cuda_stream,
-    .lists_upload = gpu_lists_upload,
-    .lists_free = gpu_lists_free,
+    .lists_upload = fa_gpu_lists_upload,
+    .lists_free = fa_gpu_lists_free,
 };

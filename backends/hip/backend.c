@@ -1,23 +1,24 @@
 /* backend.c: the HIP backend's table (AMD GPUs through ROCm's HIP runtime): the chooser and the
  * launch glue; devices, streams, memory and errors are the host glue it shares with the CUDA
- * backend (backends/gpu/host.h, compiled here against HIP's runtime). Two kernel families,
- * built by hipcc for the offload targets of -Dhip-archs:
- *   mfma/          the matrix-core forward for CDNA (gfx90a, gfx94x), fp16/bf16, d <= 128;
- *   gpu/portable/  the SIMT kernels shared with the CUDA backend: every dtype, head dim, option
- *                  and the backward, on any target (wave64 and wave32 alike).
+ * backend (backends/cuda/host/, compiled here against HIP's runtime). Two kernel families of the
+ * CUDA-language tree, built by hipcc for the offload targets of -Dhip-archs:
+ *   mfma/  the matrix-core forward for CDNA (gfx90a, gfx94x), fp16/bf16, d <= 128;
+ *   simt/  the SIMT kernels: every dtype, head dim, option and the backward, on any target
+ *          (wave64 and wave32 alike).
  * Both take the score modifiers (softcap, ALiBi): every choice runs them, forward and backward.
- * FLASHATTN_HIP_KERNELS=portable runs everything on the portable family. The chooser refuses, with
- * the reason, a device whose architecture the library was not built for. */
-#define FA_RUNTIME_HIP 1
-#include "host.h"
+ * FLASHATTN_KERNELS=simt runs everything on the SIMT family. The chooser refuses, with the reason,
+ * a device whose architecture the library was not built for. */
+#include "host/gpu_host.h"
 #include "kernels.h"
-#include "kv_host.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #ifndef FA_HIP_ARCHS
 #define FA_HIP_ARCHS ""
 #endif
 
-/* What runs a call: the MFMA forward or the portable kernels, at a head-dim bucket (64, 128, 256).
+/* What runs a call: the MFMA forward or the SIMT kernels, at a head-dim bucket (64, 128, 256).
  * hip_choose makes it; the launch reads it back from fa_variant.choice. */
 typedef struct hip_choice {
     int mfma;
@@ -45,19 +46,14 @@ static void hip_capabilities(fa_capabilities *caps)
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
                      FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
     snprintf(caps->notes, sizeof caps->notes,
-             "built for %s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), portable SIMT kernels "
-             "for the rest (always deterministic), or for all with FLASHATTN_HIP_KERNELS=portable; "
+             "built for %s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), SIMT kernels "
+             "for the rest (always deterministic), or for all with FLASHATTN_KERNELS=simt; "
              "not yet run on AMD hardware (README)",
              FA_HIP_ARCHS);
 }
 
-static fa_status hip_open(fa_context *ctx, int device)
-{
-    return gpu_open(ctx, device, "FLASHATTN_HIP_KERNELS");
-}
-
 /* The device's architecture without feature flags: "gfx90a" of "gfx90a:sramecc+:xnack-". */
-static void arch_of(const gpu_state *s, char *out, size_t len)
+static void arch_of(const fa_gpu_state *s, char *out, size_t len)
 {
     size_t n = strcspn(s->prop.gcnArchName, ":");
     if (n >= len)
@@ -86,12 +82,12 @@ static int arch_is_cdna_mfma(const char *arch)
            strcmp(arch, "gfx942") == 0;
 }
 
-/* The core builds block-sparse lists at the portable kernels' 64 x 64 tiles; the MFMA forward's
+/* The core builds block-sparse lists at the SIMT kernels' 64 x 64 tiles; the MFMA forward's
  * 32-row blocks and 32-key steps lie inside them. */
 static void hip_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits *out)
 {
     (void)p;
-    gpu_tile_limits(out, (int64_t)gpu_of(ctx)->prop.sharedMemPerBlock);
+    fa_gpu_tile_limits(out, (int64_t)fa_gpu_of(ctx)->prop.sharedMemPerBlock);
 }
 
 static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
@@ -100,7 +96,7 @@ static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_varia
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
                         "hip: fp32 outputs from %s inputs are not supported (the cpu and cuda backends have them)",
                         fa_dtype_name(p->dtype));
-    const gpu_state *s = gpu_of(ctx);
+    const fa_gpu_state *s = fa_gpu_of(ctx);
     char arch[64];
     arch_of(s, arch, sizeof arch);
     if (!arch_built(arch))
@@ -108,88 +104,87 @@ static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_varia
                         "hip: the library's kernels are built for %s, the device is %s (configure with "
                         "-Dhip-archs='%s;...' where the toolchain supports it)",
                         FA_HIP_ARCHS, arch, arch);
-    int bucket = fa_hip_portable_bucket(p->d);
+    int bucket = fa_hip_simt_bucket(p->d);
     if (bucket == 0)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "hip: no kernel for head dim %lld (1..%d)",
                         (long long)p->d, FA_MAX_HEAD_DIM);
-    if (s->kernels != GPU_KERNELS_PORTABLE && !p->backward && arch_is_cdna_mfma(arch) && bucket <= 128 &&
+    if (s->kernels != FA_GPU_KERNELS_SIMT && !p->backward && arch_is_cdna_mfma(arch) && bucket <= 128 &&
         (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)) {
         snprintf(out->name, sizeof out->name, "mfma-fwd-%s-d%d", fa_dtype_name(p->dtype), bucket);
         const hip_choice c = {.mfma = 1, .bucket = bucket};
         hip_choice_put(out, &c);
         return FA_SUCCESS;
     }
-    snprintf(out->name, sizeof out->name, "portable-%s-%s-d%d%s", p->backward ? "bwd" : "fwd",
+    snprintf(out->name, sizeof out->name, "simt-%s-%s-d%d%s", p->backward ? "bwd" : "fwd",
              fa_dtype_name(p->dtype), bucket, p->backward ? "-deterministic" : "");
     const hip_choice c = {.mfma = 0, .bucket = bucket};
     hip_choice_put(out, &c);
     return FA_SUCCESS;
 }
 
-static int launch_forward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
-{
-    const hip_choice c = hip_choice_get(v);
-    if (c.mfma)
-        return fa_hip_mfma_forward(kp, (int)p->dtype, c.bucket, stream);
-    return fa_hip_portable_forward(kp, (int)p->dtype, c.bucket, stream);
-}
-
-static int launch_backward(const fa_gpu_params *kp, const fa_problem *p, const fa_variant *v, void *stream)
-{
-    return fa_hip_portable_backward(kp, (int)p->dtype, hip_choice_get(v).bucket, stream);
-}
-
 static fa_status hip_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
-    return gpu_forward(ctx, p, v, launch_forward);
+    const hip_choice c = hip_choice_get(v);
+    fa_gpu_call call;
+    fa_status st = fa_gpu_call_begin(ctx, p, 0, &call);
+    if (st != FA_SUCCESS || !call.run)
+        return st;
+    const int e = c.mfma ? fa_hip_mfma_forward(&call.kp, (int)p->dtype, c.bucket, call.stream)
+                         : fa_hip_simt_forward(&call.kp, (int)p->dtype, c.bucket, call.stream);
+    return fa_gpu_call_end(ctx, &call, e, v->name);
 }
 
 static fa_status hip_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
-    return gpu_backward(ctx, p, v, 0, launch_backward); /* deterministic: no dQ accumulator */
+    fa_gpu_call call; /* deterministic: no dQ accumulator */
+    fa_status st = fa_gpu_call_begin(ctx, p, 0, &call);
+    if (st != FA_SUCCESS)
+        return st;
+    const int e = call.run ? fa_hip_simt_backward(&call.kp, (int)p->dtype, hip_choice_get(v).bucket, call.stream) : 0;
+    return fa_gpu_call_end(ctx, &call, e, v->name);
 }
 
-/* fa_forward_kvcache: the decode kernels (backends/gpu/decode/), on a device the library was
+/* fa_forward_kvcache: the decode kernels (backends/cuda/decode/), on a device the library was
  * built for */
-static const gpu_kv_entries kv_entries = {fa_hip_kv_forward, fa_hip_kv_blocks_per_processor, NULL, NULL};
+static const fa_gpu_kv_entries kv_entries = {fa_hip_kv_forward, fa_hip_kv_blocks_per_processor, NULL, NULL};
 
 static fa_status hip_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {
     char arch[64];
-    arch_of(gpu_of(ctx), arch, sizeof arch);
+    arch_of(fa_gpu_of(ctx), arch, sizeof arch);
     if (!arch_built(arch))
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "hip: the library's kernels are built for %s, the device is %s",
                         FA_HIP_ARCHS, arch);
-    return gpu_forward_kvcache(ctx, kp, &kv_entries);
+    return fa_gpu_forward_kvcache(ctx, kp, &kv_entries);
 }
 
 static int64_t hip_workspace(const fa_context *ctx, const fa_problem *p)
 {
     (void)ctx;
-    return gpu_mask_workspace(p, FA_GPU_BLOCK) + (p->backward ? p->total_q * p->heads_q * 8 : 0);
+    return fa_gpu_mask_workspace(p, FA_GPU_BLOCK) + (p->backward ? p->total_q * p->heads_q * 8 : 0);
 }
 
 const fa_backend fa_backend_hip = {
     .name = "hip",
     .is_gpu = 1,
-    .device_count = gpu_device_count,
-    .availability = gpu_availability,
+    .device_count = fa_gpu_device_count,
+    .availability = fa_gpu_availability,
     .device_name = hip_device_name,
     .capabilities = hip_capabilities,
-    .open = hip_open,
-    .close = gpu_close,
+    .open = fa_gpu_open,
+    .close = fa_gpu_close,
     .tile_limits = hip_tile_limits,
     .choose = hip_choose,
     .forward = hip_forward,
     .backward = hip_backward,
     .forward_kvcache = hip_forward_kvcache,
     .workspace = hip_workspace,
-    .alloc = gpu_alloc,
-    .free = gpu_free,
-    .copy = gpu_copy,
-    .sync = gpu_sync,
-    .set_stream = gpu_set_stream,
+    .alloc = fa_gpu_alloc,
+    .free = fa_gpu_free,
+    .copy = fa_gpu_copy,
+    .sync = fa_gpu_sync,
+    .set_stream = fa_gpu_set_stream,
     .num_threads = NULL, // optional
-    .lists_upload = gpu_lists_upload,
-    .lists_free = gpu_lists_free,
+    .lists_upload = fa_gpu_lists_upload,
+    .lists_free = fa_gpu_lists_free,
 };

@@ -1,20 +1,20 @@
-/* kernels.h: the HIP backend's kernel entry points, compiled by hipcc from the sources the CUDA
- * backend shares (backends/gpu/portable/, named fa_hip_* there by gpu/vendor.h) and from mfma/.
- * They take the parameter block both backends share (backends/gpu/params.h) and return a
- * hipError_t value. */
+/* kernels.h: the HIP backend's kernel entry points, compiled by hipcc from the CUDA-language tree
+ * (backends/cuda: simt/, decode/, mfma/; named fa_hip_* there by common/vendor.h's FA_GPU_ENTRY).
+ * They take the parameter block both backends share (common/params.h) and return a hipError_t
+ * value. */
 #ifndef FA_HIP_KERNELS_H
 #define FA_HIP_KERNELS_H
 
-#include "decode/kv_params.h"
-#include "params.h"
+#include "common/kv_params.h"
+#include "common/params.h"
 
-/* The portable SIMT kernels: dtype 0 fp32, 1 fp16, 2 bf16; head dims 1..256 in buckets 64, 128,
- * 256 (fa_hip_portable_bucket: 0 outside); the backward is deterministic and needs p->dsum. */
-int fa_hip_portable_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
-int fa_hip_portable_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
-int fa_hip_portable_bucket(int64_t head_dim);
+/* The SIMT kernels: dtype 0 fp32, 1 fp16, 2 bf16; head dims 1..256 in buckets 64, 128,
+ * 256 (fa_hip_simt_bucket: 0 outside); the backward is deterministic and needs p->dsum. */
+int fa_hip_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_hip_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
+int fa_hip_simt_bucket(int64_t head_dim);
 
-/* fa_forward_kvcache's kernels (backends/gpu/decode/): dtype 0 fp32, 1 fp16, 2 bf16; buckets 64,
+/* fa_forward_kvcache's kernels (decode/): dtype 0 fp32, 1 fp16, 2 bf16; buckets 64,
  * 128, 256; row tiles FA_KV_ROW_TILE_SMALL and _LARGE. */
 int fa_hip_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
                  void *stream);

@@ -1,5 +1,5 @@
 /* module.c: the HIP backend as a shared module, libflashattn-hip.so (core/module.h): its one
- * exported function, and the core services backend.c and host.h call (error messages, dtype
+ * exported function, and the core services backend.c and the host glue call (error messages, dtype
  * names), forwarded to the library that loaded the module, so that a message recorded here is the
  * one fa_last_error() and fa_context_last_error() return there. The module links the ROCm runtime
  * (libamdhip64), whose registration of the kernels' code objects runs when the module loads;

@@ -4,12 +4,12 @@
 #ifndef FA_CUDA_COMMON_BACKWARD_STEP_CUH
 #define FA_CUDA_COMMON_BACKWARD_STEP_CUH
 
-#include "params.h"
-#include "../sm80/primitives.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
 
 #include <math_constants.h>
 
-namespace fa_sm80 {
+namespace fa_gpu {
 
 /* One output element at element offset off: fp32 when the call asks for fp32 outputs
  * (p.out_f32, written unrounded), else converted to T. */
@@ -85,6 +85,6 @@ __device__ __forceinline__ float ds_of(float pr, float dpz, float d, float scale
     return pr == 0.0f ? 0.0f : pr * (dpz - d) * scale;
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu
 
 #endif

@@ -3,10 +3,10 @@
 #ifndef FA_CUDA_COMMON_DROPOUT_CUH
 #define FA_CUDA_COMMON_DROPOUT_CUH
 
-#include "params.h"
+#include "common/params.h"
 #include "philox.h"
 
-namespace fa_sm80 {
+namespace fa_gpu {
 
 /* The dropout words of the four elements a thread holds in one n8 block of the mma accumulator
  * layout: rows i0 (w[0]) and i0 + 8 (w[1]), keys j and j + 1 (j even, j % 4 == 2 (lane & 1)).
@@ -97,6 +97,6 @@ __device__ __forceinline__ float dropout_factor(const fa_gpu_params &p, int64_t 
     return r.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu
 
 #endif

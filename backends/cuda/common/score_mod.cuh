@@ -4,16 +4,16 @@
 #ifndef FA_CUDA_COMMON_SCORE_MOD_CUH
 #define FA_CUDA_COMMON_SCORE_MOD_CUH
 
-#include "params.h"
+#include "common/params.h"
 #include "score_mod.h"
-#include "tile_class.cuh"
+#include "common/tile_class.cuh"
 
 #include <math_constants.h>
 
-namespace fa_sm80 {
+namespace fa_gpu {
 
 /* The kernels build the modifiers of one (sequence, query head) with fa_gpu_score_mod
- * (backends/gpu/params.h: core/score_mod.h's fa_score_mod_state in the units of the raw product
+ * (common/params.h: core/score_mod.h's fa_score_mod_state in the units of the raw product
  * q . k); only instances with the MOD template flag build one, so the plain instances carry none
  * of it. */
 
@@ -104,6 +104,6 @@ __device__ __forceinline__ float modified_score_at(const fa_score_mod_state &sm,
     return sm.alibi ? xc + fa_alibi_bias_at(sm.slope, dist) : xc;
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu
 
 #endif

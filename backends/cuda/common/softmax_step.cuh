@@ -5,12 +5,12 @@
 #ifndef FA_CUDA_COMMON_SOFTMAX_STEP_CUH
 #define FA_CUDA_COMMON_SOFTMAX_STEP_CUH
 
-#include "params.h"
-#include "../sm80/primitives.cuh"
-#include "tile_geometry.cuh"
-#include "tile_class.cuh"
-#include "score_mod.cuh"
-#include "dropout.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
+#include "common/tile_geometry.cuh"
+#include "common/tile_class.cuh"
+#include "common/score_mod.cuh"
+#include "common/dropout.cuh"
 
 #include "empty_row.h"
 #include "mask.h"
@@ -18,7 +18,7 @@
 
 #include <math_constants.h>
 
-namespace fa_sm80 {
+namespace fa_gpu {
 
 /* exp2 on the MUFU unit, denormals flushed (the softmax never needs them: P < 2^-126 is 0). */
 __device__ __forceinline__ float fast_exp2(float x)
@@ -198,6 +198,6 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
         }
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu
 
 #endif

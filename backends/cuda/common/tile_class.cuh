@@ -4,11 +4,11 @@
 #ifndef FA_CUDA_COMMON_TILE_CLASS_CUH
 #define FA_CUDA_COMMON_TILE_CLASS_CUH
 
-#include "params.h"
+#include "common/params.h"
 #include "mask.h"
-#include "tile_geometry.cuh"
+#include "common/tile_geometry.cuh"
 
-namespace fa_sm80 {
+namespace fa_gpu {
 
 /* Block-mask bit for query head h, local element (i, j). */
 __device__ __forceinline__ bool block_keep(const fa_gpu_params &p, int64_t h, int64_t i, int64_t j)
@@ -160,6 +160,6 @@ __device__ __forceinline__ fa_tile_class rows_class(const fa_gpu_params &p, cons
     return fa_tile_class_meet(c, tile_class(p, m, h, r0 / BLOCK, kt));
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu
 
 #endif

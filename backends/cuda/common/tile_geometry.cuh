@@ -4,12 +4,12 @@
 #ifndef FA_CUDA_COMMON_TILE_GEOMETRY_CUH
 #define FA_CUDA_COMMON_TILE_GEOMETRY_CUH
 
-#include "params.h"
+#include "common/params.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-namespace fa_sm80 {
+namespace fa_gpu {
 
 constexpr int BLOCK = FA_GPU_BLOCK;
 constexpr int THREADS = 128;
@@ -21,6 +21,6 @@ __device__ __forceinline__ int64_t imin(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu
 
 #endif

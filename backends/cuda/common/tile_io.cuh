@@ -3,11 +3,11 @@
 #ifndef FA_CUDA_COMMON_TILE_IO_CUH
 #define FA_CUDA_COMMON_TILE_IO_CUH
 
-#include "params.h"
-#include "../sm80/primitives.cuh"
-#include "tile_geometry.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
+#include "common/tile_geometry.cuh"
 
-namespace fa_sm80 {
+namespace fa_gpu {
 
 template <typename T>
 __device__ __forceinline__ const T *row_ptr(const fa_gpu_tensor &t, int64_t b, int64_t row, int64_t h)
@@ -79,6 +79,6 @@ __device__ __forceinline__ void store_tile(const fa_gpu_tensor &t, const T *src,
     }
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu
 
 #endif

@@ -4,21 +4,21 @@
 #ifndef FA_SM80_BACKWARD_DETERMINISTIC_CUH
 #define FA_SM80_BACKWARD_DETERMINISTIC_CUH
 
-#include "params.h"
-#include "primitives.cuh"
-#include "../common/tile_geometry.cuh"
-#include "../common/tile_io.cuh"
-#include "../common/tile_class.cuh"
-#include "../common/dropout.cuh"
-#include "../common/score_mod.cuh"
-#include "../common/backward_step.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
+#include "common/tile_geometry.cuh"
+#include "common/tile_io.cuh"
+#include "common/tile_class.cuh"
+#include "common/dropout.cuh"
+#include "common/score_mod.cuh"
+#include "common/backward_step.cuh"
 
 #include "empty_row.h"
 #include "mask.h"
 
 #include <math_constants.h>
 
-namespace fa_sm80 {
+namespace fa_gpu::sm80 {
 
 /* One block per (key tile, kv head, batch); warps own 16 key rows; query tiles of BQ rows of every
  * query head of the group stream through shared memory. Everything is computed transposed:
@@ -302,6 +302,6 @@ __global__ void __launch_bounds__(THREADS) dq_kernel(const fa_gpu_params p)
     }
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu::sm80
 
 #endif

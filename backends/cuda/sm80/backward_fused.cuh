@@ -4,21 +4,21 @@
 #ifndef FA_SM80_BACKWARD_FUSED_CUH
 #define FA_SM80_BACKWARD_FUSED_CUH
 
-#include "params.h"
-#include "primitives.cuh"
-#include "tiles.h"
-#include "../common/tile_geometry.cuh"
-#include "../common/tile_io.cuh"
-#include "../common/tile_class.cuh"
-#include "../common/dropout.cuh"
-#include "../common/score_mod.cuh"
-#include "../common/softmax_step.cuh"
-#include "../common/backward_step.cuh"
-#include "backward_walk.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
+#include "sm80/tiles.h"
+#include "common/tile_geometry.cuh"
+#include "common/tile_io.cuh"
+#include "common/tile_class.cuh"
+#include "common/dropout.cuh"
+#include "common/score_mod.cuh"
+#include "common/softmax_step.cuh"
+#include "common/backward_step.cuh"
+#include "sm80/backward_walk.cuh"
 
 #include "mask.h"
 
-namespace fa_sm80 {
+namespace fa_gpu::sm80 {
 
 /* FlashAttention-2's backward: one block of eight warps per (128-key tile, kv head, batch), each
  * warp owning 16 keys; query tiles of BQ rows of every query head of the group stream through
@@ -247,6 +247,6 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
     store_dkdv<T, DV>(p, s, b, hk, rows, t4, dk, dv, col0);
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu::sm80
 
 #endif

@@ -4,20 +4,20 @@
 #ifndef FA_SM80_BACKWARD_GRID_CUH
 #define FA_SM80_BACKWARD_GRID_CUH
 
-#include "params.h"
-#include "primitives.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
 #include "philox.h"
-#include "../common/tile_geometry.cuh"
-#include "../common/tile_io.cuh"
-#include "../common/tile_class.cuh"
-#include "../common/softmax_step.cuh"
-#include "../common/backward_step.cuh"
-#include "../common/dropout.cuh"
-#include "backward_walk.cuh"
+#include "common/tile_geometry.cuh"
+#include "common/tile_io.cuh"
+#include "common/tile_class.cuh"
+#include "common/softmax_step.cuh"
+#include "common/backward_step.cuh"
+#include "common/dropout.cuh"
+#include "sm80/backward_walk.cuh"
 
 #include "mask.h"
 
-namespace fa_sm80 {
+namespace fa_gpu::sm80 {
 
 /* One block of eight warps per (128-key tile, kv head, batch); query tiles of 64 rows of every
  * query head of the group stream through shared memory (double-buffered). Each step's five
@@ -348,6 +348,6 @@ __global__ void __launch_bounds__(bwd_grid_shape<D>::NT, 1) bwd_grid_kernel(cons
     }
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu::sm80
 
 #endif

@@ -5,15 +5,15 @@
 #ifndef FA_SM80_BACKWARD_WALK_CUH
 #define FA_SM80_BACKWARD_WALK_CUH
 
-#include "params.h"
-#include "primitives.cuh"
-#include "../common/tile_geometry.cuh"
-#include "../common/tile_io.cuh"
-#include "../common/tile_class.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
+#include "common/tile_geometry.cuh"
+#include "common/tile_io.cuh"
+#include "common/tile_class.cuh"
 
 #include "mask.h"
 
-namespace fa_sm80 {
+namespace fa_gpu::sm80 {
 
 /* The walk of one block: steps it = 0 .. niter - 1 stand for (query head hk * group + it / nqt,
  * query rows [(it % nqt) * BQ, + BQ)). LISTS: the block lists refine the mask's classes. */
@@ -113,6 +113,6 @@ __device__ __forceinline__ void load_query_side(const fa_gpu_params &p, const fa
     }
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu::sm80
 
 #endif

@@ -4,20 +4,20 @@
 #ifndef FA_SM80_FORWARD_CUH
 #define FA_SM80_FORWARD_CUH
 
-#include "params.h"
-#include "primitives.cuh"
-#include "tiles.h"
-#include "../common/tile_geometry.cuh"
-#include "../common/tile_io.cuh"
-#include "../common/tile_class.cuh"
-#include "../common/score_mod.cuh"
-#include "../common/softmax_step.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
+#include "sm80/tiles.h"
+#include "common/tile_geometry.cuh"
+#include "common/tile_io.cuh"
+#include "common/tile_class.cuh"
+#include "common/score_mod.cuh"
+#include "common/softmax_step.cuh"
 
 #include "mask.h"
 
 #include <math_constants.h>
 
-namespace fa_sm80 {
+namespace fa_gpu::sm80 {
 
 /* The forward's query tile: MT m16 tiles per warp, so B_r = 4 warps * 16 * MT rows. Two tiles
  * per warp (B_r = 128) up to d = 128: every K / V fragment read from shared memory feeds two
@@ -162,6 +162,6 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
         store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu::sm80
 
 #endif

@@ -17,11 +17,11 @@
 #ifndef FA_SM80_KERNELS_CUH
 #define FA_SM80_KERNELS_CUH
 
-#include "forward.cuh"
-#include "backward_elementwise.cuh"
-#include "backward_deterministic.cuh"
-#include "backward_fused.cuh"
-#include "backward_grid.cuh"
-#include "launch.cuh"
+#include "sm80/forward.cuh"
+#include "common/backward_elementwise.cuh"
+#include "sm80/backward_deterministic.cuh"
+#include "sm80/backward_fused.cuh"
+#include "sm80/backward_grid.cuh"
+#include "sm80/launch.cuh"
 
 #endif

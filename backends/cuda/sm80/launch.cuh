@@ -4,22 +4,23 @@
 #ifndef FA_SM80_LAUNCH_CUH
 #define FA_SM80_LAUNCH_CUH
 
-#include "params.h"
-#include "../common/tile_geometry.cuh"
-#include "../common/score_mod.cuh"
-#include "../common/instance_mode.cuh"
-#include "forward.cuh"
-#include "backward_elementwise.cuh"
-#include "backward_deterministic.cuh"
-#include "backward_fused.cuh"
-#include "backward_grid.cuh"
+#include "common/params.h"
+#include "kernels_switch.h"
+#include "common/tile_geometry.cuh"
+#include "common/score_mod.cuh"
+#include "common/instance_mode.cuh"
+#include "sm80/forward.cuh"
+#include "common/backward_elementwise.cuh"
+#include "sm80/backward_deterministic.cuh"
+#include "sm80/backward_fused.cuh"
+#include "sm80/backward_grid.cuh"
 
 #include <cuda_runtime.h>
 
 #include <stdlib.h>
 #include <string.h>
 
-namespace fa_sm80 {
+namespace fa_gpu::sm80 {
 
 template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
 {
@@ -84,13 +85,13 @@ template <typename T, int D, int MODE> cudaError_t launch_grid_backward(const fa
 
 /* Whether the grid backward (bwd_grid_kernel) serves a fused call at head dim D: d 64 and 128,
  * 16-byte aligned rows, no score modifier, and the device gives a block the kernel's shared memory
- * (171 KB at d 128: Hopper-class devices; an A100's 164 KB takes bwd_kernel). The environment
- * variable FLASHATTN_SM80_BWD=rows selects bwd_kernel everywhere (for comparisons). */
+ * (171 KB at d 128: Hopper-class devices; an A100's 164 KB takes bwd_kernel).
+ * FLASHATTN_KERNELS=sm80-backward=rows selects bwd_kernel everywhere (to test it on such devices). */
 __host__ inline bool sm80_backward_rows_forced()
 {
     static const bool rows = [] {
-        const char *v = getenv("FLASHATTN_SM80_BWD");
-        return v && strcmp(v, "rows") == 0;
+        char v[8];
+        return fa_kernels_switch("sm80-backward", v, sizeof v) && strcmp(v, "rows") == 0;
     }();
     return rows;
 }
@@ -153,7 +154,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
         if (e0 != cudaSuccess)
             return e0;
     }
-    /* d > 128 has the fused kernel only (no deterministic kernels; the chooser takes the portable
+    /* d > 128 has the fused kernel only (no deterministic kernels; the chooser takes the SIMT
      * ones for that option); with no queries it writes dK = dV = 0 */
     const bool fused = D > 128 ? (p.dq_accum || p.seqlen_q == 0) : (p.dq_accum && p.seqlen_q > 0);
     if (fused && fa_gpu_has_score_mod(p)) /* ALIGNED here (refused above otherwise) */
@@ -174,6 +175,6 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
         return launch_deterministic_backward<T, D, ALIGNED>(p, st);
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu::sm80
 
 #endif

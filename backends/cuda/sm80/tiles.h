@@ -1,7 +1,6 @@
 /* tiles.h: the sm80 tile shapes, one row per padded head dim with the reason for it. The kernels
  * (forward.cuh, backward_fused.cuh) read their shapes from here and nowhere else; the register
- * and spill figures are ptxas's for sm_80 (`-Xptxas -v`), the speeds H200 runs recorded in
- * docs/notes-cuda.md.
+ * and spill figures are ptxas's for sm_80 (`-Xptxas -v`).
  *
  * Forward: a block of 4 warps owns B_r = 4 * 16 * fwd_mtiles query rows; key tiles of 64 rows
  * stream through shared memory, consumed fwd_keys keys per online-softmax step.
@@ -10,7 +9,7 @@
 #ifndef FA_SM80_TILES_H
 #define FA_SM80_TILES_H
 
-namespace fa_sm80 {
+namespace fa_gpu::sm80 {
 
 struct tile_row {
     int d;          /* padded head dim */
@@ -34,7 +33,7 @@ constexpr tile_row TILES[] = {
      * splits the output columns in two passes of 128 (bwd_shape::PASSES: S and dP recomputed per
      * pass over the whole d, dK, dV, dQ of the pass's columns), 32 query rows per step so the
      * full-width K, V, Q, dO tiles fit in 213.5 KB of shared memory (Hopper-class; an A100 has
-     * 164 KB and keeps the portable backward); d 160 .. 224 have no backward (their halves are not
+     * 164 KB and keeps the SIMT backward); d 160 .. 224 have no backward (their halves are not
      * whole n16 column groups) */
     {160, 1, 64, 0},
     {192, 1, 64, 0},
@@ -50,6 +49,6 @@ constexpr tile_row tile_of(int d)
     return tile_row{0, 0, 0, 0};
 }
 
-} // namespace fa_sm80
+} // namespace fa_gpu::sm80
 
 #endif

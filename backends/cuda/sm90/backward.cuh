@@ -28,24 +28,21 @@
  * dK, dV for its 128 (col0..); 32 query rows per step so that K, V and two stages fit; the dQ
  * tile's 32 rows are fewer than a wgmma's 64, so it is computed transposed, dQ^T = K^T dS (K as
  * an MN-major A operand, dS written query-major), into an accumulator laid out
- * [2][heads][tokens][128] (sm80's dq_convert_kernel with DV = 128 reads it back).
- *
- * The alternatives tried (two overlapped wgmma groups, other consumer register counts, other dQ
- * reduction layouts, 64-row steps at d 64, per-consumer dQ at d 128) were slower on the H200;
- * docs/backends/cuda.md records them. */
+ * [2][heads][tokens][128] (common/backward_elementwise.cuh's dq_convert_kernel with DV = 128 reads
+ * it back). */
 #ifndef FA_SM90_BACKWARD_CUH
 #define FA_SM90_BACKWARD_CUH
 
-#include "kernels.cuh"
-#include "../common/backward_step.cuh"
-/* the sm80 dsum_kernel before the backward and dq_convert_kernel after it */
-#include "../sm80/backward_elementwise.cuh"
+#include "sm90/kernels.cuh"
+#include "common/backward_step.cuh"
+/* dsum_kernel before the backward and dq_convert_kernel after it */
+#include "common/backward_elementwise.cuh"
 
-namespace fa_sm90 {
+namespace fa_gpu::sm90 {
 
 constexpr int BW_BN = 128, BW_THREADS = 384, BW_CONSUMERS = 256;
 
-/* fa_sm80::zero_absent_rows over a stage's Q and dO tiles in the 128-byte swizzled layout (shared
+/* fa_gpu::zero_absent_rows over a stage's Q and dO tiles in the 128-byte swizzled layout (shared
  * addresses q, dout; ROWS rows, D / 8 chunks each): the rows whose lse2 is +inf (rows that saw no
  * key) are set to 0 by the NT consumer threads (tid); returns whether any was. The caller then
  * makes the stores visible to wgmma (fence_proxy_async) and synchronises the consumers. */
@@ -101,7 +98,7 @@ __device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)
 }
 constexpr int BW_CONSUMER_REGS = 224, BW_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 
-/* MODE as in the forward (fa_sm80::mode_of); MOD: the score modifiers, with dS times the softcap's
+/* MODE as in the forward (fa_gpu::mode_of); MOD: the score modifiers, with dS times the softcap's
  * derivative computed together with P (dP^T is already there), in the plain mode only; TMA: the
  * producer loads Q and dO through maps (first: Q, second: dO; make_qdo_maps), else maps is unused. */
 template <typename T, int D, int MODE, bool MOD = false, bool TMA = false>
@@ -122,8 +119,8 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t bars[2 * STAGES]; /* full, empty */
     __shared__ float rowv[STAGES][2][BQ];              /* LSE log2(e), D of the stage's rows */
-    unsigned char *base = smem_raw + ((1024u - (fa_sm80::smem_addr(smem_raw) & 1023u)) & 1023u);
-    const uint32_t k_addr = fa_sm80::smem_addr(base), v_addr = k_addr + KVB, ds_addr = v_addr + KVB,
+    unsigned char *base = smem_raw + ((1024u - (fa_gpu::smem_addr(smem_raw) & 1023u)) & 1023u);
+    const uint32_t k_addr = fa_gpu::smem_addr(base), v_addr = k_addr + KVB, ds_addr = v_addr + KVB,
                    dq_addr = ds_addr + DSB, st_addr = dq_addr + BQ * DV * 4u;
     T *dss = reinterpret_cast<T *>(base + 2 * KVB);
     float *dqs = reinterpret_cast<float *>(base + 2 * KVB + BW_BN * BQ * sizeof(T));
@@ -146,9 +143,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
          * their classes; some, partial */
         fa_tile_class best = FA_TILE_FULL;
         bool listed = false, missing = false;
-        for (int64_t qt = q0 / fa_sm80::BLOCK; qt * fa_sm80::BLOCK < imin(q0 + BQ, s.sq); ++qt)
-            for (int64_t t = j0 / fa_sm80::BLOCK; t * fa_sm80::BLOCK < imin(j1, s.sk); ++t) {
-                const fa_tile_class u = fa_sm80::tile_class(p, m, h, qt, t);
+        for (int64_t qt = q0 / fa_gpu::BLOCK; qt * fa_gpu::BLOCK < imin(q0 + BQ, s.sq); ++qt)
+            for (int64_t t = j0 / fa_gpu::BLOCK; t * fa_gpu::BLOCK < imin(j1, s.sk); ++t) {
+                const fa_tile_class u = fa_gpu::tile_class(p, m, h, qt, t);
                 if (u == FA_TILE_EMPTY) {
                     missing = true;
                 } else {
@@ -171,7 +168,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     /* the producer threads that copy: all of its warpgroup, or with TMA its first warp; the full
      * barrier counts their cp.async arrivals, and with TMA the byte-count arrival of thread 0 */
     constexpr int COPIERS = TMA ? 32 : BW_THREADS - BW_CONSUMERS;
-    const uint32_t full0 = fa_sm80::smem_addr(&bars[0]), empty0 = full0 + 8u * STAGES;
+    const uint32_t full0 = fa_gpu::smem_addr(&bars[0]), empty0 = full0 + 8u * STAGES;
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
             mbar_init(full0 + 8u * i, COPIERS + (TMA ? 1 : 0));
@@ -208,11 +205,11 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             for (int r = tid; r < 2 * BQ; r += COPIERS) {
                 const int64_t i = q0 + r % BQ;
                 const float *src = (r < BQ ? p.lse2 : p.dsum) + h * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i);
-                fa_sm80::cp_async4(&rowv[st][r / BQ][r % BQ], i < s.sq ? src : p.dsum, i < s.sq);
+                fa_gpu::cp_async4(&rowv[st][r / BQ][r % BQ], i < s.sq ? src : p.dsum, i < s.sq);
             }
             mbar_arrive_cp_async(full0 + 8u * st);
         }
-        fa_sm80::cp_async_wait<0>();
+        fa_gpu::cp_async_wait<0>();
         return;
     }
 
@@ -225,8 +222,8 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     /* K and V of the block, every consumer thread taking its share */
     load_sw128<T, D, BW_BN, BW_CONSUMERS>(k_addr, p.k, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
     load_sw128<T, D, BW_BN, BW_CONSUMERS>(v_addr, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d, threadIdx.x);
-    fa_sm80::cp_async_commit();
-    fa_sm80::cp_async_wait<0>();
+    fa_gpu::cp_async_commit();
+    fa_gpu::cp_async_wait<0>();
     fence_proxy_async();
     bar_sync<1, BW_CONSUMERS>();
 
@@ -278,10 +275,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             const bool drop = DROP && p.dropout_threshold;
             uint32_t keep[(BQ / 2 + 31) / 32] = {}; /* dropout's verdicts, bit 4 nt + e */
             if (drop)
-                fa_sm80::dropout_keep_keys_by_rows<BQ / 8>(p, b, h, q0 + 2 * t4, wk0 + g, keep);
+                fa_gpu::dropout_keep_keys_by_rows<BQ / 8>(p, b, h, q0 + 2 * t4, wk0 + g, keep);
             float alibi_d0 = 0.0f;
             if constexpr (MOD)
-                alibi_d0 = fa_sm80::modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
+                alibi_d0 = fa_gpu::modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
             /* P^T = exp2(S^T scale log2 e - LSE log2 e), masked */
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
@@ -290,10 +287,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                     const int col = nt * 8 + 2 * t4 + (e & 1);
                     float sx = pt[nt][e], grad = 1.0f;
                     if constexpr (MOD)
-                        sx = fa_sm80::modified_score_at(sm, sx, alibi_d0 + fa_sm80::transposed_offset(nt, e), grad);
-                    float x = fa_sm80::fast_exp2(sx * p.scale_log2 - lse2[col]);
+                        sx = fa_gpu::modified_score_at(sm, sx, alibi_d0 + fa_gpu::transposed_offset(nt, e), grad);
+                    float x = fa_gpu::fast_exp2(sx * p.scale_log2 - lse2[col]);
                     if (edge && (cls == FA_TILE_EMPTY ||
-                                 !fa_sm80::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
+                                 !fa_gpu::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
                         x = 0.0f;
                         dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
                         grad = 1.0f;
@@ -309,10 +306,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                 for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        pz[nt][e] = pt[nt][e] * fa_sm80::keep_factor(keep, 4 * nt + e, p.dropout_scale);
-                fa_sm80::acc_to_a<T, BQ>(pf, pz);
+                        pz[nt][e] = pt[nt][e] * fa_gpu::keep_factor(keep, 4 * nt + e, p.dropout_scale);
+                fa_gpu::acc_to_a<T, BQ>(pf, pz);
             } else {
-                fa_sm80::acc_to_a<T, BQ>(pf, pt);
+                fa_gpu::acc_to_a<T, BQ>(pf, pt);
             }
             /* dS^T = P^T (Z dP^T - D) scale (MOD: computed above) */
             if constexpr (!MOD) {
@@ -322,11 +319,11 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                     for (int e = 0; e < 4; ++e) {
                         const int col = nt * 8 + 2 * t4 + (e & 1);
                         const float z =
-                            drop ? fa_sm80::keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
+                            drop ? fa_gpu::keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
                         dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
                     }
             }
-            fa_sm80::acc_to_a<T, BQ>(df, dpt);
+            fa_gpu::acc_to_a<T, BQ>(df, dpt);
             /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */
             fence();
             const uint32_t cb = (uint32_t)(col0 / 64) * BQ * 128u; /* the pass's first 64-column block */
@@ -425,7 +422,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
 
     /* dK, dV: thread rows krow and krow + 8 of the tile (the flat accumulators in the mma layout) */
     const int64_t rows[2] = {k0 + krow, k0 + krow + 8};
-    fa_sm80::store_dkdv<T, DV>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
+    fa_gpu::store_dkdv<T, DV>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
                                reinterpret_cast<const float(*)[4]>(dv), col0);
 }
 
@@ -439,15 +436,15 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
     if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 ||
-        (fa_gpu_has_score_mod(p) && fa_sm80::mode_of(p) != 0))
+        (fa_gpu_has_score_mod(p) && fa_gpu::mode_of(p) != 0))
         return cudaErrorInvalidValue;
     dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
-    fa_sm80::dsum_kernel<T><<<g0, fa_sm80::THREADS, 0, st>>>(p);
+    fa_gpu::dsum_kernel<T><<<g0, fa_gpu::THREADS, 0, st>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess)
         e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st);
     if (e == cudaSuccess && p.seqlen_k > 0) {
-        const int mode = fa_sm80::mode_of(p);
+        const int mode = fa_gpu::mode_of(p);
         /* the plain mode of a dense call loads Q and dO by TMA where the views allow it */
         tile_maps maps;
         memset(&maps, 0, sizeof maps);
@@ -469,12 +466,12 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     }
     if (e == cudaSuccess) {
         const dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
-        fa_sm80::dq_convert_kernel<T, D, bw_dv<D>()><<<g2, 256, 0, st>>>(p);
+        fa_gpu::dq_convert_kernel<T, D, bw_dv<D>()><<<g2, 256, 0, st>>>(p);
         e = cudaGetLastError();
     }
     return e;
 }
 
-} // namespace fa_sm90
+} // namespace fa_gpu::sm90
 
 #endif /* FA_SM90_BACKWARD_CUH */

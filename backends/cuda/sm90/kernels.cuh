@@ -11,29 +11,29 @@
  * has a "full" mbarrier (every thread arrives when its copies land) and an "empty" one (every
  * thread arrives when its products on the stage are done), so there is no block-wide barrier in
  * the key loop. S = Q K^T as wgmma m64n64k16 with both operands in shared memory; the
- * online-softmax step, masks and dropout are the sm80 kernels' (fa_sm80::softmax_step: the
+ * online-softmax step, masks and dropout are the sm80 kernels' (fa_gpu::softmax_step: the
  * accumulator layout is the same per warp); P goes back as the A operand from registers and
  * O += P V as wgmma m64n{D}k16 with V transposed by the instruction. Every wgmma group is waited
  * for at once. */
 #ifndef FA_SM90_KERNELS_CUH
 #define FA_SM90_KERNELS_CUH
 
-#include "params.h"
-#include "../sm80/primitives.cuh"
-#include "../common/tile_geometry.cuh"
-#include "../common/tile_io.cuh"
-#include "../common/tile_class.cuh"
-#include "../common/dropout.cuh"
-#include "../common/score_mod.cuh"
-#include "../common/softmax_step.cuh"
-#include "../common/instance_mode.cuh"
-#include "primitives.cuh"
-#include "tensor_map.cuh"
+#include "common/params.h"
+#include "common/primitives.cuh"
+#include "common/tile_geometry.cuh"
+#include "common/tile_io.cuh"
+#include "common/tile_class.cuh"
+#include "common/dropout.cuh"
+#include "common/score_mod.cuh"
+#include "common/softmax_step.cuh"
+#include "common/instance_mode.cuh"
+#include "sm90/primitives.cuh"
+#include "sm90/tensor_map.cuh"
 
-namespace fa_sm90 {
+namespace fa_gpu::sm90 {
 
-using fa_sm80::elem;
-using fa_sm80::imin;
+using fa_gpu::elem;
+using fa_gpu::imin;
 
 constexpr int BR = 128, BN = 64, THREADS = 256, WG_ROWS = 64, STAGES = 3;
 static_assert(BN == FA_GPU_BLOCK && BR % FA_GPU_BLOCK == 0, "the core's 64 x 64 block lists");
@@ -46,13 +46,13 @@ __device__ __forceinline__ void load_blocked(T *dst, const fa_gpu_tensor &t, int
                                              int64_t h, int d, int tid = threadIdx.x)
 {
     constexpr int CB = D / 8;
-    const uint32_t base = fa_sm80::smem_addr(dst);
+    const uint32_t base = fa_gpu::smem_addr(dst);
 #pragma unroll 4
     for (int e = tid; e < ROWS * CB; e += NT) {
         const int cm = e >> 3, r = (cm / CB) * 8 + (e & 7), c = (cm % CB) * 8;
         const bool valid = r < nrows && c < d;
-        const T *src = valid ? fa_sm80::row_ptr<T>(t, b, row0 + r, h) + c : static_cast<const T *>(t.data);
-        fa_sm80::cp_async16_s(base + 16u * (uint32_t)e, src, valid);
+        const T *src = valid ? fa_gpu::row_ptr<T>(t, b, row0 + r, h) + c : static_cast<const T *>(t.data);
+        fa_gpu::cp_async16_s(base + 16u * (uint32_t)e, src, valid);
     }
 }
 
@@ -70,7 +70,7 @@ __device__ __forceinline__ void load_sw128(uint32_t dst, const fa_gpu_tensor &t,
     static_assert(NT % CB == 0 && (RS % 8 == 0 || 8 % RS == 0) && ROWS % RS == 0, "rows per step");
     const int c = tid % CB, r0 = tid / CB;
     const bool cvalid = c * 8 < d;
-    const T *src = fa_sm80::row_ptr<T>(t, b, row0 + r0, h) + c * 8;
+    const T *src = fa_gpu::row_ptr<T>(t, b, row0 + r0, h) + c * 8;
     const int64_t step = RS * t.ss;
     const uint32_t sdst = dst + sw128<ROWS>(r0, c);
 #pragma unroll
@@ -79,7 +79,7 @@ __device__ __forceinline__ void load_sw128(uint32_t dst, const fa_gpu_tensor &t,
         const bool valid = cvalid && r < nrows;
         /* RS a multiple of 8: every row of the thread has the swizzle of r0; else it cycles */
         const uint32_t a = RS % 8 == 0 ? sdst + i * RS * 128 : dst + sw128<ROWS>(r, c);
-        fa_sm80::cp_async16_s(a, valid ? src : static_cast<const T *>(t.data), valid);
+        fa_gpu::cp_async16_s(a, valid ? src : static_cast<const T *>(t.data), valid);
         src += step;
     }
 }
@@ -107,13 +107,13 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
     const int wrow = WG_ROWS * wg + 16 * (warp & 3); /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;                    /* ... in the sequence */
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f;
-    const uint32_t q_addr = fa_sm80::smem_addr(qs) + (uint32_t)wg * (WG_ROWS / 8) * ROWB;
-    const uint32_t k_addr = fa_sm80::smem_addr(ks), v_addr = fa_sm80::smem_addr(vs);
-    const uint32_t full0 = fa_sm80::smem_addr(&bars[0]), empty0 = fa_sm80::smem_addr(&bars[STAGES]);
+    const uint32_t q_addr = fa_gpu::smem_addr(qs) + (uint32_t)wg * (WG_ROWS / 8) * ROWB;
+    const uint32_t k_addr = fa_gpu::smem_addr(ks), v_addr = fa_gpu::smem_addr(vs);
+    const uint32_t full0 = fa_gpu::smem_addr(&bars[0]), empty0 = fa_gpu::smem_addr(&bars[STAGES]);
 
     /* the key tiles, in order: one walk that issues copies STAGES - 1 tiles ahead, one that consumes */
-    fa_sm80::key_walk<BR / BN, LISTS> ahead = fa_sm80::key_walk_of<BR / BN, LISTS>(p, m, h, q0, BR);
-    fa_sm80::key_walk<BR / BN, LISTS> walk = ahead;
+    fa_gpu::key_walk<BR / BN, LISTS> ahead = fa_gpu::key_walk_of<BR / BN, LISTS>(p, m, h, q0, BR);
+    fa_gpu::key_walk<BR / BN, LISTS> walk = ahead;
     if (threadIdx.x == 0) {
         for (int i = 0; i < STAGES; ++i) {
             mbar_init(full0 + 8u * i, THREADS);
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
     int64_t kt = s.sk > 0 ? walk.peek() : -1;
     if (kt >= 0)
         load_blocked<T, D, BR>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
-    fa_sm80::cp_async_commit();
-    fa_sm80::cp_async_wait<0>();
+    fa_gpu::cp_async_commit();
+    fa_gpu::cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads(); /* Q and the barriers' initialisation are visible */
 
@@ -182,17 +182,17 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
         commit();
         wait<0>();
 
-        const fa_tile_class cls = LISTS ? fa_sm80::rows_class(p, m, h, wq0, wq0 + 16, kt)
+        const fa_tile_class cls = LISTS ? fa_gpu::rows_class(p, m, h, wq0, wq0 + 16, kt)
                                         : fa_mask_classify_tile(&m, wq0, wq0 + 16, k0, k0 + BN);
         if (cls == FA_TILE_EMPTY || k0 >= s.sk) { /* this warp's rows see none of the tile: P = 0 */
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i)
                 sflat[i] = -CUDART_INF_F;
         }
-        fa_sm80::softmax_step<T, 1, BN, D / 8, 16, LISTS, DROP>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m, row_l,
+        fa_gpu::softmax_step<T, 1, BN, D / 8, 16, LISTS, DROP>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m, row_l,
                                                                 o);
         uint32_t pf[1][BN / 16][4];
-        fa_sm80::acc_to_a<T, BN>(pf[0], sacc[0]);
+        fa_gpu::acc_to_a<T, BN>(pf[0], sacc[0]);
 
         /* O += P V: V [keys][D] blocked is the MN-major B operand; 16 keys = two core matrices */
         float(&oflat)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&o[0][0][0]);
@@ -212,10 +212,10 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
     /* epilogue: O / l staged row-major ([BR][D + 8]) over the K and V stages, free after the
      * barrier above (every copy was waited for through its full barrier), then 16-byte row
      * stores; LSE as in the sm80 forward */
-    fa_sm80::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [BR][D + 8] over the stages */
+    fa_gpu::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [BR][D + 8] over the stages */
     __syncthreads();
     if (!p.out_f32)
-        fa_sm80::store_tile<T, D, true, BR, THREADS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+        fa_gpu::store_tile<T, D, true, BR, THREADS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 /* The warp-specialised forward, for calls with neither block lists nor dropout (MODE 0). Three
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
  * then O += P_{n-1} V_{n-1}, and the softmax of S_n runs while the second product is still on
  * the tensor cores; O is rescaled once that product is waited for. The two consumers take turns
  * at issuing (ping-pong, below). Causal grids start with the query tiles that see the most keys.
- * MOD: the score modifiers (fa_sm80::softmax_scores applies them). TMA: the producer is one
+ * MOD: the score modifiers (fa_gpu::softmax_scores applies them). TMA: the producer is one
  * thread issuing tensor-memory-accelerator copies of whole tiles through the maps (dense calls,
  * tensor_map.cuh), which complete on the "full" barriers by their byte count; without it the
  * producer warpgroup copies with cp.async. */
@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
     __shared__ __align__(8) uint64_t bars[4 * WS_STAGES]; /* full K, full V, empty K, empty V */
     /* every tile in the swizzled layout, 1024-byte aligned: Q [WS_BR][D], then K [WS_STAGES][WS_BN][D]
      * and V [WS_STAGES][WS_BN][D]; the K and V stages hold O's row-major stage at the end */
-    unsigned char *base = smem_raw + ((1024u - (fa_sm80::smem_addr(smem_raw) & 1023u)) & 1023u);
-    const uint32_t q_all = fa_sm80::smem_addr(base), k_addr = q_all + WS_BR * D * (uint32_t)sizeof(T),
+    unsigned char *base = smem_raw + ((1024u - (fa_gpu::smem_addr(smem_raw) & 1023u)) & 1023u);
+    const uint32_t q_all = fa_gpu::smem_addr(base), k_addr = q_all + WS_BR * D * (uint32_t)sizeof(T),
                    v_addr = k_addr + WS_STAGES * TILEB;
     T *ks = reinterpret_cast<T *>(base + WS_BR * D * sizeof(T));
 
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
             last = (hi + WS_BN - 1) / WS_BN;
         }
     }
-    const uint32_t fullk0 = fa_sm80::smem_addr(&bars[0]), fullv0 = fullk0 + 8u * WS_STAGES,
+    const uint32_t fullk0 = fa_gpu::smem_addr(&bars[0]), fullv0 = fullk0 + 8u * WS_STAGES,
                    emptyk0 = fullk0 + 16u * WS_STAGES, emptyv0 = fullk0 + 24u * WS_STAGES;
     if (threadIdx.x == 0) {
         for (int i = 0; i < WS_STAGES; ++i) {
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
                                                                    hk, (int)p.d, tid);
                 mbar_arrive_cp_async(fullv0 + 8u * st);
             }
-            fa_sm80::cp_async_wait<0>();
+            fa_gpu::cp_async_wait<0>();
         }
         return;
     }
@@ -342,8 +342,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
     const uint32_t q_addr = q_all + (uint32_t)(wg * 64 * D * sizeof(T)); /* this warpgroup's 64 rows, loaded by itself */
     load_sw128<T, D, 64, 128>(q_addr, p.q, b, s.q_start + q0 + 64 * wg, s.sq - q0 - 64 * wg, h, (int)p.d,
                               threadIdx.x & 127);
-    fa_sm80::cp_async_commit();
-    fa_sm80::cp_async_wait<0>();
+    fa_gpu::cp_async_commit();
+    fa_gpu::cp_async_wait<0>();
     fence_proxy_async();
     if (wg == 0)
         bar_sync<1, 128>();
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
             for (int i = 0; i < WS_BN / 2; ++i)
                 sflat[i] = -CUDART_INF_F;
         }
-        fa_sm80::softmax_scores<T, 1, WS_BN, 16, false, false, MOD>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m,
+        fa_gpu::softmax_scores<T, 1, WS_BN, 16, false, false, MOD>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m,
                                                                     row_l, alpha, sm);
     };
 
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
         wait<0>();
         release(emptyk0, 0);
         scores(0); /* O is still zero: nothing to rescale */
-        fa_sm80::acc_to_a<T, WS_BN>(pf, sacc[0]);
+        fa_gpu::acc_to_a<T, WS_BN>(pf, sacc[0]);
         for (int64_t n = 1; n < ntiles; ++n) {
             wait_full(fullk0, n);
             wait_full(fullv0, n - 1);
@@ -440,8 +440,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
             scores(n);
             wait<0>();
             release(emptyv0, n - 1);
-            fa_sm80::rescale<1, D / 8>(o, alpha);
-            fa_sm80::acc_to_a<T, WS_BN>(pf, sacc[0]);
+            fa_gpu::rescale<1, D / 8>(o, alpha);
+            fa_gpu::acc_to_a<T, WS_BN>(pf, sacc[0]);
         }
         wait_full(fullv0, ntiles - 1);
         turn_begin();
@@ -452,10 +452,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
         release(emptyv0, ntiles - 1);
     }
     bar_sync<3, WS_CONSUMERS>(); /* both consumers are done with every stage before O is staged over them */
-    fa_sm80::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
+    fa_gpu::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
     bar_sync<3, WS_CONSUMERS>();
     if (!p.out_f32)
-        fa_sm80::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+        fa_gpu::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
 }
 
 template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream)
@@ -485,7 +485,7 @@ template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, 
         return cudaSuccess;
     if (nq > 0x7fffffff || p.heads_q > 65535 || p.batch > 65535)
         return cudaErrorInvalidValue;
-    const int mode = fa_sm80::mode_of(p);
+    const int mode = fa_gpu::mode_of(p);
     if (mode == 0)
         return fa_gpu_has_score_mod(p) ? launch_ws_forward<T, D, true>(p, stream)
                                          : launch_ws_forward<T, D, false>(p, stream);
@@ -514,6 +514,6 @@ template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, 
     }
 }
 
-} // namespace fa_sm90
+} // namespace fa_gpu::sm90
 
 #endif /* FA_SM90_KERNELS_CUH */

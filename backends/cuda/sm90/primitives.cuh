@@ -13,7 +13,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-namespace fa_sm90 {
+namespace fa_gpu::sm90 {
 
 /* Byte offset of element (r, c) in a [rows][C] tile of 16-bit elements stored as core matrices:
  * row block r / 8 (C / 8 matrices each), matrix c / 8, row r % 8 (16 bytes), column c % 8. One
@@ -220,6 +220,6 @@ FA_WG_RS(__half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "{%64,%65,%66,%67}, %68")
 #undef FA_WG_SS
 #undef FA_WG_RS
 
-} // namespace fa_sm90
+} // namespace fa_gpu::sm90
 
 #endif /* FA_SM90_PRIMITIVES_CUH */

@@ -18,9 +18,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "params.h"
+#include "common/params.h"
 
-namespace fa_sm90 {
+namespace fa_gpu::sm90 {
 
 /* The two maps a kernel's producer reads through (the forward: K, V; the backward: Q, dO): a
  * kernel parameter (__grid_constant__), 64-byte aligned. */
@@ -134,6 +134,6 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap *m
         tma_load_4d(dst + cb * (ROWS * 128), map, bar, cb * 64, row0, h, b);
 }
 
-} // namespace fa_sm90
+} // namespace fa_gpu::sm90
 
 #endif

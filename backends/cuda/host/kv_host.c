@@ -1,0 +1,176 @@
+/* kv_host.c: fa_forward_kvcache's host side on the CUDA and HIP backends: the decode kernels'
+ * parameter block from the core's validated fa_kv_problem, the head-dim bucket and row tile, the
+ * number of key splits, and the fp32 partials the splits merge through. The kernels are decode/.
+ * Compiled once per runtime, as gpu_host.c. */
+#include "host/gpu_host.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* The tensor-core decode kernel's L2 prefetch around each cache copy, in bytes (the kernel takes
+ * 0, 128 or 256). */
+#define FA_KV_L2_PREFETCH 128
+
+static int gpu_kv_bucket(int64_t d)
+{
+    return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
+}
+
+static int gpu_kv_view_aligned(const fa_view *v, size_t elem)
+{
+    const int64_t e = 16 / (int64_t)elem; /* elements per 16 bytes */
+    return (uintptr_t)v->data % 16 == 0 && v->sb % e == 0 && v->ss % e == 0 && v->sh % e == 0;
+}
+
+/* Splits of each sequence's keys: the caller's (at most one per chunk of FA_KV_KEY_CHUNK keys),
+ * else, among 1 .. 128 splits of at least 256 keys each, the fewest whose blocks fill the
+ * processors' resident slots (`slots` blocks at a time) within 5 % as evenly as the best count
+ * does: the kernel's time is its number of waves of blocks, so 1.3 waves cost as much as 2.
+ * *keys_per_split is a multiple of FA_KV_KEY_CHUNK. */
+static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t slots, int64_t *keys_per_split)
+{
+    const int64_t keys = kp->p.seqlen_k, chunks = (keys + FA_KV_KEY_CHUNK - 1) / FA_KV_KEY_CHUNK;
+    int64_t splits = 1;
+    if (kp->num_splits > 0) {
+        splits = kp->num_splits;
+    } else if (slots > 0) {
+        int64_t most = keys / 256;
+        most = most > 128 ? 128 : most < 1 ? 1 : most;
+        double best = 0.0, eff[129];
+        for (int64_t n = 1; n <= most; ++n) {
+            const double waves = (double)(blocks * n) / (double)slots;
+            eff[n] = waves / (double)((blocks * n + slots - 1) / slots);
+            best = eff[n] > best ? eff[n] : best;
+        }
+        for (splits = 1; splits < most && eff[splits] < 0.95 * best; ++splits)
+            ;
+    }
+    if (splits > chunks)
+        splits = chunks;
+    if (splits < 1)
+        splits = 1;
+    int64_t per = (chunks + splits - 1) / splits;
+    *keys_per_split = (per > 0 ? per : 1) * FA_KV_KEY_CHUNK;
+    return per > 0 ? (chunks + per - 1) / per : 1;
+}
+
+fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const fa_gpu_kv_entries *entry)
+{
+    const fa_problem *p = &kp->p;
+    if (p->batch == 0 || (p->seqlen_q == 0 && (!kp->has_new || kp->seqlen_knew == 0)))
+        return FA_SUCCESS;
+    const int bucket = gpu_kv_bucket(p->d);
+    if (bucket == 0)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "fa_forward_kvcache on %s: head dim %lld (1..256)", FA_RT_NAME,
+                        (long long)p->d);
+    fa_gpu_state *s = fa_gpu_of(ctx);
+    FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    fa_gpu_kv_params kv;
+    memset(&kv, 0, sizeof kv);
+    kv.q = fa_gpu_tensor_of(&p->q);
+    kv.o = fa_gpu_tensor_of(&p->o);
+    kv.lse = fa_gpu_tensor_of(&p->lse);
+    if (!p->has_lse)
+        kv.lse.data = NULL;
+    kv.k_cache = fa_gpu_tensor_of(&kp->k_cache);
+    kv.v_cache = fa_gpu_tensor_of(&kp->v_cache);
+    if (kp->has_new) {
+        kv.k_new = fa_gpu_tensor_of(&kp->k_new);
+        kv.v_new = fa_gpu_tensor_of(&kp->v_new);
+    }
+    kv.cache_seqlens = kp->cache_seqlens;
+    kv.block_table = kp->paged ? kp->block_table : NULL;
+    kv.batch_idx = kp->paged ? NULL : kp->batch_idx;
+    if (kp->rotary) {
+        kv.rotary_cos = kp->rotary_cos;
+        kv.rotary_sin = kp->rotary_sin;
+        kv.cos_stride = kp->cos_stride;
+        kv.sin_stride = kp->sin_stride;
+        kv.rotary_dim = kp->rotary_dim;
+        kv.rotary_interleaved = kp->rotary_interleaved;
+    }
+    kv.batch = p->batch;
+    kv.seqlen_new = p->seqlen_q;
+    kv.seqlen_knew = kp->has_new ? kp->seqlen_knew : 0;
+    kv.heads_q = p->heads_q;
+    kv.heads_kv = p->heads_kv;
+    kv.group = p->group;
+    kv.d = p->d;
+    kv.seqlen_cache = kp->seqlen_cache;
+    /* tokens are below 2^31, so a larger page holds all of them: 2^31 divides the same */
+    kv.page_size = kp->paged ? (kp->page_size < ((int64_t)1 << 31) ? kp->page_size : ((int64_t)1 << 31)) : 0;
+    kv.page_shift = -1;
+    for (int sh = 0; sh < 32 && kp->paged; ++sh)
+        if (((int64_t)1 << sh) == kv.page_size)
+            kv.page_shift = sh;
+    kv.block_table_stride = kp->block_table_stride;
+    kv.causal = p->causal;
+    kv.window_left = p->window_left;
+    kv.window_right = p->window_right;
+    kv.scale = p->scale;
+    kv.scale_log2 = (float)((double)p->scale * 1.4426950408889634);
+    kv.out_f32 = p->out_dtype != p->dtype;
+    kv.mod = fa_score_mod_prepare(p->mod, p->scale);
+    kv.alibi_slopes = p->alibi_slopes;
+    if (kp->device_check) {
+        if (!s->fault) {
+            FA_GPU_TRY(ctx, FA_RT(Malloc)((void **)&s->fault, sizeof(long long) * FA_KV_FAULT_WORDS));
+            FA_GPU_TRY(ctx, FA_RT(Memset)(s->fault, 0, sizeof(long long) * FA_KV_FAULT_WORDS));
+            FA_GPU_TRY(ctx, FA_RT(DeviceSynchronize)());
+        }
+        kv.fault = s->fault;
+        kv.capacity = kp->capacity;
+        kv.num_pages = kp->num_pages;
+        kv.batch_cache = kp->batch_cache;
+        kv.seqlen_ro = kp->seqlen_ro;
+    }
+    const size_t elem = fa_dtype_size(p->dtype);
+    kv.aligned = p->d % 8 == 0 && gpu_kv_view_aligned(&kp->k_cache, elem) && gpu_kv_view_aligned(&kp->v_cache, elem);
+    /* the kernel: the tensor-core one where it exists (cc >= 8.0, fp16 / bf16, aligned rows, d <=
+     * 128; FLASHATTN_KERNELS=kv-simt turns it off), else the SIMT one with the cp.async ring (fp16 /
+     * bf16, aligned rows) or register loads */
+    const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
+                    bucket <= 128 && !s->kv_simt;
+    kv.l2_prefetch = FA_KV_L2_PREFETCH;
+    const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
+    /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
+    kv.rows = p->group * p->seqlen_q;
+    const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA
+                         : kv.rows <= FA_KV_ROW_TILE_SMALL ? FA_KV_ROW_TILE_SMALL
+                                                           : FA_KV_ROW_TILE_LARGE;
+    kv.row_tiles = (kv.rows + row_tile - 1) / row_tile;
+    int64_t blocks;
+    if (!fa_mul_ok(p->batch, p->heads_kv, &blocks) || !fa_mul_ok(blocks, kv.row_tiles, &blocks) || blocks > INT32_MAX)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "fa_forward_kvcache on %s: batch x heads_kv x row tiles = %lld blocks (at most 2^31 - 1)",
+                        FA_RT_NAME, (long long)blocks);
+    kv.splits = 1;
+    kv.keys_per_split = FA_KV_KEY_CHUNK;
+    if (p->seqlen_q > 0) {
+        int resident = 0;
+        fa_rt_error e = (fa_rt_error)(mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, &resident)
+                                          : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
+                                                                        &resident));
+        if (e != FA_RT(Success))
+            return fa_gpu_fail(ctx, e, "fa_forward_kvcache: occupancy of the decode kernel");
+        kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,
+                                  &kv.keys_per_split);
+    }
+    void *partial = NULL;
+    if (kv.splits > 1) {
+        int64_t floats;
+        if (!fa_mul_ok(p->total_q * p->heads_q, kv.splits, &floats) || !fa_mul_ok(floats, p->d + 1, &floats) ||
+            (uint64_t)floats > SIZE_MAX / sizeof(float))
+            return FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_forward_kvcache: the split partials' size overflows");
+        fa_status st = fa_gpu_scratch(ctx, sizeof(float) * (size_t)floats, &partial);
+        if (st != FA_SUCCESS)
+            return st;
+        kv.partial = partial;
+    }
+    s->fault_armed |= kp->device_check;
+    fa_rt_error e = (fa_rt_error)(mma ? entry->forward_mma(&kv, (int)p->dtype, bucket, s->stream)
+                                      : entry->forward(&kv, (int)p->dtype, bucket, row_tile, async_copy, s->stream));
+    if (e != FA_RT(Success))
+        return fa_gpu_fail(ctx, e, "fa_forward_kvcache kernels");
+    return FA_SUCCESS;
+}
