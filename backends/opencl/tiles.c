@@ -21,19 +21,16 @@ static const ocl_tile_row gpu_fwd_tiles[] = {
  * operands in 16-column passes (region A 20 KiB, P / dS 17 KiB: 38 KiB of __local memory). dK and
  * dV take 2 x 4 keys x d / 16 floats per work-item in registers (64 at d 128); above d 128 each
  * work-group accumulates 128 of the columns and a second one the rest (S and dP computed twice)
- * rather than holding 128 floats per work-item. On NVIDIA the registers are capped at 128 (two
- * work-groups per SM): on the H200, d 64 ran 12 % faster so and d 128 the same; a cap of 168 ran
- * 12-16 % slower than none (docs/benchmarks.md, issue 28). */
+ * rather than holding 128 floats per work-item. On NVIDIA the registers are capped at 128, so that
+ * two work-groups fit on an SM. */
 static const ocl_tile_row gpu_bwd_tiles[] = {
     {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
     {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
 };
-/* The matrix-path forward (forward_mma.cl, NVIDIA) and backward (backward_mma.cl, the same caps:
- * the backward ran slower at 168 and 255 at d 64 and at 255 at d 128): 64 x 64 tiles, 4 warps;
- * only the register cap differs by head dim. Without a cap ptxas takes 250-255 registers (two
- * work-groups per SM); on the H200 (fp16, 4096 tokens) the forward at d 64 ran 55 TFLOP/s
- * uncapped, 78 at 128 and 73 at 168, and at d 128 78 uncapped, 72 at 128, 80 at 168 and 75 at 200
- * (docs/benchmarks.md, issue 28). */
+/* The matrix-path forward (forward_mma.cl, NVIDIA) and backward (backward_mma.cl, with the same
+ * caps): 64 x 64 tiles, 4 warps; only the register cap differs by head dim. Uncapped, ptxas takes
+ * nearly all 255 registers; the cap trades some spilling for more resident warps: 128 at d <= 64,
+ * where the accumulators are small, 168 at d 128, whose O accumulators need more. */
 static const ocl_tile_row mma_fwd_tiles[] = {
     {.max_d = 64, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 128},
     {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 168},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_cli_options.py: the flashattn tool's command line (issue 26).
+"""check_cli_options.py: the flashattn tool's command line.
 
 - GNU options: '--name=VALUE' gives what '--name VALUE' gives, in every subcommand (run, run
   --decode, info, iomodel, fwd, fwd --k-cache, bwd), two-value options also as '--window=L,R';
