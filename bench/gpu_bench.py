@@ -664,7 +664,7 @@ def main():
     if args.mask_block < 1:
         ap.error("--mask-block must be >= 1")
     lib = Library(args.lib)
-    # the first line of the output (saved as .md by ci/h200-run.sh): date, commit, device, command
+    # the first line of the output (saved as .md by bench/device/h200-run.sh): date, commit, device, command
     print(prov.comment(torch.cuda.get_device_name()), flush=True)
     torch.manual_seed(0)
     stream = use_own_stream()  # noqa: F841 (kept current for the run)

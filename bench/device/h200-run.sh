@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs on the H200 device machine (see /work/.library/device): the conformance grid on the CUDA
+# Runs on a machine with one CUDA GPU (an H200 in the project's runs): the conformance grid on the CUDA
 # backend, compute-sanitizer on a subset, and the side-by-side benchmark. Usage:
-#   bash ci/h200-run.sh BUILD_DIR [conformance|sanitize|long|bench|bench-extra|all] [bench args...]
+#   bash bench/device/h200-run.sh BUILD_DIR [conformance|sanitize|long|bench|bench-extra|all] [bench args...]
 # bench-extra (not part of all): the block-sparse and the memory tables of bench/gpu_bench.py
 # (--blocksparse, --memory), into $OUT/bench-blocksparse.md and $OUT/bench-memory.md; the bench
 # args go to both.
