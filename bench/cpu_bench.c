@@ -1,5 +1,5 @@
 /* cpu_bench: the fused CPU path (fa_forward on a "cpu" context) against a standard attention that
- * materialises S and P (bench/standard_attention.c), side by side, fp32 forward. Prints markdown
+ * materialises S and P (bench/experiments/standard_attention.c), side by side, fp32 forward. Prints markdown
  * tables: time (median of R runs after a warm-up), GFLOP/s (4 b h sq sk d, halved when causal),
  * speedup, and the extra peak memory of each implementation. A benchmark, not a test: it asserts
  * nothing.
@@ -574,7 +574,7 @@ static void print_preamble(const options *o, const char *what)
     fa_bench_provenance(stdout, model, o->argc, o->argv);
     printf("cpu_bench %s: fp32 forward, batch %lld, heads %lld, threads %d (both paths); %s, %ld online processors\n",
            what, (long long)o->batch, (long long)o->heads, o->threads, model, sysconf(_SC_NPROCESSORS_ONLN));
-    printf("fused = fa_forward on a \"cpu\" context (no LSE); standard = bench/standard_attention.c "
+    printf("fused = fa_forward on a \"cpu\" context (no LSE); standard = bench/experiments/standard_attention.c "
            "(S and P materialised)\n");
 }
 

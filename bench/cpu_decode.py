@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """cpu_decode.py: the CPU backend's attention over a KV cache (flash_attn_with_kvcache, one new
 token per sequence: decode) against PyTorch's CPU scaled_dot_product_attention on the same arrays,
-in one process, at 1, 2, 4, ... threads: how the decode path scales to all cores (issue 27).
+in one process, at 1, 2, 4, ... threads: how the decode path scales to all cores.
 
 For each (dtype, batch x KV length) and thread count: both times (minimum and median over --runs
 calls after a warm-up), the cache bytes read per second (batch x KV x heads_kv x d x 2 tensors x

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """cpu_sdpa.py: the CPU backend against PyTorch's CPU scaled_dot_product_attention, in one process,
-on the same inputs and with the same number of threads, beside the machine's SGEMM rate (issue 27).
+on the same inputs and with the same number of threads, beside the machine's SGEMM rate.
 
 For each (dtype, d, causal, seqlen): forward and backward times of both (minimum and median over
 --runs calls after a warm-up, printed as min (median); the backward alone: ours from the forward's O and LSE, PyTorch's by
 autograd.grad over a graph kept with retain_graph), their TFLOP/s (4 b h s^2 d forward, 2.5x that
 backward, halved when causal) and ours relative to PyTorch (time ratio: > 1 means ours is faster).
 The SGEMM lines: torch.mm of two n x n fp32 matrices (n = 2048) and the attention-shaped product
-Q K^T over all heads (torch.bmm), same threads: the machine's measured matrix rate that issue 27's
-"forward at >= 50 % of SGEMM" refers to. Also the outputs' largest difference between the two.
+Q K^T over all heads (torch.bmm), same threads: the machine's measured matrix rate, the ceiling
+the forward's rate is read against. Also the outputs' largest difference between the two.
 
 Inputs are (batch, seqlen, heads, d) arrays; PyTorch sees them transposed to (batch, heads, seqlen,
 d) without a copy. Threads: FLASHATTN_NUM_THREADS for ours, torch.set_num_threads for PyTorch.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """decode_bench.py: attention over a KV cache (flash_attn_with_kvcache, the library's
 fa_forward_kvcache) beside PyTorch's SDPA flash (FlashAttention-2) and cuDNN backends in one
-process on a CUDA device, at issue 24's shapes: 32 query heads over 8 KV heads, d 128, one new
+process on a CUDA device, at a grouped-query decode shape: 32 query heads over 8 KV heads, d 128, one new
 token (decode), bf16 unless --dtype. Rate = the K and V bytes of the cache read per second (the
 cache each call attends to: batch x KV length x heads_kv x d x 2 tensors x element size); beside
 it the device's copy rate (a large tensor copied; bytes read + written per second), measured in

@@ -11,7 +11,7 @@ The output's first line is its provenance (date, commit, device, command; bench/
 
 Modes (one per run):
   default        the side-by-side table (TFLOP/s of ours, FA2, cuDNN, math; --sm80 adds a column for
-                 our sm80 path, FLASHATTN_CUDA_KERNELS=sm80, on the same inputs). Cases our library reports
+                 our sm80 path, FLASHATTN_KERNELS=sm80, on the same inputs). Cases our library reports
                  unsupported (e.g. fp32 inputs) print "not supported by flashattn: <message>"
                  in the variant column and "n/s" in place of the number.
   --blocksparse  our forward and backward with RANDOM block masks (fa_block_mask_create) at densities
@@ -91,7 +91,7 @@ class Unsupported(Exception):
 
 class Library:
     def __init__(self, path, kernels=None):
-        """kernels: a FLASHATTN_CUDA_KERNELS value for this context only (read when the context is
+        """kernels: a FLASHATTN_KERNELS list for this context only (read when the context is
         created), e.g. "sm80" for the sm80 path beside the default chooser's context"""
         self.lib = C.CDLL(path)
         L = self.lib
@@ -114,17 +114,17 @@ class Library:
         L.fa_block_mask_density.restype = C.c_double
         L.fa_block_mask_density.argtypes = [C.POINTER(BlockMask)]
         self.ctx = C.c_void_p()
-        saved = os.environ.get("FLASHATTN_CUDA_KERNELS")
+        saved = os.environ.get("FLASHATTN_KERNELS")
         if kernels is not None:
-            os.environ["FLASHATTN_CUDA_KERNELS"] = kernels
+            os.environ["FLASHATTN_KERNELS"] = kernels
         try:
             self.check(L.fa_context_create(C.byref(self.ctx), b"cuda", 0), "fa_context_create")
         finally:
             if kernels is not None:
                 if saved is None:
-                    del os.environ["FLASHATTN_CUDA_KERNELS"]
+                    del os.environ["FLASHATTN_KERNELS"]
                 else:
-                    os.environ["FLASHATTN_CUDA_KERNELS"] = saved
+                    os.environ["FLASHATTN_KERNELS"] = saved
 
     def message(self, st):
         msg = self.lib.fa_context_last_error(self.ctx).decode() if self.ctx else ""
@@ -274,8 +274,8 @@ def side_by_side(lib, args, dtype_name):
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | "
           "TFLOP/s fwd / bwd (median of do_bench) | hidden 2048, batch 16384/seqlen")
-    # --sm80: a second context under FLASHATTN_CUDA_KERNELS=sm80 (the sm80 tensor-core path where it has
-    # a kernel, else the portable one), timed on the same inputs in the same run
+    # --sm80: a second context under FLASHATTN_KERNELS=sm80 (the sm80 tensor-core path where it has
+    # a kernel, else the SIMT one), timed on the same inputs in the same run
     lib80 = Library(args.lib, kernels="sm80") if args.sm80 else None
     extra = " sm80 path |" if lib80 else ""
     print(f"| d | causal | seqlen | flashattn |{extra} PyTorch flash (FA2) | cuDNN | standard (math) | ours / FA2 | variant |")
@@ -423,7 +423,7 @@ def dropout_cost(lib, args, dtype_name):
     dt = DTYPES[dtype_name]
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     ours = Library(args.lib, kernels="sm80") if args.sm80 else lib
-    path = "sm80 path (FLASHATTN_CUDA_KERNELS=sm80)" if args.sm80 else "default chooser"
+    path = "sm80 path (FLASHATTN_KERNELS=sm80)" if args.sm80 else "default chooser"
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | dropout p = 0.1 | "
           f"ours: {path} | ms are medians of do_bench | hidden 2048, batch 16384/seqlen")
     print("| d | causal | seqlen | ours fwd ms plain / dropout (x) | ours bwd ms plain / dropout (x) | "
@@ -488,7 +488,7 @@ def block_sparse(lib, args, dtype_name):
     if args.sm80:  # the sm80 path instead of the default chooser
         lib = Library(args.lib, kernels="sm80")
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {dtype_name} | non-causal | "
-          f"{'sm80 path (FLASHATTN_CUDA_KERNELS=sm80)' if args.sm80 else 'default chooser'} | "
+          f"{'sm80 path (FLASHATTN_KERNELS=sm80)' if args.sm80 else 'default chooser'} | "
           f"block-sparse RANDOM masks (fa_block_mask_create, one mask for all heads, seed {args.seed}), "
           f"mask blocks {mb} x {mb} | ms are medians of do_bench; the context keeps a mask's block lists "
           "(core/lists_cache.c), so the timed calls reuse the lists built by the first | hidden 2048, "
@@ -646,7 +646,7 @@ def main():
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--no-math", action="store_true")
     ap.add_argument("--sm80", action="store_true",
-                    help="default mode: also time the sm80 path (FLASHATTN_CUDA_KERNELS=sm80) in the same run; "
+                    help="default mode: also time the sm80 path (FLASHATTN_KERNELS=sm80) in the same run; "
                     "--dropout, --blocksparse: time the sm80 path instead of the default chooser")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--blocksparse", action="store_true", help="block-sparse table (RANDOM masks)")
@@ -664,7 +664,7 @@ def main():
     if args.mask_block < 1:
         ap.error("--mask-block must be >= 1")
     lib = Library(args.lib)
-    # the first line of the output (saved as .md by ci/h200-run.sh): date, commit, device, command
+    # the first line of the output (saved as .md by bench/device/h200-run.sh): date, commit, device, command
     print(prov.comment(torch.cuda.get_device_name()), flush=True)
     torch.manual_seed(0)
     stream = use_own_stream()  # noqa: F841 (kept current for the run)

@@ -10,7 +10,7 @@ Parts (--parts, comma-separated; default all that this machine can run):
                blocks outside.
   hbm          (CUDA GPU, ncu) measured DRAM bytes (dram__bytes_read.sum + dram__bytes_write.sum,
                --clock-control none) and duration of the forward kernel of each CUDA kernel family
-               (FLASHATTN_CUDA_KERNELS=sm90 / sm80 / portable: different tile shapes) at the Figure 2
+               (FLASHATTN_KERNELS=sm90 / sm80 / simt: different tile shapes) at the Figure 2
                shape, next to the IO model at those tiles.
   runtime      (CUDA GPU, torch) forward, backward and forward + backward time against seqlen 128 ...
                65536 (d 64, 16 heads, batch 16384 / seqlen, at least 1; bf16) for our dense kernels,
@@ -173,8 +173,8 @@ def part_iomodel(args):
 
 # The forward tiles (query rows B_r x keys B_c) of each CUDA kernel family at d 64:
 # sm90 backends/cuda/sm90/kernels.cuh (WS_BR, ws_bn), sm80 backends/cuda/sm80/tiles.h (4 warps x 16
-# x fwd_mtiles rows, 64-key tiles), portable backends/gpu/portable (64 x 64).
-HBM_TILES = {"sm90": (128, 128), "sm80": (128, 64), "portable": (64, 64)}
+# x fwd_mtiles rows, 64-key tiles), simt the SIMT kernels (64 x 64).
+HBM_TILES = {"sm90": (128, 128), "sm80": (128, 64), "simt": (64, 64)}
 HBM_METRICS = {"dram__bytes_read.sum": "dram_read", "dram__bytes_write.sum": "dram_write",
                "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",
                "lts__t_sectors_srcunit_tex_op_write.sum": "l2_write_sectors",
@@ -193,7 +193,7 @@ def part_hbm(args):
     dims = ["--batch", "64", "--heads", "16", "--seqlen-q", "1024", "--dim", "64", "--dtype", "fp16"]
     rows = []
     for family, (bq, bk) in HBM_TILES.items():
-        env = dict(os.environ, FLASHATTN_CUDA_KERNELS=family)
+        env = dict(os.environ, FLASHATTN_KERNELS=family)
         info = subprocess.run([args.tool, "run", "--backend", "cuda", "--repeat", "1", "--json"] + dims, env=env,
                               capture_output=True, text=True)
         if info.returncode != 0:
@@ -497,11 +497,11 @@ def part_blocksparse(args):
     dense = gb.bench(lambda: lib.forward(fa)) + gb.bench(lambda: lib.backward(ba))
     # block-sparse calls run on the sm80 kernels (the chooser keeps the sm90 ones for dense calls):
     # the dense time of that family, from a second context, is the baseline sparsity scales
-    os.environ["FLASHATTN_CUDA_KERNELS"] = "sm80"
+    os.environ["FLASHATTN_KERNELS"] = "sm80"
     try:
         lib80 = gb.Library(args.lib)
     finally:
-        del os.environ["FLASHATTN_CUDA_KERNELS"]
+        del os.environ["FLASHATTN_KERNELS"]
     lib80.bind_stream()
     fa80, ba80 = lib80.fwd_args(q, k, v, o, lse, False), lib80.bwd_args(q, k, v, o, lse, do, dq, dk, dv, False)
     dense80 = gb.bench(lambda: lib80.forward(fa80)) + gb.bench(lambda: lib80.backward(ba80))

@@ -13,7 +13,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # `pip install .` in a fresh virtual environment (its build tools come from PyPI). Debian 12 has
 # no ml_dtypes (bfloat16 NumPy arrays): meson's python-pytest run reports the bf16 cases as
 # skipped, with that reason; .ci/run's pip environment installs it with the test extra
-# (pyproject.toml) and there a missing ml_dtypes fails (FLASHATTN_REQUIRE_ML_DTYPES=1).
+# (pyproject.toml) and there a missing ml_dtypes fails (FA_TEST_REQUIRE_ML_DTYPES=1).
 # ocl-icd-opencl-dev + opencl-c-headers build the OpenCL backend; pocl-opencl-icd (PoCL, a CPU
 # OpenCL platform) lets CI run its conformance grid without a GPU; hipcc (ROCm 5.2, clang 15 and
 # LLVM 15's tools, libamdhip64) builds the HIP backend and lets tests/hip inspect its code objects

@@ -68,7 +68,7 @@ void run_state_release(run_state *s);
 /* --check: compares the results of fwd (and bwd when not NULL), which ran on s's context, with the
  * float64 reference; n_q and n_k are the element counts of Q and K. Each line goes to s->report
  * (and to stdout unless --json). Returns 0, EXIT_CHECK_FAILED when an error exceeds its bound,
- * EXIT_LIBRARY when the check cannot run, or what library_error says. FLASHATTN_RUN_CHECK_PERTURB
+ * EXIT_LIBRARY when the check cannot run, or what library_error says. FA_TEST_RUN_CHECK_PERTURB
  * (a number) is added to the first element of O before it is compared: the tests use it to see
  * the check fail. */
 int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const fa_bwd_args *bwd, int64_t n_q,

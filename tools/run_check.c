@@ -159,7 +159,7 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
         goto done;
     }
     to_doubles(dt, ho, n_q, got);
-    const char *perturb = getenv("FLASHATTN_RUN_CHECK_PERTURB");
+    const char *perturb = getenv("FA_TEST_RUN_CHECK_PERTURB");
     if (perturb && *perturb && n_q > 0)
         got[0] += strtod(perturb, NULL);
     all_ok &= report_error(c, s, "O", got, naive[0], ref[0], n_q, 2.0);

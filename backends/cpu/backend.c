@@ -1,6 +1,6 @@
 /* backend.c: the CPU backend's table: host memory, the tile table and the chooser. The kernels
  * are in flash_forward.c and flash_backward.c (what they share in flash_tiles.h); the float64
- * oracle in reference.c is for tests and `flashattn run --check`. */
+ * oracle in tests/support/reference.c is for tests and `flashattn run --check`. */
 #include "cpu.h"
 
 #include <stdio.h>

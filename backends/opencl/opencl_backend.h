@@ -53,12 +53,9 @@ typedef struct ocl_state {
     int gpu_tiles;          /* the GPU rows of the tile table and the work-group kernels */
     int nv_options;         /* the device takes NVIDIA's compiler options (cl_nv_compiler_options) */
     int nv_attributes;      /* cl_nv_device_attribute_query: the compute capability can be read */
-    int nv_mma;             /* the matrix path runs (forward_mma.cl, nv_mma.cl; runtime.c) */
+    int nv_mma;             /* the matrix path runs (forward_mma.cl, backward_mma.cl, nv_mma.cl; runtime.c) */
     int nv_emulate;         /* ... with its instructions emulated in plain OpenCL C (FA_NV_EMULATE) */
-    int nv_mma_backward;    /* ... and its backward (backward_mma.cl; runtime.c says when) */
     int fma;                /* CL_FP_FMA in the single-precision config: the CPU kernels use fma() (FA_FMA) */
-    ocl_tile_row fwd_tile; /* FLASHATTN_OPENCL_FWD_TILE's row; block_q 0 when unset */
-    ocl_tile_row bwd_tile; /* FLASHATTN_OPENCL_BWD_TILE's row; block_q 0 when unset */
     size_t max_group;
     cl_ulong local_bytes;
     char device_name[256], device_version[128], driver_version[128], platform_version[256];
@@ -102,8 +99,6 @@ fa_status ocl_copy(fa_context *ctx, void *dst, const void *src, size_t bytes, fa
 fa_status ocl_sync(fa_context *ctx);
 
 /* tiles.c */
-int ocl_parse_fwd_tile(ocl_tile_row *out);
-int ocl_parse_bwd_tile(ocl_tile_row *out);
 ocl_tile_row ocl_bwd_block(const ocl_state *s, const fa_problem *p);
 ocl_tile_row ocl_mma_block(int64_t d);
 int ocl_mma_bwd_buffers(const ocl_state *s, int64_t d, int kv);

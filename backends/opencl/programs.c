@@ -3,6 +3,7 @@
  * modifiers): the options string is the key of the context's list, and a hash of the source,
  * options, device and driver names the binary cached on disk. */
 #include "opencl_backend.h"
+#include "kernels_switch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,7 +235,7 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
             ocl_api.clReleaseProgram(prog);
             return st;
         }
-        if (getenv("FLASHATTN_OPENCL_LOG")) { /* the compiler's report, e.g. NVIDIA's register counts */
+        if (fa_kernels_switch("opencl-log", NULL, 0)) { /* the compiler's report, e.g. NVIDIA's register counts */
             size_t ln = 0;
             ocl_api.clGetProgramBuildInfo(prog, s->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &ln);
             char *log = ln ? malloc(ln + 1) : NULL;

@@ -3,6 +3,7 @@
  * queue per fa_context) and closing it. Every OpenCL call is checked; errors reach the caller as
  * statuses whose message names the OpenCL error. */
 #include "opencl_backend.h"
+#include "kernels_switch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,7 +151,7 @@ void ocl_capabilities(fa_capabilities *caps)
     snprintf(caps->notes, sizeof caps->notes,
              "OpenCL C 1.2, d <= 256; fp32 math, fp16/bf16 storage; deterministic backward; "
              "not in the default chain; NVIDIA sm_80+: fp16/bf16 fwd+bwd, d %% 16 == 0, <= 128 on mma.sync "
-             "(-mma; FLASHATTN_OPENCL_MATRIX=0 off, _MATRIX_BACKWARD=0 bwd off)");
+             "(-mma; FLASHATTN_KERNELS=opencl-matrix=off turns it off)");
 }
 
 void ocl_close(fa_context *ctx)
@@ -176,10 +177,51 @@ void ocl_close(fa_context *ctx)
     ctx->priv = NULL;
 }
 
+/* FLASHATTN_KERNELS' OpenCL tokens (core/kernels_switch.h, docs/options.md): opencl-tiles=gpu|cpu
+ * runs the kernels and tiles of that device type on any device (the tests run the GPU kernels on
+ * PoCL this way, since CI has no GPU); opencl-matrix=off turns the matrix path off, =require makes
+ * a device without it an error (the tests SKIP by that message), =emulate runs it on any device
+ * with nv_mma.cl's instructions in plain OpenCL C. Any other value is refused, never ignored. */
+enum { OCL_MATRIX_AUTO, OCL_MATRIX_OFF, OCL_MATRIX_REQUIRE, OCL_MATRIX_EMULATE };
+typedef struct ocl_switches {
+    int tiles;  /* 1 the GPU rows and kernels, 0 the CPU ones, -1 the device type's */
+    int matrix; /* OCL_MATRIX_* */
+} ocl_switches;
+
+static fa_status read_switches(fa_context *ctx, ocl_switches *sw)
+{
+    char v[16];
+    sw->tiles = -1;
+    sw->matrix = OCL_MATRIX_AUTO;
+    if (fa_kernels_switch("opencl-tiles", v, sizeof v)) {
+        if (strcmp(v, "gpu") != 0 && strcmp(v, "cpu") != 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                            "opencl: " FA_KERNELS_ENV " has opencl-tiles=%s; the values are gpu and cpu", v);
+        sw->tiles = strcmp(v, "gpu") == 0;
+    }
+    if (fa_kernels_switch("opencl-matrix", v, sizeof v)) {
+        if (strcmp(v, "off") == 0)
+            sw->matrix = OCL_MATRIX_OFF;
+        else if (strcmp(v, "require") == 0)
+            sw->matrix = OCL_MATRIX_REQUIRE;
+        else if (strcmp(v, "emulate") == 0)
+            sw->matrix = OCL_MATRIX_EMULATE;
+        else
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                            "opencl: " FA_KERNELS_ENV " has opencl-matrix=%s; the values are off, require and emulate",
+                            v);
+    }
+    return FA_SUCCESS;
+}
+
 fa_status ocl_open(fa_context *ctx, int device)
 {
     cl_device_id d[OCL_MAX_DEVICES];
     cl_platform_id p[OCL_MAX_DEVICES];
+    ocl_switches sw;
+    fa_status st = read_switches(ctx, &sw);
+    if (st != FA_SUCCESS)
+        return st;
     const char *load_error = ocl_api_load();
     if (load_error)
         return FA_ERROR(ctx, FA_ERR_NO_BACKEND, "opencl: %s", load_error);
@@ -213,16 +255,7 @@ fa_status ocl_open(fa_context *ctx, int device)
     cl_device_fp_config fp = 0;
     if (ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
         s->fma = (fp & CL_FP_FMA) != 0;
-    /* FLASHATTN_OPENCL_TILES=gpu|cpu overrides the device type's choice: the tests run the GPU
-     * kernels on PoCL this way, since CI has no GPU */
-    const char *tiles = getenv("FLASHATTN_OPENCL_TILES");
-    s->gpu_tiles = tiles && strcmp(tiles, "gpu") == 0   ? 1
-                   : tiles && strcmp(tiles, "cpu") == 0 ? 0
-                                                        : (s->type & CL_DEVICE_TYPE_GPU) != 0;
-    if (!ocl_parse_fwd_tile(&s->fwd_tile))
-        s->fwd_tile.block_q = 0;
-    if (!ocl_parse_bwd_tile(&s->bwd_tile))
-        s->bwd_tile.block_q = 0;
+    s->gpu_tiles = sw.tiles >= 0 ? sw.tiles : (s->type & CL_DEVICE_TYPE_GPU) != 0;
     size_t ext_len = 0;
     if (ocl_api.clGetDeviceInfo(s->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
         char *ext = malloc(ext_len + 1);
@@ -233,32 +266,22 @@ fa_status ocl_open(fa_context *ctx, int device)
         }
         free(ext);
     }
-    /* The matrix path (forward_mma.cl: mma.sync through inline PTX) where NVIDIA's driver reports
-     * compute capability 8.0 or newer; FLASHATTN_OPENCL_MATRIX=0 turns it off, =require makes a
-     * device without it an error (the tests SKIP by name then), =emulate runs it anywhere. */
+    /* The matrix path (forward_mma.cl and backward_mma.cl: mma.sync through inline PTX) where
+     * NVIDIA's driver reports compute capability 8.0 or newer, unless opencl-matrix says otherwise. */
     cl_uint cc_major = 0;
     if (s->nv_attributes && (s->type & CL_DEVICE_TYPE_GPU) &&
         ocl_api.clGetDeviceInfo(s->device, OCL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof cc_major, &cc_major, NULL) !=
             CL_SUCCESS)
         cc_major = 0;
-    const char *matrix = getenv("FLASHATTN_OPENCL_MATRIX");
-    s->nv_mma = cc_major >= 8 && !(matrix && strcmp(matrix, "0") == 0);
-    /* =emulate: the matrix-path kernels with nv_mma.cl's instructions in plain OpenCL C, on any
-     * device (the tests run them on PoCL this way) */
-    s->nv_emulate = matrix && strcmp(matrix, "emulate") == 0;
-    if (s->nv_emulate)
-        s->nv_mma = 1;
-    /* The matrix-path backward (backward_mma.cl) goes with the forward; FLASHATTN_OPENCL_MATRIX_BACKWARD=0
-     * leaves the backward to the portable kernels (except under =emulate) */
-    const char *mbwd = getenv("FLASHATTN_OPENCL_MATRIX_BACKWARD");
-    s->nv_mma_backward = s->nv_mma && (s->nv_emulate || !(mbwd && strcmp(mbwd, "0") == 0));
-    if (matrix && strcmp(matrix, "require") == 0 && !s->nv_mma) {
+    s->nv_emulate = sw.matrix == OCL_MATRIX_EMULATE;
+    s->nv_mma = s->nv_emulate || (cc_major >= 8 && sw.matrix != OCL_MATRIX_OFF);
+    if (sw.matrix == OCL_MATRIX_REQUIRE && !s->nv_mma) {
         char name[sizeof s->device_name];
         snprintf(name, sizeof name, "%s", s->device_name);
         ocl_close(ctx);
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
-                        "opencl: FLASHATTN_OPENCL_MATRIX=require, but %s has no matrix path (it needs NVIDIA's "
-                        "driver and compute capability 8.0 or newer; found %u)",
+                        "opencl: " FA_KERNELS_ENV " has opencl-matrix=require, but %s has no matrix path (it needs "
+                        "NVIDIA's driver and compute capability 8.0 or newer; found %u)",
                         name, (unsigned)cc_major);
     }
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)s->platform, 0};

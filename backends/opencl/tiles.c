@@ -21,19 +21,16 @@ static const ocl_tile_row gpu_fwd_tiles[] = {
  * operands in 16-column passes (region A 20 KiB, P / dS 17 KiB: 38 KiB of __local memory). dK and
  * dV take 2 x 4 keys x d / 16 floats per work-item in registers (64 at d 128); above d 128 each
  * work-group accumulates 128 of the columns and a second one the rest (S and dP computed twice)
- * rather than holding 128 floats per work-item. On NVIDIA the registers are capped at 128 (two
- * work-groups per SM): on the H200, d 64 ran 12 % faster so and d 128 the same; a cap of 168 ran
- * 12-16 % slower than none (docs/benchmarks.md, issue 28). */
+ * rather than holding 128 floats per work-item. On NVIDIA the registers are capped at 128, so that
+ * two work-groups fit on an SM. */
 static const ocl_tile_row gpu_bwd_tiles[] = {
     {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
     {.max_d = 256, .block_q = 64, .block_k = 64, .kernel = 1, .tm = 4, .tn = 4, .dc = 16, .da = 128, .maxreg = 128},
 };
-/* The matrix-path forward (forward_mma.cl, NVIDIA) and backward (backward_mma.cl, the same caps:
- * the backward ran slower at 168 and 255 at d 64 and at 255 at d 128): 64 x 64 tiles, 4 warps;
- * only the register cap differs by head dim. Without a cap ptxas takes 250-255 registers (two
- * work-groups per SM); on the H200 (fp16, 4096 tokens) the forward at d 64 ran 55 TFLOP/s
- * uncapped, 78 at 128 and 73 at 168, and at d 128 78 uncapped, 72 at 128, 80 at 168 and 75 at 200
- * (docs/benchmarks.md, issue 28). */
+/* The matrix-path forward (forward_mma.cl, NVIDIA) and backward (backward_mma.cl, with the same
+ * caps): 64 x 64 tiles, 4 warps; only the register cap differs by head dim. Uncapped, ptxas takes
+ * nearly all 255 registers; the cap trades some spilling for more resident warps: 128 at d <= 64,
+ * where the accumulators are small, 168 at d 128, whose O accumulators need more. */
 static const ocl_tile_row mma_fwd_tiles[] = {
     {.max_d = 64, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 128},
     {.max_d = 128, .block_q = 64, .block_k = 64, .kernel = 2, .maxreg = 168},
@@ -69,10 +66,6 @@ int ocl_score_mod_on(const fa_problem *p)
 static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
 {
     int gpu = s->gpu_tiles;
-    if (!p->backward && gpu && s->fwd_tile.block_q) /* FLASHATTN_OPENCL_FWD_TILE */
-        return s->fwd_tile;
-    if (p->backward && gpu && s->bwd_tile.block_q) /* FLASHATTN_OPENCL_BWD_TILE */
-        return s->bwd_tile;
     const ocl_tile_row *t = p->backward ? (gpu ? gpu_bwd_tiles : cpu_bwd_tiles) : (gpu ? gpu_fwd_tiles : cpu_fwd_tiles);
     size_t n = p->backward ? (gpu ? OCL_ROWS(gpu_bwd_tiles) : OCL_ROWS(cpu_bwd_tiles))
                            : (gpu ? OCL_ROWS(gpu_fwd_tiles) : OCL_ROWS(cpu_fwd_tiles));
@@ -80,37 +73,6 @@ static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
     while (i + 1 < n && p->d > t[i].max_d)
         ++i;
     return t[i];
-}
-
-/* FLASHATTN_OPENCL_FWD_TILE=bm,bn,tm,tn,dc replaces the GPU forward's row (for tuning; the
- * benchmarks name it where they use it). Returns 0 when the variable is unset or malformed. */
-int ocl_parse_fwd_tile(ocl_tile_row *out)
-{
-    const char *v = getenv("FLASHATTN_OPENCL_FWD_TILE");
-    long long bm, bn, tm, tn, dc;
-    if (!v || sscanf(v, "%lld,%lld,%lld,%lld,%lld", &bm, &bn, &tm, &tn, &dc) != 5)
-        return 0;
-    if (bm < 32 || bn < 32 || tm < 4 || tn < 4 || dc < 4 || bm % tm || bn % tn || tm % 4 || tn % 4 || dc % 4 ||
-        bm > 256 || bn > 256)
-        return 0;
-    *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc,
-                          .maxreg = 32768 / (bm / tm * bn / tn) >= 255 ? 0 : 32768 / (bm / tm * bn / tn)};
-    return 1;
-}
-
-/* FLASHATTN_OPENCL_BWD_TILE=bm,bn,tm,tn,dc,da,maxreg replaces the GPU backward's row (for tuning,
- * as the forward's; a shape backward.cl cannot take is refused by ocl_choose with its reason). */
-int ocl_parse_bwd_tile(ocl_tile_row *out)
-{
-    const char *v = getenv("FLASHATTN_OPENCL_BWD_TILE");
-    long long bm, bn, tm, tn, dc, da, maxreg;
-    if (!v || sscanf(v, "%lld,%lld,%lld,%lld,%lld,%lld,%lld", &bm, &bn, &tm, &tn, &dc, &da, &maxreg) != 7)
-        return 0;
-    if (bm < 16 || bn < 16 || bm > 256 || bn > 256 || tm < 4 || tn < 4 || dc < 4 || da < 0 || maxreg < 0 || maxreg > 255)
-        return 0;
-    *out = (ocl_tile_row){.max_d = 256, .block_q = bm, .block_k = bn, .kernel = 1, .tm = tm, .tn = tn, .dc = dc,
-                          .da = da, .maxreg = maxreg};
-    return 1;
 }
 
 /* The core plans (and builds block lists) at exactly the table's tile: M is made large enough
@@ -194,7 +156,7 @@ static int mma_forward(const ocl_state *s, const fa_problem *p)
 /* The backward likewise (backward_mma.cl), at 64 x 64 tiles. */
 static int mma_backward(const ocl_state *s, const fa_problem *p)
 {
-    return s->nv_mma_backward && s->gpu_tiles && p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
+    return s->nv_mma && s->gpu_tiles && p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
            p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k == 64;
 }
 

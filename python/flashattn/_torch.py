@@ -93,8 +93,8 @@ fwd.register_autograd(_backward, setup_context=_setup_context)
 class _EagerAttention(torch.autograd.Function):
     """flashattn::fwd with its autograd formula, for eager calls on plain tensors. The operator's
     first call goes through torch's Python dispatcher, which imports torch._dynamo, sympy and more
-    (3-5 s on the H200 machine, bench/cold_start.py); this path calls the same bodies directly, so
-    its results are the operator's."""
+    (seconds of start-up, bench/cold_start.py measures it); this path calls the same bodies
+    directly, so its results are the operator's."""
 
     @staticmethod
     def forward(ctx, q, k, v, *options):

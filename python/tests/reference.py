@@ -1,6 +1,6 @@
 """reference.py: float64 attention and its gradients (the oracle), and the plain same-precision
 implementation whose error sets the tolerance, as the C suite does (tests/conformance/harness.c,
-backends/cpu/reference.c): a result passes when its error against float64 is within 2x (forward)
+tests/support/reference.c): a result passes when its error against float64 is within 2x (forward)
 or 3x (gradients) the plain implementation's error, plus 1e-5 x max(1, |reference|). Dropout's
 mask comes from a NumPy Philox4x32-10 written here from its definition (Salmon et al., SC'11;
 the counter layout of core/philox.h), not from the library."""

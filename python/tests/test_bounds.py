@@ -1,4 +1,4 @@
-"""Bounds that once overflowed inside the library, through the Python API (issue 21): a window
+"""Bounds that once overflowed inside the library, through the Python API: a window
 of 2**63 - 1 is the unbounded window, and a varlen max_seqlen that int32 cu_seqlens cannot reach
 is a clear FlashAttnError (it used to return without writing, or never return); a block mask the
 library refuses says why."""

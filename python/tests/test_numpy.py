@@ -12,14 +12,14 @@ import reference as ref
 from flashattn import _capi
 
 # bfloat16 arrays need ml_dtypes (pip install ".[test]" brings it). Without it the bf16 cases are
-# reported as skipped, with the reason; where FLASHATTN_REQUIRE_ML_DTYPES=1 (.ci/run's pip
+# reported as skipped, with the reason; where FA_TEST_REQUIRE_ML_DTYPES=1 (.ci/run's pip
 # environment) a missing ml_dtypes is an error instead.
 try:
     import ml_dtypes
 
     BF16 = ml_dtypes.bfloat16
 except ImportError:
-    if os.environ.get("FLASHATTN_REQUIRE_ML_DTYPES") == "1":
+    if os.environ.get("FA_TEST_REQUIRE_ML_DTYPES") == "1":
         raise
     BF16 = None
 DTYPES = [np.float32, np.float16,

@@ -1,6 +1,7 @@
 /* test_api_edges.c: the public API's valid edge cases (empty batch or sequences, huge windows,
  * negative scale), plan and query, status strings, backend discovery, the capability rule for the
- * score modifiers, contexts, the environment and the memory helpers, through flashattn.h only. */
+ * score modifiers, contexts, the environment (FLASHATTN_BACKEND, FLASHATTN_KERNELS) and the memory
+ * helpers, through flashattn.h only. */
 #include "api_fixture.h"
 
 /* ---------------------------------------------------------------- valid edge cases */
@@ -545,6 +546,52 @@ static void test_block_mask_and_context_failures_have_reasons(void **state)
     fa_context_destroy(ctx);
 }
 
+/* FLASHATTN_KERNELS (docs/options.md): a token no backend knows, or a token given without the
+ * value it takes (or with one it does not take), is refused by fa_context_create with the token
+ * in the message, so that a misspelt switch is never silently a no-op; known tokens are accepted
+ * by every backend, including those they do not concern. */
+static void expect_kernels_refused(const char *value, const char *token)
+{
+    fa_context *ctx = (fa_context *)FAKE_POINTER;
+    setenv("FLASHATTN_KERNELS", value, 1);
+    fa_status st = fa_context_create(&ctx, "cpu", 0);
+    unsetenv("FLASHATTN_KERNELS");
+    expect_contextless_failure(st, FA_ERR_INVALID_ARG, value, token);
+    assert_null(ctx);
+}
+
+static void test_kernels_switch_is_checked(void **state)
+{
+    (void)state;
+    expect_kernels_refused("no-such-kernels", "no-such-kernels");
+    expect_kernels_refused("simt,sm8O", "sm8O");
+    expect_kernels_refused("sm80-backward", "sm80-backward");
+    expect_kernels_refused("simt=on", "simt=on");
+    expect_kernels_refused("opencl-tiles", "opencl-tiles");
+    fa_context *ctx = NULL;
+    setenv("FLASHATTN_KERNELS", "simt,opencl-tiles=cpu", 1);
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    assert_string_equal(fa_context_backend_name(ctx), "cpu");
+    fa_context_destroy(ctx);
+    setenv("FLASHATTN_KERNELS", "", 1);
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    fa_context_destroy(ctx);
+    /* the OpenCL backend refuses a value of its own tokens that it does not know */
+    int devices = 0;
+    if (fa_device_count("opencl", &devices) == FA_SUCCESS && devices > 0) {
+        const char *bad[][2] = {{"opencl-matrix=0", "opencl-matrix=0"}, {"opencl-tiles=fpga", "opencl-tiles=fpga"}};
+        for (size_t i = 0; i < 2; ++i) {
+            ctx = (fa_context *)FAKE_POINTER;
+            setenv("FLASHATTN_KERNELS", bad[i][0], 1);
+            fa_status st = fa_context_create(&ctx, "opencl", 0);
+            unsetenv("FLASHATTN_KERNELS");
+            expect_contextless_failure(st, FA_ERR_INVALID_ARG, bad[i][0], bad[i][1]);
+            assert_null(ctx);
+        }
+    }
+    unsetenv("FLASHATTN_KERNELS");
+}
+
 static void test_memory_helpers(void **state)
 {
     fixture *fx = *state;
@@ -601,6 +648,7 @@ int main(void)
         cmocka_unit_test(test_context_settings),
         cmocka_unit_test(test_memory_helpers),
         cmocka_unit_test(test_block_mask_and_context_failures_have_reasons),
+        cmocka_unit_test(test_kernels_switch_is_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

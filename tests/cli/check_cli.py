@@ -511,7 +511,7 @@ INT64_MAX = (1 << 63) - 1
 
 
 def window_bound_cases(cu):
-    """Window bounds at 2^63 - 1 (issue 21: core/mask.h overflowed and masked every key, giving
+    """Window bounds at 2^63 - 1 (core/mask.h once overflowed there and masked every key, giving
     O = 0 and LSE = -inf): the tool gets the huge bound, the reference the unbounded side (-1)."""
     return [
         Case("fp32-window-0-int64max", "fp32", 1, 40, 40, 2, 2, 16, window=(0, -1), tool_window=(0, INT64_MAX)),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_cli_options.py: the flashattn tool's command line (issue 26).
+"""check_cli_options.py: the flashattn tool's command line.
 
 - GNU options: '--name=VALUE' gives what '--name VALUE' gives, in every subcommand (run, run
   --decode, info, iomodel, fwd, fwd --k-cache, bwd), two-value options also as '--window=L,R';
@@ -7,7 +7,7 @@
   usage errors (exit 2, a message naming the word, nothing on stdout, no output file).
 - Help: 'flashattn --help', 'flashattn help' and no command list every subcommand, each with a
   line; 'flashattn CMD --help' and 'flashattn help CMD' show that command's options.
-- Exit statuses, one case each: 0 success, 1 run --check over its bound (FLASHATTN_RUN_CHECK_PERTURB
+- Exit statuses, one case each: 0 success, 1 run --check over its bound (FA_TEST_RUN_CHECK_PERTURB
   adds an error to O), 2 usage, 3 library (no such backend), 4 output not written (/dev/full).
 - --json: 'run --json' and 'info --json' print one JSON object whose members agree with the text
   output of the same command; also after a failed check and a library error; strings with quotes,
@@ -31,7 +31,7 @@ SMALL_RUN = ["run", "--batch", "1", "--seqlen-q", "48", "--seqlen-k", "40", "--h
 
 def tool(args, env=None, stdout=None, text=True):
     full_env = dict(os.environ)
-    full_env.pop("FLASHATTN_RUN_CHECK_PERTURB", None)
+    full_env.pop("FA_TEST_RUN_CHECK_PERTURB", None)
     full_env.update(env or {})
     kw = dict(stderr=subprocess.PIPE, env=full_env, timeout=300)
     if stdout is None:
@@ -231,7 +231,7 @@ def exit_1_check_failed(tmp):
     ok = tool(SMALL_RUN + ["--check"])
     if ok.returncode != 0 or "EXCEEDS" in ok.stdout or ok.stdout.count(" ok\n") != 2:
         problems.append("unperturbed --check: exit %d: %s" % (ok.returncode, ok.stdout[-300:]))
-    bad = tool(SMALL_RUN + ["--check"], env={"FLASHATTN_RUN_CHECK_PERTURB": "1.0"})
+    bad = tool(SMALL_RUN + ["--check"], env={"FA_TEST_RUN_CHECK_PERTURB": "1.0"})
     if bad.returncode != 1 or "max|O - ref64|" not in bad.stdout or "EXCEEDS BOUND" not in bad.stdout:
         problems.append("perturbed --check: exit %d, expected 1: %s" % (bad.returncode, bad.stdout[-300:]))
     return problems
@@ -338,7 +338,7 @@ def run_json_matches_text(tmp):
 
 def run_json_on_failure(tmp):
     problems = []
-    p = tool(SMALL_RUN + ["--check", "--json"], env={"FLASHATTN_RUN_CHECK_PERTURB": "1.0"})
+    p = tool(SMALL_RUN + ["--check", "--json"], env={"FA_TEST_RUN_CHECK_PERTURB": "1.0"})
     try:
         d = json.loads(p.stdout)
         res = {r["tensor"]: r["ok"] for r in d["check"]["results"]}

@@ -9,7 +9,7 @@ and each must exit with the status `flashattn --help` documents: 0 success, 2 a 
 option, bad input file, output path refused before computing), 3 the library or device failed, 4
 an output could not be written.
 
-The cases are issue 21's reproducers: a failed write (file-size limit) must not delete or
+The cases reproduce faults the tool once had: a failed write (file-size limit) must not delete or
 truncate the old output; outputs are renamed into place only when all were written (an
 unwritable --lse or --dv leaves --out, --dq, --dk alone); a device, FIFO, directory or socket as
 an output is refused; duplicate outputs and an output naming an input (also through a symbolic or

@@ -16,6 +16,7 @@
 
 #include "half.h"
 #include "harness.h"
+#include "kernels_switch.h"
 #include "philox.h"
 #include "reference.h"
 
@@ -377,11 +378,13 @@ static int run_backend(const char *backend, int device, int full, const char *fi
     }
     fa_status st = fa_context_create(&g_ctx, backend, device);
     if (st != FA_SUCCESS) {
-        /* a CPU kernel table forced by FLASHATTN_CPU_ISA that this CPU cannot run: SKIP by name */
-        const char *isa = getenv("FLASHATTN_CPU_ISA"), *matrix = getenv("FLASHATTN_OPENCL_MATRIX");
-        /* likewise OpenCL's matrix path required (FLASHATTN_OPENCL_MATRIX=require) where the device has none */
+        /* a CPU kernel table forced by FLASHATTN_CPU_ISA that this CPU cannot run, or OpenCL's matrix
+         * path required (FLASHATTN_KERNELS=opencl-matrix=require) where the device has none: SKIP by name */
+        const char *isa = getenv("FLASHATTN_CPU_ISA");
+        char matrix[16] = "";
+        fa_kernels_switch("opencl-matrix", matrix, sizeof matrix);
         if (st == FA_ERR_UNSUPPORTED && ((isa && *isa && strcmp(backend, "cpu") == 0) ||
-                                         (matrix && *matrix && strcmp(backend, "opencl") == 0))) {
+                                         (strcmp(matrix, "require") == 0 && strcmp(backend, "opencl") == 0))) {
             printf("[ SKIPPED  ] conformance/%s: %s\n", backend, fa_last_error());
             return 77;
         }

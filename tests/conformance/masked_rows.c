@@ -642,10 +642,11 @@ int main(int argc, char **argv)
     fa_status st = fa_context_create(&g_ctx, backend, 0);
     if (st != FA_SUCCESS) {
         /* a CPU kernel table forced by FLASHATTN_CPU_ISA that this CPU cannot run, or OpenCL's matrix
-         * path required (FLASHATTN_OPENCL_MATRIX=require) on a device without it: SKIP by name */
-        const char *isa = getenv("FLASHATTN_CPU_ISA"), *matrix = getenv("FLASHATTN_OPENCL_MATRIX");
+         * path required (the token opencl-matrix=require in FLASHATTN_KERNELS) on a device without it:
+         * SKIP by name */
+        const char *isa = getenv("FLASHATTN_CPU_ISA"), *kernels = getenv("FLASHATTN_KERNELS");
         int forced_isa = isa && *isa && strcmp(backend, "cpu") == 0;
-        int forced_matrix = matrix && strcmp(matrix, "require") == 0 && strcmp(backend, "opencl") == 0;
+        int forced_matrix = kernels && strstr(kernels, "opencl-matrix=require") && strcmp(backend, "opencl") == 0;
         if (st == FA_ERR_UNSUPPORTED && (forced_isa || forced_matrix)) {
             printf("[ SKIPPED  ] masked-rows/%s: %s\n", backend, fa_last_error());
             return 77;

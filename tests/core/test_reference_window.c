@@ -1,4 +1,4 @@
-/* test_reference_window.c: the float64 reference (backends/cpu/reference.c) decides visibility with
+/* test_reference_window.c: the float64 reference (tests/support/reference.c) decides visibility with
  * its own arithmetic, not core/mask.h's, so that `flashattn run --check` and the conformance
  * suite can catch a kernel whose mask is wrong. Window bounds near INT64_MAX mean "no limit"
  * (flashattn.h): the reference must give exactly the unbounded result for them, and a window

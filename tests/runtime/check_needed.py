@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_needed.py: the libraries an ELF file names in DT_NEEDED, read from its dynamic section
 (no readelf needed), must include none matching a forbidden prefix: libflashattn.so loads vendor
-runtimes (libOpenCL, libamdhip64) at run time, never at load time (issue 26).
+runtimes (libOpenCL, libamdhip64) at run time, never at load time.
 
 usage: check_needed.py FILE [--forbid PREFIX]... [--require PREFIX]...
 --require is the positive control: a name the file must need (libc for any dynamic library, or

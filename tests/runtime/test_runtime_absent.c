@@ -1,4 +1,4 @@
-/* test_runtime_absent.c: the library without the vendor runtimes (issue 26), simulated by naming
+/* test_runtime_absent.c: the library without the vendor runtimes, simulated by naming
  * files that do not exist (FLASHATTN_OPENCL_LIBRARY, FLASHATTN_HIP_MODULE; meson sets them): it
  * loads, the CPU backend computes, and each GPU backend compiled in is unavailable with the
  * loader's message: fa_backend_availability says "library not found", fa_device_count is 0, and a

@@ -1,5 +1,5 @@
 /* oracle.c: the float64 reference behind the public API (oracle.h): validation on a CPU context
- * fills the fa_problem that backends/cpu/reference.c reads. */
+ * fills the fa_problem that reference.c reads. */
 #include "oracle.h"
 #include "internal.h"
 #include "reference.h"

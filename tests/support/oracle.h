@@ -1,4 +1,4 @@
-/* oracle.h: the float64 reference (backends/cpu/reference.c) behind the public API, for code that
+/* oracle.h: the float64 reference (reference.c) behind the public API, for code that
  * sees include/flashattn.h only: the flashattn tool's `run --check`. Part of the flashattn_reference
  * static library (tests/support/meson.build), not of libflashattn.
  *

@@ -18,8 +18,8 @@
  * coalesced loaders and the float4 reads of a warp (consecutive keys) fall in distinct banks, at
  * offsets the compiler knows (transposed tiles with an XOR swizzle cost integer instructions per
  * read, padded transposed ones uncoalesced loads: docs/backends/opencl.md). fp32 compute; fp16
- * and bf16 as storage. CPU devices run forward_vec.cl instead (FLASHATTN_OPENCL_TILES=gpu runs
- * this kernel anywhere, as the tests do). */
+ * and bf16 as storage. CPU devices run forward_vec.cl instead (FLASHATTN_KERNELS=opencl-tiles=gpu
+ * runs this kernel anywhere, as the tests do). */
 
 #if FA_KERNELS == 1
 #ifndef FA_TM

@@ -10,7 +10,7 @@
  *   C, D (16 x 8, fp32)     .x, .y: row g, columns 2t, 2t + 1; .z, .w: row g + 8
  * Each 32-bit register holds two 16-bit values, the lower column (or row) in the low half.
  *
- * With FA_NV_EMULATE=1 (FLASHATTN_OPENCL_MATRIX=emulate, any OpenCL device) the same functions are
+ * With FA_NV_EMULATE=1 (FLASHATTN_KERNELS=opencl-matrix=emulate, any device) the same functions are
  * plain OpenCL C: the lanes exchange their fragments through a __local area per warp (FA_NV_XS,
  * 6 words per lane) between work-group barriers, so that the matrix-path kernels' fragment
  * layouts, softmax and masking run under PoCL in CI. Every call must then be reached by the whole

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs on the H200 device machine (see /work/.library/device): the conformance grid on the CUDA
+# Runs on a machine with one CUDA GPU (an H200 in the project's runs): the conformance grid on the CUDA
 # backend, compute-sanitizer on a subset, and the side-by-side benchmark. Usage:
-#   bash ci/h200-run.sh BUILD_DIR [conformance|sanitize|long|bench|bench-extra|all] [bench args...]
+#   bash bench/device/h200-run.sh BUILD_DIR [conformance|sanitize|long|bench|bench-extra|all] [bench args...]
 # bench-extra (not part of all): the block-sparse and the memory tables of bench/gpu_bench.py
 # (--blocksparse, --memory), into $OUT/bench-blocksparse.md and $OUT/bench-memory.md; the bench
 # args go to both.
@@ -15,17 +15,17 @@ export LD_LIBRARY_PATH=$PWD/.deps/h200/lib:$PWD/.deps/cm/usr/lib/x86_64-linux-gn
 export PATH=/opt/torch/.venv/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 if [ "$what" = conformance ] || [ "$what" = all ]; then
-  # the chooser (on the H200: the sm90 wgmma forward for plain calls, sm80, portable), then each
-  # family forced through FLASHATTN_CUDA_KERNELS: sm80 alone, the portable kernels, the HIP MFMA
+  # the chooser (on Hopper: the sm90 wgmma forward for plain calls, sm80, simt), then each
+  # family forced through FLASHATTN_KERNELS: sm80 alone, the SIMT kernels, the HIP MFMA
   # forward emulated, the sm90 forward for every call it has an instance for
-  for k in default sm80 portable mfma-emulated sm90; do
+  for k in default sm80 simt mfma-emulated sm90; do
     echo "== conformance, CUDA backend, full grid, kernels: $k"
-    if [ $k = default ]; then unset FLASHATTN_CUDA_KERNELS; else export FLASHATTN_CUDA_KERNELS=$k; fi
+    if [ $k = default ]; then unset FLASHATTN_KERNELS; else export FLASHATTN_KERNELS=$k; fi
     "$B/tests/conformance/conformance" --backend cuda --grid full > "$OUT/conformance-cuda-$k.log" 2>&1
     echo "exit $?"
     grep -E "FAILED|SKIPPED|PASSED|ERROR|error" "$OUT/conformance-cuda-$k.log" | head -40
   done
-  unset FLASHATTN_CUDA_KERNELS
+  unset FLASHATTN_KERNELS
 fi
 if [ "$what" = sanitize ] || [ "$what" = all ]; then
   # every kernel instance kind at least once: forward and fused backward, common and general

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Profiles the sm80 kernels on the H200 device machine: ncu (clock control off) on one launch of
+# Profiles the sm80 kernels on a CUDA machine (an H200 in the project's runs): ncu (clock control off) on one launch of
 # each kernel at bf16, d 128, seqlen 4096, and per-kernel SASS statistics (matrix, shared-memory
-# fragment, local-memory and special-function instructions). Usage: bash ci/h200-profile.sh DIR
+# fragment, local-memory and special-function instructions). Usage: bash bench/device/h200-profile.sh DIR
 set -uo pipefail
 B=${1:-.deps/h200}
 OUT=${OUT:-/tmp/out}
