@@ -1,12 +1,24 @@
-"""examples/check_readme.py README EXAMPLE...: fails unless README.md shows each example file's whole
-text in one fenced code block, so that the quick starts the README prints are the ones the test
-suite builds and runs."""
+"""examples/check_readme.py README EXAMPLE...: fails unless README.md links each example file (a
+relative markdown link to it) and every relative link in the README names a file or folder that
+exists, so that the quick starts the README points to are the ones the test suite builds and runs."""
+import os
 import re
 import sys
 
-readme = open(sys.argv[1], encoding="utf-8").read()
-blocks = [b.rstrip("\n") for b in re.findall(r"^```[a-z]*\n(.*?)^```$", readme, flags=re.S | re.M)]
-missing = [path for path in sys.argv[2:] if open(path, encoding="utf-8").read().rstrip("\n") not in blocks]
-for path in missing:
-    print(f"{sys.argv[1]}: no code block equal to {path}; copy the file's text into the README's quick start")
-sys.exit(1 if missing else 0)
+readme = sys.argv[1]
+root = os.path.dirname(os.path.abspath(readme))
+text = open(readme, encoding="utf-8").read()
+links = [m.split("#")[0] for m in re.findall(r"\]\(([^)\s]+)\)", text)]
+relative = [link for link in links if link and not re.match(r"[a-z]+:", link)]
+
+failed = False
+for path in sys.argv[2:]:
+    target = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/")
+    if target not in relative:
+        print(f"{readme}: no link to {target}; the quick start must point at the example the tests run")
+        failed = True
+for link in relative:
+    if not os.path.exists(os.path.join(root, link)):
+        print(f"{readme}: the link {link} names nothing that exists")
+        failed = True
+sys.exit(1 if failed else 0)
