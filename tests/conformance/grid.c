@@ -392,7 +392,7 @@ int conf_grid(conf_case *cases, int max, int full)
         c.heads_q = 2;
         c.heads_kv = 1;
         ADD(c);
-        /* d 256 (the CUDA backend's portable family: the sm80 deterministic kernels stop at d
+        /* d 256 (the CUDA backend's SIMT family: the sm80 deterministic kernels stop at d
          * 128) and d 59 (unaligned rows: the sm80 kernels' ldg variant), with a window */
         c = conf_case_default("deterministic-d256-bf16");
         c.deterministic = 1;

@@ -64,7 +64,7 @@ enum {
  * (every split but the last is a multiple of these). */
 #define FA_KV_ROW_TILE_SMALL 4
 #define FA_KV_ROW_TILE_LARGE 8
-#define FA_KV_ROW_TILE_MMA 16 /* the tensor-core decode kernel (CUDA: backends/cuda/decode_mma.cu) */
+#define FA_KV_ROW_TILE_MMA 16 /* the tensor-core decode kernel (CUDA: decode/decode_mma.cuh) */
 #define FA_KV_THREADS 128
 #define FA_KV_KEY_CHUNK 64
 

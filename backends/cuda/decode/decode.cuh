@@ -614,7 +614,7 @@ template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu
 
 /* The kernels of one call around its decode kernel: check and append, then decode(grid) (which
  * launches the decode kernel on one block per sequence, kv head and row tile by split), then
- * combine. Every decode kernel (this file's, CUDA's decode_mma.cu) is launched through it. */
+ * combine. Every decode kernel (this file's, CUDA's decode_mma.cuh) is launched through it. */
 template <class S, class Decode>
 fa_gpu_error launch_call(const fa_gpu_kv_params &p, fa_gpu_stream stream, Decode decode)
 {

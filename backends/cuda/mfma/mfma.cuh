@@ -9,7 +9,7 @@
  *   B[4 (l / 32) + i][l % 32] is element i of lane l's B operand;
  *   D[8 (r / 4) + 4 (l / 32) + r % 4][l % 32] is accumulator r of lane l.
  * Compiled as HIP for a CDNA target these are the instructions. Compiled as CUDA (test builds of
- * the CUDA backend, FLASHATTN_CUDA_KERNELS=mfma-emulated) a block of 64 threads (two warps) stands
+ * the CUDA backend, FLASHATTN_KERNELS=mfma-emulated) a block of 64 threads (two warps) stands
  * for one wavefront and both operations go through shared memory with exactly the semantics above,
  * so the forward's fragment indexing, masking and softmax run on an NVIDIA GPU against the same
  * conformance grid; only the instruction itself is not the hardware's. Every lane of the wavefront

@@ -4,7 +4,7 @@
  * block lists nor dropout, d 64 / 128 / 256 padded. Its comment says how it works.
  *
  * forward_kernel (first): the sm80 forward's algorithm with both products on warpgroup MMA, kept
- * for dropout and block lists at d <= 128 (FLASHATTN_CUDA_KERNELS=sm90; the chooser sends those to
+ * for dropout and block lists at d <= 128 (FLASHATTN_KERNELS=sm90; the chooser sends those to
  * sm80, faster there). Two warpgroups (256 threads) per 128-row query tile, 64 rows each, sharing
  * the 64-key K/V tiles. The tiles pass through three shared-memory stages in the core-matrix
  * layout wgmma reads (primitives.cuh, blocked()), filled by cp.async two tiles ahead; each stage
