@@ -66,6 +66,10 @@ static fa_gpu_kernels kernels_forced(void)
 
 fa_status fa_gpu_open(fa_context *ctx, int device)
 {
+    char value[16];
+    if (fa_kernels_switch("sm80-backward", value, sizeof value) && strcmp(value, "rows") != 0)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm80-backward=%s; its value is rows",
+                        FA_RT_NAME, value);
     fa_gpu_state *s = calloc(1, sizeof *s);
     if (!s)
         return FA_ERR_OUT_OF_MEMORY;
