@@ -1,0 +1,178 @@
+/* decode_bad_input.c: fa_forward_kvcache's bad arguments (decode.c runs them): each "breaker" spoils
+ * one argument of a good paged call, which must then return its status, set a message, and leave o
+ * and the caches untouched; the bad int32 array values (pages out of range, lengths past the cache,
+ * two sequences or one sequence twice appending into one page) also through the device check. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode_case.h"
+
+typedef void (*breaker)(fa_kvcache_args *a, void *scratch);
+static void b_null_q(fa_kvcache_args *a, void *s) { (void)s; a->q.data = NULL; }
+static void b_page_size(fa_kvcache_args *a, void *s) { (void)s; a->k_cache.shape[1] = a->v_cache.shape[1] = 24; }
+static void b_table_range(fa_kvcache_args *a, void *s)
+{
+    int32_t *t = s; /* holds the case's block table (run_bad): a->block_table may be device memory */
+    t[0] = 999; /* sequence 0's first page: in use */
+    a->block_table = t;
+}
+static void b_overflow_len(fa_kvcache_args *a, void *s)
+{
+    int32_t *t = s;
+    t[0] = 0;
+    t[1] = (int32_t)(a->block_table_stride * a->k_cache.shape[1]); /* full: no room for the new token */
+    a->cache_seqlens = t;
+}
+static void b_negative_len(fa_kvcache_args *a, void *s) { int32_t *t = s; t[0] = -1; t[1] = 0; a->cache_seqlens = t; }
+static void b_rotary_short(fa_kvcache_args *a, void *s) { (void)s; a->rotary_cos.shape[0] = a->rotary_sin.shape[0] = 3; }
+static void b_rotary_odd(fa_kvcache_args *a, void *s) { (void)s; a->rotary_cos.shape[1] = a->rotary_sin.shape[1] = a->q.shape[3]; }
+static void b_batch_idx_paged(fa_kvcache_args *a, void *s) { int32_t *t = s; t[0] = t[1] = 0; a->cache_batch_idx = t; }
+static void b_dropout(fa_kvcache_args *a, void *s) { (void)s; a->opts.dropout_p = 0.1f; }
+static void b_splits(fa_kvcache_args *a, void *s) { (void)s; a->num_splits = -2; }
+static void b_head_dim(fa_kvcache_args *a, void *s) { (void)s; a->q.shape[3] = 300; }
+static void b_gqa(fa_kvcache_args *a, void *s) { (void)s; a->q.shape[2] = 3; }
+static void b_new_shape(fa_kvcache_args *a, void *s) { (void)s; a->v_new.shape[1] = 2; }
+static void b_o_overlaps_cache(fa_kvcache_args *a, void *s) { (void)s; a->o.data = a->k_cache.data; }
+static void b_nan_scale(fa_kvcache_args *a, void *s) { (void)s; a->opts.softmax_scale = NAN; }
+static void b_page_count_overflow(fa_kvcache_args *a, void *s) { (void)s; a->block_table_stride = INT64_MAX / 8; }
+/* run_bad's case: pages of 16, 4 per sequence, lengths 5 and 20, one new token each, rotary
+ * positions up to 20 (21 table rows) */
+static void b_rotary_one_short(fa_kvcache_args *a, void *s) { (void)s; a->rotary_cos.shape[0] = a->rotary_sin.shape[0] = 20; }
+static void b_two_seqs_one_page(fa_kvcache_args *a, void *s)
+{
+    int32_t *t = s; /* sequence 1 reads rows 0 .. 15 of sequence 0's first page, where sequence 0 appends row 5 */
+    t[4] = t[0];
+    a->block_table = t;
+}
+static void b_page_twice_in_row(fa_kvcache_args *a, void *s)
+{
+    int32_t *t = s; /* sequence 1's pages 0 and 1 are one page: its new token (row 4 of page 1) overwrites key 4 */
+    t[5] = t[4];
+    a->block_table = t;
+}
+
+static const struct {
+    const char *name;
+    breaker fn;
+    fa_status want;
+} bad[] = {
+    {"q NULL", b_null_q, FA_ERR_INVALID_ARG},
+    {"page size 24", b_page_size, FA_ERR_INVALID_ARG},
+    {"block_table entry out of range", b_table_range, FA_ERR_INVALID_ARG},
+    {"cache full, token appended", b_overflow_len, FA_ERR_INVALID_ARG},
+    {"negative cache_seqlens", b_negative_len, FA_ERR_INVALID_ARG},
+    {"rotary table too short", b_rotary_short, FA_ERR_INVALID_ARG},
+    {"rotary_dim > d", b_rotary_odd, FA_ERR_INVALID_ARG},
+    {"cache_batch_idx with a paged cache", b_batch_idx_paged, FA_ERR_INVALID_ARG},
+    {"dropout", b_dropout, FA_ERR_INVALID_ARG},
+    {"num_splits < 0", b_splits, FA_ERR_INVALID_ARG},
+    {"head dim 300", b_head_dim, FA_ERR_UNSUPPORTED},
+    {"heads_q not a multiple of heads_kv", b_gqa, FA_ERR_INVALID_ARG},
+    {"v_new of another length", b_new_shape, FA_ERR_INVALID_ARG},
+    {"o inside k_cache", b_o_overlaps_cache, FA_ERR_INVALID_ARG},
+    {"NaN scale", b_nan_scale, FA_ERR_INVALID_ARG},
+    {"block_table_stride x batch overflows", b_page_count_overflow, FA_ERR_OVERFLOW},
+    {"rotary table one row short", b_rotary_one_short, FA_ERR_INVALID_ARG},
+    {"two sequences append into one page", b_two_seqs_one_page, FA_ERR_INVALID_ARG},
+    {"one page twice in a sequence's row, appended into", b_page_twice_in_row, FA_ERR_INVALID_ARG},
+};
+
+/* The bad values of the int32 arrays (and of the rotary rows they need): what a device check
+ * finds, and fa_synchronize reports. */
+static int value_fault(breaker fn)
+{
+    return fn == b_table_range || fn == b_overflow_len || fn == b_negative_len || fn == b_rotary_short ||
+           fn == b_rotary_one_short;
+}
+
+/* Points the call's int32 arrays that a breaker set to `scratch` (host memory) at a copy of it in
+ * the context's memory. */
+static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *scratch, size_t n, dev_case *x)
+{
+    const int32_t **arrays[3] = {&a->cache_seqlens, &a->block_table, &a->cache_batch_idx};
+    void *copy = NULL;
+    for (int i = 0; i < 3; ++i)
+        if (*arrays[i] == scratch) {
+            if (!copy && !(copy = track(x, dev(ctx, scratch, sizeof(int32_t) * n))))
+                return 0;
+            *arrays[i] = copy;
+        }
+    return 1;
+}
+
+/* Each bad call returns its status and leaves o and the caches as they were. With check_on_device
+ * (device_check_pass) only the bad array values are tried: the call returns FA_SUCCESS, a good
+ * call made after it writes nothing either, fa_synchronize returns the status, and after that a
+ * good call runs again. */
+int run_bad(fa_context *ctx, int device_check_pass)
+{
+    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0};
+    host_case h;
+    make_host(&c, &h, 99);
+    if (c.batch * h.pages_per_seq > 64) {
+        printf("  bad: the block table does not fit the scratch array\n");
+        free_host(&h);
+        return 1;
+    }
+    int failures = 0;
+    const size_t es = esz(c.dtype);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        if (device_check_pass && !value_fault(bad[i].fn))
+            continue;
+        dev_case x;
+        int32_t scratch[64];
+        memcpy(scratch, h.table, sizeof(int32_t) * (size_t)(c.batch * h.pages_per_seq));
+        int made = make_dev(ctx, &c, &h, &x);
+        fa_kvcache_args a = x.a;
+        bad[i].fn(&a, scratch);
+        if (!made || !upload_scratch(ctx, &a, scratch, 64, &x)) {
+            printf("  bad: cannot allocate\n");
+            free_dev(ctx, &x);
+            ++failures;
+            continue;
+        }
+        void *o0 = back(ctx, x.a.o.data, es * (size_t)h.qn);
+        fa_status st = fa_forward_kvcache(ctx, &a), st_good = FA_SUCCESS, st_after = FA_SUCCESS;
+        int deferred = 0;
+        if (device_check_pass) {
+            deferred = st == FA_SUCCESS;
+            st_good = fa_forward_kvcache(ctx, &x.a); /* must write nothing: the fault is not yet reported */
+            if (deferred)
+                st = fa_synchronize(ctx);
+        }
+        void *o1 = back(ctx, x.a.o.data, es * (size_t)h.qn), *k1 = back(ctx, x.a.k_cache.data, es * (size_t)h.cn);
+        void *v1 = back(ctx, x.a.v_cache.data, es * (size_t)h.cn);
+        int untouched = o0 && o1 && k1 && v1 && memcmp(o0, o1, es * (size_t)h.qn) == 0 &&
+                        memcmp(k1, h.kc, es * (size_t)h.cn) == 0 && memcmp(v1, h.vc, es * (size_t)h.cn) == 0;
+        const char *msg = fa_context_last_error(ctx);
+        int ok = st == bad[i].want && untouched && msg && msg[0];
+        printf("  bad argument%s, %s: %s%s (%s)\n", device_check_pass ? " (checked on the device)" : "", bad[i].name,
+               fa_status_string(st), untouched ? "" : ", OUTPUTS CHANGED", msg);
+        if (device_check_pass) {
+            /* reported once: the same context then runs the good call */
+            st_after = fa_forward_kvcache(ctx, &x.a);
+            if (st_after == FA_SUCCESS)
+                st_after = fa_synchronize(ctx);
+            ok = ok && deferred && st_good == FA_SUCCESS && st_after == FA_SUCCESS;
+            if (!deferred || st_good != FA_SUCCESS || st_after != FA_SUCCESS)
+                printf("    the call %s, the good call after it %s, the good call after fa_synchronize %s\n",
+                       deferred ? "returned FA_SUCCESS" : "was refused at once", fa_status_string(st_good),
+                       fa_status_string(st_after));
+        }
+        if (!ok) {
+            printf("    FAILED: expected %s with outputs untouched\n", fa_status_string(bad[i].want));
+            ++failures;
+        }
+        free(o0), free(o1), free(k1), free(v1);
+        free_dev(ctx, &x);
+    }
+    if (fa_forward_kvcache(ctx, NULL) != FA_ERR_INVALID_ARG || fa_forward_kvcache(NULL, NULL) != FA_ERR_INVALID_ARG) {
+        printf("  bad argument, NULL args / context: not FA_ERR_INVALID_ARG\n    FAILED\n");
+        ++failures;
+    }
+    free_host(&h);
+    return failures;
+}
