@@ -178,7 +178,8 @@ static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem 
 
 /* ALiBi slopes: fp32 [heads_q] (stride 0) or [batch][stride >= heads_q] in the context's memory,
  * not inside an output (the kernels read them while they write); with read_values, the slopes the
- * call uses are read on the host (a copy on device backends) and each must be finite. */
+ * call uses are read on the host (a copy on device backends) and each must be finite, unless the
+ * call has no query row (then no kernel reads them either). */
 static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const span *outs,
                              const char *const *out_names, int n_outs, int read_values)
 {
@@ -209,7 +210,7 @@ static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p
     for (int i = 0; i < n_outs; ++i)
         if (spans_overlap(s_a, outs[i]))
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_slopes overlaps output %s in memory", out_names[i]);
-    if (!read_values || p->batch == 0)
+    if (!read_values || p->batch == 0 || p->total_q == 0) /* no query row: nothing reads them */
         return FA_SUCCESS;
     float *host = malloc((size_t)bytes);
     if (!host)
