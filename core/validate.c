@@ -210,7 +210,7 @@ static fa_status check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p
     for (int i = 0; i < n_outs; ++i)
         if (spans_overlap(s_a, outs[i]))
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "alibi_slopes overlaps output %s in memory", out_names[i]);
-    if (!read_values || p->batch == 0 || p->total_q == 0) /* no query row: nothing reads them */
+    if (!read_values || p->batch == 0 || (p->varlen ? p->total_q == 0 : p->seqlen_q == 0)) /* no query row */
         return FA_SUCCESS;
     float *host = malloc((size_t)bytes);
     if (!host)
