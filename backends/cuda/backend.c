@@ -177,17 +177,18 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
      * score modifiers) and for every head dim it has.
      * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
      * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
-     * padded head dim of the sm80 kernels), every mask at d <= 128; dropout and block masks only
-     * under FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default), and
-     * neither with a score modifier; at d 256 plain calls only (the rest: sm80's column-split
-     * kernel). */
+     * padded head dim of the sm80 kernels), every mask at d <= 128; block masks only under
+     * FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default) and never with a
+     * score modifier; no dropout (at 168 registers its wgmma would be serialized: no instance);
+     * at d 256 plain calls only (the rest: sm80's column-split kernel). */
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
     const int want = gs->kernels == FA_GPU_KERNELS_SM90 || (gs->kernels == FA_GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
     const int sm90 =
         want && hopper && c->aligned &&
-        (p->backward ? !p->deterministic && dpad == dpad64 && fa_sm90_has_backward((int)p->dtype, dpad64, plain, c->mod)
+        (p->backward ? !p->deterministic && p->dropout_threshold == 0 && dpad == dpad64 &&
+                           fa_sm90_has_backward((int)p->dtype, dpad64, plain, c->mod)
                      : view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64, plain, c->mod));
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
     c->head_dim = sm90 ? dpad64 : dpad;

@@ -105,7 +105,8 @@ template <typename T, int D, int MODE, bool MOD = false, bool TMA = false>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu_params p,
                                                                     const __grid_constant__ tile_maps maps)
 {
-    constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
+    static_assert(MODE == 0 || MODE == 1, "no dropout mode: launch_backward says why");
+    constexpr bool LISTS = MODE == 1;
     constexpr int BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
     constexpr bool MSPLIT = BQ == 128; /* dQ split between the consumers along rows (else columns) */
     /* d 256: output columns [col0, col0 + DV) in this block, dQ computed transposed (its 32 rows
@@ -272,10 +273,6 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
             const bool check_blocks = LISTS && p.bm_bits && cls != FA_TILE_FULL;
-            const bool drop = DROP && p.dropout_threshold;
-            uint32_t keep[(BQ / 2 + 31) / 32] = {}; /* dropout's verdicts, bit 4 nt + e */
-            if (drop)
-                fa_gpu::dropout_keep_keys_by_rows<BQ / 8>(p, b, h, q0 + 2 * t4, wk0 + g, keep);
             float alibi_d0 = 0.0f;
             if constexpr (MOD)
                 alibi_d0 = fa_gpu::modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
@@ -296,31 +293,19 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                         grad = 1.0f;
                     }
                     pt[nt][e] = x;
-                    if constexpr (MOD) /* dS^T = P^T (dP^T - D) scale, times the derivative (no dropout) */
+                    if constexpr (MOD) /* dS^T = P^T (dP^T - D) scale, times the derivative */
                         dpt[nt][e] = x * (dpt[nt][e] - dd[col]) * p.scale * grad;
                 }
             uint32_t pf[BQ / 16][4];
-            if (drop) {
-                float pz[BQ / 8][4];
-#pragma unroll
-                for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        pz[nt][e] = pt[nt][e] * fa_gpu::keep_factor(keep, 4 * nt + e, p.dropout_scale);
-                fa_gpu::acc_to_a<T, BQ>(pf, pz);
-            } else {
-                fa_gpu::acc_to_a<T, BQ>(pf, pt);
-            }
-            /* dS^T = P^T (Z dP^T - D) scale (MOD: computed above) */
+            fa_gpu::acc_to_a<T, BQ>(pf, pt);
+            /* dS^T = P^T (dP^T - D) scale (MOD: computed above) */
             if constexpr (!MOD) {
 #pragma unroll
                 for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int col = nt * 8 + 2 * t4 + (e & 1);
-                        const float z =
-                            drop ? fa_gpu::keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
-                        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] * z - dd[col]) * p.scale;
+                        dpt[nt][e] = pt[nt][e] * (dpt[nt][e] - dd[col]) * p.scale;
                     }
             }
             fa_gpu::acc_to_a<T, BQ>(df, dpt);
@@ -426,16 +411,18 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                                reinterpret_cast<const float(*)[4]>(dv), col0);
 }
 
-/* D and LSE log2(e) (the sm80 kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
- * converted (the sm80 kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and p.lse2. d 256
- * and score modifiers: calls with neither dropout nor a block mask only. */
+/* D and LSE log2(e) (common's dsum_kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
+ * converted (common's dq_convert_kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and
+ * p.lse2. No dropout (mode 2): at 168 registers per consumer thread ptxas serializes that mode's
+ * wgmma, so it has no instance and the chooser keeps dropout on sm80. d 256 and score modifiers:
+ * calls with neither dropout nor a block mask only. */
 template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
     static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
-    if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 ||
+    if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 || fa_gpu::mode_of(p) == 2 ||
         (fa_gpu_has_score_mod(p) && fa_gpu::mode_of(p) != 0))
         return cudaErrorInvalidValue;
     dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
@@ -453,7 +440,7 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         auto k = tma ? (mod ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, false, true>)
                      : (mod ? ws_backward_kernel<T, D, 0, true> : ws_backward_kernel<T, D, 0>);
         if constexpr (D <= 128)
-            k = mode == 2 ? ws_backward_kernel<T, D, 2> : mode == 1 ? ws_backward_kernel<T, D, 1> : k;
+            k = mode == 1 ? ws_backward_kernel<T, D, 1> : k;
         else if (mode != 0)
             return cudaErrorInvalidValue;
         e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
