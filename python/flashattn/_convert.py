@@ -4,6 +4,7 @@ uint64 fields, int32 arrays, float32 values, flags, pairs (windows, block sizes)
 and the type checks of the options that run before any work."""
 import math
 import numbers
+import sys
 
 
 def _is_torch(x):
@@ -59,7 +60,21 @@ def parse_backend(backend, name="backend"):
     return base, int(index) if sep else 0
 
 
+def symbolic(value):
+    """Whether value may have no concrete value here: one of torch's symbolic numbers (SymInt,
+    SymFloat, SymBool: make_fx, AOT tracing), or any number while torch.compile traces (dynamic=True
+    turns an unspecialised float into a graph input that math.isfinite or float() would have to
+    force). The checks that need a concrete value are then left to the operator's eager body
+    (_core.Call), which runs them on the real value when the compiled code runs."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) or torch.compiler.is_compiling()
+
+
 def check_softcap(softcap):
+    if symbolic(softcap):  # checked when the operator runs (Call)
+        return softcap
     c = float(softcap)
     if not math.isfinite(c) or c < 0.0:
         raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {softcap}")
@@ -73,7 +88,10 @@ def check_scale(softmax_scale):
 
 
 def float32_value(value, name):
-    """A real number for a float32 field: OverflowError where a finite value would become inf."""
+    """A real number for a float32 field: OverflowError where a finite value would become inf.
+    A symbolic value (tracing) is returned as it is, checked when the operator runs."""
+    if symbolic(value):
+        return value
     v = _real(value, name)
     if math.isfinite(v) and abs(v) > 3.4028234663852886e38 * (1 + 2 ** -25):
         raise OverflowError(f"{name} = {value} does not fit float32")

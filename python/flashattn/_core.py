@@ -21,7 +21,7 @@ from . import _capi
 # Argument checks and conversions (_convert.py); __init__.py and _torch.py reach them, check_options
 # included, as _core.<name>.
 from ._convert import (_flag, _is_torch, _pair, _real, c_integer, check_options, check_scale, check_softcap,
-                       int32_array, parse_backend)
+                       int32_array, parse_backend, symbolic)
 
 
 _TORCH = None

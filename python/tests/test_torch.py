@@ -209,6 +209,31 @@ def test_compile_varlen_and_block_sparse(device):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_compile_dynamic_softcap():
+    """torch.compile(dynamic=True, fullgraph=True) with softcap and causal: traced once for two
+    sequence lengths and two softcap values (a float graph input, no concrete value while tracing),
+    outputs and gradients equal to eager; a bad softcap is still refused, at once in eager and
+    when the compiled code runs"""
+    def f(q, k, v, cap):
+        return fa.flash_attn_func(q, k, v, causal=True, softcap=cap, softmax_scale=0.3)
+
+    compiled = torch.compile(f, dynamic=True, fullgraph=True, backend="aot_eager")
+    for sq, cap in ((33, 5.0), (47, 2.5)):
+        q, k, v, do = (x.requires_grad_() for x in make(2, sq, sq + 9, 4, 2, 32, torch.float32, "cpu", seed=sq))
+        do = do.detach()
+        y = compiled(q, k, v, cap)
+        grads = torch.autograd.grad(y, (q, k, v), do)
+        eager = f(q, k, v, cap)
+        g_eager = torch.autograd.grad(eager, (q, k, v), do)
+        torch.testing.assert_close(y, eager, rtol=0, atol=0)
+        for a, b in zip(grads, g_eager):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="softcap"):
+        f(q, k, v, -1.0)
+    with pytest.raises(ValueError, match="softcap"):
+        compiled(q, k, v, float("nan"))
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_agrees_with_sdpa(dtype):
