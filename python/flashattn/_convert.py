@@ -50,6 +50,18 @@ def int32_array(values, name):
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
+def maybe_contiguous(a):
+    """a with a contiguous last dimension, as FlashAttention-2's maybe_contiguous: a copy (torch's
+    .contiguous(), NumPy's ascontiguousarray) only where the last stride is not 1 element; other
+    strides pass through as they are (the library takes them)."""
+    if _is_torch(a):
+        return a if a.dim() == 0 or a.stride(-1) == 1 else a.contiguous()
+    import numpy as np
+    if isinstance(a, np.ndarray) and a.ndim and a.strides[-1] != a.itemsize:
+        return np.ascontiguousarray(a)
+    return a
+
+
 def parse_backend(backend, name="backend"):
     """(backend name, device index) from "name" or "name:index"."""
     if not isinstance(backend, str):

@@ -21,7 +21,7 @@ from . import _capi
 # Argument checks and conversions (_convert.py); __init__.py and _torch.py reach them, check_options
 # included, as _core.<name>.
 from ._convert import (_flag, _is_torch, _pair, _real, c_integer, check_options, check_scale, check_softcap,
-                       int32_array, parse_backend, symbolic)
+                       int32_array, maybe_contiguous, parse_backend, symbolic)
 
 
 _TORCH = None
@@ -610,6 +610,7 @@ def _run(ctx, ref, ref_view, fill, launch, what):
 
 def forward(call, q, k, v):
     """O and LSE of attention(q, k, v) under call's options."""
+    q, k, v = (maybe_contiguous(x) for x in (q, k, v))
     ins = [_View(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     shape = ins[0].shape
     if call.varlen:
@@ -638,6 +639,7 @@ def forward(call, q, k, v):
 
 def backward(call, dout, q, k, v, out, lse):
     """dQ, dK, dV of attention(q, k, v) for the output gradient dout."""
+    dout, q, k, v = (maybe_contiguous(x) for x in (dout, q, k, v))
     names = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout))
     ins = [_View(x, n) for n, x in names]
     ctx = _context_for(ins, call.backend)

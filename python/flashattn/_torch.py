@@ -37,8 +37,7 @@ def _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mas
     """dq, dk, dv: the body of flashattn::bwd and of the eager path's backward."""
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
                  window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
-    if dout.stride(-1) != 1:
-        dout = dout.contiguous()
+    dout = _core.maybe_contiguous(dout)
     return _core.backward(call, dout, q, k, v, out, lse)
 
 
@@ -147,6 +146,9 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
               seed=None, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None):
     """out, lse through the custom operator (the options of _core.Call)."""
+    # a copy only where the last stride is not 1 (FlashAttention-2's maybe_contiguous), before the
+    # operator, so that autograd saves the copies and the backward does not make them again
+    q, k, v = (_core.maybe_contiguous(x) for x in (q, k, v))
     if block_mask is not None and block_size is None:
         raise ValueError("block_mask needs block_size=(block_q, block_k)")
     if softmax_scale is not None:  # the operator takes 0 for None: check a given one here

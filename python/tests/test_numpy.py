@@ -293,6 +293,29 @@ def test_dropout_deterministic_and_gradients():
     assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(analytic)), (numeric, analytic)
 
 
+def test_last_dimension_strided_is_made_contiguous():
+    """q, k, v and dout whose last stride is not 1 element (every other element of a wider array,
+    a transposed view) are copied as FlashAttention-2's maybe_contiguous does: the same bytes as
+    the contiguous arrays, forward and backward"""
+    rng = np.random.default_rng(21)
+    q, k, v, do = inputs(rng, 2, 24, 40, 4, 2, 32, np.float32)
+    wide = [np.repeat(x, 2, axis=-1) for x in (q, k, v, do)]  # [..., 2d]: x[..., ::2] is x
+    strided = [w[..., ::2] for w in wide]
+    assert all(s.strides[-1] == 8 for s in strided)
+    out, lse, _ = fa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    out_s, lse_s, _ = fa.flash_attn_func(*strided[:3], causal=True, return_attn_probs=True)
+    np.testing.assert_array_equal(out_s, out)
+    np.testing.assert_array_equal(lse_s, lse)
+    grads = fa.flash_attn_backward(do, q, k, v, out, lse, causal=True)
+    grads_s = fa.flash_attn_backward(strided[3], *strided[:3], out, lse, causal=True)
+    for g, gs in zip(grads, grads_s):
+        np.testing.assert_array_equal(gs, g)
+    # a view whose last axis is a transposed one (strides of whole rows)
+    qt = np.ascontiguousarray(np.swapaxes(q, -1, -2)).swapaxes(-1, -2)
+    assert qt.strides[-1] != 4
+    np.testing.assert_array_equal(fa.flash_attn_func(qt, k, v, causal=True), out)
+
+
 def test_philox_reference_matches_random123_known_answers():
     """reference.philox4x32_10 against Random123's kat_vectors (as tests/core/test_philox.c)"""
     vectors = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),

@@ -234,6 +234,31 @@ def test_compile_dynamic_softcap():
         compiled(q, k, v, float("nan"))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_last_dimension_strided_is_made_contiguous(device, compiled):
+    """q, k, v and dout whose last stride is not 1 (every other element of a wider tensor) are
+    copied as FlashAttention-2's maybe_contiguous does: the same bits as contiguous tensors,
+    outputs and gradients, eager and compiled"""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v, do = make(2, 40, 56, 4, 2, 64, dtype, device, seed=17)
+
+    def run(x, y, z, dout):
+        leaves = [t.detach().requires_grad_() for t in (x, y, z)]
+        f = fa.flash_attn_func
+        if compiled:
+            f = torch.compile(f, fullgraph=True, backend="aot_eager")
+        out = f(*leaves, causal=True)
+        return [out] + list(torch.autograd.grad(out, leaves, dout))
+
+    expected = run(q, k, v, do)
+    wide = [x.repeat_interleave(2, dim=-1) for x in (q, k, v, do)]
+    strided = [w[..., ::2] for w in wide]
+    assert all(t.stride(-1) == 2 for t in strided)
+    for got, want in zip(run(*strided), expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_agrees_with_sdpa(dtype):
