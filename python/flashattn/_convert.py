@@ -50,6 +50,18 @@ def int32_array(values, name):
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
+def dtype_refused(name, dtype):
+    """The message for an array of a dtype the library has not; float64 says why and what to do
+    (torch.autograd.gradcheck's default dtype is what brings most users here)."""
+    text = f"{name}: dtype {dtype} is not float32, float16 or bfloat16"
+    if str(dtype).rsplit(".", 1)[-1] in ("float64", "double"):
+        text += (": fp64 is not a dtype of this library (its dtypes are FlashAttention's: fp32, fp16, bf16). "
+                 "Convert with .float() / .astype(np.float32); for gradcheck use fp32 inputs with "
+                 "torch.autograd.gradcheck(..., eps=1e-3, atol=1e-2, rtol=1e-2), or compare the gradients "
+                 "against a float64 reference implementation (docs/python.md, 'Gradients and fp64')")
+    return text
+
+
 def maybe_contiguous(a):
     """a with a contiguous last dimension, as FlashAttention-2's maybe_contiguous: a copy (torch's
     .contiguous(), NumPy's ascontiguousarray) only where the last stride is not 1 element; other
