@@ -140,6 +140,15 @@ FA_API void fa_block_mask_destroy(fa_block_mask *mask);
 /* Fraction of non-empty blocks, in [0, 1]. */
 FA_API double fa_block_mask_density(const fa_block_mask *mask);
 
+/* The elements dropout keeps, by the rule fa_forward and fa_backward apply (core/philox.h, the
+ * dropout bullet of fa_options): keep[((b * heads + h) * rows + i) * cols + j] = 1 where element
+ * (b, h, i, j) of P is kept, 0 where it is dropped; heads counts query heads; i and j are local to
+ * the sequence (varlen: b is the sequence's index in cu_seqlens). p is the float of
+ * fa_options.dropout_p, in [0, 1). For tests and for the probabilities FlashAttention-2 returns
+ * (return_attn_probs); takes no context: a failure's reason is in fa_last_error(). */
+FA_API fa_status fa_dropout_keep_mask(uint64_t seed, uint64_t offset, float p, int64_t batch, int64_t heads,
+                                      int64_t rows, int64_t cols, uint8_t *keep);
+
 /* ---------------------------------------------------------------- options and arguments */
 
 /* Semantics (docs/options.md):

@@ -21,8 +21,9 @@ torch out: torch tensors then run forward only, without autograd).
 
 Differences from FlashAttention-2, all documented here: dropout needs an explicit seed= outside
 torch (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
-return_attn_probs=True returns (out, softmax_lse, None): the attention probabilities are never
-materialised; alibi_slopes are fp32 [heads] or [batch, heads] in the arrays' memory (or host
+return_attn_probs=True returns (out, softmax_lse, S_dmask): the probabilities, recomputed on the
+host from softmax_lse after the call (for tests, as in FA2; [batch, heads, seqlen_q, seqlen_k],
+unrounded; None for block-sparse calls); alibi_slopes are fp32 [heads] or [batch, heads] in the arrays' memory (or host
 values, copied); flash_attn_varlen_func's block_table (a paged KV cache) is refused (ValueError:
 flash_attn_with_kvcache takes paged caches); varlen rows after cu_seqlens[-1] (padding) get out =
 0, softmax_lse = -inf and zero gradients instead of undefined values. Bad input raises
@@ -82,7 +83,10 @@ def _attention(q, k, v, return_attn_probs, **options):
         out, lse = _torch.attention(q, k, v, **options)
     else:  # NumPy and other arrays (or torch tensors under FLASHATTN_NO_TORCH: no autograd)
         out, lse = _core.forward(_core.Call(q, **options), q, k, v)
-    return (out, lse, None) if return_attn_probs else out
+    if not return_attn_probs:
+        return out
+    # FlashAttention-2's S_dmask (for tests): recomputed on the host from the LSE (_probs.py)
+    return out, lse, importlib.import_module("._probs", __name__).attn_probs(q, k, lse, **options)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -93,7 +97,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     window_size (left, right), -1 unbounded. softcap c > 0: scores become c tanh(s / c);
     alibi_slopes [heads] or [batch, heads] float32: scores minus slope * |i + seqlen_k - seqlen_q - j|.
     Keyword-only: seed, offset (dropout's Philox stream), backend (where NumPy arrays run).
-    Returns out, or (out, softmax_lse [batch, heads, seqlen_q] float32, None) with return_attn_probs."""
+    Returns out, or (out, softmax_lse [batch, heads, seqlen_q] float32, S_dmask [batch, heads,
+    seqlen_q, seqlen_k]: the probabilities, dropped entries negated, computed on the host) with
+    return_attn_probs."""
     _check_arrays(q=q, k=k, v=v)
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,

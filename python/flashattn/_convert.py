@@ -4,6 +4,7 @@ uint64 fields, int32 arrays, float32 values, flags, pairs (windows, block sizes)
 and the type checks of the options that run before any work."""
 import math
 import numbers
+import sys
 
 
 def _is_torch(x):
@@ -49,6 +50,30 @@ def int32_array(values, name):
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
+def dtype_refused(name, dtype):
+    """The message for an array of a dtype the library has not; float64 says why and what to do
+    (torch.autograd.gradcheck's default dtype is what brings most users here)."""
+    text = f"{name}: dtype {dtype} is not float32, float16 or bfloat16"
+    if str(dtype).rsplit(".", 1)[-1] in ("float64", "double"):
+        text += (": fp64 is not a dtype of this library (its dtypes are FlashAttention's: fp32, fp16, bf16). "
+                 "Convert with .float() / .astype(np.float32); for gradcheck use fp32 inputs with "
+                 "torch.autograd.gradcheck(..., eps=1e-3, atol=1e-2, rtol=1e-2), or compare the gradients "
+                 "against a float64 reference implementation (docs/python.md, 'Gradients and fp64')")
+    return text
+
+
+def maybe_contiguous(a):
+    """a with a contiguous last dimension, as FlashAttention-2's maybe_contiguous: a copy (torch's
+    .contiguous(), NumPy's ascontiguousarray) only where the last stride is not 1 element; other
+    strides pass through as they are (the library takes them)."""
+    if _is_torch(a):
+        return a if a.dim() == 0 or a.stride(-1) == 1 else a.contiguous()
+    import numpy as np
+    if isinstance(a, np.ndarray) and a.ndim and a.strides[-1] != a.itemsize:
+        return np.ascontiguousarray(a)
+    return a
+
+
 def parse_backend(backend, name="backend"):
     """(backend name, device index) from "name" or "name:index"."""
     if not isinstance(backend, str):
@@ -59,7 +84,21 @@ def parse_backend(backend, name="backend"):
     return base, int(index) if sep else 0
 
 
+def symbolic(value):
+    """Whether value may have no concrete value here: one of torch's symbolic numbers (SymInt,
+    SymFloat, SymBool: make_fx, AOT tracing), or any number while torch.compile traces (dynamic=True
+    turns an unspecialised float into a graph input that math.isfinite or float() would have to
+    force). The checks that need a concrete value are then left to the operator's eager body
+    (_core.Call), which runs them on the real value when the compiled code runs."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) or torch.compiler.is_compiling()
+
+
 def check_softcap(softcap):
+    if symbolic(softcap):  # checked when the operator runs (Call)
+        return softcap
     c = float(softcap)
     if not math.isfinite(c) or c < 0.0:
         raise ValueError(f"softcap must be finite and >= 0 (0 = off), got {softcap}")
@@ -73,7 +112,10 @@ def check_scale(softmax_scale):
 
 
 def float32_value(value, name):
-    """A real number for a float32 field: OverflowError where a finite value would become inf."""
+    """A real number for a float32 field: OverflowError where a finite value would become inf.
+    A symbolic value (tracing) is returned as it is, checked when the operator runs."""
+    if symbolic(value):
+        return value
     v = _real(value, name)
     if math.isfinite(v) and abs(v) > 3.4028234663852886e38 * (1 + 2 ** -25):
         raise OverflowError(f"{name} = {value} does not fit float32")

@@ -21,7 +21,8 @@ from . import _capi
 # Argument checks and conversions (_convert.py); __init__.py and _torch.py reach them, check_options
 # included, as _core.<name>.
 from ._convert import (_flag, _is_torch, _pair, _real, c_integer, check_options, check_scale, check_softcap,
-                       int32_array, parse_backend)
+                       dtype_refused, int32_array, maybe_contiguous,
+                       parse_backend, symbolic)
 
 
 _TORCH = None
@@ -209,7 +210,7 @@ class _View:
         if _is_torch(a):
             codes = _torch_codes()
             if a.dtype not in codes:
-                raise TypeError(f"{name}: dtype {a.dtype} is not float32, float16 or bfloat16")
+                raise TypeError(dtype_refused(name, a.dtype))
             self.kind, self.ptr, self.dtype = "torch", a.data_ptr(), codes[a.dtype]
             self.shape, self.strides = tuple(a.shape), a.stride()
             dev = a.device
@@ -222,7 +223,7 @@ class _View:
         elif isinstance(a, np.ndarray):
             name_of = a.dtype.name
             if name_of not in _CODES:
-                raise TypeError(f"{name}: dtype {name_of} is not float32, float16 or bfloat16 (ml_dtypes)")
+                raise TypeError(dtype_refused(name, name_of) + " (bfloat16: ml_dtypes)")
             if any(s % a.itemsize for s in a.strides):
                 raise ValueError(f"{name}: strides {a.strides} are not whole elements")
             self.kind, self.ptr, self.dtype = "numpy", a.ctypes.data, _CODES[name_of]
@@ -610,6 +611,7 @@ def _run(ctx, ref, ref_view, fill, launch, what):
 
 def forward(call, q, k, v):
     """O and LSE of attention(q, k, v) under call's options."""
+    q, k, v = (maybe_contiguous(x) for x in (q, k, v))
     ins = [_View(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
     shape = ins[0].shape
     if call.varlen:
@@ -638,6 +640,7 @@ def forward(call, q, k, v):
 
 def backward(call, dout, q, k, v, out, lse):
     """dQ, dK, dV of attention(q, k, v) for the output gradient dout."""
+    dout, q, k, v = (maybe_contiguous(x) for x in (dout, q, k, v))
     names = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout))
     ins = [_View(x, n) for n, x in names]
     ctx = _context_for(ins, call.backend)

@@ -37,8 +37,7 @@ def _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mas
     """dq, dk, dv: the body of flashattn::bwd and of the eager path's backward."""
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
                  window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
-    if dout.stride(-1) != 1:
-        dout = dout.contiguous()
+    dout = _core.maybe_contiguous(dout)
     return _core.backward(call, dout, q, k, v, out, lse)
 
 
@@ -128,6 +127,12 @@ def _as_tensor(x, ref, dtype):
     return torch.as_tensor(x, dtype=dtype, device="cpu")
 
 
+def _float(v):
+    """v for a float argument of an operator: a SymFloat (torch.compile(dynamic=True)) stays
+    symbolic, float() would force a concrete value out of it while tracing."""
+    return v if _core.symbolic(v) else float(v)
+
+
 def _to_int64(v):
     """A uint64 value in the operator's int64 (two's complement); _from_int64 restores it."""
     return v - 2 ** 64 if v >= 2 ** 63 else v
@@ -141,6 +146,9 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
               seed=None, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None):
     """out, lse through the custom operator (the options of _core.Call)."""
+    # a copy only where the last stride is not 1 (FlashAttention-2's maybe_contiguous), before the
+    # operator, so that autograd saves the copies and the backward does not make them again
+    q, k, v = (_core.maybe_contiguous(x) for x in (q, k, v))
     if block_mask is not None and block_size is None:
         raise ValueError("block_mask needs block_size=(block_q, block_k)")
     if softmax_scale is not None:  # the operator takes 0 for None: check a given one here
@@ -155,8 +163,8 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
     seed = _core.c_integer(seed, "seed", "uint64") if seed is not None else 0
     offset = _core.c_integer(offset, "offset", "uint64")
     args = (q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32), max_q, max_k,
-            _as_tensor(block_mask, q, torch.uint8), bq, bk, float(dropout_p),
-            float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
+            _as_tensor(block_mask, q, torch.uint8), bq, bk, _float(dropout_p),
+            _float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
             bool(deterministic), _to_int64(seed), _to_int64(offset), _core.check_softcap(softcap), alibi_slopes)
     if _eager(q, k, v):
         return _EagerAttention.apply(*args)
@@ -211,6 +219,6 @@ def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=Non
     window = _core._pair(window_size, "window_size")
     return fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _as_tensor(cache_seqlens, q, torch.int32),
                        _as_tensor(cache_batch_idx, q, torch.int32), _as_tensor(block_table, q, torch.int32),
-                       float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
+                       _float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
                        _core.check_softcap(softcap), bool(rotary_interleaved), alibi_slopes,
                        _core.c_integer(num_splits, "num_splits", "int32"), bool(check_on_device))

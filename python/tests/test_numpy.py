@@ -76,7 +76,8 @@ def test_dense(dtype, d, causal):
     q, k, v, do = inputs(rng, b, sq, sk, h, hk, d, dtype)
     scale = 1.0 / np.sqrt(d)
     o, lse, probs = fa.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
-    assert probs is None and o.dtype == q.dtype and o.shape == q.shape and lse.shape == (b, h, sq)
+    assert probs.shape == (b, h, sq, sk) and probs.dtype == q.dtype
+    assert o.dtype == q.dtype and o.shape == q.shape and lse.shape == (b, h, sq)
     vis = ref.visible(sq, sk, causal, (-1, -1))
     check_forward(o, lse, q, k, v, scale, lambda bi: vis, dtype)
     grads = fa.flash_attn_backward(do, q, k, v, o, lse, causal=causal)
@@ -293,6 +294,57 @@ def test_dropout_deterministic_and_gradients():
     assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(analytic)), (numeric, analytic)
 
 
+def test_last_dimension_strided_is_made_contiguous():
+    """q, k, v and dout whose last stride is not 1 element (every other element of a wider array,
+    a transposed view) are copied as FlashAttention-2's maybe_contiguous does: the same bytes as
+    the contiguous arrays, forward and backward"""
+    rng = np.random.default_rng(21)
+    q, k, v, do = inputs(rng, 2, 24, 40, 4, 2, 32, np.float32)
+    wide = [np.repeat(x, 2, axis=-1) for x in (q, k, v, do)]  # [..., 2d]: x[..., ::2] is x
+    strided = [w[..., ::2] for w in wide]
+    assert all(s.strides[-1] == 8 for s in strided)
+    out, lse, _ = fa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    out_s, lse_s, _ = fa.flash_attn_func(*strided[:3], causal=True, return_attn_probs=True)
+    np.testing.assert_array_equal(out_s, out)
+    np.testing.assert_array_equal(lse_s, lse)
+    grads = fa.flash_attn_backward(do, q, k, v, out, lse, causal=True)
+    grads_s = fa.flash_attn_backward(strided[3], *strided[:3], out, lse, causal=True)
+    for g, gs in zip(grads, grads_s):
+        np.testing.assert_array_equal(gs, g)
+    # a view whose last axis is a transposed one (strides of whole rows)
+    qt = np.ascontiguousarray(np.swapaxes(q, -1, -2)).swapaxes(-1, -2)
+    assert qt.strides[-1] != 4
+    np.testing.assert_array_equal(fa.flash_attn_func(qt, k, v, causal=True), out)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_return_attn_probs_with_dropout(causal):
+    """S_dmask (return_attn_probs): the probabilities exp(S' - LSE), dropped entries negated, with
+    the keep bits of the NumPy Philox reference; its kept entries times V / (1 - p) summed give the
+    returned O, within 2x the error of a plain fp32 implementation of the same dropout attention"""
+    rng = np.random.default_rng(40 + causal)
+    b, sq, sk, h, hk, d, p, seed = 2, 20, 28, 4, 2, 16, 0.25, 77
+    q, k, v, _ = inputs(rng, b, sq, sk, h, hk, d, np.float32)
+    out, lse, s_dmask = fa.flash_attn_func(q, k, v, p, None, causal, (-1, -1), 2.0, None, False, True,
+                                           seed=seed, offset=3)
+    assert s_dmask.shape == (b, h, sq, sk) and s_dmask.dtype == np.float32
+    scale = d ** -0.5
+    vis = ref.visible(sq, sk, causal, (-1, -1))
+    for bi in range(b):
+        keep = np.stack([ref.dropout_keep(seed, 3, bi, h, hh, sq, sk, p) for hh in range(h)])
+        probs, _ = ref._probs(f64(q[bi]), f64(k[bi]), scale, vis, np.float64, softcap=2.0)
+        np.testing.assert_allclose(np.abs(s_dmask[bi]), probs, rtol=1e-5, atol=1e-7)
+        assert np.all(s_dmask[bi][~keep & (probs > 0)] < 0) and np.all(s_dmask[bi][keep] >= 0)
+        kept = np.maximum(f64(s_dmask[bi]), 0.0)
+        vv = np.repeat(f64(v[bi]), h // hk, axis=1)
+        o_probs = np.einsum("hij,jhd->ihd", kept, vv) / (1 - float(np.float32(p)))
+        z = ref.dropout_factors(seed, 3, bi, h, sq, sk, p)
+        ro, _ = ref.attention(f64(q[bi]), f64(k[bi]), f64(v[bi]), scale, vis, z=z, softcap=2.0)
+        no, _ = ref.attention(q[bi], k[bi], v[bi], scale, vis, np.float32, z=z, softcap=2.0)
+        err, ok = ref.error(o_probs, f64(out[bi]))
+        assert ok and err <= ref.bound(2.0, ref.error(no, ro)[0], ro), f"sum of S_dmask V: error {err}"
+
+
 def test_philox_reference_matches_random123_known_answers():
     """reference.philox4x32_10 against Random123's kat_vectors (as tests/core/test_philox.c)"""
     vectors = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
@@ -348,8 +400,7 @@ def test_bad_input():
         fa.flash_attn_func(q, k, v, dropout_p=1.0, seed=1)
     with pytest.raises(ValueError):
         fa.flash_attn_func(q[0], k[0], v[0])
-    with pytest.raises(fa.FlashAttnError):  # non-contiguous last dimension
-        fa.flash_attn_func(q[..., ::2], k[..., ::2], v[..., ::2])
+    # a non-contiguous last dimension is copied, not refused (test_last_dimension_strided_is_made_contiguous)
     nan_q = q.copy()
     nan_q[0, 3, 1, 5] = np.nan
     o = fa.flash_attn_func(nan_q, k, v)

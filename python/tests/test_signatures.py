@@ -83,7 +83,7 @@ def test_positional_softcap_and_alibi():
     # positions 10 and 11: deterministic (a no-op on the forward) and return_attn_probs
     out, lse, probs = fa.flash_attn_func(q, k, v, 0.0, None, False, (-1, -1), 1.5, SLOPES, True, True)
     np.testing.assert_array_equal(out, o)
-    assert lse.shape == (2, 4, 24) and probs is None
+    assert lse.shape == (2, 4, 24) and probs.shape == (2, 4, 24, q.shape[1])
     kv = np.ascontiguousarray(np.stack([qq, qq], axis=2))
     qkv = np.ascontiguousarray(np.stack([qq, qq, qq], axis=2))
     want = fa.flash_attn_func(qq, qq, qq, softcap=1.5, alibi_slopes=SLOPES, causal=True)

@@ -209,6 +209,106 @@ def test_compile_varlen_and_block_sparse(device):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_compile_dynamic_softcap():
+    """torch.compile(dynamic=True, fullgraph=True) with softcap and causal: traced once for two
+    sequence lengths and two softcap values (a float graph input, no concrete value while tracing),
+    outputs and gradients equal to eager; a bad softcap is still refused, at once in eager and
+    when the compiled code runs"""
+    def f(q, k, v, cap):
+        return fa.flash_attn_func(q, k, v, causal=True, softcap=cap, softmax_scale=0.3)
+
+    compiled = torch.compile(f, dynamic=True, fullgraph=True, backend="aot_eager")
+    for sq, cap in ((33, 5.0), (47, 2.5)):
+        q, k, v, do = (x.requires_grad_() for x in make(2, sq, sq + 9, 4, 2, 32, torch.float32, "cpu", seed=sq))
+        do = do.detach()
+        y = compiled(q, k, v, cap)
+        grads = torch.autograd.grad(y, (q, k, v), do)
+        eager = f(q, k, v, cap)
+        g_eager = torch.autograd.grad(eager, (q, k, v), do)
+        torch.testing.assert_close(y, eager, rtol=0, atol=0)
+        for a, b in zip(grads, g_eager):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="softcap"):
+        f(q, k, v, -1.0)
+    with pytest.raises(ValueError, match="softcap"):
+        compiled(q, k, v, float("nan"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_last_dimension_strided_is_made_contiguous(device, compiled):
+    """q, k, v and dout whose last stride is not 1 (every other element of a wider tensor) are
+    copied as FlashAttention-2's maybe_contiguous does: the same bits as contiguous tensors,
+    outputs and gradients, eager and compiled"""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q, k, v, do = make(2, 40, 56, 4, 2, 64, dtype, device, seed=17)
+
+    def run(x, y, z, dout):
+        leaves = [t.detach().requires_grad_() for t in (x, y, z)]
+        f = fa.flash_attn_func
+        if compiled:
+            f = torch.compile(f, fullgraph=True, backend="aot_eager")
+        out = f(*leaves, causal=True)
+        return [out] + list(torch.autograd.grad(out, leaves, dout))
+
+    expected = run(q, k, v, do)
+    wide = [x.repeat_interleave(2, dim=-1) for x in (q, k, v, do)]
+    strided = [w[..., ::2] for w in wide]
+    assert all(t.stride(-1) == 2 for t in strided)
+    for got, want in zip(run(*strided), expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def plain_attention(q, k, v, causal, softcap):
+    """attention in torch's own ops, in q's dtype: its gradients are autograd's"""
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if causal:
+        seen = torch.ones(s.shape[-2:], dtype=torch.bool).tril(s.shape[-1] - s.shape[-2])
+        s = s.masked_fill(~seen, float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v)
+
+
+def test_float64_refused_with_the_way_to_check_gradients():
+    """fp64 is not a dtype of the library: the error says so and names the fp32 gradcheck, for
+    torch tensors and NumPy arrays"""
+    q = torch.randn(1, 4, 2, 8, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"fp64 is not a dtype of this library.*gradcheck"):
+        fa.flash_attn_func(q, q, q)
+    with pytest.raises(TypeError, match=r"fp64 is not a dtype of this library.*gradcheck"):
+        fa.flash_attn_func(q.numpy(), q.numpy(), q.numpy())
+
+
+def test_gradients_by_finite_differences_in_fp32():
+    """the check gradcheck makes, in fp32: directional derivatives of sum(O * dO) by central
+    differences (evaluated in float64 from fp32 outputs) against the autograd gradients, within 3x
+    the discrepancy that the same check finds for attention in torch's own fp32 ops on the same
+    inputs; and torch.autograd.gradcheck on fp32 inputs with the tolerances the error message names"""
+    q, k, v, do = make(1, 12, 16, 2, 2, 16, torch.float32, "cpu", seed=31)
+    cases = {"flashattn": lambda *x: fa.flash_attn_func(*x, causal=True, softcap=3.0),
+             "plain": lambda *x: plain_attention(*x, True, 3.0)}
+    g = torch.Generator().manual_seed(5)
+    directions = [[torch.randn(x.shape, generator=g) for x in (q, k, v)] for _ in range(8)]
+    step = 3e-3
+    worst = {}
+    for name, f in cases.items():
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        grads = torch.autograd.grad(f(*leaves), leaves, do)
+        errors = []
+        for u in directions:
+            def along(t):
+                return float((f(*(x + t * du for x, du in zip((q, k, v), u))).double() * do.double()).sum())
+            numeric = (along(step) - along(-step)) / (2 * step)
+            analytic = sum(float((gr.double() * du.double()).sum()) for gr, du in zip(grads, u))
+            errors.append(abs(numeric - analytic) / max(1.0, abs(analytic)))
+        worst[name] = max(errors)
+    assert worst["flashattn"] <= 3.0 * worst["plain"] + 1e-5, worst
+    small = [torch.randn(1, 6, 2, 8, generator=g).requires_grad_() for _ in range(3)]
+    assert torch.autograd.gradcheck(lambda *x: fa.flash_attn_func(*x, causal=True), small, eps=1e-3, atol=1e-2,
+                                    rtol=1e-2)
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_agrees_with_sdpa(dtype):

@@ -508,6 +508,56 @@ static void expect_contextless_failure(fa_status got, fa_status expected, const 
     }
 }
 
+/* fa_dropout_keep_mask is the mask fa_forward applies: with q = 0 every probability is 1 / sk and
+ * V = the identity (d = sk), so O[i][j] = keep(i, j) / (sk (1 - p)): kept exactly where O > 0. */
+static void test_dropout_keep_mask_is_the_forwards(void **state)
+{
+    (void)state;
+    enum { B = 2, S = 12, H = 3, D = 12 };
+    static float q[B * S * H * D], kv[B * S * H * D], o[B * S * H * D];
+    static uint8_t keep[B * H * S * S];
+    for (int b = 0; b < B; ++b)
+        for (int s = 0; s < S; ++s)
+            for (int h = 0; h < H; ++h)
+                kv[((b * S + s) * H + h) * D + s] = 1.0f;
+    fa_context *ctx = NULL;
+    assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
+    int64_t shape[4] = {B, S, H, D};
+    fa_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = fa_tensor_contiguous(q, FA_DTYPE_F32, 4, shape);
+    a.k = fa_tensor_contiguous(kv, FA_DTYPE_F32, 4, shape);
+    a.v = fa_tensor_contiguous(kv, FA_DTYPE_F32, 4, shape);
+    a.o = fa_tensor_contiguous(o, FA_DTYPE_F32, 4, shape);
+    a.opts = fa_options_default();
+    a.opts.dropout_p = 0.4f;
+    a.opts.dropout_seed = 0x123456789abcdefull;
+    a.opts.dropout_offset = 7;
+    assert_int_equal(fa_forward(ctx, &a), FA_SUCCESS);
+    assert_int_equal(fa_dropout_keep_mask(a.opts.dropout_seed, 7, 0.4f, B, H, S, S, keep), FA_SUCCESS);
+    assert_string_equal(fa_last_error(), "");
+    int kept = 0;
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h)
+            for (int i = 0; i < S; ++i)
+                for (int j = 0; j < S; ++j) {
+                    int k = keep[((b * H + h) * S + i) * S + j];
+                    assert_int_equal(k, o[((b * S + i) * H + h) * D + j] > 0.0f);
+                    kept += k;
+                }
+    assert_true(kept > B * H * S * S / 4 && kept < B * H * S * S);  /* p = 0.4 dropped some, not all */
+    assert_int_equal(fa_dropout_keep_mask(1, 0, 0.0f, 1, 1, 2, 2, keep), FA_SUCCESS);
+    assert_int_equal(keep[0] + keep[1] + keep[2] + keep[3], 4);
+    expect_contextless_failure(fa_dropout_keep_mask(1, 0, 1.0f, 1, 1, 2, 2, keep), FA_ERR_INVALID_ARG, "p = 1", "p");
+    expect_contextless_failure(fa_dropout_keep_mask(1, 0, 0.1f, 1, -1, 2, 2, keep), FA_ERR_INVALID_ARG,
+                               "heads -1", "heads");
+    expect_contextless_failure(fa_dropout_keep_mask(1, 0, 0.1f, 1, 1, 2, 2, NULL), FA_ERR_INVALID_ARG,
+                               "keep NULL", "keep");
+    expect_contextless_failure(fa_dropout_keep_mask(1, 0, 0.1f, (int64_t)1 << 40, (int64_t)1 << 40, 1 << 20, 2,
+                                                    NULL), FA_ERR_OVERFLOW, "2^101 elements", "overflow");
+    fa_context_destroy(ctx);
+}
+
 static void test_block_mask_and_context_failures_have_reasons(void **state)
 {
     (void)state;
@@ -655,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_context_settings),
         cmocka_unit_test(test_memory_helpers),
         cmocka_unit_test(test_block_mask_and_context_failures_have_reasons),
+        cmocka_unit_test(test_dropout_keep_mask_is_the_forwards),
         cmocka_unit_test(test_kernels_switch_is_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
