@@ -58,6 +58,7 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
     arg_cursor a;
     int parse_rc = 0;
     *help = 0;
+    int seed_given = 0;
     arg_begin(&a, j->cmd, argc, argv, j->backward ? bwd_options : fwd_options);
     while (next_option(&a, &parse_rc)) {
         const char *opt = a.opt;
@@ -70,6 +71,7 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
         if (rc)
             return rc;
         if (handled) {
+            seed_given |= strcmp(opt, "--seed") == 0;
             if (!j->backward && strcmp(opt, "--deterministic") == 0)
                 return usage_error(a.cmd, "--deterministic applies to 'flashattn bwd' only");
             continue;
@@ -129,6 +131,11 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
     }
     if (parse_rc)
         return parse_rc;
+    /* a silent default seed would give every run the same mask, and bwd must be given fwd's: the
+     * Python package refuses dropout without a seed too */
+    if (j->opts.dropout_p > 0.0f && !seed_given)
+        return usage_error(a.cmd, "--dropout %g needs --seed S (and the same --seed and --offset in fwd and bwd: "
+                                  "the dropout mask is drawn from them)", (double)j->opts.dropout_p);
     /* required arguments */
     static const int fwd_inputs[] = {IN_Q, IN_K, IN_V};
     static const int bwd_inputs[] = {IN_Q, IN_K, IN_V, IN_O, IN_LSE, IN_DO};

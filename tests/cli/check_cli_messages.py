@@ -152,6 +152,7 @@ def q_dtype_message_lists_what_q_takes(tmp):
 
 CASES = [
     ("library errors without file:line, --debug adds it", no_location_without_debug),
+    ("fwd / bwd --dropout need --seed", dropout_needs_seed),
 ]
 
 
