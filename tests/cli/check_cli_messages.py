@@ -153,6 +153,7 @@ def q_dtype_message_lists_what_q_takes(tmp):
 CASES = [
     ("library errors without file:line, --debug adds it", no_location_without_debug),
     ("fwd / bwd --dropout need --seed", dropout_needs_seed),
+    ("info --backend foo prints only the error", info_bad_backend_prints_only_the_error),
 ]
 
 
