@@ -320,7 +320,7 @@ static int run_alibi_slopes(const run_config *c, run_state *s, int64_t *count, i
     npy_array slopes;
     char err[1200];
     memset(&slopes, 0, sizeof slopes);
-    if (npy_read(c->alibi_path, &slopes, err, sizeof err) != 0) {
+    if (npy_read_accepting(c->alibi_path, "the option takes float32 '<f4'", &slopes, err, sizeof err) != 0) {
         fprintf(stderr, "flashattn run: --alibi-slopes %s\n", err);
         return EXIT_USAGE;
     }

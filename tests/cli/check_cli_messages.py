@@ -154,6 +154,7 @@ CASES = [
     ("library errors without file:line, --debug adds it", no_location_without_debug),
     ("fwd / bwd --dropout need --seed", dropout_needs_seed),
     ("info --backend foo prints only the error", info_bad_backend_prints_only_the_error),
+    ("--q of a wrong dtype lists fp32, fp16, bf16 only", q_dtype_message_lists_what_q_takes),
 ]
 
 
