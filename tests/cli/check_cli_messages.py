@@ -9,11 +9,17 @@
   compiled in, nothing of the report on stdout, exit 3.
 - A .npy of a dtype the reader does not know, given to --q, is refused with the dtypes --q takes
   (fp32, fp16, bf16) and not the reader's other types ('<i4', '|u1', '|b1').
+- run --check: with stderr not a terminal, stderr holds the one note it always had and no
+  progress; --quiet leaves stderr empty and stdout as it was; with stderr on a pseudo-terminal
+  the progress line of the reference ('reference forward: 37 % (about 2 s left)') appears,
+  rewritten with carriage returns, and is cleared at the end.
 
 Usage: check_cli_messages.py FLASHATTN_EXECUTABLE
 """
 import os
+import pty
 import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -150,11 +156,71 @@ def q_dtype_message_lists_what_q_takes(tmp):
     return problems
 
 
+# ---------------------------------------------------------------- run's progress line
+
+CHECK_RUN = ["run", "--check", "--batch", "1", "--seqlen-q", "1024", "--heads", "8", "--dim", "64", "--dtype", "fp32",
+             "--repeat", "2", "--backend", "cpu"]
+
+
+def report_shape(stdout):
+    """The text report with its numbers blanked, to compare runs."""
+    return re.sub(r" +", " ", re.sub(r"[0-9.e+-]+", "#", stdout))
+
+
+def run_progress_line(tmp):
+    problems = []
+    small = ["run", "--check", "--batch", "1", "--seqlen-q", "64", "--heads", "2", "--dim", "16", "--dtype", "fp32",
+             "--repeat", "2", "--backend", "cpu"]
+    p = tool(small)
+    if p.returncode != 0 or p.stderr != "check: running the float64 reference forward...\n":
+        problems.append("run --check, stderr a pipe: exit %d, stderr %r" % (p.returncode, p.stderr))
+    q = tool(small + ["--quiet"])
+    if q.returncode != 0 or q.stderr != "" or report_shape(q.stdout) != report_shape(p.stdout):
+        problems.append("run --check --quiet: exit %d, stderr %r, stdout %r vs %r" % (q.returncode, q.stderr,
+                                                                                     q.stdout, p.stdout))
+    # long enough for a line to be drawn, were stderr a terminal
+    p = tool(CHECK_RUN)
+    if p.returncode != 0 or p.stderr != "check: running the float64 reference forward...\n":
+        problems.append("run --check (1024), stderr a pipe: exit %d, stderr %r" % (p.returncode, p.stderr[-300:]))
+    # stderr on a terminal: the progress line; stdout stays a pipe
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([EXE] + CHECK_RUN, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the last writer closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    out = proc.stdout.read().decode()
+    proc.stdout.close()
+    rc = proc.wait(timeout=300)
+    text = seen.decode(errors="replace")
+    if rc != 0:
+        problems.append("run --check on a terminal: exit %d, %r" % (rc, text))
+    if not re.search(r"\rreference forward: \d+ % \((about \d+ (s|min) left|estimating the time left)\)", text):
+        problems.append("no progress line for the reference on the terminal: %r" % text[-400:])
+    if not text.endswith("\r\033[K"):
+        problems.append("the progress line is not cleared at the end: %r" % text[-80:])
+    if "check: max|O - ref64|" not in out:
+        problems.append("stdout lost the check lines: %r" % out)
+    return problems
+
+
 CASES = [
     ("library errors without file:line, --debug adds it", no_location_without_debug),
     ("fwd / bwd --dropout need --seed", dropout_needs_seed),
     ("info --backend foo prints only the error", info_bad_backend_prints_only_the_error),
     ("--q of a wrong dtype lists fp32, fp16, bf16 only", q_dtype_message_lists_what_q_takes),
+    ("run --check: progress on a terminal only, --quiet", run_progress_line),
 ]
 
 
