@@ -250,8 +250,9 @@ struct fa_context {
  * of calls without a context (ctx NULL) and of each of the few contexts it used most recently, so a
  * thread sharing a context with others reads its own call's message. */
 #define FA_ERROR_MESSAGE_BYTES 512
-/* Records a message (with file:line) for the calling thread and ctx (NULL: a call without a
- * context) and returns status; FA_SUCCESS clears the message. */
+#define FA_ERROR_LOCATION_BYTES 64
+/* Records a message, and apart from it the file:line that raised it, for the calling thread and
+ * ctx (NULL: a call without a context) and returns status; FA_SUCCESS clears both. */
 fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int line, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 5, 6)))

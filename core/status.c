@@ -59,6 +59,7 @@ typedef struct error_slot {
     const fa_context *ctx;
     uint64_t serial;
     char message[FA_ERROR_MESSAGE_BYTES];
+    char location[FA_ERROR_LOCATION_BYTES]; /* "validate.c:261": kept apart so messages read clean */
 } error_slot;
 
 static _Thread_local error_slot thread_errors[FA_ERROR_SLOTS];
@@ -90,6 +91,7 @@ static error_slot *thread_slot(const fa_context *ctx, int create)
     s->ctx = ctx;
     s->serial = ctx->serial;
     s->message[0] = '\0';
+    s->location[0] = '\0';
     return s;
 }
 
@@ -102,12 +104,10 @@ fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int l
     error_slot *s = thread_slot(ctx, 1);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    int n = snprintf(s->message, sizeof s->message, "%s:%d: ", base, line);
-    if (n < 0 || (size_t)n >= sizeof s->message)
-        return status;
+    snprintf(s->location, sizeof s->location, "%s:%d", base, line);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->message + n, sizeof s->message - (size_t)n, fmt, ap);
+    vsnprintf(s->message, sizeof s->message, fmt, ap);
     va_end(ap);
     return status;
 }
@@ -115,8 +115,10 @@ fa_status fa_error_at(fa_context *ctx, fa_status status, const char *file, int l
 void fa_clear_error(const fa_context *ctx)
 {
     error_slot *s = thread_slot(ctx, 0);
-    if (s)
+    if (s) {
         s->message[0] = '\0';
+        s->location[0] = '\0';
+    }
 }
 
 void fa_error_move_to_thread(const fa_context *ctx)
@@ -125,8 +127,10 @@ void fa_error_move_to_thread(const fa_context *ctx)
     if (!s)
         return;
     memcpy(thread_errors[0].message, s->message, sizeof s->message);
+    memcpy(thread_errors[0].location, s->location, sizeof s->location);
     s->ctx = NULL;
     s->message[0] = '\0';
+    s->location[0] = '\0';
 }
 
 const char *fa_context_last_error(const fa_context *ctx)
@@ -140,6 +144,19 @@ const char *fa_context_last_error(const fa_context *ctx)
 const char *fa_last_error(void)
 {
     return thread_errors[0].message;
+}
+
+const char *fa_context_last_error_location(const fa_context *ctx)
+{
+    if (!ctx)
+        return "";
+    const error_slot *s = thread_slot(ctx, 0);
+    return s ? s->location : "";
+}
+
+const char *fa_last_error_location(void)
+{
+    return thread_errors[0].location;
 }
 
 uint16_t fa_f32_to_f16(float x) { return fa_float_to_half(x); }

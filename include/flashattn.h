@@ -3,8 +3,9 @@
  * Exact attention O = softmax(scale * Q K^T + mask) V computed by fused tiled kernels that never
  * materialise the N x N score matrix. C11; every symbol is prefixed fa_ / FA_. The library never
  * aborts and never prints: every call returns an fa_status, and the calling thread keeps the last
- * error message (with the library file and line that raised it): fa_context_last_error for calls
- * on a context, fa_last_error for calls without one.
+ * error message: fa_context_last_error for calls on a context, fa_last_error for calls without one.
+ * The library file and line that raised it, for debugging, are apart from the message:
+ * fa_context_last_error_location and fa_last_error_location.
  *
  * Threads. Functions that take no context (versions, status strings, dtypes, discovery,
  * capabilities, fa_options_default, fa_tensor_contiguous, block masks, fa_io_model_compute,
@@ -253,6 +254,12 @@ FA_API const char *fa_context_last_error(const fa_context *ctx);
  * fa_block_mask_create, fa_block_mask_from_bitmap ("" if that call succeeded). Valid until this
  * thread's next such call. */
 FA_API const char *fa_last_error(void);
+/* Where in the library the message of fa_context_last_error(ctx) / fa_last_error() was raised:
+ * "validate.c:261" (the source file's name, no directory, and its line); "" when there is no
+ * message, and for a NULL ctx. For debugging and bug reports: the messages themselves never carry
+ * it. Same lifetime as the message. */
+FA_API const char *fa_context_last_error_location(const fa_context *ctx);
+FA_API const char *fa_last_error_location(void);
 /* GPU backends: the stream to run on (cudaStream_t, hipStream_t); NULL restores the context's
  * own, a non-blocking stream that is not ordered with the legacy default stream: to run there
  * (PyTorch's default stream, which it names 0), pass cudaStreamLegacy. The CPU and OpenCL backends accept only NULL (OpenCL: one in-order queue per context,

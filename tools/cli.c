@@ -54,11 +54,22 @@ int usage_error(const char *cmd, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* --debug (any command): library messages also say where in the library they were raised. */
+static int debug_locations;
+
+static void print_location(const char *location)
+{
+    if (debug_locations && location && *location)
+        fprintf(stderr, "  (raised at %s in the library)\n", location);
+}
+
 int library_error(const char *cmd, fa_context *ctx, const char *what, fa_status st)
 {
     const char *detail = ctx ? fa_context_last_error(ctx) : "";
     fprintf(stderr, "flashattn %s: %s failed: %s%s%s\n", cmd, what, fa_status_string(st),
             detail && *detail ? "\n  " : "", detail ? detail : "");
+    if (ctx)
+        print_location(fa_context_last_error_location(ctx));
     remember_error("%s failed: %s%s%s", what, fa_status_string(st), detail && *detail ? ": " : "",
                    detail ? detail : "");
     return st == FA_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_LIBRARY;
@@ -73,6 +84,7 @@ int context_error(const char *cmd, const char *backend, int device, fa_status st
                    device, fa_status_string(st), *why ? ": " : "", why);
     if (*why)
         fprintf(stderr, "  %s\n", why);
+    print_location(fa_last_error_location());
     fprintf(stderr, "  backends compiled in:");
     for (int i = 0; i < fa_backend_count(); ++i)
         fprintf(stderr, " %s", fa_backend_name(i));
@@ -121,9 +133,19 @@ int next_option(arg_cursor *a, int *rc)
     *rc = 0;
     /* '-': words that are not options come back in order as 1 (no permutation, so argv[at] is the
      * option word getopt_long reads); ':': a missing value comes back as ':' */
-    int at = optind > 0 ? optind : 1;
-    int index = -1;
-    int c = getopt_long(a->argc, a->argv, "-:h", a->options, &index);
+    int at, index, c;
+    for (;;) {
+        at = optind > 0 ? optind : 1;
+        index = -1;
+        c = getopt_long(a->argc, a->argv, "-:h", a->options, &index);
+        /* --debug, which every command takes, is in no command's table: getopt_long calls it
+         * unknown and it is taken here ('--debug=x' goes on to the message for a value) */
+        if (c == '?' && at < a->argc && strcmp(a->argv[at], "--debug") == 0) {
+            debug_locations = 1;
+            continue;
+        }
+        break;
+    }
     if (c == -1) {
         if (optind < a->argc) /* the words after "--" */
             *rc = usage_error(a->cmd, "unexpected argument '%s'", a->argv[optind]);
@@ -137,7 +159,9 @@ int next_option(arg_cursor *a, int *rc)
         *rc = usage_error(a->cmd, "option %.*s needs a value", (int)(name_len + 2), word);
     } else if (c == '?') {
         const struct option *o = name_len ? find_option(a->options, word + 2, name_len) : NULL;
-        if (o && o->has_arg == no_argument)
+        if (name_len == 5 && strncmp(word + 2, "debug", 5) == 0)
+            *rc = usage_error(a->cmd, "option --debug takes no value ('%s')", word);
+        else if (o && o->has_arg == no_argument)
             *rc = usage_error(a->cmd, "option --%s takes no value ('%s')", o->name, word);
         else if (name_len)
             *rc = usage_error(a->cmd, "unknown option '%.*s'", (int)(name_len + 2), word);

@@ -40,7 +40,8 @@ enum {
 /* A usage error of subcommand cmd (NULL: the command word itself): the message, a hint, and
  * EXIT_USAGE to return. */
 int usage_error(const char *cmd, const char *fmt, ...) FA_TOOL_PRINTF(2, 3);
-/* A failed library call: the status string and the context's message (with its file and line).
+/* A failed library call: the status string and the context's message (with --debug, the library
+ * file and line that raised it on a line of its own).
  * An argument the library rejects as invalid (a bad shape, option or size) is the user's input:
  * EXIT_USAGE; anything else is the library's or the device's failure: EXIT_LIBRARY. */
 int library_error(const char *cmd, fa_context *ctx, const char *what, fa_status st);
@@ -62,6 +63,9 @@ void format_bytes(double bytes, char *buf, size_t len);
  * in OPTIONS_END; has_arg is no_argument or required_argument, flag NULL and val 0. */
 #define HELP_OPTION {"help", no_argument, NULL, 0}
 #define OPTIONS_END {NULL, 0, NULL, 0}
+
+/* Every command also takes --debug (next_option handles it; it is in no table): library errors
+ * then show where in the library they were raised (fa_context_last_error_location). */
 
 /* Walks argv after the subcommand name. */
 typedef struct arg_cursor {

@@ -210,7 +210,11 @@ static int load(kv_job *j)
         return EXIT_USAGE;
     }
     for (int r = 0; r < K_IN; ++r)
-        if (j->in_path[r] && npy_read(j->in_path[r], &j->in[r], err, sizeof err) != 0) {
+        if (j->in_path[r] &&
+            npy_read_accepting(j->in_path[r],
+                               r == K_CS || r == K_BT || r == K_BI ? "the option takes int32 '<i4'"
+                                                                   : "the option takes " NPY_ATTENTION_DTYPES,
+                               &j->in[r], err, sizeof err) != 0) {
             fprintf(stderr, "flashattn fwd: %s %s\n", kin_opt[r], err);
             return EXIT_USAGE;
         }
@@ -223,7 +227,7 @@ static int load(kv_job *j)
         j->dtype = FA_DTYPE_BF16;
     } else {
         return file_error(j, K_Q, q->type == NPY_TYPE_U16 ? "holds '<u2'; pass --bf16 to read it as bfloat16"
-                                                         : "not an attention input type ('<f4', '<f2', '<u2' with --bf16)");
+                                                         : "not an attention input type: " NPY_ATTENTION_DTYPES);
     }
     for (int r = 0; r < K_IN; ++r) {
         if (!j->in_path[r])

@@ -224,7 +224,7 @@ static const struct option info_options[] = {
 /* The default context's backend (or the one of --backend) with its example plans, after the
  * backends: text, or the members "default_backend", "plan_backend", "plan_device", "plan_dtype",
  * "plans" of jw's object. Returns 0, or what context_error says for --backend. */
-static int info_default_and_plans(const char *backend, int device, json_writer *jw)
+static int info_default_and_plans(const char *backend, int device, fa_context *given, json_writer *jw)
 {
     const char *env = getenv("FLASHATTN_BACKEND");
     fa_context *ctx = NULL;
@@ -244,7 +244,10 @@ static int info_default_and_plans(const char *backend, int device, json_writer *
         else
             printf("none: %s\n", fa_status_string(st));
     }
-    if (backend) {
+    if (given) {
+        fa_context_destroy(ctx);
+        ctx = given;
+    } else if (backend) {
         fa_context_destroy(ctx);
         ctx = NULL;
         st = fa_context_create(&ctx, backend, device);
@@ -326,7 +329,7 @@ int cmd_info(int argc, char **argv)
             if (fa_backend_name(i))
                 json_backend(&jw, fa_backend_name(i));
         json_end_array(&jw);
-        int rc = info_default_and_plans(backend, device, &jw);
+        int rc = info_default_and_plans(backend, device, NULL, &jw);
         json_int(&jw, "exit_status", rc);
         json_string(&jw, "error", rc ? last_error_message() : NULL);
         json_end_object(&jw);
@@ -334,6 +337,13 @@ int cmd_info(int argc, char **argv)
         return rc;
     }
 
+    /* --backend first: a backend that cannot be opened gets its error alone, not after a report */
+    fa_context *given = NULL;
+    if (backend) {
+        fa_status st = fa_context_create(&given, backend, device);
+        if (st != FA_SUCCESS)
+            return context_error("info", backend, device, st);
+    }
     printf("flashattn %s\n", fa_version());
     printf("backends compiled in (%d):", nb);
     for (int i = 0; i < nb; ++i)
@@ -367,5 +377,5 @@ int cmd_info(int argc, char **argv)
         else
             printf("    capabilities: %s\n", fa_status_string(st));
     }
-    return info_default_and_plans(backend, device, NULL);
+    return info_default_and_plans(backend, device, given, NULL);
 }

@@ -56,6 +56,8 @@ static const char run_help[] =
     "                        same-precision error as yardstick); exit 1 if over the conformance bound\n"
     "  --json                one JSON object on stdout instead of the text (docs/tool.md lists its\n"
     "                        members); also after a failure once the options were read\n"
+    "  --quiet               no notes and no progress line on stderr (only errors); without it, a\n"
+    "                        terminal shows the progress of the reference and of the timed runs\n"
     "\n"
     "--decode times fa_forward_kvcache instead ('flashattn run --decode --help').\n"
     "\n"
@@ -104,6 +106,7 @@ static const struct option run_options[] = {
     {"repeat", required_argument, NULL, 0},
     {"input-seed", required_argument, NULL, 0},
     {"json", no_argument, NULL, 0},
+    {"quiet", no_argument, NULL, 0},
     OPTIONS_END,
 };
 
@@ -190,6 +193,8 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
             rc = take_int(&a, opt, 1, 1000000, &c->repeat);
         else if (strcmp(opt, "--input-seed") == 0)
             rc = take_u64(&a, opt, &c->input_seed);
+        else if (strcmp(opt, "--quiet") == 0)
+            c->quiet = 1;
         else if (strcmp(opt, "--json") == 0)
             c->json = 1;
         else
@@ -245,13 +250,6 @@ static void fill_normal(normal_rng *r, fa_dtype dt, void *data, int64_t count)
 {
     for (int64_t i = 0; i < count; ++i)
         dtype_store(dt, data, i, (float)normal_next(r));
-}
-
-static double monotonic_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static double peak_rss_bytes(void)
@@ -320,7 +318,7 @@ static int run_alibi_slopes(const run_config *c, run_state *s, int64_t *count, i
     npy_array slopes;
     char err[1200];
     memset(&slopes, 0, sizeof slopes);
-    if (npy_read(c->alibi_path, &slopes, err, sizeof err) != 0) {
+    if (npy_read_accepting(c->alibi_path, "the option takes float32 '<f4'", &slopes, err, sizeof err) != 0) {
         fprintf(stderr, "flashattn run: --alibi-slopes %s\n", err);
         return EXIT_USAGE;
     }
@@ -337,44 +335,6 @@ static int run_alibi_slopes(const run_config *c, run_state *s, int64_t *count, i
     }
     npy_free(&slopes);
     return rc;
-}
-
-/* One timed call: fa_forward or fa_backward, then a synchronize so GPU time is counted. */
-static fa_status call_once(fa_context *ctx, const fa_fwd_args *fwd, const fa_bwd_args *bwd)
-{
-    fa_status st = bwd ? fa_backward(ctx, bwd) : fa_forward(ctx, fwd);
-    return st == FA_SUCCESS ? fa_synchronize(ctx) : st;
-}
-
-/* A warm-up call, then `repeat` timed calls; a progress line on stderr once a loop passes 2 s. */
-static fa_status time_calls(fa_context *ctx, const char *label, const fa_fwd_args *fwd, const fa_bwd_args *bwd,
-                            int repeat, double *mean_ms, double *min_ms)
-{
-    double t0 = monotonic_seconds();
-    fa_status st = call_once(ctx, fwd, bwd);
-    if (st != FA_SUCCESS)
-        return st;
-    double warm = monotonic_seconds() - t0;
-    if (warm > 2.0)
-        fprintf(stderr, "%s: warm-up took %.1f s, %d timed runs follow\n", label, warm, repeat);
-    double total = 0.0, best = INFINITY, start = monotonic_seconds(), last_note = start;
-    for (int r = 0; r < repeat; ++r) {
-        double a = monotonic_seconds();
-        st = call_once(ctx, fwd, bwd);
-        double b = monotonic_seconds();
-        if (st != FA_SUCCESS)
-            return st;
-        total += b - a;
-        if (b - a < best)
-            best = b - a;
-        if (b - start > 2.0 && b - last_note >= 1.0 && r + 1 < repeat) {
-            fprintf(stderr, "run %d/%d (%s, %.1f s so far)\n", r + 1, repeat, label, b - start);
-            last_note = b;
-        }
-    }
-    *mean_ms = 1e3 * total / repeat;
-    *min_ms = 1e3 * best;
-    return FA_SUCCESS;
 }
 
 /* The text report's first lines: backend and device, the problem, the kernels and the plan. */
@@ -731,7 +691,7 @@ int cmd_run(int argc, char **argv)
                        (double)c.dim * (c.opts.causal ? 0.5 : 1.0) * density;
     double rss_before = peak_rss_bytes();
     double mean_ms, min_ms;
-    if ((st = time_calls(s.ctx, "forward", &fwd, NULL, c.repeat, &mean_ms, &min_ms)) != FA_SUCCESS) {
+    if ((st = time_calls(s.ctx, "forward", &fwd, NULL, c.repeat, c.quiet, &mean_ms, &min_ms)) != FA_SUCCESS) {
         rc = library_error(cmd, s.ctx, "fa_forward", st);
         goto done;
     }
@@ -746,7 +706,7 @@ int cmd_run(int argc, char **argv)
     }
     if (c.backward) {
         double flops_bwd = 2.5 * flops_fwd;
-        if ((st = time_calls(s.ctx, "backward", NULL, &bwd, c.repeat, &mean_ms, &min_ms)) != FA_SUCCESS) {
+        if ((st = time_calls(s.ctx, "backward", NULL, &bwd, c.repeat, c.quiet, &mean_ms, &min_ms)) != FA_SUCCESS) {
             rc = library_error(cmd, s.ctx, "fa_backward", st);
             goto done;
         }

@@ -35,7 +35,8 @@ static void print_main_help(FILE *f)
           "'flashattn COMMAND --help' describes each. Options are GNU style: '--name VALUE' or\n"
           "'--name=VALUE' (two-value options such as --window L R also take '--window=L,R'); names are\n"
           "never abbreviated. FLASHATTN_BACKEND picks the default backend and FLASHATTN_NUM_THREADS the\n"
-          "CPU backend's threads.\n"
+          "CPU backend's threads. Every command takes --debug: a library error then also shows the file\n"
+          "and line in the library that raised it.\n"
           "\n" EXIT_STATUS_HELP,
           f);
 }

@@ -353,6 +353,11 @@ static FILE *open_regular_file(const char *path, struct stat *st, char *err, siz
 
 int npy_read(const char *path, npy_array *arr, char *err, size_t err_len)
 {
+    return npy_read_accepting(path, NULL, arr, err, err_len);
+}
+
+int npy_read_accepting(const char *path, const char *accepts, npy_array *arr, char *err, size_t err_len)
+{
     memset(arr, 0, sizeof *arr);
     struct stat st;
     FILE *f = open_regular_file(path, &st, err, err_len);
@@ -421,8 +426,8 @@ int npy_read(const char *path, npy_array *arr, char *err, size_t err_len)
             why = " (float64: convert with .astype(numpy.float32) first)";
         char shown[sizeof h.descr];
         printable_copy(shown, sizeof shown, h.descr);
-        set_error(err, err_len, path,
-                  "unsupported dtype '%s'%s; supported: '<f4', '<f2', '<u2', '<i4', '|u1', '|b1'", shown, why);
+        set_error(err, err_len, path, "unsupported dtype '%s'%s; %s", shown, why,
+                  accepts ? accepts : "supported: '<f4', '<f2', '<u2', '<i4', '|u1', '|b1'");
         goto done;
     }
     if (h.fortran_order) {

@@ -37,6 +37,12 @@ size_t npy_type_size(npy_type t);
  * is refused without blocking. Returns 0 on success; on failure -1 with a message (starting with
  * the path) in err, and *arr left empty (safe to npy_free). */
 int npy_read(const char *path, npy_array *arr, char *err, size_t err_len);
+/* The attention tensors' dtypes, as the tool names them, for messages. */
+#define NPY_ATTENTION_DTYPES "fp32 '<f4', fp16 '<f2' or bf16 ('<u2' with --bf16)"
+
+/* npy_read for an option that takes only some dtypes: a dtype the reader does not know is refused
+ * with accepts ("the option takes fp32 '<f4' ...") in place of the list of every type it reads. */
+int npy_read_accepting(const char *path, const char *accepts, npy_array *arr, char *err, size_t err_len);
 
 /* Writes a C-order array with a version 1.0 header (ndim <= NPY_MAX_NDIM keeps it far below the
  * 64 KiB that version allows) to the open stream f and flushes it; path only names it in

@@ -14,6 +14,13 @@ static const char *const in_option[IN_COUNT] = {"--q",  "--k",           "--v", 
                                                 "--do", "--cu-seqlens-q", "--cu-seqlens-k", "--block-mask",
                                                 "--alibi-slopes"};
 
+/* What each input option takes, for the message about a dtype the reader does not know. */
+#define TAKES_ATTENTION "the option takes " NPY_ATTENTION_DTYPES
+static const char *const in_accepts[IN_COUNT] = {
+    TAKES_ATTENTION, TAKES_ATTENTION, TAKES_ATTENTION, TAKES_ATTENTION, "the option takes float32 '<f4'",
+    TAKES_ATTENTION, "the option takes int32 '<i4'", "the option takes int32 '<i4'",
+    "the option takes uint8 '|u1' or bool '|b1'", "the option takes float32 '<f4'"};
+
 file_job *file_job_new(int backward)
 {
     file_job *j = calloc(1, sizeof *j);
@@ -58,6 +65,7 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
     arg_cursor a;
     int parse_rc = 0;
     *help = 0;
+    int seed_given = 0;
     arg_begin(&a, j->cmd, argc, argv, j->backward ? bwd_options : fwd_options);
     while (next_option(&a, &parse_rc)) {
         const char *opt = a.opt;
@@ -70,6 +78,7 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
         if (rc)
             return rc;
         if (handled) {
+            seed_given |= strcmp(opt, "--seed") == 0;
             if (!j->backward && strcmp(opt, "--deterministic") == 0)
                 return usage_error(a.cmd, "--deterministic applies to 'flashattn bwd' only");
             continue;
@@ -129,6 +138,11 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
     }
     if (parse_rc)
         return parse_rc;
+    /* a silent default seed would give every run the same mask, and bwd must be given fwd's: the
+     * Python package refuses dropout without a seed too */
+    if (j->opts.dropout_p > 0.0f && !seed_given)
+        return usage_error(a.cmd, "--dropout %g needs --seed S (and the same --seed and --offset in fwd and bwd: "
+                                  "the dropout mask is drawn from them)", (double)j->opts.dropout_p);
     /* required arguments */
     static const int fwd_inputs[] = {IN_Q, IN_K, IN_V};
     static const int bwd_inputs[] = {IN_Q, IN_K, IN_V, IN_O, IN_LSE, IN_DO};
@@ -186,7 +200,7 @@ static int attention_dtype(const file_job *j, fa_dtype *dt)
         *dt = FA_DTYPE_BF16;
         return 0;
     default:
-        return file_error(j, IN_Q, "dtype '%s' is not an attention input type ('<f4', '<f2', or '<u2' with --bf16)",
+        return file_error(j, IN_Q, "dtype '%s' is not an attention input type: " NPY_ATTENTION_DTYPES,
                           npy_type_descr(q->type));
     }
 }
@@ -350,7 +364,7 @@ int file_job_load(file_job *j)
     for (int r = 0; r < IN_COUNT; ++r) {
         if (!j->in_path[r])
             continue;
-        if (npy_read(j->in_path[r], &j->in[r], err, sizeof err) != 0) {
+        if (npy_read_accepting(j->in_path[r], in_accepts[r], &j->in[r], err, sizeof err) != 0) {
             fprintf(stderr, "flashattn %s: %s %s\n", j->cmd, in_option[r], err);
             return EXIT_USAGE;
         }

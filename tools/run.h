@@ -21,6 +21,7 @@ typedef struct run_config {
     const char *alibi_path; /* --alibi-slopes FILE.npy */
     int backward, check, threads, repeat;
     int json; /* --json: one JSON object on stdout instead of the text report */
+    int quiet; /* --quiet: no notes, no progress line on stderr */
     uint64_t input_seed;
 } run_config;
 
@@ -64,6 +65,12 @@ typedef struct run_state {
 /* A host buffer freed by run_state_release; NULL when out of memory or out of slots. */
 void *run_host_alloc(run_state *s, size_t bytes);
 void run_state_release(run_state *s);
+
+/* A warm-up call, then `repeat` timed calls of fwd (or bwd when not NULL); the mean and the
+ * fastest in ms. The progress line (progress.h) on a terminal; elsewhere a note on stderr once a
+ * loop passes 2 s, unless quiet. (run_timing.c) */
+fa_status time_calls(fa_context *ctx, const char *label, const fa_fwd_args *fwd, const fa_bwd_args *bwd, int repeat,
+                     int quiet, double *mean_ms, double *min_ms);
 
 /* --check: compares the results of fwd (and bwd when not NULL), which ran on s's context, with the
  * float64 reference; n_q and n_k are the element counts of Q and K. Each line goes to s->report

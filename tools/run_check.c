@@ -3,6 +3,7 @@
  * the pass rule is the conformance suite's. */
 #include "cli.h"
 #include "oracle.h"
+#include "progress.h"
 #include "run.h"
 
 #include <math.h>
@@ -153,8 +154,13 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
     hf.o.data = ho;
     hf.lse.data = hlse;
     hf.opts.alibi_slopes = s->alibi_host;
-    fprintf(stderr, "check: running the float64 reference forward...\n");
-    if ((st = fa_oracle_forward(cpu, &hf, ref[0], ref[1], naive[0], naive[1])) != FA_SUCCESS) {
+    progress_line line;
+    if (!c->quiet)
+        fprintf(stderr, "check: running the float64 reference forward...\n");
+    progress_begin(&line, "reference forward", c->quiet);
+    st = fa_oracle_forward(cpu, &hf, ref[0], ref[1], naive[0], naive[1], progress_report_units, &line);
+    progress_end(&line);
+    if (st != FA_SUCCESS) {
         rc = library_error(cmd, cpu, "--check: the float64 reference forward on the host copies", st);
         goto done;
     }
@@ -185,9 +191,13 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
             fprintf(stderr, "flashattn run: --check: out of host memory for the reference\n");
             goto done;
         }
-        fprintf(stderr, "check: running the float64 reference backward...\n");
-        if ((st = fa_oracle_backward(cpu, &hb, ref[0], ref[2], ref[3], naive[0], naive[2], naive[3])) !=
-            FA_SUCCESS) {
+        if (!c->quiet)
+            fprintf(stderr, "check: running the float64 reference backward...\n");
+        progress_begin(&line, "reference backward", c->quiet);
+        st = fa_oracle_backward(cpu, &hb, ref[0], ref[2], ref[3], naive[0], naive[2], naive[3], progress_report_units,
+                                &line);
+        progress_end(&line);
+        if (st != FA_SUCCESS) {
             rc = library_error(cmd, cpu, "--check: the float64 reference backward on the host copies", st);
             goto done;
         }

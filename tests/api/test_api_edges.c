@@ -268,6 +268,8 @@ static void test_success_clears_last_error(void **state)
     f.opts.dropout_p = 0.0f;
     assert_int_equal(fa_forward(fx->ctx, &f), FA_SUCCESS);
     assert_string_equal(fa_context_last_error(fx->ctx), "");
+    assert_string_equal(fa_context_last_error_location(fx->ctx), "");
+    assert_string_equal(fa_context_last_error_location(NULL), "");
 }
 
 /* fa_plan reports the paper's formula for the on-chip size it used and a grid that covers the
@@ -501,9 +503,12 @@ static void test_context_settings(void **state)
 static void expect_contextless_failure(fa_status got, fa_status expected, const char *case_name, const char *needle)
 {
     const char *message = fa_last_error();
-    if (got != expected || strstr(message, ".c:") == NULL || !message_mentions(message, needle)) {
-        print_error("%s: status %d (expected %d), fa_last_error \"%s\" should have file:line and mention \"%s\"\n",
-                    case_name, (int)got, (int)expected, message, needle);
+    const char *location = fa_last_error_location();
+    if (got != expected || has_source_location(message) || !is_source_location(location) ||
+        !message_mentions(message, needle)) {
+        print_error("%s: status %d (expected %d), fa_last_error \"%s\" (location \"%s\") should mention \"%s\", "
+                    "with file:line in the location only\n",
+                    case_name, (int)got, (int)expected, message, location, needle);
         fail();
     }
 }
@@ -600,6 +605,7 @@ static void test_block_mask_and_context_failures_have_reasons(void **state)
     expect_contextless_failure(fa_context_create(NULL, "cpu", 0), FA_ERR_INVALID_ARG, "out NULL", "out");
     assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
     assert_string_equal(fa_last_error(), "");
+    assert_string_equal(fa_last_error_location(), "");
     fa_context_destroy(ctx);
 }
 

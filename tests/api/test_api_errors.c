@@ -1,8 +1,9 @@
 /* test_api_errors.c: the public API's error contract, through flashattn.h only.
  * Every invalid argument gets a case that expects its exact status, checks that no buffer
- * (output or input) was touched, and that fa_context_last_error() names the problem with file
- * and line; also a NULL context and NULL arguments. Varlen and size limits are in
- * test_api_varlen_limits.c, the valid edge cases, discovery, contexts and memory in test_api_edges.c. */
+ * (output or input) was touched, and that fa_context_last_error() names the problem, without the
+ * file and line, which fa_context_last_error_location() gives; also a NULL context and NULL
+ * arguments. Varlen and size limits are in test_api_varlen_limits.c, the valid edge cases,
+ * discovery, contexts and memory in test_api_edges.c. */
 #include "api_fixture.h"
 
 /* ---------------------------------------------------------------- invalid forward / backward */

@@ -1,7 +1,7 @@
 /* test_api_varlen_limits.c: the public API's error contract for varlen offsets and for sizes at
  * the limits (lengths whose tile counts overflow, head counts, work items, workspace size, offsets
  * inside an output), through flashattn.h only: the exact status, no buffer touched, and a last
- * error that names the problem with file and line. */
+ * error that names the problem (its file and line apart, in fa_context_last_error_location). */
 #include "api_fixture.h"
 
 /* ---------------------------------------------------------------- varlen */

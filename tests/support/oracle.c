@@ -18,7 +18,7 @@ static fa_status require_cpu(fa_context *cpu)
 }
 
 fa_status fa_oracle_forward(fa_context *cpu, const fa_fwd_args *args, double *ref_o, double *ref_lse,
-                            double *naive_o, double *naive_lse)
+                            double *naive_o, double *naive_lse, fa_oracle_progress_fn progress, void *user)
 {
     fa_status st = require_cpu(cpu);
     if (st != FA_SUCCESS)
@@ -28,16 +28,18 @@ fa_status fa_oracle_forward(fa_context *cpu, const fa_fwd_args *args, double *re
     fa_problem p;
     int32_t *cu_host = NULL;
     st = fa_validate_forward(cpu, args, &p, &cu_host);
+    fa_ref_progress pr = {progress, user, 0, st == FA_SUCCESS ? 2 * fa_ref_progress_units(&p) : 0};
     if (st == FA_SUCCESS)
-        st = fa_ref_forward(&p, ref_o, ref_lse);
+        st = fa_ref_forward_progress(&p, ref_o, ref_lse, &pr);
     if (st == FA_SUCCESS)
-        st = fa_naive_forward(&p, naive_o, naive_lse);
+        st = fa_naive_forward_progress(&p, naive_o, naive_lse, &pr);
     free(cu_host);
     return st;
 }
 
 fa_status fa_oracle_backward(fa_context *cpu, const fa_bwd_args *args, double *ref_dq, double *ref_dk,
-                             double *ref_dv, double *naive_dq, double *naive_dk, double *naive_dv)
+                             double *ref_dv, double *naive_dq, double *naive_dk, double *naive_dv,
+                             fa_oracle_progress_fn progress, void *user)
 {
     fa_status st = require_cpu(cpu);
     if (st != FA_SUCCESS)
@@ -47,10 +49,11 @@ fa_status fa_oracle_backward(fa_context *cpu, const fa_bwd_args *args, double *r
     fa_problem p;
     int32_t *cu_host = NULL;
     st = fa_validate_backward(cpu, args, &p, &cu_host);
+    fa_ref_progress pr = {progress, user, 0, st == FA_SUCCESS ? 2 * fa_ref_progress_units(&p) : 0};
     if (st == FA_SUCCESS)
-        st = fa_ref_backward(&p, ref_dq, ref_dk, ref_dv);
+        st = fa_ref_backward_progress(&p, ref_dq, ref_dk, ref_dv, &pr);
     if (st == FA_SUCCESS)
-        st = fa_naive_backward(&p, naive_dq, naive_dk, naive_dv);
+        st = fa_naive_backward_progress(&p, naive_dq, naive_dk, naive_dv, &pr);
     free(cu_host);
     return st;
 }

@@ -12,15 +12,21 @@
  *   dk, dv       [total_k, heads_kv, d]
  *   lse          [heads_q, total_q]
  * Returns FA_ERR_INVALID_ARG for a context of another backend or a NULL output, what validation
- * returns for bad arguments, FA_ERR_OUT_OF_MEMORY when the scratch cannot be allocated. */
+ * returns for bad arguments, FA_ERR_OUT_OF_MEMORY when the scratch cannot be allocated.
+ * progress (may be NULL) is called with user after each query row of each phase, the reference's
+ * and then the naive baseline's, with the rows done and the total: for a progress display, since
+ * at long sequence lengths a call takes minutes. */
 #ifndef FA_SUPPORT_ORACLE_H
 #define FA_SUPPORT_ORACLE_H
 
 #include "flashattn.h"
 
+typedef void (*fa_oracle_progress_fn)(void *user, int64_t done, int64_t total);
+
 fa_status fa_oracle_forward(fa_context *cpu, const fa_fwd_args *args, double *ref_o, double *ref_lse,
-                            double *naive_o, double *naive_lse);
+                            double *naive_o, double *naive_lse, fa_oracle_progress_fn progress, void *user);
 fa_status fa_oracle_backward(fa_context *cpu, const fa_bwd_args *args, double *ref_dq, double *ref_dk,
-                             double *ref_dv, double *naive_dq, double *naive_dk, double *naive_dv);
+                             double *ref_dv, double *naive_dq, double *naive_dk, double *naive_dv,
+                             fa_oracle_progress_fn progress, void *user);
 
 #endif

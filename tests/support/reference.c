@@ -13,6 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Counts n rows done and tells the caller, who decides what to show and how often. */
+static void progress_rows(fa_ref_progress *progress, int64_t n)
+{
+    if (progress && progress->report) {
+        progress->done += n;
+        progress->report(progress->user, progress->done, progress->total);
+    }
+}
+
+int64_t fa_ref_progress_units(const fa_problem *p)
+{
+    return 2 * p->heads_q * p->total_q;
+}
+
 double fa_view_get(const fa_view *v, fa_dtype dt, int64_t b, int64_t row, int64_t h, int64_t c)
 {
     int64_t off = b * v->sb + row * v->ss + h * v->sh + c;
@@ -189,7 +203,7 @@ static void load_head(const fa_problem *p, ref_scratch *sc, int64_t b, int64_t h
 /* P (without dropout) of (b, h) in double; row LSE into lse_row (may be NULL); g receives the
  * score modifiers' dS'/dS per element. */
 static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, const head_rows *x,
-                      double *s, double *pm, double *g, double *lse_row)
+                      double *s, double *pm, double *g, double *lse_row, fa_ref_progress *progress)
 {
     const int64_t d = p->d;
     for (int64_t i = 0; i < sq; ++i) {
@@ -217,10 +231,11 @@ static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int
             pm[i * sk + j] = sum > 0.0 ? pm[i * sk + j] / sum : 0.0;
         if (lse_row)
             lse_row[i] = sum > 0.0 ? mx + log(sum) : -INFINITY;
+        progress_rows(progress, 1);
     }
 }
 
-fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
+fa_status fa_ref_forward_progress(const fa_problem *p, double *o, double *lse, fa_ref_progress *progress)
 {
     ref_scratch sc;
     if (!scratch_alloc(p, &sc, 0)) {
@@ -237,7 +252,7 @@ fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             load_head(p, &sc, b, h, sq, sk, q0, k0, 0);
-            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, lse_row);
+            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, lse_row, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 double *orow = o + (r * p->heads_q + h) * p->d;
@@ -252,6 +267,7 @@ fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
                 }
                 if (lse)
                     lse[h * p->total_q + r] = lse_row[i];
+                progress_rows(progress, 1);
             }
         }
     }
@@ -266,7 +282,7 @@ static void zero(double *x, int64_t n)
         memset(x, 0, sizeof(double) * (size_t)n);
 }
 
-fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+fa_status fa_ref_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv, fa_ref_progress *progress)
 {
     ref_scratch sc;
     if (!scratch_alloc(p, &sc, 0)) {
@@ -284,7 +300,7 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
             load_head(p, &sc, b, h, sq, sk, q0, k0, 1);
             const double *qr = sc.x.q, *dor = sc.x.dout, *kr = sc.x.k, *vr = sc.x.v;
             const int64_t d = p->d;
-            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, NULL);
+            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, NULL, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 /* dP_ij = z_ij * (dO_i . V_j); D_i = sum_j P_ij dP_ij; dS = P (dP - D) */
@@ -320,6 +336,7 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
                         dkrow[c] += ds * qr[i * d + c];
                     }
                 }
+                progress_rows(progress, 1);
             }
         }
     }
@@ -331,7 +348,7 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
 
 /* P of (b, h) in fp32 (softmax in fp32, scores accumulated in fp32) and row LSE. */
 static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, const head_rows *x,
-                        float *s, float *pm, float *g, double *lse_row)
+                        float *s, float *pm, float *g, double *lse_row, fa_ref_progress *progress)
 {
     const int64_t d = p->d;
     for (int64_t i = 0; i < sq; ++i) {
@@ -359,10 +376,11 @@ static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, i
             pm[i * sk + j] = sum > 0.0f ? pm[i * sk + j] / sum : 0.0f;
         if (lse_row)
             lse_row[i] = sum > 0.0f ? (double)(mx + logf(sum)) : -INFINITY;
+        progress_rows(progress, 1);
     }
 }
 
-fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
+fa_status fa_naive_forward_progress(const fa_problem *p, double *o, double *lse, fa_ref_progress *progress)
 {
     ref_scratch sc;
     if (!scratch_alloc(p, &sc, 1)) {
@@ -382,7 +400,7 @@ fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
         for (int64_t h = 0; h < p->heads_q; ++h) {
             load_head(p, &sc, b, h, sq, sk, q0, k0, 0);
-            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, lse_row);
+            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, lse_row, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 for (int64_t c = 0; c < p->d; ++c)
@@ -398,6 +416,7 @@ fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
                     o[(r * p->heads_q + h) * p->d + c] = fa_round_to(p->dtype, acc[c]);
                 if (lse)
                     lse[h * p->total_q + r] = lse_row[i];
+                progress_rows(progress, 1);
             }
         }
     }
@@ -407,7 +426,7 @@ fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
     return FA_SUCCESS;
 }
 
-fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv, fa_ref_progress *progress)
 {
     ref_scratch sc;
     if (!scratch_alloc(p, &sc, 1)) {
@@ -434,7 +453,7 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
             load_head(p, &sc, b, h, sq, sk, q0, k0, 1);
             const double *qr = sc.x.q, *dor = sc.x.dout, *kr = sc.x.k, *vr = sc.x.v;
             const int64_t d = p->d;
-            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, NULL);
+            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, NULL, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 float *dprow = sc.sf + i * sk;
@@ -468,6 +487,7 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
                         dkrow[c] += ds * (float)qr[i * d + c];
                     }
                 }
+                progress_rows(progress, 1);
             }
         }
     }
@@ -482,4 +502,24 @@ fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double 
     free(av);
     scratch_free(&sc);
     return FA_SUCCESS;
+}
+
+fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
+{
+    return fa_ref_forward_progress(p, o, lse, NULL);
+}
+
+fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+{
+    return fa_ref_backward_progress(p, dq, dk, dv, NULL);
+}
+
+fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
+{
+    return fa_naive_forward_progress(p, o, lse, NULL);
+}
+
+fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+{
+    return fa_naive_backward_progress(p, dq, dk, dv, NULL);
 }

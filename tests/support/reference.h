@@ -23,6 +23,23 @@ fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *d
 fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse);
 fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double *dv);
 
+/* Progress of a long call (run --check at long sequence lengths takes minutes): report, when not
+ * NULL, is called after each query row of each phase with done and total, which start as the
+ * caller sets them; the caller decides what to show and how often (the reference never prints).
+ * One fa_ref_* or fa_naive_* call counts fa_ref_progress_units(p) rows: two phases (scores and
+ * probabilities, then the products) over every query row of every head. */
+typedef struct fa_ref_progress {
+    void (*report)(void *user, int64_t done, int64_t total);
+    void *user;
+    int64_t done, total;
+} fa_ref_progress;
+int64_t fa_ref_progress_units(const fa_problem *p);
+fa_status fa_ref_forward_progress(const fa_problem *p, double *o, double *lse, fa_ref_progress *progress);
+fa_status fa_ref_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv, fa_ref_progress *progress);
+fa_status fa_naive_forward_progress(const fa_problem *p, double *o, double *lse, fa_ref_progress *progress);
+fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv,
+                                     fa_ref_progress *progress);
+
 /* Element (row, head, c) of a view as double. */
 double fa_view_get(const fa_view *v, fa_dtype dt, int64_t b, int64_t row, int64_t h, int64_t c);
 /* Round x to the precision of dt (identity for fp32 beyond float rounding). */
