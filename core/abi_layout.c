@@ -44,6 +44,8 @@ static const fa_abi_field abi_layout[] = {
     FA_ABI_FIELD(fa_varlen, batch),
     FA_ABI_FIELD(fa_varlen, max_seqlen_q),
     FA_ABI_FIELD(fa_varlen, max_seqlen_k),
+    FA_ABI_FIELD(fa_varlen, block_table),
+    FA_ABI_FIELD(fa_varlen, block_table_stride),
 
     FA_ABI_STRUCT(fa_fwd_args),
     FA_ABI_FIELD(fa_fwd_args, q),

@@ -22,12 +22,15 @@ typedef struct fa_call {
     int32_t *cu_host;
     fa_block_lists *lists; /* from the context's cache (core/lists_cache.c) */
     fa_variant variant;
+    void *paged_kv;        /* the packed K / V gathered from pages (core/paged_gather.c) */
 } fa_call;
 
 static void call_release(fa_context *ctx, fa_call *c)
 {
     free(c->cu_host);
     fa_lists_release(ctx, c->lists);
+    if (c->paged_kv) /* after the kernel: every backend frees in order with the work queued before */
+        ctx->backend->free(ctx, c->paged_kv);
 }
 
 static void plan_problem(fa_context *ctx, fa_problem *p, fa_tile_limits *lim)
@@ -71,6 +74,8 @@ fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args)
     fa_status st = fa_validate_forward(ctx, args, &c.p, &c.cu_host);
     if (st == FA_SUCCESS)
         st = prepare(ctx, &c);
+    if (st == FA_SUCCESS && c.p.paged) /* the chooser saw the workspace's layout already */
+        st = fa_paged_gather(ctx, &c.p, &c.paged_kv);
     if (st == FA_SUCCESS)
         st = ctx->backend->forward(ctx, &c.p, &c.variant);
     if (st == FA_SUCCESS)
@@ -108,6 +113,8 @@ fa_status fa_query_support(fa_context *ctx, const fa_fwd_args *args, int backwar
     memset(&c, 0, sizeof c);
     fa_status st = fa_validate_forward(ctx, args, &c.p, &c.cu_host);
     c.p.backward = backward != 0;
+    if (st == FA_SUCCESS && c.p.backward && c.p.paged)
+        st = FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "block_table: the backward over paged keys and values is not offered");
     if (st == FA_SUCCESS)
         st = prepare(ctx, &c);
     if (st == FA_SUCCESS) {
@@ -143,6 +150,12 @@ fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
         c.p.backward = 1; /* a backend may tile its backward differently */
         plan_problem(ctx, &c.p, &lim);
         pi.workspace_bwd = ctx->backend->workspace(ctx, &c.p);
+        if (c.p.paged) { /* the gathered K / V; no backward */
+            const int64_t gathered = fa_paged_workspace_bytes(&c.p);
+            if (pi.workspace_fwd >= 0 && !fa_add_ok(pi.workspace_fwd, gathered, &pi.workspace_fwd))
+                pi.workspace_fwd = -1;
+            pi.workspace_bwd = 0;
+        }
         if (pi.workspace_fwd < 0 || pi.workspace_bwd < 0) {
             st = FA_ERROR(ctx, FA_ERR_OVERFLOW, "plan: the %s workspace size overflows 64 bits",
                           pi.workspace_fwd < 0 ? "forward" : "backward");

@@ -67,6 +67,13 @@ typedef struct fa_problem {
     /* tensors */
     fa_view q, k, v, o, lse, dout, dq, dk, dv;
     int has_lse;
+    /* paged keys and values of a varlen forward (core/paged_gather.c): k / v above then have the
+     * packed workspace's strides and no data until the core gathers the pages into it, before the
+     * kernel runs; backends never read these */
+    int paged;
+    fa_view k_pages, v_pages;           /* sb: the page stride */
+    int64_t page_size, num_pages, block_table_stride;
+    const int32_t *host_block_table;    /* [batch][block_table_stride], in *cu_host */
     /* block sparsity */
     const fa_block_mask *block_mask;
     const fa_block_lists *lists;        /* built by the core for (block_q, block_k) below */
@@ -272,6 +279,18 @@ uint64_t fa_context_next_serial(void);
  * allocated into *cu_host (caller frees). */
 fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem *p, int32_t **cu_host);
 fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem *p, int32_t **cu_host);
+
+/* paged_gather.c: a varlen forward over paged K / V. fa_paged_load checks the block table (read
+ * into host_table, batch x block_table_stride int32) against cu_seqlens_k (p's host copy) and the
+ * pages, and sets p's paged fields and workspace-form k / v views; fa_paged_workspace_bytes is the
+ * packed K / V workspace (0 when not paged, -1 when it overflows); fa_paged_gather allocates it
+ * on the context's device, copies the pages in and points p->k / p->v at it (*workspace: free
+ * with backend->free after the kernel). */
+struct fa_span;
+fa_status fa_paged_load(fa_context *ctx, const fa_varlen *vl, const fa_tensor *k, const fa_tensor *v, fa_problem *p,
+                        const struct fa_span *outs, const char *const *out_names, int n_outs, int32_t *host_table);
+int64_t fa_paged_workspace_bytes(const fa_problem *p);
+fa_status fa_paged_gather(fa_context *ctx, fa_problem *p, void **workspace);
 
 /* kvcache.c: validation of fa_forward_kvcache's arguments; host copies of the int32 arrays are
  * allocated into *host (caller frees). */

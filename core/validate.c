@@ -295,9 +295,16 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
                             fa_problem *p)
 {
     int nd = vl ? 3 : 4;
-    if (q->ndim != nd || k->ndim != nd)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q/k: ndim is %d/%d, expected %d (%s layout)", q->ndim, k->ndim, nd,
-                        vl ? "packed varlen [total, heads, d]" : "[batch, seqlen, heads, d]");
+    const int paged = vl && vl->block_table, nd_k = paged ? 4 : nd; /* pages [num_pages, page_size, heads, d] */
+    if (q->ndim != nd || k->ndim != nd_k)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q/k: ndim is %d/%d, expected %d/%d (%s layout)", q->ndim, k->ndim,
+                        nd, nd_k,
+                        paged ? "packed varlen q, paged k / v [num_pages, page_size, heads, d]"
+                        : vl  ? "packed varlen [total, heads, d]"
+                              : "[batch, seqlen, heads, d]");
+    if (vl && !vl->block_table && vl->block_table_stride != 0)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: block_table_stride = %lld without block_table",
+                        (long long)vl->block_table_stride);
     if (vl) {
         if (vl->batch < 0 || vl->max_seqlen_q < 0 || vl->max_seqlen_k < 0)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: batch and max_seqlen must be >= 0");
@@ -315,7 +322,7 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
         p->seqlen_q = vl->max_seqlen_q;
         p->seqlen_k = vl->max_seqlen_k;
         p->total_q = q->shape[0];
-        p->total_k = k->shape[0];
+        p->total_k = paged ? 0 : k->shape[0]; /* paged: from cu_seqlens_k (finish_varlen) */
         if (p->total_q > INT32_MAX || p->total_k > INT32_MAX)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "varlen: more than 2^31 - 1 packed rows cannot be addressed by int32 cu_seqlens");
     } else {
@@ -332,7 +339,7 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
                             (long long)p->seqlen_q, (long long)p->seqlen_k);
     }
     p->heads_q = q->shape[nd - 2];
-    p->heads_kv = k->shape[nd - 2];
+    p->heads_kv = k->shape[nd_k - 2];
     p->d = q->shape[nd - 1];
     if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "negative batch or sequence length");
@@ -400,15 +407,22 @@ static fa_status finish_varlen(fa_context *ctx, const fa_varlen *vl, fa_problem 
     *cu_host = NULL;
     if (!vl)
         return FA_SUCCESS;
-    int32_t *h = malloc(sizeof(int32_t) * 2 * (size_t)(p->batch + 1));
+    /* one host block: the two offset arrays, then a paged call's block table */
+    int64_t n = 2 * (p->batch + 1), table = 0;
+    if (vl->block_table && (!fa_mul_ok(p->batch, vl->block_table_stride > 0 ? vl->block_table_stride : 0, &table) ||
+                            !fa_add_ok(n, table, &n) || (uint64_t)n > (uint64_t)(SIZE_MAX / sizeof(int32_t))))
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "block_table: batch %lld x block_table_stride %lld overflows",
+                        (long long)p->batch, (long long)vl->block_table_stride);
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)n);
     if (!h)
-        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "varlen: cannot allocate %lld host offsets", (long long)p->batch);
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "varlen: cannot allocate %lld host offsets", (long long)n);
     int64_t longest_q = 0, longest_k = 0;
     fa_status st = load_cu_seqlens(ctx, "cu_seqlens_q", vl->cu_seqlens_q, p->batch, p->total_q, p->seqlen_q, outs,
                                    out_names, n_outs, h, &longest_q);
+    /* paged: the offsets count keys and index no packed tensor (int32 bounds them) */
     if (st == FA_SUCCESS)
-        st = load_cu_seqlens(ctx, "cu_seqlens_k", vl->cu_seqlens_k, p->batch, p->total_k, p->seqlen_k, outs,
-                             out_names, n_outs, h + p->batch + 1, &longest_k);
+        st = load_cu_seqlens(ctx, "cu_seqlens_k", vl->cu_seqlens_k, p->batch, vl->block_table ? INT32_MAX : p->total_k,
+                             p->seqlen_k, outs, out_names, n_outs, h + p->batch + 1, &longest_k);
     if (st != FA_SUCCESS) {
         free(h);
         return st;
@@ -433,15 +447,19 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     if (st != FA_SUCCESS)
         return st;
     int nd = p->varlen ? 3 : 4;
+    const int paged = a->varlen && a->varlen->block_table, nd_k = paged ? 4 : nd;
     int64_t sq[4], sk[4], sl[3];
     shape_qlike(p, sq);
     shape_klike(p, sk);
     shape_lse(p, sl);
+    if (paged) { /* v has k's pages */
+        sk[0] = a->k.shape[0]; sk[1] = a->k.shape[1]; sk[2] = p->heads_kv; sk[3] = p->d;
+    }
     span s_q, s_k, s_v, s_o, s_l = {0, 0};
     read_out_dtype(&a->o, p);
     if ((st = check_tensor(ctx, "q", &a->q, nd, sq, p->dtype, 0, &s_q)) ||
-        (st = check_tensor(ctx, "k", &a->k, nd, sk, p->dtype, 0, &s_k)) ||
-        (st = check_tensor(ctx, "v", &a->v, nd, sk, p->dtype, 0, &s_v)) ||
+        (st = check_tensor(ctx, "k", &a->k, nd_k, sk, p->dtype, 0, &s_k)) ||
+        (st = check_tensor(ctx, "v", &a->v, nd_k, sk, p->dtype, 0, &s_v)) ||
         (st = check_tensor(ctx, "o", &a->o, nd, sq, p->out_dtype, 1, &s_o)))
         return st;
     p->has_lse = a->lse.data != NULL;
@@ -457,12 +475,17 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     /* varlen first: the options' block mask is checked against the longest actual sequences */
     span outs[2] = {s_o, s_l};
     static const char *const out_names[2] = {"o", "lse"};
-    if ((st = finish_varlen(ctx, a->varlen, p, outs, out_names, 2, cu_host)) || (st = check_work_items(ctx, p)) ||
-        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, outs, out_names, 2, 1)))
+    if ((st = finish_varlen(ctx, a->varlen, p, outs, out_names, 2, cu_host)) ||
+        (paged && (st = fa_paged_load(ctx, a->varlen, &a->k, &a->v, p, outs, out_names, 2,
+                                      *cu_host + 2 * (p->batch + 1)))) ||
+        (st = check_work_items(ctx, p)) || (st = check_options(ctx, &a->opts, p)) ||
+        (st = check_alibi(ctx, &a->opts, p, outs, out_names, 2, 1)))
         return st;
     p->q = make_view(&a->q, p->varlen);
-    p->k = make_view(&a->k, p->varlen);
-    p->v = make_view(&a->v, p->varlen);
+    if (!paged) { /* paged: the gathered workspace's views (core/paged_gather.c) */
+        p->k = make_view(&a->k, p->varlen);
+        p->v = make_view(&a->v, p->varlen);
+    }
     p->o = make_view(&a->o, p->varlen);
     if (p->has_lse)
         p->lse = make_lse_view(&a->lse, p->varlen);
@@ -475,6 +498,10 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
     *cu_host = NULL;
     if (!a)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "args is NULL");
+    if (a->varlen && a->varlen->block_table) /* as FlashAttention-2's */
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "block_table: the backward over paged keys and values is not offered; gather the pages into "
+                        "packed k / v (and dk / dv) and call fa_backward on those");
     fa_status st = read_sizes(ctx, &a->q, &a->k, a->varlen, p);
     if (st != FA_SUCCESS)
         return st;

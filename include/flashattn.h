@@ -84,6 +84,7 @@ FA_API const char *fa_dtype_name(fa_dtype dtype);
  * Packed variable length:      Q, O          [total_q, heads_q, d]            ndim 3
  *                              K, V          [total_k, heads_kv, d]           ndim 3
  *                              LSE           [heads_q, total_q]          fp32 ndim 2
+ * Paged (varlen block_table):  K, V          [num_pages, page_size, heads_kv, d] ndim 4
  * data lives in the memory of the context's backend (see fa_malloc). Every tensor has the dtype
  * of q, except LSE (fp32) and the outputs o (forward) and dq, dk, dv (backward, all three alike),
  * which may be FA_DTYPE_F32 when q is fp16 / bf16: the result is then written unrounded
@@ -209,12 +210,32 @@ FA_API fa_options fa_options_default(void);
  * tensors), not overlapping any output. NULL for both means dense layout. max_seqlen_q/k bound
  * every sequence's length and are at most 2^31 - 1 (FA_ERR_INVALID_ARG otherwise); a loose bound
  * costs nothing: the library plans with the longest sequence in cu_seqlens. Dense sequence
- * lengths are at most 2^60 (FA_ERR_OVERFLOW; only an empty batch can name a longer one). */
+ * lengths are at most 2^60 (FA_ERR_OVERFLOW; only an empty batch can name a longer one).
+ *
+ * Paged keys and values (FlashAttention-2's block_table in flash_attn_varlen_func; chunked
+ * prefill over a paged KV cache): with block_table set, k and v are caches of pages
+ * [num_pages, page_size, heads_kv, d] (both the same shape; page_size >= 1) and cu_seqlens_k
+ * counts each sequence's keys (its differences are the lengths; they index no packed tensor).
+ * Key j of sequence b is row j % page_size of page block_table[b * block_table_stride +
+ * j / page_size]: block_table is int32 [batch][block_table_stride] in the context's memory, not
+ * overlapping an output, read on the host like cu_seqlens (a copy on GPU backends); the
+ * ceil(len_b / page_size) entries sequence b uses must lie in 0 .. num_pages - 1, and len_b at
+ * most block_table_stride x page_size (FA_ERR_INVALID_ARG otherwise, naming the sequence and the
+ * value); entries past those are not read. Pages may be shared between sequences (a common
+ * prefix). The core gathers each sequence's keys and values from the pages into a packed
+ * workspace of total_k x heads_kv x d elements each (2 x that in all, on the context's device;
+ * one device-to-device copy per run of adjacent pages) and runs the ordinary varlen forward on
+ * it, so every option works as without pages. fa_forward and fa_query_support / fa_plan of a
+ * forward only: fa_backward (and fa_query_support with backward) with a block_table is
+ * FA_ERR_UNSUPPORTED. NULL: k and v are packed [total_k, heads_kv, d] as above, and
+ * block_table_stride must be 0. */
 typedef struct fa_varlen {
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
     int64_t batch;
     int64_t max_seqlen_q, max_seqlen_k;
+    const int32_t *block_table; /* NULL: k and v packed; else paged (above) */
+    int64_t block_table_stride; /* entries per sequence in block_table */
 } fa_varlen;
 
 typedef struct fa_fwd_args {
@@ -321,7 +342,9 @@ typedef struct fa_plan_info {
     int64_t onchip_bytes;       /* M used for the paper's formula */
     int64_t paper_block_q, paper_block_k; /* before clamping to the backend's kernels */
     int64_t num_q_blocks, num_k_blocks;
-    int64_t workspace_fwd, workspace_bwd; /* bytes the library allocates itself */
+    int64_t workspace_fwd, workspace_bwd; /* bytes the library allocates itself; with a varlen
+                                              block_table, workspace_fwd includes the gathered K / V
+                                              and workspace_bwd is 0 (no backward) */
 } fa_plan_info;
 FA_API fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *plan);
 

@@ -23,9 +23,9 @@ Differences from FlashAttention-2, all documented here: dropout needs an explici
 torch (torch draws it from torch's default generator, so torch.manual_seed reproduces a run);
 return_attn_probs=True returns (out, softmax_lse, S_dmask): the probabilities, recomputed on the
 host from softmax_lse after the call (for tests, as in FA2; [batch, heads, seqlen_q, seqlen_k],
-unrounded; None for block-sparse calls); alibi_slopes are fp32 [heads] or [batch, heads] in the arrays' memory (or host
-values, copied); flash_attn_varlen_func's block_table (a paged KV cache) is refused (ValueError:
-flash_attn_with_kvcache takes paged caches); varlen rows after cu_seqlens[-1] (padding) get out =
+unrounded; None for block-sparse and paged calls); alibi_slopes are fp32 [heads] or [batch, heads] in the arrays' memory (or host
+values, copied); flash_attn_varlen_func's block_table (paged keys and values) runs the forward
+only (no backward, as in FlashAttention-2) and takes any page size; varlen rows after cu_seqlens[-1] (padding) get out =
 0, softmax_lse = -inf and zero gradients instead of undefined values. Bad input raises
 FlashAttnError (a RuntimeError) with the library's status and message, or ValueError / TypeError
 (an input that is not an array, an option of the wrong type) for what Python checks first; no
@@ -85,7 +85,10 @@ def _attention(q, k, v, return_attn_probs, **options):
         out, lse = _core.forward(_core.Call(q, **options), q, k, v)
     if not return_attn_probs:
         return out
-    # FlashAttention-2's S_dmask (for tests): recomputed on the host from the LSE (_probs.py)
+    # FlashAttention-2's S_dmask (for tests): recomputed on the host from the LSE (_probs.py); not
+    # for paged keys (block_table), whose k is a page pool
+    if options.get("block_table") is not None:
+        return out, lse, None
     return out, lse, importlib.import_module("._probs", __name__).attn_probs(q, k, lse, **options)
 
 
@@ -133,16 +136,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_seqlens int32 [batch + 1]; softmax_lse [heads, total_q]. cu_seqlens[-1] may be below the
     packed rows (padding at the end): those rows get out = 0 and softmax_lse = -inf (and zero
     gradients), where FlashAttention-2 leaves them undefined. ALiBi's distance is within each
-    sequence. block_table (FlashAttention-2's paged keys and values) is not supported: ValueError."""
+    sequence. block_table int32 [batch, max_pages] (FlashAttention-2's paged keys and values, as
+    vLLM's chunked prefill uses them): k, v are then caches [num_pages, page_size, heads_kv, d]
+    (any page_size >= 1) and cu_seqlens_k counts each sequence's keys; key j of sequence b is row
+    j % page_size of page block_table[b, j // page_size]. Forward only: a backward through it
+    raises (torch), as FlashAttention-2 offers none."""
     _check_arrays(q=q, k=k, v=v)
-    if block_table is not None:
-        raise ValueError("flash_attn_varlen_func: block_table (paged keys and values) is not supported; "
-                         "flash_attn_with_kvcache takes a paged cache")
+    options = {} if block_table is None else {"block_table": block_table}
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, seed=seed, offset=offset, backend=backend,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                      max_seqlen_k=max_seqlen_k)
+                      max_seqlen_k=max_seqlen_k, **options)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,

@@ -39,7 +39,8 @@ class Options(C.Structure):
 class Varlen(C.Structure):
     _c_name_ = "fa_varlen"
     _fields_ = [("cu_seqlens_q", C.c_void_p), ("cu_seqlens_k", C.c_void_p), ("batch", C.c_int64),
-                ("max_seqlen_q", C.c_int64), ("max_seqlen_k", C.c_int64)]
+                ("max_seqlen_q", C.c_int64), ("max_seqlen_k", C.c_int64), ("block_table", C.c_void_p),
+                ("block_table_stride", C.c_int64)]
 
 
 class FwdArgs(C.Structure):

@@ -480,7 +480,7 @@ class Call:
     def __init__(self, q, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                  deterministic=False, seed=None, offset=0, block_mask=None, block_size=None,
                  cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, softcap=0.0,
-                 alibi_slopes=None, backend=None):
+                 alibi_slopes=None, backend=None, block_table=None):
         dropout_p = _real(dropout_p, "dropout_p")
         if not 0.0 <= dropout_p < 1.0:
             raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
@@ -505,6 +505,15 @@ class Call:
             self.batch = self.cu_q.shape[0] - 1
             self.max_seqlen = (c_integer(max_seqlen_q, "max_seqlen_q", "int64"),
                                c_integer(max_seqlen_k, "max_seqlen_k", "int64"))
+        self.block_table = None
+        if block_table is not None:  # paged k / v [num_pages, page_size, heads_kv, d]
+            if not self.varlen:
+                raise ValueError("block_table needs cu_seqlens_q / cu_seqlens_k (flash_attn_varlen_func)")
+            bt = _int32_on(q, block_table, "block_table")
+            if len(bt.shape) != 2 or bt.shape[0] != self.batch:
+                raise ValueError(f"block_table must be [batch, max_pages] = ({self.batch}, ...), "
+                                 f"got shape {tuple(bt.shape)}")
+            self.block_table = bt
         self.mask = None
         if block_mask is not None:
             self._make_mask(block_mask, block_size)
@@ -556,6 +565,9 @@ class Call:
         self.vl.cu_seqlens_q, self.vl.cu_seqlens_k = marshal.address(self.cu_q), marshal.address(self.cu_k)
         self.vl.batch = self.batch
         self.vl.max_seqlen_q, self.vl.max_seqlen_k = self.max_seqlen
+        if self.block_table is not None:
+            self.vl.block_table = marshal.address(self.block_table)
+            self.vl.block_table_stride = self.block_table.shape[1]
         return C.pointer(self.vl)
 
     def options(self, marshal):

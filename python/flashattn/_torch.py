@@ -13,21 +13,22 @@ Tensor = torch.Tensor
 
 
 def _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal, window_left,
-          window_right, deterministic, seed, offset, softcap, alibi_slopes):
+          window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table=None):
     return _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale if softmax_scale != 0.0 else None,
                       causal=causal, window_size=(window_left, window_right), deterministic=deterministic,
                       seed=_from_int64(seed) if dropout_p > 0.0 else None, offset=_from_int64(offset),
                       block_mask=block_mask,
                       block_size=(block_q, block_k) if block_mask is not None else None, cu_seqlens_q=cu_q,
                       cu_seqlens_k=cu_k, max_seqlen_q=max_q if cu_q is not None else None,
-                      max_seqlen_k=max_k if cu_k is not None else None, softcap=softcap, alibi_slopes=alibi_slopes)
+                      max_seqlen_k=max_k if cu_k is not None else None, softcap=softcap, alibi_slopes=alibi_slopes,
+                      block_table=block_table)
 
 
 def _forward(q, k, v, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-             window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes):
+             window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table):
     """out, lse: the body of flashattn::fwd and of the eager path (_EagerAttention)."""
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
+                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table)
     return _core.forward(call, q, k, v)
 
 
@@ -45,9 +46,9 @@ def _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mas
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_q: Optional[Tensor], cu_k: Optional[Tensor], max_q: int, max_k: int,
         block_mask: Optional[Tensor], block_q: int, block_k: int, dropout_p: float, softmax_scale: float, causal: bool,
         window_left: int, window_right: int, deterministic: bool, seed: int, offset: int, softcap: float,
-        alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        alibi_slopes: Optional[Tensor], block_table: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     return _forward(q, k, v, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale,
-                    causal, window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
+                    causal, window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table)
 
 
 @fwd.register_fake
@@ -80,9 +81,18 @@ def _setup_context(ctx, inputs, output):
     ctx.options = inputs[3:]
 
 
+def _no_paged_backward(options):
+    """The options bwd takes (all but the block table, the last); a block table raises: the library
+    has no backward over paged keys and values (FlashAttention-2 neither)."""
+    if options[-1] is not None:
+        raise RuntimeError("flash_attn_varlen_func: no backward with block_table (paged keys and values), as in "
+                           "FlashAttention-2; run the forward under torch.no_grad() or on packed k / v")
+    return options[:-1]
+
+
 def _backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, *ctx.options)
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, *_no_paged_backward(ctx.options))
     return (dq, dk, dv) + (None,) * len(ctx.options)
 
 
@@ -106,7 +116,7 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_grads(dout, q, k, v, out, lse, *ctx.options)
+        dq, dk, dv = _backward_grads(dout, q, k, v, out, lse, *_no_paged_backward(ctx.options))
         return (dq, dk, dv) + (None,) * len(ctx.options)
 
 
@@ -144,7 +154,7 @@ def _from_int64(v):
 
 def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
               seed=None, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-              block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None):
+              block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None, block_table=None):
     """out, lse through the custom operator (the options of _core.Call)."""
     # a copy only where the last stride is not 1 (FlashAttention-2's maybe_contiguous), before the
     # operator, so that autograd saves the copies and the backward does not make them again
@@ -165,7 +175,8 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
     args = (q, k, v, _as_tensor(cu_seqlens_q, q, torch.int32), _as_tensor(cu_seqlens_k, q, torch.int32), max_q, max_k,
             _as_tensor(block_mask, q, torch.uint8), bq, bk, _float(dropout_p),
             _float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
-            bool(deterministic), _to_int64(seed), _to_int64(offset), _core.check_softcap(softcap), alibi_slopes)
+            bool(deterministic), _to_int64(seed), _to_int64(offset), _core.check_softcap(softcap), alibi_slopes,
+            _as_tensor(block_table, q, torch.int32))
     if _eager(q, k, v):
         return _EagerAttention.apply(*args)
     return fwd(*args)

@@ -68,3 +68,11 @@ def test_the_table_covers_the_structures_the_calls_take():
     for name in ("fa_tensor", "fa_options", "fa_varlen", "fa_block_mask", "fa_fwd_args", "fa_bwd_args",
                  "fa_kvcache_args"):
         assert name in layout and layout[name][1], name
+
+
+def test_varlen_carries_the_block_table():
+    # the paged varlen forward (fa_varlen.block_table, block_table_stride, last) is in the table and
+    # the mirror: a library or a _capi without them would pass the comparisons above only together
+    fields = list(c_layout()["fa_varlen"][1])
+    assert fields[-2:] == ["block_table", "block_table_stride"], fields
+    assert [f[0] for f in _capi.Varlen._fields_][-2:] == ["block_table", "block_table_stride"]

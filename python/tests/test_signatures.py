@@ -113,9 +113,12 @@ def test_positional_softcap_and_alibi_varlen_and_backward():
     kv = np.ascontiguousarray(np.stack([flat[1], flat[2]], axis=1))
     np.testing.assert_array_equal(
         fa.flash_attn_varlen_kvpacked_func(flat[0], kv, cu, cu, 14, 14, 0.0, None, True, (-1, -1), 1.5, SLOPES), o)
-    with pytest.raises(ValueError, match="block_table"):
-        fa.flash_attn_varlen_func(*flat[:3], cu, cu, 14, 14, 0.0, None, True, (-1, -1), 0.0, None, False, False,
-                                  np.zeros((2, 1), np.int32))
+    # block_table, the last positional: pages of one row, key j of sequence b in page cu[b] + j
+    pages = [np.ascontiguousarray(x[:, None]) for x in flat[1:3]]
+    table = np.array([list(range(0, 10)) + [0] * 4, list(range(10, 24))], np.int32)
+    np.testing.assert_array_equal(
+        fa.flash_attn_varlen_func(flat[0], *pages, cu, cu, 14, 14, 0.0, None, True, (-1, -1), 1.5, SLOPES, False,
+                                  False, table), o)
     o4, lse4, _ = fa.flash_attn_func(q, k, v, causal=True, softcap=1.5, alibi_slopes=SLOPES, return_attn_probs=True)
     by_position = fa.flash_attn_backward(do, q, k, v, o4, lse4, 0.0, None, True, (-1, -1), 1.5, SLOPES, True)
     by_keyword = fa.flash_attn_backward(do, q, k, v, o4, lse4, causal=True, softcap=1.5, alibi_slopes=SLOPES,

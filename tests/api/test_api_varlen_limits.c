@@ -14,6 +14,7 @@ static fa_fwd_args make_varlen_forward(fixture *fx, fa_varlen *vl, const int32_t
 {
     memcpy(cu_q_storage, cu_q, sizeof cu_q_storage);
     memcpy(cu_k_storage, cu_k, sizeof cu_k_storage);
+    memset(vl, 0, sizeof *vl); /* no block_table */
     vl->cu_seqlens_q = cu_q_storage;
     vl->cu_seqlens_k = cu_k_storage;
     vl->batch = batch;
