@@ -51,6 +51,7 @@ static fa_status read_q(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem
     if (p->batch > INT32_MAX || p->seqlen_q > FA_KV_MAX_TOKENS)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: batch %lld and seqlen_new %lld must each be at most 2^31 - 1",
                         (long long)p->batch, (long long)p->seqlen_q);
+    p->total_q = p->batch * p->seqlen_q; /* both below 2^31; fa_check_alibi reads it */
     fa_status st = fa_check_heads(ctx, p);
     if (st != FA_SUCCESS)
         return st;
