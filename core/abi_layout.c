@@ -115,6 +115,7 @@ static const fa_abi_field abi_layout[] = {
     FA_ABI_FIELD(fa_kvcache_args, opts),
     FA_ABI_FIELD(fa_kvcache_args, num_splits),
     FA_ABI_FIELD(fa_kvcache_args, check_on_device),
+    FA_ABI_FIELD(fa_kvcache_args, cache_leftpad),
 
     FA_ABI_STRUCT(fa_ring_comm),
     FA_ABI_FIELD(fa_ring_comm, rank),

@@ -114,8 +114,11 @@ static inline int fa_problem_block_keep(const fa_problem *p, int64_t h, int64_t 
 }
 
 /* A validated fa_forward_kvcache call. p holds q, o, lse and the options as for fa_forward, with
- * seqlen_q = seqlen_new and seqlen_k = the longest sequence's keys after appending; p.k and p.v
- * are unused. The cache views address token t of sequence b as
+ * seqlen_q = seqlen_new and seqlen_k = the most keys a sequence attends to after appending (from
+ * its left pad on); p.k and p.v are unused. Sequence b's keys are its cache positions
+ * fa_kv_leftpad(b) .. fa_kv_seqlen(b) - 1, key j at position fa_kv_leftpad(b) + j; the masks count
+ * keys, appending and rotary count positions. The cache views address token (position) t of
+ * sequence b as
  *     contiguous  data + row(b) * sb + t * ss + h * sh + c,  row(b) = batch_idx[b] or b
  *     paged       data + page * sb + (t % page_size) * ss + h * sh + c,
  *                 page = block_table[b * block_table_stride + t / page_size]. */
@@ -127,8 +130,8 @@ typedef struct fa_kv_problem {
     int64_t seqlen_cache, batch_cache;                /* contiguous */
     int64_t capacity;                                 /* tokens a sequence may hold */
     /* the int32 arrays in the context's memory (NULL when not given) and their host copies */
-    const int32_t *cache_seqlens, *block_table, *batch_idx;
-    const int32_t *host_seqlens, *host_block_table, *host_batch_idx;
+    const int32_t *cache_seqlens, *block_table, *batch_idx, *cache_leftpad;
+    const int32_t *host_seqlens, *host_block_table, *host_batch_idx, *host_leftpad;
     /* appended keys and values */
     int has_new;
     int64_t seqlen_knew;
@@ -144,10 +147,16 @@ typedef struct fa_kv_problem {
     int device_check;
 } fa_kv_problem;
 
-/* Keys sequence b attends to after appending. */
+/* The end of sequence b's keys after appending: its cached tokens plus the new ones. */
 static inline int64_t fa_kv_seqlen(const fa_kv_problem *kp, int64_t b)
 {
     return (kp->host_seqlens ? kp->host_seqlens[b] : kp->seqlen_cache) + kp->seqlen_knew;
+}
+
+/* The position of sequence b's first key (cache_leftpad; 0 without it). */
+static inline int64_t fa_kv_leftpad(const fa_kv_problem *kp, int64_t b)
+{
+    return kp->host_leftpad ? kp->host_leftpad[b] : 0;
 }
 
 /* ---------------------------------------------------------------- backend table */

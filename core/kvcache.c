@@ -51,6 +51,7 @@ static fa_status read_q(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem
     if (p->batch > INT32_MAX || p->seqlen_q > FA_KV_MAX_TOKENS)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: batch %lld and seqlen_new %lld must each be at most 2^31 - 1",
                         (long long)p->batch, (long long)p->seqlen_q);
+    p->total_q = p->batch * p->seqlen_q; /* both below 2^31; fa_check_alibi reads it */
     fa_status st = fa_check_heads(ctx, p);
     if (st != FA_SUCCESS)
         return st;
@@ -77,6 +78,9 @@ static fa_status read_cache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_pro
                             (long long)kp->block_table_stride);
         if (a->cache_batch_idx)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "cache_batch_idx is for a contiguous cache, not a paged one");
+        if (a->cache_leftpad) /* FlashAttention-2 refuses the pair too */
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                            "cache_leftpad is for a contiguous cache, not a paged one (as in FlashAttention-2)");
         if (!a->cache_seqlens)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "a paged cache needs cache_seqlens");
         if (!fa_mul_ok(kp->block_table_stride, kp->page_size, &kp->capacity))
@@ -158,8 +162,10 @@ static int compare_slot_use(const void *a, const void *b)
 /* Appending must not lose a key: a cache slot that a sequence writes is used by no other sequence
  * (nor by the same sequence at another position, a page listed twice in its block_table row).
  * Pages shared only for reading (a common prefix) stay legal. Every use of a page starts at its
- * row 0, so a write from row w conflicts exactly with another use longer than w: per page, the
- * two longest uses tell. Called with the host arrays checked in range. */
+ * row 0 (a cache row's use counts from 0 even with a cache_leftpad: a write below another
+ * sequence's left pad is refused too, which keeps the rule one comparison per page), so a write
+ * from row w conflicts exactly with another use longer than w: per page, the two longest uses
+ * tell. Called with the host arrays checked in range. */
 static fa_status check_exclusive_writes(fa_context *ctx, const fa_kv_problem *kp)
 {
     const fa_problem *p = &kp->p;
@@ -229,8 +235,8 @@ static fa_status check_exclusive_writes(fa_context *ctx, const fa_kv_problem *kp
     return st;
 }
 
-/* The host arrays: lengths against capacity, pages and batch rows in range; p.seqlen_k. Arrays
- * checked on the device: p.seqlen_k is the capacity. */
+/* The host arrays: lengths against capacity, left pads within the lengths, pages and batch rows in
+ * range; p.seqlen_k. Arrays checked on the device: p.seqlen_k is the capacity. */
 static fa_status check_arrays(fa_context *ctx, fa_kv_problem *kp)
 {
     fa_problem *p = &kp->p;
@@ -245,8 +251,13 @@ static fa_status check_arrays(fa_context *ctx, fa_kv_problem *kp)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
                             "sequence %lld: %lld cached + %lld new tokens exceed the cache's %lld positions",
                             (long long)b, (long long)cached, (long long)kp->seqlen_knew, (long long)kp->capacity);
-        if (total > longest)
-            longest = total;
+        const int64_t pad = fa_kv_leftpad(kp, b);
+        if (pad < 0 || pad > cached)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "cache_leftpad[%lld] = %lld is outside 0 .. %s[%lld] = %lld",
+                            (long long)b, (long long)pad, kp->host_seqlens ? "cache_seqlens" : "seqlen_cache",
+                            (long long)b, (long long)cached);
+        if (total - pad > longest)
+            longest = total - pad; /* the keys it attends to */
         if (kp->host_batch_idx && (kp->host_batch_idx[b] < 0 || kp->host_batch_idx[b] >= kp->batch_cache))
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "cache_batch_idx[%lld] = %d is outside 0 .. %lld", (long long)b,
                             (int)kp->host_batch_idx[b], (long long)kp->batch_cache - 1);
@@ -355,12 +366,12 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
                         a->num_splits);
     kp->num_splits = a->num_splits;
     /* the int32 arrays, read on the host unless the device checks them */
-    int64_t n_seq = B, n_bt = 0, n_idx = a->cache_batch_idx ? B : 0, n_all;
+    int64_t n_seq = B, n_bt = 0, n_idx = a->cache_batch_idx ? B : 0, n_pad = a->cache_leftpad ? B : 0, n_all;
     if (kp->paged && !fa_mul_ok(B, kp->block_table_stride, &n_bt))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "block_table: batch x block_table_stride overflows 64 bits");
     if (!a->cache_seqlens)
         n_seq = 0;
-    if (!fa_add_ok(n_seq, n_bt, &n_all) || !fa_add_ok(n_all, n_idx, &n_all) ||
+    if (!fa_add_ok(n_seq, n_bt, &n_all) || !fa_add_ok(n_all, n_idx, &n_all) || !fa_add_ok(n_all, n_pad, &n_all) ||
         (uint64_t)n_all > (uint64_t)(SIZE_MAX / sizeof(int32_t)))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "the int32 arrays' sizes overflow");
     /* copy: the host copies, none when the device checks the arrays */
@@ -388,6 +399,13 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
             return st;
         kp->batch_idx = a->cache_batch_idx;
         kp->host_batch_idx = copy ? copy + n_seq + n_bt : NULL;
+    }
+    if (a->cache_leftpad) {
+        if ((st = load_int32(ctx, "cache_leftpad", a->cache_leftpad, n_pad, outs, out_names, n_outs,
+                             copy ? copy + n_seq + n_bt + n_idx : NULL)))
+            return st;
+        kp->cache_leftpad = a->cache_leftpad;
+        kp->host_leftpad = copy ? copy + n_seq + n_bt + n_idx : NULL;
     }
     if ((st = check_arrays(ctx, kp)))
         return st;

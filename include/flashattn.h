@@ -412,6 +412,16 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  *   position (a page listed twice in its block_table row, a cache_batch_idx repeated), else
  *   FA_ERR_INVALID_ARG before anything is written: a key would be lost. Pages and rows shared
  *   only for reading (a common prefix) are legal.
+ * - cache_leftpad (NULL: 0 for every sequence): int32 [batch], FlashAttention-2's cache_leftpad,
+ *   the position where sequence b's keys start in its cache row: the attention sees positions
+ *   cache_leftpad[b] .. cache_seqlens[b] + seqlen_knew - 1, i.e. cache_seqlens[b] -
+ *   cache_leftpad[b] + seqlen_knew keys, and causal / windows / ALiBi count key j from there (key
+ *   j is position cache_leftpad[b] + j). Appending and rotary positions are unchanged (absolute:
+ *   new key j at cache_seqlens[b] + j), as in FlashAttention-2. 0 <= cache_leftpad[b] <=
+ *   cache_seqlens[b] (seqlen_cache without cache_seqlens), else FA_ERR_INVALID_ARG. Contiguous
+ *   caches only (FlashAttention-2 refuses it with a paged one too: FA_ERR_INVALID_ARG). The CUDA
+ *   and HIP backends do not implement it yet (FA_ERR_UNSUPPORTED). For the exclusivity rule
+ *   above, a sequence still counts as using its cache row from position 0.
  * - rotary (rotary_cos data NULL and ndim 0: none; an empty table is a table): cos and sin [seqlen_ro, rotary_dim / 2] in q's dtype,
  *   rotary_dim even and <= d, applied to the first rotary_dim channels of q and k_new (never to
  *   the cache already there): interleaved pairs (2i, 2i + 1) or, with rotary_interleaved 0, the
@@ -426,8 +436,8 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  *   by their log-sum-exp (0: the backend chooses from batch x heads_kv and its processors; a
  *   backend uses at most as many as it has key blocks to give them); the result does not depend
  *   on it beyond rounding.
- * Every tensor, cache_seqlens, block_table and cache_batch_idx live in the context's memory; the
- * library reads the three int32 arrays on the host to check them (a copy on GPU backends, which
+ * Every tensor, cache_seqlens, block_table, cache_batch_idx and cache_leftpad live in the context's
+ * memory; the library reads the int32 arrays on the host to check them (a copy on GPU backends, which
  * waits for the work queued before the call), unless check_on_device asks otherwise (below). q,
  * k_cache, v_cache, k_new, v_new and the rotary tables share one dtype; o may be fp32 as in
  * fa_forward. Backends list it as FA_FEATURE_KVCACHE; the others return FA_ERR_UNSUPPORTED.
@@ -456,6 +466,7 @@ typedef struct fa_kvcache_args {
     fa_options opts;
     int num_splits;                    /* 0: chosen by the backend */
     int check_on_device;               /* 1: the int32 arrays checked by the device (see above) */
+    const int32_t *cache_leftpad;      /* [batch]; NULL: every sequence's keys start at 0 (contiguous only) */
 } fa_kvcache_args;
 
 FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_kvcache_args *args);

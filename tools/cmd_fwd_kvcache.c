@@ -15,6 +15,7 @@
 static const char fwd_kvcache_help[] =
     "Usage: flashattn fwd --q Q.npy --k-cache KC.npy --v-cache VC.npy --out O.npy [--lse LSE.npy]\n"
     "                     [--cache-seqlens CS.npy] [--block-table BT.npy] [--cache-batch-idx IDX.npy]\n"
+    "                     [--cache-leftpad LP.npy]\n"
     "                     [--k-new KN.npy --v-new VN.npy --k-cache-out KC2.npy --v-cache-out VC2.npy]\n"
     "                     [--rotary-cos C.npy --rotary-sin S.npy [--rotary-interleaved]]\n"
     "                     [--num-splits N] [--causal] [--window L R] [--scale S] [--softcap C]\n"
@@ -23,6 +24,8 @@ static const char fwd_kvcache_help[] =
     "seqlen_new, heads_q, d]; the caches [batch_cache, seqlen_cache, heads_kv, d], or with\n"
     "--block-table (int32 [batch, pages per sequence]) pages [num_pages, page_size, heads_kv, d].\n"
     "--cache-seqlens: int32 [batch], tokens already cached (default: every sequence full).\n"
+    "--cache-leftpad: int32 [batch], where each sequence's keys start in its cache row (default 0;\n"
+    "contiguous caches only).\n"
     "--k-new / --v-new [batch, seqlen_knew, heads_kv, d] are appended at cache_seqlens, then\n"
     "attended to; the caches with them are written to --k-cache-out / --v-cache-out (required with\n"
     "--k-new; the input caches are not modified). --rotary-cos / --rotary-sin [seqlen_ro,\n"
@@ -31,10 +34,11 @@ static const char fwd_kvcache_help[] =
     "float32 [batch, heads_q, seqlen_new].\n"
     "Other options: --bf16, --backend NAME --device N --threads T.\n";
 
-enum { K_Q, K_KC, K_VC, K_CS, K_BT, K_BI, K_KN, K_VN, K_COS, K_SIN, K_IN };
+enum { K_Q, K_KC, K_VC, K_CS, K_BT, K_BI, K_KN, K_VN, K_COS, K_SIN, K_LP, K_IN };
 enum { K_O, K_LSE, K_KC_OUT, K_VC_OUT, K_OUT };
 static const char *const kin_opt[K_IN] = {"--q",     "--k-cache", "--v-cache", "--cache-seqlens", "--block-table",
-                                          "--cache-batch-idx", "--k-new", "--v-new", "--rotary-cos", "--rotary-sin"};
+                                          "--cache-batch-idx", "--k-new", "--v-new", "--rotary-cos", "--rotary-sin",
+                                          "--cache-leftpad"};
 static const char *const kout_opt[K_OUT] = {"--out", "--lse", "--k-cache-out", "--v-cache-out"};
 
 typedef struct kv_job {
@@ -62,6 +66,7 @@ static const struct option kvcache_options[] = {
     {"cache-seqlens", required_argument, NULL, 0},
     {"block-table", required_argument, NULL, 0},
     {"cache-batch-idx", required_argument, NULL, 0},
+    {"cache-leftpad", required_argument, NULL, 0},
     {"k-new", required_argument, NULL, 0},
     {"v-new", required_argument, NULL, 0},
     {"rotary-cos", required_argument, NULL, 0},
@@ -161,7 +166,8 @@ static int file_error(const kv_job *j, int role, const char *what)
 
 /* The largest row norm among the cached keys the call reads: sequence b's first cache_seqlens[b]
  * tokens (every sequence's seqlen_cache without the array) of every kv head, in its cache row or
- * pages. Rows past the lengths are never read, so whatever they hold cannot overflow a score.
+ * pages, from its cache_leftpad on (contiguous; the library refuses it with pages). Rows past the
+ * lengths and before the pad are never read, so whatever they hold cannot overflow a score.
  * Values the library will refuse (a length past the cache, a page out of range) are skipped. */
 static double cached_key_norm(const kv_job *j)
 {
@@ -185,9 +191,12 @@ static double cached_key_norm(const kv_job *j)
             }
             if (row < 0 || row >= rows || (!paged && first > 0))
                 break;
+            int64_t pad = !paged && j->in_path[K_LP] ? ((const int32_t *)j->in[K_LP].data)[b] : 0;
+            if (pad < 0 || pad > len) /* refused by the library */
+                pad = 0;
             const int64_t n = len - first < per_row ? len - first : per_row;
-            const double norm = max_row_norm(j->dtype, (const char *)kc->data + (size_t)(row * per_row * token) * elem,
-                                             n * token, d);
+            const char *first_row = (const char *)kc->data + (size_t)((row * per_row + pad) * token) * elem;
+            const double norm = max_row_norm(j->dtype, first_row, (n - pad) * token, d);
             best = norm > best ? norm : best;
         }
     }
@@ -232,7 +241,7 @@ static int load(kv_job *j)
     for (int r = 0; r < K_IN; ++r) {
         if (!j->in_path[r])
             continue;
-        int is_int = r == K_CS || r == K_BT || r == K_BI;
+        int is_int = r == K_CS || r == K_BT || r == K_BI || r == K_LP;
         if (is_int && j->in[r].type != NPY_TYPE_I32)
             return file_error(j, r, "must be int32 '<i4'");
         if (!is_int && j->in[r].type != q->type)
@@ -243,8 +252,9 @@ static int load(kv_job *j)
     if (q->ndim != 4)
         return file_error(j, K_Q, "must be [batch, seqlen_new, heads_q, d]");
     if ((j->in_path[K_CS] && (j->in[K_CS].ndim != 1 || j->in[K_CS].shape[0] != q->shape[0])) ||
-        (j->in_path[K_BI] && (j->in[K_BI].ndim != 1 || j->in[K_BI].shape[0] != q->shape[0])))
-        return usage_error("fwd", "--cache-seqlens and --cache-batch-idx must be int32 [batch]");
+        (j->in_path[K_BI] && (j->in[K_BI].ndim != 1 || j->in[K_BI].shape[0] != q->shape[0])) ||
+        (j->in_path[K_LP] && (j->in[K_LP].ndim != 1 || j->in[K_LP].shape[0] != q->shape[0])))
+        return usage_error("fwd", "--cache-seqlens, --cache-batch-idx and --cache-leftpad must be int32 [batch]");
     if (j->in_path[K_BT] && (j->in[K_BT].ndim != 2 || j->in[K_BT].shape[0] != q->shape[0]))
         return file_error(j, K_BT, "must be int32 [batch, pages per sequence]");
     const double nq = max_row_norm(j->dtype, q->data, q->count, q->shape[3]);
@@ -300,6 +310,7 @@ static int run(kv_job *j)
     a.v_cache = as_tensor(j, K_VC, vc);
     a.cache_seqlens = j->dev[K_CS].ptr;
     a.cache_batch_idx = j->dev[K_BI].ptr;
+    a.cache_leftpad = j->dev[K_LP].ptr;
     if (j->in_path[K_BT]) {
         a.block_table = j->dev[K_BT].ptr;
         a.block_table_stride = j->in[K_BT].shape[1];

@@ -301,7 +301,8 @@ static void attn_task(void *argp, int64_t task, float *scratch)
      * the scratch the widening path uses for the rows themselves */
     const void **krows = (const void **)(void *)kt, **vrows = (const void **)(void *)vt;
 
-    const int64_t cached = cached_len(kp, b), sk = cached + kp->seqlen_knew;
+    /* key j of the sequence is its cache position pad + j (cache_leftpad); rotary counts positions */
+    const int64_t cached = cached_len(kp, b), pad = fa_kv_leftpad(kp, b), sk = cached - pad + kp->seqlen_knew;
     const int advance = p->causal || p->window_left >= 0 || p->window_right >= 0;
     const fa_mask m = fa_mask_make(Sn, sk, p->causal, p->window_left, p->window_right);
     /* this split's keys: an even share, in whole key blocks */
@@ -347,7 +348,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
             /* each kv head's rows against its keys in place, DIRECT_CHUNK keys of every head at a
              * time: the task's heads of a token lie side by side, so memory is read in order */
             for (int64_t h = 0; h < nh; ++h)
-                gather_rows(kp, &kp->k_cache, b, k0, nk, hk0 + h, krows + h * KV_BLOCK);
+                gather_rows(kp, &kp->k_cache, b, pad + k0, nk, hk0 + h, krows + h * KV_BLOCK);
             for (int64_t j0 = 0; j0 < nk; j0 += DIRECT_CHUNK)
                 for (int64_t rs = 0; rs < nr;) {
                     const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
@@ -358,13 +359,13 @@ static void attn_task(void *argp, int64_t task, float *scratch)
                 }
         } else {
             for (int64_t h = 0; h < nh; ++h) /* the rows two blocks ahead on their way to L2 */
-                prefetch_rows(kp, b, ahead, ahead_end, hk0 + h);
+                prefetch_rows(kp, b, pad + ahead, pad + ahead_end, hk0 + h);
             for (int64_t j = 0; j < nk; ++j)
                 for (int64_t h = 0; h < nh; ++h) {
-                    widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, k0 + j, hk0 + h), d,
-                              dp, kt + (h * KV_BLOCK + j) * dp);
-                    widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, k0 + j, hk0 + h), d,
-                              dp, vt + (h * KV_BLOCK + j) * dp);
+                    widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, pad + k0 + j, hk0 + h),
+                              d, dp, kt + (h * KV_BLOCK + j) * dp);
+                    widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, pad + k0 + j, hk0 + h),
+                              d, dp, vt + (h * KV_BLOCK + j) * dp);
                 }
             /* each kv head's rows against its keys */
             for (int64_t rs = 0; rs < nr;) {
@@ -420,7 +421,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
          * cannot see (whatever V holds there) */
         if (ac->direct) {
             for (int64_t h = 0; h < nh; ++h)
-                gather_rows(kp, &kp->v_cache, b, k0, nk, hk0 + h, vrows + h * KV_BLOCK);
+                gather_rows(kp, &kp->v_cache, b, pad + k0, nk, hk0 + h, vrows + h * KV_BLOCK);
             for (int64_t j0 = 0; j0 < nk; j0 += DIRECT_CHUNK)
                 for (int64_t rs = 0; rs < nr;) {
                     const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;

@@ -97,6 +97,7 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     prm[FA_KV_SEQLEN_CACHE] = kp->seqlen_cache;
     prm[FA_KV_HAS_SEQLENS] = kp->cache_seqlens != NULL;
     prm[FA_KV_HAS_BIDX] = kp->batch_idx != NULL;
+    prm[FA_KV_HAS_LEFTPAD] = kp->cache_leftpad != NULL;
     prm[FA_KV_CAUSAL] = p->causal;
     prm[FA_KV_WINDOW_LEFT] = p->window_left;
     prm[FA_KV_WINDOW_RIGHT] = p->window_right;
@@ -114,7 +115,7 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
      * each is bound on its own and the kernels read them through one pointer per array kind */
     const size_t el = fa_dtype_size(p->dtype);
     const int64_t nb = kp->paged ? kp->num_pages : kp->batch_cache, rows = kp->paged ? kp->page_size : kp->seqlen_cache;
-    cl_mem mq, mo, ml, mkc, mvc, mkn, mvn, mcs, mbt, mbi, mcos, msin, mal;
+    cl_mem mq, mo, ml, mkc, mvc, mkn, mvn, mcs, mbt, mbi, mlp, mcos, msin, mal;
     cl_long *t = &prm[FA_KV_TENSORS];
     if ((st = bind_view(ctx, "q", &p->q, el, p->batch, p->seqlen_q, p->heads_q, p->d, t + 4 * FA_KT_Q, &mq)) ||
         (st = bind_view(ctx, "o", &p->o, el, p->batch, p->seqlen_q, p->heads_q, p->d, t + 4 * FA_KT_O, &mo)) ||
@@ -133,6 +134,8 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
                    &prm[FA_KV_BT_OFF])) ||
         (st = bind(ctx, "cache_batch_idx", kp->batch_idx, sizeof(int32_t) * (size_t)p->batch, sizeof(int32_t), &mbi,
                    &prm[FA_KV_BI_OFF])) ||
+        (st = bind(ctx, "cache_leftpad", kp->cache_leftpad, sizeof(int32_t) * (size_t)p->batch, sizeof(int32_t), &mlp,
+                   &prm[FA_KV_LP_OFF])) ||
         (st = bind(ctx, "rotary_cos", kp->rotary ? kp->rotary_cos : NULL,
                    el * (size_t)((kp->seqlen_ro - 1) * kp->cos_stride + kp->rotary_dim / 2), el, &mcos,
                    &prm[FA_KV_COS_OFF])) ||
@@ -144,24 +147,25 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     if ((st = bind(ctx, "alibi_slopes", p->alibi_slopes, sizeof(float) * (size_t)slopes, sizeof(float), &mal,
                    &prm[FA_KV_ALIBI_OFF])))
         return st;
-    /* the int32 arrays reach the kernels as one argument: they must live in one buffer, else the
-     * cache_seqlens' buffer is bound and the others are copied next to it */
-    cl_mem ints = mcs != s->dummy ? mcs : mbt != s->dummy ? mbt : mbi;
+    /* the int32 arrays reach the kernels as one argument: they must live in one buffer, else they
+     * are copied side by side into a temporary one */
+    cl_mem ints = mcs != s->dummy ? mcs : mbt != s->dummy ? mbt : mbi != s->dummy ? mbi : mlp;
     cl_mem extra = NULL;
-    if ((mbt != s->dummy && mbt != ints) || (mbi != s->dummy && mbi != ints)) {
-        /* gather the three arrays into one temporary buffer */
+    if ((mbt != s->dummy && mbt != ints) || (mbi != s->dummy && mbi != ints) || (mlp != s->dummy && mlp != ints)) {
+        /* gather the four arrays into one temporary buffer */
         int64_t n_cs = kp->cache_seqlens ? p->batch : 0, n_bt = kp->paged ? p->batch * kp->block_table_stride : 0;
-        int64_t n_bi = kp->batch_idx ? p->batch : 0, n = n_cs + n_bt + n_bi;
+        int64_t n_bi = kp->batch_idx ? p->batch : 0, n_lp = kp->cache_leftpad ? p->batch : 0;
+        const int64_t n = n_cs + n_bt + n_bi + n_lp;
         cl_int e;
         extra = ocl_api.clCreateBuffer(s->context, CL_MEM_READ_WRITE, sizeof(int32_t) * (size_t)(n > 0 ? n : 1), NULL,
                                        &e);
         if (e != CL_SUCCESS)
             return OCL_FAIL(ctx, e, "clCreateBuffer(int32 arrays)");
-        const cl_mem src[3] = {mcs, mbt, mbi};
-        const int slot[3] = {FA_KV_CS_OFF, FA_KV_BT_OFF, FA_KV_BI_OFF};
-        const int64_t count[3] = {n_cs, n_bt, n_bi};
+        const cl_mem src[4] = {mcs, mbt, mbi, mlp};
+        const int slot[4] = {FA_KV_CS_OFF, FA_KV_BT_OFF, FA_KV_BI_OFF, FA_KV_LP_OFF};
+        const int64_t count[4] = {n_cs, n_bt, n_bi, n_lp};
         int64_t at = 0;
-        for (int i = 0; i < 3 && e == CL_SUCCESS; ++i) {
+        for (int i = 0; i < 4 && e == CL_SUCCESS; ++i) {
             if (!count[i])
                 continue;
             e = ocl_api.clEnqueueCopyBuffer(s->queue, src[i], extra, sizeof(int32_t) * (size_t)prm[slot[i]],

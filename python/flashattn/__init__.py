@@ -212,19 +212,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     """Attention of q [batch, seqlen_new, heads, d] over a KV cache, FlashAttention-2's signature:
     k_cache / v_cache [batch_cache, seqlen_cache, heads_kv, d], or [num_pages, page_size, heads_kv, d]
     with block_table [batch, max_pages] (int32); cache_seqlens (int or [batch]) tokens in each
-    sequence's cache; k / v [batch, seqlen_knew, heads_kv, d] written into the cache at
-    cache_seqlens in place before the attention; rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2]
-    rotate q and k (interleaved or halves); causal / window_size aligned bottom-right against the
-    cache after appending. Forward only (inference): no autograd. cache_leftpad is not supported
-    (ValueError). Returns out, or (out, softmax_lse [batch, heads, seqlen_new]) with
-    return_softmax_lse. The library: fa_forward_kvcache (arrays placed as flash_attn_func's: NumPy
-    caches on a device backend are copied there and, with k / v, back whole). On torch tensors it
-    is the custom operator flashattn::fwd_kvcache, which torch.compile traces. Keyword-only, beyond
-    FA2's signature: backend (NumPy arrays), check_on_device=True: on CUDA the int32 arrays' values
-    are checked by the GPU instead of copied to the host, so the call does not wait for the GPU
-    (and can be captured in a CUDA graph); a bad value makes that call and the ones after it write
-    nothing until flashattn.synchronize(tensor) raises it. Elsewhere it is checked at once, as
-    without the flag."""
+    sequence's cache; k / v [batch, seqlen_knew, heads_kv, d] written into the cache at cache_seqlens in
+    place before the attention; rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2] rotate q and k
+    (interleaved or halves); causal / window_size aligned bottom-right against the cache after
+    appending; cache_leftpad (int32 [batch], contiguous caches only) where each sequence's keys start in
+    its cache row: it attends to positions cache_leftpad[b] .. cache_seqlens[b] + seqlen_knew - 1, masks
+    aligned against that count, rotary positions unchanged (as FA2). Forward only (inference): no
+    autograd. Returns out, or (out, softmax_lse [batch, heads, seqlen_new]) with return_softmax_lse. The
+    library: fa_forward_kvcache (arrays placed as flash_attn_func's: NumPy caches on a device backend
+    are copied there and, with k / v, back whole). On torch tensors it is the custom operator
+    flashattn::fwd_kvcache, which torch.compile traces. Keyword-only, beyond FA2's signature: backend
+    (NumPy arrays), check_on_device=True: on CUDA the int32 arrays' values are checked by the GPU
+    instead of copied to the host, so the call does not wait for the GPU (and can be captured in a CUDA
+    graph); a bad value makes that call and the ones after it write nothing until
+    flashattn.synchronize(tensor) raises it. Elsewhere it is checked at once, as without the flag."""
     arrays = dict(q=q, k_cache=k_cache, v_cache=v_cache)
     arrays.update({n: x for n, x in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin))
                    if x is not None})
@@ -232,10 +233,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _core.check_options(softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                         alibi_slopes=alibi_slopes, backend=backend)
     _core._flag(return_softmax_lse, "return_softmax_lse")
-    if cache_leftpad is not None:
-        raise ValueError("cache_leftpad is not supported")
     options = dict(k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_seqlens=cache_seqlens,
-                   cache_batch_idx=cache_batch_idx, block_table=block_table, softmax_scale=softmax_scale,
+                   cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+                   softmax_scale=softmax_scale,
                    causal=causal, window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,
                    alibi_slopes=alibi_slopes, num_splits=num_splits, check_on_device=check_on_device)
     if _torch is not None and _core._is_torch(q):

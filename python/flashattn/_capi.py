@@ -79,7 +79,7 @@ class KvcacheArgs(C.Structure):
                 ("block_table", C.c_void_p), ("block_table_stride", C.c_int64), ("cache_batch_idx", C.c_void_p),
                 ("k_new", Tensor), ("v_new", Tensor), ("rotary_cos", Tensor), ("rotary_sin", Tensor),
                 ("rotary_interleaved", C.c_int), ("o", Tensor), ("lse", Tensor), ("opts", Options),
-                ("num_splits", C.c_int), ("check_on_device", C.c_int)]
+                ("num_splits", C.c_int), ("check_on_device", C.c_int), ("cache_leftpad", C.c_void_p)]
 
 
 class RingComm(C.Structure):

@@ -672,7 +672,8 @@ def backward(call, dout, q, k, v, out, lse):
 
 
 def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
-                    cache_batch_idx=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    cache_batch_idx=None, block_table=None, cache_leftpad=None, softmax_scale=None, causal=False,
+                    window_size=(-1, -1),
                     softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, check_on_device=False,
                     backend=None):
     """O and LSE of q attending over the cache (fa_forward_kvcache); k / v appended in place (on a
@@ -706,6 +707,11 @@ def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
         ints["cache_seqlens"] = _int32_on(q, cache_seqlens, "cache_seqlens")
     if cache_batch_idx is not None:
         ints["cache_batch_idx"] = _int32_on(q, cache_batch_idx, "cache_batch_idx")
+    if cache_leftpad is not None:
+        pads = _int32_on(q, cache_leftpad, "cache_leftpad")
+        if len(pads.shape) != 1:
+            raise ValueError(f"cache_leftpad must be [batch] = ({batch},), got shape {tuple(pads.shape)}")
+        ints["cache_leftpad"] = pads
     if block_table is not None:
         bt = _int32_on(q, block_table, "block_table")
         if len(bt.shape) != 2 or bt.shape[0] != batch:
@@ -736,6 +742,8 @@ def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
             a.cache_seqlens = m.address(ints["cache_seqlens"])
         if "cache_batch_idx" in ints:
             a.cache_batch_idx = m.address(ints["cache_batch_idx"])
+        if "cache_leftpad" in ints:
+            a.cache_leftpad = m.address(ints["cache_leftpad"])
         if "block_table" in ints:
             a.block_table = m.address(ints["block_table"])
             a.block_table_stride = ints["block_table"].shape[1]

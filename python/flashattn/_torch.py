@@ -185,14 +185,15 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
 @torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
 def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
                 rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
-                cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
-                window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
-                alibi_slopes: Optional[Tensor], num_splits: int, check_on_device: bool) -> Tuple[Tensor, Tensor]:
+                cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
+                softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+                rotary_interleaved: bool, alibi_slopes: Optional[Tensor], num_splits: int,
+                check_on_device: bool) -> Tuple[Tensor, Tensor]:
     """out, lse of q over the caches; k / v (when given) written into k_cache / v_cache in place at
     cache_seqlens first, which is why both caches are declared mutated even when k is None."""
     return _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                  cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
-                                 block_table=block_table,
+                                 cache_leftpad=cache_leftpad, block_table=block_table,
                                  softmax_scale=softmax_scale if softmax_scale != 0.0 else None, causal=causal,
                                  window_size=(window_left, window_right), softcap=softcap,
                                  rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
@@ -205,8 +206,9 @@ def _(q, k_cache, v_cache, *options):
 
 
 def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
-            cache_batch_idx=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1),
-            softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, check_on_device=False):
+            cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
+            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+            check_on_device=False):
     """out, lse through the custom operator (the arguments of _core.kvcache_forward); an int
     cache_seqlens becomes one int32 entry per sequence, int arrays become int32 tensors on q's device."""
     if softmax_scale is not None:  # the operator takes 0 for None: check a given one here
@@ -223,13 +225,15 @@ def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=Non
         # tensors) goes through the operator.
         return _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                      cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
-                                     block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+                                     cache_leftpad=cache_leftpad, block_table=block_table,
+                                     softmax_scale=softmax_scale, causal=causal,
                                      window_size=window_size, softcap=_core.check_softcap(softcap),
                                      rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
                                      num_splits=num_splits, check_on_device=check_on_device)
     window = _core._pair(window_size, "window_size")
     return fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _as_tensor(cache_seqlens, q, torch.int32),
-                       _as_tensor(cache_batch_idx, q, torch.int32), _as_tensor(block_table, q, torch.int32),
+                       _as_tensor(cache_batch_idx, q, torch.int32), _as_tensor(cache_leftpad, q, torch.int32),
+                       _as_tensor(block_table, q, torch.int32),
                        _float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
                        _core.check_softcap(softcap), bool(rotary_interleaved), alibi_slopes,
                        _core.c_integer(num_splits, "num_splits", "int32"), bool(check_on_device))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_cli_kvcache.py: `flashattn fwd --k-cache ...` (attention over a KV cache) on .npy files
 against a NumPy float64 reference written here: a paged cache in shuffled pages with appended
-keys and rotary (halves), causal, GQA; a contiguous cache with a batch index and no appended keys.
+keys and rotary (halves), causal, GQA; a contiguous cache with a batch index and no appended keys,
+and with --cache-leftpad (1e38 before each pad: never read, so neither refused nor attended to).
 fp32 inputs: O within 1e-4 of float64 (fp32 arithmetic over at most a few hundred keys), LSE
 within 1e-4, the cache outputs equal the inputs with the new rows appended (rotated keys within
 2e-6), the input files unchanged. Bad input: exit status 2, a message, no output written and an
@@ -107,6 +108,23 @@ def main():
                                  [cv[i].astype(np.float64) for i in idx], clens, False)
             if np.abs(np.load(p("o2.npy")) - ref_o).max() > 1e-4:
                 failures.append("contiguous: O differs")
+        # the same with a left pad: keys from pads[i] on
+        pads, cp = np.array([10, 4], dtype=np.int32), cc.copy()
+        for i, r0 in enumerate(idx):
+            cp[r0, : pads[i]] = 1e38
+        np.save(p("lp.npy"), pads)
+        np.save(p("cp.npy"), cp)
+        r = run(exe, ["--q", p("q.npy"), "--k-cache", p("cp.npy"), "--v-cache", p("cv.npy"), "--cache-batch-idx",
+                      p("idx.npy"), "--cache-seqlens", p("cl.npy"), "--cache-leftpad", p("lp.npy"), "--out",
+                      p("o4.npy"), "--backend", "cpu"])
+        if r.returncode != 0:
+            failures.append(f"contiguous left-padded run: exit {r.returncode}: {r.stderr.strip()}")
+        else:
+            keys = [cc[r0, pads[i]:].astype(np.float64) for i, r0 in enumerate(idx)]
+            vals = [cv[r0, pads[i]:].astype(np.float64) for i, r0 in enumerate(idx)]
+            ref_o, _ = reference(q.astype(np.float64), keys, vals, clens - pads, False)
+            if np.abs(np.load(p("o4.npy")) - ref_o).max() > 1e-4:
+                failures.append("contiguous left-padded: O differs")
         # bad input: a full sequence with a key appended; an existing --out stays
         np.save(p("full.npy"), np.array([5, per * page], dtype=np.int32))
         np.save(p("keep.npy"), np.zeros(3, dtype=np.float32))
@@ -130,6 +148,12 @@ def main():
               "--out", p("keep.npy")], "an empty rotary table"),
             (["--q", p("q.npy"), "--k-cache", p("kc.npy"), "--v-cache", p("vc.npy"), "--block-table", p("bt.npy"),
               "--cache-seqlens", p("cs.npy"), "--scale", "-1", "--out", p("keep.npy")], "a negative scale"),
+        ]
+        np.save(p("lpbad.npy"), np.array([0, 18], dtype=np.int32))
+        bad += [
+            (["--q", p("q.npy"), "--k-cache", p("cc.npy"), "--v-cache", p("cv.npy"), "--cache-batch-idx",
+              p("idx.npy"), "--cache-seqlens", p("cl.npy"), "--cache-leftpad", p("lpbad.npy"), "--out",
+              p("keep.npy")], "a left pad past cache_seqlens"),
         ]
         for args, what in bad:
             r = run(exe, args + ["--backend", "cpu"])

@@ -1,7 +1,8 @@
 /* decode.c: fa_forward_kvcache on one backend (public API only) against a float64 reference
  * written here from the header's definition: contiguous and paged caches (pages in shuffled
  * order), cache lengths 0, 1, odd and full, appended tokens 0, 1 and 7, rotary in both layouts and
- * partial, GQA and MQA, causal and windows, a batch index, one split and many, softcap. Checks:
+ * partial, GQA and MQA, causal and windows, a batch index, one split and many, softcap; and
+ * cache_leftpad (contiguous caches, NaN before each pad so that a read of it shows). Checks:
  *   - O and LSE: max|kernel - ref64| <= 2 max|naive fp32 - ref64| + 1e-5 max(1, max|ref|), the
  *     conformance rule (naive: the same attention in fp32, scores and sums unfused);
  *   - the caches: appended rows equal k_new / v_new (rotated keys within one unit in the last place
@@ -52,6 +53,24 @@ static const dcase cases[] = {
     /* pages of 48 tokens, not a power of two: a row inside a page is t % 48, not a bit mask */
     {"paged48-append3-causal-gqa-bf16", B16, 3, 3, 8, 2, 64, 48, 192, {47, 100, 0}, 3, 0, 0, 1, -1, -1, 0, 0, 0, 0,
      0},
+};
+
+/* cache_leftpad cases: keys from pads[b] on (a pad equal to the length leaves the new keys only,
+ * or none); rotary positions stay absolute */
+static const struct {
+    dcase c;
+    int64_t pads[4];
+} leftpad_cases[] = {
+    {{"contig-leftpad-append3-causal-rotary-gqa-bf16", B16, 3, 3, 8, 2, 64, 0, 200, {40, 150, 7}, 3, 64, 0, 1, -1,
+      -1, 0, 0, 0, 0, 0}, {13, 0, 7}},
+    {{"contig-leftpad-window-mqa-batchidx-splits-f16", F16, 2, 2, 4, 1, 128, 0, 300, {250, 90}, 1, 32, 1, 0, 50, 0,
+      1, 4, 0, 0, 0}, {100, 89}},
+    {{"contig-leftpad-noappend-empty-f32", F32, 2, 1, 4, 2, 64, 0, 130, {129, 64}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0,
+      0}, {65, 64}},
+    {{"contig-leftpad-nolens-softcap-bf16", B16, 2, 1, 8, 2, 64, 0, 100, {0}, 0, 0, 0, 0, -1, -1, 0, 2, 30.0f, 1, 0},
+     {30, 99}},
+    {{"contig-leftpad-long-decode-rotary-bf16", B16, 1, 1, 8, 2, 128, 0, 1000, {999}, 1, 128, 1, 0, -1, -1, 0, 0, 0,
+      0, 0}, {300}},
 };
 
 /* ------------------------------------------------------------------ dtype helpers */
@@ -130,7 +149,8 @@ static void attention(const dcase *c, const host_case *h, const void *kc, const 
     double *qv = malloc(sizeof(double) * (size_t)d), *s = malloc(sizeof(double) * (size_t)(c->capacity + 1));
     double *acc = malloc(sizeof(double) * (size_t)d);
     for (int64_t b = 0; b < c->batch; ++b) {
-        const int64_t cached = cached_of(c, h, b), sk = cached + c->knew;
+        /* key t is cache position pad + t; the query's rotary position stays absolute */
+        const int64_t cached = cached_of(c, h, b), pad = h->pads ? h->pads[b] : 0, sk = cached - pad + c->knew;
         for (int64_t hq = 0; hq < c->hq; ++hq)
             for (int64_t i = 0; i < c->sn; ++i) {
                 for (int64_t e = 0; e < d; ++e)
@@ -146,7 +166,7 @@ static void attention(const dcase *c, const host_case *h, const void *kc, const 
                         s[t] = -INFINITY;
                         continue;
                     }
-                    const int64_t off = token_offset(c, h, b, t, hq / group);
+                    const int64_t off = token_offset(c, h, b, pad + t, hq / group);
                     double x = 0;
                     float xf = 0;
                     for (int64_t e = 0; e < d; ++e) {
@@ -171,7 +191,7 @@ static void attention(const dcase *c, const host_case *h, const void *kc, const 
                     double p = naive ? (double)expf((float)(s[t] - mx)) : exp(s[t] - mx);
                     l += p;
                     lf += (float)p;
-                    const int64_t off = token_offset(c, h, b, t, hq / group);
+                    const int64_t off = token_offset(c, h, b, pad + t, hq / group);
                     for (int64_t e = 0; e < d; ++e)
                         acc[e] = naive ? (double)((float)acc[e] + (float)p * (float)get(c->dtype, vc, off + e))
                                        : acc[e] + p * get(c->dtype, vc, off + e);
@@ -222,10 +242,12 @@ static void expected_caches(const dcase *c, const host_case *h, void *ek, void *
         }
 }
 
-static int run_case(fa_context *ctx, const dcase *c, uint64_t seed)
+static int run_case(fa_context *ctx, const dcase *c, uint64_t seed, const int64_t *pads)
 {
     host_case h;
     make_host(c, &h, seed);
+    if (pads)
+        set_leftpad(c, &h, pads);
     dev_case x;
     int ok = 0;
     const size_t es = esz(c->dtype);
@@ -241,6 +263,11 @@ static int run_case(fa_context *ctx, const dcase *c, uint64_t seed)
     fa_status st = fa_forward_kvcache(ctx, &x.a);
     if (st == FA_SUCCESS)
         st = fa_synchronize(ctx); /* where the device checks the arrays, their faults surface here */
+    if (st == FA_ERR_UNSUPPORTED && pads) { /* a backend without cache_leftpad says so */
+        printf("  SKIP %s: %s\n", c->name, fa_context_last_error(ctx));
+        ok = 1;
+        goto out;
+    }
     if (st != FA_SUCCESS) {
         printf("  %s: fa_forward_kvcache: %s (%s)\n", c->name, fa_status_string(st), fa_context_last_error(ctx));
         goto out;
@@ -349,8 +376,18 @@ int main(int argc, char **argv)
             if (filter && !strstr(cases[i].name, filter))
                 continue;
             ++run;
-            if (!run_case(ctx, &cases[i], 1000 + i)) {
+            if (!run_case(ctx, &cases[i], 1000 + i, NULL)) {
                 printf("  FAILED %s%s\n", cases[i].name, pass ? " (checked on the device)" : "");
+                ++failures;
+            }
+        }
+        for (size_t i = 0; i < sizeof leftpad_cases / sizeof leftpad_cases[0]; ++i) {
+            const dcase *c = &leftpad_cases[i].c;
+            if (filter && !strstr(c->name, filter))
+                continue;
+            ++run;
+            if (!run_case(ctx, c, 2000 + i, leftpad_cases[i].pads)) {
+                printf("  FAILED %s%s\n", c->name, pass ? " (checked on the device)" : "");
                 ++failures;
             }
         }

@@ -41,6 +41,7 @@ static void b_page_count_overflow(fa_kvcache_args *a, void *s) { (void)s; a->blo
 /* run_bad's case: pages of 16, 4 per sequence, lengths 5 and 20, one new token each, rotary
  * positions up to 20 (21 table rows) */
 static void b_rotary_one_short(fa_kvcache_args *a, void *s) { (void)s; a->rotary_cos.shape[0] = a->rotary_sin.shape[0] = 20; }
+static void b_leftpad_paged(fa_kvcache_args *a, void *s) { int32_t *t = s; t[0] = t[1] = 0; a->cache_leftpad = t; }
 static void b_two_seqs_one_page(fa_kvcache_args *a, void *s)
 {
     int32_t *t = s; /* sequence 1 reads rows 0 .. 15 of sequence 0's first page, where sequence 0 appends row 5 */
@@ -67,6 +68,7 @@ static const struct {
     {"rotary table too short", b_rotary_short, FA_ERR_INVALID_ARG},
     {"rotary_dim > d", b_rotary_odd, FA_ERR_INVALID_ARG},
     {"cache_batch_idx with a paged cache", b_batch_idx_paged, FA_ERR_INVALID_ARG},
+    {"cache_leftpad with a paged cache", b_leftpad_paged, FA_ERR_INVALID_ARG},
     {"dropout", b_dropout, FA_ERR_INVALID_ARG},
     {"num_splits < 0", b_splits, FA_ERR_INVALID_ARG},
     {"head dim 300", b_head_dim, FA_ERR_UNSUPPORTED},
@@ -92,15 +94,69 @@ static int value_fault(breaker fn)
  * the context's memory. */
 static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *scratch, size_t n, dev_case *x)
 {
-    const int32_t **arrays[3] = {&a->cache_seqlens, &a->block_table, &a->cache_batch_idx};
+    const int32_t **arrays[4] = {&a->cache_seqlens, &a->block_table, &a->cache_batch_idx, &a->cache_leftpad};
     void *copy = NULL;
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 4; ++i)
         if (*arrays[i] == scratch) {
             if (!copy && !(copy = track(x, dev(ctx, scratch, sizeof(int32_t) * n))))
                 return 0;
             *arrays[i] = copy;
         }
     return 1;
+}
+
+/* Bad cache_leftpad values on a good contiguous call (lengths 5 and 20, pads 1 and 3, one new
+ * token): FA_ERR_INVALID_ARG naming the sequence and the value, o and the caches untouched. */
+static int run_bad_leftpad(fa_context *ctx)
+{
+    const dcase c = {"bad-leftpad", F16, 2, 1, 4, 2, 64, 0, 64, {5, 20}, 1, 32, 0, 1, -1, -1, 0, 0, 0, 0, 0};
+    static const struct {
+        const char *name;
+        int32_t pads[2];
+        int alias_o; /* the pads inside o instead */
+        const char *msg;
+    } cases[] = {
+        {"negative cache_leftpad", {-1, 3}, 0, "cache_leftpad[0] = -1"},
+        {"cache_leftpad past cache_seqlens", {1, 21}, 0, "cache_leftpad[1] = 21"},
+        {"cache_leftpad far past the cache", {INT32_MAX, 3}, 0, "cache_leftpad[0] = 2147483647"},
+        {"cache_leftpad inside o", {1, 3}, 1, "cache_leftpad overlaps o"},
+    };
+    const int64_t good[2] = {1, 3};
+    int failures = 0;
+    const size_t es = esz(c.dtype);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        host_case h;
+        make_host(&c, &h, 98);
+        set_leftpad(&c, &h, good);
+        memcpy(h.pads, cases[i].pads, sizeof cases[i].pads);
+        dev_case x;
+        void *o0 = NULL, *o1 = NULL, *k1 = NULL, *v1 = NULL;
+        fa_status st = FA_ERR_INTERNAL;
+        if (make_dev(ctx, &c, &h, &x)) {
+            fa_kvcache_args a = x.a;
+            if (cases[i].alias_o)
+                a.cache_leftpad = a.o.data;
+            o0 = back(ctx, x.a.o.data, es * (size_t)h.qn);
+            st = fa_forward_kvcache(ctx, &a);
+            o1 = back(ctx, x.a.o.data, es * (size_t)h.qn);
+            k1 = back(ctx, x.a.k_cache.data, es * (size_t)h.cn);
+            v1 = back(ctx, x.a.v_cache.data, es * (size_t)h.cn);
+        }
+        int untouched = o0 && o1 && k1 && v1 && memcmp(o0, o1, es * (size_t)h.qn) == 0 &&
+                        memcmp(k1, h.kc, es * (size_t)h.cn) == 0 && memcmp(v1, h.vc, es * (size_t)h.cn) == 0;
+        const char *msg = fa_context_last_error(ctx);
+        const int ok = st == FA_ERR_INVALID_ARG && untouched && msg && strstr(msg, cases[i].msg);
+        printf("  bad argument, %s: %s%s (%s)\n", cases[i].name, fa_status_string(st),
+               untouched ? "" : ", OUTPUTS CHANGED", msg);
+        if (!ok) {
+            printf("    FAILED: expected FA_ERR_INVALID_ARG saying \"%s\", outputs untouched\n", cases[i].msg);
+            ++failures;
+        }
+        free(o0), free(o1), free(k1), free(v1);
+        free_dev(ctx, &x);
+        free_host(&h);
+    }
+    return failures;
 }
 
 /* Each bad call returns its status and leaves o and the caches as they were. With check_on_device
@@ -169,6 +225,8 @@ int run_bad(fa_context *ctx, int device_check_pass)
         free(o0), free(o1), free(k1), free(v1);
         free_dev(ctx, &x);
     }
+    if (!device_check_pass) /* the devices that check values do not take cache_leftpad */
+        failures += run_bad_leftpad(ctx);
     if (fa_forward_kvcache(ctx, NULL) != FA_ERR_INVALID_ARG || fa_forward_kvcache(NULL, NULL) != FA_ERR_INVALID_ARG) {
         printf("  bad argument, NULL args / context: not FA_ERR_INVALID_ARG\n    FAILED\n");
         ++failures;

@@ -133,10 +133,23 @@ void make_host(const dcase *c, host_case *h, uint64_t seed)
     }
 }
 
+void set_leftpad(const dcase *c, host_case *h, const int64_t *pads)
+{
+    h->pads = malloc(sizeof(int32_t) * (size_t)c->batch);
+    for (int64_t b = 0; b < c->batch; ++b) {
+        h->pads[b] = (int32_t)pads[b];
+        const int64_t row = h->bidx ? h->bidx[b] : b, n = pads[b] * c->hkv * h->dp;
+        for (int64_t i = 0; i < n; ++i) {
+            put(c->dtype, h->kc, row * h->rows * c->hkv * h->dp + i, NAN);
+            put(c->dtype, h->vc, row * h->rows * c->hkv * h->dp + i, NAN);
+        }
+    }
+}
+
 void free_host(host_case *h)
 {
     free(h->q), free(h->kc), free(h->vc), free(h->kn), free(h->vn), free(h->cos), free(h->sin);
-    free(h->lens), free(h->table), free(h->bidx);
+    free(h->lens), free(h->table), free(h->bidx), free(h->pads);
 }
 
 void *track(dev_case *x, void *p)
@@ -169,6 +182,8 @@ int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
     }
     if (h->bidx)
         a->cache_batch_idx = track(x, dev(ctx, h->bidx, sizeof(int32_t) * (size_t)c->batch));
+    if (h->pads)
+        a->cache_leftpad = track(x, dev(ctx, h->pads, sizeof(int32_t) * (size_t)c->batch));
     if (c->knew > 0) {
         a->k_new = t4(track(x, dev(ctx, h->kn, es * (size_t)h->nn)), c->dtype, c->batch, c->knew, c->hkv, d);
         a->v_new = t4(track(x, dev(ctx, h->vn, es * (size_t)h->nn)), c->dtype, c->batch, c->knew, c->hkv, d);

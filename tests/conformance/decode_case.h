@@ -38,6 +38,7 @@ typedef struct host_case {
     int64_t qn, cn, nn, rn; /* element counts: q / o, each cache, each new, each rotary table */
     void *q, *kc, *vc, *kn, *vn, *cos, *sin;
     int32_t *lens, *table, *bidx;
+    int32_t *pads; /* cache_leftpad (set_leftpad), NULL: none */
 } host_case;
 
 /* The arguments in device memory; every pointer in ptr[] for freeing. */
@@ -55,6 +56,9 @@ void put(fa_dtype dt, void *base, int64_t i, double x);
 /* The case's inputs from the seed: random q, caches (NaN in the pad channels), new tokens, the
  * lengths, a shuffled block table with spare pages, a batch index, rotary tables. */
 void make_host(const dcase *c, host_case *h, uint64_t seed);
+/* Gives the case a cache_leftpad (contiguous caches): h->pads from pads, and NaN in every key and
+ * value before each sequence's pad, which no call may read. */
+void set_leftpad(const dcase *c, host_case *h, const int64_t *pads);
 void free_host(host_case *h);
 
 /* device copy of n bytes of host data (src NULL: an output, filled with a poison pattern) */

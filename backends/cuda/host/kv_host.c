@@ -57,6 +57,9 @@ static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t sl
 fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const fa_gpu_kv_entries *entry)
 {
     const fa_problem *p = &kp->p;
+    /* the decode kernels and their device check start every sequence's keys at position 0 */
+    if (kp->cache_leftpad)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "cache_leftpad is not implemented on %s yet", FA_RT_NAME);
     if (p->batch == 0 || (p->seqlen_q == 0 && (!kp->has_new || kp->seqlen_knew == 0)))
         return FA_SUCCESS;
     const int bucket = gpu_kv_bucket(p->d);

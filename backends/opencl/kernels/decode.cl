@@ -20,6 +20,12 @@ static inline long fa_kv_cached(__global const long *prm, __global const int *in
     return prm[FA_KV_HAS_SEQLENS] ? (long)ints[prm[FA_KV_CS_OFF] + b] : prm[FA_KV_SEQLEN_CACHE];
 }
 
+/* The cache position of sequence b's first key (cache_leftpad; 0 without it). */
+static inline long fa_kv_leftpad(__global const long *prm, __global const int *ints, long b)
+{
+    return prm[FA_KV_HAS_LEFTPAD] ? (long)ints[prm[FA_KV_LP_OFF] + b] : 0;
+}
+
 /* Element offset of token t, kv head h of sequence b in a cache view. */
 static inline long fa_kv_token(__global const long *prm, __global const int *ints, fa_ocl_view c, long b, long t, long h)
 {
@@ -94,7 +100,9 @@ __kernel void fa_kv_decode(__global const long *prm, float scale, __global const
         return;
     const long split = id % splits, row = id / splits, h = row / sn, i = row % sn;
     const long hk = h / prm[FA_KV_GROUP];
-    const long cached = fa_kv_cached(prm, ints, b), sk = cached + prm[FA_KV_SEQLEN_KNEW];
+    /* key t is cache position pad + t (cache_leftpad); the masks count keys, rotary positions */
+    const long cached = fa_kv_cached(prm, ints, b), pad = fa_kv_leftpad(prm, ints, b);
+    const long sk = cached - pad + prm[FA_KV_SEQLEN_KNEW];
     const int advance = prm[FA_KV_CAUSAL] || prm[FA_KV_WINDOW_LEFT] >= 0 || prm[FA_KV_WINDOW_RIGHT] >= 0;
     const fa_ocl_view vq = fa_kv_view(prm, FA_KT_Q), vkc = fa_kv_view(prm, FA_KT_KC), vvc = fa_kv_view(prm, FA_KT_VC);
     float qr[FA_D], acc[FA_D];
@@ -120,7 +128,7 @@ __kernel void fa_kv_decode(__global const long *prm, float scale, __global const
 #endif
     float mx = -INFINITY, l = 0.0f;
     for (long t = k_lo; t < k_hi; ++t) {
-        const long ko = fa_kv_token(prm, ints, vkc, b, t, hk), vo = fa_kv_token(prm, ints, vvc, b, t, hk);
+        const long ko = fa_kv_token(prm, ints, vkc, b, pad + t, hk), vo = fa_kv_token(prm, ints, vvc, b, pad + t, hk);
         float s = 0.0f;
         for (int c = 0; c < FA_D; ++c)
             s += qr[c] * FA_LOAD(kc, ko + c);

@@ -62,6 +62,7 @@ enum fa_ocl_kv_param {
     FA_KV_SEQLEN_CACHE,     /* every sequence's length when there is no cache_seqlens */
     FA_KV_HAS_SEQLENS,
     FA_KV_HAS_BIDX,
+    FA_KV_HAS_LEFTPAD,      /* 1: cache_leftpad gives where each sequence's keys start */
     FA_KV_CAUSAL,
     FA_KV_WINDOW_LEFT,
     FA_KV_WINDOW_RIGHT,
@@ -71,11 +72,12 @@ enum fa_ocl_kv_param {
     FA_KV_COS_STRIDE,
     FA_KV_SIN_STRIDE,
     FA_KV_SPLITS,
-    FA_KV_CS_OFF,           /* element offsets: cache_seqlens, block_table, cache_batch_idx, cos, sin */
-    FA_KV_BT_OFF,
+    FA_KV_CS_OFF,           /* element offsets: cache_seqlens, block_table, cache_batch_idx, cos, sin, */
+    FA_KV_BT_OFF,           /* cache_leftpad */
     FA_KV_BI_OFF,
     FA_KV_COS_OFF,
     FA_KV_SIN_OFF,
+    FA_KV_LP_OFF,
     FA_KV_MOD,              /* the call's fa_score_mod, as in fa_ocl_param */
     FA_KV_MOD_END = FA_KV_MOD + (int)((sizeof(fa_score_mod) + 7) / 8),
     FA_KV_ALIBI_OFF = FA_KV_MOD_END,
