@@ -100,12 +100,14 @@ class AbiField(C.Structure):
 
 class FlashAttnError(RuntimeError):
     """A call the library refused or failed: .status is the fa_status name (FA_ERR_...), .code its
-    value, .message the library's explanation."""
+    value, .message the library's explanation, .location where in the library's C source it was
+    raised ("validate.c:288"; None when not known), for debugging: the message leaves it out."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, location=None):
         self.code = code
         self.status = STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else f"status {code}"
         self.message = message
+        self.location = location
         super().__init__(f"{self.status}: {message}")
 
 
@@ -162,6 +164,10 @@ def lib():
         L.fa_context_last_error.argtypes = [C.c_void_p]
         L.fa_last_error.restype = C.c_char_p
         L.fa_last_error.argtypes = []
+        L.fa_context_last_error_location.restype = C.c_char_p
+        L.fa_context_last_error_location.argtypes = [C.c_void_p]
+        L.fa_last_error_location.restype = C.c_char_p
+        L.fa_last_error_location.argtypes = []
         L.fa_context_backend_name.restype = C.c_char_p
         L.fa_context_backend_name.argtypes = [C.c_void_p]
         L.fa_context_set_stream.argtypes = [C.c_void_p, C.c_void_p]
@@ -210,14 +216,17 @@ class Context:
         self.ptr = C.c_void_p()
         st = L.fa_context_create(C.byref(self.ptr), backend.encode(), device)
         if st != 0:
-            raise FlashAttnError(st, f"cannot open backend '{backend}' device {device} ({contextless_error(st)})")
+            where = L.fa_last_error_location()
+            raise FlashAttnError(st, f"cannot open backend '{backend}' device {device} ({contextless_error(st)})",
+                                 where.decode() if where else None)
         self.backend = L.fa_context_backend_name(self.ptr).decode()
         self.lock = threading.Lock()
 
     def check(self, st, what):
         if st != 0:
-            msg = lib().fa_context_last_error(self.ptr)
-            raise FlashAttnError(st, f"{what}: {msg.decode() if msg else status_message(st)}")
+            msg, where = lib().fa_context_last_error(self.ptr), lib().fa_context_last_error_location(self.ptr)
+            raise FlashAttnError(st, f"{what}: {msg.decode() if msg else status_message(st)}",
+                                 where.decode() if where else None)
 
     def __del__(self):
         if getattr(self, "ptr", None) and _lib is not None and not sys.is_finalizing():

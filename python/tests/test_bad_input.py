@@ -4,6 +4,7 @@ library's (overlapping appends, ALiBi slopes, softmax_scale, empty arrays) come 
 FlashAttnError; what only Python sees (its integers, read-only buffers) raises TypeError,
 OverflowError or ValueError before the call. Also the NaN rule: NaN in a query or in a visible
 key makes the row NaN on every entry point."""
+import re
 import numpy as np
 import pytest
 
@@ -256,3 +257,11 @@ def test_torch_follows_the_librarys_rules():
         empty = torch.zeros((0, 1, 4, 16))
         assert fa.flash_attn_with_kvcache(empty, torch.zeros((0, 16, 2, 16)), torch.zeros((0, 16, 2, 16))).shape == \
             empty.shape
+
+
+def test_error_message_has_no_c_location_but_the_exception_keeps_it():
+    q, kc, vc, kn, vn = kv_case()
+    with pytest.raises(fa.FlashAttnError) as e:
+        fa.flash_attn_func(q, kc, vc, window_size=(-2, 0))
+    assert not re.search(r"\w+\.c:\d+", str(e.value)), str(e.value)
+    assert e.value.location is not None and re.fullmatch(r"\w+\.c:\d+", e.value.location), e.value.location
