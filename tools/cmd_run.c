@@ -42,6 +42,7 @@ static const char run_help[] =
     "  --alibi-slopes FILE.npy   ALiBi with the slopes of a float32 '<f4' file, [heads] (every\n"
     "                        sequence) or [batch, heads]\n"
     "  --dropout P --seed S --offset O   dropout probability in [0, 1) and its Philox seed/offset\n"
+    "                        (--seed is required with --dropout)\n"
     "  --block-sparse PATTERN            butterfly, local, strided or random block mask\n"
     "  --block-size BQ BK    mask block (128 128)\n"
     "  --density X           target fraction of blocks for local/strided/random (0.5)\n"
@@ -130,6 +131,7 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
     const int64_t big = (int64_t)1 << 40;
     arg_cursor a;
     int rc = 0;
+    int seed_given = 0;
     arg_begin(&a, "run", argc, argv, run_options);
     while (next_option(&a, &rc)) {
         const char *opt = a.opt;
@@ -138,6 +140,7 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
             *help = 1;
             return 0;
         }
+        seed_given |= strcmp(opt, "--seed") == 0;
         rc = parse_attention_option(&a, &c->opts, &handled);
         if (rc)
             return rc;
@@ -204,6 +207,9 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
     }
     if (rc)
         return rc;
+    /* one rule with fwd, bwd and the Python package: dropout's seed is the caller's */
+    if (c->opts.dropout_p > 0.0f && !seed_given)
+        return usage_error(a.cmd, "--dropout %g needs --seed S (the dropout mask is the seed's)", (double)c->opts.dropout_p);
     if (c->seqlen_k < 0)
         c->seqlen_k = c->seqlen_q;
     if (c->heads_kv < 0)

@@ -93,6 +93,13 @@ def dropout_needs_seed(tmp):
     if p.returncode != 0 or not os.path.exists(out):
         problems.append("fwd --dropout --seed 5: exit %d, %r" % (p.returncode, p.stderr))
         return problems
+    run = ["run", "--seqlen-q", "16", "--heads", "1", "--dim", "8", "--repeat", "1", "--dropout", "0.1"]
+    p = tool(run)
+    if p.returncode != 2 or "--seed" not in p.stderr:
+        problems.append("run --dropout without --seed: exit %d, stderr %r" % (p.returncode, p.stderr))
+    p = tool(run + ["--seed", "5"])
+    if p.returncode != 0:
+        problems.append("run --dropout --seed 5: exit %d, %r" % (p.returncode, p.stderr))
     p = tool(fwd[:7] + ["--out", os.path.join(tmp, "o0.npy"), "--dropout", "0"])
     if p.returncode != 0:
         problems.append("fwd --dropout 0 without --seed: exit %d, %r" % (p.returncode, p.stderr))
