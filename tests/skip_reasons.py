@@ -13,6 +13,7 @@ line per such summary line. The README's test command runs it after meson test:
 import json
 import os
 import sys
+import time
 
 
 def last_line(text):
@@ -44,12 +45,14 @@ def main(argv):
             for line in (out + "\n" + err).splitlines():
                 if line.startswith("SKIPPED ["):
                     lines.append(f"skipped cases in {name}: {line[len('SKIPPED '):].strip()}")
+    # the time says which run the log is from (a meson test that stopped at its rebuild writes none)
+    written = time.strftime("%H:%M:%S", time.localtime(os.path.getmtime(path)))
     if lines:
-        print(f"Skip reasons ({path}):")
+        print(f"Skip reasons ({path}, written {written}):")
         for line in lines:
             print("  " + line)
     else:
-        print(f"Skip reasons: no test skipped ({path})")
+        print(f"Skip reasons: no test skipped ({path}, written {written})")
     return status
 
 
