@@ -53,7 +53,29 @@ __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_
            "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "block_sparse_attn_func",
            "flash_attn_backward", "flash_attn_with_kvcache", "FlashAttnError", "backends", "backend_availability",
            "library_version", "synchronize"]
-__version__ = "0.1.0"
+
+
+def _package_version():
+    """VERSION is the one place the version is written (meson.build reads it, meson-python puts it
+    in the metadata, and meson checks the C header against it): run from the source tree, that
+    file; installed, the distribution's metadata; installed by meson alone (no metadata), the
+    loaded library's fa_version()."""
+    tree_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "VERSION")
+    if os.path.isfile(tree_file) and os.path.isfile(os.path.join(os.path.dirname(tree_file), "meson.build")):
+        with open(tree_file, encoding="ascii") as f:
+            return f.read().strip()
+    import importlib.metadata
+    try:
+        return importlib.metadata.version(__name__)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        return _capi.lib().fa_version().decode()
+    except ImportError:  # no library found: the import still works, as it does without a version
+        return "unknown"
+
+
+__version__ = _package_version()
 
 
 def library_version():
