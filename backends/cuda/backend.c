@@ -179,8 +179,9 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
      * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
      * padded head dim of the sm80 kernels), every mask at d <= 128; block masks only under
      * FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default) and never with a
-     * score modifier; no dropout (at 168 registers its wgmma would be serialized: no instance);
-     * at d 256 plain calls only (the rest: sm80's column-split kernel). */
+     * score modifier; no dropout, and no score modifier at d 128 (at 168 registers their wgmma
+     * would be serialized: no instance, fa_sm90_has_backward says so); at d 256 plain calls only
+     * (the rest: sm80's column-split kernel). */
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;

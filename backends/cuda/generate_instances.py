@@ -34,9 +34,12 @@ SM80 = {"forward": [32, 64, 96, 128, 160, 192, 224, 256],
         "backward": [32, 64, 96, 128, 256]}  # 160..224: no fused backward tile (sm80/tiles.h says why)
 
 # sm90 (sm90/): head dim -> which calls the instance takes: "all", or "plain" (neither dropout nor a
-# block mask). Score modifiers (the MOD kernels inside each instance): plain calls only.
+# block mask). Score modifiers (the MOD kernels inside each instance): plain calls only, and none
+# in the head dims of "no_mod" (the backward's at d 128: ptxas serializes their wgmma for lack of
+# registers, so sm80 takes those calls; sm90/backward.cuh builds no such kernel).
 SM90 = {"forward": {64: "all", 128: "all", 256: "plain"},
-        "backward": {64: "all", 128: "all", 256: "plain"}}
+        "backward": {64: "all", 128: "all", 256: "plain"},
+        "no_mod": {"forward": [], "backward": [128]}}
 
 # the SIMT kernels (simt/), compiled by both backends: every dtype, the head-dim buckets of
 # bucket_of (common/portable.cuh), forward and backward, any call
@@ -142,8 +145,11 @@ def sm90(f):
         s += f'\nextern "C" int {cname}(int dtype, int head_dim, int plain, int mod)\n{{\n'
         s += "    if ((dtype != 1 && dtype != 2) || (mod && !plain)) /* MOD kernels: plain calls only */\n"
         s += "        return 0;\n"
-        s += switch(4, "head_dim", [(d, "return 1;" if calls == "all" else "return plain;")
-                                    for d, calls in SM90[direction].items()], "return 0;")
+        def takes(d, calls, direction=direction):
+            cond = [] if calls == "all" else ["plain"]
+            cond += ["!mod"] if d in SM90["no_mod"][direction] else []
+            return f"return {' && '.join(cond)};" if cond else "return 1;"
+        s += switch(4, "head_dim", [(d, takes(d, calls)) for d, calls in SM90[direction].items()], "return 0;")
         s += "}\n"
     for cname, direction, fn in (("fa_sm90_forward", "forward", "launch_forward"),
                                  ("fa_sm90_backward", "backward", "launch_backward")):

@@ -37,7 +37,7 @@ extern "C" int fa_sm90_has_backward(int dtype, int head_dim, int plain, int mod)
         return 0;
     switch (head_dim) {
     case 64: return 1;
-    case 128: return 1;
+    case 128: return !mod;
     case 256: return plain;
     default: return 0;
     }

@@ -413,9 +413,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
 
 /* D and LSE log2(e) (common's dsum_kernel), the fp32 dQ accumulator cleared, the kernel above, dQ
  * converted (common's dq_convert_kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and
- * p.lse2. No dropout (mode 2): at 168 registers per consumer thread ptxas serializes that mode's
- * wgmma, so it has no instance and the chooser keeps dropout on sm80. d 256 and score modifiers:
- * calls with neither dropout nor a block mask only. */
+ * p.lse2. No dropout (mode 2), and no score modifiers at d 128: at 168 registers per consumer
+ * thread ptxas serializes those kernels' wgmma, so they have no instance and the chooser keeps
+ * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only. */
 template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
@@ -423,7 +423,7 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
     if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 || fa_gpu::mode_of(p) == 2 ||
-        (fa_gpu_has_score_mod(p) && fa_gpu::mode_of(p) != 0))
+        (fa_gpu_has_score_mod(p) && (fa_gpu::mode_of(p) != 0 || D == 128)))
         return cudaErrorInvalidValue;
     dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
     fa_gpu::dsum_kernel<T><<<g0, fa_gpu::THREADS, 0, st>>>(p);
@@ -437,8 +437,10 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         memset(&maps, 0, sizeof maps);
         const bool tma = mode == 0 && make_qdo_maps<T>(p, bw_bq<D>(), &maps);
         const bool mod = fa_gpu_has_score_mod(p);
-        auto k = tma ? (mod ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, false, true>)
-                     : (mod ? ws_backward_kernel<T, D, 0, true> : ws_backward_kernel<T, D, 0>);
+        auto k = tma ? ws_backward_kernel<T, D, 0, false, true> : ws_backward_kernel<T, D, 0>;
+        if constexpr (D != 128) /* d 128: no MOD kernel (launch_backward's comment) */
+            if (mod)
+                k = tma ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, true>;
         if constexpr (D <= 128)
             k = mode == 1 ? ws_backward_kernel<T, D, 1> : k;
         else if (mode != 0)
