@@ -37,6 +37,7 @@ static const fa_abi_field abi_layout[] = {
     FA_ABI_FIELD(fa_options, softcap),
     FA_ABI_FIELD(fa_options, alibi_slopes),
     FA_ABI_FIELD(fa_options, alibi_batch_stride),
+    FA_ABI_FIELD(fa_options, learnable_sink),
 
     FA_ABI_STRUCT(fa_varlen),
     FA_ABI_FIELD(fa_varlen, cu_seqlens_q),
@@ -68,6 +69,7 @@ static const fa_abi_field abi_layout[] = {
     FA_ABI_FIELD(fa_bwd_args, dv),
     FA_ABI_FIELD(fa_bwd_args, varlen),
     FA_ABI_FIELD(fa_bwd_args, opts),
+    FA_ABI_FIELD(fa_bwd_args, dsink),
 
     FA_ABI_STRUCT(fa_capabilities),
     FA_ABI_FIELD(fa_capabilities, dtypes),

@@ -1,6 +1,7 @@
 /* api.c: the path of one call: validate (64-bit) -> plan tiles -> build block-sparse lists ->
  * the backend's chooser -> the backend's kernel. Also the memory helpers and context settings. */
 #include "internal.h"
+#include "validate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,7 @@ static void plan_problem(fa_context *ctx, fa_problem *p, fa_tile_limits *lim)
 {
     memset(lim, 0, sizeof *lim);
     ctx->backend->tile_limits(ctx, p, lim);
-    fa_plan_tiles(lim, p->d, &p->block_q, &p->block_k);
+    fa_plan_tiles(lim, p->d > p->d_v ? p->d : p->d_v, &p->block_q, &p->block_k);
 }
 
 /* After validation: plan, lists, choice. */
@@ -54,15 +55,8 @@ static fa_status prepare(fa_context *ctx, fa_call *c)
             return FA_ERROR(ctx, st, "block_mask: cannot build the per-tile lists (%s)", fa_status_string(st));
         p->lists = c->lists;
     }
-    /* a backend that has not implemented a score modifier must say so, never ignore it */
-    fa_capabilities caps;
-    memset(&caps, 0, sizeof caps);
-    ctx->backend->capabilities(&caps);
-    if (p->mod.softcap > 0.0f && !(caps.features & FA_FEATURE_SOFTCAP))
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "softcap: the %s backend does not implement it", ctx->backend->name);
-    if (p->mod.alibi && !(caps.features & FA_FEATURE_ALIBI))
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ALiBi: the %s backend does not implement it", ctx->backend->name);
-    return ctx->backend->choose(ctx, p, &c->variant);
+    fa_status st = fa_check_features(ctx, p);
+    return st != FA_SUCCESS ? st : ctx->backend->choose(ctx, p, &c->variant);
 }
 
 fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args)
@@ -94,8 +88,15 @@ fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args)
     /* no query and no key row anywhere: dQ, dK and dV have no element to write (the batch may
      * still be huge, and a backend would walk it) */
     const int empty = st == FA_SUCCESS && c.p.total_q == 0 && c.p.total_k == 0;
-    if (st == FA_SUCCESS && !empty)
-        st = prepare(ctx, &c);
+    if (st == FA_SUCCESS)
+        st = empty ? fa_check_features(ctx, &c.p) : prepare(ctx, &c);
+    if (st == FA_SUCCESS && empty && c.p.dsink) { /* no row: dsink is a sum of nothing */
+        float zeros[256] = {0};
+        for (int64_t h = 0; h < c.p.heads_q && st == FA_SUCCESS; h += 256) {
+            const int64_t n = c.p.heads_q - h < 256 ? c.p.heads_q - h : 256;
+            st = ctx->backend->copy(ctx, c.p.dsink + h, zeros, (size_t)n * sizeof(float), FA_COPY_HOST_TO_DEVICE);
+        }
+    }
     if (st == FA_SUCCESS && !empty)
         st = ctx->backend->backward(ctx, &c.p, &c.variant);
     if (st == FA_SUCCESS)
@@ -143,7 +144,7 @@ fa_status fa_plan(fa_context *ctx, const fa_fwd_args *args, fa_plan_info *info)
         pi.block_q = c.p.block_q;
         pi.block_k = c.p.block_k;
         pi.onchip_bytes = lim.onchip_bytes;
-        fa_plan_paper_blocks(lim.onchip_bytes, c.p.d, &pi.paper_block_q, &pi.paper_block_k);
+        fa_plan_paper_blocks(lim.onchip_bytes, c.p.d > c.p.d_v ? c.p.d : c.p.d_v, &pi.paper_block_q, &pi.paper_block_k);
         pi.num_q_blocks = c.p.seqlen_q / c.p.block_q + (c.p.seqlen_q % c.p.block_q != 0);
         pi.num_k_blocks = c.p.seqlen_k / c.p.block_k + (c.p.seqlen_k % c.p.block_k != 0);
         pi.workspace_fwd = ctx->backend->workspace(ctx, &c.p);

@@ -45,7 +45,8 @@ typedef struct fa_problem {
     int backward;
     fa_dtype dtype;
     fa_dtype out_dtype;                 /* o / dq, dk, dv: dtype, or fp32 for fp16 / bf16 inputs */
-    int64_t batch, heads_q, heads_kv, group, d;
+    int64_t batch, heads_q, heads_kv, group;
+    int64_t d, d_v;                     /* head dims: d of Q, K (dQ, dK); d_v of V, O (dO, dV) */
     int64_t seqlen_q, seqlen_k;         /* dense: the lengths; varlen: the longest in cu_seqlens */
     int64_t total_q, total_k;           /* rows of the packed tensors (dense: batch * seqlen) */
     float scale;
@@ -60,6 +61,10 @@ typedef struct fa_problem {
      * query head h of sequence b uses alibi_slopes[b * mod.alibi_stride + h]) */
     fa_score_mod mod;
     const float *alibi_slopes;
+    /* the learnable sink (core/sink.h): fp32 [heads_q] in the context's memory, NULL: none; the
+     * backward writes dsink (fp32 [heads_q], NULL: not asked) */
+    const float *sink;
+    float *dsink;
     /* varlen: cu_seqlens in the context's memory and validated host copies (batch + 1) */
     int varlen;
     const int32_t *cu_q, *cu_k;

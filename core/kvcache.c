@@ -33,9 +33,10 @@ static fa_status load_int32(fa_context *ctx, const char *name, const int32_t *sr
 static fa_status read_q(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem *kp)
 {
     fa_problem *p = &kp->p;
-    const fa_tensor *q = &a->q, *kc = &a->k_cache;
-    if (q->ndim != 4 || kc->ndim != 4)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q / k_cache: ndim is %d / %d, expected 4", q->ndim, kc->ndim);
+    const fa_tensor *q = &a->q, *kc = &a->k_cache, *vc = &a->v_cache;
+    if (q->ndim != 4 || kc->ndim != 4 || vc->ndim != 4)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q / k_cache / v_cache: ndim is %d / %d / %d, expected 4", q->ndim,
+                        kc->ndim, vc->ndim);
     if (q->dtype != FA_DTYPE_F32 && q->dtype != FA_DTYPE_F16 && q->dtype != FA_DTYPE_BF16)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: unknown dtype value %d", (int)q->dtype);
     p->dtype = p->out_dtype = q->dtype;
@@ -45,6 +46,7 @@ static fa_status read_q(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem
     p->seqlen_q = q->shape[1];
     p->heads_q = q->shape[2];
     p->d = q->shape[3];
+    p->d_v = vc->shape[3];
     p->heads_kv = kc->shape[2];
     if (p->batch < 0 || p->seqlen_q < 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: negative batch or seqlen_new");
@@ -52,7 +54,7 @@ static fa_status read_q(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q: batch %lld and seqlen_new %lld must each be at most 2^31 - 1",
                         (long long)p->batch, (long long)p->seqlen_q);
     p->total_q = p->batch * p->seqlen_q; /* both below 2^31; fa_check_alibi reads it */
-    fa_status st = fa_check_heads(ctx, p);
+    fa_status st = fa_check_heads(ctx, p, FA_MAX_HEAD_DIM_KVCACHE);
     if (st != FA_SUCCESS)
         return st;
     return FA_SUCCESS;
@@ -302,14 +304,15 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
     fa_status st;
     if ((st = read_q(ctx, a, kp)) || (st = read_cache(ctx, a, kp)))
         return st;
-    const int64_t B = p->batch, Sn = p->seqlen_q, Hq = p->heads_q, Hk = p->heads_kv, d = p->d;
-    int64_t sq[4] = {B, Sn, Hq, d}, sl[3] = {B, Hq, Sn};
+    const int64_t B = p->batch, Sn = p->seqlen_q, Hq = p->heads_q, Hk = p->heads_kv, d = p->d, dv = p->d_v;
+    int64_t sq[4] = {B, Sn, Hq, d}, so[4] = {B, Sn, Hq, dv}, sl[3] = {B, Hq, Sn};
     int64_t sc[4] = {kp->paged ? kp->num_pages : kp->batch_cache, kp->paged ? kp->page_size : kp->seqlen_cache, Hk, d};
+    int64_t scv[4] = {sc[0], sc[1], Hk, dv};
     fa_span s_q, s_kc, s_vc, s_o, s_l = {0, 0}, s_kn = {0, 0}, s_vn = {0, 0}, s_cos, s_sin;
     if ((st = fa_check_tensor(ctx, "q", &a->q, 4, sq, p->dtype, 0, &s_q)) ||
         (st = fa_check_tensor(ctx, "k_cache", &a->k_cache, 4, sc, p->dtype, 0, &s_kc)) ||
-        (st = fa_check_tensor(ctx, "v_cache", &a->v_cache, 4, sc, p->dtype, 0, &s_vc)) ||
-        (st = fa_check_tensor(ctx, "o", &a->o, 4, sq, p->out_dtype, 1, &s_o)))
+        (st = fa_check_tensor(ctx, "v_cache", &a->v_cache, 4, scv, p->dtype, 0, &s_vc)) ||
+        (st = fa_check_tensor(ctx, "o", &a->o, 4, so, p->out_dtype, 1, &s_o)))
         return st;
     p->has_lse = a->lse.data != NULL;
     if (p->has_lse && (st = fa_check_tensor(ctx, "lse", &a->lse, 3, sl, FA_DTYPE_F32, 1, &s_l)))
@@ -319,15 +322,15 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
         if (a->k_new.ndim != 4)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "k_new: ndim is %d, expected 4", a->k_new.ndim);
         kp->seqlen_knew = a->k_new.shape[1];
-        int64_t sn[4] = {B, kp->seqlen_knew, Hk, d};
+        int64_t sn[4] = {B, kp->seqlen_knew, Hk, d}, snv[4] = {B, kp->seqlen_knew, Hk, dv};
         if (kp->seqlen_knew < 0 || kp->seqlen_knew > FA_KV_MAX_TOKENS)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "k_new: seqlen_knew = %lld (0 .. 2^31 - 1)",
                             (long long)kp->seqlen_knew);
         /* the cache is written: it must be a valid output view */
         if ((st = fa_check_tensor(ctx, "k_new", &a->k_new, 4, sn, p->dtype, 0, &s_kn)) ||
-            (st = fa_check_tensor(ctx, "v_new", &a->v_new, 4, sn, p->dtype, 0, &s_vn)) ||
+            (st = fa_check_tensor(ctx, "v_new", &a->v_new, 4, snv, p->dtype, 0, &s_vn)) ||
             (st = fa_check_tensor(ctx, "k_cache", &a->k_cache, 4, sc, p->dtype, 1, &s_kc)) ||
-            (st = fa_check_tensor(ctx, "v_cache", &a->v_cache, 4, sc, p->dtype, 1, &s_vc)))
+            (st = fa_check_tensor(ctx, "v_cache", &a->v_cache, 4, scv, p->dtype, 1, &s_vc)))
             return st;
     }
     if ((st = read_rotary(ctx, a, kp, &s_cos, &s_sin)))
@@ -359,7 +362,8 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
     }
     /* checked on the device, the call reads no value on the host: the slopes included */
     if ((st = fa_check_options(ctx, &a->opts, p)) ||
-        (st = fa_check_alibi(ctx, &a->opts, p, outs, out_names, n_outs, !kp->device_check)))
+        (st = fa_check_alibi(ctx, &a->opts, p, outs, out_names, n_outs, !kp->device_check)) ||
+        (st = fa_check_sink(ctx, &a->opts, p, outs, out_names, n_outs, !kp->device_check)))
         return st;
     if (a->num_splits < 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "num_splits = %d must be >= 0 (0: chosen by the backend)",
@@ -436,10 +440,11 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_kvcache_args *args)
         if (!ctx->backend->forward_kvcache || !(caps.features & FA_FEATURE_KVCACHE))
             st = FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "fa_forward_kvcache: the %s backend does not implement it yet",
                           ctx->backend->name);
-        else if (kp.p.mod.softcap > 0.0f && !(caps.features & FA_FEATURE_SOFTCAP))
-            st = FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "softcap: the %s backend does not implement it", ctx->backend->name);
-        else if (kp.p.mod.alibi && !(caps.features & FA_FEATURE_ALIBI))
-            st = FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ALiBi: the %s backend does not implement it", ctx->backend->name);
+        else if ((kp.p.d > FA_MAX_HEAD_DIM || kp.p.d_v > FA_MAX_HEAD_DIM) && !(caps.features & FA_FEATURE_HEAD_DIM_V))
+            st = FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "head dims d = %lld, d_v = %lld: the %s backend runs at most %d",
+                          (long long)kp.p.d, (long long)kp.p.d_v, ctx->backend->name, FA_MAX_HEAD_DIM);
+        else
+            st = fa_check_features(ctx, &kp.p);
     }
     if (st == FA_SUCCESS)
         st = ctx->backend->forward_kvcache(ctx, &kp);

@@ -176,6 +176,62 @@ static fa_status check_options(fa_context *ctx, const fa_options *o, fa_problem 
     return FA_SUCCESS;
 }
 
+/* The learnable sink: fp32 [heads_q] in the context's memory, not inside an output (the kernels
+ * read it while they write); with read_values, each value is read on the host (a copy on device
+ * backends) and must be finite. */
+fa_status fa_check_sink(fa_context *ctx, const fa_options *o, fa_problem *p, const span *outs,
+                        const char *const *out_names, int n_outs, int read_values)
+{
+    p->sink = o->learnable_sink;
+    if (!o->learnable_sink)
+        return FA_SUCCESS;
+    const int64_t bytes = p->heads_q * (int64_t)sizeof(float); /* heads_q < 2^31 */
+    if ((uintptr_t)o->learnable_sink > UINTPTR_MAX - (uintptr_t)bytes)
+        return FA_ERROR(ctx, FA_ERR_OVERFLOW, "learnable_sink: byte span overflows the address space");
+    span s_s = {(uintptr_t)o->learnable_sink, (uintptr_t)o->learnable_sink + (uintptr_t)bytes};
+    for (int i = 0; i < n_outs; ++i)
+        if (spans_overlap(s_s, outs[i]))
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "learnable_sink overlaps output %s in memory", out_names[i]);
+    if (!read_values)
+        return FA_SUCCESS;
+    float *host = malloc((size_t)bytes);
+    if (!host)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "cannot allocate a host copy of %lld sink values",
+                        (long long)p->heads_q);
+    fa_status st = ctx->backend->copy(ctx, host, o->learnable_sink, (size_t)bytes, FA_COPY_DEVICE_TO_HOST);
+    if (st != FA_SUCCESS) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", fa_context_last_error(ctx));
+        st = FA_ERROR(ctx, st, "learnable_sink: %s", why);
+    }
+    for (int64_t h = 0; h < p->heads_q && st == FA_SUCCESS; ++h)
+        if (!isfinite(host[h]))
+            st = FA_ERROR(ctx, FA_ERR_INVALID_ARG, "learnable_sink[%lld] = %g is not finite", (long long)h,
+                          (double)host[h]);
+    free(host);
+    return st;
+}
+
+fa_status fa_check_features(fa_context *ctx, const fa_problem *p)
+{
+    /* a backend that has not implemented an option must say so, never ignore it */
+    fa_capabilities caps;
+    memset(&caps, 0, sizeof caps);
+    ctx->backend->capabilities(&caps);
+    if (p->mod.softcap > 0.0f && !(caps.features & FA_FEATURE_SOFTCAP))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "softcap: the %s backend does not implement it", ctx->backend->name);
+    if (p->mod.alibi && !(caps.features & FA_FEATURE_ALIBI))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "ALiBi: the %s backend does not implement it", ctx->backend->name);
+    if (p->sink && !(caps.features & FA_FEATURE_SINK))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "learnable_sink: the %s backend does not implement it",
+                        ctx->backend->name);
+    if (p->d_v != p->d && !(caps.features & FA_FEATURE_HEAD_DIM_V))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "d_v = %lld differs from d = %lld: the %s backend runs value head dims equal to d only",
+                        (long long)p->d_v, (long long)p->d, ctx->backend->name);
+    return FA_SUCCESS;
+}
+
 /* ALiBi slopes: fp32 [heads_q] (stride 0) or [batch][stride >= heads_q] in the context's memory,
  * not inside an output (the kernels read them while they write); with read_values, the slopes the
  * call uses are read on the host (a copy on device backends) and each must be finite, unless the
@@ -268,9 +324,9 @@ static fa_status load_cu_seqlens(fa_context *ctx, const char *name, const int32_
     return FA_SUCCESS;
 }
 
-/* heads_q, heads_kv and d as every call takes them (GQA ratio, the heads' and d's limits); sets
- * group. */
-fa_status fa_check_heads(fa_context *ctx, fa_problem *p)
+/* heads_q, heads_kv, d and d_v as every call takes them (GQA ratio, the heads' and dims' limits);
+ * sets group. */
+fa_status fa_check_heads(fa_context *ctx, fa_problem *p, int64_t max_d)
 {
     if (p->heads_q < 1 || p->heads_kv < 1)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "heads_q = %lld and heads_kv = %lld must be >= 1",
@@ -282,23 +338,24 @@ fa_status fa_check_heads(fa_context *ctx, fa_problem *p)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "GQA: heads_q = %lld is not a multiple of heads_kv = %lld",
                         (long long)p->heads_q, (long long)p->heads_kv);
     p->group = p->heads_q / p->heads_kv;
-    if (p->d < 1)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "head dim d = %lld must be >= 1", (long long)p->d);
-    if (p->d > FA_MAX_HEAD_DIM)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "head dim d = %lld: at most %d is supported", (long long)p->d,
-                        FA_MAX_HEAD_DIM);
+    if (p->d < 1 || p->d_v < 1)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "head dims d = %lld (q, k) and d_v = %lld (v) must be >= 1",
+                        (long long)p->d, (long long)p->d_v);
+    if (p->d > max_d || p->d_v > max_d)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "head dims d = %lld (q, k), d_v = %lld (v): at most %lld are supported",
+                        (long long)p->d, (long long)p->d_v, (long long)max_d);
     return FA_SUCCESS;
 }
 
-/* Sizes from Q and K; sets batch, seqlens, heads, d. */
-static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor *k, const fa_varlen *vl,
-                            fa_problem *p)
+/* Sizes from Q, K and V; sets batch, seqlens, heads, d, d_v. */
+static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                            const fa_varlen *vl, fa_problem *p)
 {
     int nd = vl ? 3 : 4;
     const int paged = vl && vl->block_table, nd_k = paged ? 4 : nd; /* pages [num_pages, page_size, heads, d] */
-    if (q->ndim != nd || k->ndim != nd_k)
-        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q/k: ndim is %d/%d, expected %d/%d (%s layout)", q->ndim, k->ndim,
-                        nd, nd_k,
+    if (q->ndim != nd || k->ndim != nd_k || v->ndim != nd_k)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "q/k/v: ndim is %d/%d/%d, expected %d/%d/%d (%s layout)", q->ndim,
+                        k->ndim, v->ndim, nd, nd_k, nd_k,
                         paged ? "packed varlen q, paged k / v [num_pages, page_size, heads, d]"
                         : vl  ? "packed varlen [total, heads, d]"
                               : "[batch, seqlen, heads, d]");
@@ -341,9 +398,10 @@ static fa_status read_sizes(fa_context *ctx, const fa_tensor *q, const fa_tensor
     p->heads_q = q->shape[nd - 2];
     p->heads_kv = k->shape[nd_k - 2];
     p->d = q->shape[nd - 1];
+    p->d_v = v->shape[nd_k - 1];
     if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "negative batch or sequence length");
-    fa_status st = fa_check_heads(ctx, p);
+    fa_status st = fa_check_heads(ctx, p, FA_MAX_HEAD_DIM);
     if (st != FA_SUCCESS)
         return st;
     if (!dtype_valid(q->dtype))
@@ -361,21 +419,22 @@ static void read_out_dtype(const fa_tensor *out, fa_problem *p)
         p->out_dtype = FA_DTYPE_F32;
 }
 
-static void shape_qlike(const fa_problem *p, int64_t *s)
+/* Q-like ([.., heads_q, d]) and K-like ([.., heads_kv, d]) shapes with last dimension d. */
+static void shape_qlike(const fa_problem *p, int64_t d, int64_t *s)
 {
     if (p->varlen) {
-        s[0] = p->total_q; s[1] = p->heads_q; s[2] = p->d;
+        s[0] = p->total_q; s[1] = p->heads_q; s[2] = d;
     } else {
-        s[0] = p->batch; s[1] = p->seqlen_q; s[2] = p->heads_q; s[3] = p->d;
+        s[0] = p->batch; s[1] = p->seqlen_q; s[2] = p->heads_q; s[3] = d;
     }
 }
 
-static void shape_klike(const fa_problem *p, int64_t *s)
+static void shape_klike(const fa_problem *p, int64_t d, int64_t *s)
 {
     if (p->varlen) {
-        s[0] = p->total_k; s[1] = p->heads_kv; s[2] = p->d;
+        s[0] = p->total_k; s[1] = p->heads_kv; s[2] = d;
     } else {
-        s[0] = p->batch; s[1] = p->seqlen_k; s[2] = p->heads_kv; s[3] = p->d;
+        s[0] = p->batch; s[1] = p->seqlen_k; s[2] = p->heads_kv; s[3] = d;
     }
 }
 
@@ -443,24 +502,27 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
     *cu_host = NULL;
     if (!a)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "args is NULL");
-    fa_status st = read_sizes(ctx, &a->q, &a->k, a->varlen, p);
+    fa_status st = read_sizes(ctx, &a->q, &a->k, &a->v, a->varlen, p);
     if (st != FA_SUCCESS)
         return st;
     int nd = p->varlen ? 3 : 4;
     const int paged = a->varlen && a->varlen->block_table, nd_k = paged ? 4 : nd;
-    int64_t sq[4], sk[4], sl[3];
-    shape_qlike(p, sq);
-    shape_klike(p, sk);
+    int64_t sq[4], so[4], sk[4], sv[4], sl[3];
+    shape_qlike(p, p->d, sq);
+    shape_qlike(p, p->d_v, so);
+    shape_klike(p, p->d, sk);
+    shape_klike(p, p->d_v, sv);
     shape_lse(p, sl);
     if (paged) { /* v has k's pages */
-        sk[0] = a->k.shape[0]; sk[1] = a->k.shape[1]; sk[2] = p->heads_kv; sk[3] = p->d;
+        sk[0] = sv[0] = a->k.shape[0]; sk[1] = sv[1] = a->k.shape[1]; sk[2] = sv[2] = p->heads_kv;
+        sk[3] = p->d; sv[3] = p->d_v;
     }
     span s_q, s_k, s_v, s_o, s_l = {0, 0};
     read_out_dtype(&a->o, p);
     if ((st = check_tensor(ctx, "q", &a->q, nd, sq, p->dtype, 0, &s_q)) ||
         (st = check_tensor(ctx, "k", &a->k, nd_k, sk, p->dtype, 0, &s_k)) ||
-        (st = check_tensor(ctx, "v", &a->v, nd_k, sk, p->dtype, 0, &s_v)) ||
-        (st = check_tensor(ctx, "o", &a->o, nd, sq, p->out_dtype, 1, &s_o)))
+        (st = check_tensor(ctx, "v", &a->v, nd_k, sv, p->dtype, 0, &s_v)) ||
+        (st = check_tensor(ctx, "o", &a->o, nd, so, p->out_dtype, 1, &s_o)))
         return st;
     p->has_lse = a->lse.data != NULL;
     if (p->has_lse && (st = check_tensor(ctx, "lse", &a->lse, nd - 1, sl, FA_DTYPE_F32, 1, &s_l)))
@@ -479,7 +541,8 @@ fa_status fa_validate_forward(fa_context *ctx, const fa_fwd_args *a, fa_problem 
         (paged && (st = fa_paged_load(ctx, a->varlen, &a->k, &a->v, p, outs, out_names, 2,
                                       *cu_host + 2 * (p->batch + 1)))) ||
         (st = check_work_items(ctx, p)) || (st = check_options(ctx, &a->opts, p)) ||
-        (st = check_alibi(ctx, &a->opts, p, outs, out_names, 2, 1)))
+        (st = check_alibi(ctx, &a->opts, p, outs, out_names, 2, 1)) ||
+        (st = fa_check_sink(ctx, &a->opts, p, outs, out_names, 2, 1)))
         return st;
     p->q = make_view(&a->q, p->varlen);
     if (!paged) { /* paged: the gathered workspace's views (core/paged_gather.c) */
@@ -502,43 +565,55 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
                         "block_table: the backward over paged keys and values is not offered; gather the pages into "
                         "packed k / v (and dk / dv) and call fa_backward on those");
-    fa_status st = read_sizes(ctx, &a->q, &a->k, a->varlen, p);
+    fa_status st = read_sizes(ctx, &a->q, &a->k, &a->v, a->varlen, p);
     if (st != FA_SUCCESS)
         return st;
     p->backward = 1;
     int nd = p->varlen ? 3 : 4;
-    int64_t sq[4], sk[4], sl[3];
-    shape_qlike(p, sq);
-    shape_klike(p, sk);
+    int64_t sq[4], so[4], sk[4], sv[4], sl[3];
+    shape_qlike(p, p->d, sq);
+    shape_qlike(p, p->d_v, so);
+    shape_klike(p, p->d, sk);
+    shape_klike(p, p->d_v, sv);
     shape_lse(p, sl);
-    span in[6], out[3];
+    span in[6], out[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
     read_out_dtype(&a->dq, p);
     if ((st = check_tensor(ctx, "q", &a->q, nd, sq, p->dtype, 0, &in[0])) ||
         (st = check_tensor(ctx, "k", &a->k, nd, sk, p->dtype, 0, &in[1])) ||
-        (st = check_tensor(ctx, "v", &a->v, nd, sk, p->dtype, 0, &in[2])) ||
-        (st = check_tensor(ctx, "o", &a->o, nd, sq, p->dtype, 0, &in[3])) ||
-        (st = check_tensor(ctx, "dout", &a->dout, nd, sq, p->dtype, 0, &in[4])) ||
+        (st = check_tensor(ctx, "v", &a->v, nd, sv, p->dtype, 0, &in[2])) ||
+        (st = check_tensor(ctx, "o", &a->o, nd, so, p->dtype, 0, &in[3])) ||
+        (st = check_tensor(ctx, "dout", &a->dout, nd, so, p->dtype, 0, &in[4])) ||
         (st = check_tensor(ctx, "lse", &a->lse, nd - 1, sl, FA_DTYPE_F32, 0, &in[5])) ||
         (st = check_tensor(ctx, "dq", &a->dq, nd, sq, p->out_dtype, 1, &out[0])) ||
         (st = check_tensor(ctx, "dk", &a->dk, nd, sk, p->out_dtype, 1, &out[1])) ||
-        (st = check_tensor(ctx, "dv", &a->dv, nd, sk, p->out_dtype, 1, &out[2])))
+        (st = check_tensor(ctx, "dv", &a->dv, nd, sv, p->out_dtype, 1, &out[2])))
         return st;
+    /* dsink: only with a sink; fp32 [heads_q] */
+    const int has_dsink = a->dsink.data != NULL;
+    if (has_dsink && !a->opts.learnable_sink)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "dsink is given but opts.learnable_sink is NULL (no sink, no gradient)");
+    const int64_t sd[1] = {p->heads_q};
+    if (has_dsink && (st = check_tensor(ctx, "dsink", &a->dsink, 1, sd, FA_DTYPE_F32, 1, &out[3])))
+        return st;
+    const int n_out = has_dsink ? 4 : 3;
     static const char *const in_names[6] = {"q", "k", "v", "o", "dout", "lse"};
-    static const char *const out_names[3] = {"dq", "dk", "dv"};
+    static const char *const out_names[4] = {"dq", "dk", "dv", "dsink"};
     for (int i = 0; i < 6; ++i)
-        for (int j = 0; j < 3; ++j)
+        for (int j = 0; j < n_out; ++j)
             if (spans_overlap(in[i], out[j]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "output %s overlaps input %s in memory", out_names[j],
                                 in_names[i]);
     /* two gradients written into the same memory would race and keep only one of them */
-    for (int i = 0; i < 3; ++i)
-        for (int j = i + 1; j < 3; ++j)
+    for (int i = 0; i < n_out; ++i)
+        for (int j = i + 1; j < n_out; ++j)
             if (spans_overlap(out[i], out[j]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "outputs %s and %s overlap in memory", out_names[i],
                                 out_names[j]);
-    if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, 3, cu_host)) || (st = check_work_items(ctx, p)) ||
-        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, out, out_names, 3, 1)))
+    if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, n_out, cu_host)) || (st = check_work_items(ctx, p)) ||
+        (st = check_options(ctx, &a->opts, p)) || (st = check_alibi(ctx, &a->opts, p, out, out_names, n_out, 1)) ||
+        (st = fa_check_sink(ctx, &a->opts, p, out, out_names, n_out, 1)))
         return st;
+    p->dsink = has_dsink ? (float *)a->dsink.data : NULL;
     p->has_lse = 1;
     p->q = make_view(&a->q, p->varlen);
     p->k = make_view(&a->k, p->varlen);

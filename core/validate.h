@@ -17,13 +17,19 @@ typedef struct fa_span {
 fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int ndim, const int64_t *shape,
                           fa_dtype dtype, int output, fa_span *sp);
 int fa_spans_overlap(fa_span a, fa_span b);
-/* heads_q, heads_kv and d: at least 1, heads_q a multiple of heads_kv and at most 2^31 - 1, d at
- * most FA_MAX_HEAD_DIM; sets p->group. */
-fa_status fa_check_heads(fa_context *ctx, fa_problem *p);
+/* heads_q, heads_kv, d and d_v: at least 1, heads_q a multiple of heads_kv and at most 2^31 - 1,
+ * d and d_v at most max_d; sets p->group. */
+fa_status fa_check_heads(fa_context *ctx, fa_problem *p, int64_t max_d);
 /* The options into p (scale, masks, dropout, softcap, block mask; p's sizes must be set). */
 fa_status fa_check_options(fa_context *ctx, const fa_options *o, fa_problem *p);
 /* ALiBi's slopes: their span must not meet an output's; read_values: each slope used is finite
  * (read on the host). */
+/* The learnable sink (fp32 [heads_q], not inside an output; read_values: each is finite, read on
+ * the host) into p->sink. */
+fa_status fa_check_sink(fa_context *ctx, const fa_options *o, fa_problem *p, const fa_span *outs,
+                        const char *const *out_names, int n_outs, int read_values);
+/* The backend's capabilities cover what p asks for (score modifiers, the sink, d_v != d). */
+fa_status fa_check_features(fa_context *ctx, const fa_problem *p);
 fa_status fa_check_alibi(fa_context *ctx, const fa_options *o, fa_problem *p, const fa_span *outs,
                          const char *const *out_names, int n_outs, int read_values);
 

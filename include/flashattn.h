@@ -76,15 +76,25 @@ FA_API const char *fa_dtype_name(fa_dtype dtype);
 /* The largest head dim d of q, k, v that any backend runs (fa_capabilities.max_head_dim may be
  * lower); a larger d is FA_ERR_UNSUPPORTED. */
 #define FA_MAX_HEAD_DIM 256
+/* fa_forward_kvcache takes head dims up to this (DeepSeek's absorbed multi-head latent attention
+ * decodes with d_qk 576 and d_v 512) on the backends that list FA_FEATURE_HEAD_DIM_V and have the
+ * on-chip memory for it; the others return FA_ERR_UNSUPPORTED above their own limit. */
+#define FA_MAX_HEAD_DIM_KVCACHE 576
 
 /* A strided view. shape/stride are in elements (not bytes); the last dimension must be contiguous
- * (stride 1). Dense layouts:   Q, O, dQ, dO  [batch, seqlen_q, heads_q,  d]   ndim 4
- *                              K, V, dK, dV  [batch, seqlen_k, heads_kv, d]   ndim 4
- *                              LSE           [batch, heads_q, seqlen_q]  fp32 ndim 3
- * Packed variable length:      Q, O          [total_q, heads_q, d]            ndim 3
- *                              K, V          [total_k, heads_kv, d]           ndim 3
- *                              LSE           [heads_q, total_q]          fp32 ndim 2
- * Paged (varlen block_table):  K, V          [num_pages, page_size, heads_kv, d] ndim 4
+ * (stride 1). Dense layouts:   Q, dQ         [batch, seqlen_q, heads_q,  d]     ndim 4
+ *                              O, dO         [batch, seqlen_q, heads_q,  d_v]   ndim 4
+ *                              K, dK         [batch, seqlen_k, heads_kv, d]     ndim 4
+ *                              V, dV         [batch, seqlen_k, heads_kv, d_v]   ndim 4
+ *                              LSE           [batch, heads_q, seqlen_q]  fp32   ndim 3
+ * Packed variable length:      Q / O         [total_q, heads_q, d / d_v]        ndim 3
+ *                              K / V         [total_k, heads_kv, d / d_v]       ndim 3
+ *                              LSE           [heads_q, total_q]          fp32   ndim 2
+ * Paged (varlen block_table):  K / V         [num_pages, page_size, heads_kv, d / d_v] ndim 4
+ * d is the head dim of queries and keys, d_v that of values and outputs (V's last dimension sets
+ * it; d_v = d is the usual case, DeepSeek's MLA trains with 192 / 128). A d_v other than d needs a
+ * backend that lists FA_FEATURE_HEAD_DIM_V (else FA_ERR_UNSUPPORTED); both are at most
+ * FA_MAX_HEAD_DIM.
  * data lives in the memory of the context's backend (see fa_malloc). Every tensor has the dtype
  * of q, except LSE (fp32) and the outputs o (forward) and dq, dk, dv (backward, all three alike),
  * which may be FA_DTYPE_F32 when q is fp16 / bf16: the result is then written unrounded
@@ -186,7 +196,17 @@ FA_API fa_status fa_dropout_keep_mask(uint64_t seed, uint64_t offset, float p, i
  * - softcap then ALiBi when both are set; the mask applies after both, and LSE is that of the
  *   modified scores. Ring attention takes softcap, not ALiBi (FA_ERR_UNSUPPORTED). A backend
  *   lists what it runs in fa_capabilities (FA_FEATURE_SOFTCAP, FA_FEATURE_ALIBI); a call asking a
- *   backend for one it lacks is FA_ERR_UNSUPPORTED. */
+ *   backend for one it lacks is FA_ERR_UNSUPPORTED.
+ * - learnable sink (gpt-oss; FlashAttention-4's learnable_sink): learnable_sink, fp32 [heads_q] in
+ *   the context's memory (not overlapping an output), one logit per query head that joins every
+ *   row's softmax and carries no value, in the units of the modified scores (no scale, softcap or
+ *   ALiBi is applied to it): LSE_i = log(sum_j exp(S_ij) + exp(sink_h)), P_ij = exp(S_ij - LSE_i),
+ *   O_i = sum_j P_ij V_j. A row that sees no key gets O = 0, LSE = sink_h and dQ = 0 (for finite
+ *   inputs: its LSE no longer tells it apart, so NaN / inf in such a row's Q or dO may reach dK /
+ *   dV). Dropout never drops the sink. The backward writes dsink_h = -sum_{b,i} exp(sink_h -
+ *   LSE_i) D_i, D_i = sum_c dO_ic O_ic (fa_bwd_args.dsink), summed in a fixed order (the same bits
+ *   on every run). The values are read on the host to check them (a copy on GPU backends): NaN or
+ *   +-inf is FA_ERR_INVALID_ARG. NULL: off. Backends list it as FA_FEATURE_SINK. */
 typedef struct fa_options {
     float softmax_scale;
     int causal;
@@ -199,10 +219,12 @@ typedef struct fa_options {
     float softcap;                   /* 0: off */
     const float *alibi_slopes;       /* NULL: off */
     int64_t alibi_batch_stride;      /* 0: [heads_q] slopes for every sequence */
+    const float *learnable_sink;     /* NULL: off; fp32 [heads_q] (above) */
 } fa_options;
 
-/* Defaults: scale 1/sqrt(d), no causal, unbounded window, no dropout, no block mask, no softcap,
- * no ALiBi. */
+/* Defaults: scale 1/sqrt(d) (d of queries and keys), no causal, unbounded window, no dropout, no
+ * block mask, no softcap, no ALiBi, no sink. A zeroed fa_options differs only in the window (0, 0):
+ * use this function, and fields added later read as off. */
 FA_API fa_options fa_options_default(void);
 
 /* Variable-length packed batches: cu_seqlens_q/k are int32 arrays of batch + 1 non-decreasing
@@ -251,6 +273,8 @@ typedef struct fa_bwd_args {
     fa_tensor dq, dk, dv;            /* written */
     const fa_varlen *varlen;
     fa_options opts;
+    fa_tensor dsink; /* fp32 [heads_q], written (not accumulated) when opts.learnable_sink is set;
+                        data NULL: not computed. Without a sink it must be left empty. */
 } fa_bwd_args;
 
 /* ---------------------------------------------------------------- context */
@@ -318,6 +342,8 @@ FA_API fa_status fa_backend_availability(const char *backend, char *why, size_t 
 #define FA_FEATURE_ALIBI         (1u << 12) /* fa_options.alibi_slopes, forward and backward */
 #define FA_FEATURE_KVCACHE       (1u << 13) /* fa_forward_kvcache */
 #define FA_FEATURE_KVCACHE_DEVICE_CHECK (1u << 14) /* fa_kvcache_args.check_on_device honoured */
+#define FA_FEATURE_SINK          (1u << 15) /* fa_options.learnable_sink, forward, backward (dsink), KV cache */
+#define FA_FEATURE_HEAD_DIM_V    (1u << 16) /* d_v != d: V / O / dO / dV of a head dim of their own */
 
 typedef struct fa_capabilities {
     unsigned dtypes;       /* bit (1 << fa_dtype) per supported dtype */
@@ -394,7 +420,11 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
 /* A few new query tokens per sequence (decode: 1; speculative decoding, chunked prefill: more)
  * attending over a KV cache, with FlashAttention-2's flash_attn_with_kvcache semantics:
  *
- * - q, o [batch, seqlen_new, heads_q, d]; lse [batch, heads_q, seqlen_new] fp32 (data NULL: skip).
+ * - q [batch, seqlen_new, heads_q, d], o [batch, seqlen_new, heads_q, d_v]; lse [batch, heads_q,
+ *   seqlen_new] fp32 (data NULL: skip). d is the head dim of q, k_cache and k_new, d_v that of
+ *   v_cache, v_new and o (below, "d" in the cache's shapes is d for k and d_v for v); both up to
+ *   FA_MAX_HEAD_DIM_KVCACHE (576 / 512: MLA's absorbed decode) where the backend lists
+ *   FA_FEATURE_HEAD_DIM_V, else up to FA_MAX_HEAD_DIM with d_v = d.
  * - The cache, k_cache and v_cache alike, is one of
  *     contiguous  [batch_cache, seqlen_cache, heads_kv, d]   block_table NULL; sequence b lives in
  *                 cache row cache_batch_idx[b] (or b when cache_batch_idx is NULL);
@@ -430,7 +460,7 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  *   window is set, else every query at p = cache_seqlens[b]. seqlen_ro must exceed every p used.
  *   The rotated keys are stored rounded to the cache's dtype, and the rotated q is rounded to q's.
  * - opts: scale, causal and windows (bottom-right against the cache length after appending),
- *   softcap and ALiBi as in fa_forward; dropout, block masks and the deterministic flag are
+ *   softcap, ALiBi and the learnable sink as in fa_forward; dropout, block masks and the deterministic flag are
  *   FA_ERR_INVALID_ARG here (a forward for inference). GQA / MQA as in fa_forward.
  * - num_splits: the keys of one sequence cut into this many parts computed in parallel and merged
  *   by their log-sum-exp (0: the backend chooses from batch x heads_kv and its processors; a

@@ -20,6 +20,8 @@ static const struct {
     {FA_FEATURE_BACKWARD, "backward"}, {FA_FEATURE_STRIDES, "strides"},
     {FA_FEATURE_F32_OUTPUT, "f32-output"},
     {FA_FEATURE_SOFTCAP, "softcap"},   {FA_FEATURE_ALIBI, "alibi"},
+    {FA_FEATURE_KVCACHE, "kvcache"},   {FA_FEATURE_KVCACHE_DEVICE_CHECK, "kvcache-device-check"},
+    {FA_FEATURE_SINK, "sink"},         {FA_FEATURE_HEAD_DIM_V, "head-dim-v"},
 };
 
 /* caps->notes, terminated: never trust a fixed buffer to be */

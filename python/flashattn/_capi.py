@@ -33,7 +33,8 @@ class Options(C.Structure):
     _fields_ = [("softmax_scale", C.c_float), ("causal", C.c_int), ("window_left", C.c_int64),
                 ("window_right", C.c_int64), ("dropout_p", C.c_float), ("dropout_seed", C.c_uint64),
                 ("dropout_offset", C.c_uint64), ("block_mask", C.POINTER(BlockMask)), ("deterministic", C.c_int),
-                ("softcap", C.c_float), ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64)]
+                ("softcap", C.c_float), ("alibi_slopes", C.c_void_p), ("alibi_batch_stride", C.c_int64),
+                ("learnable_sink", C.c_void_p)]
 
 
 class Varlen(C.Structure):
@@ -52,7 +53,8 @@ class FwdArgs(C.Structure):
 class BwdArgs(C.Structure):
     _c_name_ = "fa_bwd_args"
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", Tensor), ("dout", Tensor),
-                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("varlen", C.POINTER(Varlen)), ("opts", Options)]
+                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("varlen", C.POINTER(Varlen)), ("opts", Options),
+                ("dsink", Tensor)]
 
 
 class Capabilities(C.Structure):
