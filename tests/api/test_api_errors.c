@@ -59,7 +59,7 @@ static const invalid_case invalid_cases[] = {
     CASE(V_SEQLEN_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "v", "shape"),
     CASE(O_SEQLEN_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "o", "shape"),
     CASE(K_DIM_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "k", "shape"),
-    CASE(V_DIM_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "v", "shape"),
+    CASE(V_DIM_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "o", "shape"), /* v sets d_v: o must follow it */
     CASE(O_DIM_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "o", "shape"),
     CASE(V_HEADS_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "v", "shape"),
     CASE(O_HEADS_MISMATCH, BOTH, FA_ERR_INVALID_ARG, "o", "shape"),
