@@ -8,13 +8,16 @@
 
 static const char bwd_help[] =
     "Usage: flashattn bwd --q Q.npy --k K.npy --v V.npy --o O.npy --lse LSE.npy --do DO.npy\n"
-    "                     --dq DQ.npy --dk DK.npy --dv DV.npy [options]\n"
+    "                     --dq DQ.npy --dk DK.npy --dv DV.npy [--sink S.npy [--dsink DS.npy]] [options]\n"
     "\n"
     "Attention gradients on NumPy arrays: O and LSE as written by 'flashattn fwd' with the same\n"
-    "options, DO the gradient of O (Q's shape and dtype). dQ has Q's shape, dK and dV K's; all in\n"
-    "Q's dtype. Layouts, options and the rules for inputs as for 'flashattn fwd' (see 'flashattn\n"
-    "fwd --help'), plus\n"
+    "options, DO the gradient of O (O's shape and Q's dtype). dQ has Q's shape, dK K's and dV V's;\n"
+    "all in Q's dtype. Layouts, options and the rules for inputs as for 'flashattn fwd' (see\n"
+    "'flashattn fwd --help'), plus\n"
     "  --deterministic       bitwise reproducible gradients\n"
+    "  --dsink DS.npy        the gradient of the --sink logits, float32 [heads_q]:\n"
+    "                        dsink_h = -sum over batch and rows i of exp(sink_h - LSE_i) D_i,\n"
+    "                        D_i = sum_c dO_ic O_ic (needs --sink)\n"
     OUTPUT_FILES_HELP;
 
 int cmd_bwd(int argc, char **argv)
@@ -41,6 +44,8 @@ int cmd_bwd(int argc, char **argv)
     args.dq = file_job_tensor(j, OUT_DQ, 1);
     args.dk = file_job_tensor(j, OUT_DK, 1);
     args.dv = file_job_tensor(j, OUT_DV, 1);
+    if (j->out_path[OUT_DSINK])
+        args.dsink = file_job_tensor(j, OUT_DSINK, 1);
     args.varlen = j->varlen ? &j->vl : NULL;
     args.opts = j->opts;
     fa_status st = fa_backward(j->ctx, &args);

@@ -19,10 +19,13 @@ static const char fwd_kvcache_help[] =
     "                     [--k-new KN.npy --v-new VN.npy --k-cache-out KC2.npy --v-cache-out VC2.npy]\n"
     "                     [--rotary-cos C.npy --rotary-sin S.npy [--rotary-interleaved]]\n"
     "                     [--num-splits N] [--causal] [--window L R] [--scale S] [--softcap C]\n"
+    "                     [--sink S.npy]\n"
     "\n"
     "Attention of new query tokens over a KV cache (fa_forward_kvcache; docs/api.md). Q [batch,\n"
     "seqlen_new, heads_q, d]; the caches [batch_cache, seqlen_cache, heads_kv, d], or with\n"
     "--block-table (int32 [batch, pages per sequence]) pages [num_pages, page_size, heads_kv, d].\n"
+    "The value cache's last dimension sets d_v, the head dim of V and O (d for the key cache, Q and\n"
+    "--k-new; d_v for --v-new and O; up to 576 / 512, MLA's absorbed decode, where the backend can).\n"
     "--cache-seqlens: int32 [batch], tokens already cached (default: every sequence full).\n"
     "--cache-leftpad: int32 [batch], where each sequence's keys start in its cache row (default 0;\n"
     "contiguous caches only).\n"
@@ -31,14 +34,15 @@ static const char fwd_kvcache_help[] =
     "--k-new; the input caches are not modified). --rotary-cos / --rotary-sin [seqlen_ro,\n"
     "rotary_dim / 2] rotate Q and the new keys (halves, or --rotary-interleaved pairs). The int32\n"
     "arrays are '<i4'; the others share Q's dtype ('<f4', '<f2', '<u2' with --bf16). LSE is\n"
-    "float32 [batch, heads_q, seqlen_new].\n"
+    "float32 [batch, heads_q, seqlen_new]. --sink: float32 [heads_q] sink logits, as 'flashattn fwd\n"
+    "--help' describes.\n"
     "Other options: --bf16, --backend NAME --device N --threads T.\n";
 
-enum { K_Q, K_KC, K_VC, K_CS, K_BT, K_BI, K_KN, K_VN, K_COS, K_SIN, K_LP, K_IN };
+enum { K_Q, K_KC, K_VC, K_CS, K_BT, K_BI, K_KN, K_VN, K_COS, K_SIN, K_LP, K_SINK, K_IN };
 enum { K_O, K_LSE, K_KC_OUT, K_VC_OUT, K_OUT };
 static const char *const kin_opt[K_IN] = {"--q",     "--k-cache", "--v-cache", "--cache-seqlens", "--block-table",
                                           "--cache-batch-idx", "--k-new", "--v-new", "--rotary-cos", "--rotary-sin",
-                                          "--cache-leftpad"};
+                                          "--cache-leftpad", "--sink"};
 static const char *const kout_opt[K_OUT] = {"--out", "--lse", "--k-cache-out", "--v-cache-out"};
 
 typedef struct kv_job {
@@ -67,6 +71,7 @@ static const struct option kvcache_options[] = {
     {"block-table", required_argument, NULL, 0},
     {"cache-batch-idx", required_argument, NULL, 0},
     {"cache-leftpad", required_argument, NULL, 0},
+    {"sink", required_argument, NULL, 0},
     {"k-new", required_argument, NULL, 0},
     {"v-new", required_argument, NULL, 0},
     {"rotary-cos", required_argument, NULL, 0},
@@ -222,6 +227,7 @@ static int load(kv_job *j)
         if (j->in_path[r] &&
             npy_read_accepting(j->in_path[r],
                                r == K_CS || r == K_BT || r == K_BI ? "the option takes int32 '<i4'"
+                               : r == K_SINK                       ? "the option takes float32 '<f4'"
                                                                    : "the option takes " NPY_ATTENTION_DTYPES,
                                &j->in[r], err, sizeof err) != 0) {
             fprintf(stderr, "flashattn fwd: %s %s\n", kin_opt[r], err);
@@ -239,7 +245,7 @@ static int load(kv_job *j)
                                                          : "not an attention input type: " NPY_ATTENTION_DTYPES);
     }
     for (int r = 0; r < K_IN; ++r) {
-        if (!j->in_path[r])
+        if (!j->in_path[r] || r == K_SINK)
             continue;
         int is_int = r == K_CS || r == K_BT || r == K_BI || r == K_LP;
         if (is_int && j->in[r].type != NPY_TYPE_I32)
@@ -257,6 +263,11 @@ static int load(kv_job *j)
         return usage_error("fwd", "--cache-seqlens, --cache-batch-idx and --cache-leftpad must be int32 [batch]");
     if (j->in_path[K_BT] && (j->in[K_BT].ndim != 2 || j->in[K_BT].shape[0] != q->shape[0]))
         return file_error(j, K_BT, "must be int32 [batch, pages per sequence]");
+    if (j->in[K_VC].ndim != 4)
+        return file_error(j, K_VC, "must be [batch_cache, seqlen_cache, heads_kv, d_v] or [num_pages, page_size, "
+                                   "heads_kv, d_v]");
+    if (j->in_path[K_SINK] && sink_layout(&j->in[K_SINK], q->shape[2], err, sizeof err) != 0)
+        return file_error(j, K_SINK, err);
     const double nq = max_row_norm(j->dtype, q->data, q->count, q->shape[3]);
     int rc = check_score_bound("fwd", j->opts.softmax_scale, q->shape[3], nq, j->in_path[K_Q], cached_key_norm(j),
                                j->in_path[K_KC]);
@@ -284,10 +295,13 @@ static int run(kv_job *j)
             return library_error("fwd", j->ctx, "uploading the inputs", st);
     const npy_array *q = &j->in[K_Q];
     int64_t lse_shape[3] = {q->shape[0], q->shape[2], q->shape[1]};
-    size_t lse_bytes;
-    if (!shape_bytes(3, lse_shape, sizeof(float), NULL, &lse_bytes))
-        return usage_error("fwd", "the LSE size overflows");
-    size_t sizes[K_OUT] = {q->bytes, lse_bytes, j->in[K_KC].bytes, j->in[K_VC].bytes};
+    /* O: Q's shape with the value cache's head dim d_v */
+    int64_t o_shape[4] = {q->shape[0], q->shape[1], q->shape[2], j->in[K_VC].shape[3]};
+    size_t lse_bytes, o_bytes;
+    if (!shape_bytes(3, lse_shape, sizeof(float), NULL, &lse_bytes) ||
+        !shape_bytes(4, o_shape, fa_dtype_size(j->dtype), NULL, &o_bytes))
+        return usage_error("fwd", "the size of O or LSE overflows");
+    size_t sizes[K_OUT] = {o_bytes, lse_bytes, j->in[K_KC].bytes, j->in[K_VC].bytes};
     for (int r = 0; r < K_OUT; ++r)
         if (j->out_path[r] && (st = device_alloc(j->ctx, sizes[r], &j->out[r])) != FA_SUCCESS)
             return library_error("fwd", j->ctx, "allocating the outputs", st);
@@ -324,10 +338,11 @@ static int run(kv_job *j)
         a.rotary_sin = as_tensor(j, K_SIN, j->dev[K_SIN].ptr);
         a.rotary_interleaved = j->interleaved;
     }
-    a.o = as_tensor(j, K_Q, j->out[K_O].ptr);
+    a.o = fa_tensor_contiguous(j->out[K_O].ptr, j->dtype, 4, o_shape);
     if (j->out_path[K_LSE])
         a.lse = fa_tensor_contiguous(j->out[K_LSE].ptr, FA_DTYPE_F32, 3, lse_shape);
     a.opts = j->opts;
+    a.opts.learnable_sink = j->dev[K_SINK].ptr;
     a.num_splits = j->num_splits;
     st = fa_forward_kvcache(j->ctx, &a);
     if (st == FA_SUCCESS)
@@ -336,7 +351,7 @@ static int run(kv_job *j)
         return library_error("fwd", j->ctx, "fa_forward_kvcache", st);
     /* every output into its temporary, then all renamed */
     char err[1200];
-    const int64_t *shapes[K_OUT] = {q->shape, lse_shape, j->in[K_KC].shape, j->in[K_VC].shape};
+    const int64_t *shapes[K_OUT] = {o_shape, lse_shape, j->in[K_KC].shape, j->in[K_VC].shape};
     const int ndims[K_OUT] = {4, 3, j->in[K_KC].ndim, j->in[K_VC].ndim};
     for (int i = 0; i < j->n_out; ++i) {
         int r = j->out_role[i];

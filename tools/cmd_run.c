@@ -6,6 +6,7 @@
 #include "npy.h"
 #include "run.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ static const char run_help[] =
     "  --seqlen-k N          key/value sequence length (= seqlen-q)\n"
     "  --heads H             query heads (8)\n"
     "  --heads-kv H          key/value heads, dividing --heads (= heads; fewer for GQA/MQA)\n"
-    "  --dim D               head dimension (64)\n"
+    "  --dim D               head dimension of Q and K (64)\n"
+    "  --dim-v N             head dimension of V and O (= D; DeepSeek's MLA trains with 192 / 128)\n"
     "  --dtype T             fp32, fp16 or bf16 (fp16 when the backend has it, else fp32)\n"
     "Options (see include/flashattn.h, fa_options):\n"
     "  --causal              bottom-right aligned causal mask\n"
@@ -41,6 +43,9 @@ static const char run_help[] =
     "                        2^(-8 h / n) and head n + m gets 2^(-4 (2m - 1) / n)\n"
     "  --alibi-slopes FILE.npy   ALiBi with the slopes of a float32 '<f4' file, [heads] (every\n"
     "                        sequence) or [batch, heads]\n"
+    "  --sink X              learnable attention sink, one logit per query head joining every\n"
+    "                        row's softmax ('flashattn fwd --help'): X a number for every head, or\n"
+    "                        'random': standard normal values drawn after the inputs (--input-seed)\n"
     "  --dropout P --seed S --offset O   dropout probability in [0, 1) and its Philox seed/offset\n"
     "                        (--seed is required with --dropout)\n"
     "  --block-sparse PATTERN            butterfly, local, strided or random block mask\n"
@@ -54,7 +59,9 @@ static const char run_help[] =
     "  --repeat R            timed runs after one warm-up (10)\n"
     "  --input-seed S        seed of the random inputs (1)\n"
     "  --check               max abs error against the float64 reference (and the naive\n"
-    "                        same-precision error as yardstick); exit 1 if over the conformance bound\n"
+    "                        same-precision error as yardstick); exit 1 if over the conformance bound.\n"
+    "                        Not with --sink or --dim-v other than --dim: the reference here has\n"
+    "                        neither (a usage error)\n"
     "  --json                one JSON object on stdout instead of the text (docs/tool.md lists its\n"
     "                        members); also after a failure once the options were read\n"
     "  --quiet               no notes and no progress line on stderr (only errors); without it, a\n"
@@ -62,8 +69,10 @@ static const char run_help[] =
     "\n"
     "--decode times fa_forward_kvcache instead ('flashattn run --decode --help').\n"
     "\n"
-    "FLOPs are counted as in the FlashAttention papers: forward 4*b*hq*sq*sk*d, halved with --causal,\n"
-    "backward 2.5x the forward, times the mask density with --block-sparse.\n"
+    "FLOPs are counted as in the FlashAttention papers, two per multiply-add of the matrix products:\n"
+    "forward 2*b*hq*sq*sk*(d + d_v) (S = QK^T, O = PV), backward 2*b*hq*sq*sk*(3d + 2d_v) (S again,\n"
+    "dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q; 2.5x the forward when d_v = d); halved\n"
+    "with --causal, times the mask density with --block-sparse.\n"
     "\n" EXIT_STATUS_HELP;
 
 static int parse_block_pattern(const char *s, fa_block_pattern *out)
@@ -94,6 +103,8 @@ static const struct option run_options[] = {
     {"heads", required_argument, NULL, 0},
     {"heads-kv", required_argument, NULL, 0},
     {"dim", required_argument, NULL, 0},
+    {"dim-v", required_argument, NULL, 0},
+    {"sink", required_argument, NULL, 0},
     {"dtype", required_argument, NULL, 0},
     {"block-sparse", required_argument, NULL, 0},
     {"block-size", required_argument, NULL, 0},
@@ -120,6 +131,7 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
     c->heads = 8;
     c->heads_kv = -1;
     c->dim = 64;
+    c->dim_v = -1;
     c->opts = fa_options_default();
     c->block_q = c->block_k = 128;
     c->block_param = -1;
@@ -162,6 +174,21 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
             rc = take_i64(&a, opt, 1, 1 << 20, &c->heads_kv);
         else if (strcmp(opt, "--dim") == 0)
             rc = take_i64(&a, opt, 1, 1 << 20, &c->dim);
+        else if (strcmp(opt, "--dim-v") == 0)
+            rc = take_i64(&a, opt, 1, 1 << 20, &c->dim_v);
+        else if (strcmp(opt, "--sink") == 0) {
+            const char *v = NULL;
+            char *end = NULL;
+            rc = take_value(&a, opt, &v);
+            if (!rc && strcmp(v, "random") == 0) {
+                c->sink = 2;
+            } else if (!rc) {
+                c->sink = 1;
+                c->sink_value = strtod(v, &end);
+                if (end == v || *end != '\0' || !isfinite(c->sink_value) || fabs(c->sink_value) > FLT_MAX)
+                    rc = usage_error(a.cmd, "--sink: '%s' is neither a finite float32 number nor 'random'", v);
+            }
+        }
         else if (strcmp(opt, "--dtype") == 0) {
             const char *v = NULL;
             rc = take_value(&a, opt, &v);
@@ -214,6 +241,13 @@ static int parse_run_args(int argc, char **argv, run_config *c, int *help)
         c->seqlen_k = c->seqlen_q;
     if (c->heads_kv < 0)
         c->heads_kv = c->heads;
+    if (c->dim_v < 0)
+        c->dim_v = c->dim;
+    /* the reference behind --check (tests/support/oracle.h) has neither; a comparison that ignored
+     * them would be wrong, so the combination is refused */
+    if (c->check && (c->sink || c->dim_v != c->dim))
+        return usage_error(a.cmd, "--check: the float64 reference has no %s; run without --check",
+                           c->sink ? "learnable sink (--sink)" : "value head dim other than --dim (--dim-v)");
     if (c->heads % c->heads_kv != 0)
         return usage_error(a.cmd, "--heads %lld is not a multiple of --heads-kv %lld", (long long)c->heads,
                            (long long)c->heads_kv);
@@ -278,7 +312,8 @@ void *run_host_alloc(run_state *s, size_t bytes)
 
 void run_state_release(run_state *s)
 {
-    device_buffer *bufs[] = {&s->q, &s->k, &s->v, &s->o, &s->lse, &s->dout, &s->dq, &s->dk, &s->dv, &s->alibi};
+    device_buffer *bufs[] = {&s->q,  &s->k,  &s->v,     &s->o,    &s->lse,  &s->dout,
+                             &s->dq, &s->dk, &s->dv, &s->alibi, &s->sink, &s->dsink};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
         device_release(s->ctx, bufs[i]);
     for (int i = 0; i < RUN_HOST_BUFFERS; ++i)
@@ -350,9 +385,11 @@ static void print_problem(const run_config *c, const run_state *s, const char *b
     printf("backend: %s, device %d (%s)", backend, c->device, s->report.device_name);
     if (strcmp(backend, "cpu") == 0)
         printf(", %d threads", fa_context_num_threads(s->ctx));
-    printf("\nproblem: batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld (kv %lld), d %lld, %s", (long long)c->batch,
-           (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->heads, (long long)c->heads_kv, (long long)c->dim,
-           fa_dtype_name(c->dtype));
+    printf("\nproblem: batch %lld, seqlen_q %lld, seqlen_k %lld, heads %lld (kv %lld), d %lld", (long long)c->batch,
+           (long long)c->seqlen_q, (long long)c->seqlen_k, (long long)c->heads, (long long)c->heads_kv, (long long)c->dim);
+    if (c->dim_v != c->dim)
+        printf(", d_v %lld", (long long)c->dim_v);
+    printf(", %s", fa_dtype_name(c->dtype));
     if (c->opts.causal)
         printf(", causal");
     if (c->opts.window_left >= 0 || c->opts.window_right >= 0)
@@ -365,6 +402,10 @@ static void print_problem(const run_config *c, const run_state *s, const char *b
         printf(", ALiBi (standard slopes %g .. %g)", (double)s->alibi_host[0], (double)s->alibi_host[c->heads - 1]);
     else if (c->alibi_path)
         printf(", ALiBi (slopes %s, batch stride %lld)", c->alibi_path, (long long)c->opts.alibi_batch_stride);
+    if (c->sink == 1)
+        printf(", sink %g", (double)s->sink_host[0]);
+    else if (c->sink == 2)
+        printf(", sink random (head 0: %g)", (double)s->sink_host[0]);
     if (c->opts.dropout_p > 0.0f)
         printf(", dropout %g (seed %llu, offset %llu)", (double)c->opts.dropout_p,
                (unsigned long long)c->opts.dropout_seed, (unsigned long long)c->opts.dropout_offset);
@@ -407,6 +448,7 @@ static void run_json(const run_config *c, const run_state *s, int rc)
     json_int(&jw, "heads", c->heads);
     json_int(&jw, "heads_kv", c->heads_kv);
     json_int(&jw, "dim", c->dim);
+    json_int(&jw, "dim_v", c->dim_v);
     json_string(&jw, "dtype", r->backend || c->have_dtype ? fa_dtype_name(c->dtype) : NULL);
     json_end_object(&jw);
     json_begin_object(&jw, "options");
@@ -417,6 +459,8 @@ static void run_json(const run_config *c, const run_state *s, int rc)
     json_double(&jw, "softcap", c->opts.softcap);
     json_bool(&jw, "alibi", c->alibi || c->alibi_path);
     json_string(&jw, "alibi_slopes_file", c->alibi_path);
+    json_string(&jw, "sink", c->sink == 1 ? "constant" : c->sink == 2 ? "random" : NULL);
+    json_double(&jw, "sink_value", c->sink == 1 ? c->sink_value : NAN);
     json_double(&jw, "dropout", c->opts.dropout_p);
     json_uint(&jw, "seed", c->opts.dropout_seed);
     json_uint(&jw, "offset", c->opts.dropout_offset);
@@ -567,11 +611,14 @@ int cmd_run(int argc, char **argv)
     /* sizes, checked before anything is allocated */
     int64_t qshape[4] = {c.batch, c.seqlen_q, c.heads, c.dim};
     int64_t kshape[4] = {c.batch, c.seqlen_k, c.heads_kv, c.dim};
+    int64_t vshape[4] = {c.batch, c.seqlen_k, c.heads_kv, c.dim_v};
+    int64_t oshape[4] = {c.batch, c.seqlen_q, c.heads, c.dim_v};
     int64_t lshape[3] = {c.batch, c.heads, c.seqlen_q};
-    int64_t n_q, n_k, n_lse;
-    size_t b_q, b_k, b_lse;
+    int64_t n_q, n_k, n_v, n_o, n_lse;
+    size_t b_q, b_k, b_v, b_o, b_lse;
     size_t es = fa_dtype_size(c.dtype);
     if (!shape_bytes(4, qshape, es, &n_q, &b_q) || !shape_bytes(4, kshape, es, &n_k, &b_k) ||
+        !shape_bytes(4, vshape, es, &n_v, &b_v) || !shape_bytes(4, oshape, es, &n_o, &b_o) ||
         !shape_bytes(3, lshape, sizeof(float), &n_lse, &b_lse)) {
         rc = usage_error(cmd, "the problem size overflows 64 bits");
         goto done;
@@ -604,26 +651,33 @@ int cmd_run(int argc, char **argv)
     /* inputs: random normal on the host, uploaded with fa_memcpy so any backend works */
     {
         normal_rng rng = {c.input_seed, 0, 0.0};
-        void *hq = run_host_alloc(&s, b_q), *hk = run_host_alloc(&s, b_k), *hv = run_host_alloc(&s, b_k);
-        void *hdo = c.backward ? run_host_alloc(&s, b_q) : NULL;
-        if (!hq || !hk || !hv || (c.backward && !hdo)) {
+        void *hq = run_host_alloc(&s, b_q), *hk = run_host_alloc(&s, b_k), *hv = run_host_alloc(&s, b_v);
+        void *hdo = c.backward ? run_host_alloc(&s, b_o) : NULL;
+        s.sink_host = c.sink ? run_host_alloc(&s, (size_t)c.heads * sizeof(float)) : NULL;
+        if (!hq || !hk || !hv || (c.backward && !hdo) || (c.sink && !s.sink_host)) {
             fprintf(stderr, "flashattn run: out of host memory for the inputs\n");
             goto done;
         }
         fill_normal(&rng, c.dtype, hq, n_q);
         fill_normal(&rng, c.dtype, hk, n_k);
-        fill_normal(&rng, c.dtype, hv, n_k);
+        fill_normal(&rng, c.dtype, hv, n_v);
         if (c.backward)
-            fill_normal(&rng, c.dtype, hdo, n_q);
+            fill_normal(&rng, c.dtype, hdo, n_o);
+        /* drawn after the inputs, which are then the same with and without a sink */
+        for (int64_t h = 0; h < c.heads && c.sink; ++h)
+            s.sink_host[h] = c.sink == 2 ? (float)normal_next(&rng) : (float)c.sink_value;
         if ((rc = check_score_range(cmd, c.opts.softmax_scale, c.dtype, c.dim, hq, n_q, "the random q", hk, n_k,
                                     "the random k")) != 0)
             goto done;
         rc = EXIT_LIBRARY;
+        size_t b_sink = (size_t)c.heads * sizeof(float);
         if ((st = device_upload(s.ctx, hq, b_q, &s.q)) || (st = device_upload(s.ctx, hk, b_k, &s.k)) ||
-            (st = device_upload(s.ctx, hv, b_k, &s.v)) || (st = device_alloc(s.ctx, b_q, &s.o)) ||
+            (st = device_upload(s.ctx, hv, b_v, &s.v)) || (st = device_alloc(s.ctx, b_o, &s.o)) ||
             (st = device_alloc(s.ctx, b_lse, &s.lse)) ||
-            (c.backward && ((st = device_upload(s.ctx, hdo, b_q, &s.dout)) || (st = device_alloc(s.ctx, b_q, &s.dq)) ||
-                            (st = device_alloc(s.ctx, b_k, &s.dk)) || (st = device_alloc(s.ctx, b_k, &s.dv))))) {
+            (c.sink && (st = device_upload(s.ctx, s.sink_host, b_sink, &s.sink))) ||
+            (c.backward && ((st = device_upload(s.ctx, hdo, b_o, &s.dout)) || (st = device_alloc(s.ctx, b_q, &s.dq)) ||
+                            (st = device_alloc(s.ctx, b_k, &s.dk)) || (st = device_alloc(s.ctx, b_v, &s.dv)) ||
+                            (c.sink && (st = device_alloc(s.ctx, b_sink, &s.dsink)))))) {
             rc = library_error(cmd, s.ctx, "allocating and uploading the inputs", st);
             goto done;
         }
@@ -635,14 +689,15 @@ int cmd_run(int argc, char **argv)
             c.opts.alibi_slopes = s.alibi.ptr;
             c.opts.alibi_batch_stride = alibi_stride;
         }
+        c.opts.learnable_sink = s.sink.ptr;
     }
 
     fa_fwd_args fwd;
     memset(&fwd, 0, sizeof fwd);
     fwd.q = fa_tensor_contiguous(s.q.ptr, c.dtype, 4, qshape);
     fwd.k = fa_tensor_contiguous(s.k.ptr, c.dtype, 4, kshape);
-    fwd.v = fa_tensor_contiguous(s.v.ptr, c.dtype, 4, kshape);
-    fwd.o = fa_tensor_contiguous(s.o.ptr, c.dtype, 4, qshape);
+    fwd.v = fa_tensor_contiguous(s.v.ptr, c.dtype, 4, vshape);
+    fwd.o = fa_tensor_contiguous(s.o.ptr, c.dtype, 4, oshape);
     fwd.lse = fa_tensor_contiguous(s.lse.ptr, FA_DTYPE_F32, 3, lshape);
     fwd.opts = c.opts;
     fa_bwd_args bwd;
@@ -652,10 +707,14 @@ int cmd_run(int argc, char **argv)
     bwd.v = fwd.v;
     bwd.o = fwd.o;
     bwd.lse = fwd.lse;
-    bwd.dout = fa_tensor_contiguous(s.dout.ptr, c.dtype, 4, qshape);
+    bwd.dout = fa_tensor_contiguous(s.dout.ptr, c.dtype, 4, oshape);
     bwd.dq = fa_tensor_contiguous(s.dq.ptr, c.dtype, 4, qshape);
     bwd.dk = fa_tensor_contiguous(s.dk.ptr, c.dtype, 4, kshape);
-    bwd.dv = fa_tensor_contiguous(s.dv.ptr, c.dtype, 4, kshape);
+    bwd.dv = fa_tensor_contiguous(s.dv.ptr, c.dtype, 4, vshape);
+    if (c.sink) {
+        int64_t sink_shape[1] = {c.heads};
+        bwd.dsink = fa_tensor_contiguous(s.dsink.ptr, FA_DTYPE_F32, 1, sink_shape);
+    }
     bwd.opts = c.opts;
 
     /* what the library will do */
@@ -693,8 +752,10 @@ int cmd_run(int argc, char **argv)
     format_bytes((double)plan.workspace_bwd, ws_b, sizeof ws_b);
     if (!c.json)
         print_problem(&c, &s, backend, variant_fwd, variant_bwd, &plan, density);
-    double flops_fwd = 4.0 * (double)c.batch * (double)c.heads * (double)c.seqlen_q * (double)c.seqlen_k *
-                       (double)c.dim * (c.opts.causal ? 0.5 : 1.0) * density;
+    /* two FLOPs per multiply-add of each matrix product: forward S = QK^T (d), O = PV (d_v) */
+    double pairs = 2.0 * (double)c.batch * (double)c.heads * (double)c.seqlen_q * (double)c.seqlen_k *
+                   (c.opts.causal ? 0.5 : 1.0) * density;
+    double flops_fwd = pairs * (double)(c.dim + c.dim_v);
     double rss_before = peak_rss_bytes();
     double mean_ms, min_ms;
     if ((st = time_calls(s.ctx, "forward", &fwd, NULL, c.repeat, c.quiet, &mean_ms, &min_ms)) != FA_SUCCESS) {
@@ -711,7 +772,8 @@ int cmd_run(int argc, char **argv)
         fflush(stdout);
     }
     if (c.backward) {
-        double flops_bwd = 2.5 * flops_fwd;
+        /* S = QK^T recomputed (d), dP = dO V^T (d_v), dV = P^T dO (d_v), dQ = dS K (d), dK = dS^T Q (d) */
+        double flops_bwd = pairs * (double)(3 * c.dim + 2 * c.dim_v);
         if ((st = time_calls(s.ctx, "backward", NULL, &bwd, c.repeat, c.quiet, &mean_ms, &min_ms)) != FA_SUCCESS) {
             rc = library_error(cmd, s.ctx, "fa_backward", st);
             goto done;
@@ -725,7 +787,7 @@ int cmd_run(int argc, char **argv)
                    min_ms, c.repeat, mean_ms > 0.0 ? flops_bwd / (mean_ms * 1e-3) / 1e12 : 0.0, flops_bwd);
     }
     {
-        double io = (double)(2 * b_q + 2 * b_k + b_lse) + (c.backward ? (double)(2 * b_q + 2 * b_k) : 0.0);
+        double io = (double)(b_q + b_k + b_v + b_o + b_lse) + (c.backward ? (double)(b_o + b_q + b_k + b_v) : 0.0);
         char io_text[32];
         rep->have_memory = 1;
         rep->tensor_bytes = io;

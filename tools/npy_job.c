@@ -9,17 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const out_option[OUT_COUNT] = {"--out", "--lse", "--dq", "--dk", "--dv"};
+static const char *const out_option[OUT_COUNT] = {"--out", "--lse", "--dq", "--dk", "--dv", "--dsink"};
 static const char *const in_option[IN_COUNT] = {"--q",  "--k",           "--v",           "--o",          "--lse",
                                                 "--do", "--cu-seqlens-q", "--cu-seqlens-k", "--block-mask",
-                                                "--alibi-slopes"};
+                                                "--alibi-slopes", "--sink"};
 
 /* What each input option takes, for the message about a dtype the reader does not know. */
 #define TAKES_ATTENTION "the option takes " NPY_ATTENTION_DTYPES
 static const char *const in_accepts[IN_COUNT] = {
     TAKES_ATTENTION, TAKES_ATTENTION, TAKES_ATTENTION, TAKES_ATTENTION, "the option takes float32 '<f4'",
     TAKES_ATTENTION, "the option takes int32 '<i4'", "the option takes int32 '<i4'",
-    "the option takes uint8 '|u1' or bool '|b1'", "the option takes float32 '<f4'"};
+    "the option takes uint8 '|u1' or bool '|b1'", "the option takes float32 '<f4'", "the option takes float32 '<f4'"};
 
 file_job *file_job_new(int backward)
 {
@@ -39,7 +39,8 @@ file_job *file_job_new(int backward)
         {"v", required_argument, NULL, 0}, {"lse", required_argument, NULL, 0},                          \
         {"cu-seqlens-q", required_argument, NULL, 0}, {"cu-seqlens-k", required_argument, NULL, 0},      \
         {"block-mask", required_argument, NULL, 0}, {"block-size", required_argument, NULL, 0},          \
-        {"alibi-slopes", required_argument, NULL, 0}, {"bf16", no_argument, NULL, 0},                    \
+        {"alibi-slopes", required_argument, NULL, 0}, {"sink", required_argument, NULL, 0},              \
+        {"bf16", no_argument, NULL, 0},                                                                  \
         {"backend", required_argument, NULL, 0}, {"device", required_argument, NULL, 0},                 \
         {"threads", required_argument, NULL, 0}
 
@@ -57,6 +58,7 @@ static const struct option bwd_options[] = {
     {"dq", required_argument, NULL, 0},
     {"dk", required_argument, NULL, 0},
     {"dv", required_argument, NULL, 0},
+    {"dsink", required_argument, NULL, 0},
     OPTIONS_END,
 };
 
@@ -98,6 +100,8 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
             slot = &j->in_path[IN_MASK];
         else if (strcmp(opt, "--alibi-slopes") == 0)
             slot = &j->in_path[IN_ALIBI];
+        else if (strcmp(opt, "--sink") == 0)
+            slot = &j->in_path[IN_SINK];
         else if (strcmp(opt, "--lse") == 0)
             slot = j->backward ? &j->in_path[IN_LSE] : &j->out_path[OUT_LSE];
         else if (j->backward && strcmp(opt, "--o") == 0)
@@ -110,6 +114,8 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
             slot = &j->out_path[OUT_DK];
         else if (j->backward && strcmp(opt, "--dv") == 0)
             slot = &j->out_path[OUT_DV];
+        else if (j->backward && strcmp(opt, "--dsink") == 0)
+            slot = &j->out_path[OUT_DSINK];
         else if (!j->backward && strcmp(opt, "--out") == 0)
             slot = &j->out_path[OUT_O];
         if (slot) {
@@ -159,6 +165,8 @@ int file_job_parse(file_job *j, int argc, char **argv, int *help)
     } else if (!j->out_path[OUT_O]) {
         return usage_error(a.cmd, "missing --out FILE.npy");
     }
+    if (j->out_path[OUT_DSINK] && !j->in_path[IN_SINK])
+        return usage_error(a.cmd, "--dsink is the gradient of the sink logits: it needs --sink SINK.npy");
     if (!j->in_path[IN_CU_Q] != !j->in_path[IN_CU_K])
         return usage_error(a.cmd, "--cu-seqlens-q and --cu-seqlens-k go together");
     if (j->in_path[IN_MASK] && !j->have_block_size)
@@ -254,7 +262,8 @@ static int check_output_paths(file_job *j)
     return 0;
 }
 
-/* Q, K, V (and O, dO) against each other: dtype and shapes. */
+/* Q, K, V (and O, dO) against each other: dtype and shapes. V has K's shape but for its last
+ * dimension, the head dim d_v of V, O and dO (d_v may differ from Q's and K's d). */
 static int check_attention_inputs(file_job *j)
 {
     int rc = attention_dtype(j, &j->dtype);
@@ -275,6 +284,8 @@ static int check_attention_inputs(file_job *j)
         j->varlen ? "[total_q, heads_q, d] (packed, with --cu-seqlens)" : "[batch, seqlen_q, heads_q, d]";
     const char *k_layout =
         j->varlen ? "[total_k, heads_kv, d] (packed, with --cu-seqlens)" : "[batch, seqlen_k, heads_kv, d]";
+    const char *v_layout = j->varlen ? "[total_k, heads_kv, d_v] (K's but for the head dim; packed)"
+                                     : "[batch, seqlen_k, heads_kv, d_v] (K's but for the head dim)";
     if ((rc = check_shape(j, IN_Q, nd, any, q_layout)))
         return rc;
     int64_t kexp[4] = {-1, -1, -1, -1};
@@ -283,10 +294,18 @@ static int check_attention_inputs(file_job *j)
     } else {
         kexp[0] = q->shape[0], kexp[1] = -1, kexp[2] = -1, kexp[3] = q->shape[3];
     }
-    if ((rc = check_shape(j, IN_K, nd, kexp, k_layout)) || (rc = check_shape(j, IN_V, nd, k->shape, k_layout)))
+    if ((rc = check_shape(j, IN_K, nd, kexp, k_layout)))
         return rc;
-    if (j->backward && ((rc = check_shape(j, IN_O, nd, q->shape, "(the query's shape)")) ||
-                        (rc = check_shape(j, IN_DO, nd, q->shape, "(the query's shape)"))))
+    int64_t vexp[4];
+    memcpy(vexp, k->shape, sizeof vexp);
+    vexp[nd - 1] = -1;
+    if ((rc = check_shape(j, IN_V, nd, vexp, v_layout)))
+        return rc;
+    memcpy(j->o_shape, q->shape, sizeof j->o_shape);
+    j->o_shape[nd - 1] = j->in[IN_V].shape[nd - 1];
+    const char *o_layout = "(the query's shape with V's head dim d_v)";
+    if (j->backward &&
+        ((rc = check_shape(j, IN_O, nd, j->o_shape, o_layout)) || (rc = check_shape(j, IN_DO, nd, j->o_shape, o_layout))))
         return rc;
     return 0;
 }
@@ -393,6 +412,9 @@ int file_job_load(file_job *j)
     if (j->in_path[IN_ALIBI] &&
         alibi_slopes_layout(&j->in[IN_ALIBI], batch, heads_q, &j->alibi_stride, err, sizeof err) != 0)
         return file_error(j, IN_ALIBI, "%s", err);
+    j->sink_shape[0] = heads_q;
+    if (j->in_path[IN_SINK] && sink_layout(&j->in[IN_SINK], heads_q, err, sizeof err) != 0)
+        return file_error(j, IN_SINK, "%s", err);
     return check_score_range(j->cmd, j->opts.softmax_scale, j->dtype, q->shape[j->nd - 1], q->data, q->count,
                              j->in_path[IN_Q], k->data, k->count, j->in_path[IN_K]);
 }
@@ -418,12 +440,16 @@ int file_job_open(file_job *j)
         j->opts.alibi_slopes = j->dev[IN_ALIBI].ptr;
         j->opts.alibi_batch_stride = j->alibi_stride;
     }
+    if (j->in_path[IN_SINK])
+        j->opts.learnable_sink = j->dev[IN_SINK].ptr;
     if (!shape_bytes(j->lse_nd, j->lse_shape, sizeof(float), NULL, &j->lse_bytes))
         return usage_error(j->cmd, "the LSE size overflows");
     for (int i = 0; i < j->n_out; ++i) {
         int r = j->out_role[i];
-        int like_k = r == OUT_DK || r == OUT_DV;
-        size_t bytes = r == OUT_LSE ? j->lse_bytes : like_k ? j->in[IN_K].bytes : j->in[IN_Q].bytes;
+        fa_tensor t = file_job_tensor(j, r, 1);
+        size_t bytes;
+        if (!shape_bytes(t.ndim, t.shape, fa_dtype_size(t.dtype), NULL, &bytes))
+            return usage_error(j->cmd, "the size of %s overflows", out_option[r]);
         if ((st = device_alloc(j->ctx, bytes, &j->out[r])) != FA_SUCCESS)
             return library_error(j->cmd, j->ctx, "allocating the outputs", st);
     }
@@ -432,12 +458,19 @@ int file_job_open(file_job *j)
 
 fa_tensor file_job_tensor(const file_job *j, int role, int is_output)
 {
-    int is_lse = is_output ? role == OUT_LSE : role == IN_LSE;
-    int is_k = is_output ? role == OUT_DK || role == OUT_DV : role == IN_K || role == IN_V;
     void *data = is_output ? j->out[role].ptr : j->dev[role].ptr;
-    if (is_lse)
+    if (is_output ? role == OUT_LSE : role == IN_LSE)
         return fa_tensor_contiguous(data, FA_DTYPE_F32, j->lse_nd, j->lse_shape);
-    return fa_tensor_contiguous(data, j->dtype, j->nd, is_k ? j->in[IN_K].shape : j->in[IN_Q].shape);
+    if (is_output && role == OUT_DSINK)
+        return fa_tensor_contiguous(data, FA_DTYPE_F32, 1, j->sink_shape);
+    const int64_t *shape = j->in[IN_Q].shape; /* Q, dQ */
+    if (is_output ? role == OUT_O : role == IN_O || role == IN_DO)
+        shape = j->o_shape;
+    else if (is_output ? role == OUT_DK : role == IN_K)
+        shape = j->in[IN_K].shape;
+    else if (is_output ? role == OUT_DV : role == IN_V)
+        shape = j->in[IN_V].shape;
+    return fa_tensor_contiguous(data, j->dtype, j->nd, shape);
 }
 
 int file_job_write_outputs(file_job *j)
@@ -445,10 +478,7 @@ int file_job_write_outputs(file_job *j)
     char err[1200];
     for (int i = 0; i < j->n_out; ++i) {
         int r = j->out_role[i];
-        int is_lse = r == OUT_LSE;
-        int like_k = r == OUT_DK || r == OUT_DV;
-        const int64_t *shape = is_lse ? j->lse_shape : like_k ? j->in[IN_K].shape : j->in[IN_Q].shape;
-        int ndim = is_lse ? j->lse_nd : j->nd;
+        fa_tensor t = file_job_tensor(j, r, 1);
         j->host_out[r] = malloc(j->out[r].bytes ? j->out[r].bytes : 1);
         if (!j->host_out[r]) {
             fprintf(stderr, "flashattn %s: out of host memory for %s\n", j->cmd, j->out_path[r]);
@@ -463,8 +493,8 @@ int file_job_write_outputs(file_job *j)
             return EXIT_IO;
         }
         char close_err[sizeof err];
-        int written = npy_write_stream(f, j->out_path[r], is_lse ? NPY_TYPE_F32 : npy_type_of(j->dtype), ndim, shape,
-                                       j->host_out[r], err, sizeof err) == 0;
+        int written = npy_write_stream(f, j->out_path[r], npy_type_of(t.dtype), t.ndim, t.shape, j->host_out[r], err,
+                                       sizeof err) == 0;
         int closed = outputs_close_temp(&j->outs[i], f, close_err, sizeof close_err) == 0;
         if (!written || !closed) {
             fprintf(stderr, "flashattn %s: %s; no output was changed\n", j->cmd, written ? close_err : err);

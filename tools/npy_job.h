@@ -23,9 +23,10 @@ enum {
     IN_CU_K,
     IN_MASK,
     IN_ALIBI,
+    IN_SINK,
     IN_COUNT
 };
-enum { OUT_O, OUT_LSE, OUT_DQ, OUT_DK, OUT_DV, OUT_COUNT };
+enum { OUT_O, OUT_LSE, OUT_DQ, OUT_DK, OUT_DV, OUT_DSINK, OUT_COUNT };
 
 typedef struct file_job {
     /* the command line (file_job_parse) */
@@ -45,6 +46,8 @@ typedef struct file_job {
     int out_role[OUT_COUNT], n_out;
     fa_dtype dtype;
     int varlen, nd;              /* nd: 4 dense, 3 packed */
+    int64_t o_shape[4];          /* Q's shape with V's head dim d_v: O and dO */
+    int64_t sink_shape[1];       /* [heads_q]: the sink logits and their gradient */
     fa_varlen vl;                /* cu_seqlens pointers set by file_job_open */
     int64_t lse_shape[3];
     int lse_nd;
@@ -63,13 +66,14 @@ file_job *file_job_new(int backward);
 /* The options; *help is set for --help. 0 or EXIT_USAGE after a message. */
 int file_job_parse(file_job *j, int argc, char **argv, int *help);
 /* The output paths checked, then every input read and checked against the others (shapes,
- * dtypes, cu_seqlens, block mask, ALiBi slopes, the score range). 0 or EXIT_USAGE. */
+ * dtypes, cu_seqlens, block mask, ALiBi slopes, sink logits, the score range). 0 or EXIT_USAGE. */
 int file_job_load(file_job *j);
 /* The context (with --threads), the inputs uploaded into its memory and j->opts / j->vl pointing
  * at them, the outputs allocated. 0, or the exit status after a message. */
 int file_job_open(file_job *j);
-/* An attention tensor of role in (IN_*) or, with is_output, out (OUT_*): the .npy shape of Q for
- * Q, O, dO and dQ, of K for K, V, dK and dV, the LSE shape for LSE. */
+/* A tensor of role in (IN_*) or, with is_output, out (OUT_*): the .npy shape of Q for Q and dQ,
+ * of K for K and dK, of V for V and dV, Q's with V's head dim d_v for O and dO, the LSE shape for
+ * LSE, [heads_q] float32 for dsink. */
 fa_tensor file_job_tensor(const file_job *j, int role, int is_output);
 /* Every output downloaded into its temporary, all renamed into place only when all were written.
  * 0, or after a message EXIT_IO when a file could not be written, EXIT_LIBRARY when out of memory

@@ -10,6 +10,7 @@ typedef struct run_config {
     const char *backend;
     int device;
     int64_t batch, seqlen_q, seqlen_k, heads, heads_kv, dim;
+    int64_t dim_v; /* --dim-v: the head dim of V and O (= dim unless given) */
     int have_dtype;
     fa_dtype dtype;
     fa_options opts;
@@ -19,6 +20,8 @@ typedef struct run_config {
     double density;
     int alibi;              /* --alibi: the standard slopes, one per head */
     const char *alibi_path; /* --alibi-slopes FILE.npy */
+    int sink;               /* --sink: 0 off, 1 every head sink_value, 2 random (from --input-seed) */
+    double sink_value;
     int backward, check, threads, repeat;
     int json; /* --json: one JSON object on stdout instead of the text report */
     int quiet; /* --quiet: no notes, no progress line on stderr */
@@ -56,8 +59,9 @@ typedef struct run_state {
     fa_context *ctx;
     fa_block_mask mask;
     int have_mask;
-    device_buffer q, k, v, o, lse, dout, dq, dk, dv, alibi;
+    device_buffer q, k, v, o, lse, dout, dq, dk, dv, alibi, sink, dsink;
     float *alibi_host; /* the slopes as uploaded (run_host_alloc), for --check */
+    float *sink_host;  /* the sink logits as uploaded, for the report and --check */
     void *host[RUN_HOST_BUFFERS]; /* host staging buffers, freed at the end */
     run_report report;
 } run_state;

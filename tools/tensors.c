@@ -148,3 +148,17 @@ int alibi_slopes_layout(const npy_array *slopes, int64_t batch, int64_t heads, i
              (long long)heads, (long long)batch, (long long)heads);
     return -1;
 }
+
+int sink_layout(const npy_array *sink, int64_t heads, char *why, size_t why_len)
+{
+    if (sink->type != NPY_TYPE_F32) {
+        snprintf(why, why_len, "dtype '%s'; sink logits must be float32 '<f4'", npy_type_descr(sink->type));
+        return -1;
+    }
+    if (sink->ndim == 1 && sink->shape[0] == heads)
+        return 0;
+    char got[256];
+    npy_format_shape(sink->ndim, sink->shape, got, sizeof got);
+    snprintf(why, why_len, "shape %s; sink logits are one per query head: [heads_q] = (%lld,)", got, (long long)heads);
+    return -1;
+}

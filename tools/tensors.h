@@ -60,4 +60,8 @@ double max_row_norm(fa_dtype dt, const void *data, int64_t count, int64_t d);
 int alibi_slopes_layout(const npy_array *slopes, int64_t batch, int64_t heads, int64_t *stride, char *why,
                         size_t why_len);
 
+/* Sink logits read from a .npy file (fa_options.learnable_sink): float32 [heads] for the heads
+ * query heads. Returns 0, or -1 with the reason in why. */
+int sink_layout(const npy_array *sink, int64_t heads, char *why, size_t why_len);
+
 #endif
