@@ -3,9 +3,10 @@
 The functions have FlashAttention-2's signatures, positional order included (after the arrays:
 dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
 return_attn_probs), so code switches with one import; what flashattn adds (seed=, offset=,
-backend=, check_on_device=) is keyword-only. Layouts as FlashAttention's: q [batch, seqlen_q,
-heads, d], k and v [batch, seqlen_k, heads_kv, d] (heads a multiple of heads_kv: GQA/MQA), varlen
-q [total_q, heads, d] with int32 cu_seqlens of batch + 1 offsets.
+backend=, check_on_device=, and FlashAttention-4's learnable_sink=) is keyword-only. Layouts as
+FlashAttention's: q [batch, seqlen_q, heads, d], k [batch, seqlen_k, heads_kv, d] and v [batch,
+seqlen_k, heads_kv, d_v] (heads a multiple of heads_kv: GQA/MQA; d_v = d usually, v's last dim
+sets it and out's), varlen q [total_q, heads, d] with int32 cu_seqlens of batch + 1 offsets.
 
 Arrays (float32, float16, bfloat16): torch tensors run where they live (CPU tensors on the CPU
 backend, CUDA tensors on the CUDA backend, on the current stream, no copies). NumPy arrays (and
@@ -116,44 +117,52 @@ def _attention(q, k, v, return_attn_probs, **options):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, seed=None, offset=0,
-                    backend=None):
+                    backend=None, learnable_sink=None):
     """Attention of q [batch, seqlen_q, heads, d] over k, v [batch, seqlen_k, heads_kv, d].
     softmax_scale None: 1 / sqrt(d). causal: bottom-right aligned when seqlen_q != seqlen_k.
     window_size (left, right), -1 unbounded. softcap c > 0: scores become c tanh(s / c);
     alibi_slopes [heads] or [batch, heads] float32: scores minus slope * |i + seqlen_k - seqlen_q - j|.
-    Keyword-only: seed, offset (dropout's Philox stream), backend (where NumPy arrays run).
-    Returns out, or (out, softmax_lse [batch, heads, seqlen_q] float32, S_dmask [batch, heads,
-    seqlen_q, seqlen_k]: the probabilities, dropped entries negated, computed on the host) with
-    return_attn_probs."""
+    Keyword-only: seed, offset (dropout's Philox stream), backend (where NumPy arrays run),
+    learnable_sink (FlashAttention-4's name; gpt-oss): [heads] logits, one per query head, that join
+    every row's softmax and carry no value (out = sum_j P_ij v_j with P_ij = exp(S_ij - LSE_i),
+    LSE_i = log(sum_j exp(S_ij) + exp(sink_h)), the sink in the units of the modified scores: no
+    scale, softcap or ALiBi applied to it); float32, or any float dtype / Python numbers, converted
+    to float32 in q's memory; with torch autograd its gradient flows back to it (in its dtype).
+    v's last dim d_v may differ from d (DeepSeek's MLA: 192 / 128): out is [batch, seqlen_q,
+    heads, d_v]. Returns out, or (out, softmax_lse [batch, heads, seqlen_q] float32, S_dmask
+    [batch, heads, seqlen_q, seqlen_k]: the probabilities, dropped entries negated, computed on the
+    host) with return_attn_probs."""
     _check_arrays(q=q, k=k, v=v)
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                      deterministic=deterministic, seed=seed, offset=offset, backend=backend)
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend,
+                      learnable_sink=learnable_sink)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
-                             seed=None, offset=0, backend=None):
-    """flash_attn_func with kv [batch, seqlen_k, 2, heads_kv, d]."""
+                             seed=None, offset=0, backend=None, learnable_sink=None):
+    """flash_attn_func with kv [batch, seqlen_k, 2, heads_kv, d] (packing makes d_v = d)."""
     _check_arrays(q=q, kv=kv)
     return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs, seed=seed, offset=offset, backend=backend)
+                           alibi_slopes, deterministic, return_attn_probs, seed=seed, offset=offset, backend=backend,
+                           learnable_sink=learnable_sink)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                               softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
-                              seed=None, offset=0, backend=None):
-    """flash_attn_func with qkv [batch, seqlen, 3, heads, d]."""
+                              seed=None, offset=0, backend=None, learnable_sink=None):
+    """flash_attn_func with qkv [batch, seqlen, 3, heads, d] (packing makes d_v = d)."""
     _check_arrays(qkv=qkv)
     return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
                            softcap, alibi_slopes, deterministic, return_attn_probs, seed=seed, offset=offset,
-                           backend=backend)
+                           backend=backend, learnable_sink=learnable_sink)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None, *, seed=None, offset=0,
-                           backend=None):
+                           backend=None, learnable_sink=None):
     """Packed variable-length batches: q [total_q, heads, d], k, v [total_k, heads_kv, d],
     cu_seqlens int32 [batch + 1]; softmax_lse [heads, total_q]. cu_seqlens[-1] may be below the
     packed rows (padding at the end): those rows get out = 0 and softmax_lse = -inf (and zero
@@ -162,12 +171,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     vLLM's chunked prefill uses them): k, v are then caches [num_pages, page_size, heads_kv, d]
     (any page_size >= 1) and cu_seqlens_k counts each sequence's keys; key j of sequence b is row
     j % page_size of page block_table[b, j // page_size]. Forward only: a backward through it
-    raises (torch), as FlashAttention-2 offers none."""
+    raises (torch), as FlashAttention-2 offers none. learnable_sink and v's d_v as in
+    flash_attn_func (out [total_q, heads, d_v])."""
     _check_arrays(q=q, k=k, v=v)
     options = {} if block_table is None else {"block_table": block_table}
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, seed=seed, offset=offset, backend=backend,
+                      learnable_sink=learnable_sink,
                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                       max_seqlen_k=max_seqlen_k, **options)
 
@@ -175,27 +186,30 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, seed=None,
-                                    offset=0, backend=None):
-    """flash_attn_varlen_func with kv [total_k, 2, heads_kv, d]."""
+                                    offset=0, backend=None, learnable_sink=None):
+    """flash_attn_varlen_func with kv [total_k, 2, heads_kv, d] (packing makes d_v = d)."""
     _check_arrays(q=q, kv=kv)
     return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                   dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs, seed=seed, offset=offset, backend=backend)
+                                  return_attn_probs, seed=seed, offset=offset, backend=backend,
+                                  learnable_sink=learnable_sink)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
                                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False, *, seed=None, offset=0, backend=None):
-    """flash_attn_varlen_func with qkv [total, 3, heads, d] and one cu_seqlens."""
+                                     return_attn_probs=False, *, seed=None, offset=0, backend=None,
+                                     learnable_sink=None):
+    """flash_attn_varlen_func with qkv [total, 3, heads, d] and one cu_seqlens (packing makes d_v = d)."""
     _check_arrays(qkv=qkv)
     return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs, seed=seed, offset=offset, backend=backend)
+                                  return_attn_probs, seed=seed, offset=offset, backend=backend,
+                                  learnable_sink=learnable_sink)
 
 
 def block_sparse_attn_func(q, k, v, block_mask, block_size, dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, *, seed=None, offset=0, backend=None):
+                           return_attn_probs=False, *, seed=None, offset=0, backend=None, learnable_sink=None):
     """flash_attn_func restricted to a block mask: block_mask [rows, cols] or [heads, rows, cols]
     (nonzero: query block r may attend key block c; one mask for every head or one per query
     head), block_size (block_q, block_k). Empty blocks are skipped, so the cost follows the
@@ -205,16 +219,17 @@ def block_sparse_attn_func(q, k, v, block_mask, block_size, dropout_p=0.0, softm
     return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                       window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                       deterministic=deterministic, seed=seed, offset=offset, backend=backend,
-                      block_mask=block_mask, block_size=block_size)
+                      block_mask=block_mask, block_size=block_size, learnable_sink=learnable_sink)
 
 
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None, causal=False,
                         window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, *, seed=None,
                         offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                        block_mask=None, block_size=None, backend=None):
+                        block_mask=None, block_size=None, backend=None, learnable_sink=None):
     """dQ, dK, dV for the output gradient dout, from the forward's out and softmax_lse and the same
     options, in flash_attn_func's order (dropout: the same seed and offset; varlen and block masks
-    by keyword). For NumPy and other arrays, and for torch without autograd."""
+    by keyword). For NumPy and other arrays, and for torch without autograd. With learnable_sink
+    (the forward's): dQ, dK, dV, dsink, dsink float32 [heads] (summed over the batch and rows)."""
     _check_arrays(dout=dout, q=q, k=k, v=v, out=out, softmax_lse=softmax_lse)
     _core.check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                         seed=seed, offset=offset, backend=backend)
@@ -222,7 +237,7 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_
                       deterministic=deterministic, seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q,
                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                       block_mask=block_mask, block_size=block_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                      backend=backend)
+                      backend=backend, learnable_sink=learnable_sink)
     return _core.backward(call, dout, q, k, v, out, softmax_lse)
 
 
@@ -230,7 +245,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
-                            check_on_device=False, backend=None):
+                            check_on_device=False, backend=None, learnable_sink=None):
     """Attention of q [batch, seqlen_new, heads, d] over a KV cache, FlashAttention-2's signature:
     k_cache / v_cache [batch_cache, seqlen_cache, heads_kv, d], or [num_pages, page_size, heads_kv, d]
     with block_table [batch, max_pages] (int32); cache_seqlens (int or [batch]) tokens in each
@@ -247,7 +262,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (NumPy arrays), check_on_device=True: on CUDA the int32 arrays' values are checked by the GPU
     instead of copied to the host, so the call does not wait for the GPU (and can be captured in a CUDA
     graph); a bad value makes that call and the ones after it write nothing until
-    flashattn.synchronize(tensor) raises it. Elsewhere it is checked at once, as without the flag."""
+    flashattn.synchronize(tensor) raises it. Elsewhere it is checked at once, as without the flag.
+    learnable_sink: [heads] sink logits as in flash_attn_func. v_cache's last dim sets d_v (k_cache,
+    q and k have d, v and out d_v: MLA's absorbed decode takes 576 / 512 where the backend can)."""
     arrays = dict(q=q, k_cache=k_cache, v_cache=v_cache)
     arrays.update({n: x for n, x in (("k", k), ("v", v), ("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin))
                    if x is not None})
@@ -259,7 +276,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                    cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
                    softmax_scale=softmax_scale,
                    causal=causal, window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,
-                   alibi_slopes=alibi_slopes, num_splits=num_splits, check_on_device=check_on_device)
+                   alibi_slopes=alibi_slopes, num_splits=num_splits, check_on_device=check_on_device,
+                   learnable_sink=learnable_sink)
     if _torch is not None and _core._is_torch(q):
         # torch tensors through the custom operator (torch.compile traces it; the caches are
         # declared mutated); they run on their device's backend

@@ -17,7 +17,7 @@ import numbers
 import os
 import sys
 
-from . import _capi
+from . import _capi, _sink
 # Argument checks and conversions (_convert.py); __init__.py and _torch.py reach them, check_options
 # included, as _core.<name>.
 from ._convert import (_flag, _is_torch, _pair, _real, c_integer, check_options, check_scale, check_softcap,
@@ -480,7 +480,7 @@ class Call:
     def __init__(self, q, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                  deterministic=False, seed=None, offset=0, block_mask=None, block_size=None,
                  cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, softcap=0.0,
-                 alibi_slopes=None, backend=None, block_table=None):
+                 alibi_slopes=None, backend=None, block_table=None, learnable_sink=None):
         dropout_p = _real(dropout_p, "dropout_p")
         if not 0.0 <= dropout_p < 1.0:
             raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
@@ -521,6 +521,8 @@ class Call:
         self.slopes, self.slopes_stride = None, 0
         if alibi_slopes is not None:
             self._take_slopes(q, shape, alibi_slopes)
+        self.heads = shape[-2]
+        self.sink = None if learnable_sink is None else _sink.take(q, self.heads, learnable_sink)
 
     def _take_slopes(self, q, q_shape, alibi_slopes):
         """ALiBi slopes [heads] or [batch, heads] as float32 in q's memory."""
@@ -588,6 +590,7 @@ class Call:
         if self.slopes is not None:
             o.alibi_slopes = marshal.address(self.slopes)
             o.alibi_batch_stride = self.slopes_stride
+        o.learnable_sink = marshal.address(self.sink)
         return o
 
 
@@ -633,7 +636,7 @@ def forward(call, q, k, v):
             raise ValueError(f"q must be [batch, seqlen, heads, d], got shape {tuple(shape)}")
         lse_shape = (shape[0], shape[2], shape[1])
     ctx = _context_for(ins, call.backend)
-    out = _outputs_like(call.varlen, q, ctx=ctx, view=ins[0])
+    out = _outputs_like(call.varlen, q, shape[:-1] + ins[2].shape[-1:], ctx=ctx, view=ins[0])  # V's d_v
     lse = _outputs_like(call.varlen, q, lse_shape, "float32", fill=-math.inf, ctx=ctx, view=ins[0])
     views = ins + [_View(out, "out"), _View(lse, "lse")]
 
@@ -651,31 +654,35 @@ def forward(call, q, k, v):
 
 
 def backward(call, dout, q, k, v, out, lse):
-    """dQ, dK, dV of attention(q, k, v) for the output gradient dout."""
+    """dQ, dK, dV of attention(q, k, v) for the output gradient dout, and dsink when the call has a
+    learnable sink."""
     dout, q, k, v = (maybe_contiguous(x) for x in (dout, q, k, v))
     names = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout))
     ins = [_View(x, n) for n, x in names]
     ctx = _context_for(ins, call.backend)
     dq, dk, dv = (_outputs_like(call.varlen, x, ctx=ctx, view=xv) for x, xv in zip((q, k, v), ins))
     views = ins + [_View(x, n) for n, x in (("dq", dq), ("dk", dk), ("dv", dv))]
+    dsink = None if call.sink is None else _sink.gradient_buffer(q, call.heads, ctx, ins[0])
 
     def fill(m):
         a = _capi.BwdArgs()
         a.q, a.k, a.v, a.o, a.lse, a.dout = (m.tensor(x) for x in views[:6])
         a.dq, a.dk, a.dv = (m.tensor(x, copy_in=call.varlen, copy_back=True) for x in views[6:])
+        if dsink is not None:
+            a.dsink = m.tensor(_View(dsink, "dsink"), copy_in=False, copy_back=True)
         a.varlen = call.varlen_for(m)
         a.opts = call.options(m)
         return a
 
     _run(ctx, q, views[0], fill, lambda a: _capi.lib().fa_backward(ctx.ptr, a), "fa_backward")
-    return dq, dk, dv
+    return (dq, dk, dv) if dsink is None else (dq, dk, dv, dsink)
 
 
 def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
                     cache_batch_idx=None, block_table=None, cache_leftpad=None, softmax_scale=None, causal=False,
                     window_size=(-1, -1),
                     softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, check_on_device=False,
-                    backend=None):
+                    backend=None, learnable_sink=None):
     """O and LSE of q attending over the cache (fa_forward_kvcache); k / v appended in place (on a
     device backend, host caches are copied there and back whole)."""
     named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache)]
@@ -693,7 +700,7 @@ def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
         raise ValueError(f"q must be [batch, seqlen_new, heads, d], got shape {tuple(shape)}")
     batch = shape[0]
     call = Call(q, softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                alibi_slopes=alibi_slopes, backend=backend)
+                alibi_slopes=alibi_slopes, backend=backend, learnable_sink=learnable_sink)
     # appending writes into the caches: memory the caller marked read-only is refused, not written
     for name in ("k_cache", "v_cache") if k is not None else ():
         array = views[name].array
@@ -721,7 +728,7 @@ def kvcache_forward(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary
         if len(a.shape) not in (1, 2) or a.shape[0] != batch:
             raise ValueError(f"{name} must have batch = {batch} rows, got shape {tuple(a.shape)}")
     ctx = _context_for(list(views.values()), backend)
-    out = _empty_like(q, ctx=ctx, view=views["q"])
+    out = _empty_like(q, shape[:-1] + views["v_cache"].shape[-1:], ctx=ctx, view=views["q"])  # d_v: v_cache's
     lse = _empty_like(q, (shape[0], shape[2], shape[1]), "float32", ctx=ctx, view=views["q"])
     views["out"], views["lse"] = _View(out, "out"), _View(lse, "lse")
 

@@ -2,7 +2,9 @@
 flashattn::bwd, with fake implementations for tracing and autograd registered between them, and
 flashattn::fwd_kvcache, which writes the new keys and values into the caches it is given), so
 torch.compile traces through every function of the package (dense, varlen, block-sparse, KV cache)
-without graph breaks. Loaded by the package when torch is importable."""
+without graph breaks. The learnable sink is the operators' last input (float32 [heads] or None);
+flashattn::bwd returns its gradient as a fourth output, an empty [0] tensor when there is no sink
+(an operator cannot return None). Loaded by the package when torch is importable."""
 from typing import Optional, Tuple
 
 import torch
@@ -13,7 +15,7 @@ Tensor = torch.Tensor
 
 
 def _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal, window_left,
-          window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table=None):
+          window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table=None, learnable_sink=None):
     return _core.Call(q, dropout_p=dropout_p, softmax_scale=softmax_scale if softmax_scale != 0.0 else None,
                       causal=causal, window_size=(window_left, window_right), deterministic=deterministic,
                       seed=_from_int64(seed) if dropout_p > 0.0 else None, offset=_from_int64(offset),
@@ -21,57 +23,66 @@ def _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, 
                       block_size=(block_q, block_k) if block_mask is not None else None, cu_seqlens_q=cu_q,
                       cu_seqlens_k=cu_k, max_seqlen_q=max_q if cu_q is not None else None,
                       max_seqlen_k=max_k if cu_k is not None else None, softcap=softcap, alibi_slopes=alibi_slopes,
-                      block_table=block_table)
+                      block_table=block_table, learnable_sink=learnable_sink)
 
 
 def _forward(q, k, v, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-             window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table):
+             window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table,
+             learnable_sink):
     """out, lse: the body of flashattn::fwd and of the eager path (_EagerAttention)."""
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table)
+                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table,
+                 learnable_sink)
     return _core.forward(call, q, k, v)
 
 
 def _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p,
                     softmax_scale, causal, window_left, window_right, deterministic, seed, offset, softcap,
-                    alibi_slopes):
-    """dq, dk, dv: the body of flashattn::bwd and of the eager path's backward."""
+                    alibi_slopes, learnable_sink):
+    """dq, dk, dv, dsink (empty [0] without a sink): the body of flashattn::bwd and of the eager
+    path's backward."""
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
-                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes)
+                 window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes,
+                 learnable_sink=learnable_sink)
     dout = _core.maybe_contiguous(dout)
-    return _core.backward(call, dout, q, k, v, out, lse)
+    grads = _core.backward(call, dout, q, k, v, out, lse)
+    return grads if learnable_sink is not None else grads + (q.new_empty((0,), dtype=torch.float32),)
 
 
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_q: Optional[Tensor], cu_k: Optional[Tensor], max_q: int, max_k: int,
         block_mask: Optional[Tensor], block_q: int, block_k: int, dropout_p: float, softmax_scale: float, causal: bool,
         window_left: int, window_right: int, deterministic: bool, seed: int, offset: int, softcap: float,
-        alibi_slopes: Optional[Tensor], block_table: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        alibi_slopes: Optional[Tensor], block_table: Optional[Tensor],
+        learnable_sink: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     return _forward(q, k, v, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale,
-                    causal, window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table)
+                    causal, window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes, block_table,
+                    learnable_sink)
 
 
 @fwd.register_fake
 def _(q, k, v, cu_q, cu_k, max_q, max_k, *options):
-    # dense: LSE [batch, heads, seqlen_q]; varlen: [heads, total_q]
+    # O: q's shape with V's head dim d_v; LSE dense [batch, heads, seqlen_q], varlen [heads, total_q]
     lse = (q.shape[1], q.shape[0]) if cu_q is not None else (q.shape[0], q.shape[2], q.shape[1])
-    return q.new_empty(q.shape), q.new_empty(lse, dtype=torch.float32)
+    return q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],)), q.new_empty(lse, dtype=torch.float32)
 
 
 @torch.library.custom_op("flashattn::bwd", mutates_args=())
 def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_q: Optional[Tensor],
         cu_k: Optional[Tensor], max_q: int, max_k: int, block_mask: Optional[Tensor], block_q: int, block_k: int,
         dropout_p: float, softmax_scale: float, causal: bool, window_left: int, window_right: int,
-        deterministic: bool, seed: int, offset: int, softcap: float,
-        alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        deterministic: bool, seed: int, offset: int, softcap: float, alibi_slopes: Optional[Tensor],
+        learnable_sink: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     return _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k,
                            dropout_p, softmax_scale, causal, window_left, window_right, deterministic, seed, offset,
-                           softcap, alibi_slopes)
+                           softcap, alibi_slopes, learnable_sink)
 
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, *options):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    sink = options[-1]
+    dsink = q.new_empty((0,) if sink is None else tuple(sink.shape), dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
 def _setup_context(ctx, inputs, output):
@@ -82,18 +93,22 @@ def _setup_context(ctx, inputs, output):
 
 
 def _no_paged_backward(options):
-    """The options bwd takes (all but the block table, the last); a block table raises: the library
-    has no backward over paged keys and values (FlashAttention-2 neither)."""
-    if options[-1] is not None:
+    """The options bwd takes (all but the block table, the one before the sink); a block table
+    raises: the library has no backward over paged keys and values (FlashAttention-2 neither)."""
+    if options[-2] is not None:
         raise RuntimeError("flash_attn_varlen_func: no backward with block_table (paged keys and values), as in "
                            "FlashAttention-2; run the forward under torch.no_grad() or on packed k / v")
-    return options[:-1]
+    return options[:-2] + options[-1:]
+
+
+def _input_grads(options, dq, dk, dv, dsink):
+    """One gradient per input of fwd: q, k, v, then None for every option but the sink (the last)."""
+    return (dq, dk, dv) + (None,) * (len(options) - 1) + (dsink if options[-1] is not None else None,)
 
 
 def _backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, *_no_paged_backward(ctx.options))
-    return (dq, dk, dv) + (None,) * len(ctx.options)
+    return _input_grads(ctx.options, *bwd(dout, q, k, v, out, lse, *_no_paged_backward(ctx.options)))
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -116,8 +131,7 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward_grads(dout, q, k, v, out, lse, *_no_paged_backward(ctx.options))
-        return (dq, dk, dv) + (None,) * len(ctx.options)
+        return _input_grads(ctx.options, *_backward_grads(dout, q, k, v, out, lse, *_no_paged_backward(ctx.options)))
 
 
 def _eager(*tensors):
@@ -137,6 +151,24 @@ def _as_tensor(x, ref, dtype):
     return torch.as_tensor(x, dtype=dtype, device="cpu")
 
 
+def _sink_tensor(learnable_sink, q):
+    """The sink logits as the operators take them: float32 on q's device, [heads] (checked here,
+    where an operator's fake cannot); a tensor of another dtype or device is converted by
+    differentiable torch ops, so its gradient comes back in its own dtype."""
+    if learnable_sink is None:
+        return None
+    if not isinstance(learnable_sink, Tensor):
+        if isinstance(learnable_sink, (int, float, str, bytes)):
+            raise TypeError(f"learnable_sink must be {_core._sink.ACCEPTS}, got {type(learnable_sink).__name__}")
+        learnable_sink = torch.as_tensor(learnable_sink, dtype=torch.float32)
+    if not learnable_sink.is_floating_point():
+        raise TypeError(f"learnable_sink must be {_core._sink.ACCEPTS}, got dtype {learnable_sink.dtype}")
+    if learnable_sink.dim() != 1 or learnable_sink.shape[0] != q.shape[-2]:
+        raise ValueError(f"learnable_sink must be [heads] = ({q.shape[-2]},), one logit per query head, got shape "
+                         f"{tuple(learnable_sink.shape)}")
+    return learnable_sink.to(device=q.device, dtype=torch.float32).contiguous()
+
+
 def _float(v):
     """v for a float argument of an operator: a SymFloat (torch.compile(dynamic=True)) stays
     symbolic, float() would force a concrete value out of it while tracing."""
@@ -154,7 +186,8 @@ def _from_int64(v):
 
 def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
               seed=None, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-              block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None, block_table=None):
+              block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None, block_table=None,
+              learnable_sink=None):
     """out, lse through the custom operator (the options of _core.Call)."""
     # a copy only where the last stride is not 1 (FlashAttention-2's maybe_contiguous), before the
     # operator, so that autograd saves the copies and the backward does not make them again
@@ -176,8 +209,8 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
             _as_tensor(block_mask, q, torch.uint8), bq, bk, _float(dropout_p),
             _float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
             bool(deterministic), _to_int64(seed), _to_int64(offset), _core.check_softcap(softcap), alibi_slopes,
-            _as_tensor(block_table, q, torch.int32))
-    if _eager(q, k, v):
+            _as_tensor(block_table, q, torch.int32), _sink_tensor(learnable_sink, q))
+    if _eager(q, k, v, *([args[-1]] if learnable_sink is not None else [])):
         return _EagerAttention.apply(*args)
     return fwd(*args)
 
@@ -188,7 +221,7 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
                 cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor], block_table: Optional[Tensor],
                 softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
                 rotary_interleaved: bool, alibi_slopes: Optional[Tensor], num_splits: int,
-                check_on_device: bool) -> Tuple[Tensor, Tensor]:
+                check_on_device: bool, learnable_sink: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """out, lse of q over the caches; k / v (when given) written into k_cache / v_cache in place at
     cache_seqlens first, which is why both caches are declared mutated even when k is None."""
     return _core.kvcache_forward(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
@@ -197,18 +230,21 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
                                  softmax_scale=softmax_scale if softmax_scale != 0.0 else None, causal=causal,
                                  window_size=(window_left, window_right), softcap=softcap,
                                  rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
-                                 num_splits=num_splits, check_on_device=check_on_device)
+                                 num_splits=num_splits, check_on_device=check_on_device,
+                                 learnable_sink=learnable_sink)
 
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, *options):
-    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    # O: q's shape with the value cache's head dim d_v
+    return (q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],)),
+            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
 
 
 def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
             cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False,
             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-            check_on_device=False):
+            check_on_device=False, learnable_sink=None):
     """out, lse through the custom operator (the arguments of _core.kvcache_forward); an int
     cache_seqlens becomes one int32 entry per sequence, int arrays become int32 tensors on q's device."""
     if softmax_scale is not None:  # the operator takes 0 for None: check a given one here
@@ -218,6 +254,7 @@ def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=Non
                                    dtype=torch.int32, device=q.device)
     if alibi_slopes is not None and not isinstance(alibi_slopes, Tensor):
         alibi_slopes = torch.as_tensor(alibi_slopes, dtype=torch.float32, device=q.device)
+    learnable_sink = _sink_tensor(learnable_sink, q)
     if type(q) is Tensor and type(k_cache) is Tensor and not torch.compiler.is_compiling():
         # eager, plain tensors: the library directly, without the operator's Python dispatch (some
         # 75 us per call, more than a decode step's GPU work at small batches); the operator does
@@ -229,11 +266,12 @@ def kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=Non
                                      softmax_scale=softmax_scale, causal=causal,
                                      window_size=window_size, softcap=_core.check_softcap(softcap),
                                      rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes,
-                                     num_splits=num_splits, check_on_device=check_on_device)
+                                     num_splits=num_splits, check_on_device=check_on_device,
+                                     learnable_sink=learnable_sink)
     window = _core._pair(window_size, "window_size")
     return fwd_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _as_tensor(cache_seqlens, q, torch.int32),
                        _as_tensor(cache_batch_idx, q, torch.int32), _as_tensor(cache_leftpad, q, torch.int32),
                        _as_tensor(block_table, q, torch.int32),
                        _float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
                        _core.check_softcap(softcap), bool(rotary_interleaved), alibi_slopes,
-                       _core.c_integer(num_splits, "num_splits", "int32"), bool(check_on_device))
+                       _core.c_integer(num_splits, "num_splits", "int32"), bool(check_on_device), learnable_sink)

@@ -45,13 +45,13 @@ def test_positional_order_is_flash_attention_2s(name):
     pos, kw = positional(getattr(fa, name))
     expected = [(n, inspect.Parameter.empty) for n in REQUIRED[name]] + OPTIONS + TRAILING.get(name, [])
     assert pos == expected
-    assert {"seed", "offset", "backend"} <= set(kw)  # flashattn's extras, keyword-only
+    assert {"seed", "offset", "backend", "learnable_sink"} <= set(kw)  # flashattn's extras, keyword-only
 
 
 def test_kvcache_positional_order_is_flash_attention_2s():
     pos, kw = positional(fa.flash_attn_with_kvcache)
     assert pos == KVCACHE
-    assert set(kw) == {"check_on_device", "backend"}
+    assert set(kw) == {"check_on_device", "backend", "learnable_sink"}
 
 
 def test_backward_takes_the_forwards_order():

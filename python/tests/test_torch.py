@@ -541,7 +541,7 @@ def test_kvcache_eager_arguments():
                                       cache_seqlens=lens.numpy(), alibi_slopes=slopes.numpy(),
                                       return_softmax_lse=True, **opts)
     op = torch.ops.flashattn.fwd_kvcache(q, caches[1][0], caches[1][1], kn, vn, theta.cos(), theta.sin(), lens, None,
-                                         None, None, 0.3, True, 5, -1, 20.0, False, slopes, 2, False)
+                                         None, None, 0.3, True, 5, -1, 20.0, False, slopes, 2, False, None)
     for g_, w_, o_ in zip(got + caches[0], want + (n_kc, n_vc), op + caches[1]):
         np.testing.assert_array_equal(g_.numpy(), w_)
         np.testing.assert_array_equal(o_.numpy(), w_)
@@ -555,7 +555,7 @@ def test_eager_path_is_the_operator(device):
     from flashattn import _torch as ft
     dtype = dtypes_of(device)[0]
     q, k, v, do = make(2, 70, 90, 4, 2, 64, dtype, device, seed=3)
-    args = (None, None, 0, 0, None, 0, 0, 0.0, 0.0, True, -1, -1, False, 0, 0, 0.0, None, None)
+    args = (None, None, 0, 0, None, 0, 0, 0.0, 0.0, True, -1, -1, False, 0, 0, 0.0, None, None, None)
     grads = []
     for run in (lambda *t: ft._EagerAttention.apply(*t, *args), lambda *t: ft.fwd(*t, *args)):
         leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
