@@ -94,19 +94,26 @@ def _modify(s, softcap, slopes, dt):
     return s, g
 
 
-def _probs(q, k, scale, vis, dt, softcap=0.0, slopes=None, grad=False):
+def _probs(q, k, scale, vis, dt, softcap=0.0, slopes=None, grad=False, sink=None):
     """P [heads, sq, sk] and LSE [heads, sq] of one sequence in arithmetic type dt (float64 for
     the reference, float32 for the plain implementation); q [sq, h, d], k [sk, hk, d]; with
-    grad, also the score modifiers' dS'/dS."""
+    grad, also the score modifiers' dS'/dS. sink [h]: one more logit per head in every row's
+    softmax, after the modifiers and the mask, that P leaves out (a row without keys: P = 0,
+    LSE = sink)."""
     h, hk = q.shape[1], k.shape[1]
     kk = np.repeat(k.astype(dt), h // hk, axis=1)
     s = np.einsum("ihd,jhd->hij", q.astype(dt), kk) * dt(scale)
     s, g = _modify(s, softcap, slopes, dt)
     s = np.where(vis, s, -np.inf)
-    m = s.max(-1, keepdims=True)
+    m = s.max(-1, keepdims=True, initial=-np.inf)  # -inf for a row of no keys
+    if sink is not None:
+        sk_ = np.asarray(sink, dtype=dt)[:, None, None]
+        m = np.maximum(m, sk_)
     m = np.where(np.isfinite(m), m, 0)
     e = np.exp(s - m)
     l = e.sum(-1, keepdims=True)
+    if sink is not None:
+        l = l + np.exp(sk_ - m)
     p = np.where(l > 0, e / np.where(l > 0, l, 1), 0)
     lse = np.where(l[..., 0] > 0, (m + np.log(np.where(l > 0, l, 1)))[..., 0], -np.inf)
     if grad:
@@ -128,12 +135,13 @@ def _round(x, dtype):
     return x.astype(dtype).astype(np.float32)
 
 
-def attention(q, k, v, scale, vis, dtype=None, z=None, softcap=0.0, slopes=None):
-    """O [sq, h, d] and LSE [h, sq] of one sequence: float64 when dtype is None, else the plain
+def attention(q, k, v, scale, vis, dtype=None, z=None, softcap=0.0, slopes=None, sink=None):
+    """O [sq, h, d_v] and LSE [h, sq] of one sequence: float64 when dtype is None, else the plain
     implementation (float32 arithmetic, P and O rounded to dtype); z [h, sq, sk]: the dropout
-    factors (dropout_factors), None without dropout; softcap and ALiBi slopes [h] as flashattn.h."""
+    factors (dropout_factors), None without dropout; softcap, ALiBi slopes [h] and the learnable
+    sink [h] as flashattn.h."""
     dt = np.float64 if dtype is None else np.float32
-    p, lse = _probs(q, k, scale, vis, dt, softcap, slopes)
+    p, lse = _probs(q, k, scale, vis, dt, softcap, slopes, sink=sink)
     h, hk = q.shape[1], k.shape[1]
     vv = np.repeat(v.astype(dt), h // hk, axis=1)
     if z is not None:
@@ -146,12 +154,14 @@ def attention(q, k, v, scale, vis, dtype=None, z=None, softcap=0.0, slopes=None)
     return o.astype(np.float64), lse.astype(np.float64)
 
 
-def gradients(q, k, v, do, scale, vis, dtype=None, z=None, softcap=0.0, slopes=None):
+def gradients(q, k, v, do, scale, vis, dtype=None, z=None, softcap=0.0, slopes=None, sink=None):
     """dQ, dK, dV of one sequence, float64 or the plain implementation (as attention()). With
     dropout factors z: dV = (P o Z)^T dO, dP = Z o (dO V^T), dS = P o (dP - rowsum(P o dP)),
-    times the softcap's 1 - tanh^2."""
+    times the softcap's 1 - tanh^2. With a sink [h], also this sequence's share of dsink [h]:
+    -sum_i exp(sink - LSE_i) D_i, D_i = rowsum(P o dP) = dO_i . O_i (the sink's probability times
+    the gradient of its logit, which carries no value)."""
     dt = np.float64 if dtype is None else np.float32
-    p, _, gmod = _probs(q, k, scale, vis, dt, softcap, slopes, grad=True)
+    p, lse, gmod = _probs(q, k, scale, vis, dt, softcap, slopes, grad=True, sink=sink)
     h, hk = q.shape[1], k.shape[1]
     g = h // hk
     kk, vv = np.repeat(k.astype(dt), g, axis=1), np.repeat(v.astype(dt), g, axis=1)
@@ -170,12 +180,14 @@ def gradients(q, k, v, do, scale, vis, dtype=None, z=None, softcap=0.0, slopes=N
     ds = ds * dt(scale)
     dq = np.einsum("hij,jhd->ihd", ds, kk)
     dk = np.einsum("hij,ihd->jhd", ds, q_)
-    sq, sk, d = q.shape[0], k.shape[0], q.shape[2]
+    sq, sk, d, d_v = q.shape[0], k.shape[0], q.shape[2], v.shape[2]
     dk = dk.reshape(sk, hk, g, d).sum(2)
-    dv = dv.reshape(sk, hk, g, d).sum(2)
+    dv = dv.reshape(sk, hk, g, d_v).sum(2)
     out = [dq, dk, dv]
     if dtype is not None:
         out = [_round(x, dtype) for x in out]
+    if sink is not None:  # float32, unrounded: dsink's dtype whatever q's
+        out.append(-(np.exp(np.asarray(sink, dtype=dt)[:, None] - lse) * dsum[..., 0]).sum(-1))
     return [x.astype(np.float64) for x in out]
 
 
