@@ -272,11 +272,11 @@ def text_fields(stdout):
         if m:
             f["backend"], f["device"], f["device_name"] = m.group(1), int(m.group(2)), m.group(3)
             f["threads"] = int(m.group(5)) if m.group(5) else None
-        m = re.match(r"problem: batch (\d+), seqlen_q (\d+), seqlen_k (\d+), heads (\d+) \(kv (\d+)\), d (\d+), (\w+)",
-                     line)
-        if m:
+        m = re.match(r"problem: batch (\d+), seqlen_q (\d+), seqlen_k (\d+), heads (\d+) \(kv (\d+)\), d (\d+)"
+                     r"(, d_v (\d+))?, (\w+)", line)
+        if m:  # the text names d_v only where it differs from d
             f["problem"] = dict(zip(("batch", "seqlen_q", "seqlen_k", "heads", "heads_kv", "dim"),
-                                    map(int, m.groups()[:6])), dtype=m.group(7))
+                                    map(int, m.groups()[:6])), dim_v=int(m.group(8) or m.group(6)), dtype=m.group(9))
         m = re.match(r"kernel: forward (\S+)(, backward (\S+))?$", line)
         if m:
             f["kernel"] = {"forward": m.group(1), "backward": m.group(3)}
