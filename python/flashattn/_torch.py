@@ -210,7 +210,8 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
             _float(softmax_scale) if softmax_scale is not None else 0.0, bool(causal), window[0], window[1],
             bool(deterministic), _to_int64(seed), _to_int64(offset), _core.check_softcap(softcap), alibi_slopes,
             _as_tensor(block_table, q, torch.int32), _sink_tensor(learnable_sink, q))
-    if _eager(q, k, v, *([args[-1]] if learnable_sink is not None else [])):
+    # a sink that is an nn.Parameter (what a model trains) is a plain tensor for this purpose
+    if _eager(q, k, v) and (learnable_sink is None or type(args[-1]) in (Tensor, torch.nn.Parameter)):
         return _EagerAttention.apply(*args)
     return fwd(*args)
 

@@ -139,6 +139,23 @@ def test_sink_dtype_and_device_conversion(dtype):
         fa.flash_attn_func(q, k, v, learnable_sink=torch.zeros(3))
 
 
+def test_parameter_sink_takes_the_eager_path(monkeypatch):
+    """an nn.Parameter sink (what a model trains) runs the eager path, not the operator's slower
+    dispatch, and its .grad is the plain tensor's"""
+    from flashattn import _torch as ft
+    q, k, v, do = make(1, 20, 20, 4, 2, 32, 32, seed=6)
+    plain = torch.tensor(SINK, requires_grad=True)
+    fa.flash_attn_func(q, k, v, learnable_sink=plain).backward(do)
+
+    def no_operator(*args):
+        raise AssertionError("the operator was called")
+
+    monkeypatch.setattr(ft, "fwd", no_operator)
+    param = torch.nn.Parameter(torch.tensor(SINK))
+    fa.flash_attn_func(q, k, v, learnable_sink=param).backward(do)
+    assert torch.equal(param.grad, plain.grad)
+
+
 def test_operators_opcheck():
     """torch.library.opcheck on flashattn::fwd / flashattn::bwd with a sink and d_v != d: the
     schema, the fake implementations' shapes and the autograd registration agree with the real
