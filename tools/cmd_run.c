@@ -811,7 +811,7 @@ int cmd_run(int argc, char **argv)
     }
     rc = 0;
     if (c.check)
-        rc = run_check(&c, &s, &fwd, c.backward ? &bwd : NULL, n_q, n_k);
+        rc = run_check(&c, &s, &fwd, c.backward ? &bwd : NULL, n_q, n_k, n_v, n_o);
 done:
     if (c.json)
         run_json(&c, &s, rc);

@@ -30,7 +30,7 @@ typedef struct run_config {
 
 /* One line of --check: max |got - ref| against its bound. */
 typedef struct run_check_line {
-    const char *tensor; /* "O", "LSE", "dQ", "dK", "dV" */
+    const char *tensor; /* "O", "LSE", "dQ", "dK", "dV", "dsink" */
     double error, naive_error, bound; /* naive_error NaN for LSE (a fixed tolerance) */
     int ok;
 } run_check_line;
@@ -48,7 +48,7 @@ typedef struct run_report {
     double fwd_mean_ms, fwd_min_ms, flops_fwd, bwd_mean_ms, bwd_min_ms, flops_bwd;
     double tensor_bytes, rss_before, rss_after;
     int check_ran; /* every line below was computed */
-    run_check_line checks[5];
+    run_check_line checks[6];
     int n_checks;
 } run_report;
 
@@ -77,12 +77,13 @@ fa_status time_calls(fa_context *ctx, const char *label, const fa_fwd_args *fwd,
                      int quiet, double *mean_ms, double *min_ms);
 
 /* --check: compares the results of fwd (and bwd when not NULL), which ran on s's context, with the
- * float64 reference; n_q and n_k are the element counts of Q and K. Each line goes to s->report
+ * float64 reference (and dsink with its own, from the reference's O and LSE); n_q, n_k, n_v and n_o
+ * are the element counts of Q, K, V and O. Each line goes to s->report
  * (and to stdout unless --json). Returns 0, EXIT_CHECK_FAILED when an error exceeds its bound,
  * EXIT_LIBRARY when the check cannot run, or what library_error says. FA_TEST_RUN_CHECK_PERTURB
  * (a number) is added to the first element of O before it is compared: the tests use it to see
  * the check fail. */
 int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const fa_bwd_args *bwd, int64_t n_q,
-              int64_t n_k);
+              int64_t n_k, int64_t n_v, int64_t n_o);
 
 #endif

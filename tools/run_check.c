@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* max |got - ref| over n elements; -inf == -inf counts as 0, a NaN or a lone infinity as +inf. */
 static double max_abs_error(const double *got, const double *ref, int64_t n)
@@ -94,28 +95,61 @@ static int report_lse_error(const run_config *c, run_state *s, const float *lse,
     return add_check_line(c, s, "LSE", lse_err, NAN, tol);
 }
 
+/* dsink's float64 reference and its naive same-precision yardstick, which the oracle does not
+ * give: -sum over batch and rows of exp(sink_h - LSE_i) D_i, D_i = dO_i . O_i; the reference from
+ * the reference's O and LSE in float64, the yardstick in float32 from the O the backward was given
+ * (rounded to the dtype, an error every implementation's dsink inherits) and the naive LSE. O and
+ * dO are [batch * seqlen_q, heads, d_v] rows, LSE [heads, batch * seqlen_q]. */
+static void sink_gradients(const run_config *c, const float *sink, const double *ref_o, const double *ref_lse,
+                           const void *o, const double *naive_lse, const void *dout, double *ref_ds, double *naive_ds)
+{
+    const int64_t rows = c->batch * c->seqlen_q, dv = c->dim_v;
+    for (int64_t h = 0; h < c->heads; ++h) {
+        double r = 0.0;
+        float n = 0.0f;
+        for (int64_t i = 0; i < rows; ++i) {
+            const int64_t at = (i * c->heads + h) * dv;
+            double d_ref = 0.0;
+            float d_naive = 0.0f;
+            for (int64_t x = 0; x < dv; ++x) {
+                const float g = dtype_load(c->dtype, dout, at + x);
+                d_ref += (double)g * ref_o[at + x];
+                d_naive += g * dtype_load(c->dtype, o, at + x);
+            }
+            if (ref_lse[h * rows + i] > -INFINITY)
+                r -= exp((double)sink[h] - ref_lse[h * rows + i]) * d_ref;
+            if (naive_lse[h * rows + i] > -INFINITY)
+                n -= expf(sink[h] - (float)naive_lse[h * rows + i]) * d_naive;
+        }
+        ref_ds[h] = r;
+        naive_ds[h] = n;
+    }
+}
+
 /* Downloads inputs and outputs and hands the host copies, with the same options (the ALiBi slopes
- * as uploaded, from host memory), to the reference on a separate CPU context. The reference writes
- * [total, heads, d] rows b*seqlen + i, which is exactly the dense contiguous layout used here; LSE
- * comes back as [heads, total]. */
+ * and the sink logits as uploaded, from host memory), to the reference on a separate CPU context.
+ * The reference writes [total, heads, d or d_v] rows b*seqlen + i, which is exactly the dense
+ * contiguous layout used here; LSE comes back as [heads, total]. */
 int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const fa_bwd_args *bwd, int64_t n_q,
-              int64_t n_k)
+              int64_t n_k, int64_t n_v, int64_t n_o)
 {
     const char *cmd = "run";
     fa_dtype dt = c->dtype;
     int64_t n_lse = c->batch * c->heads * c->seqlen_q;
     size_t es = fa_dtype_size(dt);
     void *hq = run_host_alloc(s, (size_t)n_q * es), *hk = run_host_alloc(s, (size_t)n_k * es);
-    void *hv = run_host_alloc(s, (size_t)n_k * es), *ho = run_host_alloc(s, (size_t)n_q * es);
+    void *hv = run_host_alloc(s, (size_t)n_v * es), *ho = run_host_alloc(s, (size_t)n_o * es);
     float *hlse = run_host_alloc(s, (size_t)n_lse * sizeof(float));
     void *hdo = NULL, *hdq = NULL, *hdk = NULL, *hdv = NULL;
+    float *hds = NULL;
     if (bwd) {
-        hdo = run_host_alloc(s, (size_t)n_q * es);
+        hdo = run_host_alloc(s, (size_t)n_o * es);
         hdq = run_host_alloc(s, (size_t)n_q * es);
         hdk = run_host_alloc(s, (size_t)n_k * es);
-        hdv = run_host_alloc(s, (size_t)n_k * es);
+        hdv = run_host_alloc(s, (size_t)n_v * es);
+        hds = c->sink ? run_host_alloc(s, (size_t)c->heads * sizeof(float)) : NULL;
     }
-    if (!hq || !hk || !hv || !ho || !hlse || (bwd && (!hdo || !hdq || !hdk || !hdv))) {
+    if (!hq || !hk || !hv || !ho || !hlse || (bwd && (!hdo || !hdq || !hdk || !hdv || (c->sink && !hds)))) {
         fprintf(stderr, "flashattn run: --check: out of host memory\n");
         return EXIT_LIBRARY;
     }
@@ -124,7 +158,8 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
         (st = device_download(s->ctx, &s->v, hv)) || (st = device_download(s->ctx, &s->o, ho)) ||
         (st = device_download(s->ctx, &s->lse, hlse)) ||
         (bwd && ((st = device_download(s->ctx, &s->dout, hdo)) || (st = device_download(s->ctx, &s->dq, hdq)) ||
-                 (st = device_download(s->ctx, &s->dk, hdk)) || (st = device_download(s->ctx, &s->dv, hdv)))))
+                 (st = device_download(s->ctx, &s->dk, hdk)) || (st = device_download(s->ctx, &s->dv, hdv)) ||
+                 (hds && (st = device_download(s->ctx, &s->dsink, hds))))))
         return library_error(cmd, s->ctx, "--check: downloading the results", st);
 
     fa_context *cpu = NULL;
@@ -132,16 +167,21 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
     if (st != FA_SUCCESS)
         return context_error(cmd, "cpu", 0, st);
     int rc = EXIT_LIBRARY, all_ok = 1;
+    /* ref[0] / naive[0] hold O, then dQ; [1] LSE (then dsink's two values per head); [2] dK, [3] dV */
     double *ref[4] = {NULL, NULL, NULL, NULL}, *naive[4] = {NULL, NULL, NULL, NULL}, *got = NULL;
-    int64_t n_max = n_q > n_k ? n_q : n_k;
-    if (n_lse > n_max)
-        n_max = n_lse;
+    double *ref_ds = NULL, *naive_ds = NULL;
+    int64_t n_qo = n_q > n_o ? n_q : n_o, n_max = n_qo;
+    n_max = n_k > n_max ? n_k : n_max;
+    n_max = n_v > n_max ? n_v : n_max;
+    n_max = n_lse > n_max ? n_lse : n_max;
     got = malloc(sizeof(double) * (size_t)(n_max ? n_max : 1));
-    ref[0] = malloc(sizeof(double) * (size_t)(n_q ? n_q : 1));
+    ref[0] = malloc(sizeof(double) * (size_t)(n_qo ? n_qo : 1));
     ref[1] = malloc(sizeof(double) * (size_t)(n_lse ? n_lse : 1));
-    naive[0] = malloc(sizeof(double) * (size_t)(n_q ? n_q : 1));
+    naive[0] = malloc(sizeof(double) * (size_t)(n_qo ? n_qo : 1));
     naive[1] = malloc(sizeof(double) * (size_t)(n_lse ? n_lse : 1));
-    if (!got || !ref[0] || !ref[1] || !naive[0] || !naive[1]) {
+    ref_ds = malloc(sizeof(double) * (size_t)c->heads);
+    naive_ds = malloc(sizeof(double) * (size_t)c->heads);
+    if (!got || !ref[0] || !ref[1] || !naive[0] || !naive[1] || !ref_ds || !naive_ds) {
         fprintf(stderr, "flashattn run: --check: out of host memory for the reference\n");
         goto done;
     }
@@ -154,6 +194,7 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
     hf.o.data = ho;
     hf.lse.data = hlse;
     hf.opts.alibi_slopes = s->alibi_host;
+    hf.opts.learnable_sink = s->sink_host;
     progress_line line;
     if (!c->quiet)
         fprintf(stderr, "check: running the float64 reference forward...\n");
@@ -164,12 +205,14 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
         rc = library_error(cmd, cpu, "--check: the float64 reference forward on the host copies", st);
         goto done;
     }
-    to_doubles(dt, ho, n_q, got);
+    to_doubles(dt, ho, n_o, got);
     const char *perturb = getenv("FA_TEST_RUN_CHECK_PERTURB");
-    if (perturb && *perturb && n_q > 0)
+    if (perturb && *perturb && n_o > 0)
         got[0] += strtod(perturb, NULL);
-    all_ok &= report_error(c, s, "O", got, naive[0], ref[0], n_q, 2.0);
+    all_ok &= report_error(c, s, "O", got, naive[0], ref[0], n_o, 2.0);
     all_ok &= report_lse_error(c, s, hlse, ref[1]);
+    if (bwd && c->sink) /* before the backward's dQ takes ref[0]'s place */
+        sink_gradients(c, s->sink_host, ref[0], ref[1], ho, naive[1], hdo, ref_ds, naive_ds);
 
     if (bwd) {
         fa_bwd_args hb = *bwd;
@@ -183,9 +226,12 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
         hb.dk.data = hdk;
         hb.dv.data = hdv;
         hb.opts.alibi_slopes = s->alibi_host;
+        hb.opts.learnable_sink = s->sink_host;
+        memset(&hb.dsink, 0, sizeof hb.dsink); /* dsink is compared with sink_gradients' */
         for (int i = 2; i < 4; ++i) {
-            ref[i] = malloc(sizeof(double) * (size_t)(n_k ? n_k : 1));
-            naive[i] = malloc(sizeof(double) * (size_t)(n_k ? n_k : 1));
+            int64_t n = i == 2 ? n_k : n_v;
+            ref[i] = malloc(sizeof(double) * (size_t)(n ? n : 1));
+            naive[i] = malloc(sizeof(double) * (size_t)(n ? n : 1));
         }
         if (!ref[2] || !ref[3] || !naive[2] || !naive[3]) {
             fprintf(stderr, "flashattn run: --check: out of host memory for the reference\n");
@@ -205,8 +251,13 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
         all_ok &= report_error(c, s, "dQ", got, naive[0], ref[0], n_q, 3.0);
         to_doubles(dt, hdk, n_k, got);
         all_ok &= report_error(c, s, "dK", got, naive[2], ref[2], n_k, 3.0);
-        to_doubles(dt, hdv, n_k, got);
-        all_ok &= report_error(c, s, "dV", got, naive[3], ref[3], n_k, 3.0);
+        to_doubles(dt, hdv, n_v, got);
+        all_ok &= report_error(c, s, "dV", got, naive[3], ref[3], n_v, 3.0);
+        if (hds) {
+            for (int64_t h = 0; h < c->heads; ++h)
+                got[h] = hds[h];
+            all_ok &= report_error(c, s, "dsink", got, naive_ds, ref_ds, c->heads, 3.0);
+        }
     }
     s->report.check_ran = 1;
     if (all_ok) {
@@ -218,6 +269,8 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
     }
 done:
     free(got);
+    free(ref_ds);
+    free(naive_ds);
     for (int i = 0; i < 4; ++i) {
         free(ref[i]);
         free(naive[i]);
