@@ -180,7 +180,7 @@ def gradients(q, k, v, do, scale, vis, dtype=None, z=None, softcap=0.0, slopes=N
     ds = ds * dt(scale)
     dq = np.einsum("hij,jhd->ihd", ds, kk)
     dk = np.einsum("hij,ihd->jhd", ds, q_)
-    sq, sk, d, d_v = q.shape[0], k.shape[0], q.shape[2], v.shape[2]
+    sk, d, d_v = k.shape[0], q.shape[2], v.shape[2]
     dk = dk.reshape(sk, hk, g, d).sum(2)
     dv = dv.reshape(sk, hk, g, d_v).sum(2)
     out = [dq, dk, dv]
