@@ -63,10 +63,11 @@ static void cpu_capabilities(fa_capabilities *caps)
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT |
-                     FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
+                     FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE | FA_FEATURE_SINK |
+                     FA_FEATURE_HEAD_DIM_V;
     snprintf(caps->notes, sizeof caps->notes,
-             "every d in 1..256 (padded to 16 inside the tiles); fp32 arithmetic for every dtype; "
-             "the backward is always deterministic");
+             "every d and d_v in 1..256 (padded to 16 inside the tiles; fa_forward_kvcache to 576); fp32 "
+             "arithmetic for every dtype; the backward is always deterministic");
 }
 
 /* The kernel table is chosen once per context (cpuid, or FLASHATTN_CPU_ISA for tests and
@@ -125,7 +126,8 @@ static void cpu_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_
     size_t n = sizeof cpu_tiles / sizeof cpu_tiles[0], i = 0;
     if (p->backward)
         i = n - 1;
-    while (i + 1 < n && p->d > cpu_tiles[i].max_d)
+    const int64_t d = p->d > p->d_v ? p->d : p->d_v;
+    while (i + 1 < n && d > cpu_tiles[i].max_d)
         ++i;
     out->onchip_bytes = cpu_tiles[i].onchip_bytes;
     out->min_block = 16;

@@ -48,7 +48,7 @@ static void bwd_prepare_task(void *argp, int64_t task, float *scratch)
         int64_t oo = b * p->o.sb + (qs + i) * p->o.ss + h * p->o.sh;
         int64_t od = b * p->dout.sb + (qs + i) * p->dout.ss + h * p->dout.sh;
         float acc = 0.0f;
-        for (int64_t c = 0; c < p->d; ++c)
+        for (int64_t c = 0; c < p->d_v; ++c)
             acc += fa_load_elem(p->dtype, p->o.data, oo + c) * fa_load_elem(p->dtype, p->dout.data, od + c);
         bc->dsum[h * p->total_q + canon_q_row(p, b, qs, i)] = acc;
     }
@@ -61,7 +61,7 @@ static void bwd_prepare_task(void *argp, int64_t task, float *scratch)
         fa_bf16_rows((const uint16_t *)p->q.data + b * p->q.sb + (qs + q0) * p->q.ss + h * p->q.sh, p->q.ss, nr, bq,
                      p->d, qr, dp);
         fa_bf16_rows((const uint16_t *)p->dout.data + b * p->dout.sb + (qs + q0) * p->dout.ss + h * p->dout.sh,
-                     p->dout.ss, nr, bq, p->d, dr, dp);
+                     p->dout.ss, nr, bq, p->d_v, dr, dp);
         for (int64_t c = 0; c < dp; ++c)
             for (int64_t r = 0; r < bq; ++r) {
                 qtr[c * bq + r] = qr[r * dp + c];
@@ -170,9 +170,10 @@ static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b
 static void store_rows_transposed(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t h,
                                   const float *srcT, int64_t ld)
 {
+    const int64_t dim = view_dim(p, v);
     for (int64_t r = 0; r < n; ++r) {
         int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
-        for (int64_t c = 0; c < p->d; ++c)
+        for (int64_t c = 0; c < dim; ++c)
             fa_store_elem(p->out_dtype, v->data, off + c, srcT[c * ld + r]);
     }
 }
@@ -215,7 +216,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
             const uint16_t *v = (const uint16_t *)p->v.data + b * p->v.sb + (ks + k0) * p->v.ss + hk * p->v.sh;
             fa_bf16_pairs_of_columns(k, p->k.ss, nc, bk, p->d, dp, bt.k_cols);
             fa_bf16_pairs_of_rows(k, p->k.ss, nc, bk, p->d, dp, bt.k_rows);
-            fa_bf16_pairs_of_rows(v, p->v.ss, nc, bk, p->d, dp, bt.v_rows);
+            fa_bf16_pairs_of_rows(v, p->v.ss, nc, bk, p->d_v, dp, bt.v_rows);
         } else {
             load_rows(p, &p->k, b, ks + k0, nc, bk, hk, 1.0f, ktile, dp);
             load_rows_transposed(p, &p->k, b, ks + k0, nc, hk, kT, dp, bk);
@@ -270,7 +271,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 }
                 bc->isa->gemm_tn(bk, dp, nr, pzv, bk, dotile, dp, dv, dp, 1);
                 /* dP = Z o (dO V^T); dS = P o (dP - D) * scale */
-                bc->isa->gemm_rows(nr, bk, p->d, dotile, dp, vT, bk, ds, bk, 0);
+                bc->isa->gemm_rows(nr, bk, p->d_v, dotile, dp, vT, bk, ds, bk, 0);
                 if (p->dropout_threshold)
                     apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
                 /* a select inside: P = 0 meets dP = NaN from V = NaN */
@@ -293,6 +294,24 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
     }
     if (t->bf16)
         bc->isa->bf16_tiles_end();
+}
+
+/* dsink of one query head (core/sink.h): its rows' terms in row order, the same bits on every run. */
+static void bwd_dsink_task(void *argp, int64_t h, float *scratch)
+{
+    (void)scratch;
+    const bwd_ctx *bc = argp;
+    const fa_problem *p = bc->p;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < p->batch; ++b) {
+        int64_t sq, sk, qs, ks;
+        fa_problem_seq(p, b, &sq, &sk, &qs, &ks);
+        for (int64_t i = 0; i < sq; ++i) {
+            const float lse = ((const float *)p->lse.data)[b * p->lse.sb + h * p->lse.sh + (qs + i) * p->lse.ss];
+            acc += fa_sink_grad_term(p->sink[h], lse, bc->dsum[h * p->total_q + canon_q_row(p, b, qs, i)]);
+        }
+    }
+    p->dsink[h] = acc;
 }
 
 /* dQ of one (batch, query tile), every head: the chunks' partial sums in chunk order. */
@@ -367,6 +386,8 @@ fa_status fa_cpu_flash_backward(fa_context *ctx, const fa_problem *p)
     fa_parallel_for(threads, p->batch * p->heads_q * bc.nq, bwd_prepare_task, &bc, scratch, per);
     fa_parallel_for(threads, p->batch * p->heads_kv * bc.chunks, bwd_main_task, &bc, scratch, per);
     fa_parallel_for(threads, p->batch * bc.nq, bwd_dq_task, &bc, scratch, per);
+    if (p->dsink)
+        fa_parallel_for(threads, p->heads_q, bwd_dsink_task, &bc, scratch, per);
     free(scratch);
     free(bc.dsum);
     free(bc.dq_acc);

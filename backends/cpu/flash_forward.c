@@ -46,7 +46,7 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
         const uint16_t *k = (const uint16_t *)p->k.data + b * p->k.sb + (ks + k0) * p->k.ss + hk * p->k.sh;
         const uint16_t *vs = (const uint16_t *)p->v.data + b * p->v.sb + (ks + k0) * p->v.ss + hk * p->v.sh;
         fa_bf16_pairs_of_rows(k, p->k.ss, nc, bk, p->d, dp, (uint32_t *)kT);
-        fa_bf16_pairs_of_columns(vs, p->v.ss, nc, bk, p->d, dp, (uint32_t *)v);
+        fa_bf16_pairs_of_columns(vs, p->v.ss, nc, bk, p->d_v, dp, (uint32_t *)v);
         return;
     }
     /* each key row straight into its panels (K^T: dp x bk, V: bk x dp, both in 16-column
@@ -54,16 +54,18 @@ static void pack_kv_task(void *argp, int64_t task, float *scratch)
     float row[FA_MAX_HEAD_DIM];
     if (nc < bk)
         memset(kT, 0, sizeof(float) * (size_t)(2 * dp * bk));
-    for (int64_t c = p->d; c < dp; ++c)
-        row[c] = 0.0f;
     for (int64_t r = 0; r < nc; ++r) {
         int64_t off = b * p->k.sb + (ks + k0 + r) * p->k.ss + hk * p->k.sh;
         convert_row(p->dtype, p->k.data, off, p->d, 1.0f, row);
+        for (int64_t c = p->d; c < dp; ++c)
+            row[c] = 0.0f;
         float *kp = kT + r / PANEL * dp * PANEL + r % PANEL;
         for (int64_t c = 0; c < dp; ++c)
             kp[c * PANEL] = row[c];
         off = b * p->v.sb + (ks + k0 + r) * p->v.ss + hk * p->v.sh;
-        convert_row(p->dtype, p->v.data, off, p->d, 1.0f, row);
+        convert_row(p->dtype, p->v.data, off, p->d_v, 1.0f, row);
+        for (int64_t c = p->d_v; c < dp; ++c)
+            row[c] = 0.0f;
         for (int64_t c = 0; c < dp; c += PANEL)
             memcpy(v + c * bk + r * PANEL, row + c, sizeof(float) * PANEL);
     }
@@ -175,9 +177,15 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         isa->bf16_tiles_end();
     for (int64_t r = 0; r < nr; ++r) {
         inv[r] = fa_softmax_inv_sum(rows[r]);
+        float lse = fa_softmax_lse(rows[r]);
+        if (p->sink) { /* the sink joins the row's softmax (core/sink.h) */
+            const float lse0 = lse;
+            lse = fa_sink_lse(lse0, p->sink[h]);
+            inv[r] *= fa_sink_factor(lse0, lse);
+        }
         if (p->has_lse) {
             int64_t off = b * p->lse.sb + h * p->lse.sh + (qs + q0 + r) * p->lse.ss;
-            ((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]);
+            ((float *)p->lse.data)[off] = lse;
         }
     }
     store_rows(p, &p->o, b, qs + q0, nr, h, otile, t->dp, 1.0f, inv);

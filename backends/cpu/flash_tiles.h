@@ -13,6 +13,7 @@
 #include "philox.h"
 #include "pool.h"
 #include "score_mod.h"
+#include "sink.h"
 #include "softmax.h"
 
 #include <math.h>
@@ -46,16 +47,23 @@ static inline void convert_row(fa_dtype dt, const void *src, int64_t off, int64_
     }
 }
 
+/* The head dim of one of the problem's views: d_v for V, O, dO and dV, d for Q, K, dQ and dK. */
+static inline int64_t view_dim(const fa_problem *p, const fa_view *v)
+{
+    return v == &p->v || v == &p->o || v == &p->dout || v == &p->dv ? p->d_v : p->d;
+}
+
 /* rows [row0, row0 + n) of head h of batch b into dst (n x ld, row-major), times mul, zero-padded
  * to `rows` rows and ld columns. */
 static inline void load_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t rows,
                       int64_t h, float mul, float *dst, int64_t ld)
 {
+    const int64_t dim = view_dim(p, v);
     for (int64_t r = 0; r < rows; ++r) {
         float *out = dst + r * ld;
         if (r < n) {
-            convert_row(p->dtype, v->data, b * v->sb + (row0 + r) * v->ss + h * v->sh, p->d, mul, out);
-            for (int64_t c = p->d; c < ld; ++c)
+            convert_row(p->dtype, v->data, b * v->sb + (row0 + r) * v->ss + h * v->sh, dim, mul, out);
+            for (int64_t c = dim; c < ld; ++c)
                 out[c] = 0.0f;
         } else {
             memset(out, 0, sizeof(float) * (size_t)ld);
@@ -68,11 +76,12 @@ static inline void load_rows_transposed(const fa_problem *p, const fa_view *v, i
                                  int64_t h, float *dst, int64_t d_pad, int64_t ld)
 {
     float row[FA_MAX_HEAD_DIM];
-    if (n < ld || p->d < d_pad)
+    const int64_t dim = view_dim(p, v);
+    if (n < ld || dim < d_pad)
         memset(dst, 0, sizeof(float) * (size_t)(d_pad * ld));
     for (int64_t r = 0; r < n; ++r) {
-        convert_row(p->dtype, v->data, b * v->sb + (row0 + r) * v->ss + h * v->sh, p->d, 1.0f, row);
-        for (int64_t c = 0; c < p->d; ++c)
+        convert_row(p->dtype, v->data, b * v->sb + (row0 + r) * v->ss + h * v->sh, dim, 1.0f, row);
+        for (int64_t c = 0; c < dim; ++c)
             dst[c * ld + r] = row[c];
     }
 }
@@ -83,15 +92,16 @@ static inline void load_rows_transposed(const fa_problem *p, const fa_view *v, i
 static inline void store_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t h,
                        const float *src, int64_t ld, float mul_default, const float *row_mul)
 {
+    const int64_t dim = view_dim(p, v);
     for (int64_t r = 0; r < n; ++r) {
         int64_t off = b * v->sb + (row0 + r) * v->ss + h * v->sh;
         float mul = row_mul ? row_mul[r] : mul_default;
         if (p->out_dtype == FA_DTYPE_F32) { /* the dtype switch outside the loop */
             float *out = (float *)v->data + off;
-            for (int64_t c = 0; c < p->d; ++c)
+            for (int64_t c = 0; c < dim; ++c)
                 out[c] = fa_row_output(src[r * ld + c], mul);
         } else {
-            for (int64_t c = 0; c < p->d; ++c)
+            for (int64_t c = 0; c < dim; ++c)
                 fa_store_elem(p->out_dtype, v->data, off + c, fa_row_output(src[r * ld + c], mul));
         }
     }
@@ -191,7 +201,8 @@ static inline void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int6
 
 typedef struct tile_dims {
     int64_t bq, bk;   /* B_r, B_c (B_c a multiple of PANEL) */
-    int64_t dp;       /* d padded to PANEL, or to 32 for the bf16 products */
+    int64_t dp;       /* the larger of d and d_v, padded to PANEL, or to 32 for the bf16 products;
+                         every tile is zero beyond its own dim, so the products are exact */
     int bf16;         /* the products take bf16 operands (gemm_bf16) */
 } tile_dims;
 
@@ -208,7 +219,7 @@ static inline tile_dims dims_of(const fa_problem *p, const fa_cpu_isa *isa)
     t.bq = p->block_q;
     t.bk = p->block_k;
     t.bf16 = uses_bf16_products(p, isa);
-    t.dp = round_up(p->d, t.bf16 ? 32 : PANEL);
+    t.dp = round_up(p->d > p->d_v ? p->d : p->d_v, t.bf16 ? 32 : PANEL);
     return t;
 }
 

@@ -9,7 +9,9 @@
  *      log-sum-exp in split order (fa_softmax_merge), rounded once into o.
  * With few rows per kv head (decode: DIRECT_ROWS or fewer) the attention reads each key and value
  * row in place (kv_rows.h) instead of widening it to fp32 scratch first.
- * All arithmetic is fp32; a row that sees no key gives O = 0 and LSE = -inf. */
+ * All arithmetic is fp32; a row that sees no key gives O = 0 and LSE = -inf (LSE = the sink with a
+ * learnable sink, folded in once per row: core/sink.h). Keys and queries have d channels, values
+ * and outputs d_v (any pair up to FA_MAX_HEAD_DIM_KVCACHE). */
 #include "cpu.h"
 #include "empty_row.h"
 #include "half.h"
@@ -18,6 +20,7 @@
 #include "rotary.h"
 #include "score_mod.h"
 #include "simd.h"
+#include "sink.h"
 #include "softmax.h"
 
 #include <math.h>
@@ -83,7 +86,7 @@ static void append_task(void *argp, int64_t task, float *scratch)
     const fa_kv_problem *kp = (const fa_kv_problem *)argp;
     const fa_problem *p = &kp->p;
     const int64_t b = task / kp->seqlen_knew, j = task % kp->seqlen_knew, t = cached_len(kp, b) + j;
-    const size_t row_bytes = (size_t)p->d * fa_dtype_size(p->dtype);
+    const size_t row_bytes = (size_t)p->d * fa_dtype_size(p->dtype), vrow_bytes = (size_t)p->d_v * fa_dtype_size(p->dtype);
     const size_t es = fa_dtype_size(p->dtype);
     for (int64_t h = 0; h < p->heads_kv; ++h) {
         const int64_t src = b * kp->k_new.sb + j * kp->k_new.ss + h * kp->k_new.sh;
@@ -98,7 +101,7 @@ static void append_task(void *argp, int64_t task, float *scratch)
         }
         const int64_t vsrc = b * kp->v_new.sb + j * kp->v_new.ss + h * kp->v_new.sh;
         const int64_t vdst = cache_offset(kp, &kp->v_cache, b, t, h);
-        memcpy((char *)kp->v_cache.data + vdst * es, (const char *)kp->v_new.data + vsrc * es, row_bytes);
+        memcpy((char *)kp->v_cache.data + vdst * es, (const char *)kp->v_new.data + vsrc * es, vrow_bytes);
     }
 }
 
@@ -112,7 +115,7 @@ typedef struct attn_ctx {
     const fa_kv_problem *kp;
     int64_t splits, hb, head_blocks, row_blocks; /* row_blocks: per kv head when hb is 1 */
     int direct;                                  /* cache rows read in place (kv_rows.h) */
-    float *partial;                              /* splits > 1: [batch][heads_q][seqlen_new][splits][d + 1] */
+    float *partial;                              /* splits > 1: [batch][heads_q][seqlen_new][splits][d_v + 1] */
 } attn_ctx;
 
 /* row[j] = the cache row of token k0 + j, kv head h, for j < nk; up to a whole vector of keys the
@@ -187,16 +190,17 @@ FA_VINLINE void direct_pv(fa_dtype dt, float *acc, int64_t dp, const float *s, c
         direct_pv_of(FA_DTYPE_F16, acc, dp, s, e, full, vrow, nr, nk, d);
 }
 
-/* Channels padded to whole vectors: the rows in scratch are dp floats, zero past d. */
-static int64_t padded_dim(int64_t d)
+/* Channels padded to whole vectors: the rows in scratch are dp floats (the larger of d and d_v),
+ * zero past their own dim. */
+static int64_t padded_dim(const fa_problem *p)
 {
-    return fa_round_up(d, VEC);
+    return fa_round_up(p->d > p->d_v ? p->d : p->d_v, VEC);
 }
 
 /* Floats of one worker's scratch for tasks of hb kv heads. */
-static int64_t attn_scratch_floats(int64_t d, int64_t hb)
+static int64_t attn_scratch_floats(const fa_problem *p, int64_t hb)
 {
-    const int64_t dp = padded_dim(d);
+    const int64_t dp = padded_dim(p);
     return 2 * ROW_BLOCK * dp + 2 * ROW_BLOCK * KV_BLOCK + 2 * hb * KV_BLOCK * dp + 2 * ROW_BLOCK;
 }
 
@@ -285,7 +289,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     const attn_ctx *ac = (const attn_ctx *)argp;
     const fa_kv_problem *kp = ac->kp;
     const fa_problem *p = &kp->p;
-    const int64_t d = p->d, dp = padded_dim(d), Sn = p->seqlen_q;
+    const int64_t d = p->d, dv = p->d_v, dp = padded_dim(p), Sn = p->seqlen_q;
     const int64_t gr = p->group * Sn; /* rows of one kv head */
     const int64_t rb = task % ac->row_blocks, split = task / ac->row_blocks % ac->splits;
     const int64_t rest = task / ac->row_blocks / ac->splits, hblk = rest % ac->head_blocks, b = rest / ac->head_blocks;
@@ -365,7 +369,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
                     widen_row(p->dtype, kp->k_cache.data, cache_offset(kp, &kp->k_cache, b, pad + k0 + j, hk0 + h),
                               d, dp, kt + (h * KV_BLOCK + j) * dp);
                     widen_row(p->dtype, kp->v_cache.data, cache_offset(kp, &kp->v_cache, b, pad + k0 + j, hk0 + h),
-                              d, dp, vt + (h * KV_BLOCK + j) * dp);
+                              dv, dp, vt + (h * KV_BLOCK + j) * dp);
                 }
             /* each kv head's rows against its keys */
             for (int64_t rs = 0; rs < nr;) {
@@ -427,7 +431,7 @@ static void attn_task(void *argp, int64_t task, float *scratch)
                     const int64_t h = (base + rs) / gr - hk0, seg_end = (h + hk0 + 1) * gr - base;
                     const int64_t re = seg_end < nr ? seg_end : nr;
                     direct_pv(p->dtype, acc + rs * dp, dp, s + rs * KV_BLOCK + j0, ex + rs * KV_BLOCK + j0, full + rs,
-                              vrows + h * KV_BLOCK + j0, re - rs, nk - j0 < DIRECT_CHUNK ? nk - j0 : DIRECT_CHUNK, d);
+                              vrows + h * KV_BLOCK + j0, re - rs, nk - j0 < DIRECT_CHUNK ? nk - j0 : DIRECT_CHUNK, dv);
                     rs = re;
                 }
             continue;
@@ -457,19 +461,24 @@ static void attn_task(void *argp, int64_t task, float *scratch)
     for (int64_t r = 0; r < nr; ++r) {
         const int64_t hq = (base + r) / Sn, i = (base + r) % Sn;
         const fa_softmax_row st = {rowm[r], rowl[r]};
-        const float inv = fa_softmax_inv_sum(st), lse = fa_softmax_lse(st);
+        float inv = fa_softmax_inv_sum(st), lse = fa_softmax_lse(st);
         float *ar = acc + r * dp;
         if (ac->direct)
-            kv_from_load_order(p->dtype, ar, d);
-        if (ac->splits > 1) {
-            float *dst = ac->partial + (((b * p->heads_q + hq) * Sn + i) * ac->splits + split) * (d + 1);
-            for (int64_t c = 0; c < d; ++c)
+            kv_from_load_order(p->dtype, ar, dv);
+        if (ac->splits > 1) { /* the sink joins once, at the merge */
+            float *dst = ac->partial + (((b * p->heads_q + hq) * Sn + i) * ac->splits + split) * (dv + 1);
+            for (int64_t c = 0; c < dv; ++c)
                 dst[c] = fa_row_output(ar[c], inv);
-            dst[d] = lse;
+            dst[dv] = lse;
             continue;
         }
+        if (p->sink) { /* core/sink.h */
+            const float lse0 = lse;
+            lse = fa_sink_lse(lse0, p->sink[hq]);
+            inv *= fa_sink_factor(lse0, lse);
+        }
         const int64_t off = b * p->o.sb + i * p->o.ss + hq * p->o.sh;
-        for (int64_t c = 0; c < d; ++c)
+        for (int64_t c = 0; c < dv; ++c)
             fa_store_elem(p->out_dtype, p->o.data, off + c, fa_row_output(ar[c], inv));
         if (p->has_lse)
             ((float *)p->lse.data)[b * p->lse.sb + hq * p->lse.sh + i * p->lse.ss] = lse;
@@ -482,16 +491,22 @@ static void merge_task(void *argp, int64_t task, float *scratch)
 {
     const attn_ctx *ac = (const attn_ctx *)argp;
     const fa_problem *p = &ac->kp->p;
-    const int64_t d = p->d, Sn = p->seqlen_q;
+    const int64_t d = p->d_v, Sn = p->seqlen_q;
     const int64_t i = task % Sn, hq = task / Sn % p->heads_q, b = task / Sn / p->heads_q;
     const float *part = ac->partial + task * ac->splits * (d + 1);
     float lse = part[d];
     memcpy(scratch, part, sizeof(float) * (size_t)d);
     for (int64_t sp = 1; sp < ac->splits; ++sp)
         lse = fa_softmax_merge(lse, scratch, part[sp * (d + 1) + d], part + sp * (d + 1), scratch, d);
+    float factor = 1.0f;
+    if (p->sink) { /* core/sink.h, once per row after the splits */
+        const float lse0 = lse;
+        lse = fa_sink_lse(lse0, p->sink[hq]);
+        factor = fa_sink_factor(lse0, lse);
+    }
     const int64_t off = b * p->o.sb + i * p->o.ss + hq * p->o.sh;
     for (int64_t c = 0; c < d; ++c)
-        fa_store_elem(p->out_dtype, p->o.data, off + c, scratch[c]);
+        fa_store_elem(p->out_dtype, p->o.data, off + c, fa_row_output(scratch[c], factor));
     if (p->has_lse)
         ((float *)p->lse.data)[b * p->lse.sb + hq * p->lse.sh + i * p->lse.ss] = lse;
 }
@@ -518,14 +533,14 @@ fa_status fa_cpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     /* everything is allocated before the cache is written: a failure leaves every output as it was */
     const int64_t gr = p->group * p->seqlen_q; /* rows of one kv head */
     attn_ctx ac = {kp, 1, 1, p->heads_kv, 1, 0, NULL};
-    ac.direct = gr <= DIRECT_ROWS && p->d % (2 * VEC) == 0;
+    ac.direct = gr <= DIRECT_ROWS && p->d % (2 * VEC) == 0 && p->d_v % (2 * VEC) == 0;
     if (gr > 0 && gr <= ROW_BLOCK) {
         ac.hb = ROW_BLOCK / gr < p->heads_kv ? ROW_BLOCK / gr : p->heads_kv;
         ac.head_blocks = (p->heads_kv + ac.hb - 1) / ac.hb;
     } else {
         ac.row_blocks = (gr + ROW_BLOCK - 1) / ROW_BLOCK;
     }
-    int64_t per_worker = attn_scratch_floats(p->d, ac.hb), scratch_floats, units, tasks, pf = 0;
+    int64_t per_worker = attn_scratch_floats(p, ac.hb), scratch_floats, units, tasks, pf = 0;
     if (!fa_mul_ok(per_worker, threads, &scratch_floats) || !fa_mul_ok(p->batch, ac.head_blocks, &units) ||
         !fa_mul_ok(units, ac.row_blocks, &units))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the task count overflows 64 bits");
@@ -533,7 +548,7 @@ fa_status fa_cpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     if (!fa_mul_ok(units, ac.splits, &tasks))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the task count overflows 64 bits");
     if (ac.splits > 1 && p->seqlen_q > 0 &&
-        (!fa_mul_ok(p->total_q, p->heads_q, &pf) || !fa_mul_ok(pf, ac.splits, &pf) || !fa_mul_ok(pf, p->d + 1, &pf) ||
+        (!fa_mul_ok(p->total_q, p->heads_q, &pf) || !fa_mul_ok(pf, ac.splits, &pf) || !fa_mul_ok(pf, p->d_v + 1, &pf) ||
          (uint64_t)pf > (uint64_t)(SIZE_MAX / sizeof(float))))
         return FA_ERROR(ctx, FA_ERR_OVERFLOW, "kv cache: the split partials' size overflows");
     float *scratch = malloc(sizeof(float) * (size_t)scratch_floats);

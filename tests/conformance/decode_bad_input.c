@@ -32,7 +32,6 @@ static void b_rotary_odd(fa_kvcache_args *a, void *s) { (void)s; a->rotary_cos.s
 static void b_batch_idx_paged(fa_kvcache_args *a, void *s) { int32_t *t = s; t[0] = t[1] = 0; a->cache_batch_idx = t; }
 static void b_dropout(fa_kvcache_args *a, void *s) { (void)s; a->opts.dropout_p = 0.1f; }
 static void b_splits(fa_kvcache_args *a, void *s) { (void)s; a->num_splits = -2; }
-/* above FA_MAX_HEAD_DIM_KVCACHE: no backend runs it, whatever its features */
 static void b_head_dim(fa_kvcache_args *a, void *s) { (void)s; a->q.shape[3] = FA_MAX_HEAD_DIM_KVCACHE + 24; }
 static void b_gqa(fa_kvcache_args *a, void *s) { (void)s; a->q.shape[2] = 3; }
 static void b_new_shape(fa_kvcache_args *a, void *s) { (void)s; a->v_new.shape[1] = 2; }
@@ -72,7 +71,7 @@ static const struct {
     {"cache_leftpad with a paged cache", b_leftpad_paged, FA_ERR_INVALID_ARG},
     {"dropout", b_dropout, FA_ERR_INVALID_ARG},
     {"num_splits < 0", b_splits, FA_ERR_INVALID_ARG},
-    {"head dim 600", b_head_dim, FA_ERR_UNSUPPORTED},
+    {"head dim above FA_MAX_HEAD_DIM_KVCACHE", b_head_dim, FA_ERR_UNSUPPORTED},
     {"heads_q not a multiple of heads_kv", b_gqa, FA_ERR_INVALID_ARG},
     {"v_new of another length", b_new_shape, FA_ERR_INVALID_ARG},
     {"o inside k_cache", b_o_overlaps_cache, FA_ERR_INVALID_ARG},

@@ -176,8 +176,8 @@ MUTATIONS = [
         "what": "the forward's LSE 0.001 too large (flash_forward.c)",
         "edits": [
             ("backends/cpu/flash_forward.c",
-             "((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]);",
-             "((float *)p->lse.data)[off] = fa_softmax_lse(rows[r]) + 1e-3f;"),
+             "((float *)p->lse.data)[off] = lse;",
+             "((float *)p->lse.data)[off] = lse + 1e-3f;"),
         ],
     },
     {
@@ -212,7 +212,7 @@ MUTATIONS = [
         "what": "the CPU decode's bf16 / fp16 outputs left in the kernels' even / odd channel order "
                 "(kvcache.c: the accumulators not put back into channel order)",
         "edits": [
-            ("backends/cpu/kvcache.c", "            kv_from_load_order(p->dtype, ar, d);\n", ""),
+            ("backends/cpu/kvcache.c", "            kv_from_load_order(p->dtype, ar, dv);\n", ""),
         ],
     },
     {
