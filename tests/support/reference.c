@@ -517,8 +517,16 @@ fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk
                             dvrow[c] += w * (float)dor[i * dvw + c];
                     }
                 }
-                if (p->sink && lse_row[i] > -INFINITY)
-                    as[h] -= expf(p->sink[h] - (float)lse_row[i]) * dsum;
+                /* dsink from D_i = dO_i . O_i with the O the backward is given (p->o): every
+                 * implementation receives O rounded to the dtype, and dsink inherits that O's
+                 * error whole (it is a sum of exp(sink - LSE_i) dO_i . O_i over the head's rows),
+                 * which a D_i from P and dP alone would leave out */
+                if (p->sink && lse_row[i] > -INFINITY) {
+                    float d_row = 0.0f;
+                    for (int64_t c = 0; c < dvw; ++c)
+                        d_row += (float)dor[i * dvw + c] * (float)fa_view_get(&p->o, p->dtype, b, q0 + i, h, c);
+                    as[h] -= expf(p->sink[h] - (float)lse_row[i]) * d_row;
+                }
                 float *dqrow = aq + (r * p->heads_q + h) * p->d;
                 for (int64_t j = 0; j < sk; ++j) {
                     float ds = (float)fa_round_to(p->dtype, sc.pf[i * sk + j] * (dprow[j] - dsum) * sc.gf[i * sk + j]);

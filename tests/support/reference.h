@@ -12,8 +12,10 @@
  * visibility (causal / window) from flashattn.h's rule written out here, not from core/mask.h.
  * fa_naive_*: what a plain implementation in the input precision gives: fp32 arithmetic, P (and
  * in the backward dP, dS) rounded to the input dtype before each matrix product, outputs rounded
- * to the dtype (dsink stays fp32, as its output is). Its error against fa_ref_* is the yardstick of
- * the conformance pass rule. p->sink (the learnable sink) must point to host memory here. */
+ * to the dtype; dsink in fp32 (its output's dtype) from D_i = dO_i . O_i with the problem's o, the
+ * O a backward is given (its rounding to the dtype reaches dsink whole). Its error against
+ * fa_ref_* is the yardstick of the conformance pass rule. p->sink (the learnable sink) must point
+ * to host memory here. */
 #ifndef FA_CPU_REFERENCE_H
 #define FA_CPU_REFERENCE_H
 
@@ -21,7 +23,8 @@
 
 /* Returns FA_ERR_OUT_OF_MEMORY if the N x N scratch cannot be allocated. For the backward,
  * p->backward must be set and the problem's o, lse, dout views are read (o and lse from any
- * implementation: the reference recomputes what it needs from Q, K, V, dO only and ignores them). */
+ * implementation: the reference recomputes what it needs from Q, K, V, dO only and ignores them;
+ * the naive baseline reads o for dsink). */
 fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse);
 /* dsink may be NULL (not computed); without a sink it is written as zeros. */
 fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *dv, double *dsink);
