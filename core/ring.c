@@ -138,7 +138,7 @@ typedef struct ring_call {
     fa_problem p;
     int32_t *cu_host;
     void *stream;
-    void *bufs[8]; /* the call's buffers in the context's memory */
+    void *bufs[9]; /* the call's buffers in the context's memory */
     int nbufs;
 } ring_call;
 
@@ -218,7 +218,7 @@ static void *ring_alloc(ring_call *rc, int64_t count, size_t elem, fa_status *st
     void *ptr = NULL;
     if (*st != FA_SUCCESS)
         return NULL;
-    if (count < 0 || (uint64_t)count > SIZE_MAX / elem / 2 || rc->nbufs == 8) {
+    if (count < 0 || (uint64_t)count > SIZE_MAX / elem / 2 || rc->nbufs == (int)(sizeof rc->bufs / sizeof rc->bufs[0])) {
         *st = FA_ERROR(rc->ctx, FA_ERR_OVERFLOW, "ring: a shard buffer of %lld elements", (long long)count);
         return NULL;
     }
@@ -266,7 +266,7 @@ static fa_status pack_kv(ring_call *rc, const fa_tensor *k, const fa_tensor *v, 
     const int64_t kv = p->batch * p->seqlen_k * p->heads_kv * p->d;
     const fa_tensor kt = dense4(bundle, p->dtype, p->batch, p->seqlen_k, p->heads_kv, p->d);
     const fa_tensor vt = dense4((char *)bundle + kv * (int64_t)fa_dtype_size(p->dtype), p->dtype, p->batch,
-                                p->seqlen_k, p->heads_kv, p->d);
+                                p->seqlen_k, p->heads_kv, p->d_v);
     fa_status st = rc->ctx->backend->ring_copy(rc->ctx, &kt, k);
     return st == FA_SUCCESS ? rc->ctx->backend->ring_copy(rc->ctx, &vt, v) : st;
 }
@@ -285,20 +285,21 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
     st = ring_begin(&rc, args, NULL);
     const fa_problem *p = &rc.p;
     const fa_backend *be = ctx->backend;
-    const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, NQ = p->seqlen_q, NK = p->seqlen_k;
+    const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, DV = p->d_v, NQ = p->seqlen_q,
+                  NK = p->seqlen_k;
     const fa_dtype F = FA_DTYPE_F32;
     const size_t es = fa_dtype_size(p->dtype);
-    const int64_t kv = B * NK * HK * D; /* elements of one K (or V) shard */
-    float *oacc = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
+    const int64_t kv = B * NK * HK * D, kvv = B * NK * HK * DV; /* elements of one K, one V shard */
+    float *oacc = ring_alloc(&rc, B * NQ * H * DV, sizeof(float), &st);
     float *lacc = ring_alloc(&rc, B * H * NQ, sizeof(float), &st);
-    float *opart = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
+    float *opart = ring_alloc(&rc, B * NQ * H * DV, sizeof(float), &st);
     float *lpart = ring_alloc(&rc, B * H * NQ, sizeof(float), &st);
-    unsigned char *bundle[2] = {ring_alloc(&rc, 2 * kv, es, &st), ring_alloc(&rc, 2 * kv, es, &st)};
+    unsigned char *bundle[2] = {ring_alloc(&rc, kv + kvv, es, &st), ring_alloc(&rc, kv + kvv, es, &st)};
     st = ring_agree(&rc, st, FA_ERR_INVALID_ARG, "rejected its arguments or could not allocate");
     if (st != FA_SUCCESS)
         return ring_end(&rc, st);
     st = pack_kv(&rc, &args->k, &args->v, bundle[0]);
-    const fa_tensor ot = dense4(oacc, F, B, NQ, H, D), lt = dense3(lacc, B, H, NQ);
+    const fa_tensor ot = dense4(oacc, F, B, NQ, H, DV), lt = dense3(lacc, B, H, NQ);
     ring_chunk qc[2], kc[2];
     const int nq = chunks_of(layout, comm->rank, comm->size, NQ, qc);
     int cur = 0, broken = 0, done[2] = {0, 0};
@@ -306,11 +307,11 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
         if (step > 0)
             ring_finish(&rc, 0, &st, &broken); /* this step's K / V have arrived */
         if (step + 1 < comm->size) /* the next step's move under this step's attention */
-            ring_start(&rc, 0, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es, &st, &broken);
+            ring_start(&rc, 0, bundle[cur], bundle[1 - cur], (size_t)(kv + kvv) * es, &st, &broken);
         const int src = (comm->rank - step + comm->size) % comm->size;
         const int nk = chunks_of(layout, src, comm->size, NK, kc);
         const fa_tensor kt = dense4(bundle[cur], p->dtype, B, NK, HK, D);
-        const fa_tensor vt = dense4(bundle[cur] + kv * (int64_t)es, p->dtype, B, NK, HK, D);
+        const fa_tensor vt = dense4(bundle[cur] + kv * (int64_t)es, p->dtype, B, NK, HK, DV);
         for (int i = 0; i < nq && st == FA_SUCCESS; ++i)
             for (int j = 0; j < nk && st == FA_SUCCESS; ++j) {
                 const int m = pair_mask(p->causal, &qc[i], &kc[j]);
@@ -321,9 +322,11 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_lay
                 a.k = rows_of(&kt, 1, kc[j].row0, kc[j].rows);
                 a.v = rows_of(&vt, 1, kc[j].row0, kc[j].rows);
                 const fa_tensor oi = rows_of(&ot, 1, qc[i].row0, qc[i].rows), li = rows_of(&lt, 2, qc[i].row0, qc[i].rows);
-                a.o = done[i] ? dense4(opart, F, B, qc[i].rows, H, D) : oi;
+                a.o = done[i] ? dense4(opart, F, B, qc[i].rows, H, DV) : oi;
                 a.lse = done[i] ? dense3(lpart, B, H, qc[i].rows) : li;
                 a.opts.causal = m;
+                /* the sink joins each query row's softmax once: in the chunk's first part */
+                a.opts.learnable_sink = done[i] ? NULL : args->opts.learnable_sink;
                 st = fa_forward(ctx, &a);
                 if (st == FA_SUCCESS && done[i])
                     st = be->ring_merge(ctx, &oi, &li, &a.o, &a.lse);
@@ -354,17 +357,22 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
     st = ring_begin(&rc, NULL, args);
     const fa_problem *p = &rc.p;
     const fa_backend *be = ctx->backend;
-    const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, NQ = p->seqlen_q, NK = p->seqlen_k;
+    const int64_t B = p->batch, H = p->heads_q, HK = p->heads_kv, D = p->d, DV = p->d_v, NQ = p->seqlen_q,
+                  NK = p->seqlen_k;
     const fa_dtype F = FA_DTYPE_F32;
     const size_t es = fa_dtype_size(p->dtype);
-    const int64_t kv = B * NK * HK * D;
-    const size_t grad_bytes = (size_t)(2 * kv) * sizeof(float); /* dK | dV, fp32 */
+    const int64_t kv = B * NK * HK * D, kvv = B * NK * HK * DV;
+    const size_t grad_bytes = (size_t)(kv + kvv) * sizeof(float); /* dK | dV, fp32 */
     float *dqacc = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
     float *dqpart = ring_alloc(&rc, B * NQ * H * D, sizeof(float), &st);
-    unsigned char *bundle[2] = {ring_alloc(&rc, 2 * kv, es, &st), ring_alloc(&rc, 2 * kv, es, &st)};
-    float *grad[2] = {ring_alloc(&rc, 2 * kv, sizeof(float), &st), ring_alloc(&rc, 2 * kv, sizeof(float), &st)};
-    float *gpart = ring_alloc(&rc, 2 * kv, sizeof(float), &st);    /* this step's dK | dV of the visiting shard */
-    float *gscratch = ring_alloc(&rc, 2 * kv, sizeof(float), &st); /* one pair's, when a chunk has two pairs */
+    unsigned char *bundle[2] = {ring_alloc(&rc, kv + kvv, es, &st), ring_alloc(&rc, kv + kvv, es, &st)};
+    float *grad[2] = {ring_alloc(&rc, kv + kvv, sizeof(float), &st), ring_alloc(&rc, kv + kvv, sizeof(float), &st)};
+    float *gpart = ring_alloc(&rc, kv + kvv, sizeof(float), &st);    /* this step's dK | dV of the visiting shard */
+    float *gscratch = ring_alloc(&rc, kv + kvv, sizeof(float), &st); /* one pair's, when a chunk has two pairs */
+    /* dsink: each query chunk's rows give a part (in its first pair); the zigzag layout's second
+     * chunk's part lands here and is added */
+    float *dsink_part = args && args->dsink.data && layout == FA_RING_ZIGZAG ? ring_alloc(&rc, H, sizeof(float), &st)
+                                                                            : NULL;
     st = ring_agree(&rc, st, FA_ERR_INVALID_ARG, "rejected its arguments or could not allocate");
     if (st != FA_SUCCESS)
         return ring_end(&rc, st);
@@ -377,16 +385,16 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
         if (step > 0)
             ring_finish(&rc, 0, &st, &broken);
         if (step + 1 < comm->size)
-            ring_start(&rc, 0, bundle[cur], bundle[1 - cur], (size_t)(2 * kv) * es, &st, &broken);
+            ring_start(&rc, 0, bundle[cur], bundle[1 - cur], (size_t)(kv + kvv) * es, &st, &broken);
         const int src = (comm->rank - step + comm->size) % comm->size;
         const int nk = chunks_of(layout, src, comm->size, NK, kc);
         const fa_tensor kt = dense4(bundle[cur], p->dtype, B, NK, HK, D);
-        const fa_tensor vt = dense4(bundle[cur] + kv * (int64_t)es, p->dtype, B, NK, HK, D);
+        const fa_tensor vt = dense4(bundle[cur] + kv * (int64_t)es, p->dtype, B, NK, HK, DV);
         /* step 0 accumulates into the shard's own travelling dK | dV, later steps into gpart
          * (the travelling one is still arriving) */
         float *gdst = step == 0 ? grad[gcur] : gpart;
-        const fa_tensor dkt = dense4(gdst, F, B, NK, HK, D), dvt = dense4(gdst + kv, F, B, NK, HK, D);
-        const fa_tensor dks = dense4(gscratch, F, B, NK, HK, D), dvs = dense4(gscratch + kv, F, B, NK, HK, D);
+        const fa_tensor dkt = dense4(gdst, F, B, NK, HK, D), dvt = dense4(gdst + kv, F, B, NK, HK, DV);
+        const fa_tensor dks = dense4(gscratch, F, B, NK, HK, D), dvs = dense4(gscratch + kv, F, B, NK, HK, DV);
         int kdone[2] = {0, 0};
         for (int i = 0; i < nq && st == FA_SUCCESS; ++i)
             for (int j = 0; j < nk && st == FA_SUCCESS; ++j) {
@@ -406,7 +414,19 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
                 a.dk = kdone[j] ? rows_of(&dks, 1, kc[j].row0, kc[j].rows) : dkj;
                 a.dv = kdone[j] ? rows_of(&dvs, 1, kc[j].row0, kc[j].rows) : dvj;
                 a.opts.causal = m;
+                /* dsink from each query row once, in its chunk's first pair; this rank's rows only */
+                a.opts.learnable_sink = qdone[i] ? NULL : args->opts.learnable_sink;
+                a.dsink.data = NULL;
+                if (!qdone[i] && args->dsink.data) {
+                    a.dsink = args->dsink;
+                    if (i == 1)
+                        a.dsink.data = dsink_part;
+                }
                 st = fa_backward(ctx, &a);
+                if (st == FA_SUCCESS && a.dsink.data && i == 1) {
+                    const fa_tensor total = dense4(args->dsink.data, F, 1, 1, 1, H), part = dense4(dsink_part, F, 1, 1, 1, H);
+                    st = be->ring_add(ctx, &total, &part);
+                }
                 if (st == FA_SUCCESS && qdone[i])
                     st = be->ring_add(ctx, &dqi, &a.dq);
                 if (st == FA_SUCCESS && kdone[j])
@@ -417,7 +437,7 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
             }
         if (step > 0) { /* the shard's dK | dV so far, from the previous rank, plus this step's */
             ring_finish(&rc, 1, &st, &broken);
-            const fa_tensor gk = dense4(grad[gcur], F, B, NK, HK, D), gv = dense4(grad[gcur] + kv, F, B, NK, HK, D);
+            const fa_tensor gk = dense4(grad[gcur], F, B, NK, HK, D), gv = dense4(grad[gcur] + kv, F, B, NK, HK, DV);
             for (int j = 0; j < nk && st == FA_SUCCESS; ++j)
                 if (kdone[j]) {
                     const fa_tensor a0 = rows_of(&gk, 1, kc[j].row0, kc[j].rows), a1 = rows_of(&gv, 1, kc[j].row0, kc[j].rows);
@@ -439,7 +459,7 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_la
     if (!broken)
         st = ring_agree(&rc, st, FA_ERR_BACKEND, "failed during the ring");
     if (st == FA_SUCCESS) {
-        const fa_tensor gk = dense4(grad[gcur], F, B, NK, HK, D), gv = dense4(grad[gcur] + kv, F, B, NK, HK, D);
+        const fa_tensor gk = dense4(grad[gcur], F, B, NK, HK, D), gv = dense4(grad[gcur] + kv, F, B, NK, HK, DV);
         st = be->ring_copy(ctx, &args->dq, &dqt);
         if (st == FA_SUCCESS)
             st = be->ring_copy(ctx, &args->dk, &gk);

@@ -540,7 +540,10 @@ typedef enum fa_ring_layout {
 FA_API fa_status fa_ring_forward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_layout layout,
                                  const fa_fwd_args *args);
 /* The backward: o and lse from fa_ring_forward; K and V travel as in the forward, dK and dV (fp32)
- * follow them one step behind and come home after `size` steps; dQ accumulates locally (fp32). */
+ * follow them one step behind and come home after `size` steps; dQ accumulates locally (fp32).
+ * With a learnable sink (joined to each query row once in the forward), dsink is the part of this
+ * rank's query rows: sum it over the ranks, as any replicated parameter's gradient. d_v != d works
+ * as on one device. */
 FA_API fa_status fa_ring_backward(fa_context *ctx, const fa_ring_comm *comm, fa_ring_layout layout,
                                   const fa_bwd_args *args);
 
