@@ -408,7 +408,6 @@ static int run_backend(const char *backend, int device, int full, const char *fi
         printf("conformance/%s: the grid fills all %d case slots; raise MAX_CASES\n", backend, MAX_CASES);
         return 1;
     }
-    printf("%d grid cases\n", ncases);
     for (int i = 0; i < ncases; ++i) {
         if (!filter_selects(filter, cases[i].name))
             continue;
