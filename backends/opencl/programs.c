@@ -182,9 +182,9 @@ fa_status ocl_get_kv_program(fa_context *ctx, fa_dtype dtype, int64_t d, int64_t
                              ocl_program **out)
 {
     char options[320];
-    int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=5 -DFA_DTYPE=%d -DFA_D=%lld -DFA_D_V=%lld%s%s",
-                     (int)dtype, (long long)d, (long long)d_v, mod ? " -DFA_SCORE_MOD=1" : "",
-                     sink ? " -DFA_SINK=1" : "");
+    int n = snprintf(options, sizeof options,
+                     "-cl-std=CL1.2 -DFA_KERNELS=5 -DFA_DTYPE=%d -DFA_D=%lld -DFA_D_V=%lld%s%s", (int)dtype,
+                     (long long)d, (long long)d_v, mod ? " -DFA_SCORE_MOD=1" : "", sink ? " -DFA_SINK=1" : "");
     return program_for(ctx, options, n, 5, out);
 }
 

@@ -259,8 +259,8 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
                         "opencl: tile %lld x %lld at d %lld, d_v %lld needs %lld work-items and %lld bytes of local "
                         "memory; the device has %zu and %llu",
-                        (long long)p->block_q, (long long)p->block_k, (long long)p->d, (long long)p->d_v, (long long)group,
-                        (long long)local, s->max_group, (unsigned long long)s->local_bytes);
+                        (long long)p->block_q, (long long)p->block_k, (long long)p->d, (long long)p->d_v,
+                        (long long)group, (long long)local, s->max_group, (unsigned long long)s->local_bytes);
     char dv_name[32] = "";
     if (p->d_v != p->d)
         snprintf(dv_name, sizeof dv_name, "v%lld", (long long)p->d_v);
