@@ -1,7 +1,7 @@
 /* launch.c: one call's launches. The parameter block (kernels/params.h) and the block-sparse
  * lists go to temporary buffers, every tensor is bound as its cl_mem and element offset, and the
  * kernels run on the context's in-order queue: the forward as one kernel, the backward as D
- * (fa_backward_dsum), then dK / dV, then dQ. */
+ * (fa_backward_dsum), then dK / dV, then dQ, then dsink where it is asked for. */
 #include "opencl_backend.h"
 
 #include <string.h>
@@ -13,6 +13,7 @@ typedef struct call_args {
     cl_mem mem[FA_T_COUNT];
     cl_mem cu_q, cu_k;
     cl_mem alibi; /* the slopes' buffer (the user's memory) or the dummy */
+    cl_mem sink, dsink; /* the learnable sink's and dsink's buffers (the user's memory) or the dummy */
     cl_mem params, bits, row_ptr, col, cls, dsum;
 } call_args;
 
@@ -108,6 +109,27 @@ static fa_status bind_alibi(fa_context *ctx, const fa_problem *p, call_args *a)
     return FA_SUCCESS;
 }
 
+/* fp32 [heads_q] in the context's memory (the learnable sink, dsink): its cl_mem and element
+ * offset; the dummy and 0 when ptr is NULL. */
+static fa_status bind_heads(fa_context *ctx, const fa_problem *p, const char *name, const float *ptr, cl_mem *mem,
+                            cl_long *off)
+{
+    ocl_state *s = ocl_state_of(ctx);
+    *mem = s->dummy;
+    *off = 0;
+    if (!ptr)
+        return FA_SUCCESS;
+    const ocl_buffer *b = ocl_find_buffer(s, ptr, sizeof(float) * (size_t)p->heads_q);
+    if (!b || ((uintptr_t)ptr - b->base) % sizeof(float))
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                        "%s: %p and its %lld floats are not an aligned range inside one fa_malloc buffer of this "
+                        "context",
+                        name, (const void *)ptr, (long long)p->heads_q);
+    *mem = b->mem;
+    *off = (cl_long)(((uintptr_t)ptr - b->base) / sizeof(float));
+    return FA_SUCCESS;
+}
+
 static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -136,19 +158,21 @@ static fa_status prepare_args(fa_context *ctx, const fa_problem *p, call_args *a
     fa_status st;
     if ((st = bind_view(ctx, p, &p->q, FA_T_Q, el, rq, p->heads_q, p->d, a)) ||
         (st = bind_view(ctx, p, &p->k, FA_T_K, el, rk, p->heads_kv, p->d, a)) ||
-        (st = bind_view(ctx, p, &p->v, FA_T_V, el, rk, p->heads_kv, p->d, a)) ||
-        (st = bind_view(ctx, p, &p->o, FA_T_O, el, rq, p->heads_q, p->d, a)) ||
+        (st = bind_view(ctx, p, &p->v, FA_T_V, el, rk, p->heads_kv, p->d_v, a)) ||
+        (st = bind_view(ctx, p, &p->o, FA_T_O, el, rq, p->heads_q, p->d_v, a)) ||
         (st = bind_view(ctx, p, p->has_lse || p->backward ? &p->lse : &(fa_view){0}, FA_T_LSE, sizeof(float), rq,
                         p->heads_q, 1, a)))
         return st;
     if (p->backward &&
-        ((st = bind_view(ctx, p, &p->dout, FA_T_DO, el, rq, p->heads_q, p->d, a)) ||
+        ((st = bind_view(ctx, p, &p->dout, FA_T_DO, el, rq, p->heads_q, p->d_v, a)) ||
          (st = bind_view(ctx, p, &p->dq, FA_T_DQ, el, rq, p->heads_q, p->d, a)) ||
          (st = bind_view(ctx, p, &p->dk, FA_T_DK, el, rk, p->heads_kv, p->d, a)) ||
-         (st = bind_view(ctx, p, &p->dv, FA_T_DV, el, rk, p->heads_kv, p->d, a))))
+         (st = bind_view(ctx, p, &p->dv, FA_T_DV, el, rk, p->heads_kv, p->d_v, a))))
         return st;
     if ((st = bind_cu(ctx, p, p->cu_q, &a->cu_q, &q[FA_P_CU_Q_OFF])) ||
-        (st = bind_cu(ctx, p, p->cu_k, &a->cu_k, &q[FA_P_CU_K_OFF])) || (st = bind_alibi(ctx, p, a)))
+        (st = bind_cu(ctx, p, p->cu_k, &a->cu_k, &q[FA_P_CU_K_OFF])) || (st = bind_alibi(ctx, p, a)) ||
+        (st = bind_heads(ctx, p, "learnable_sink", p->sink, &a->sink, &q[FA_P_SINK_OFF])) ||
+        (st = bind_heads(ctx, p, "dsink", p->backward ? p->dsink : NULL, &a->dsink, &q[FA_P_DSINK_OFF])))
         return st;
     if (p->block_mask && p->lists) {
         const fa_block_mask *bm = p->block_mask;
@@ -214,9 +238,9 @@ fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
         cl_mem bits = or_dummy(s, a.bits), rp = or_dummy(s, a.row_ptr), col = or_dummy(s, a.col), cls = or_dummy(s, a.cls);
         float scale = p->scale, drop = p->dropout_scale;
         const void *vals[] = {&a.params, &scale, &drop, &a.mem[FA_T_Q], &a.mem[FA_T_K], &a.mem[FA_T_V], &a.mem[FA_T_O],
-                              &a.mem[FA_T_LSE], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls, &a.alibi};
+                              &a.mem[FA_T_LSE], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls, &a.alibi, &a.sink};
         cl_kernel k = v->kernel == 2 ? pr->forward_mma : v->kernel ? pr->forward : pr->forward_vec;
-        cl_int e = set_args(k, "mffmmmmmmmmmmmm", vals);
+        cl_int e = set_args(k, "mffmmmmmmmmmmmmm", vals);
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(fa_forward)");
         else {
@@ -242,7 +266,7 @@ fa_status ocl_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 
 fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
-    if (p->batch == 0)
+    if (p->batch == 0 && !p->dsink) /* with no rows dsink is still written: zeros */
         return FA_SUCCESS;
     ocl_state *s = ocl_state_of(ctx);
     ocl_program *pr;
@@ -263,30 +287,38 @@ fa_status ocl_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v
         const void *vq[] = {&a.params, &scale, &drop, &a.mem[FA_T_Q], &a.mem[FA_T_K], &a.mem[FA_T_V], &a.mem[FA_T_DO],
                             &a.mem[FA_T_LSE], &a.dsum, &a.mem[FA_T_DQ], &a.cu_q, &a.cu_k, &bits, &rp, &col, &cls,
                             &a.alibi};
+        const void *vs[] = {&a.params, &a.mem[FA_T_LSE], &a.dsum, &a.sink, &a.dsink, &a.cu_q};
         cl_int e = set_args(pr->dsum, "mmmmmm", vd);
         if (e == CL_SUCCESS)
             e = set_args(pr->dkdv, "mffmmmmmmmmmmmmmmm", vkv);
         if (e == CL_SUCCESS)
             e = set_args(pr->dq, "mffmmmmmmmmmmmmmm", vq);
+        if (e == CL_SUCCESS && p->dsink)
+            e = set_args(pr->dsink, "mmmmmm", vs);
         int64_t nq = (p->seqlen_q + p->block_q - 1) / p->block_q, nk = (p->seqlen_k + p->block_k - 1) / p->block_k;
         /* backward.cl: work-groups of (B_r / tm) x (B_c / tn) work-items, one per tile and FA_DA
-         * columns; backward_vec.cl: one work-item per tile */
-        int64_t group = 1, splits = 1;
+         * columns (of dK and dV: of the wider of d and d_v; of dQ: of d); backward_vec.cl: one
+         * work-item per tile */
+        int64_t group = 1, splits_kv = 1, splits_q = 1;
         if (v->kernel == 2) /* backward_mma.cl: 4 warps */
             group = 128;
         else if (v->kernel) {
             ocl_tile_row t = ocl_bwd_block(s, p);
+            const int64_t dm = p->d > p->d_v ? p->d : p->d_v;
             group = (p->block_q / t.tm) * (p->block_k / t.tn);
-            splits = (p->d + t.da - 1) / t.da;
+            splits_kv = (dm + t.da - 1) / t.da;
+            splits_q = (p->d + t.da - 1) / t.da;
         }
         if (e != CL_SUCCESS)
             st = OCL_FAIL(ctx, e, "clSetKernelArg(backward)");
         else if ((st = launch(ctx, pr->dsum, "clEnqueueNDRangeKernel(fa_backward_dsum)", nq, p->block_q, p->heads_q,
                               p->batch)) == FA_SUCCESS &&
-                 (st = launch(ctx, pr->dkdv, "clEnqueueNDRangeKernel(fa_backward_dkdv)", nk * splits, group,
-                              p->heads_kv, p->batch)) == FA_SUCCESS)
-            st = launch(ctx, pr->dq, "clEnqueueNDRangeKernel(fa_backward_dq)", nq * splits, group, p->heads_q,
-                        p->batch);
+                 (st = launch(ctx, pr->dkdv, "clEnqueueNDRangeKernel(fa_backward_dkdv)", nk * splits_kv, group,
+                              p->heads_kv, p->batch)) == FA_SUCCESS &&
+                 (st = launch(ctx, pr->dq, "clEnqueueNDRangeKernel(fa_backward_dq)", nq * splits_q, group, p->heads_q,
+                              p->batch)) == FA_SUCCESS &&
+                 p->dsink) /* backward.cl's FA_SINK_WG work-items per query head */
+            st = launch(ctx, pr->dsink, "clEnqueueNDRangeKernel(fa_backward_dsink)", 1, 64, p->heads_q, 1);
     }
     call_release(&a);
     if (st == FA_SUCCESS)

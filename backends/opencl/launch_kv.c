@@ -1,7 +1,9 @@
 /* launch_kv.c: fa_forward_kvcache on OpenCL: the parameter block (kernels/params.h's
  * fa_ocl_kv_param), every buffer bound as its cl_mem with the element offset in the block, and
  * the three kernels of decode.cl on the context's in-order queue: append (when new keys are
- * given), decode, combine (when the keys are split). */
+ * given), decode, combine (when the keys are split). q, k_cache and k_new have d channels, v_cache,
+ * v_new and o d_v; decode.cl holds a row in private memory and no __local memory, so every pair of
+ * head dims the core accepts (up to FA_MAX_HEAD_DIM_KVCACHE, MLA's 576 / 512) runs. */
 #include "opencl_backend.h"
 
 #include <string.h>
@@ -80,7 +82,7 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "fa_forward_kvcache on opencl: o must have q's dtype (no fp32 output)");
     ocl_state *s = ocl_state_of(ctx);
     ocl_program *pr;
-    fa_status st = ocl_get_kv_program(ctx, p->dtype, p->d, fa_score_mod_active(p->mod), &pr);
+    fa_status st = ocl_get_kv_program(ctx, p->dtype, p->d, p->d_v, fa_score_mod_active(p->mod), p->sink != NULL, &pr);
     if (st != FA_SUCCESS)
         return st;
     cl_long prm[FA_KV_COUNT];
@@ -115,18 +117,18 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
      * each is bound on its own and the kernels read them through one pointer per array kind */
     const size_t el = fa_dtype_size(p->dtype);
     const int64_t nb = kp->paged ? kp->num_pages : kp->batch_cache, rows = kp->paged ? kp->page_size : kp->seqlen_cache;
-    cl_mem mq, mo, ml, mkc, mvc, mkn, mvn, mcs, mbt, mbi, mlp, mcos, msin, mal;
+    cl_mem mq, mo, ml, mkc, mvc, mkn, mvn, mcs, mbt, mbi, mlp, mcos, msin, mal, msink;
     cl_long *t = &prm[FA_KV_TENSORS];
     if ((st = bind_view(ctx, "q", &p->q, el, p->batch, p->seqlen_q, p->heads_q, p->d, t + 4 * FA_KT_Q, &mq)) ||
-        (st = bind_view(ctx, "o", &p->o, el, p->batch, p->seqlen_q, p->heads_q, p->d, t + 4 * FA_KT_O, &mo)) ||
+        (st = bind_view(ctx, "o", &p->o, el, p->batch, p->seqlen_q, p->heads_q, p->d_v, t + 4 * FA_KT_O, &mo)) ||
         (st = bind_view(ctx, "lse", p->has_lse ? &p->lse : &(fa_view){0}, sizeof(float), p->batch, p->seqlen_q,
                         p->heads_q, 1, t + 4 * FA_KT_LSE, &ml)) ||
         (st = bind_view(ctx, "k_cache", &kp->k_cache, el, nb, rows, p->heads_kv, p->d, t + 4 * FA_KT_KC, &mkc)) ||
-        (st = bind_view(ctx, "v_cache", &kp->v_cache, el, nb, rows, p->heads_kv, p->d, t + 4 * FA_KT_VC, &mvc)) ||
+        (st = bind_view(ctx, "v_cache", &kp->v_cache, el, nb, rows, p->heads_kv, p->d_v, t + 4 * FA_KT_VC, &mvc)) ||
         (st = bind_view(ctx, "k_new", kp->has_new ? &kp->k_new : &(fa_view){0}, el, p->batch, kp->seqlen_knew,
                         p->heads_kv, p->d, t + 4 * FA_KT_KN, &mkn)) ||
         (st = bind_view(ctx, "v_new", kp->has_new ? &kp->v_new : &(fa_view){0}, el, p->batch, kp->seqlen_knew,
-                        p->heads_kv, p->d, t + 4 * FA_KT_VN, &mvn)) ||
+                        p->heads_kv, p->d_v, t + 4 * FA_KT_VN, &mvn)) ||
         (st = bind(ctx, "cache_seqlens", kp->cache_seqlens, sizeof(int32_t) * (size_t)p->batch, sizeof(int32_t), &mcs,
                    &prm[FA_KV_CS_OFF])) ||
         (st = bind(ctx, "block_table", kp->paged ? kp->block_table : NULL,
@@ -145,7 +147,9 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
         return st;
     int64_t slopes = p->mod.alibi_stride ? (p->batch - 1) * p->mod.alibi_stride + p->heads_q : p->heads_q;
     if ((st = bind(ctx, "alibi_slopes", p->alibi_slopes, sizeof(float) * (size_t)slopes, sizeof(float), &mal,
-                   &prm[FA_KV_ALIBI_OFF])))
+                   &prm[FA_KV_ALIBI_OFF])) ||
+        (st = bind(ctx, "learnable_sink", p->sink, sizeof(float) * (size_t)p->heads_q, sizeof(float), &msink,
+                   &prm[FA_KV_SINK_OFF])))
         return st;
     /* the int32 arrays reach the kernels as one argument: they must live in one buffer, else they
      * are copied side by side into a temporary one */
@@ -184,7 +188,7 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
     cl_mem partial = NULL;
     if (e == CL_SUCCESS && splits > 1)
         partial = ocl_api.clCreateBuffer(s->context, CL_MEM_READ_WRITE,
-                                 sizeof(float) * (size_t)(p->total_q * p->heads_q * splits * (p->d + 1)), NULL, &e);
+                                 sizeof(float) * (size_t)(p->total_q * p->heads_q * splits * (p->d_v + 1)), NULL, &e);
     if (e != CL_SUCCESS)
         st = OCL_FAIL(ctx, e, "clCreateBuffer(kv cache parameters)");
     cl_mem part = partial ? partial : s->dummy;
@@ -195,23 +199,23 @@ fa_status ocl_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
             sz[i] = sizeof(cl_mem);
         if ((st = set_args(ctx, pr->kv_append, "clSetKernelArg(fa_kv_append)", 8, v, sz)) == FA_SUCCESS)
             st = enqueue(ctx, pr->kv_append, "clEnqueueNDRangeKernel(fa_kv_append)",
-                         kp->seqlen_knew * p->heads_kv * p->d, p->batch);
+                         kp->seqlen_knew * p->heads_kv * (p->d > p->d_v ? p->d : p->d_v), p->batch);
     }
     if (st == FA_SUCCESS && p->seqlen_q > 0) {
         float scale = p->scale;
-        const void *v[] = {&params, &scale, &mq, &mkc, &mvc, &mo, &ml, &part, &ints, &mcos, &msin, &mal};
-        size_t sz[12];
-        for (int i = 0; i < 12; ++i)
+        const void *v[] = {&params, &scale, &mq, &mkc, &mvc, &mo, &ml, &part, &ints, &mcos, &msin, &mal, &msink};
+        size_t sz[13];
+        for (int i = 0; i < 13; ++i)
             sz[i] = i == 1 ? sizeof(float) : sizeof(cl_mem);
-        if ((st = set_args(ctx, pr->kv_decode, "clSetKernelArg(fa_kv_decode)", 12, v, sz)) == FA_SUCCESS)
+        if ((st = set_args(ctx, pr->kv_decode, "clSetKernelArg(fa_kv_decode)", 13, v, sz)) == FA_SUCCESS)
             st = enqueue(ctx, pr->kv_decode, "clEnqueueNDRangeKernel(fa_kv_decode)", p->heads_q * p->seqlen_q * splits,
                          p->batch);
         if (st == FA_SUCCESS && splits > 1) {
-            const void *vc[] = {&params, &part, &mo, &ml};
-            const size_t szc[] = {sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem)};
-            if ((st = set_args(ctx, pr->kv_combine, "clSetKernelArg(fa_kv_combine)", 4, vc, szc)) == FA_SUCCESS)
+            const void *vc[] = {&params, &part, &mo, &ml, &msink};
+            const size_t szc[] = {sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem)};
+            if ((st = set_args(ctx, pr->kv_combine, "clSetKernelArg(fa_kv_combine)", 5, vc, szc)) == FA_SUCCESS)
                 st = enqueue(ctx, pr->kv_combine, "clEnqueueNDRangeKernel(fa_kv_combine)",
-                             p->heads_q * p->seqlen_q * p->d, p->batch);
+                             p->heads_q * p->seqlen_q * p->d_v, p->batch);
         }
     }
     /* OpenCL keeps the released buffers alive until the queued kernels ran */

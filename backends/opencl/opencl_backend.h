@@ -40,7 +40,7 @@ typedef struct ocl_tile_row {
 typedef struct ocl_program {
     char options[320];
     cl_program program;
-    cl_kernel forward, forward_vec, forward_mma, dsum, dkdv, dq;
+    cl_kernel forward, forward_vec, forward_mma, dsum, dsink, dkdv, dq;
     cl_kernel kv_append, kv_decode, kv_combine; /* fa_forward_kvcache (decode.cl) */
 } ocl_program;
 
@@ -109,7 +109,8 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
 
 /* programs.c */
 fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_program **out);
-fa_status ocl_get_kv_program(fa_context *ctx, fa_dtype dtype, int64_t d, int mod, ocl_program **out);
+fa_status ocl_get_kv_program(fa_context *ctx, fa_dtype dtype, int64_t d, int64_t d_v, int mod, int sink,
+                             ocl_program **out);
 void ocl_release_programs(ocl_state *s);
 
 /* launch.c */

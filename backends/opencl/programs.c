@@ -1,6 +1,6 @@
 /* programs.c: the kernels' programs. The .cl files in kernels/ are embedded at build time
- * (embed_cl.py) and compiled at first use per (kernels, dtype, head dim, tile shape, score
- * modifiers): the options string is the key of the context's list, and a hash of the source,
+ * (embed_cl.py) and compiled at first use per (kernels, dtype, head dims d and d_v, tile shape,
+ * score modifiers, learnable sink): the options string is the key of the context's list, and a hash of the source,
  * options, device and driver names the binary cached on disk. */
 #include "opencl_backend.h"
 #include "kernels_switch.h"
@@ -18,7 +18,8 @@ void ocl_release_programs(ocl_state *s)
 {
     for (int i = 0; i < s->nprograms; ++i) {
         ocl_program *p = &s->programs[i];
-        cl_kernel ks[] = {p->forward, p->forward_vec, p->dsum, p->dkdv, p->dq, p->kv_append, p->kv_decode, p->kv_combine};
+        cl_kernel ks[] = {p->forward, p->forward_vec, p->forward_mma, p->dsum, p->dsink, p->dkdv, p->dq,
+                          p->kv_append, p->kv_decode, p->kv_combine};
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; ++k)
             if (ks[k])
                 ocl_api.clReleaseKernel(ks[k]);
@@ -127,15 +128,21 @@ static fa_status build_failed(fa_context *ctx, const ocl_state *s, cl_program pr
 
 static fa_status program_for(fa_context *ctx, char *options, int n, int kernels, ocl_program **out);
 
-/* The forward's or backward's program for this call's dtype, head dim, tiles and modifiers. */
+/* The forward's or backward's program for this call's dtype, head dims, tiles, modifiers and sink.
+ * The sink changes the forward's epilogue only: a backward program is the same with or without
+ * one (its fa_backward_dsink reads the sink from memory), so only the forward's key names it. */
 fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_program **out)
 {
     ocl_state *s = ocl_state_of(ctx);
     char options[320];
     int kernels = p->backward ? (kind == 2 ? 7 : kind ? 3 : 4) : kind == 2 ? 6 : kind ? 1 : 2;
-    int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_BM=%lld -DFA_BN=%lld -DFA_UNROLL=%d",
-                     kernels, (int)p->dtype, (long long)p->d, (long long)p->block_q, (long long)p->block_k,
-                     (s->type & CL_DEVICE_TYPE_GPU) != 0);
+    int n = snprintf(options, sizeof options,
+                     "-cl-std=CL1.2 -DFA_KERNELS=%d -DFA_DTYPE=%d -DFA_D=%lld -DFA_D_V=%lld -DFA_BM=%lld -DFA_BN=%lld "
+                     "-DFA_UNROLL=%d",
+                     kernels, (int)p->dtype, (long long)p->d, (long long)p->d_v, (long long)p->block_q,
+                     (long long)p->block_k, (s->type & CL_DEVICE_TYPE_GPU) != 0);
+    if (!p->backward && p->sink)
+        n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_SINK=1");
     if (kernels == 1) {
         ocl_tile_row t = ocl_fwd_block(s, p);
         n += snprintf(options + n, sizeof options - (size_t)n, " -DFA_TM=%lld -DFA_TN=%lld -DFA_DC=%lld",
@@ -169,12 +176,15 @@ fa_status ocl_get_program(fa_context *ctx, const fa_problem *p, int kind, ocl_pr
     return program_for(ctx, options, n, kernels, out);
 }
 
-/* fa_forward_kvcache's program (decode.cl) for a dtype, an exact head dim and the modifiers. */
-fa_status ocl_get_kv_program(fa_context *ctx, fa_dtype dtype, int64_t d, int mod, ocl_program **out)
+/* fa_forward_kvcache's program (decode.cl) for a dtype, exact head dims d and d_v, the modifiers
+ * and the sink. */
+fa_status ocl_get_kv_program(fa_context *ctx, fa_dtype dtype, int64_t d, int64_t d_v, int mod, int sink,
+                             ocl_program **out)
 {
     char options[320];
-    int n = snprintf(options, sizeof options, "-cl-std=CL1.2 -DFA_KERNELS=5 -DFA_DTYPE=%d -DFA_D=%lld%s", (int)dtype,
-                     (long long)d, mod ? " -DFA_SCORE_MOD=1" : "");
+    int n = snprintf(options, sizeof options,
+                     "-cl-std=CL1.2 -DFA_KERNELS=5 -DFA_DTYPE=%d -DFA_D=%lld -DFA_D_V=%lld%s%s", (int)dtype,
+                     (long long)d, (long long)d_v, mod ? " -DFA_SCORE_MOD=1" : "", sink ? " -DFA_SINK=1" : "");
     return program_for(ctx, options, n, 5, out);
 }
 
@@ -270,6 +280,8 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
         const char *dkdv = kernels == 3 ? "fa_backward_dkdv" : kernels == 4 ? "fa_backward_dkdv_vec" : "fa_backward_dkdv_mma";
         const char *dq = kernels == 3 ? "fa_backward_dq" : kernels == 4 ? "fa_backward_dq_vec" : "fa_backward_dq_mma";
         pr->dsum = ocl_api.clCreateKernel(prog, "fa_backward_dsum", &e);
+        if (e == CL_SUCCESS)
+            pr->dsink = ocl_api.clCreateKernel(prog, "fa_backward_dsink", &e);
         if (e == CL_SUCCESS)
             pr->dkdv = ocl_api.clCreateKernel(prog, dkdv, &e);
         if (e == CL_SUCCESS)

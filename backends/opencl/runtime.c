@@ -147,9 +147,10 @@ void ocl_capabilities(fa_capabilities *caps)
     caps->max_head_dim = FA_MAX_HEAD_DIM;
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
-                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE;
+                     FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
+                     FA_FEATURE_KVCACHE | FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
     snprintf(caps->notes, sizeof caps->notes,
-             "OpenCL C 1.2, d <= 256; fp32 math, fp16/bf16 storage; deterministic backward; "
+             "OpenCL C 1.2, d, d_v <= 256 (KV cache 576); sink; fp32 math, fp16/bf16 storage; deterministic bwd; "
              "not in the default chain; NVIDIA sm_80+: fp16/bf16 fwd+bwd, d %% 16 == 0, <= 128 on mma.sync "
              "(-mma; FLASHATTN_KERNELS=opencl-matrix=off turns it off)");
 }

@@ -63,6 +63,12 @@ int ocl_score_mod_on(const fa_problem *p)
     return fa_score_mod_active(p->mod);
 }
 
+/* The wider of the head dims d (Q, K) and d_v (V, O): what the tile table's rows are bounded by. */
+static int64_t wide_dim(const fa_problem *p)
+{
+    return p->d > p->d_v ? p->d : p->d_v;
+}
+
 static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
 {
     int gpu = s->gpu_tiles;
@@ -70,7 +76,7 @@ static ocl_tile_row tile_row(const ocl_state *s, const fa_problem *p)
     size_t n = p->backward ? (gpu ? OCL_ROWS(gpu_bwd_tiles) : OCL_ROWS(cpu_bwd_tiles))
                            : (gpu ? OCL_ROWS(gpu_fwd_tiles) : OCL_ROWS(cpu_fwd_tiles));
     size_t i = 0;
-    while (i + 1 < n && p->d > t[i].max_d)
+    while (i + 1 < n && wide_dim(p) > t[i].max_d)
         ++i;
     return t[i];
 }
@@ -82,7 +88,7 @@ void ocl_tile_limits(const fa_context *ctx, const fa_problem *p, fa_tile_limits 
 {
     ocl_tile_row t = tile_row(ocl_state_of(ctx), p);
     int64_t small = t.block_q < t.block_k ? t.block_q : t.block_k;
-    out->onchip_bytes = 16 * t.block_q * t.block_k * (p->d > 0 ? p->d : 1);
+    out->onchip_bytes = 16 * t.block_q * t.block_k * (wide_dim(p) > 0 ? wide_dim(p) : 1);
     out->min_block = small;
     out->max_block_q = t.block_q;
     out->max_block_k = t.block_k;
@@ -118,8 +124,8 @@ ocl_tile_row ocl_bwd_block(const ocl_state *s, const fa_problem *p)
     if (t.block_q != p->block_q || t.block_k != p->block_k || t.tm == 0)
         t = (ocl_tile_row){.block_q = p->block_q, .block_k = p->block_k, .kernel = 1, .tm = 4, .tn = 4, .dc = 16,
                            .da = 128};
-    if (t.da <= 0 || t.da > p->d) /* every column in one work-group (a multiple of 4: float4 columns) */
-        t.da = (p->d + 3) / 4 * 4;
+    if (t.da <= 0 || t.da > wide_dim(p)) /* every column in one work-group (a multiple of 4: float4 columns) */
+        t.da = (wide_dim(p) + 3) / 4 * 4;
     return t;
 }
 
@@ -145,19 +151,20 @@ static int64_t bwd_local_bytes(const ocl_tile_row *t)
 }
 
 /* The forward runs on the matrix path (forward_mma.cl) when the device has one (nv_mma), the
- * inputs are fp16 or bf16, d is a multiple of 16 up to 128 and the planned tile is 64 rows by a
- * multiple of 16 keys up to 64. */
+ * inputs are fp16 or bf16, d is a multiple of 16 up to 128, d_v = d (other value head dims run on
+ * forward.cl) and the planned tile is 64 rows by a multiple of 16 keys up to 64. */
 static int mma_forward(const ocl_state *s, const fa_problem *p)
 {
     return s->nv_mma && s->gpu_tiles && !p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
-           p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k % 16 == 0 && p->block_k <= 64;
+           p->d % 16 == 0 && p->d <= 128 && p->d_v == p->d && p->block_q == 64 && p->block_k % 16 == 0 &&
+           p->block_k <= 64;
 }
 
 /* The backward likewise (backward_mma.cl), at 64 x 64 tiles. */
 static int mma_backward(const ocl_state *s, const fa_problem *p)
 {
     return s->nv_mma && s->gpu_tiles && p->backward && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
-           p->d % 16 == 0 && p->d <= 128 && p->block_q == 64 && p->block_k == 64;
+           p->d % 16 == 0 && p->d <= 128 && p->d_v == p->d && p->block_q == 64 && p->block_k == 64;
 }
 
 /* __local bytes of backward_mma.cl's kernels with qb buffers of a step's Q and dO rows (FA_QB)
@@ -196,14 +203,15 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
                         "opencl: fp32 outputs from %s inputs are not supported (the cpu and cuda backends have them)",
                         fa_dtype_name(p->dtype));
     const ocl_state *s = ocl_state_of(ctx);
-    if (p->d > FA_MAX_HEAD_DIM)
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dim %lld > %d", (long long)p->d,
-                        FA_MAX_HEAD_DIM);
+    if (p->d > FA_MAX_HEAD_DIM || p->d_v > FA_MAX_HEAD_DIM)
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: head dims d = %lld, d_v = %lld: at most %d",
+                        (long long)p->d, (long long)p->d_v, FA_MAX_HEAD_DIM);
     if (p->seqlen_q > INT32_MAX || p->seqlen_k > INT32_MAX) /* the kernels index within a sequence in 32 bits */
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "opencl: sequences longer than %d tokens",
                         (int)INT32_MAX);
     int kind = kernel_kind(s, p);
-    int64_t dv = (p->d + 15) / 16 * 16;
+    /* the vec kernels pad d (Q, K) and d_v (V, O) to multiples of 16 each */
+    const int64_t dqp = (p->d + 15) / 16 * 16, dvp = (p->d_v + 15) / 16 * 16, dmp = dqp > dvp ? dqp : dvp;
     int64_t group, local;
     if (mma_backward(s, p)) { /* backward_mma.cl: K and V rows (both kernels), Q and dO rows of a step */
         kind = 2;
@@ -212,11 +220,11 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
     } else if (p->backward) { /* backward.cl: bwd_local_bytes; backward_vec.cl: dK/dV holds Q and dO, K^T, V^T, a
                         * row buffer, dK and dV, dQ holds Q, dO, dQ, K^T, V^T and K, both P, dS and Z
                         * (B_r x B_c each) */
-        int64_t vec_tiles = 2 * p->block_q + 5 * p->block_k > 3 * p->block_q + 3 * p->block_k
-                                ? 2 * p->block_q + 5 * p->block_k
-                                : 3 * p->block_q + 3 * p->block_k;
+        const int64_t bq = p->block_q, bk = p->block_k;
+        const int64_t dkdv = bq * (dqp + dvp) + bk * (2 * dqp + 2 * dvp + dmp);
+        const int64_t dq = bq * (2 * dqp + dvp) + bk * (dqp + dvp + dmp);
         group = 1;
-        local = 4 * (vec_tiles * dv + 3 * p->block_q * p->block_k);
+        local = 4 * ((dkdv > dq ? dkdv : dq) + 3 * bq * bk);
         if (kind) {
             ocl_tile_row t = ocl_bwd_block(s, p);
             local = bwd_local_bytes(&t);
@@ -243,19 +251,23 @@ fa_status ocl_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out
                             (long long)t.dc);
         group = (p->block_q / t.tm) * (p->block_k / t.tn);
         local = 4 * ((t.dc + 4) * (p->block_q + p->block_k) + p->block_k * (p->block_q + 4));
-    } else {
+    } else { /* forward_vec.cl: K^T and Q (d), V and the accumulators (d_v), S */
         group = 1;
-        local = 4 * (2 * dv * (p->block_k + p->block_q) + p->block_q * p->block_k);
+        local = 4 * ((dqp + dvp) * (p->block_k + p->block_q) + p->block_q * p->block_k);
     }
     if ((size_t)group > s->max_group || (cl_ulong)local > s->local_bytes)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED,
-                        "opencl: tile %lld x %lld at d %lld needs %lld work-items and %lld bytes of local memory; "
-                        "the device has %zu and %llu",
-                        (long long)p->block_q, (long long)p->block_k, (long long)p->d, (long long)group,
-                        (long long)local, s->max_group, (unsigned long long)s->local_bytes);
-    snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld-b%lldx%lld-%s%lld%s", p->backward ? "bwd" : "fwd",
-             fa_dtype_name(p->dtype), (long long)p->d, (long long)p->block_q, (long long)p->block_k,
-             kind == 2 ? "mma" : kind ? "wg" : "vec", (long long)group, ocl_score_mod_on(p) ? "-scoremod" : "");
+                        "opencl: tile %lld x %lld at d %lld, d_v %lld needs %lld work-items and %lld bytes of local "
+                        "memory; the device has %zu and %llu",
+                        (long long)p->block_q, (long long)p->block_k, (long long)p->d, (long long)p->d_v,
+                        (long long)group, (long long)local, s->max_group, (unsigned long long)s->local_bytes);
+    char dv_name[32] = "";
+    if (p->d_v != p->d)
+        snprintf(dv_name, sizeof dv_name, "v%lld", (long long)p->d_v);
+    snprintf(out->name, sizeof out->name, "opencl-%s-%s-d%lld%s-b%lldx%lld-%s%lld%s%s", p->backward ? "bwd" : "fwd",
+             fa_dtype_name(p->dtype), (long long)p->d, dv_name, (long long)p->block_q, (long long)p->block_k,
+             kind == 2 ? "mma" : kind ? "wg" : "vec", (long long)group, ocl_score_mod_on(p) ? "-scoremod" : "",
+             p->sink ? "-sink" : "");
     out->kernel = kind;
     return FA_SUCCESS;
 }

@@ -29,6 +29,9 @@ typedef enum case_id {
     ALIBI_STRIDE_BELOW_HEADS, ALIBI_STRIDE_NEGATIVE, ALIBI_SPAN_OVERFLOWS, ALIBI_INVERSE_SCALE_OVERFLOWS,
     ALIBI_INSIDE_O, ALIBI_INSIDE_LSE, ALIBI_INSIDE_DK, SCALE_NEGATIVE, ALIBI_SLOPE_NAN, ALIBI_SLOPE_INF,
     ALIBI_SLOPE_MINUS_INF,
+    SINK_NAN, SINK_INF, SINK_MINUS_INF, SINK_INSIDE_O, SINK_INSIDE_LSE, SINK_INSIDE_DK, SINK_INSIDE_DSINK,
+    DSINK_WITHOUT_SINK, DSINK_SHAPE_MISMATCH, DSINK_DTYPE_F16, DSINK_NDIM_2, DSINK_OVERLAPS_DQ, DSINK_ALIASES_Q,
+    V_DIM_ZERO, V_DIM_264, DV_DIM_D_NOT_DV, DOUT_DIM_D_NOT_DV,
 } case_id;
 
 typedef struct invalid_case {
@@ -140,7 +143,52 @@ static const invalid_case invalid_cases[] = {
     CASE(ALIBI_SLOPE_NAN, BOTH, FA_ERR_INVALID_ARG, "alibi_slopes[7]", "not finite"),
     CASE(ALIBI_SLOPE_INF, BOTH, FA_ERR_INVALID_ARG, "alibi_slopes[7]", "not finite"),
     CASE(ALIBI_SLOPE_MINUS_INF, BOTH, FA_ERR_INVALID_ARG, "alibi_slopes[3]", "not finite"),
+    /* the learnable sink: each value read on the host and finite; not inside an output */
+    CASE(SINK_NAN, BOTH, FA_ERR_INVALID_ARG, "learnable_sink[2]", "not finite"),
+    CASE(SINK_INF, BOTH, FA_ERR_INVALID_ARG, "learnable_sink[3]", "not finite"),
+    CASE(SINK_MINUS_INF, BOTH, FA_ERR_INVALID_ARG, "learnable_sink[0]", "not finite"),
+    CASE(SINK_INSIDE_O, FORWARD, FA_ERR_INVALID_ARG, "learnable_sink", "overlap"),
+    CASE(SINK_INSIDE_LSE, FORWARD, FA_ERR_INVALID_ARG, "learnable_sink", "overlap"),
+    CASE(SINK_INSIDE_DK, BACKWARD, FA_ERR_INVALID_ARG, "learnable_sink", "overlap"),
+    CASE(SINK_INSIDE_DSINK, BACKWARD, FA_ERR_INVALID_ARG, "learnable_sink", "overlap"),
+    /* dsink: fp32 [heads_q], only with a sink, an output like dq, dk, dv */
+    CASE(DSINK_WITHOUT_SINK, BACKWARD, FA_ERR_INVALID_ARG, "dsink", "learnable_sink"),
+    CASE(DSINK_SHAPE_MISMATCH, BACKWARD, FA_ERR_INVALID_ARG, "dsink", "shape"),
+    CASE(DSINK_DTYPE_F16, BACKWARD, FA_ERR_INVALID_ARG, "dsink", "dtype"),
+    CASE(DSINK_NDIM_2, BACKWARD, FA_ERR_INVALID_ARG, "dsink", "ndim"),
+    CASE(DSINK_OVERLAPS_DQ, BACKWARD, FA_ERR_INVALID_ARG, "dsink", "overlap"),
+    CASE(DSINK_ALIASES_Q, BACKWARD, FA_ERR_INVALID_ARG, "dsink", "overlap"),
+    /* d_v, set by v's last dimension: at least 1, at most 256; o, dout and dv follow it */
+    CASE(V_DIM_ZERO, BOTH, FA_ERR_INVALID_ARG, "d_v", ">= 1"),
+    CASE(V_DIM_264, BOTH, FA_ERR_UNSUPPORTED, "d_v = 264", "256"),
+    CASE(DV_DIM_D_NOT_DV, BACKWARD, FA_ERR_INVALID_ARG, "dv", "shape"),
+    CASE(DOUT_DIM_D_NOT_DV, BACKWARD, FA_ERR_INVALID_ARG, "dout", "shape"),
 };
+
+/* Sink logits for the cases above: a valid [HEADS_Q] (its own memory, in the CPU context's host
+ * memory), one with a non-finite entry, and a dsink buffer with room for the wrong shapes. */
+static float sink_ok[HEADS_Q] = {0.5f, -1.0f, 2.0f, 0.0f};
+static fa_tensor tensor1(void *data, int64_t n)
+{
+    fa_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = FA_DTYPE_F32;
+    t.ndim = 1;
+    t.shape[0] = n;
+    t.stride[0] = 1;
+    return t;
+}
+static float bad_sink[HEADS_Q];
+static float dsink_buf[4 * HEADS_Q];
+
+static const float *sink_with(int bad, float value)
+{
+    for (int i = 0; i < HEADS_Q; ++i)
+        bad_sink[i] = 0.25f;
+    bad_sink[bad] = value;
+    return bad_sink;
+}
 
 /* ALiBi slopes for the cases above that need a valid pointer: [BATCH][HEADS_Q + 1] */
 static float alibi_slopes[BATCH * (HEADS_Q + 1)];
@@ -165,6 +213,7 @@ static const fa_block_mask mask_huge = {1, (int64_t)1 << 40, (int64_t)1 << 40, 2
 typedef struct arg_view {
     fa_tensor *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
     fa_options *opts;
+    fa_tensor *dsink; /* NULL for the forward */
 } arg_view;
 
 static void apply_case(case_id id, fixture *fx, arg_view a)
@@ -323,6 +372,65 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case DQ_ALIASES_Q: a.dq->data = a.q->data; break;
     case DK_ALIASES_DV: a.dk->data = a.dv->data; break;
     case DQ_ROWS_OVERLAP: a.dq->stride[2] = 0; break;
+    case SINK_NAN: a.opts->learnable_sink = sink_with(2, NAN); break;
+    case SINK_INF: a.opts->learnable_sink = sink_with(3, INFINITY); break;
+    case SINK_MINUS_INF: a.opts->learnable_sink = sink_with(0, -INFINITY); break;
+    case SINK_INSIDE_O: a.opts->learnable_sink = (const float *)a.o->data + 3; break;
+    case SINK_INSIDE_LSE: a.opts->learnable_sink = (const float *)a.lse->data + 3; break;
+    case SINK_INSIDE_DK: a.opts->learnable_sink = (const float *)a.dk->data + 3; break;
+    case SINK_INSIDE_DSINK: /* the sink is read while dsink is written */
+        a.opts->learnable_sink = dsink_buf;
+        *a.dsink = tensor1(dsink_buf + 2, HEADS_Q);
+        break;
+    case DSINK_WITHOUT_SINK: *a.dsink = tensor1(dsink_buf, HEADS_Q); break;
+    case DSINK_SHAPE_MISMATCH:
+        a.opts->learnable_sink = sink_ok;
+        *a.dsink = tensor1(dsink_buf, HEADS_Q + 1);
+        break;
+    case DSINK_DTYPE_F16:
+        a.opts->learnable_sink = sink_ok;
+        *a.dsink = tensor1(dsink_buf, HEADS_Q);
+        a.dsink->dtype = FA_DTYPE_F16;
+        break;
+    case DSINK_NDIM_2:
+        a.opts->learnable_sink = sink_ok;
+        *a.dsink = tensor2(dsink_buf, FA_DTYPE_F32, 1, HEADS_Q);
+        break;
+    case DSINK_OVERLAPS_DQ:
+        a.opts->learnable_sink = sink_ok;
+        *a.dsink = tensor1((float *)a.dq->data + 5, HEADS_Q);
+        break;
+    case DSINK_ALIASES_Q:
+        a.opts->learnable_sink = sink_ok;
+        *a.dsink = tensor1(a.q->data, HEADS_Q);
+        break;
+    case V_DIM_ZERO:
+    case V_DIM_264: {
+        /* v, o (and dout, dv) with d_v = 0 or 264, q and k with HEAD_DIM, one key and query row */
+        int64_t dv = id == V_DIM_ZERO ? 0 : 264;
+        *a.q = tensor4(fx->buf[BUF_Q], FA_DTYPE_F32, BATCH, 1, HEADS_Q, HEAD_DIM);
+        *a.k = tensor4(fx->buf[BUF_K], FA_DTYPE_F32, BATCH, 1, HEADS_KV, HEAD_DIM);
+        *a.v = tensor4(fx->buf[BUF_V], FA_DTYPE_F32, BATCH, 1, HEADS_KV, dv);
+        *a.o = tensor4(a.o->data, FA_DTYPE_F32, BATCH, 1, HEADS_Q, dv);
+        *a.lse = tensor3(a.lse->data, FA_DTYPE_F32, BATCH, HEADS_Q, 1);
+        if (a.dq) {
+            *a.dout = tensor4(fx->buf[BUF_DOUT], FA_DTYPE_F32, BATCH, 1, HEADS_Q, dv);
+            *a.dq = tensor4(fx->buf[BUF_DQ], FA_DTYPE_F32, BATCH, 1, HEADS_Q, HEAD_DIM);
+            *a.dk = tensor4(fx->buf[BUF_DK], FA_DTYPE_F32, BATCH, 1, HEADS_KV, HEAD_DIM);
+            *a.dv = tensor4(fx->buf[BUF_DV], FA_DTYPE_F32, BATCH, 1, HEADS_KV, dv);
+        }
+        break;
+    }
+    case DV_DIM_D_NOT_DV:
+    case DOUT_DIM_D_NOT_DV:
+        /* v, o, dout and dv with d_v = HEAD_DIM / 2, but for the one that keeps q's d */
+        *a.v = tensor4(fx->buf[BUF_V], FA_DTYPE_F32, BATCH, SEQ_K, HEADS_KV, HEAD_DIM / 2);
+        *a.o = tensor4(a.o->data, FA_DTYPE_F32, BATCH, SEQ_Q, HEADS_Q, HEAD_DIM / 2);
+        *a.dout = tensor4(fx->buf[BUF_DOUT], FA_DTYPE_F32, BATCH, SEQ_Q, HEADS_Q,
+                          id == DOUT_DIM_D_NOT_DV ? HEAD_DIM : HEAD_DIM / 2);
+        *a.dv = tensor4(fx->buf[BUF_DV], FA_DTYPE_F32, BATCH, SEQ_K, HEADS_KV,
+                        id == DV_DIM_D_NOT_DV ? HEAD_DIM : HEAD_DIM / 2);
+        break;
     }
 }
 
@@ -363,7 +471,7 @@ static void test_invalid_forward_arguments(void **state)
             continue;
         fill_buffers(fx);
         fa_fwd_args a = make_forward(fx, -1, -1, -1);
-        arg_view view = {&a.q, &a.k, &a.v, &a.o, &a.lse, NULL, NULL, NULL, NULL, &a.opts};
+        arg_view view = {&a.q, &a.k, &a.v, &a.o, &a.lse, NULL, NULL, NULL, NULL, &a.opts, NULL};
         apply_case(ic->id, fx, view);
         fa_status st = fa_forward(fx->ctx, &a);
         int ok = st == ic->expected;
@@ -405,9 +513,17 @@ static void test_invalid_backward_arguments(void **state)
         fill_buffers(fx);
         fill_lse_for_backward(fx);
         fa_bwd_args a = make_backward(fx, -1, -1, -1);
-        arg_view view = {&a.q, &a.k, &a.v, &a.o, &a.lse, &a.dout, &a.dq, &a.dk, &a.dv, &a.opts};
+        arg_view view = {&a.q, &a.k, &a.v, &a.o, &a.lse, &a.dout, &a.dq, &a.dk, &a.dv, &a.opts, &a.dsink};
+        for (size_t e = 0; e < sizeof dsink_buf / sizeof dsink_buf[0]; ++e)
+            dsink_buf[e] = -7.0f;
         apply_case(ic->id, fx, view);
         fa_status st = fa_backward(fx->ctx, &a);
+        for (size_t e = 0; e < sizeof dsink_buf / sizeof dsink_buf[0]; ++e)
+            if (dsink_buf[e] != -7.0f) {
+                print_error("backward %s: dsink was written\n", ic->name);
+                ++failed;
+                break;
+            }
         int ok = st == ic->expected;
         if (!ok)
             print_error("backward %s: status %d (%s), expected %d\n", ic->name, (int)st, fa_status_string(st),

@@ -34,6 +34,22 @@ static void b_dropout(fa_kvcache_args *a, void *s) { (void)s; a->opts.dropout_p 
 static void b_splits(fa_kvcache_args *a, void *s) { (void)s; a->num_splits = -2; }
 static void b_head_dim(fa_kvcache_args *a, void *s) { (void)s; a->q.shape[3] = FA_MAX_HEAD_DIM_KVCACHE + 24; }
 static void b_gqa(fa_kvcache_args *a, void *s) { (void)s; a->q.shape[2] = 3; }
+/* d_v is v_cache's last dimension: v_new and o must follow it */
+static void b_v_cache_dv(fa_kvcache_args *a, void *s) { (void)s; a->v_cache.shape[3] = 32; }
+static void b_v_new_dv(fa_kvcache_args *a, void *s) { (void)s; a->v_new.shape[3] = 32; }
+static void b_o_dv(fa_kvcache_args *a, void *s) { (void)s; a->v_cache.shape[3] = a->v_new.shape[3] = 32; }
+static void b_dv_above_max(fa_kvcache_args *a, void *s)
+{
+    (void)s;
+    a->v_cache.shape[3] = a->v_new.shape[3] = a->o.shape[3] = FA_MAX_HEAD_DIM_KVCACHE + 24;
+}
+/* a learnable sink with a NaN (run_bad copies the scratch to the context's memory) */
+static void b_sink_nan(fa_kvcache_args *a, void *s)
+{
+    const float logits[4] = {0.5f, NAN, 1.0f, -1.0f}; /* heads_q = 4 */
+    memcpy(s, logits, sizeof logits);
+    a->opts.learnable_sink = s;
+}
 static void b_new_shape(fa_kvcache_args *a, void *s) { (void)s; a->v_new.shape[1] = 2; }
 static void b_o_overlaps_cache(fa_kvcache_args *a, void *s) { (void)s; a->o.data = a->k_cache.data; }
 static void b_nan_scale(fa_kvcache_args *a, void *s) { (void)s; a->opts.softmax_scale = NAN; }
@@ -73,6 +89,11 @@ static const struct {
     {"num_splits < 0", b_splits, FA_ERR_INVALID_ARG},
     {"head dim above FA_MAX_HEAD_DIM_KVCACHE", b_head_dim, FA_ERR_UNSUPPORTED},
     {"heads_q not a multiple of heads_kv", b_gqa, FA_ERR_INVALID_ARG},
+    {"v_cache's head dim d_v not o's", b_v_cache_dv, FA_ERR_INVALID_ARG},
+    {"v_new's head dim not v_cache's", b_v_new_dv, FA_ERR_INVALID_ARG},
+    {"o of q's head dim, not v's d_v", b_o_dv, FA_ERR_INVALID_ARG},
+    {"d_v above FA_MAX_HEAD_DIM_KVCACHE", b_dv_above_max, FA_ERR_UNSUPPORTED},
+    {"learnable_sink with a NaN", b_sink_nan, FA_ERR_INVALID_ARG},
     {"v_new of another length", b_new_shape, FA_ERR_INVALID_ARG},
     {"o inside k_cache", b_o_overlaps_cache, FA_ERR_INVALID_ARG},
     {"NaN scale", b_nan_scale, FA_ERR_INVALID_ARG},
@@ -90,8 +111,8 @@ static int value_fault(breaker fn)
            fn == b_rotary_one_short;
 }
 
-/* Points the call's int32 arrays that a breaker set to `scratch` (host memory) at a copy of it in
- * the context's memory. */
+/* Points the call's int32 arrays (and the sink) that a breaker set to `scratch` (host memory) at a
+ * copy of it in the context's memory. */
 static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *scratch, size_t n, dev_case *x)
 {
     const int32_t **arrays[4] = {&a->cache_seqlens, &a->block_table, &a->cache_batch_idx, &a->cache_leftpad};
@@ -102,6 +123,11 @@ static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *sc
                 return 0;
             *arrays[i] = copy;
         }
+    if ((const void *)a->opts.learnable_sink == (const void *)scratch) {
+        if (!copy && !(copy = track(x, dev(ctx, scratch, sizeof(int32_t) * n))))
+            return 0;
+        a->opts.learnable_sink = copy;
+    }
     return 1;
 }
 
@@ -109,7 +135,7 @@ static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *sc
  * token): FA_ERR_INVALID_ARG naming the sequence and the value, o and the caches untouched. */
 static int run_bad_leftpad(fa_context *ctx)
 {
-    const dcase c = {"bad-leftpad", F16, 2, 1, 4, 2, 64, 0, 64, {5, 20}, 1, 32, 0, 1, -1, -1, 0, 0, 0, 0, 0};
+    const dcase c = {"bad-leftpad", F16, 2, 1, 4, 2, 64, 0, 64, {5, 20}, 1, 32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0};
     static const struct {
         const char *name;
         int32_t pads[2];
@@ -165,7 +191,7 @@ static int run_bad_leftpad(fa_context *ctx)
  * good call runs again. */
 int run_bad(fa_context *ctx, int device_check_pass)
 {
-    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0};
+    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0};
     host_case h;
     make_host(&c, &h, 99);
     if (c.batch * h.pages_per_seq > 64) {

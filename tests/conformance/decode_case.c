@@ -80,20 +80,33 @@ void make_host(const dcase *c, host_case *h, uint64_t seed)
         h->nb = c->batch + (c->batch_idx ? 2 : 0);
         h->rows = c->capacity;
     }
+    h->dv = c->dv > 0 ? c->dv : d;
     h->qn = c->batch * c->sn * c->hq * d;
+    h->on = c->batch * c->sn * c->hq * h->dv;
     h->dp = d + c->pad;
+    h->dvp = h->dv + c->pad;
     h->cn = h->nb * h->rows * c->hkv * h->dp;
+    h->cvn = h->nb * h->rows * c->hkv * h->dvp;
     h->nn = c->batch * c->knew * c->hkv * d;
+    h->nvn = c->batch * c->knew * c->hkv * h->dv;
     h->q = rand_buf(c->dtype, h->qn, &rng, 1.0);
     h->kc = rand_buf(c->dtype, h->cn, &rng, 1.0);
-    h->vc = rand_buf(c->dtype, h->cn, &rng, 1.0);
+    h->vc = rand_buf(c->dtype, h->cvn, &rng, 1.0);
     for (int64_t i = 0; i < h->cn; ++i)
-        if (i % h->dp >= d) {
+        if (i % h->dp >= d)
             put(c->dtype, h->kc, i, NAN);
+    for (int64_t i = 0; i < h->cvn; ++i)
+        if (i % h->dvp >= h->dv)
             put(c->dtype, h->vc, i, NAN);
-        }
     h->kn = rand_buf(c->dtype, h->nn, &rng, 1.0);
-    h->vn = rand_buf(c->dtype, h->nn, &rng, 1.0);
+    h->vn = rand_buf(c->dtype, h->nvn, &rng, 1.0);
+    if (c->sink) { /* different across heads, so that a kernel reading another head's shows */
+        h->sink = malloc(sizeof(float) * (size_t)c->hq);
+        for (int64_t i = 0; i < c->hq; ++i) {
+            const double u = (double)(rng_next(&rng) >> 11) * (1.0 / 9007199254740992.0);
+            h->sink[i] = (float)(c->sink == 2 ? 8.0 + 0.5 * u : -2.0 + 4.0 * u);
+        }
+    }
     if (!c->no_seqlens) {
         h->lens = malloc(sizeof(int32_t) * (size_t)c->batch);
         for (int64_t b = 0; b < c->batch; ++b)
@@ -138,18 +151,18 @@ void set_leftpad(const dcase *c, host_case *h, const int64_t *pads)
     h->pads = malloc(sizeof(int32_t) * (size_t)c->batch);
     for (int64_t b = 0; b < c->batch; ++b) {
         h->pads[b] = (int32_t)pads[b];
-        const int64_t row = h->bidx ? h->bidx[b] : b, n = pads[b] * c->hkv * h->dp;
-        for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = h->bidx ? h->bidx[b] : b, n = pads[b] * c->hkv * h->dp, nv = pads[b] * c->hkv * h->dvp;
+        for (int64_t i = 0; i < n; ++i)
             put(c->dtype, h->kc, row * h->rows * c->hkv * h->dp + i, NAN);
-            put(c->dtype, h->vc, row * h->rows * c->hkv * h->dp + i, NAN);
-        }
+        for (int64_t i = 0; i < nv; ++i)
+            put(c->dtype, h->vc, row * h->rows * c->hkv * h->dvp + i, NAN);
     }
 }
 
 void free_host(host_case *h)
 {
     free(h->q), free(h->kc), free(h->vc), free(h->kn), free(h->vn), free(h->cos), free(h->sin);
-    free(h->lens), free(h->table), free(h->bidx), free(h->pads);
+    free(h->lens), free(h->table), free(h->bidx), free(h->pads), free(h->sink);
 }
 
 void *track(dev_case *x, void *p)
@@ -168,11 +181,12 @@ int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
     fa_kvcache_args *a = &x->a;
     a->q = t4(track(x, dev(ctx, h->q, es * (size_t)h->qn)), c->dtype, c->batch, c->sn, c->hq, d);
     a->k_cache = t4(track(x, dev(ctx, h->kc, es * (size_t)h->cn)), c->dtype, h->nb, h->rows, c->hkv, d);
-    a->v_cache = t4(track(x, dev(ctx, h->vc, es * (size_t)h->cn)), c->dtype, h->nb, h->rows, c->hkv, d);
+    a->v_cache = t4(track(x, dev(ctx, h->vc, es * (size_t)h->cvn)), c->dtype, h->nb, h->rows, c->hkv, h->dv);
     for (fa_tensor *t = &a->k_cache; t; t = t == &a->k_cache ? &a->v_cache : NULL) {
-        t->stride[2] = h->dp;
-        t->stride[1] = c->hkv * h->dp;
-        t->stride[0] = h->rows * c->hkv * h->dp;
+        const int64_t row = t == &a->k_cache ? h->dp : h->dvp;
+        t->stride[2] = row;
+        t->stride[1] = c->hkv * row;
+        t->stride[0] = h->rows * c->hkv * row;
     }
     if (h->lens)
         a->cache_seqlens = track(x, dev(ctx, h->lens, sizeof(int32_t) * (size_t)c->batch));
@@ -186,7 +200,7 @@ int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
         a->cache_leftpad = track(x, dev(ctx, h->pads, sizeof(int32_t) * (size_t)c->batch));
     if (c->knew > 0) {
         a->k_new = t4(track(x, dev(ctx, h->kn, es * (size_t)h->nn)), c->dtype, c->batch, c->knew, c->hkv, d);
-        a->v_new = t4(track(x, dev(ctx, h->vn, es * (size_t)h->nn)), c->dtype, c->batch, c->knew, c->hkv, d);
+        a->v_new = t4(track(x, dev(ctx, h->vn, es * (size_t)h->nvn)), c->dtype, c->batch, c->knew, c->hkv, h->dv);
     }
     if (c->rotary_dim) {
         int64_t s[2] = {h->seqlen_ro, c->rotary_dim / 2};
@@ -194,7 +208,7 @@ int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
         a->rotary_sin = fa_tensor_contiguous(track(x, dev(ctx, h->sin, es * (size_t)h->rn)), c->dtype, 2, s);
         a->rotary_interleaved = c->interleaved;
     }
-    a->o = t4(track(x, dev(ctx, NULL, es * (size_t)h->qn)), c->dtype, c->batch, c->sn, c->hq, d);
+    a->o = t4(track(x, dev(ctx, NULL, es * (size_t)h->on)), c->dtype, c->batch, c->sn, c->hq, h->dv);
     int64_t ls[3] = {c->batch, c->hq, c->sn};
     a->lse = fa_tensor_contiguous(track(x, dev(ctx, NULL, sizeof(float) * (size_t)(c->batch * c->hq * c->sn))),
                                   F32, 3, ls);
@@ -204,6 +218,8 @@ int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
     a->opts.window_right = c->right;
     a->opts.softcap = c->softcap;
     a->num_splits = c->splits;
+    if (h->sink)
+        a->opts.learnable_sink = track(x, dev(ctx, h->sink, sizeof(float) * (size_t)c->hq));
     a->check_on_device = device_check;
     for (int i = 0; i < x->n; ++i)
         if (!x->ptr[i])

@@ -25,6 +25,8 @@ typedef struct dcase {
     float softcap;
     int no_seqlens;      /* cache_seqlens NULL (contiguous, every sequence full) */
     int64_t pad;         /* NaN channels after each cache head row (its stride d + pad): read by no kernel */
+    int64_t dv;          /* value head dim of v_cache, v_new and o; 0: d */
+    int sink;            /* learnable sink: 0 none, 1 random per head in [-2, 2], 2 about +8 (dominating) */
 } dcase;
 
 #define B16 FA_DTYPE_BF16
@@ -34,9 +36,12 @@ typedef struct dcase {
 /* The case's inputs in host memory (the caches as they are before the call). */
 typedef struct host_case {
     int64_t nb, rows, pages_per_seq, seqlen_ro;
-    int64_t dp; /* a cache head row's stride: d + pad */
-    int64_t qn, cn, nn, rn; /* element counts: q / o, each cache, each new, each rotary table */
+    int64_t dp; /* a key cache head row's stride: d + pad */
+    int64_t dv, dvp; /* the value head dim and a value cache head row's stride: dv + pad */
+    int64_t qn, cn, nn, rn; /* element counts: q, k_cache, k_new, each rotary table */
+    int64_t on, cvn, nvn;   /* element counts: o, v_cache, v_new */
     void *q, *kc, *vc, *kn, *vn, *cos, *sin;
+    float *sink; /* heads_q sink logits, NULL: none */
     int32_t *lens, *table, *bidx;
     int32_t *pads; /* cache_leftpad (set_leftpad), NULL: none */
 } host_case;

@@ -519,5 +519,159 @@ int conf_grid(conf_case *cases, int max, int full)
         c.backward = 1;
         ADD(c);
     }
+
+    /* the learnable sink with each option, in every dtype at two head dims (full grid), its values
+     * random per head in [-2, 2]; causal and the window have more queries than keys, so rows that
+     * see no key (O = 0, LSE = sink) meet rows that see some. A dominating sink (+8) and a very
+     * negative one (-20) ride on two of the options. The short grid keeps four of them. */
+    {
+        enum { OPT_PLAIN, OPT_CAUSAL, OPT_WINDOW, OPT_VARLEN, OPT_GQA, OPT_MQA, OPT_DROPOUT, OPT_SOFTCAP,
+               OPT_ALIBI, OPT_BLOCK, OPT_DETERMINISTIC, OPT_COUNT };
+        static const char *const opt_tag[OPT_COUNT] = {"plain",   "causal",  "window-norows", "varlen",
+                                                       "gqa",     "mqa",     "dropout",       "softcap",
+                                                       "alibi",   "blocksparse", "deterministic"};
+        static const int64_t sink_dims[2] = {64, 128};
+        for (int o = 0; o < OPT_COUNT; ++o)
+            for (int t = 0; t < 3; ++t)
+                for (int di = 0; di < 2; ++di) {
+                    const int sink_kind = o == OPT_DROPOUT && t == 2   ? SINK_LARGE
+                                          : o == OPT_CAUSAL && t == 1 ? SINK_NEGATIVE
+                                                                      : SINK_RANDOM;
+                    /* short: causal f32, varlen f16, dropout bf16 (the large sink) and the
+                     * deterministic path with a window in f32, at d 64 */
+                    const int in_short = di == 0 && ((o == OPT_CAUSAL && t == 0) || (o == OPT_VARLEN && t == 1) ||
+                                                     (o == OPT_DROPOUT && t == 2) || (o == OPT_DETERMINISTIC && t == 0));
+                    if (!full && !in_short)
+                        continue;
+                    snprintf(name, sizeof name, "sink%s-%s-%s-d%lld",
+                             sink_kind == SINK_LARGE ? "8" : sink_kind == SINK_NEGATIVE ? "-20" : "",
+                             opt_tag[o], dtype_tag[t], (long long)sink_dims[di]);
+                    conf_case c = conf_case_default(name);
+                    c.dtype = dtypes[t];
+                    c.d = sink_dims[di];
+                    c.sink = sink_kind;
+                    c.batch = 2;
+                    c.heads_q = 4;
+                    c.heads_kv = 2;
+                    c.seqlen_q = 97;
+                    c.seqlen_k = 83;
+                    c.seed = 300 + (uint64_t)(o * 6 + t * 2 + di);
+                    c.backward = 1;
+                    switch (o) {
+                    case OPT_CAUSAL: c.causal = 1; break; /* the first 14 rows see no key */
+                    case OPT_WINDOW: /* a one-key window on the bottom-right diagonal: rows 0 .. 13 miss */
+                        c.window_left = 0;
+                        c.window_right = 0;
+                        break;
+                    case OPT_VARLEN: {
+                        static const int64_t lq[4] = {5, 0, 90, 33}, lk[4] = {7, 19, 0, 60};
+                        c.varlen = 1;
+                        c.batch = 4;
+                        memcpy(c.len_q, lq, sizeof lq);
+                        memcpy(c.len_k, lk, sizeof lk);
+                        c.causal = 1;
+                        break;
+                    }
+                    case OPT_GQA: c.heads_q = 8; break;
+                    case OPT_MQA:
+                        c.heads_q = 8;
+                        c.heads_kv = 1;
+                        c.causal = 1;
+                        break;
+                    case OPT_DROPOUT: c.dropout_p = 0.17f; break;
+                    case OPT_SOFTCAP: c.softcap = 1.5f; break;
+                    case OPT_ALIBI:
+                        c.alibi = 2;
+                        c.causal = 1;
+                        break;
+                    case OPT_BLOCK:
+                        c.block = FA_BLOCK_RANDOM;
+                        c.block_q = 16;
+                        c.block_k = 32;
+                        c.block_density = 0.4;
+                        break;
+                    case OPT_DETERMINISTIC:
+                        c.deterministic = 1;
+                        c.window_left = 30;
+                        c.window_right = 5;
+                        break;
+                    default: break;
+                    }
+                    ADD(c);
+                }
+    }
+
+    /* a value head dim of its own (d_v != d): MLA's training shapes (192 / 128), narrower and
+     * wider values at small dims (64 / 32, 40 / 72), forward and backward, causal, varlen and
+     * GQA, every dtype (full grid); the short grid keeps one case per pair, and one with a sink */
+    {
+        static const int64_t dv_pairs[3][2] = {{192, 128}, {64, 32}, {40, 72}};
+        static const char *const dv_opt[3] = {"causal", "varlen", "gqa"};
+        for (int i = 0; i < 3; ++i)
+            for (int o = 0; o < 3; ++o)
+                for (int t = 0; t < 3; ++t) {
+                    const int in_short = o == i && t == (i + 1) % 3;
+                    if (!full && !in_short)
+                        continue;
+                    snprintf(name, sizeof name, "dv-d%lld-dv%lld-%s-%s", (long long)dv_pairs[i][0],
+                             (long long)dv_pairs[i][1], dv_opt[o], dtype_tag[t]);
+                    conf_case c = conf_case_default(name);
+                    c.dtype = dtypes[t];
+                    c.d = dv_pairs[i][0];
+                    c.d_v = dv_pairs[i][1];
+                    c.batch = 2;
+                    c.heads_q = 2;
+                    c.heads_kv = 2;
+                    c.seqlen_q = full ? 113 : 61;
+                    c.seqlen_k = full ? 129 : 67;
+                    c.seed = 500 + (uint64_t)(i * 9 + o * 3 + t);
+                    c.backward = 1;
+                    if (o == 0) {
+                        c.causal = 1;
+                    } else if (o == 1) {
+                        static const int64_t lq[3] = {40, 0, 77}, lk[3] = {50, 31, 0};
+                        c.varlen = 1;
+                        c.batch = 3;
+                        memcpy(c.len_q, lq, sizeof lq);
+                        memcpy(c.len_k, lk, sizeof lk);
+                        c.causal = 1;
+                    } else {
+                        c.heads_q = 6;
+                        c.heads_kv = i == 2 ? 1 : 2;
+                    }
+                    ADD(c);
+                }
+        conf_case c = conf_case_default("dv-d64-dv32-sink-gqa-causal-f16-padded");
+        c.dtype = FA_DTYPE_F16;
+        c.d = 64;
+        c.d_v = 32;
+        c.sink = SINK_RANDOM;
+        c.causal = 1;
+        c.batch = 2;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.seqlen_q = 70;
+        c.seqlen_k = 50;
+        c.layout = LAYOUT_PADDED;
+        c.backward = 1;
+        ADD(c);
+        c = conf_case_default("dv-d192-dv128-sink-dropout-deterministic-bf16-fwd");
+        c.dtype = FA_DTYPE_BF16;
+        c.d = 192;
+        c.d_v = 128;
+        c.sink = SINK_RANDOM;
+        c.dropout_p = 0.17f;
+        c.heads_q = 2;
+        c.heads_kv = 1;
+        c.seqlen_q = 90;
+        c.seqlen_k = 110;
+        if (full)
+            ADD(c);
+        c.backward = 1;
+        c.deterministic = 1;
+        snprintf(c.name, sizeof c.name, "dv-d192-dv128-sink-dropout-deterministic-bf16");
+        if (full)
+            ADD(c);
+    }
     return add_f16_twins(cases, n, max);
 }

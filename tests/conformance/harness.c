@@ -5,6 +5,7 @@
 #include "harness_buffers.h"
 #include "half.h"
 #include "reference.h"
+#include "testrand.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -56,8 +57,9 @@ static cmp compare(const double *x, const double *ref, int64_t n)
     return c;
 }
 
-/* Canonical [rows, heads, d] doubles from a downloaded tensor (host image). */
-static void canon_from(const tbuf *b, const fa_problem *p, int is_q, int64_t heads, double *out)
+/* Canonical [rows, heads, width] doubles from a downloaded tensor (host image); width is d for dQ,
+ * dK and d_v for O, dV. */
+static void canon_from(const tbuf *b, const fa_problem *p, int is_q, int64_t heads, int64_t width, double *out)
 {
     fa_view v = {b->host, 0, 0, 0};
     const fa_tensor *t = &b->t;
@@ -73,8 +75,8 @@ static void canon_from(const tbuf *b, const fa_problem *p, int is_q, int64_t hea
     for (int64_t r = 0; r < rows; ++r) {
         int64_t bb = t->ndim == 4 ? r / per : 0, row = t->ndim == 4 ? r % per : r;
         for (int64_t h = 0; h < heads; ++h)
-            for (int64_t c = 0; c < p->d; ++c)
-                out[(r * heads + h) * p->d + c] = fa_view_get(&v, t->dtype, bb, row, h, c);
+            for (int64_t c = 0; c < width; ++c)
+                out[(r * heads + h) * width + c] = fa_view_get(&v, t->dtype, bb, row, h, c);
     }
 }
 
@@ -172,7 +174,7 @@ static int twin_alloc(fa_context *ctx, tbuf *twin, const tbuf *like)
 /* ------------------------------------------------------------------ one case */
 
 typedef struct case_bufs {
-    tbuf q, k, v, o, lse, dout, dq, dk, dv;
+    tbuf q, k, v, o, lse, dout, dq, dk, dv, dsink;
     tbuf o32, lse32, dq32, dk32, dv32; /* the fp32-output twin's */
     int32_t *cu_host;
     void *cu_dev;
@@ -180,12 +182,14 @@ typedef struct case_bufs {
     fa_varlen varlen;
     float *slopes_host; /* ALiBi slopes: the host image and the context's copy */
     void *slopes_dev;
+    float *sink_host;   /* the learnable sink: the host image and the context's copy */
+    void *sink_dev;
 } case_bufs;
 
 static void bufs_free(fa_context *ctx, case_bufs *cb)
 {
-    tbuf *all[] = {&cb->q,  &cb->k,  &cb->v,     &cb->o,    &cb->lse,  &cb->dout, &cb->dq,
-                   &cb->dk, &cb->dv, &cb->o32, &cb->lse32, &cb->dq32, &cb->dk32, &cb->dv32};
+    tbuf *all[] = {&cb->q,   &cb->k,     &cb->v,    &cb->o,    &cb->lse,  &cb->dout, &cb->dq, &cb->dk,
+                   &cb->dv,  &cb->dsink, &cb->o32,  &cb->lse32, &cb->dq32, &cb->dk32, &cb->dv32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         tbuf_free(ctx, all[i]);
     free(cb->cu_host);
@@ -195,6 +199,28 @@ static void bufs_free(fa_context *ctx, case_bufs *cb)
     free(cb->slopes_host);
     if (cb->slopes_dev)
         fa_free(ctx, cb->slopes_dev);
+    free(cb->sink_host);
+    if (cb->sink_dev)
+        fa_free(ctx, cb->sink_dev);
+}
+
+/* The learnable sink of a case (enum conf_sink), one value per query head, different across heads
+ * so that a kernel reading another head's sink gives another LSE. Returns 0 when out of memory. */
+static int make_sink(const conf_case *c, case_bufs *cb, uint64_t seed)
+{
+    if (c->sink == SINK_NONE)
+        return 1;
+    cb->sink_host = malloc(sizeof(float) * (size_t)c->heads_q);
+    if (!cb->sink_host)
+        return 0;
+    uint64_t s = seed ^ 0x5151ull;
+    for (int64_t h = 0; h < c->heads_q; ++h) {
+        const double u = (double)(rng_next(&s) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
+        cb->sink_host[h] = (float)(c->sink == SINK_LARGE      ? 8.0 + 0.5 * u
+                                   : c->sink == SINK_NEGATIVE ? -20.0 - 4.0 * u
+                                                              : -2.0 + 4.0 * u);
+    }
+    return 1;
 }
 
 /* ALiBi slopes of a case: head h of H has the geometric slope 2^(-8 (h + 1) / H) of Press et al.,
@@ -249,7 +275,7 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
     memset(&cb, 0, sizeof cb);
     fa_context *host = NULL;
     double *ref_o = NULL, *naive_o = NULL, *ker_o = NULL, *ref_l = NULL, *naive_l = NULL, *ker_l = NULL;
-    double *g[3][3] = {{NULL}}; /* [ref, naive, kernel][dq, dk, dv] */
+    double *g[3][4] = {{NULL}}; /* [ref, naive, kernel][dq, dk, dv, dsink] */
     int32_t *cu_check = NULL;
     fa_status st;
     uint64_t rng = c->seed * 0x9E3779B97F4A7C15ull + 17;
@@ -258,6 +284,7 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
         FAIL("cannot create the host reference context");
 
     int64_t batch = c->batch, total_q, total_k, sq = c->seqlen_q, sk = c->seqlen_k;
+    const int64_t d_v = c->d_v > 0 ? c->d_v : c->d;
     int nd = c->varlen ? 3 : 4;
     if (c->varlen) {
         total_q = total_k = 0;
@@ -276,18 +303,20 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
         }
         set_tensor_shape(&cb.q, c->dtype, 3, total_q, c->heads_q, c->d, 0);
         set_tensor_shape(&cb.k, c->dtype, 3, total_k, c->heads_kv, c->d, 0);
+        set_tensor_shape(&cb.o, c->dtype, 3, total_q, c->heads_q, d_v, 0);
+        set_tensor_shape(&cb.v, c->dtype, 3, total_k, c->heads_kv, d_v, 0);
         set_tensor_shape(&cb.lse, FA_DTYPE_F32, 2, c->heads_q, total_q, 0, 0);
     } else {
         set_tensor_shape(&cb.q, c->dtype, 4, batch, sq, c->heads_q, c->d);
         set_tensor_shape(&cb.k, c->dtype, 4, batch, sk, c->heads_kv, c->d);
+        set_tensor_shape(&cb.o, c->dtype, 4, batch, sq, c->heads_q, d_v);
+        set_tensor_shape(&cb.v, c->dtype, 4, batch, sk, c->heads_kv, d_v);
         set_tensor_shape(&cb.lse, FA_DTYPE_F32, 3, batch, c->heads_q, sq, 0);
     }
-    cb.v.t = cb.k.t;
-    cb.o.t = cb.q.t;
-    cb.dout.t = cb.q.t;
+    cb.dout.t = cb.o.t;
     cb.dq.t = cb.q.t;
     cb.dk.t = cb.k.t;
-    cb.dv.t = cb.k.t;
+    cb.dv.t = cb.v.t;
     tbuf *qlike[] = {&cb.q, &cb.o, &cb.dout, &cb.dq}, *klike[] = {&cb.k, &cb.v, &cb.dk, &cb.dv};
     for (int i = 0; i < 4; ++i) {
         make_strides(&qlike[i]->t, c->layout);
@@ -326,6 +355,14 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
             FAIL("cannot upload the ALiBi slopes");
         opts.alibi_slopes = cb.slopes_dev;
         opts.alibi_batch_stride = slope_stride;
+    }
+    if (!make_sink(c, &cb, c->seed))
+        FAIL("out of host memory");
+    if (cb.sink_host) {
+        if (fa_malloc(ctx, sizeof(float) * (size_t)c->heads_q, &cb.sink_dev) ||
+            fa_memcpy(ctx, cb.sink_dev, cb.sink_host, sizeof(float) * (size_t)c->heads_q, FA_COPY_HOST_TO_DEVICE))
+            FAIL("cannot upload the learnable sink");
+        opts.learnable_sink = cb.sink_dev;
     }
     if (c->block_q > 0) {
         if (fa_block_mask_create(&cb.mask, c->block, c->block_per_head ? c->heads_q : 1, sq, sk, c->block_q,
@@ -389,10 +426,13 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
     ha.varlen = c->varlen ? &host_varlen : NULL;
     if (cb.slopes_host)
         ha.opts.alibi_slopes = cb.slopes_host;
+    if (cb.sink_host) /* the reference reads the sink on the host, as it reads the slopes */
+        ha.opts.learnable_sink = cb.sink_host;
     fa_problem p;
     if (fa_validate_forward(host, &ha, &p, &cu_check) != FA_SUCCESS)
         FAIL("reference validation: %s", fa_context_last_error(host));
-    int64_t no = p.total_q * p.heads_q * p.d, nl = p.total_q * p.heads_q, nk = p.total_k * p.heads_kv * p.d;
+    int64_t no = p.total_q * p.heads_q * p.d_v, nl = p.total_q * p.heads_q, nk = p.total_k * p.heads_kv * p.d;
+    int64_t ndq = p.total_q * p.heads_q * p.d, nv = p.total_k * p.heads_kv * p.d_v;
     ref_o = malloc(sizeof(double) * (size_t)(no + 1));
     naive_o = malloc(sizeof(double) * (size_t)(no + 1));
     ker_o = malloc(sizeof(double) * (size_t)(no + 1));
@@ -403,7 +443,7 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
         FAIL("out of host memory");
     if (fa_ref_forward(&p, ref_o, ref_l) || fa_naive_forward(&p, naive_o, naive_l))
         FAIL("reference out of memory");
-    canon_from(&cb.o, &p, 1, p.heads_q, ker_o);
+    canon_from(&cb.o, &p, 1, p.heads_q, p.d_v, ker_o);
     lse_from(&cb.lse, &p, ker_l);
 
     cmp co = compare(ker_o, ref_o, no), cn = compare(naive_o, ref_o, no);
@@ -423,34 +463,55 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
         FAIL("LSE error %.3g > bound %.3g", cl.err, r->bound_lse);
 
     if (c->backward) {
+        /* dsink: fp32 [heads_q], asked for whenever the case has a sink */
+        const int with_dsink = cb.sink_host != NULL;
+        if (with_dsink) {
+            set_tensor_shape(&cb.dsink, FA_DTYPE_F32, 1, c->heads_q, 0, 0, 0);
+            cb.dsink.t.stride[0] = 1;
+        }
         if (!tbuf_alloc(ctx, &cb.dout, 0) || !tbuf_alloc(ctx, &cb.dq, 1) || !tbuf_alloc(ctx, &cb.dk, 1) ||
-            !tbuf_alloc(ctx, &cb.dv, 1))
+            !tbuf_alloc(ctx, &cb.dv, 1) || (with_dsink && !tbuf_alloc(ctx, &cb.dsink, 1)))
             FAIL("cannot allocate the gradient buffers");
         fill_normal(&cb.dout, &rng);
         if (tbuf_upload(ctx, &cb.dout) || tbuf_upload(ctx, &cb.dq) || tbuf_upload(ctx, &cb.dk) ||
-            tbuf_upload(ctx, &cb.dv))
+            tbuf_upload(ctx, &cb.dv) || (with_dsink && tbuf_upload(ctx, &cb.dsink)))
             FAIL("upload failed: %s", fa_context_last_error(ctx));
         fa_bwd_args ba = {.q = cb.q.t, .k = cb.k.t, .v = cb.v.t, .o = cb.o.t, .lse = cb.lse.t, .dout = cb.dout.t,
                           .dq = cb.dq.t, .dk = cb.dk.t, .dv = cb.dv.t, .varlen = fa.varlen, .opts = opts};
+        if (with_dsink)
+            ba.dsink = cb.dsink.t;
         st = fa_backward(ctx, &ba);
         if (st != FA_SUCCESS)
             FAIL("fa_backward: %s: %s", fa_status_string(st), fa_context_last_error(ctx));
         if (fa_synchronize(ctx) || tbuf_download(ctx, &cb.dq) || tbuf_download(ctx, &cb.dk) ||
-            tbuf_download(ctx, &cb.dv))
+            tbuf_download(ctx, &cb.dv) || (with_dsink && tbuf_download(ctx, &cb.dsink)))
             FAIL("download failed: %s", fa_context_last_error(ctx));
         if (!check_output_buffer("dq", &cb.dq, r->failure, sizeof r->failure) ||
             !check_output_buffer("dk", &cb.dk, r->failure, sizeof r->failure) ||
-            !check_output_buffer("dv", &cb.dv, r->failure, sizeof r->failure))
+            !check_output_buffer("dv", &cb.dv, r->failure, sizeof r->failure) ||
+            (with_dsink && !check_output_buffer("dsink", &cb.dsink, r->failure, sizeof r->failure)))
             goto done;
-        if (c->deterministic) {
+        if (c->deterministic || with_dsink) {
             /* a second run, into outputs poisoned with a NaN pattern of its own, must give the
              * same bits everywhere (elements, gaps, guards): a second run that writes nothing,
-             * or only part of an output, leaves the second pattern behind */
-            tbuf *grads[3] = {&cb.dq, &cb.dk, &cb.dv};
-            static const char *const gnames[3] = {"dq", "dk", "dv"};
-            uint8_t *first[3] = {NULL, NULL, NULL};
+             * or only part of an output, leaves the second pattern behind. dsink is summed in a
+             * fixed order whether or not the deterministic flag is set: without the flag it is
+             * the only output held to it. */
+            tbuf *grads[4];
+            const char *gnames[4];
+            int ngrads = 0;
+            if (c->deterministic) {
+                grads[0] = &cb.dq, grads[1] = &cb.dk, grads[2] = &cb.dv;
+                gnames[0] = "dq", gnames[1] = "dk", gnames[2] = "dv";
+                ngrads = 3;
+            }
+            if (with_dsink) {
+                grads[ngrads] = &cb.dsink;
+                gnames[ngrads++] = "dsink";
+            }
+            uint8_t *first[4] = {NULL, NULL, NULL, NULL};
             int alloc_ok = 1;
-            for (int i = 0; i < 3; ++i) {
+            for (int i = 0; i < ngrads; ++i) {
                 first[i] = malloc(grads[i]->bytes + GUARD_BYTES);
                 alloc_ok &= first[i] != NULL;
                 if (first[i])
@@ -458,31 +519,31 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
                 poison_elements(grads[i], SECOND_RUN_POISON);
             }
             st = alloc_ok ? FA_SUCCESS : FA_ERR_OUT_OF_MEMORY;
-            for (int i = 0; i < 3 && st == FA_SUCCESS; ++i)
+            for (int i = 0; i < ngrads && st == FA_SUCCESS; ++i)
                 st = tbuf_upload(ctx, grads[i]);
             if (st == FA_SUCCESS)
                 st = fa_backward(ctx, &ba);
             if (st == FA_SUCCESS)
                 st = fa_synchronize(ctx);
-            for (int i = 0; i < 3 && st == FA_SUCCESS; ++i)
+            for (int i = 0; i < ngrads && st == FA_SUCCESS; ++i)
                 st = tbuf_download(ctx, grads[i]);
             int differs = -1;
             int64_t unwritten = -1;
-            for (int i = 0; i < 3 && st == FA_SUCCESS && differs < 0; ++i) {
+            for (int i = 0; i < ngrads && st == FA_SUCCESS && differs < 0; ++i) {
                 unwritten = first_poisoned_element(grads[i], SECOND_RUN_POISON);
                 if (unwritten >= 0 || memcmp(first[i], grads[i]->host, grads[i]->bytes + GUARD_BYTES) != 0)
                     differs = i;
             }
-            for (int i = 0; i < 3; ++i)
+            for (int i = 0; i < ngrads; ++i)
                 free(first[i]);
             if (st != FA_SUCCESS)
                 FAIL("second fa_backward (determinism check): %s: %s", fa_status_string(st),
                      fa_context_last_error(ctx));
+            const char *what = c->deterministic ? "deterministic backward" : "backward (dsink: a fixed order)";
             if (differs >= 0 && unwritten >= 0)
-                FAIL("deterministic backward: the second run never wrote %s at offset %lld", gnames[differs],
-                     (long long)unwritten);
+                FAIL("%s: the second run never wrote %s at offset %lld", what, gnames[differs], (long long)unwritten);
             if (differs >= 0)
-                FAIL("deterministic backward: the second run gave different bits in %s", gnames[differs]);
+                FAIL("%s: the second run gave different bits in %s", what, gnames[differs]);
         }
         fa_bwd_args hb = ba;
         hb.q = ha.q;
@@ -494,25 +555,29 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
         hb.dq = tbuf_host_tensor(&cb.dq);
         hb.dk = tbuf_host_tensor(&cb.dk);
         hb.dv = tbuf_host_tensor(&cb.dv);
+        if (with_dsink)
+            hb.dsink = tbuf_host_tensor(&cb.dsink);
         hb.varlen = ha.varlen;
         hb.opts.alibi_slopes = ha.opts.alibi_slopes;
+        hb.opts.learnable_sink = ha.opts.learnable_sink;
         fa_problem pb;
         free(cu_check);
         cu_check = NULL;
         if (fa_validate_backward(host, &hb, &pb, &cu_check) != FA_SUCCESS)
             FAIL("reference validation (backward): %s", fa_context_last_error(host));
-        int64_t sizes[3] = {no, nk, nk};
+        int64_t sizes[4] = {ndq, nk, nv, pb.heads_q};
         for (int w = 0; w < 3; ++w)
-            for (int i = 0; i < 3; ++i) {
+            for (int i = 0; i < 4; ++i) {
                 g[w][i] = malloc(sizeof(double) * (size_t)(sizes[i] + 1));
                 if (!g[w][i])
                     FAIL("out of host memory");
             }
-        if (fa_ref_backward(&pb, g[0][0], g[0][1], g[0][2]) || fa_naive_backward(&pb, g[1][0], g[1][1], g[1][2]))
+        if (fa_ref_backward(&pb, g[0][0], g[0][1], g[0][2], g[0][3]) ||
+            fa_naive_backward(&pb, g[1][0], g[1][1], g[1][2], g[1][3]))
             FAIL("reference out of memory");
-        canon_from(&cb.dq, &pb, 1, pb.heads_q, g[2][0]);
-        canon_from(&cb.dk, &pb, 0, pb.heads_kv, g[2][1]);
-        canon_from(&cb.dv, &pb, 0, pb.heads_kv, g[2][2]);
+        canon_from(&cb.dq, &pb, 1, pb.heads_q, pb.d, g[2][0]);
+        canon_from(&cb.dk, &pb, 0, pb.heads_kv, pb.d, g[2][1]);
+        canon_from(&cb.dv, &pb, 0, pb.heads_kv, pb.d_v, g[2][2]);
         static const char *const names[3] = {"dQ", "dK", "dV"};
         for (int i = 0; i < 3; ++i) {
             cmp ck = compare(g[2][i], g[0][i], sizes[i]), cnv = compare(g[1][i], g[0][i], sizes[i]);
@@ -523,6 +588,18 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
                 FAIL("%s has NaN/inf where the reference is finite", names[i]);
             if (ck.err > r->bound_grad[i])
                 FAIL("%s error %.3g > bound %.3g (naive error %.3g)", names[i], ck.err, r->bound_grad[i], cnv.err);
+        }
+        if (with_dsink) {
+            for (int64_t h = 0; h < pb.heads_q; ++h)
+                g[2][3][h] = ((const float *)cb.dsink.host)[h];
+            cmp ck = compare(g[2][3], g[0][3], pb.heads_q), cnv = compare(g[1][3], g[0][3], pb.heads_q);
+            r->err_dsink = ck.err;
+            r->naive_dsink = cnv.err;
+            r->bound_dsink = bound_of(3.0, cnv.err, ck.ref_max);
+            if (ck.nan_mismatch)
+                FAIL("dsink has NaN/inf where the reference is finite");
+            if (ck.err > r->bound_dsink)
+                FAIL("dsink error %.3g > bound %.3g (naive error %.3g)", ck.err, r->bound_dsink, cnv.err);
         }
     }
     if (c->dtype == FA_DTYPE_F16 || c->dtype == FA_DTYPE_BF16) {
@@ -587,7 +664,7 @@ done:
     free(naive_l);
     free(ker_l);
     for (int w = 0; w < 3; ++w)
-        for (int i = 0; i < 3; ++i)
+        for (int i = 0; i < 4; ++i)
             free(g[w][i]);
     free(cu_check);
     bufs_free(ctx, &cb);

@@ -2,7 +2,7 @@
  * builds strided inputs in the case's dtype, runs the backend under test through the public API
  * and the memory helpers, and holds its outputs to the float64 reference with the measured pass
  * rule: max|kernel - ref64| <= factor * max|naive_same_precision - ref64| + floor (factor 2 for
- * O, 3 for gradients), no NaN where the reference has none, guard bytes after every buffer and
+ * O, 3 for gradients and dsink), no NaN where the reference has none, guard bytes after every buffer and
  * gaps inside strided outputs untouched, every output element written. fp16 / bf16 cases also run
  * an fp32-output twin where the backend offers one (FA_FEATURE_F32_OUTPUT): every fp16 / bf16
  * output must equal the twin's fp32 value rounded to nearest even, by a rounding written here
@@ -40,13 +40,20 @@ typedef struct conf_case {
     int deterministic;
     float softcap;          /* 0 = off */
     int alibi;              /* ALiBi slopes: 0 none, 1 [heads_q], 2 [batch][heads_q + 3] (rows padded) */
+    int sink;               /* learnable sink: a conf_sink value (0: none) */
+    int64_t d_v;            /* value head dim of V, O, dO, dV; 0: d */
 } conf_case;
+
+/* The learnable sink's values per query head: uniform in [-2, 2] (competing with the keys' scores),
+ * about +8 (dominating every row: O shrinks by exp(LSE0 - LSE)), or about -20 (almost no effect). */
+enum conf_sink { SINK_NONE = 0, SINK_RANDOM, SINK_LARGE, SINK_NEGATIVE };
 
 /* The errors a run measured; filled by conf_run. */
 typedef struct conf_result {
     double err_o, naive_o, bound_o;
     double err_lse, bound_lse;
     double err_grad[3], naive_grad[3], bound_grad[3];
+    double err_dsink, naive_dsink, bound_dsink; /* backward with a sink */
     int f32_twin; /* 1 when the fp32-output twin ran: the fp16/bf16 outputs equal its values rounded */
     char f32_twin_skip[256]; /* why it did not run, for fp16 / bf16 cases */
     int skipped;

@@ -399,8 +399,8 @@ static void run_case(problem pr)
     double *ng[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk), malloc(sizeof(double) * nk)};
     assert_int_equal(fa_ref_forward(&p, ro, rl), FA_SUCCESS);
     assert_int_equal(fa_naive_forward(&p, no, nl_), FA_SUCCESS);
-    assert_int_equal(fa_ref_backward(&p, rg[0], rg[1], rg[2]), FA_SUCCESS);
-    assert_int_equal(fa_naive_backward(&p, ng[0], ng[1], ng[2]), FA_SUCCESS);
+    assert_int_equal(fa_ref_backward(&p, rg[0], rg[1], rg[2], NULL), FA_SUCCESS);
+    assert_int_equal(fa_naive_backward(&p, ng[0], ng[1], ng[2], NULL), FA_SUCCESS);
 
     /* LSE: the reference is [H, total] per batch-major row; ours [B, H, total] */
     double lse_err = 0.0, lse_err1 = 0.0, lmax = 0.0;

@@ -51,9 +51,9 @@ fa_status fa_oracle_backward(fa_context *cpu, const fa_bwd_args *args, double *r
     st = fa_validate_backward(cpu, args, &p, &cu_host);
     fa_ref_progress pr = {progress, user, 0, st == FA_SUCCESS ? 2 * fa_ref_progress_units(&p) : 0};
     if (st == FA_SUCCESS)
-        st = fa_ref_backward_progress(&p, ref_dq, ref_dk, ref_dv, &pr);
+        st = fa_ref_backward_progress(&p, ref_dq, ref_dk, ref_dv, NULL, &pr);
     if (st == FA_SUCCESS)
-        st = fa_naive_backward_progress(&p, naive_dq, naive_dk, naive_dv, &pr);
+        st = fa_naive_backward_progress(&p, naive_dq, naive_dk, naive_dv, NULL, &pr);
     free(cu_host);
     return st;
 }

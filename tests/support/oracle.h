@@ -2,14 +2,17 @@
  * sees include/flashattn.h only: the flashattn tool's `run --check`. Part of the flashattn_reference
  * static library (tests/support/meson.build), not of libflashattn.
  *
- * The arguments are those of fa_forward / fa_backward with every tensor, cu_seqlens and
- * alibi_slopes in host memory; cpu must be a context of the "cpu" backend, which validates them
- * exactly as a call would (its message says why a call is refused). Each function computes the
+ * The arguments are those of fa_forward / fa_backward with every tensor, cu_seqlens,
+ * alibi_slopes and learnable_sink in host memory; cpu must be a context of the "cpu" backend,
+ * which validates them exactly as a call would (its message says why a call is refused); the
+ * backward computes no dsink here (reference.h's fa_ref_backward does). Each function computes the
  * float64 reference (fa_ref_*) and the naive same-precision baseline (fa_naive_*: fp32 arithmetic,
  * P, dP and dS rounded to the input dtype), the yardstick of the conformance rule. The outputs are
  * in a canonical contiguous layout that does not depend on the arguments' strides:
- *   o, dq        [total_q, heads_q, d]    row b * seqlen_q + i (dense) or cu_seqlens_q[b] + i
- *   dk, dv       [total_k, heads_kv, d]
+ *   dq           [total_q, heads_q, d]    row b * seqlen_q + i (dense) or cu_seqlens_q[b] + i
+ *   o            [total_q, heads_q, d_v]  (d_v: v's last dimension)
+ *   dk           [total_k, heads_kv, d]
+ *   dv           [total_k, heads_kv, d_v]
  *   lse          [heads_q, total_q]
  * Returns FA_ERR_INVALID_ARG for a context of another backend or a NULL output, what validation
  * returns for bad arguments, FA_ERR_OUT_OF_MEMORY when the scratch cannot be allocated.

@@ -3,7 +3,13 @@
  * implementation in the input dtype incurs). Tests measure kernels against the first and take
  * their tolerance from the second's error. Clarity is the point; the one concession to speed is
  * that each (sequence, head)'s rows are widened to double once (head_rows), not per product, since
- * the conformance suites spend most of their time here. */
+ * the conformance suites spend most of their time here.
+ *
+ * The learnable sink is written out here on its own, not with core/sink.h (which the kernels use):
+ * the reference adds exp(sink_h) to the row's sum of exponentials before it normalises (one more
+ * term of the softmax that carries no value), and forms dsink_h = -sum_i exp(sink_h - LSE_i) D_i
+ * with D_i = sum_j P_ij dP_ij, so that a fault in that header shows up as a difference. Q, K, dQ,
+ * dK have p->d columns; V, O, dO, dV have p->d_v. */
 #include "reference.h"
 #include "half.h"
 #include "philox.h"
@@ -123,8 +129,8 @@ static float modified_score_f(const fa_problem *p, int64_t b, int64_t h, int64_t
     return v;
 }
 
-/* One (sequence, head)'s inputs widened to double (exact for fp32, fp16 and bf16), row-major with
- * d columns: Q and dO of query head h (sq rows), K and V of its KV head (sk rows). */
+/* One (sequence, head)'s inputs widened to double (exact for fp32, fp16 and bf16), row-major: Q
+ * (d columns) and dO (d_v) of query head h (sq rows), K (d) and V (d_v) of its KV head (sk rows). */
 typedef struct head_rows {
     double *q, *dout, *k, *v;
 } head_rows;
@@ -140,7 +146,8 @@ static int scratch_alloc(const fa_problem *p, ref_scratch *sc, int single)
 {
     memset(sc, 0, sizeof *sc);
     int64_t n = p->seqlen_q * p->seqlen_k;
-    int64_t nq = p->seqlen_q * p->d, nk = p->seqlen_k * p->d;
+    const int64_t dmax = p->d > p->d_v ? p->d : p->d_v;
+    int64_t nq = p->seqlen_q * dmax, nk = p->seqlen_k * dmax;
     if (n < 1)
         n = 1;
     if (nq < 1)
@@ -179,12 +186,13 @@ static void scratch_free(ref_scratch *sc)
     free(sc->x.v);
 }
 
-/* rows [row0, row0 + n) of head h of view v in batch b, widened to double, n x d */
-static void widen_rows(const fa_problem *p, const fa_view *v, int64_t b, int64_t row0, int64_t n, int64_t h, double *out)
+/* rows [row0, row0 + n) of head h of view v in batch b, widened to double, n x width */
+static void widen_rows(const fa_problem *p, const fa_view *v, int64_t width, int64_t b, int64_t row0, int64_t n,
+                       int64_t h, double *out)
 {
     for (int64_t i = 0; i < n; ++i)
-        for (int64_t c = 0; c < p->d; ++c)
-            out[i * p->d + c] = fa_view_get(v, p->dtype, b, row0 + i, h, c);
+        for (int64_t c = 0; c < width; ++c)
+            out[i * width + c] = fa_view_get(v, p->dtype, b, row0 + i, h, c);
 }
 
 /* sc->x for query head h of sequence b (sq queries from row q0, sk keys from row k0); dO only for
@@ -193,15 +201,23 @@ static void load_head(const fa_problem *p, ref_scratch *sc, int64_t b, int64_t h
                       int64_t k0, int with_dout)
 {
     int64_t hk = h / p->group;
-    widen_rows(p, &p->q, b, q0, sq, h, sc->x.q);
-    widen_rows(p, &p->k, b, k0, sk, hk, sc->x.k);
-    widen_rows(p, &p->v, b, k0, sk, hk, sc->x.v);
+    widen_rows(p, &p->q, p->d, b, q0, sq, h, sc->x.q);
+    widen_rows(p, &p->k, p->d, b, k0, sk, hk, sc->x.k);
+    widen_rows(p, &p->v, p->d_v, b, k0, sk, hk, sc->x.v);
     if (with_dout)
-        widen_rows(p, &p->dout, b, q0, sq, h, sc->x.dout);
+        widen_rows(p, &p->dout, p->d_v, b, q0, sq, h, sc->x.dout);
+}
+
+/* Query head h's sink logit, or -inf (no sink: exp of it adds nothing). */
+static double sink_of(const fa_problem *p, int64_t h)
+{
+    return p->sink ? (double)p->sink[h] : -INFINITY;
 }
 
 /* P (without dropout) of (b, h) in double; row LSE into lse_row (may be NULL); g receives the
- * score modifiers' dS'/dS per element. */
+ * score modifiers' dS'/dS per element. With a sink, exp(sink_h) joins each row's sum: the row's
+ * probabilities add up to 1 - exp(sink_h - LSE_i), and a row that sees no key has P = 0 and
+ * LSE = sink_h. */
 static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, const head_rows *x,
                       double *s, double *pm, double *g, double *lse_row, fa_ref_progress *progress)
 {
@@ -221,7 +237,10 @@ static void ref_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int
             if (v > mx)
                 mx = v;
         }
-        double sum = 0.0;
+        const double sink = sink_of(p, h);
+        if (sink > mx)
+            mx = sink;
+        double sum = mx == -INFINITY ? 0.0 : exp(sink - mx);
         for (int64_t j = 0; j < sk; ++j) {
             double e = mx == -INFINITY ? 0.0 : exp(s[i * sk + j] - mx);
             pm[i * sk + j] = e;
@@ -255,15 +274,15 @@ fa_status fa_ref_forward_progress(const fa_problem *p, double *o, double *lse, f
             ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, lse_row, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
-                double *orow = o + (r * p->heads_q + h) * p->d;
-                for (int64_t c = 0; c < p->d; ++c)
+                double *orow = o + (r * p->heads_q + h) * p->d_v;
+                for (int64_t c = 0; c < p->d_v; ++c)
                     orow[c] = 0.0;
                 for (int64_t j = 0; j < sk; ++j) {
                     double w = sc.pm[i * sk + j] * dropout_factor(p, b, h, i, j);
                     if (w == 0.0)
                         continue;
-                    for (int64_t c = 0; c < p->d; ++c)
-                        orow[c] += w * sc.x.v[j * p->d + c];
+                    for (int64_t c = 0; c < p->d_v; ++c)
+                        orow[c] += w * sc.x.v[j * p->d_v + c];
                 }
                 if (lse)
                     lse[h * p->total_q + r] = lse_row[i];
@@ -282,16 +301,24 @@ static void zero(double *x, int64_t n)
         memset(x, 0, sizeof(double) * (size_t)n);
 }
 
-fa_status fa_ref_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv, fa_ref_progress *progress)
+fa_status fa_ref_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv, double *dsink,
+                                   fa_ref_progress *progress)
 {
     ref_scratch sc;
     if (!scratch_alloc(p, &sc, 0)) {
         scratch_free(&sc);
         return FA_ERR_OUT_OF_MEMORY;
     }
+    double *lse_row = malloc(sizeof(double) * (size_t)(p->seqlen_q > 0 ? p->seqlen_q : 1));
+    if (!lse_row) {
+        scratch_free(&sc);
+        return FA_ERR_OUT_OF_MEMORY;
+    }
     zero(dq, p->total_q * p->heads_q * p->d);
     zero(dk, p->total_k * p->heads_kv * p->d);
-    zero(dv, p->total_k * p->heads_kv * p->d);
+    zero(dv, p->total_k * p->heads_kv * p->d_v);
+    if (dsink)
+        zero(dsink, p->heads_q);
     for (int64_t b = 0; b < p->batch; ++b) {
         int64_t sq, sk, q0, k0;
         fa_problem_seq(p, b, &sq, &sk, &q0, &k0);
@@ -299,8 +326,8 @@ fa_status fa_ref_backward_progress(const fa_problem *p, double *dq, double *dk, 
             int64_t hk = h / p->group;
             load_head(p, &sc, b, h, sq, sk, q0, k0, 1);
             const double *qr = sc.x.q, *dor = sc.x.dout, *kr = sc.x.k, *vr = sc.x.v;
-            const int64_t d = p->d;
-            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, NULL, progress);
+            const int64_t d = p->d, dvw = p->d_v;
+            ref_probs(p, b, h, sq, sk, &sc.x, sc.s, sc.pm, sc.g, lse_row, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 /* dP_ij = z_ij * (dO_i . V_j); D_i = sum_j P_ij dP_ij; dS = P (dP - D) */
@@ -311,19 +338,23 @@ fa_status fa_ref_backward_progress(const fa_problem *p, double *dq, double *dk, 
                     double pij = sc.pm[i * sk + j];
                     double dot = 0.0;
                     if (pij != 0.0 && z != 0.0)
-                        for (int64_t c = 0; c < d; ++c)
-                            dot += dor[i * d + c] * vr[j * d + c];
+                        for (int64_t c = 0; c < dvw; ++c)
+                            dot += dor[i * dvw + c] * vr[j * dvw + c];
                     dprow[j] = z * dot;
                     dsum += pij * dprow[j];
                     /* dV_j += P_ij z_ij dO_i */
                     double w = pij * z;
                     if (w != 0.0) {
                         int64_t rk = canon_row(p, b, k0, j, 0);
-                        double *dvrow = dv + (rk * p->heads_kv + hk) * p->d;
-                        for (int64_t c = 0; c < d; ++c)
-                            dvrow[c] += w * dor[i * d + c];
+                        double *dvrow = dv + (rk * p->heads_kv + hk) * dvw;
+                        for (int64_t c = 0; c < dvw; ++c)
+                            dvrow[c] += w * dor[i * dvw + c];
                     }
                 }
+                /* the sink's probability exp(sink_h - LSE_i) has no value and so no dP: its
+                 * softmax gradient is -exp(sink_h - LSE_i) D_i (0 for a row with no key, D_i = 0) */
+                if (dsink && p->sink && lse_row[i] > -INFINITY)
+                    dsink[h] -= exp(sink_of(p, h) - lse_row[i]) * dsum;
                 double *dqrow = dq + (r * p->heads_q + h) * p->d;
                 for (int64_t j = 0; j < sk; ++j) {
                     double ds = sc.pm[i * sk + j] * (dprow[j] - dsum) * sc.g[i * sk + j] * (double)p->scale;
@@ -340,13 +371,15 @@ fa_status fa_ref_backward_progress(const fa_problem *p, double *dq, double *dk, 
             }
         }
     }
+    free(lse_row);
     scratch_free(&sc);
     return FA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ naive same precision */
 
-/* P of (b, h) in fp32 (softmax in fp32, scores accumulated in fp32) and row LSE. */
+/* P of (b, h) in fp32 (softmax in fp32, scores accumulated in fp32, the sink's exponential added to
+ * the row's sum) and row LSE. */
 static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, int64_t sk, const head_rows *x,
                         float *s, float *pm, float *g, double *lse_row, fa_ref_progress *progress)
 {
@@ -366,7 +399,10 @@ static void naive_probs(const fa_problem *p, int64_t b, int64_t h, int64_t sq, i
             if (v > mx)
                 mx = v;
         }
-        float sum = 0.0f;
+        const float sink = p->sink ? p->sink[h] : -INFINITY;
+        if (sink > mx)
+            mx = sink;
+        float sum = mx == -INFINITY ? 0.0f : expf(sink - mx);
         for (int64_t j = 0; j < sk; ++j) {
             float e = mx == -INFINITY ? 0.0f : expf(s[i * sk + j] - mx);
             pm[i * sk + j] = e;
@@ -388,7 +424,7 @@ fa_status fa_naive_forward_progress(const fa_problem *p, double *o, double *lse,
         return FA_ERR_OUT_OF_MEMORY;
     }
     double *lse_row = malloc(sizeof(double) * (size_t)(p->seqlen_q > 0 ? p->seqlen_q : 1));
-    float *acc = malloc(sizeof(float) * (size_t)p->d);
+    float *acc = malloc(sizeof(float) * (size_t)p->d_v);
     if (!lse_row || !acc) {
         free(lse_row);
         free(acc);
@@ -403,17 +439,17 @@ fa_status fa_naive_forward_progress(const fa_problem *p, double *o, double *lse,
             naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, lse_row, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
-                for (int64_t c = 0; c < p->d; ++c)
+                for (int64_t c = 0; c < p->d_v; ++c)
                     acc[c] = 0.0f;
                 for (int64_t j = 0; j < sk; ++j) {
                     float w = (float)fa_round_to(p->dtype, sc.pf[i * sk + j] * (float)dropout_factor(p, b, h, i, j));
                     if (w == 0.0f)
                         continue;
-                    for (int64_t c = 0; c < p->d; ++c)
-                        acc[c] += w * (float)sc.x.v[j * p->d + c];
+                    for (int64_t c = 0; c < p->d_v; ++c)
+                        acc[c] += w * (float)sc.x.v[j * p->d_v + c];
                 }
-                for (int64_t c = 0; c < p->d; ++c)
-                    o[(r * p->heads_q + h) * p->d + c] = fa_round_to(p->dtype, acc[c]);
+                for (int64_t c = 0; c < p->d_v; ++c)
+                    o[(r * p->heads_q + h) * p->d_v + c] = fa_round_to(p->dtype, acc[c]);
                 if (lse)
                     lse[h * p->total_q + r] = lse_row[i];
                 progress_rows(progress, 1);
@@ -426,7 +462,8 @@ fa_status fa_naive_forward_progress(const fa_problem *p, double *o, double *lse,
     return FA_SUCCESS;
 }
 
-fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv, fa_ref_progress *progress)
+fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk, double *dv, double *dsink,
+                                     fa_ref_progress *progress)
 {
     ref_scratch sc;
     if (!scratch_alloc(p, &sc, 1)) {
@@ -434,14 +471,20 @@ fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk
         return FA_ERR_OUT_OF_MEMORY;
     }
     int64_t nq = p->total_q * p->heads_q * p->d, nk = p->total_k * p->heads_kv * p->d;
-    /* fp32 accumulators, rounded to the dtype at the end like a plain matmul output */
+    int64_t nv = p->total_k * p->heads_kv * p->d_v;
+    /* fp32 accumulators, rounded to the dtype at the end like a plain matmul output; dsink stays
+     * fp32 (its output is fp32) */
     float *aq = calloc((size_t)(nq > 0 ? nq : 1), sizeof(float));
     float *ak = calloc((size_t)(nk > 0 ? nk : 1), sizeof(float));
-    float *av = calloc((size_t)(nk > 0 ? nk : 1), sizeof(float));
-    if (!aq || !ak || !av) {
+    float *av = calloc((size_t)(nv > 0 ? nv : 1), sizeof(float));
+    float *as = calloc((size_t)p->heads_q, sizeof(float));
+    double *lse_row = malloc(sizeof(double) * (size_t)(p->seqlen_q > 0 ? p->seqlen_q : 1));
+    if (!aq || !ak || !av || !as || !lse_row) {
         free(aq);
         free(ak);
         free(av);
+        free(as);
+        free(lse_row);
         scratch_free(&sc);
         return FA_ERR_OUT_OF_MEMORY;
     }
@@ -452,8 +495,8 @@ fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk
             int64_t hk = h / p->group;
             load_head(p, &sc, b, h, sq, sk, q0, k0, 1);
             const double *qr = sc.x.q, *dor = sc.x.dout, *kr = sc.x.k, *vr = sc.x.v;
-            const int64_t d = p->d;
-            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, NULL, progress);
+            const int64_t d = p->d, dvw = p->d_v;
+            naive_probs(p, b, h, sq, sk, &sc.x, sc.sf, sc.pf, sc.gf, lse_row, progress);
             for (int64_t i = 0; i < sq; ++i) {
                 int64_t r = canon_row(p, b, q0, i, 1);
                 float *dprow = sc.sf + i * sk;
@@ -462,17 +505,27 @@ fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk
                     float z = (float)dropout_factor(p, b, h, i, j);
                     float pij = sc.pf[i * sk + j];
                     float dot = 0.0f;
-                    for (int64_t c = 0; c < d; ++c)
-                        dot += (float)dor[i * d + c] * (float)vr[j * d + c];
+                    for (int64_t c = 0; c < dvw; ++c)
+                        dot += (float)dor[i * dvw + c] * (float)vr[j * dvw + c];
                     dprow[j] = (float)fa_round_to(p->dtype, dot) * z;
                     dsum += pij * dprow[j];
                     float w = (float)fa_round_to(p->dtype, pij * z);
                     if (w != 0.0f) {
                         int64_t rk = canon_row(p, b, k0, j, 0);
-                        float *dvrow = av + (rk * p->heads_kv + hk) * p->d;
-                        for (int64_t c = 0; c < d; ++c)
-                            dvrow[c] += w * (float)dor[i * d + c];
+                        float *dvrow = av + (rk * p->heads_kv + hk) * dvw;
+                        for (int64_t c = 0; c < dvw; ++c)
+                            dvrow[c] += w * (float)dor[i * dvw + c];
                     }
+                }
+                /* dsink from D_i = dO_i . O_i with the O the backward is given (p->o): every
+                 * implementation receives O rounded to the dtype, and dsink inherits that O's
+                 * error whole (it is a sum of exp(sink - LSE_i) dO_i . O_i over the head's rows),
+                 * which a D_i from P and dP alone would leave out */
+                if (p->sink && lse_row[i] > -INFINITY) {
+                    float d_row = 0.0f;
+                    for (int64_t c = 0; c < dvw; ++c)
+                        d_row += (float)dor[i * dvw + c] * (float)fa_view_get(&p->o, p->dtype, b, q0 + i, h, c);
+                    as[h] -= expf(p->sink[h] - (float)lse_row[i]) * d_row;
                 }
                 float *dqrow = aq + (r * p->heads_q + h) * p->d;
                 for (int64_t j = 0; j < sk; ++j) {
@@ -493,13 +546,17 @@ fa_status fa_naive_backward_progress(const fa_problem *p, double *dq, double *dk
     }
     for (int64_t x = 0; x < nq; ++x)
         dq[x] = fa_round_to(p->dtype, aq[x]);
-    for (int64_t x = 0; x < nk; ++x) {
+    for (int64_t x = 0; x < nk; ++x)
         dk[x] = fa_round_to(p->dtype, ak[x]);
+    for (int64_t x = 0; x < nv; ++x)
         dv[x] = fa_round_to(p->dtype, av[x]);
-    }
+    for (int64_t h = 0; dsink && h < p->heads_q; ++h)
+        dsink[h] = as[h];
     free(aq);
     free(ak);
     free(av);
+    free(as);
+    free(lse_row);
     scratch_free(&sc);
     return FA_SUCCESS;
 }
@@ -509,9 +566,9 @@ fa_status fa_ref_forward(const fa_problem *p, double *o, double *lse)
     return fa_ref_forward_progress(p, o, lse, NULL);
 }
 
-fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+fa_status fa_ref_backward(const fa_problem *p, double *dq, double *dk, double *dv, double *dsink)
 {
-    return fa_ref_backward_progress(p, dq, dk, dv, NULL);
+    return fa_ref_backward_progress(p, dq, dk, dv, dsink, NULL);
 }
 
 fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
@@ -519,7 +576,7 @@ fa_status fa_naive_forward(const fa_problem *p, double *o, double *lse)
     return fa_naive_forward_progress(p, o, lse, NULL);
 }
 
-fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double *dv)
+fa_status fa_naive_backward(const fa_problem *p, double *dq, double *dk, double *dv, double *dsink)
 {
-    return fa_naive_backward_progress(p, dq, dk, dv, NULL);
+    return fa_naive_backward_progress(p, dq, dk, dv, dsink, NULL);
 }

@@ -1,8 +1,10 @@
 /* backward.cl: the fused backward for GPUs (Dao et al. 2022, Algorithm 2) without atomics, so every
  * run gives the same bits, written the way forward.cl is: work-groups of FA_WG work-items, each
  * owning a register block of the score tile, its operands passing through __local memory in
- * FA_DC-column passes. Three kernels:
+ * FA_DC-column passes. Four kernels:
  *   fa_backward_dsum   D = rowsum(dO o O), one query row per work-item;
+ *   fa_backward_dsink  the learnable sink's gradient from LSE and D (core/sink.h), one work-group
+ *                      per query head, summed in a fixed order;
  *   fa_backward_dkdv   one work-group per (key tile of FA_BN keys, FA_DA head-dim columns, KV
  *                      head, batch). Per query tile of FA_BM rows (the query heads of a GQA group
  *                      in order): S^T = K Q^T and dP^T = V dO^T (FA_TN keys x FA_TM queries per
@@ -16,7 +18,9 @@
  * the score modifiers (FA_SCORE_MOD) are applied to the recomputed raw scores q . k as the forward
  * did, and dS is multiplied by their derivative. Rows with LSE = -inf (core/empty_row.h) and
  * elements outside the mask get P = dS = 0 by selection, and such rows of Q and dO enter dK and
- * dV as zeros. fp32 compute; fp16 and bf16 as storage. CPU devices run backward_vec.cl. */
+ * dV as zeros. Q and K have FA_D columns, V and dO FA_D_V: the passes run over the larger, the
+ * other operands' columns past their own width loaded as zeros. fp32 compute; fp16 and bf16 as
+ * storage. CPU devices run backward_vec.cl. */
 
 #if FA_KERNELS == 3 || FA_KERNELS == 4 || FA_KERNELS == 7 /* 7: backward_mma.cl's program */
 __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store_t *o,
@@ -31,10 +35,47 @@ __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store
     const fa_ocl_view vo = fa_view_of(prm, FA_T_O), vd = fa_view_of(prm, FA_T_DO);
     const long ao = fa_at(vo, b, qs + i, h), ad = fa_at(vd, b, qs + i, h);
     float acc = 0.0f;
-    for (int c = 0; c < FA_D; ++c)
+    for (int c = 0; c < FA_D_V; ++c)
         acc = mad(FA_LOAD(o, ao + c), FA_LOAD(dout, ad + c), acc);
     const long row = prm[FA_P_VARLEN] ? qs + i : b * prm[FA_P_SEQLEN_Q] + i;
     dsum[h * prm[FA_P_TOTAL_Q] + row] = acc;
+}
+
+#define FA_SINK_WG 64 /* work-items of fa_backward_dsink (the host launches exactly this many) */
+
+/* dsink_h = sum over the rows i of head h (every sequence's, in packed order) of
+ * fa_sink_grad_term(sink_h, LSE_i, D_i), D from fa_backward_dsum. Work-item t adds rows t,
+ * t + FA_SINK_WG, ... in order, then a fixed tree adds the partial sums: the same bits on every
+ * run. Written, not accumulated, to dsink[prm[FA_P_DSINK_OFF] + h]. */
+__kernel __attribute__((reqd_work_group_size(FA_SINK_WG, 1, 1))) void
+fa_backward_dsink(__global const long *prm, __global const float *lse, __global const float *dsum,
+                  __global const float *sink, __global float *dsink, __global const int *cu_q)
+{
+    __local float part[FA_SINK_WG];
+    const int tid = (int)get_local_id(0);
+    const long h = (long)get_group_id(1), total_q = prm[FA_P_TOTAL_Q];
+    const int varlen = prm[FA_P_VARLEN] != 0;
+    const long sq = prm[FA_P_SEQLEN_Q];
+    const float sh = sink[prm[FA_P_SINK_OFF] + h];
+    const fa_ocl_view vl = fa_view_of(prm, FA_T_LSE);
+    /* varlen: the rows of the sequences, [0, cu_seqlens_q[batch]); the packed rows past them belong
+     * to none (their D is not computed) */
+    const long rows = varlen ? (long)cu_q[prm[FA_P_CU_Q_OFF] + prm[FA_P_BATCH]] : total_q;
+    float acc = 0.0f;
+    for (long row = tid; row < rows; row += FA_SINK_WG) {
+        /* varlen views address rows by their packed index (no batch stride), dense ones by batch
+         * and row */
+        const long b = varlen ? 0 : row / sq, i = varlen ? row : row % sq;
+        acc += fa_sink_grad_term(sh, lse[fa_at(vl, b, i, h)], dsum[h * total_q + row]);
+    }
+    part[tid] = acc;
+    for (int w = FA_SINK_WG / 2; w > 0; w /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (tid < w)
+            part[tid] += part[tid + w];
+    }
+    if (tid == 0)
+        dsink[prm[FA_P_DSINK_OFF] + h] = part[0];
 }
 #endif
 
@@ -50,7 +91,7 @@ __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store
 #define FA_DC 16 /* head-dim columns of the four operands per pass through __local memory */
 #endif
 #ifndef FA_DA
-#define FA_DA FA_D /* head-dim columns of dK, dV or dQ one work-group accumulates */
+#define FA_DA FA_DM /* head-dim columns of dK, dV or dQ one work-group accumulates */
 #endif
 #define FA_MAX2(a, b) ((a) > (b) ? (a) : (b))
 #define FA_TXK (FA_BM / FA_TM) /* fa_backward_dkdv: work-items across the queries, */
@@ -60,8 +101,10 @@ __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store
 #define FA_OWQ (4 * FA_TXQ)
 #define FA_GK ((FA_DA + FA_OWK - 1) / FA_OWK) /* float4 columns per work-item and key */
 #define FA_GQ ((FA_DA + FA_OWQ - 1) / FA_OWQ) /* and per query row */
-#define FA_NSPLIT ((FA_D + FA_DA - 1) / FA_DA)  /* work-groups per tile, one per FA_DA columns */
-#define FA_DS ((FA_D + FA_DC - 1) / FA_DC * FA_DC)
+#define FA_DM FA_MAX2(FA_D, FA_D_V) /* the wider head dim: the passes' extent, dK and dV's columns */
+#define FA_NSPLIT_KV ((FA_DM + FA_DA - 1) / FA_DA) /* work-groups per tile, one per FA_DA columns: */
+#define FA_NSPLIT_Q ((FA_D + FA_DA - 1) / FA_DA)   /* of dK and dV, of dQ */
+#define FA_DS ((FA_DM + FA_DC - 1) / FA_DC * FA_DC)
 #define FA_CP (FA_DC + 4) /* pass row pitch: a float4 of padding spreads a warp's reads over banks */
 #define FA_PK (FA_BN + 4) /* P, dS of fa_backward_dkdv as [query][key] */
 #define FA_PQ (FA_BM + 4) /* dS^T of fa_backward_dq as [key][query] */
@@ -85,16 +128,18 @@ __kernel void fa_backward_dsum(__global const long *prm, __global const fa_store
 #define FA_ST4(ptr, idx, x) (((__local float4 *)(ptr))[(idx) >> 2] = (x))
 
 /* Float4 e of a pass (rows of FA_DC / 4 float4): its place in __local memory, and its value from
- * the tensor rows at base + r stride (rows at or past nvalid, and columns past FA_D, are 0). */
+ * the tensor rows at base + r stride (rows at or past nvalid, and columns past the tensor's width,
+ * FA_D or FA_D_V, are 0). */
 static inline int fa_pass_at(int e)
 {
     return e / (FA_DC / 4) * FA_CP + (e % (FA_DC / 4)) * 4;
 }
 
-static inline float4 fa_pass_load(__global const fa_store_t *t, long base, long stride, int e, int nvalid, int dc)
+static inline float4 fa_pass_load(__global const fa_store_t *t, long base, long stride, int e, int nvalid, int dc,
+                                   int width)
 {
     const int r = e / (FA_DC / 4), c = dc + (e % (FA_DC / 4)) * 4;
-    return r < nvalid && c < FA_D ? fa_load4(t, base + r * stride + c, FA_D - c) : (float4)(0.0f);
+    return r < nvalid && c < width ? fa_load4(t, base + r * stride + c, width - c) : (float4)(0.0f);
 }
 
 /* One pass: FA_DC columns from dc of the query tile's Q and dO rows (nr valid, from bq and bd with
@@ -108,13 +153,13 @@ static inline void fa_bwd_pass(__local float *qp_l, __local float *dp_l, __local
     float4 xk[FA_NPN], xv[FA_NPN], xq[FA_NPM], xd[FA_NPM];
     FA_UNROLL_LOOP
     for (int u = 0; u < FA_NPM; ++u) {
-        xq[u] = fa_pass_load(q, bq, sq, tid + u * FA_WG, nr, dc);
-        xd[u] = fa_pass_load(dout, bd, sd, tid + u * FA_WG, nr, dc);
+        xq[u] = fa_pass_load(q, bq, sq, tid + u * FA_WG, nr, dc, FA_D);
+        xd[u] = fa_pass_load(dout, bd, sd, tid + u * FA_WG, nr, dc, FA_D_V);
     }
     FA_UNROLL_LOOP
     for (int u = 0; u < FA_NPN; ++u) {
-        xk[u] = fa_pass_load(k, bk, sk, tid + u * FA_WG, nc, dc);
-        xv[u] = fa_pass_load(v, bv, sv, tid + u * FA_WG, nc, dc);
+        xk[u] = fa_pass_load(k, bk, sk, tid + u * FA_WG, nc, dc, FA_D);
+        xv[u] = fa_pass_load(v, bv, sv, tid + u * FA_WG, nc, dc, FA_D_V);
     }
     FA_UNROLL_LOOP
     for (int u = 0; u < FA_NPM; ++u) {
@@ -202,8 +247,11 @@ __kernel void fa_backward_dkdv(__global const long *prm, const float scale, cons
     __local float *const qp_l = vp_l + FA_BN * FA_CP, *const dp_l = qp_l + FA_BM * FA_CP;
 
     const int tid = (int)get_local_id(0), tx = tid % FA_TXK, ty = tid / FA_TXK;
-    const long kt = (long)get_group_id(0) / FA_NSPLIT, hk = (long)get_group_id(1), b = (long)get_group_id(2);
-    const int col0 = (int)(get_group_id(0) % FA_NSPLIT) * FA_DA, col_end = min(FA_D, col0 + FA_DA);
+    const long kt = (long)get_group_id(0) / FA_NSPLIT_KV, hk = (long)get_group_id(1), b = (long)get_group_id(2);
+    /* this work-group's columns [col0, col_end_k) of dK and [col0, col_end_v) of dV (either may be
+     * empty when d != d_v) */
+    const int col0 = (int)(get_group_id(0) % FA_NSPLIT_KV) * FA_DA, col_end_k = min(FA_D, col0 + FA_DA);
+    const int col_end_v = min(FA_D_V, col0 + FA_DA);
     long sq, sk, qs, ks;
     fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
     const long k0 = kt * FA_BN;
@@ -336,7 +384,7 @@ __kernel void fa_backward_dkdv(__global const long *prm, const float scale, cons
                             const int e = tid + u * FA_WG, r = e / (FA_OWK / 4);
                             const int live = r < nr && range_l[2 * r] < range_l[2 * r + 1];
                             xc[u] = fa_chunk_load(pass ? q : dout, pass ? bq : bd, pass ? vq.ss : vd.ss, e, FA_OWK,
-                                                  live ? nr : 0, col0 + g * FA_OWK, col_end);
+                                                  live ? nr : 0, col0 + g * FA_OWK, pass ? col_end_k : col_end_v);
                         }
                         FA_UNROLL_LOOP
                         for (int u = 0; u < FA_NCK; ++u)
@@ -361,10 +409,10 @@ __kernel void fa_backward_dkdv(__global const long *prm, const float scale, cons
         FA_UNROLL_LOOP
         for (int g = 0; g < FA_GK; ++g) {
             const int col = col0 + g * FA_OWK + 4 * tx;
-            if (col < col_end) {
-                fa_store4(dk, ak + col, col_end - col, dk_acc[x][g]);
-                fa_store4(dv, av + col, col_end - col, dv_acc[x][g]);
-            }
+            if (col < col_end_k)
+                fa_store4(dk, ak + col, col_end_k - col, dk_acc[x][g]);
+            if (col < col_end_v)
+                fa_store4(dv, av + col, col_end_v - col, dv_acc[x][g]);
         }
     }
 }
@@ -385,8 +433,8 @@ __kernel void fa_backward_dq(__global const long *prm, const float scale, const 
     __local float *const kp_l = dp_l + FA_BM * FA_CP, *const vp_l = kp_l + FA_BN * FA_CP;
 
     const int tid = (int)get_local_id(0), tx = tid % FA_TXQ, ty = tid / FA_TXQ;
-    const long qt = (long)get_group_id(0) / FA_NSPLIT, h = (long)get_group_id(1), b = (long)get_group_id(2);
-    const int col0 = (int)(get_group_id(0) % FA_NSPLIT) * FA_DA, col_end = min(FA_D, col0 + FA_DA);
+    const long qt = (long)get_group_id(0) / FA_NSPLIT_Q, h = (long)get_group_id(1), b = (long)get_group_id(2);
+    const int col0 = (int)(get_group_id(0) % FA_NSPLIT_Q) * FA_DA, col_end = min(FA_D, col0 + FA_DA);
     long sq, sk, qs, ks;
     fa_seq(prm, cu_q, cu_k, b, &sq, &sk, &qs, &ks);
     const long q0 = qt * FA_BM;
@@ -516,14 +564,17 @@ __kernel void fa_backward_dq(__global const long *prm, const float scale, const 
             FA_CHUNK_PRODUCT(acc, g, p_l, a_l, FA_TM, FA_BN, FA_PQ, ty * FA_TM, FA_OWQ, tx);
         }
     }
+    barrier(CLK_LOCAL_MEM_FENCE); /* range_l published even when no key tile was visited */
     const fa_ocl_view vdq = fa_view_of(prm, FA_T_DQ);
     FA_UNROLL_LOOP
     for (int x = 0; x < FA_TM; ++x) {
         const long i = q0 + ty * FA_TM + x;
         if (i >= sq)
             continue;
-        /* a row that saw no key: dQ = 0 (its dS is 0, but 0 times a NaN in K is NaN) */
-        const float keep = fa_row_absent(lrow[x]) ? 0.0f : 1.0f;
+        /* a row that saw no key: dQ = 0 (its dS is 0, but 0 times a NaN in K is NaN); with a sink
+         * its LSE is the sink's, so its empty key range tells */
+        const int rr = ty * FA_TM + x;
+        const float keep = fa_row_absent(lrow[x]) || range_l[2 * rr] >= range_l[2 * rr + 1] ? 0.0f : 1.0f;
         const long at = fa_at(vdq, b, qs + i, h);
         FA_UNROLL_LOOP
         for (int g = 0; g < FA_GQ; ++g) {

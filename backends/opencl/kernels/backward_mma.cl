@@ -28,8 +28,9 @@
 #endif
 #define FA_NT (FA_DQ_KEYS / 8) /* 8-key blocks of S in fa_backward_dq_mma */
 #define FA_QS 16           /* query rows per step of fa_backward_dkdv_mma */
-#if FA_BM != 16 * FA_MW || FA_BN != 16 * FA_MW || FA_D % 16 || FA_DTYPE == 0 || FA_BN % FA_DQ_KEYS || FA_DQ_KEYS % 16
-#error "backward_mma.cl: 64 x 64 tiles, d a multiple of 16, fp16 or bf16"
+#if FA_BM != 16 * FA_MW || FA_BN != 16 * FA_MW || FA_D % 16 || FA_DTYPE == 0 || FA_BN % FA_DQ_KEYS ||                 \
+    FA_DQ_KEYS % 16 || FA_D_V != FA_D
+#error "backward_mma.cl: 64 x 64 tiles, d a multiple of 16, fp16 or bf16, d_v = d"
 #endif
 
 /* The A fragment of rows [r0, r0 + 16) and columns [c0, c0 + 16) of a __local [rows][FA_KP] array:

@@ -3,9 +3,12 @@
  * tile: S = Q K^T, P from LSE, dP = dO V^T, dV += (P o Z)^T dO, dS = P o (Z o dP - D) scale,
  * dK += dS^T Q, over every query tile and query head of the GQA group in order) and
  * fa_backward_dq_vec (one query tile: the same recomputation, dQ += dS K). D comes from
- * fa_backward_dsum (backward.cl). FA_BM and FA_BN are multiples of 16; d is padded to FA_DV. */
+ * fa_backward_dsum (backward.cl). FA_BM and FA_BN are multiples of 16; the head dims are padded
+ * with zeros to multiples of 16: d (Q, K, dQ, dK) to FA_DQP, d_v (V, dO, dV) to FA_DVP. */
 #if FA_KERNELS == 4
-#define FA_DV ((FA_D + 15) / 16 * 16)
+#define FA_DQP ((FA_D + 15) / 16 * 16)
+#define FA_DVP ((FA_D_V + 15) / 16 * 16)
+#define FA_DMP (FA_DQP > FA_DVP ? FA_DQP : FA_DVP)
 
 /* Eight consecutive elements of a tensor widened to fp32 (FA_LOAD's rule, one vector load). */
 #if FA_DTYPE == 0
@@ -18,32 +21,41 @@
 
 FA_MM_DEFINE(fa_mm_tn, A[k * lda + i], A[k * lda + i + 1], A[k * lda + i + 2], A[k * lda + i + 3])
 
-/* rows [row0, row0 + n) of a tensor's head into dst (FA_DV columns, zero-padded, `rows` rows),
- * eight columns per load */
+/* rows [row0, row0 + n) of a tensor's head, `width` columns each, into dst (rows of `pitch`
+ * columns, zero-padded, `rows` rows), eight columns per load */
 static void fa_load_rows(__global const fa_store_t *src, fa_ocl_view v, long b, long row0, int n, int rows, long h,
-                         __local float *dst)
+                         int width, int pitch, __local float *dst)
 {
     for (int r = 0; r < rows; ++r) {
-        __local float *d = dst + r * FA_DV;
+        __local float *d = dst + r * pitch;
         int c = 0;
         if (r < n) {
             const long at = fa_at(v, b, row0 + r, h);
-            for (; c + 8 <= FA_D; c += 8)
+            for (; c + 8 <= width; c += 8)
                 vstore8(FA_LOAD8(src, at + c), 0, d + c);
-            for (; c < FA_D; ++c)
+            for (; c < width; ++c)
                 d[c] = FA_LOAD(src, at + c);
         }
-        for (; c < FA_DV; ++c)
+        for (; c < pitch; ++c)
             d[c] = 0.0f;
     }
 }
 
-/* dst[c * ld + r] = src[r * FA_DV + c]: a tile transposed */
-static void fa_transpose_rows(__local const float *src, int rows, __local float *dst, int ld)
+/* dst[c * ld + r] = src[r * pitch + c]: a tile of `pitch` columns transposed */
+static void fa_transpose_rows(__local const float *src, int rows, int pitch, __local float *dst, int ld)
 {
     for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < FA_DV; ++c)
-            dst[c * ld + r] = src[r * FA_DV + c];
+        for (int c = 0; c < pitch; ++c)
+            dst[c * ld + r] = src[r * pitch + c];
+}
+
+/* Whether query row i saw no key (core/empty_row.h): its LSE is -inf, or, where a sink made its
+ * LSE the sink's, the mask leaves it no key */
+static int fa_row_sees_none(const fa_mask *m, long i, float lse)
+{
+    int64_t lo, hi;
+    fa_mask_row_range(m, i, &lo, &hi);
+    return fa_row_absent(lse) || hi <= lo;
 }
 
 /* The shared recomputation of one (query tile, key tile): P (into p, masked and fully masked rows
@@ -129,9 +141,9 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
                      __global const uchar *bm_bits, __global const long *bl_row_ptr, __global const int *bl_col,
                      __global const uchar *bl_cls, __global const float *alibi_slopes)
 {
-    __local float q_t[FA_BM * FA_DV], do_t[FA_BM * FA_DV];
-    __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], kv_rows[FA_BN * FA_DV];
-    __local float dk_t[FA_BN * FA_DV], dv_t[FA_BN * FA_DV];
+    __local float q_t[FA_BM * FA_DQP], do_t[FA_BM * FA_DVP];
+    __local float kT[FA_DQP * FA_BN], vT[FA_DVP * FA_BN], kv_rows[FA_BN * FA_DMP];
+    __local float dk_t[FA_BN * FA_DQP], dv_t[FA_BN * FA_DVP];
     __local float p[FA_BM * FA_BN], dp[FA_BM * FA_BN], z[FA_BM * FA_BN];
 
     const long kt = (long)get_group_id(0), hk = (long)get_group_id(1), b = (long)get_group_id(2);
@@ -149,14 +161,14 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
     const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
     const long row0 = prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q];
 
-    fa_load_rows(k, vk, b, ks + k0, nc, FA_BN, hk, kv_rows);
-    fa_transpose_rows(kv_rows, FA_BN, kT, FA_BN);
-    fa_load_rows(v, vv, b, ks + k0, nc, FA_BN, hk, kv_rows);
-    fa_transpose_rows(kv_rows, FA_BN, vT, FA_BN);
-    for (int e = 0; e < FA_BN * FA_DV; e += 8) {
+    fa_load_rows(k, vk, b, ks + k0, nc, FA_BN, hk, FA_D, FA_DQP, kv_rows);
+    fa_transpose_rows(kv_rows, FA_BN, FA_DQP, kT, FA_BN);
+    fa_load_rows(v, vv, b, ks + k0, nc, FA_BN, hk, FA_D_V, FA_DVP, kv_rows);
+    fa_transpose_rows(kv_rows, FA_BN, FA_DVP, vT, FA_BN);
+    for (int e = 0; e < FA_BN * FA_DQP; e += 8)
         vstore8((float8)0.0f, 0, dk_t + e);
+    for (int e = 0; e < FA_BN * FA_DVP; e += 8)
         vstore8((float8)0.0f, 0, dv_t + e);
-    }
     const long nq = (sq + FA_BM - 1) / FA_BM;
     float lse_r[FA_BM], d_r[FA_BM];
     /* no query rows (nq = 0): dK = dV = 0 without walking the group's heads */
@@ -169,33 +181,34 @@ fa_backward_dkdv_vec(__global const long *prm, const float scale, const float dr
             if (cls == FA_TILE_EMPTY)
                 continue;
             const int nr = (int)min((long)FA_BM, sq - q0);
-            fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, q_t);
-            fa_load_rows(dout, vd, b, qs + q0, nr, FA_BM, h, do_t);
+            fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, FA_D, FA_DQP, q_t);
+            fa_load_rows(dout, vd, b, qs + q0, nr, FA_BM, h, FA_D_V, FA_DVP, do_t);
             for (int r = 0; r < FA_BM; ++r) {
                 lse_r[r] = r < nr ? lse[fa_at(vl, b, qs + q0 + r, h)] : -INFINITY;
                 d_r[r] = r < nr ? dsum[h * total_q + row0 + q0 + r] : 0.0f;
-                if (r < nr && fa_row_absent(lse_r[r])) /* a row that saw no key: Q and dO enter as 0 */
-                    for (int c = 0; c < FA_DV; c += 8) {
-                        vstore8((float8)0.0f, 0, q_t + r * FA_DV + c);
-                        vstore8((float8)0.0f, 0, do_t + r * FA_DV + c);
-                    }
+                if (r < nr && fa_row_sees_none(&m, q0 + r, lse_r[r])) { /* Q and dO enter as 0 */
+                    for (int c = 0; c < FA_DQP; c += 8)
+                        vstore8((float8)0.0f, 0, q_t + r * FA_DQP + c);
+                    for (int c = 0; c < FA_DVP; c += 8)
+                        vstore8((float8)0.0f, 0, do_t + r * FA_DVP + c);
+                }
             }
-            fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
-            fa_mm_nn(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
+            fa_mm_nn(FA_BM, FA_BN, FA_DQP, q_t, FA_DQP, kT, FA_BN, p, FA_BN, 0);
+            fa_mm_nn(FA_BM, FA_BN, FA_DVP, do_t, FA_DVP, vT, FA_BN, dp, FA_BN, 0);
             fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale,
                           seed, offset, b, heads_q, h, &sm);
             /* dV += (P o Z)^T dO ; dK += dS^T Q */
-            fa_mm_tn(FA_BN, FA_DV, FA_BM, threshold ? z : p, FA_BN, do_t, FA_DV, dv_t, FA_DV, 1);
-            fa_mm_tn(FA_BN, FA_DV, FA_BM, dp, FA_BN, q_t, FA_DV, dk_t, FA_DV, 1);
+            fa_mm_tn(FA_BN, FA_DVP, FA_BM, threshold ? z : p, FA_BN, do_t, FA_DVP, dv_t, FA_DVP, 1);
+            fa_mm_tn(FA_BN, FA_DQP, FA_BM, dp, FA_BN, q_t, FA_DQP, dk_t, FA_DQP, 1);
         }
     }
     const fa_ocl_view vdk = fa_view_of(prm, FA_T_DK), vdv = fa_view_of(prm, FA_T_DV);
     for (int j = 0; j < nc; ++j) {
         const long ak = fa_at(vdk, b, ks + k0 + j, hk), av = fa_at(vdv, b, ks + k0 + j, hk);
-        for (int c = 0; c < FA_D; ++c) {
-            FA_STORE(dk, ak + c, dk_t[j * FA_DV + c]);
-            FA_STORE(dv, av + c, dv_t[j * FA_DV + c]);
-        }
+        for (int c = 0; c < FA_D; ++c)
+            FA_STORE(dk, ak + c, dk_t[j * FA_DQP + c]);
+        for (int c = 0; c < FA_D_V; ++c)
+            FA_STORE(dv, av + c, dv_t[j * FA_DVP + c]);
     }
 }
 
@@ -207,8 +220,8 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
                    __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls,
                    __global const float *alibi_slopes)
 {
-    __local float q_t[FA_BM * FA_DV], do_t[FA_BM * FA_DV], dq_t[FA_BM * FA_DV];
-    __local float kT[FA_DV * FA_BN], vT[FA_DV * FA_BN], k_rows[FA_BN * FA_DV];
+    __local float q_t[FA_BM * FA_DQP], do_t[FA_BM * FA_DVP], dq_t[FA_BM * FA_DQP];
+    __local float kT[FA_DQP * FA_BN], vT[FA_DVP * FA_BN], k_rows[FA_BN * FA_DMP];
     __local float p[FA_BM * FA_BN], dp[FA_BM * FA_BN], z[FA_BM * FA_BN];
 
     /* the last query tiles first: under a causal mask they have the most key tiles, and PoCL hands
@@ -232,14 +245,14 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
     const fa_score_mod_state sm = fa_score_mod_of(prm, alibi_slopes, scale, b, h, sq, sk);
     const long row0 = prm[FA_P_VARLEN] ? qs : b * prm[FA_P_SEQLEN_Q];
 
-    fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, q_t);
-    fa_load_rows(dout, vd, b, qs + q0, nr, FA_BM, h, do_t);
+    fa_load_rows(q, vq, b, qs + q0, nr, FA_BM, h, FA_D, FA_DQP, q_t);
+    fa_load_rows(dout, vd, b, qs + q0, nr, FA_BM, h, FA_D_V, FA_DVP, do_t);
     float lse_r[FA_BM], d_r[FA_BM];
     for (int r = 0; r < FA_BM; ++r) {
         lse_r[r] = r < nr ? lse[fa_at(vl, b, qs + q0 + r, h)] : -INFINITY;
         d_r[r] = r < nr ? dsum[h * prm[FA_P_TOTAL_Q] + row0 + q0 + r] : 0.0f;
     }
-    for (int e = 0; e < FA_BM * FA_DV; e += 8)
+    for (int e = 0; e < FA_BM * FA_DQP; e += 8)
         vstore8((float8)0.0f, 0, dq_t + e);
 
     const fa_walk walk = fa_walk_of(prm, bl_row_ptr, &m, &blk, qt, q0, nr, sk);
@@ -249,23 +262,23 @@ fa_backward_dq_vec(__global const long *prm, const float scale, const float drop
         if (cls == FA_TILE_EMPTY)
             continue;
         const int nc = (int)min((long)FA_BN, sk - k0);
-        fa_load_rows(v, vv, b, ks + k0, nc, FA_BN, hk, k_rows);
-        fa_transpose_rows(k_rows, FA_BN, vT, FA_BN);
-        fa_load_rows(k, vk, b, ks + k0, nc, FA_BN, hk, k_rows);
-        fa_transpose_rows(k_rows, FA_BN, kT, FA_BN);
-        fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, kT, FA_BN, p, FA_BN, 0);
-        fa_mm_nn(FA_BM, FA_BN, FA_DV, do_t, FA_DV, vT, FA_BN, dp, FA_BN, 0);
+        fa_load_rows(v, vv, b, ks + k0, nc, FA_BN, hk, FA_D_V, FA_DVP, k_rows);
+        fa_transpose_rows(k_rows, FA_BN, FA_DVP, vT, FA_BN);
+        fa_load_rows(k, vk, b, ks + k0, nc, FA_BN, hk, FA_D, FA_DQP, k_rows);
+        fa_transpose_rows(k_rows, FA_BN, FA_DQP, kT, FA_BN);
+        fa_mm_nn(FA_BM, FA_BN, FA_DQP, q_t, FA_DQP, kT, FA_BN, p, FA_BN, 0);
+        fa_mm_nn(FA_BM, FA_BN, FA_DVP, do_t, FA_DVP, vT, FA_BN, dp, FA_BN, 0);
         fa_tile_grads(p, dp, z, &m, &blk, bm_bits, cls, q0, k0, nr, nc, lse_r, d_r, scale, threshold, drop_scale, seed,
                       offset, b, heads_q, h, &sm);
         /* dQ += dS K */
-        fa_mm_nn(FA_BM, FA_DV, FA_BN, dp, FA_BN, k_rows, FA_DV, dq_t, FA_DV, 1);
+        fa_mm_nn(FA_BM, FA_DQP, FA_BN, dp, FA_BN, k_rows, FA_DQP, dq_t, FA_DQP, 1);
     }
     const fa_ocl_view vdq = fa_view_of(prm, FA_T_DQ);
     for (int r = 0; r < nr; ++r) { /* a row that saw no key: dQ = 0 (0 times a NaN in K is NaN) */
-        const float keep = fa_row_absent(lse_r[r]) ? 0.0f : 1.0f;
+        const float keep = fa_row_sees_none(&m, q0 + r, lse_r[r]) ? 0.0f : 1.0f;
         const long at = fa_at(vdq, b, qs + q0 + r, h);
         for (int c = 0; c < FA_D; ++c)
-            FA_STORE(dq, at + c, fa_row_output(dq_t[r * FA_DV + c], keep));
+            FA_STORE(dq, at + c, fa_row_output(dq_t[r * FA_DQP + c], keep));
     }
 }
 #endif

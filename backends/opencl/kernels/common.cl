@@ -2,15 +2,18 @@
  * that widen to fp32 and stores that round to nearest even (core/half.h's rule), the parameter
  * block, sequence bounds and per-element visibility. OpenCL C 1.2; fp16 only as storage through
  * vload_half / vstore_half_rte (core OpenCL, no cl_khr_fp16), bf16 as 16-bit words. The build
- * prepends params.h, core/mask.h, core/philox.h, core/empty_row.h and core/score_mod.h to this
- * file (see meson.build). */
+ * prepends params.h, core/mask.h, core/philox.h, core/empty_row.h, core/sink.h and
+ * core/score_mod.h to this file (see meson.build). */
 
 /* Compile-time shape; the host passes every one with -D (tiles.c's tile table). */
 #ifndef FA_DTYPE
 #define FA_DTYPE 0 /* fa_dtype: 0 fp32, 1 fp16, 2 bf16 */
 #endif
 #ifndef FA_D
-#define FA_D 64 /* head dim, exact: private rows are FA_D floats */
+#define FA_D 64 /* head dim of Q and K (dQ, dK), exact: private rows are FA_D floats */
+#endif
+#ifndef FA_D_V
+#define FA_D_V FA_D /* head dim of V and O (dO, dV), exact */
 #endif
 #ifndef FA_BM
 #define FA_BM 64 /* query rows per tile */
@@ -34,6 +37,11 @@
                       * three, 4 the backward for CPU devices (backward_vec.cl), 5 decode.cl's, 6
                       * fa_forward_mma (NVIDIA only: nv_mma.cl); one program per direction and kind
                       * keeps the compile time at first use short */
+#endif
+
+#ifndef FA_SINK
+#define FA_SINK 0 /* 1: the forward folds the learnable sink (core/sink.h) into each row's epilogue; the
+                   * host compiles a program of its own for calls with a sink */
 #endif
 
 #ifndef FA_SCORE_MOD
@@ -281,6 +289,29 @@ static inline int fa_pair_class(__global const long *prm, __global const long *r
     if (c != FA_TILE_EMPTY && blk->on)
         c = fa_tile_class_meet((fa_tile_class)c, (fa_tile_class)fa_list_class(prm, row_ptr, col, cls, blk->mh, qt, kt));
     return c;
+}
+
+/* A forward row's epilogue, core/sink.h's rule: from the row's running maximum mx (natural-log
+ * units) and sum l, the LSE the row writes, and in *inv the factor of its accumulators (1/l, 0 for
+ * a row that saw no key). With FA_SINK, query head h's sink (sink[prm[sink_slot] + h]) is folded
+ * in: the LSE includes it and *inv carries exp(LSE0 - LSE). */
+static inline float fa_row_finish(__global const long *prm, int sink_slot, __global const float *sink, long h,
+                                  float mx, float l, float *inv)
+{
+    const float lse0 = (l == 0.0f || mx == -INFINITY) ? -INFINITY : mx + log(l);
+    const float inv0 = l == 0.0f ? 0.0f : 1.0f / l;
+#if FA_SINK
+    const float lse = fa_sink_lse(lse0, sink[prm[sink_slot] + h]);
+    *inv = inv0 * fa_sink_factor(lse0, lse);
+    return lse;
+#else
+    (void)prm;
+    (void)sink_slot;
+    (void)sink;
+    (void)h;
+    *inv = inv0;
+    return lse0;
+#endif
 }
 
 /* The score modifiers of one (sequence b, query head h) in the units of a kernel whose score x

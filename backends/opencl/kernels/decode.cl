@@ -3,12 +3,17 @@
  *   fa_kv_append   one work-item per (sequence, new token, kv head, channel): k_new rotated in
  *                  fp32 and rounded to the dtype, v_new copied, into the cache;
  *   fa_kv_decode   one work-item per (query row, split): q rotated, rounded and scaled, then the
- *                  online softmax over the split's keys with a private accumulator of FA_D floats;
- *                  one split writes O and LSE, several write fp32 partials [row][split][d + 1];
+ *                  online softmax over the split's keys with a private accumulator of FA_D_V
+ *                  floats; one split writes O and LSE, several write fp32 partials
+ *                  [row][split][d_v + 1];
  *   fa_kv_combine  one work-item per (query row, channel): the splits merged by their LSE.
- * The parameter block is fa_ocl_kv_param's (params.h); rotary.h, mask.h and score_mod.h are
- * prepended by the build. */
+ * q and the keys have FA_D channels, the values and o FA_D_V (MLA's absorbed decode: 576 / 512);
+ * no __local memory, so every head dim up to FA_MAX_HEAD_DIM_KVCACHE compiles. With FA_SINK the
+ * learnable sink is folded in where a row's LSE is final (core/sink.h): in fa_kv_decode for one
+ * split, in fa_kv_combine after the merge. The parameter block is fa_ocl_kv_param's (params.h);
+ * rotary.h, mask.h, score_mod.h and sink.h are prepended by the build. */
 #if FA_KERNELS == 5
+#define FA_DKV (FA_D > FA_D_V ? FA_D : FA_D_V) /* channels fa_kv_append covers per token and head */
 
 static inline fa_ocl_view fa_kv_view(__global const long *prm, int t)
 {
@@ -68,23 +73,27 @@ static inline float fa_kv_round(float x)
 #endif
 }
 
-/* global: (tokens x heads_kv x FA_D, rounded up), batch */
+/* global: (tokens x heads_kv x FA_DKV, rounded up), batch; channel c of k below FA_D, of v below
+ * FA_D_V */
 __kernel void fa_kv_append(__global const long *prm, __global const fa_store_t *kn, __global const fa_store_t *vn,
                            __global fa_store_t *kc, __global fa_store_t *vc, __global const int *ints,
                            __global const fa_store_t *cosb, __global const fa_store_t *sinb)
 {
     const long e = get_global_id(0), b = get_global_id(1);
     const long hk = prm[FA_KV_HEADS_KV], knew = prm[FA_KV_SEQLEN_KNEW];
-    if (e >= knew * hk * FA_D)
+    if (e >= knew * hk * FA_DKV)
         return;
-    const long j = e / (hk * FA_D), h = e / FA_D % hk;
-    const int c = (int)(e % FA_D);
+    const long j = e / (hk * FA_DKV), h = e / FA_DKV % hk;
+    const int c = (int)(e % FA_DKV);
     const long t = fa_kv_cached(prm, ints, b) + j;
     const fa_ocl_view vkn = fa_kv_view(prm, FA_KT_KN), vvn = fa_kv_view(prm, FA_KT_VN);
     const long src = vkn.off + b * vkn.sb + j * vkn.ss + h * vkn.sh, vsrc = vvn.off + b * vvn.sb + j * vvn.ss + h * vvn.sh;
-    const float k = prm[FA_KV_ROTARY_DIM] ? fa_kv_rotated(prm, kn, src, c, t, cosb, sinb) : FA_LOAD(kn, src + c);
-    FA_STORE(kc, fa_kv_token(prm, ints, fa_kv_view(prm, FA_KT_KC), b, t, h) + c, k);
-    FA_STORE(vc, fa_kv_token(prm, ints, fa_kv_view(prm, FA_KT_VC), b, t, h) + c, FA_LOAD(vn, vsrc + c));
+    if (c < FA_D) {
+        const float k = prm[FA_KV_ROTARY_DIM] ? fa_kv_rotated(prm, kn, src, c, t, cosb, sinb) : FA_LOAD(kn, src + c);
+        FA_STORE(kc, fa_kv_token(prm, ints, fa_kv_view(prm, FA_KT_KC), b, t, h) + c, k);
+    }
+    if (c < FA_D_V)
+        FA_STORE(vc, fa_kv_token(prm, ints, fa_kv_view(prm, FA_KT_VC), b, t, h) + c, FA_LOAD(vn, vsrc + c));
 }
 
 /* global: (rows of one sequence = heads_q x seqlen_new) x splits (rounded up), batch */
@@ -92,7 +101,7 @@ __kernel void fa_kv_decode(__global const long *prm, float scale, __global const
                            __global const fa_store_t *kc, __global const fa_store_t *vc, __global fa_store_t *o,
                            __global float *lse, __global float *partial, __global const int *ints,
                            __global const fa_store_t *cosb, __global const fa_store_t *sinb,
-                           __global const float *slopes)
+                           __global const float *slopes, __global const float *sink)
 {
     const long sn = prm[FA_KV_SEQLEN_NEW], hq = prm[FA_KV_HEADS_Q], splits = prm[FA_KV_SPLITS];
     const long id = get_global_id(0), b = get_global_id(1);
@@ -105,15 +114,16 @@ __kernel void fa_kv_decode(__global const long *prm, float scale, __global const
     const long sk = cached - pad + prm[FA_KV_SEQLEN_KNEW];
     const int advance = prm[FA_KV_CAUSAL] || prm[FA_KV_WINDOW_LEFT] >= 0 || prm[FA_KV_WINDOW_RIGHT] >= 0;
     const fa_ocl_view vq = fa_kv_view(prm, FA_KT_Q), vkc = fa_kv_view(prm, FA_KT_KC), vvc = fa_kv_view(prm, FA_KT_VC);
-    float qr[FA_D], acc[FA_D];
+    float qr[FA_D], acc[FA_D_V];
     const long qoff = vq.off + b * vq.sb + i * vq.ss + h * vq.sh;
     for (int c = 0; c < FA_D; ++c) {
         const float x = prm[FA_KV_ROTARY_DIM]
                             ? fa_kv_round(fa_kv_rotated(prm, q, qoff, c, advance ? cached + i : cached, cosb, sinb))
                             : FA_LOAD(q, qoff + c);
         qr[c] = x * scale;
-        acc[c] = 0.0f;
     }
+    for (int c = 0; c < FA_D_V; ++c)
+        acc[c] = 0.0f;
     const fa_mask m = fa_mask_make(sn, sk, (int)prm[FA_KV_CAUSAL], prm[FA_KV_WINDOW_LEFT], prm[FA_KV_WINDOW_RIGHT]);
     long lo, hi;
     fa_mask_row_range(&m, i, &lo, &hi);
@@ -139,22 +149,31 @@ __kernel void fa_kv_decode(__global const long *prm, float scale, __global const
         const float mnew = fmax(mx, s);
         const float alpha = mx == -INFINITY ? 0.0f : exp(mx - mnew), w = exp(s - mnew);
         l = l * alpha + w;
-        for (int c = 0; c < FA_D; ++c)
+        for (int c = 0; c < FA_D_V; ++c)
             acc[c] = acc[c] * alpha + w * FA_LOAD(vc, vo + c);
         mx = mnew;
     }
     /* l is 0 only when the row saw no key; NaN (from a NaN score) stays NaN in o and lse */
-    const float inv = l == 0.0f ? 0.0f : 1.0f / l, lrow = l == 0.0f ? -INFINITY : mx + log(l);
+    float inv = l == 0.0f ? 0.0f : 1.0f / l, lrow = l == 0.0f ? -INFINITY : mx + log(l);
     if (splits > 1) {
-        __global float *dst = partial + ((b * hq + h) * sn * splits + i * splits + split) * (FA_D + 1);
-        for (int c = 0; c < FA_D; ++c)
+        __global float *dst = partial + ((b * hq + h) * sn * splits + i * splits + split) * (FA_D_V + 1);
+        for (int c = 0; c < FA_D_V; ++c)
             dst[c] = acc[c] * inv;
-        dst[FA_D] = lrow;
+        dst[FA_D_V] = lrow;
         return;
     }
+#if FA_SINK
+    {
+        const float lse0 = lrow;
+        lrow = fa_sink_lse(lse0, sink[prm[FA_KV_SINK_OFF] + h]);
+        inv *= fa_sink_factor(lse0, lrow);
+    }
+#else
+    (void)sink;
+#endif
     const fa_ocl_view vo_ = fa_kv_view(prm, FA_KT_O);
     const long ooff = vo_.off + b * vo_.sb + i * vo_.ss + h * vo_.sh;
-    for (int c = 0; c < FA_D; ++c)
+    for (int c = 0; c < FA_D_V; ++c)
         FA_STORE(o, ooff + c, acc[c] * inv);
     if (prm[FA_KV_HAS_LSE]) {
         const fa_ocl_view vl = fa_kv_view(prm, FA_KT_LSE);
@@ -162,37 +181,47 @@ __kernel void fa_kv_decode(__global const long *prm, float scale, __global const
     }
 }
 
-/* global: (rows x FA_D, rounded up), batch */
+/* global: (rows x FA_D_V, rounded up), batch */
 __kernel void fa_kv_combine(__global const long *prm, __global const float *partial, __global fa_store_t *o,
-                            __global float *lse)
+                            __global float *lse, __global const float *sink)
 {
     const long sn = prm[FA_KV_SEQLEN_NEW], hq = prm[FA_KV_HEADS_Q], splits = prm[FA_KV_SPLITS];
     const long id = get_global_id(0), b = get_global_id(1);
-    if (id >= hq * sn * FA_D)
+    if (id >= hq * sn * FA_D_V)
         return;
-    const int c = (int)(id % FA_D);
-    const long row = id / FA_D, h = row / sn, i = row % sn;
-    __global const float *part = partial + ((b * hq + h) * sn + i) * splits * (FA_D + 1);
+    const int c = (int)(id % FA_D_V);
+    const long row = id / FA_D_V, h = row / sn, i = row % sn;
+    __global const float *part = partial + ((b * hq + h) * sn + i) * splits * (FA_D_V + 1);
     float mx = -INFINITY;
     for (long s = 0; s < splits; ++s) {
-        const float ls = part[s * (FA_D + 1) + FA_D];
+        const float ls = part[s * (FA_D_V + 1) + FA_D_V];
         mx = ls > mx || isnan(ls) ? ls : mx; /* a NaN part makes the row NaN */
     }
     float sum = 0.0f, a = 0.0f;
     if (mx != -INFINITY)
         for (long s = 0; s < splits; ++s) {
-            const float ls = part[s * (FA_D + 1) + FA_D];
+            const float ls = part[s * (FA_D_V + 1) + FA_D_V];
             if (ls == -INFINITY)
                 continue;
             const float w = exp(ls - mx);
             sum += w;
-            a += w * part[s * (FA_D + 1) + c];
+            a += w * part[s * (FA_D_V + 1) + c];
         }
+    float out = sum == 0.0f ? 0.0f : a / sum, lrow = sum == 0.0f ? -INFINITY : mx + log(sum);
+#if FA_SINK
+    {
+        const float lse0 = lrow;
+        lrow = fa_sink_lse(lse0, sink[prm[FA_KV_SINK_OFF] + h]);
+        out *= fa_sink_factor(lse0, lrow);
+    }
+#else
+    (void)sink;
+#endif
     const fa_ocl_view vo_ = fa_kv_view(prm, FA_KT_O);
-    FA_STORE(o, vo_.off + b * vo_.sb + i * vo_.ss + h * vo_.sh + c, sum == 0.0f ? 0.0f : a / sum);
+    FA_STORE(o, vo_.off + b * vo_.sb + i * vo_.ss + h * vo_.sh + c, out);
     if (c == 0 && prm[FA_KV_HAS_LSE]) {
         const fa_ocl_view vl = fa_kv_view(prm, FA_KT_LSE);
-        lse[vl.off + b * vl.sb + h * vl.sh + i * vl.ss] = sum == 0.0f ? -INFINITY : mx + log(sum);
+        lse[vl.off + b * vl.sb + h * vl.sh + i * vl.ss] = lrow;
     }
 }
 

@@ -42,7 +42,7 @@
 #define FA_WG (FA_TY * FA_TX)
 #define FA_DS ((FA_D + FA_DC - 1) / FA_DC * FA_DC) /* head dim rounded up to whole Q K^T passes */
 #define FA_OW (4 * FA_TX)                           /* O columns one float4 per work-item covers */
-#define FA_G ((FA_D + FA_OW - 1) / FA_OW)           /* float4 columns of O per work-item */
+#define FA_G ((FA_D_V + FA_OW - 1) / FA_OW)         /* float4 columns of O (d_v) per work-item */
 #define FA_CP (FA_DC + 4)                           /* row pitches of the Q and K passes and of P^T: */
 #define FA_QP (FA_BM + 4)                           /* one float4 of padding spreads a warp's float4 */
 #define FA_RA (FA_CP * (FA_BM + FA_BN))             /* region A, floats: Q and K passes, then V */
@@ -86,7 +86,7 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
            __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o, __global float *lse,
            __global const int *cu_q, __global const int *cu_k, __global const uchar *bm_bits,
            __global const long *bl_row_ptr, __global const int *bl_col, __global const uchar *bl_cls,
-           __global const float *alibi_slopes)
+           __global const float *alibi_slopes, __global const float *sink)
 {
     __local float4 region_a[FA_RA / 4]; /* Q [FA_BM][FA_CP], K [FA_BN][FA_CP]; V [FA_BN][FA_VC] */
     __local float4 region_p[FA_RP / 4]; /* P^T [FA_BN][FA_QP]; row reductions [FA_BM][FA_TX] */
@@ -194,8 +194,8 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
         FA_UNROLL_LOOP                                                                                                 \
         for (int u = 0; u < FA_NV; ++u) {                                                                              \
             const int e = tid + u * FA_WG, j = e / (FA_VC / 4), col = (g0_) * FA_OW + (e % (FA_VC / 4)) * 4;          \
-            vn[u] = j < nc && col < FA_D ? fa_load4(v, base_l[4] + (k0 + j) * base_l[5] + col, FA_D - col)             \
-                                         : (float4)(0.0f);                                                             \
+            vn[u] = j < nc && col < FA_D_V ? fa_load4(v, base_l[4] + (k0 + j) * base_l[5] + col, FA_D_V - col)         \
+                                           : (float4)(0.0f);                                                           \
         }                                                                                                              \
     } while (0)
 #define FA_STORE_V()                                                                                                   \
@@ -353,17 +353,17 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
             l += p_l[(ty * FA_TM + r) * FA_TX + x];
         if (i >= sq)
             continue;
-        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        float inv;
+        const float lrow = fa_row_finish(prm, FA_P_SINK_OFF, sink, h, row_max[r] * M_LN2_F, l, &inv);
         const long at = fa_at(vo, b, qs + i, h);
         FA_UNROLL_LOOP
         for (int g = 0; g < FA_G; ++g) {
             const int col = 4 * tx + FA_OW * g;
-            if (col < FA_D)
-                fa_store4(o, at + col, FA_D - col, fa_row_output4(acc[r][g], inv));
+            if (col < FA_D_V)
+                fa_store4(o, at + col, FA_D_V - col, fa_row_output4(acc[r][g], inv));
         }
         if (tx == 0 && prm[FA_P_HAS_LSE])
-            lse[fa_at(vl, b, qs + i, h)] =
-                (l == 0.0f || row_max[r] == -INFINITY) ? -INFINITY : row_max[r] * M_LN2_F + log(l);
+            lse[fa_at(vl, b, qs + i, h)] = lrow;
     }
 }
 #endif

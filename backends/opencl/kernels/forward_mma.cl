@@ -8,7 +8,8 @@
  * lanes reduce its maximum and sum with shuffles. P is rounded to the operand type for P V, as the
  * CUDA kernels do. Scores are log2-scaled as in forward.cl (exp2; the score modifiers in units of
  * ln 2); every mask option, dropout (core/philox.h), block-sparse lists, varlen and GQA are handled
- * per element as in forward.cl, and the LSE is written the same way. */
+ * per element as in forward.cl, and the LSE is written the same way (with the learnable sink
+ * folded in under FA_SINK). d_v = d only: the chooser sends other value head dims to forward.cl. */
 
 #if FA_KERNELS == 6
 #define FA_MW 4             /* warps per work-group, 16 query rows each */
@@ -17,8 +18,8 @@
 #define FA_NT (FA_BN / 8)   /* 8-key column blocks of S per warp */
 #define FA_KS (FA_D / 16)   /* 16-wide steps of Q K^T */
 #define FA_OT (FA_D / 8)    /* 8-column blocks of O */
-#if FA_BM != 16 * FA_MW || FA_D % 16 || FA_BN % 16 || FA_DTYPE == 0
-#error "forward_mma.cl: 64-row tiles, d and B_c multiples of 16, fp16 or bf16"
+#if FA_BM != 16 * FA_MW || FA_D % 16 || FA_BN % 16 || FA_DTYPE == 0 || FA_D_V != FA_D
+#error "forward_mma.cl: 64-row tiles, d and B_c multiples of 16, fp16 or bf16, d_v = d"
 #endif
 
 __kernel void fa_forward_mma(__global const long *prm, const float scale, const float drop_scale,
@@ -26,7 +27,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
                              __global fa_store_t *o, __global float *lse, __global const int *cu_q,
                              __global const int *cu_k, __global const uchar *bm_bits, __global const long *bl_row_ptr,
                              __global const int *bl_col, __global const uchar *bl_cls,
-                             __global const float *alibi_slopes)
+                             __global const float *alibi_slopes, __global const float *sink)
 {
     __local uint4 kv_l[2 * FA_BN * FA_KP / 8];
     __local ushort *const k_l = (__local ushort *)kv_l, *const v_l = k_l + FA_BN * FA_KP;
@@ -254,7 +255,8 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
         const long i = q0 + (hr ? rw1 : rw0);
         if (i >= sq)
             continue;
-        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        float inv;
+        const float lrow = fa_row_finish(prm, FA_P_SINK_OFF, sink, h, row_max[hr] * M_LN2_F, l, &inv);
         const long at = fa_at(vo, b, qs + i, h);
         FA_UNROLL_LOOP
         for (int n = 0; n < FA_OT; ++n) {
@@ -263,8 +265,7 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
             FA_STORE(o, at + col + 1, fa_row_output(hr ? acc[n].w : acc[n].y, inv));
         }
         if (t == 0 && prm[FA_P_HAS_LSE])
-            lse[fa_at(vl, b, qs + i, h)] =
-                (l == 0.0f || row_max[hr] == -INFINITY) ? -INFINITY : row_max[hr] * M_LN2_F + log(l);
+            lse[fa_at(vl, b, qs + i, h)] = lrow;
     }
 }
 #endif

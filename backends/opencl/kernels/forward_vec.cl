@@ -5,7 +5,8 @@
  * work-group of one work-item as plain compiled code; the work-item kernel in forward.cl instead
  * relies on vectorisation across work-items, which its private arrays defeat. Tiles live in
  * __local memory (an ordinary cache-resident array on a CPU). FA_BM is a multiple of 4, FA_BN of
- * 16; the head dim is padded to FA_DV (a multiple of 16) with zeros. */
+ * 16; the head dims are padded with zeros to multiples of 16: d of Q and K to FA_DQP, d_v of V
+ * and O to FA_DVP. */
 
 /* The CPU kernels' float8 multiply-add (here and in backward_vec.cl, later in the same source):
  * fma() where the device has a fused multiply-add (the host passes FA_FMA=1 when
@@ -72,19 +73,20 @@ FA_MM_DEFINE(fa_mm_nn, A[i * lda + k], A[(i + 1) * lda + k], A[(i + 2) * lda + k
 #endif
 
 #if FA_KERNELS == 2
-#define FA_DV ((FA_D + 15) / 16 * 16)
+#define FA_DQP ((FA_D + 15) / 16 * 16)
+#define FA_DVP ((FA_D_V + 15) / 16 * 16)
 
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 fa_forward_vec(__global const long *prm, const float scale, const float drop_scale, __global const fa_store_t *q,
                __global const fa_store_t *k, __global const fa_store_t *v, __global fa_store_t *o,
                __global float *lse, __global const int *cu_q, __global const int *cu_k,
                __global const uchar *bm_bits, __global const long *bl_row_ptr, __global const int *bl_col,
-               __global const uchar *bl_cls, __global const float *alibi_slopes)
+               __global const uchar *bl_cls, __global const float *alibi_slopes, __global const float *sink)
 {
-    __local float k_t[FA_DV * FA_BN]; /* K^T: k_t[c * FA_BN + j] */
-    __local float v_t[FA_BN * FA_DV];
-    __local float q_t[FA_BM * FA_DV]; /* scaled Q */
-    __local float acc[FA_BM * FA_DV];
+    __local float k_t[FA_DQP * FA_BN]; /* K^T: k_t[c * FA_BN + j] */
+    __local float v_t[FA_BN * FA_DVP];
+    __local float q_t[FA_BM * FA_DQP]; /* scaled Q */
+    __local float acc[FA_BM * FA_DVP];
     __local float s_t[FA_BM * FA_BN];
 
     /* the last query tiles first: under a causal mask they have the most key tiles, and PoCL hands
@@ -111,10 +113,10 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
     long lo[FA_BM], hi[FA_BM];
     for (int r = 0; r < FA_BM; ++r) {
         const long at = r < nr ? fa_at(vq, b, qs + q0 + r, h) : 0;
-        for (int c = 0; c < FA_DV; ++c) {
-            q_t[r * FA_DV + c] = r < nr && c < FA_D ? scale * FA_LOAD(q, at + c) : 0.0f;
-            acc[r * FA_DV + c] = 0.0f;
-        }
+        for (int c = 0; c < FA_DQP; ++c)
+            q_t[r * FA_DQP + c] = r < nr && c < FA_D ? scale * FA_LOAD(q, at + c) : 0.0f;
+        for (int c = 0; c < FA_DVP; ++c)
+            acc[r * FA_DVP + c] = 0.0f;
         row_max[r] = -INFINITY;
         row_sum[r] = 0.0f;
         int64_t a = 0, z = 0;
@@ -134,14 +136,13 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
         const int nc = (int)min((long)FA_BN, sk - k0);
         for (int j = 0; j < FA_BN; ++j) {
             const long ak = j < nc ? fa_at(vk, b, ks + k0 + j, hk) : 0, av = j < nc ? fa_at(vv, b, ks + k0 + j, hk) : 0;
-            for (int c = 0; c < FA_DV; ++c) {
-                const int in = j < nc && c < FA_D;
-                k_t[c * FA_BN + j] = in ? FA_LOAD(k, ak + c) : 0.0f;
-                v_t[j * FA_DV + c] = in ? FA_LOAD(v, av + c) : 0.0f;
-            }
+            for (int c = 0; c < FA_DQP; ++c)
+                k_t[c * FA_BN + j] = j < nc && c < FA_D ? FA_LOAD(k, ak + c) : 0.0f;
+            for (int c = 0; c < FA_DVP; ++c)
+                v_t[j * FA_DVP + c] = j < nc && c < FA_D_V ? FA_LOAD(v, av + c) : 0.0f;
         }
         /* S = (scale Q) K^T, 4 rows x 16 keys per block */
-        fa_mm_nn(FA_BM, FA_BN, FA_DV, q_t, FA_DV, k_t, FA_BN, s_t, FA_BN, 0);
+        fa_mm_nn(FA_BM, FA_BN, FA_DQP, q_t, FA_DQP, k_t, FA_BN, s_t, FA_BN, 0);
         /* score modifiers, mask, online softmax (core/softmax.h's guards), dropout, rescale of the
          * accumulators */
         for (int r = 0; r < FA_BM; ++r) {
@@ -188,22 +189,22 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
                         srow[j + t] *= fa_drop_factor(bits.v[t], threshold, drop_scale);
                 }
             if (alpha != 1.0f)
-                for (int c = 0; c < FA_DV; c += 8)
-                    vstore8(vload8(0, acc + r * FA_DV + c) * alpha, 0, acc + r * FA_DV + c);
+                for (int c = 0; c < FA_DVP; c += 8)
+                    vstore8(vload8(0, acc + r * FA_DVP + c) * alpha, 0, acc + r * FA_DVP + c);
         }
         /* O += P V, 4 rows x 16 columns per block */
-        fa_mm_nn(FA_BM, FA_DV, FA_BN, s_t, FA_BN, v_t, FA_DV, acc, FA_DV, 1);
+        fa_mm_nn(FA_BM, FA_DVP, FA_BN, s_t, FA_BN, v_t, FA_DVP, acc, FA_DVP, 1);
     }
 
     const fa_ocl_view vo = fa_view_of(prm, FA_T_O), vl = fa_view_of(prm, FA_T_LSE);
     for (int r = 0; r < nr; ++r) {
-        const float l = row_sum[r], mx = row_max[r];
-        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        float inv;
+        const float lrow = fa_row_finish(prm, FA_P_SINK_OFF, sink, h, row_max[r], row_sum[r], &inv);
         const long at = fa_at(vo, b, qs + q0 + r, h);
-        for (int c = 0; c < FA_D; ++c)
-            FA_STORE(o, at + c, fa_row_output(acc[r * FA_DV + c], inv));
+        for (int c = 0; c < FA_D_V; ++c)
+            FA_STORE(o, at + c, fa_row_output(acc[r * FA_DVP + c], inv));
         if (prm[FA_P_HAS_LSE])
-            lse[fa_at(vl, b, qs + q0 + r, h)] = (l == 0.0f || mx == -INFINITY) ? -INFINITY : mx + log(l);
+            lse[fa_at(vl, b, qs + q0 + r, h)] = lrow;
     }
 }
 #endif

@@ -40,6 +40,8 @@ enum fa_ocl_param {
                                bytes in as many longs as they need */
     FA_P_MOD_END = FA_P_MOD + (int)((sizeof(fa_score_mod) + 7) / 8),
     FA_P_ALIBI_OFF = FA_P_MOD_END, /* element offset of ALiBi's slopes inside their cl_mem */
+    FA_P_SINK_OFF,          /* element offsets of the learnable sink and of dsink inside their cl_mem */
+    FA_P_DSINK_OFF,
     FA_P_TENSORS,           /* 4 per tensor from here, in fa_ocl_tensor order */
     FA_P_COUNT = FA_P_TENSORS + 4 * FA_T_COUNT
 };
@@ -81,6 +83,7 @@ enum fa_ocl_kv_param {
     FA_KV_MOD,              /* the call's fa_score_mod, as in fa_ocl_param */
     FA_KV_MOD_END = FA_KV_MOD + (int)((sizeof(fa_score_mod) + 7) / 8),
     FA_KV_ALIBI_OFF = FA_KV_MOD_END,
+    FA_KV_SINK_OFF,         /* element offset of the learnable sink inside its cl_mem */
     FA_KV_TENSORS,
     FA_KV_COUNT = FA_KV_TENSORS + 4 * FA_KT_COUNT
 };
