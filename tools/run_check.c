@@ -227,7 +227,7 @@ int run_check(const run_config *c, run_state *s, const fa_fwd_args *fwd, const f
         hb.dv.data = hdv;
         hb.opts.alibi_slopes = s->alibi_host;
         hb.opts.learnable_sink = s->sink_host;
-        memset(&hb.dsink, 0, sizeof hb.dsink); /* dsink is compared with sink_gradients' */
+        memset(&hb.dsink, 0, sizeof hb.dsink); /* the oracle gives no dsink: sink_gradients' is used */
         for (int i = 2; i < 4; ++i) {
             int64_t n = i == 2 ? n_k : n_v;
             ref[i] = malloc(sizeof(double) * (size_t)(n ? n : 1));

@@ -11,7 +11,8 @@
   dO of Q's shape where O has d_v, a sink of the wrong length with --k-cache.
 - run: --sink X|random and --dim-v (exit 0; --json reports them; the FLOP counts are 2 b hq sq sk
   (d + d_v) forward and 2 b hq sq sk (3d + 2d_v) backward); --sink with a value that is not a
-  number; --check with --sink or --dim-v != --dim refused (its reference has neither).
+  number; --check with --sink and --dim-v passes, with a dsink line, in fp32 and bf16, and fails
+  (exit 1) when FA_TEST_RUN_CHECK_PERTURB puts an error into O.
 
 Usage: check_cli_sink.py FLASHATTN_EXECUTABLE [--backend NAME]
 """
@@ -224,15 +225,27 @@ def run_cases():
     proc = tool(small + ["--sink", "-2.5"])
     ok = proc.returncode == 0 and "sink -2.5" in proc.stdout or unsupported(proc)
     results.append(("PASS" if ok else "FAIL", "run --sink -2.5: exit %d" % proc.returncode))
-    for args, needle in ((["--sink", "many"], "--sink"), (["--sink", "nan"], "--sink"),
-                         (["--sink", "1", "--check"], "--check"), (["--dim-v", "16", "--check"], "--check")):
+    for args, needle in ((["--sink", "many"], "--sink"), (["--sink", "nan"], "--sink")):
         proc = tool(small + args)
         ok = proc.returncode == 2 and needle in proc.stderr and not proc.stdout
         results.append(("PASS" if ok else "FAIL", "run %s: exit %d: %s" % (" ".join(args), proc.returncode,
                                                                             proc.stderr.strip().splitlines()[0]
                                                                             if proc.stderr.strip() else "")))
-    proc = tool(small + ["--dim-v", "32", "--check"])  # d_v = d: the reference runs
-    results.append(("PASS" if proc.returncode == 0 else "FAIL", "run --dim-v 32 --dim 32 --check: exit %d"
+    for dtype in ("fp32", "bf16"):
+        args = small + ["--sink", "random", "--dim-v", "16", "--backward", "--causal", "--check", "--json",
+                        "--dtype", dtype]
+        proc = tool(args)
+        if unsupported(proc) or proc.returncode == 3:
+            results.append(("SKIP", "run --check --sink --dim-v (%s): exit 3" % dtype))
+            continue
+        lines = {r["tensor"]: r["ok"] for r in (json.loads(proc.stdout).get("check") or {}).get("results", [])}
+        ok = proc.returncode == 0 and sorted(lines) == ["LSE", "O", "dK", "dQ", "dV", "dsink"] and all(lines.values())
+        results.append(("PASS" if ok else "FAIL", "run --check --sink random --dim-v 16 --backward (%s): exit %d, %r"
+                        % (dtype, proc.returncode, lines)))
+    env = dict(os.environ, FA_TEST_RUN_CHECK_PERTURB="0.5")
+    proc = subprocess.run([EXE] + small + ["--sink", "1", "--dim-v", "16", "--check"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    results.append(("PASS" if proc.returncode == 1 else "FAIL", "run --check --sink --dim-v with O perturbed: exit %d"
                     % proc.returncode))
     return results
 
