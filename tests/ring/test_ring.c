@@ -4,7 +4,9 @@
  * tiles. The shards' results, put back in sequence order, are held to the float64 reference of
  * the whole sequence with the conformance pass rule (factor 2 of the naive same-precision error
  * for O and LSE, 3 for the gradients), as single-device attention is; the single-device result
- * is printed beside them. Plus the ring's input checks. */
+ * is printed beside them. A learnable sink (joined to each query row once; the ranks' dsink
+ * parts summed in rank order against the reference's dsink) and a value head dim d_v != d. Plus
+ * the ring's input checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,12 +38,16 @@ typedef struct problem {
     fa_ring_layout layout;
     fa_dtype dt;
     enum transport tr;
-    int64_t b, h, hk, d, n; /* batch, heads, kv heads, head dim, tokens per rank */
+    int sink; /* a learnable sink (fa_options.learnable_sink) on every call, dsink asked */
+    int64_t b, h, hk, d, n; /* batch, heads, kv heads, head dim of Q and K, tokens per rank */
+    int64_t dv;             /* head dim of V, O, dO, dV (0: d) */
     int64_t total;          /* tokens of the whole sequence */
     unsigned char nccl_id[FA_RING_NCCL_ID_BYTES];
-    void *q, *k, *v, *dout;                      /* global inputs [b, total, heads, d] */
-    void *o, *dq, *dk, *dv;                      /* global outputs of the ring, in sequence order */
+    void *q, *k, *v, *dout;                      /* global inputs [b, total, heads, d or dv] */
+    void *o, *dq, *dk, *dV;                      /* global outputs of the ring, in sequence order */
     float *lse;                                  /* [b, h, total] */
+    float *sinkv;                                /* the sink [h] (sink set) */
+    float *dsink;                                /* each rank's dsink part [ranks][h] (sink set) */
 } problem;
 
 /* the sequence row of row s of rank r's shard */
@@ -53,9 +59,9 @@ static int64_t global_row(const problem *pr, int r, int64_t s)
     return s < c ? r * c + s : (2 * (int64_t)pr->ranks - 1 - r) * c + (s - c);
 }
 
-static fa_tensor t4(const problem *pr, void *data, fa_dtype dt, int64_t n, int64_t heads)
+static fa_tensor t4(const problem *pr, void *data, fa_dtype dt, int64_t n, int64_t heads, int64_t dim)
 {
-    const int64_t shape[4] = {pr->b, n, heads, pr->d};
+    const int64_t shape[4] = {pr->b, n, heads, dim};
     return fa_tensor_contiguous(data, dt, 4, shape);
 }
 
@@ -65,31 +71,31 @@ static fa_tensor t3(const problem *pr, float *data, int64_t n)
     return fa_tensor_contiguous(data, FA_DTYPE_F32, 3, shape);
 }
 
-/* a shard [b, n, heads, d] whose head rows are d + pad elements apart */
-static fa_tensor shard4(const problem *pr, void *data, int64_t heads)
+/* a shard [b, n, heads, dim] whose head rows are dim + pad elements apart */
+static fa_tensor shard4(const problem *pr, void *data, int64_t heads, int64_t dim)
 {
-    fa_tensor t = t4(pr, data, pr->dt, pr->n, heads);
-    const int64_t row = pr->d + pr->pad;
+    fa_tensor t = t4(pr, data, pr->dt, pr->n, heads, dim);
+    const int64_t row = dim + pr->pad;
     t.stride[2] = row;
     t.stride[1] = heads * row;
     t.stride[0] = pr->n * heads * row;
     return t;
 }
 
-static size_t shard_bytes(const problem *pr, int64_t heads)
+static size_t shard_bytes(const problem *pr, int64_t heads, int64_t dim)
 {
-    return (size_t)(pr->b * pr->n * heads * (pr->d + pr->pad)) * fa_dtype_size(pr->dt);
+    return (size_t)(pr->b * pr->n * heads * (dim + pr->pad)) * fa_dtype_size(pr->dt);
 }
 
-/* copy rows between a global [b, total, heads, d] array and a shard (shard4 layout) */
-static void move_rows(const problem *pr, int r, void *global, void *shard, int64_t heads, int to_shard)
+/* copy rows between a global [b, total, heads, dim] array and a shard (shard4 layout) */
+static void move_rows(const problem *pr, int r, void *global, void *shard, int64_t heads, int64_t dim, int to_shard)
 {
-    const size_t es = fa_dtype_size(pr->dt), row = (size_t)pr->d * es;
+    const size_t es = fa_dtype_size(pr->dt), row = (size_t)dim * es;
     for (int64_t b = 0; b < pr->b; ++b)
         for (int64_t s = 0; s < pr->n; ++s)
             for (int64_t h = 0; h < heads; ++h) {
-                char *g = (char *)global + (size_t)(((b * pr->total + global_row(pr, r, s)) * heads + h) * pr->d) * es;
-                char *l = (char *)shard + (size_t)(((b * pr->n + s) * heads + h) * (pr->d + pr->pad)) * es;
+                char *g = (char *)global + (size_t)(((b * pr->total + global_row(pr, r, s)) * heads + h) * dim) * es;
+                char *l = (char *)shard + (size_t)(((b * pr->n + s) * heads + h) * (dim + pr->pad)) * es;
                 memcpy(to_shard ? l : g, to_shard ? g : l, row);
             }
 }
@@ -104,26 +110,30 @@ typedef struct rank_job {
 } rank_job;
 
 /* bytes of the padding after each head row of a shard that differ from the poison 0xA5 */
-static int64_t gaps_changed(const problem *pr, const void *shard, int64_t heads)
+static int64_t gaps_changed(const problem *pr, const void *shard, int64_t heads, int64_t dim)
 {
     const size_t es = fa_dtype_size(pr->dt);
     int64_t bad = 0;
     for (int64_t row = 0; row < pr->b * pr->n * heads; ++row)
-        for (size_t i = (size_t)pr->d * es; i < (size_t)(pr->d + pr->pad) * es; ++i)
-            bad += ((const unsigned char *)shard)[(size_t)row * (size_t)(pr->d + pr->pad) * es + i] != 0xA5;
+        for (size_t i = (size_t)dim * es; i < (size_t)(dim + pr->pad) * es; ++i)
+            bad += ((const unsigned char *)shard)[(size_t)row * (size_t)(dim + pr->pad) * es + i] != 0xA5;
     return bad;
 }
 
-/* Host shard buffers (8: q, k, v, dout, o, dq, dk, dv; then lse) and, on a GPU, their device copies */
-enum { NBUF = 9 };
+/* Host shard buffers (q, k, v, dout, o, dq, dk, dv, lse, dsink: the outputs from index 4; then the
+ * sink, an input) and, on a GPU, their device copies */
+enum { NBUF = 11, SINK = 10 };
 
 static void *run_rank(void *arg)
 {
     rank_job *j = arg;
     problem *pr = j->pr;
     const int gpu = pr->tr != LOCAL;
-    const size_t qb = shard_bytes(pr, pr->h), kb = shard_bytes(pr, pr->hk);
-    const size_t bytes[NBUF] = {qb, kb, kb, qb, qb, qb, kb, kb, sizeof(float) * (size_t)(pr->b * pr->h * pr->n)};
+    const int64_t d = pr->d, dv = pr->dv;
+    const size_t qb = shard_bytes(pr, pr->h, d), kb = shard_bytes(pr, pr->hk, d);
+    const size_t qvb = shard_bytes(pr, pr->h, dv), kvb = shard_bytes(pr, pr->hk, dv);
+    const size_t lb = sizeof(float) * (size_t)(pr->b * pr->h * pr->n), sb = sizeof(float) * (size_t)pr->h;
+    const size_t bytes[NBUF] = {qb, kb, kvb, qvb, qvb, qb, kb, kvb, lb, sb, sb};
     void *host[NBUF] = {0}, *dev[NBUF] = {0};
     fa_context *ctx = NULL;
     fa_ring_nccl *nccl = NULL;
@@ -145,12 +155,15 @@ static void *run_rank(void *arg)
         }
     }
     if (ok) {
-        move_rows(pr, j->rank, pr->q, host[0], pr->h, 1);
-        move_rows(pr, j->rank, pr->k, host[1], pr->hk, 1);
-        move_rows(pr, j->rank, pr->v, host[2], pr->hk, 1);
-        move_rows(pr, j->rank, pr->dout, host[3], pr->h, 1);
+        move_rows(pr, j->rank, pr->q, host[0], pr->h, d, 1);
+        move_rows(pr, j->rank, pr->k, host[1], pr->hk, d, 1);
+        move_rows(pr, j->rank, pr->v, host[2], pr->hk, dv, 1);
+        move_rows(pr, j->rank, pr->dout, host[3], pr->h, dv, 1);
         for (int i = 4; i < 8; ++i)
             memset(host[i], 0xA5, bytes[i]);
+        memset(host[9], 0xFF, bytes[9]); /* dsink: NaN where not written */
+        if (pr->sink)
+            memcpy(host[SINK], pr->sinkv, bytes[SINK]);
         void **buf = host;
         if (gpu) {
             for (int i = 0; i < NBUF && ok; ++i)
@@ -161,14 +174,15 @@ static void *run_rank(void *arg)
         const fa_ring_comm comm = gpu ? fa_ring_nccl_comm(nccl) : fa_ring_local_comm(j->ring, j->rank);
         fa_fwd_args f;
         memset(&f, 0, sizeof f);
-        f.q = shard4(pr, buf[0], pr->h);
-        f.k = shard4(pr, buf[1], pr->hk);
-        f.v = shard4(pr, buf[2], pr->hk);
-        f.o = shard4(pr, buf[4], pr->h);
+        f.q = shard4(pr, buf[0], pr->h, d);
+        f.k = shard4(pr, buf[1], pr->hk, d);
+        f.v = shard4(pr, buf[2], pr->hk, dv);
+        f.o = shard4(pr, buf[4], pr->h, dv);
         f.lse = t3(pr, buf[8], pr->n);
         f.opts = fa_options_default();
         f.opts.causal = pr->causal;
         f.opts.softcap = pr->softcap;
+        f.opts.learnable_sink = pr->sink ? buf[SINK] : NULL;
         if (ok)
             j->fwd = fa_ring_forward(ctx, &comm, pr->layout, &f);
         fa_bwd_args g;
@@ -178,23 +192,27 @@ static void *run_rank(void *arg)
         g.v = f.v;
         g.o = f.o;
         g.lse = f.lse;
-        g.dout = shard4(pr, buf[3], pr->h);
-        g.dq = shard4(pr, buf[5], pr->h);
-        g.dk = shard4(pr, buf[6], pr->hk);
-        g.dv = shard4(pr, buf[7], pr->hk);
+        g.dout = shard4(pr, buf[3], pr->h, dv);
+        g.dq = shard4(pr, buf[5], pr->h, d);
+        g.dk = shard4(pr, buf[6], pr->hk, d);
+        g.dv = shard4(pr, buf[7], pr->hk, dv);
+        if (pr->sink)
+            g.dsink = fa_tensor_contiguous(buf[9], FA_DTYPE_F32, 1, &pr->h);
         g.opts = f.opts;
         if (ok && j->fwd == FA_SUCCESS)
             j->bwd = fa_ring_backward(ctx, &comm, pr->layout, &g);
         if (j->fwd != FA_SUCCESS || j->bwd != FA_SUCCESS)
             snprintf(j->msg, sizeof j->msg, "rank %d: %s", j->rank, fa_context_last_error(ctx));
-        for (int i = 4; i < NBUF && gpu && ok; ++i)
+        for (int i = 4; i < SINK && gpu && ok; ++i)
             ok = fa_memcpy(ctx, host[i], dev[i], bytes[i], FA_COPY_DEVICE_TO_HOST) == FA_SUCCESS;
-        j->gaps_written = gaps_changed(pr, host[4], pr->h) + gaps_changed(pr, host[5], pr->h) +
-                          gaps_changed(pr, host[6], pr->hk) + gaps_changed(pr, host[7], pr->hk);
-        move_rows(pr, j->rank, pr->o, host[4], pr->h, 0);
-        move_rows(pr, j->rank, pr->dq, host[5], pr->h, 0);
-        move_rows(pr, j->rank, pr->dk, host[6], pr->hk, 0);
-        move_rows(pr, j->rank, pr->dv, host[7], pr->hk, 0);
+        j->gaps_written = gaps_changed(pr, host[4], pr->h, dv) + gaps_changed(pr, host[5], pr->h, d) +
+                          gaps_changed(pr, host[6], pr->hk, d) + gaps_changed(pr, host[7], pr->hk, dv);
+        move_rows(pr, j->rank, pr->o, host[4], pr->h, dv, 0);
+        move_rows(pr, j->rank, pr->dq, host[5], pr->h, d, 0);
+        move_rows(pr, j->rank, pr->dk, host[6], pr->hk, d, 0);
+        move_rows(pr, j->rank, pr->dV, host[7], pr->hk, dv, 0);
+        if (pr->sink)
+            memcpy(pr->dsink + (size_t)j->rank * (size_t)pr->h, host[9], bytes[9]);
         const float *lse = host[8];
         for (int64_t b = 0; b < pr->b; ++b)
             for (int64_t h = 0; h < pr->h; ++h)
@@ -323,18 +341,30 @@ static void run_case(problem pr)
     const fa_ring_layout layout = pr.layout;
     const fa_dtype dt = pr.dt;
     pr.total = (int64_t)ranks * pr.n;
-    const int64_t nq = pr.b * pr.total * pr.h * pr.d, nk = pr.b * pr.total * pr.hk * pr.d, nl = pr.b * pr.h * pr.total;
-    const size_t es = fa_dtype_size(dt);
+    if (pr.dv == 0)
+        pr.dv = pr.d;
+    /* elements of Q and dQ, O and dO, K and dK, V and dV, LSE */
+    const int64_t nq = pr.b * pr.total * pr.h * pr.d, nqv = pr.b * pr.total * pr.h * pr.dv;
+    const int64_t nk = pr.b * pr.total * pr.hk * pr.d, nkv = pr.b * pr.total * pr.hk * pr.dv;
+    const int64_t nl = pr.b * pr.h * pr.total;
+    const size_t es = fa_dtype_size(dt), sinks = sizeof(float) * (size_t)(ranks * pr.h);
     pr.q = random_array(dt, nq);
     pr.k = random_array(dt, nk);
-    pr.v = random_array(dt, nk);
-    pr.dout = random_array(dt, nq);
-    pr.o = global_alloc(&pr, (size_t)nq * es);
+    pr.v = random_array(dt, nkv);
+    pr.dout = random_array(dt, nqv);
+    pr.o = global_alloc(&pr, (size_t)nqv * es);
     pr.dq = global_alloc(&pr, (size_t)nq * es);
     pr.dk = global_alloc(&pr, (size_t)nk * es);
-    pr.dv = global_alloc(&pr, (size_t)nk * es);
+    pr.dV = global_alloc(&pr, (size_t)nkv * es);
     pr.lse = global_alloc(&pr, (size_t)nl * sizeof(float));
-    assert_true(pr.o && pr.dq && pr.dk && pr.dv && pr.lse);
+    assert_true(pr.o && pr.dq && pr.dk && pr.dV && pr.lse);
+    if (pr.sink) { /* sink logits in [-2, 2], where the scaled scores of unit-normal inputs lie */
+        pr.sinkv = malloc(sizeof(float) * (size_t)pr.h);
+        pr.dsink = global_alloc(&pr, sinks);
+        assert_true(pr.sinkv && pr.dsink);
+        for (int64_t h = 0; h < pr.h; ++h)
+            pr.sinkv[h] = (float)(-2.0 + 4.0 * (double)(rng_next(&rng_state) >> 11) * (1.0 / 9007199254740992.0));
+    }
 
     /* the ranks */
     fa_ring_local *ring = NULL;
@@ -370,37 +400,41 @@ static void run_case(problem pr)
     /* the whole sequence on one device, and the float64 reference / naive yardstick of it */
     fa_context *ctx;
     assert_int_equal(fa_context_create(&ctx, "cpu", 0), FA_SUCCESS);
-    void *o1 = calloc((size_t)nq, es), *dq1 = calloc((size_t)nq, es), *dk1 = calloc((size_t)nk, es),
-         *dv1 = calloc((size_t)nk, es);
-    float *lse1 = calloc((size_t)nl, sizeof(float));
+    void *o1 = calloc((size_t)nqv, es), *dq1 = calloc((size_t)nq, es), *dk1 = calloc((size_t)nk, es),
+         *dv1 = calloc((size_t)nkv, es);
+    float *lse1 = calloc((size_t)nl, sizeof(float)), *dsink1 = calloc((size_t)pr.h, sizeof(float));
     fa_bwd_args g;
     memset(&g, 0, sizeof g);
-    g.q = t4(&pr, pr.q, dt, pr.total, pr.h);
-    g.k = t4(&pr, pr.k, dt, pr.total, pr.hk);
-    g.v = t4(&pr, pr.v, dt, pr.total, pr.hk);
-    g.o = t4(&pr, o1, dt, pr.total, pr.h);
+    g.q = t4(&pr, pr.q, dt, pr.total, pr.h, pr.d);
+    g.k = t4(&pr, pr.k, dt, pr.total, pr.hk, pr.d);
+    g.v = t4(&pr, pr.v, dt, pr.total, pr.hk, pr.dv);
+    g.o = t4(&pr, o1, dt, pr.total, pr.h, pr.dv);
     g.lse = t3(&pr, lse1, pr.total);
-    g.dout = t4(&pr, pr.dout, dt, pr.total, pr.h);
-    g.dq = t4(&pr, dq1, dt, pr.total, pr.h);
-    g.dk = t4(&pr, dk1, dt, pr.total, pr.hk);
-    g.dv = t4(&pr, dv1, dt, pr.total, pr.hk);
+    g.dout = t4(&pr, pr.dout, dt, pr.total, pr.h, pr.dv);
+    g.dq = t4(&pr, dq1, dt, pr.total, pr.h, pr.d);
+    g.dk = t4(&pr, dk1, dt, pr.total, pr.hk, pr.d);
+    g.dv = t4(&pr, dv1, dt, pr.total, pr.hk, pr.dv);
     g.opts = fa_options_default();
     g.opts.causal = causal;
     g.opts.softcap = pr.softcap;
+    g.opts.learnable_sink = pr.sinkv; /* this process's host copy: the one-device run is on the CPU */
+    if (pr.sink)
+        g.dsink = fa_tensor_contiguous(dsink1, FA_DTYPE_F32, 1, &pr.h);
     fa_fwd_args f = {g.q, g.k, g.v, g.o, g.lse, NULL, g.opts};
     assert_int_equal(fa_forward(ctx, &f), FA_SUCCESS);
     assert_int_equal(fa_backward(ctx, &g), FA_SUCCESS);
     fa_problem p;
     int32_t *cu = NULL;
     assert_int_equal(fa_validate_backward(ctx, &g, &p, &cu), FA_SUCCESS);
-    double *ro = malloc(sizeof(double) * nq), *rl = malloc(sizeof(double) * nl), *no = malloc(sizeof(double) * nq),
+    double *ro = malloc(sizeof(double) * nqv), *rl = malloc(sizeof(double) * nl), *no = malloc(sizeof(double) * nqv),
            *nl_ = malloc(sizeof(double) * nl);
-    double *rg[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk), malloc(sizeof(double) * nk)};
-    double *ng[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk), malloc(sizeof(double) * nk)};
+    double *rg[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk), malloc(sizeof(double) * nkv)};
+    double *ng[3] = {malloc(sizeof(double) * nq), malloc(sizeof(double) * nk), malloc(sizeof(double) * nkv)};
+    double *rds = malloc(sizeof(double) * (size_t)pr.h), *nds = malloc(sizeof(double) * (size_t)pr.h);
     assert_int_equal(fa_ref_forward(&p, ro, rl), FA_SUCCESS);
     assert_int_equal(fa_naive_forward(&p, no, nl_), FA_SUCCESS);
-    assert_int_equal(fa_ref_backward(&p, rg[0], rg[1], rg[2], NULL), FA_SUCCESS);
-    assert_int_equal(fa_naive_backward(&p, ng[0], ng[1], ng[2], NULL), FA_SUCCESS);
+    assert_int_equal(fa_ref_backward(&p, rg[0], rg[1], rg[2], rds), FA_SUCCESS);
+    assert_int_equal(fa_naive_backward(&p, ng[0], ng[1], ng[2], nds), FA_SUCCESS);
 
     /* LSE: the reference is [H, total] per batch-major row; ours [B, H, total] */
     double lse_err = 0.0, lse_err1 = 0.0, lmax = 0.0;
@@ -417,16 +451,19 @@ static void run_case(problem pr)
     for (int64_t i = 0; i < nl; ++i)
         nlse_err = fmax(nlse_err, fabs(nl_[i] - rl[i]));
     double omax, omax1;
-    const double oerr = max_err(pr.o, dt, ro, nq, &omax), oerr1 = max_err(o1, dt, ro, nq, &omax1);
-    const double obound = bound_of(2.0, max_err64(no, ro, nq), omax);
-    printf("  %s %d ranks d %lld %s %s %s%s: O %.2e (one device %.2e, bound %.2e)  LSE %.2e (%.2e, bound %.2e)\n",
-           pr.tr == LOCAL ? "cpu" : pr.tr == NCCL_THREADS ? "nccl-threads" : "nccl-processes", ranks, (long long)pr.d,
-           layout == FA_RING_ZIGZAG ? "zigzag" : "contiguous", causal ? "causal" : "full", fa_dtype_name(dt), pad ? " strided" : "", oerr,
-           oerr1, obound, lse_err, lse_err1, bound_of(2.0, nlse_err, lmax));
+    const double oerr = max_err(pr.o, dt, ro, nqv, &omax), oerr1 = max_err(o1, dt, ro, nqv, &omax1);
+    const double obound = bound_of(2.0, max_err64(no, ro, nqv), omax);
+    char dims[48];
+    snprintf(dims, sizeof dims, pr.dv == pr.d ? "d %lld" : "d %lld d_v %lld", (long long)pr.d, (long long)pr.dv);
+    printf("  %s %d ranks %s %s %s %s%s%s: O %.2e (one device %.2e, bound %.2e)  LSE %.2e (%.2e, bound %.2e)\n",
+           pr.tr == LOCAL ? "cpu" : pr.tr == NCCL_THREADS ? "nccl-threads" : "nccl-processes", ranks, dims,
+           layout == FA_RING_ZIGZAG ? "zigzag" : "contiguous", causal ? "causal" : "full", fa_dtype_name(dt),
+           pad ? " strided" : "", pr.sink ? " sink" : "", oerr, oerr1, obound, lse_err, lse_err1,
+           bound_of(2.0, nlse_err, lmax));
     assert_true(oerr <= obound);
     assert_true(lse_err <= bound_of(2.0, nlse_err, lmax));
-    const void *ours[3] = {pr.dq, pr.dk, pr.dv}, *one[3] = {dq1, dk1, dv1};
-    const int64_t cnt[3] = {nq, nk, nk};
+    const void *ours[3] = {pr.dq, pr.dk, pr.dV}, *one[3] = {dq1, dk1, dv1};
+    const int64_t cnt[3] = {nq, nk, nkv};
     for (int i = 0; i < 3; ++i) {
         double m, m1;
         const double e = max_err(ours[i], dt, rg[i], cnt[i], &m), e1 = max_err(one[i], dt, rg[i], cnt[i], &m1);
@@ -434,15 +471,30 @@ static void run_case(problem pr)
         printf("    d%c %.2e (one device %.2e, bound %.2e)\n", "QKV"[i], e, e1, bound);
         assert_true(e <= bound);
     }
+    if (pr.sink) { /* the ranks' parts summed in rank order, as a replicated parameter's gradient */
+        float *sum = calloc((size_t)pr.h, sizeof(float));
+        assert_non_null(sum);
+        for (int r = 0; r < ranks; ++r)
+            for (int64_t h = 0; h < pr.h; ++h)
+                sum[h] += pr.dsink[r * pr.h + h];
+        double m, m1;
+        const double e = max_err(sum, FA_DTYPE_F32, rds, pr.h, &m), e1 = max_err(dsink1, FA_DTYPE_F32, rds, pr.h, &m1);
+        const double bound = bound_of(3.0, max_err64(nds, rds, pr.h), m);
+        printf("    dsink %.2e (one device %.2e, bound %.2e)\n", e, e1, bound);
+        assert_true(e <= bound);
+        free(sum);
+    }
     for (int i = 0; i < 3; ++i)
         free(rg[i]), free(ng[i]);
-    free(ro), free(rl), free(no), free(nl_), free(cu);
-    free(o1), free(dq1), free(dk1), free(dv1), free(lse1);
+    free(ro), free(rl), free(no), free(nl_), free(rds), free(nds), free(cu);
+    free(o1), free(dq1), free(dk1), free(dv1), free(lse1), free(dsink1);
     fa_context_destroy(ctx);
-    free(pr.q), free(pr.k), free(pr.v), free(pr.dout);
-    global_free(&pr, pr.o, (size_t)nq * es), global_free(&pr, pr.dq, (size_t)nq * es);
-    global_free(&pr, pr.dk, (size_t)nk * es), global_free(&pr, pr.dv, (size_t)nk * es);
+    free(pr.q), free(pr.k), free(pr.v), free(pr.dout), free(pr.sinkv);
+    global_free(&pr, pr.o, (size_t)nqv * es), global_free(&pr, pr.dq, (size_t)nq * es);
+    global_free(&pr, pr.dk, (size_t)nk * es), global_free(&pr, pr.dV, (size_t)nkv * es);
     global_free(&pr, pr.lse, (size_t)nl * sizeof(float));
+    if (pr.dsink)
+        global_free(&pr, pr.dsink, sinks);
 }
 
 static problem cpu_case(int ranks, fa_ring_layout layout, int causal, fa_dtype dt, int pad)
@@ -477,6 +529,36 @@ static void test_ring_ranks(void **state)
         for (int causal = 0; causal < 2; ++causal) {
             problem pr = cpu_case(3, (fa_ring_layout)layout, causal, layout ? FA_DTYPE_BF16 : FA_DTYPE_F32, 0);
             pr.softcap = 1.5f;
+            run_case(pr);
+        }
+}
+
+/* A learnable sink joins each query row's softmax once (the forward gives it to a query chunk's
+ * first pair only) and each rank's dsink covers its own query rows (the zigzag layout's two
+ * chunks added): 3 ranks, both layouts, causal and not, fp32 and bf16. */
+static void test_ring_sink(void **state)
+{
+    (void)state;
+    for (int layout = 0; layout < 2; ++layout)
+        for (int causal = 0; causal < 2; ++causal)
+            for (int t = 0; t < 2; ++t) {
+                problem pr = cpu_case(3, (fa_ring_layout)layout, causal, t ? FA_DTYPE_BF16 : FA_DTYPE_F32, 0);
+                pr.sink = 1;
+                run_case(pr);
+            }
+}
+
+/* d_v != d: V, O, dO, dV shards (and the V | dV halves of what travels the ring) of the value
+ * head dim, smaller and larger than d, with and without a sink; zigzag causal, 3 ranks. */
+static void test_ring_head_dim_v(void **state)
+{
+    (void)state;
+    const int64_t dims[2][2] = {{32, 16}, {24, 40}};
+    for (int i = 0; i < 2; ++i)
+        for (int sink = 0; sink < 2; ++sink) {
+            problem pr = cpu_case(3, FA_RING_ZIGZAG, 1, i ? FA_DTYPE_BF16 : FA_DTYPE_F32, 0);
+            pr.d = dims[i][0], pr.dv = dims[i][1];
+            pr.sink = sink;
             run_case(pr);
         }
 }
@@ -615,9 +697,9 @@ static fa_fwd_args small_args(float *buf, float *out, float *lse)
     fa_fwd_args f;
     memset(&f, 0, sizeof f);
     const problem pr = cpu_case(1, FA_RING_CONTIGUOUS, 0, FA_DTYPE_F32, 0);
-    f.q = t4(&pr, buf, FA_DTYPE_F32, N, H);
-    f.k = f.v = t4(&pr, buf, FA_DTYPE_F32, N, HK);
-    f.o = t4(&pr, out, FA_DTYPE_F32, N, H);
+    f.q = t4(&pr, buf, FA_DTYPE_F32, N, H, D);
+    f.k = f.v = t4(&pr, buf, FA_DTYPE_F32, N, HK, D);
+    f.o = t4(&pr, out, FA_DTYPE_F32, N, H, D);
     f.lse = t3(&pr, lse, N);
     f.opts = fa_options_default();
     return f;
@@ -726,6 +808,8 @@ int main(void)
         cmocka_unit_test(test_ring_one_rank),
         cmocka_unit_test(test_ring_several_key_tiles),
         cmocka_unit_test(test_ring_ranks),
+        cmocka_unit_test(test_ring_sink),
+        cmocka_unit_test(test_ring_head_dim_v),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
