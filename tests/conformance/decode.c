@@ -73,6 +73,10 @@ static const dcase cases[] = {
      0, 0, 0, 512, 1},
     {"paged16-dv-d64-dv128-nanpad-sink-f32", F32, 2, 1, 4, 2, 64, 16, 64, {30, 62}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0, 8,
      128, 1},
+    /* values wider than keys on the path that widens rows into scratch (16 rows per kv head, d
+     * not a multiple of 16) */
+    {"contig-dv-d40-dv72-spec4-gqa-causal-f16", F16, 2, 4, 8, 2, 40, 0, 120, {60, 90}, 4, 0, 0, 1, -1, -1, 0, 2, 0, 0,
+     0, 72, 0},
 };
 
 /* cache_leftpad cases: keys from pads[b] on (a pad equal to the length leaves the new keys only,

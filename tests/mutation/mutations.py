@@ -6,6 +6,36 @@ skipped. Every fault models a plausible kernel bug that the test suite must catc
 
 MUTATIONS = [
     {
+        "id": "sink-factor-dropped",
+        "what": "the CPU forward writes the sink's LSE but leaves O unscaled by exp(LSE0 - LSE) (flash_forward.c)",
+        "edits": [
+            ("backends/cpu/flash_forward.c", "            inv[r] *= fa_sink_factor(lse0, lse);\n", ""),
+        ],
+    },
+    {
+        "id": "sink-lse-max-only",
+        "what": "the sink's log-sum-exp keeps only the larger term (core/sink.h: every kernel)",
+        "edits": [
+            ("core/sink.h", "return hi + FA_SINK_LOG1P(FA_SINK_EXP(lo - hi));", "return hi + 0.0f * lo;"),
+        ],
+    },
+    {
+        "id": "dsink-last-row-skipped",
+        "what": "the CPU dsink leaves out each sequence's last query row (flash_backward.c bwd_dsink_task)",
+        "edits": [
+            ("backends/cpu/flash_backward.c", "        for (int64_t i = 0; i < sq; ++i) {\n            const float lse =",
+             "        for (int64_t i = 0; i + 1 < sq; ++i) {\n            const float lse ="),
+        ],
+    },
+    {
+        "id": "kv-dv-as-d",
+        "what": "the CPU KV-cache path widens the value rows with d channels instead of d_v (kvcache.c)",
+        "edits": [
+            ("backends/cpu/kvcache.c", "                              dv, dp, vt + (h * KV_BLOCK + j) * dp);",
+             "                              d < dv ? d : dv, dp, vt + (h * KV_BLOCK + j) * dp);"),
+        ],
+    },
+    {
         "id": "softcap-grad-dropped",
         "what": "the CPU backward forgets the softcap's derivative 1 - tanh^2 (flash_backward.c, fp32 products)",
         "edits": [
