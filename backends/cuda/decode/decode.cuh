@@ -300,11 +300,11 @@ template <class S, int D, int RT, int STREAMS, bool SINK_DV = false>
 FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const float (*m_s)[RT],
                            const float (*l_s)[RT], int64_t b, int64_t hk, int64_t tile, int64_t split)
 {
-    const int64_t hq = p.heads_q, sn = p.seqlen_new, dv = SINK_DV ? p.d_v : p.d;
+    const int64_t hq = p.heads_q, sn = p.seqlen_new;
     for (int e = threadIdx.x; e < RT * D; e += (int)blockDim.x) {
         const int r = e / D, c = e % D;
         const int64_t row = tile * RT + r;
-        if (row >= p.rows || c >= dv)
+        if (row >= p.rows || c >= (SINK_DV ? p.d_v : p.d))
             continue;
         float mx = -INFINITY;
 #pragma unroll
@@ -323,9 +323,9 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
         const int64_t h = hk * p.group + row / sn, i = row % sn;
         if (p.splits > 1) {
             const int64_t at = ((b * hq + h) * sn + i) * p.splits + split;
-            p.partial[at * dv + c] = out;
+            p.partial[at * (SINK_DV ? p.d_v : p.d) + c] = out;
             if (c == 0)
-                p.partial[p.batch * hq * sn * p.splits * dv + at] = lse;
+                p.partial[p.batch * hq * sn * p.splits * (SINK_DV ? p.d_v : p.d) + at] = lse;
             continue;
         }
         if (SINK_DV && p.sink) {
