@@ -3,13 +3,15 @@
 # kernels (forward, backward with dsink, the SIMT decode kernel), which backends/cuda/backend.c
 # lists only once FA_CUDA_SINK_AND_DV_VERIFIED is 1. Builds the library with that constant defined
 # to VERIFIED (default 1, through c_args: no source edit), then, logs under $OUT:
+#   - tests/cuda/sink_dv_check (forward, backward, dsink, decode against float64) under the default
+#     chooser, with FLASHATTN_KERNELS=simt and with FLASHATTN_KERNELS=kv-simt;
 #   - the conformance grid with the SIMT family forced (FLASHATTN_KERNELS=simt): every case, the
 #     sink and d_v ones among them;
 #   - the sink and d_v cases under the default chooser, which must route them to the SIMT kernels
 #     (a tensor-core family would ignore the sink or d_v and fail the comparison);
 #   - the decode tests on the SIMT decode kernel (FLASHATTN_KERNELS=kv-simt) and under the default
 #     choice (sink / d_v calls must leave the tensor-core decode kernel);
-#   - compute-sanitizer memcheck on a few small sink and d_v cases, forward and backward and decode.
+#   - compute-sanitizer memcheck on sink_dv_check and on a few small sink and d_v grid cases.
 # Usage: bash bench/device/sink_dv_gpu.sh [BUILD_DIR]   (a fresh BUILD_DIR is configured and built)
 # Environment: OUT (logs, default /tmp/out), VERIFIED (0 or 1), SINK_DV_FILTER (the conformance
 # and decode case-name substrings of the sink and d_v cases, comma-separated), SAN_FILTERS (the
@@ -33,7 +35,8 @@ if [ ! -f "$B/build.ninja" ]; then
     || { echo "meson setup failed"; tail -30 "$OUT/setup.log"; exit 1; }
 fi
 echo "== build"
-ninja -C "$B" tests/conformance/conformance tests/conformance/decode tools/flashattn > "$OUT/build.log" 2>&1 \
+ninja -C "$B" tests/conformance/conformance tests/conformance/decode tests/cuda/sink_dv_check tools/flashattn \
+  > "$OUT/build.log" 2>&1 \
   || { echo "build failed"; grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
 "$B/tools/flashattn" info --backend cuda > "$OUT/info.txt" 2>&1
 grep -iE "sink|head_dim_v|features" "$OUT/info.txt" | head -5
@@ -45,9 +48,14 @@ run() { # name, env assignment (or -), program and arguments
   local rc=$?
   [ $rc -ne 0 ] && status=1
   echo "$name: exit $rc"
-  grep -E "PASSED|FAILED|SKIP|ERROR" "$OUT/$name.log" | head -30
+  grep -E "PASS|FAIL|SKIP|ERROR" "$OUT/$name.log" | head -30
 }
 
+for k in default simt kv-simt; do
+  echo "== sink_dv_check, kernels: $k"
+  if [ $k = default ]; then run sink-dv-check-$k - "$B/tests/cuda/sink_dv_check" cuda
+  else run sink-dv-check-$k FLASHATTN_KERNELS=$k "$B/tests/cuda/sink_dv_check" cuda; fi
+done
 echo "== conformance, CUDA backend, SIMT family forced, $GRID grid"
 run conformance-simt FLASHATTN_KERNELS=simt "$B/tests/conformance/conformance" --backend cuda --grid "$GRID"
 echo "== conformance, CUDA backend, the chooser, the sink and d_v cases ($FILTER)"
@@ -58,6 +66,10 @@ echo "== decode, the default choice"
 run decode-chooser - "$B/tests/conformance/decode" --backend cuda
 
 echo "== compute-sanitizer memcheck"
+FLASHATTN_KERNELS=simt timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool memcheck --error-exitcode 9 \
+  "$B/tests/cuda/sink_dv_check" cuda > "$OUT/memcheck-sink-dv-check.log" 2>&1
+rc=$?; [ $rc -ne 0 ] && status=1
+echo "memcheck sink_dv_check: exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-sink-dv-check.log" | tail -1)"
 for f in ${SAN_FILTERS:-sink dv}; do
   FLASHATTN_KERNELS=simt timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$B/tests/conformance/conformance" --backend cuda --grid short --filter "$f" > "$OUT/memcheck-$f.log" 2>&1
