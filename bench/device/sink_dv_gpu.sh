@@ -12,10 +12,13 @@
 #   - the decode tests on the SIMT decode kernel (FLASHATTN_KERNELS=kv-simt) and under the default
 #     choice (sink / d_v calls must leave the tensor-core decode kernel);
 #   - compute-sanitizer memcheck on sink_dv_check and on a few small sink and d_v grid cases.
-# Usage: bash bench/device/sink_dv_gpu.sh [BUILD_DIR]   (a fresh BUILD_DIR is configured and built)
+# Usage: bash bench/device/sink_dv_gpu.sh [BUILD_DIR]   (a fresh BUILD_DIR is configured and built;
+# run it with carry: [".deps"] where cmocka comes as .deps/libcmocka*.deb)
 # Environment: OUT (logs, default /tmp/out), VERIFIED (0 or 1), SINK_DV_FILTER (the conformance
 # and decode case-name substrings of the sink and d_v cases, comma-separated), SAN_FILTERS (the
-# conformance cases memcheck runs, space-separated), GRID (full or short).
+# conformance cases memcheck runs, space-separated), GRID (full or short), CUDA_ARCHS (meson's
+# cuda-archs, default auto: the GPU's). The build is incremental: a run cut short by a time limit
+# can be started again on the same BUILD_DIR.
 set -uo pipefail
 B=${1:-build-sink-dv}
 OUT=${OUT:-/tmp/out}
@@ -23,14 +26,24 @@ VERIFIED=${VERIFIED:-1}
 GRID=${GRID:-full}
 FILTER=${SINK_DV_FILTER:-sink,dv}
 mkdir -p "$OUT"
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=$PWD/.deps/cm/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
+# cmocka (the tests' harness): the system's, else the Debian packages carried in .deps/, unpacked
+# into .deps/cm with a pkg-config file that points there
+CM=$PWD/.deps/cm/usr
+if ! pkg-config --exists cmocka && ls .deps/libcmocka*.deb > /dev/null 2>&1; then
+  for f in .deps/libcmocka*.deb; do dpkg-deb -x "$f" .deps/cm; done
+  mkdir -p .deps/cm/pkgconfig
+  printf 'Name: cmocka\nDescription: cmocka\nVersion: 1.1.5\nLibs: -L%s/lib/x86_64-linux-gnu -lcmocka\nCflags: -I%s/include\n' \
+    "$CM" "$CM" > .deps/cm/pkgconfig/cmocka.pc
+  export PKG_CONFIG_PATH=$PWD/.deps/cm/pkgconfig:${PKG_CONFIG_PATH:-}
+fi
+export LD_LIBRARY_PATH=$CM/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
 status=0
 
 if [ ! -f "$B/build.ninja" ]; then
   echo "== configure $B (FA_CUDA_SINK_AND_DV_VERIFIED=$VERIFIED)"
-  meson setup "$B" -Dcuda=enabled -Dhip=disabled -Dopencl=disabled -Dnccl=disabled -Dbench=false \
+  meson setup "$B" -Dcuda=enabled -Dcuda-archs="${CUDA_ARCHS:-auto}" -Dhip=disabled -Dopencl=disabled -Dnccl=disabled -Dbench=false \
     -Dconformance_grid="$GRID" -Dc_args="-DFA_CUDA_SINK_AND_DV_VERIFIED=$VERIFIED" > "$OUT/setup.log" 2>&1 \
     || { echo "meson setup failed"; tail -30 "$OUT/setup.log"; exit 1; }
 fi
