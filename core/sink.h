@@ -22,10 +22,12 @@
 #define FA_SINK_ISNAN(x) isnan(x)
 #define FA_SINK_INF INFINITY
 #elif defined(__CUDACC__) || defined(__HIPCC__)
+/* INFINITY (math.h, which the CUDA and HIP headers include), not __int_as_float: that is a
+ * __device__ function, and these are __host__ __device__ */
 #define FA_SINK_EXP(x) expf(x)
 #define FA_SINK_LOG1P(x) log1pf(x)
 #define FA_SINK_ISNAN(x) isnan(x)
-#define FA_SINK_INF __int_as_float(0x7f800000)
+#define FA_SINK_INF INFINITY
 #else
 #include <math.h>
 #define FA_SINK_EXP(x) expf(x)

@@ -6,7 +6,9 @@
  * (tensor cores, cc >= 8.0, fp16/bf16) and simt/ (any dtype, any head dim up to 256, any compute
  * capability), which runs what the others do not cover, or everything under
  * FLASHATTN_KERNELS=simt. Every family applies the score modifiers (softcap, ALiBi) where it takes
- * a call that has them. Every CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with
+ * a call that has them. The learnable sink and a value head dim d_v != d are the SIMT kernels'
+ * alone (forward, backward and the SIMT decode kernel): the chooser gives them every such call.
+ * Every CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with
  * the CUDA error's name. */
 #include "host/gpu_host.h"
 #include "host/kernels.h"
@@ -14,6 +16,15 @@
 
 #include <stdio.h>
 #include <string.h>
+
+/* Whether the capabilities list FA_FEATURE_SINK and FA_FEATURE_HEAD_DIM_V (until they do, the core
+ * refuses those calls before the chooser sees them). The chooser's routes for them exist and
+ * compile either way; the listing waits for the conformance grid's sink and d_v != d cases to pass
+ * on a GPU with the SIMT kernels, after which that run sets this to 1 (a build may define it, as
+ * bench/device/sink_dv_gpu.sh does, to run those cases). */
+#ifndef FA_CUDA_SINK_AND_DV_VERIFIED
+#define FA_CUDA_SINK_AND_DV_VERIFIED 0
+#endif
 
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
 int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod)
@@ -68,6 +79,8 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT | FA_FEATURE_SOFTCAP |
                      FA_FEATURE_ALIBI | FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
+    if (FA_CUDA_SINK_AND_DV_VERIFIED)
+        caps->features |= FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
     snprintf(caps->notes, sizeof caps->notes,
              "sm80 mma (cc>=8.0, f16/bf16; bwd d<=128, d256 non-det); cc 9.0 wgmma fwd, non-det bwd, d "
              "64/128/256 w/o dropout/block mask; softcap/ALiBi: 16B rows; simt: the rest (no f32 out from "
@@ -104,7 +117,7 @@ typedef struct cuda_choice {
     cuda_family family;
     fa_dtype dtype;
     int head_dim; /* the instance's: sm80 d padded to a multiple of 32; sm90 64, 128 or 256; simt
-                     and mfma-emulated the bucket 64, 128 or 256 */
+                     the bucket 64, 128 or 256 of the larger of d and d_v; mfma-emulated d's */
     int aligned;  /* sm80: every row 16-byte aligned and d % 8 == 0, so tiles move by cp.async */
     int fused;    /* backward: the non-deterministic kernel adding dQ into an fp32 accumulator of
                      total_q x heads_q x head_dim floats (sm80, sm90) */
@@ -141,17 +154,25 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     c->aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
                  (!p->backward || view_aligned(&p->dout));
     const int dpad = (int)((p->d + 31) / 32 * 32);
-    if (!sm80_covers(gs, p, dpad, c->aligned, c->mod)) {
+    /* the sink and d_v != d: the SIMT kernels only (the tensor-core families read neither) */
+    const int simt_only = p->sink != NULL || p->d_v != p->d;
+    if (simt_only || !sm80_covers(gs, p, dpad, c->aligned, c->mod)) {
         c->aligned = 0;
         if (p->out_dtype != p->dtype) { /* the SIMT kernels store the input dtype */
-            snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s%s)",
-                     fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256",
-                     c->mod ? "; with softcap or ALiBi also 16-byte aligned rows and d % 8 == 0" : "");
+            if (simt_only)
+                snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels, which "
+                                       "run neither a learnable sink nor d_v != d",
+                         fa_dtype_name(p->dtype));
+            else
+                snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s%s)",
+                         fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256",
+                         c->mod ? "; with softcap or ALiBi also 16-byte aligned rows and d % 8 == 0" : "");
             return FA_ERR_UNSUPPORTED;
         }
-        c->head_dim = fa_simt_bucket(p->d);
+        c->head_dim = fa_simt_bucket(p->d > p->d_v ? p->d : p->d_v);
         if (c->head_dim == 0) {
-            snprintf(why, why_len, "cuda: no kernel for head dim %lld (1..%d)", (long long)p->d, FA_MAX_HEAD_DIM);
+            snprintf(why, why_len, "cuda: no kernel for head dims d = %lld, d_v = %lld (1..%d)", (long long)p->d,
+                     (long long)p->d_v, FA_MAX_HEAD_DIM);
             return FA_ERR_UNSUPPORTED;
         }
 #ifndef FA_HAVE_MFMA_EMULATED
@@ -160,8 +181,9 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
             return FA_ERR_UNSUPPORTED;
         }
 #endif
-        /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too) */
-        c->family = gs->kernels == FA_GPU_KERNELS_MFMA_EMULATED && !p->backward && c->head_dim <= 128 &&
+        /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too, not the
+         * sink nor d_v != d) */
+        c->family = gs->kernels == FA_GPU_KERNELS_MFMA_EMULATED && !simt_only && !p->backward && c->head_dim <= 128 &&
                             (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)
                         ? FAMILY_MFMA_EMULATED
                         : FAMILY_SIMT;

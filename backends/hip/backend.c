@@ -6,6 +6,8 @@
  *   simt/  the SIMT kernels: every dtype, head dim, option and the backward, on any target
  *          (wave64 and wave32 alike).
  * Both take the score modifiers (softcap, ALiBi): every choice runs them, forward and backward.
+ * The learnable sink and a value head dim d_v != d are the SIMT kernels' alone (the MFMA forward
+ * reads neither): the chooser gives them every such call.
  * FLASHATTN_KERNELS=simt runs everything on the SIMT family. The chooser refuses, with the reason,
  * a device whose architecture the library was not built for. */
 #include "host/gpu_host.h"
@@ -16,6 +18,14 @@
 
 #ifndef FA_HIP_ARCHS
 #define FA_HIP_ARCHS ""
+#endif
+
+/* Whether the capabilities list FA_FEATURE_SINK and FA_FEATURE_HEAD_DIM_V (until they do, the core
+ * refuses those calls before the chooser sees them): the SIMT kernels have them, the chooser routes
+ * them, and the listing waits for the conformance grid's sink and d_v != d cases to pass on an AMD
+ * GPU, after which that run sets this to 1 (a build may define it to run those cases). */
+#ifndef FA_HIP_SINK_AND_DV_VERIFIED
+#define FA_HIP_SINK_AND_DV_VERIFIED 0
 #endif
 
 /* What runs a call: the MFMA forward or the SIMT kernels, at a head-dim bucket (64, 128, 256).
@@ -45,6 +55,8 @@ static void hip_capabilities(fa_capabilities *caps)
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
                      FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
+    if (FA_HIP_SINK_AND_DV_VERIFIED)
+        caps->features |= FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
     snprintf(caps->notes, sizeof caps->notes,
              "built for %s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), SIMT kernels "
              "for the rest (always deterministic), or for all with FLASHATTN_KERNELS=simt; "
@@ -104,11 +116,13 @@ static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_varia
                         "hip: the library's kernels are built for %s, the device is %s (configure with "
                         "-Dhip-archs='%s;...' where the toolchain supports it)",
                         FA_HIP_ARCHS, arch, arch);
-    int bucket = fa_hip_simt_bucket(p->d);
+    /* the SIMT kernels' bucket covers both head dims; the sink and d_v != d are theirs alone */
+    const int simt_only = p->sink != NULL || p->d_v != p->d;
+    int bucket = fa_hip_simt_bucket(p->d > p->d_v ? p->d : p->d_v);
     if (bucket == 0)
-        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "hip: no kernel for head dim %lld (1..%d)",
-                        (long long)p->d, FA_MAX_HEAD_DIM);
-    if (s->kernels != FA_GPU_KERNELS_SIMT && !p->backward && arch_is_cdna_mfma(arch) && bucket <= 128 &&
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "hip: no kernel for head dims d = %lld, d_v = %lld (1..%d)",
+                        (long long)p->d, (long long)p->d_v, FA_MAX_HEAD_DIM);
+    if (s->kernels != FA_GPU_KERNELS_SIMT && !simt_only && !p->backward && arch_is_cdna_mfma(arch) && bucket <= 128 &&
         (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)) {
         snprintf(out->name, sizeof out->name, "mfma-fwd-%s-d%d", fa_dtype_name(p->dtype), bucket);
         const hip_choice c = {.mfma = 1, .bucket = bucket};

@@ -9,7 +9,8 @@
 #include "common/params.h"
 
 /* The SIMT kernels: dtype 0 fp32, 1 fp16, 2 bf16; head dims 1..256 in buckets 64, 128,
- * 256 (fa_hip_simt_bucket: 0 outside); the backward is deterministic and needs p->dsum. */
+ * 256 (fa_hip_simt_bucket: 0 outside; the bucket of the larger of d and d_v), with the learnable
+ * sink and d_v != d; the backward is deterministic and needs p->dsum. */
 int fa_hip_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_hip_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_hip_simt_bucket(int64_t head_dim);

@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 typedef struct fa_gpu_kv_params {
-    fa_gpu_tensor q, o, lse;          /* q, o [batch][seqlen_new][heads_q][d]; lse: sb, ss (row i), sh */
+    fa_gpu_tensor q, o, lse;          /* q [batch][seqlen_new][heads_q][d], o [...][d_v]; lse: sb, ss (row i), sh */
     fa_gpu_tensor k_cache, v_cache;   /* contiguous: sb = one cache row; paged: sb = one page */
     fa_gpu_tensor k_new, v_new;       /* data NULL: nothing appended */
     const int32_t *cache_seqlens;     /* NULL: seqlen_cache tokens in every sequence */
@@ -31,19 +31,26 @@ typedef struct fa_gpu_kv_params {
     int out_f32;                      /* o is fp32 while the inputs are fp16 / bf16 */
     fa_score_mod_factors mod;         /* in the units of the raw product q . k */
     const float *alibi_slopes;
-    int aligned;                      /* every cache row 16-byte aligned and d % 8 == 0: vector loads */
+    int aligned;                      /* every cache row 16-byte aligned, d % 8 == 0 and d_v % 8 == 0:
+                                         vector loads */
     int l2_prefetch;                  /* tensor-core kernel: 0, or 128 / 256 bytes that L2 fetches
                                          around each cache copy (kv_host.c sets it) */
     /* the launch's shape: query rows per kv head (group x seqlen_new) cut into tiles of the
      * kernel's row count; splits of each sequence's keys, keys_per_split a multiple of the
      * kernel's key chunk */
     int64_t rows, row_tiles, splits, keys_per_split;
-    float *partial;                   /* splits > 1: [batch][heads_q][seqlen_new][splits][d] outputs
+    float *partial;                   /* splits > 1: [batch][heads_q][seqlen_new][splits][d_v] outputs
                                          then [...][splits] log-sum-exps, fp32 */
     /* check_on_device: the fault record (NULL: the host checked the arrays), and the bounds the
      * check kernel holds the arrays to */
     long long *fault;
     int64_t capacity, num_pages, batch_cache, seqlen_ro;
+    /* appended last (the tensor-core decode kernel reads neither): the value head dim of v_cache,
+     * v_new and o (d is q's, k_cache's, k_new's), and the learnable sink, fp32 [heads_q] on the
+     * device (NULL: none; core/sink.h), folded in once per row where its final LSE is known. The
+     * host gives calls with either to the SIMT decode kernel. */
+    int64_t d_v;
+    const float *sink;
 } fa_gpu_kv_params;
 
 /* The fault record a device check leaves in the context's memory: the first bad value found, as

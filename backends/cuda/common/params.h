@@ -47,6 +47,13 @@ typedef struct fa_gpu_params {
     const int32_t *bl_col;
     const uint8_t *bl_cls;
     int64_t bl_heads, bl_nq;
+    /* appended last, so that the kernels which read neither keep every other field's offset: the
+     * value head dim of V, O, dO, dV (d is Q's, K's); the learnable sink, fp32 [heads_q] on the
+     * device (NULL: none; core/sink.h), and the backward's dsink output (NULL: not asked). Only the
+     * SIMT kernels read them: the chooser gives every call with a sink or d_v != d to them. */
+    int64_t d_v;
+    const float *sink;
+    float *dsink;
 } fa_gpu_params;
 
 /* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family

@@ -12,6 +12,9 @@
  *                   thread for K and V alike; the streams merge in shared memory at the end. One
  *                   split writes O and LSE, several write fp32 partials.
  *   combine_kernel  one thread per (query row, channel): the splits merged by their LSE.
+ * q, k_cache and k_new have head dim d, v_cache, v_new and o d_v (both at most the instance's D).
+ * The learnable sink joins each row once its final LSE is known (core/sink.h): in the decode
+ * kernel's epilogue when the keys are not split, else in the combine kernel, never per split.
  * The arithmetic is the CPU backend's (backends/cpu/kvcache.c): q rotated and rounded to its
  * dtype, scores in fp32, the score modifiers on the raw product, exp2 of scores in log2 units. */
 #ifndef FA_GPU_DECODE_CUH
@@ -21,6 +24,7 @@
 #include "decode/check.cuh"
 #include "common/kv_params.h"
 #include "rotary.h"
+#include "sink.h"
 
 #include <math.h>
 
@@ -185,18 +189,24 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(256) void append_kernel(const fa_
     typedef typename S::T T;
     if (skip_on_fault(p))
         return;
-    const int64_t per_seq = p.seqlen_knew * p.heads_kv * p.d, total = p.batch * per_seq;
+    /* channels of the wider of the key (d) and value (d_v) rows; each tensor's own are copied */
+    const int64_t dw = p.d > p.d_v ? p.d : p.d_v;
+    const int64_t per_seq = p.seqlen_knew * p.heads_kv * dw, total = p.batch * per_seq;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = e / per_seq, r = e % per_seq;
-        const int64_t j = r / (p.heads_kv * p.d), h = r / p.d % p.heads_kv;
-        const int c = (int)(r % p.d);
+        const int64_t j = r / (p.heads_kv * dw), h = r / dw % p.heads_kv;
+        const int c = (int)(r % dw);
         const int64_t t = cached_len(p, b) + j;
         const T *kn = static_cast<const T *>(p.k_new.data), *vn = static_cast<const T *>(p.v_new.data);
-        const int64_t ks = b * p.k_new.sb + j * p.k_new.ss + h * p.k_new.sh;
-        const int64_t vs = b * p.v_new.sb + j * p.v_new.ss + h * p.v_new.sh;
-        const float k = p.rotary_cos ? rotated<S>(p, kn, ks, c, t) : S::load(kn, ks + c);
-        S::store(static_cast<T *>(p.k_cache.data), token_offset(p, p.k_cache, b, t, h) + c, k);
-        S::store(static_cast<T *>(p.v_cache.data), token_offset(p, p.v_cache, b, t, h) + c, S::load(vn, vs + c));
+        if (c < p.d) {
+            const int64_t ks = b * p.k_new.sb + j * p.k_new.ss + h * p.k_new.sh;
+            const float k = p.rotary_cos ? rotated<S>(p, kn, ks, c, t) : S::load(kn, ks + c);
+            S::store(static_cast<T *>(p.k_cache.data), token_offset(p, p.k_cache, b, t, h) + c, k);
+        }
+        if (c < p.d_v) {
+            const int64_t vs = b * p.v_new.sb + j * p.v_new.ss + h * p.v_new.sh;
+            S::store(static_cast<T *>(p.v_cache.data), token_offset(p, p.v_cache, b, t, h) + c, S::load(vn, vs + c));
+        }
     }
 }
 
@@ -282,8 +292,11 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
 
 /* The end every decode kernel shares: STREAMS partial results of each of the block's RT rows
  * (acc_s [STREAMS][RT][D] outputs scaled by 2^-m, m_s the maxima in log2 units, l_s the sums;
- * shared memory, after a barrier) merged, and written as O and LSE, or as the split's partials. */
-template <class S, int D, int RT, int STREAMS>
+ * shared memory, after a barrier) merged, and written as O and LSE, or as the split's partials.
+ * SINK_DV: the SIMT kernel's end, which writes p.d_v output channels and folds the sink in when the
+ * keys are not split; without it (the tensor-core kernel, which runs neither) p.d channels and no
+ * sink. */
+template <class S, int D, int RT, int STREAMS, bool SINK_DV = false>
 FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const float (*m_s)[RT],
                            const float (*l_s)[RT], int64_t b, int64_t hk, int64_t tile, int64_t split)
 {
@@ -291,7 +304,7 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
     for (int e = threadIdx.x; e < RT * D; e += (int)blockDim.x) {
         const int r = e / D, c = e % D;
         const int64_t row = tile * RT + r;
-        if (row >= p.rows || c >= p.d)
+        if (row >= p.rows || c >= (SINK_DV ? p.d_v : p.d))
             continue;
         float mx = -INFINITY;
 #pragma unroll
@@ -305,15 +318,20 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
             sum += l_s[st][r] * w;
             a += acc_s[(st * RT + r) * D + c] * w;
         }
-        const float out = sum > 0.0f ? a / sum : 0.0f;
-        const float lse = sum > 0.0f ? (base + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        float out = sum > 0.0f ? a / sum : 0.0f;
+        float lse = sum > 0.0f ? (base + log2f(sum)) * 0.69314718055994531f : -INFINITY;
         const int64_t h = hk * p.group + row / sn, i = row % sn;
         if (p.splits > 1) {
             const int64_t at = ((b * hq + h) * sn + i) * p.splits + split;
-            p.partial[at * p.d + c] = out;
+            p.partial[at * (SINK_DV ? p.d_v : p.d) + c] = out;
             if (c == 0)
-                p.partial[p.batch * hq * sn * p.splits * p.d + at] = lse;
+                p.partial[p.batch * hq * sn * p.splits * (SINK_DV ? p.d_v : p.d) + at] = lse;
             continue;
+        }
+        if (SINK_DV && p.sink) {
+            const float lse0 = lse;
+            lse = fa_sink_lse(lse0, p.sink[h]);
+            out *= fa_sink_factor(lse0, lse);
         }
         store_output<S>(p, b, i, h, c, out, lse);
     }
@@ -377,9 +395,11 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
     }
 
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
-    /* this thread's 8 channels: all inside the row (aligned rows have d % 8 == 0) or, past d, none */
-    const int nvalid = (int)min((int64_t)8, max((int64_t)0, p.d - c0));
-    const bool lane_in_row = nvalid > 0;
+    /* this thread's 8 channels of the key row (d) and of the value row (d_v): all inside the row
+     * (aligned rows have d % 8 == 0 and d_v % 8 == 0) or, past its end, none */
+    const int nvalid_k = (int)min((int64_t)8, max((int64_t)0, p.d - c0));
+    const int nvalid_v = (int)min((int64_t)8, max((int64_t)0, p.d_v - c0));
+    const bool k_in_row = nvalid_k > 0, v_in_row = nvalid_v > 0;
     /* one step: the scores of U keys per stream, this stream's online softmax, P V */
     auto consume = [&](const int64_t t0, const raw8<S>(&kr)[U], const raw8<S>(&vr)[U]) {
         float s[U][RT];
@@ -462,12 +482,12 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int64_t t = t0 + u * STREAMS + stream;
-                if (t < k_end && lane_in_row) {
+                if (t < k_end && k_in_row)
                     cp_async16(&ring[((stage * 2 + 0) * U + u) * FA_KV_THREADS + tid],
                                kc + token_offset(p, p.k_cache, b, t, hk) + c0);
+                if (t < k_end && v_in_row)
                     cp_async16(&ring[((stage * 2 + 1) * U + u) * FA_KV_THREADS + tid],
                                vc + token_offset(p, p.v_cache, b, t, hk) + c0);
-                }
             }
             cp_async_commit();
         };
@@ -484,9 +504,11 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 /* else stale words: zeros instead */
-                const bool in = t0 + u * STREAMS + stream < k_end && lane_in_row;
-                kr[u].w[0] = in ? ring[((stage * 2 + 0) * U + u) * FA_KV_THREADS + tid] : make_uint4(0, 0, 0, 0);
-                vr[u].w[0] = in ? ring[((stage * 2 + 1) * U + u) * FA_KV_THREADS + tid] : make_uint4(0, 0, 0, 0);
+                const bool in = t0 + u * STREAMS + stream < k_end;
+                kr[u].w[0] = in && k_in_row ? ring[((stage * 2 + 0) * U + u) * FA_KV_THREADS + tid]
+                                            : make_uint4(0, 0, 0, 0);
+                vr[u].w[0] = in && v_in_row ? ring[((stage * 2 + 1) * U + u) * FA_KV_THREADS + tid]
+                                            : make_uint4(0, 0, 0, 0);
             }
             consume(t0, kr, vr);
         }
@@ -501,11 +523,11 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
                     const int64_t ko = token_offset(p, p.k_cache, b, t, hk) + c0;
                     const int64_t vo = token_offset(p, p.v_cache, b, t, hk) + c0;
                     if (p.aligned) {
-                        kr[u] = lane_in_row ? load8<S>(kc, ko) : raw8<S>{};
-                        vr[u] = lane_in_row ? load8<S>(vc, vo) : raw8<S>{};
+                        kr[u] = k_in_row ? load8<S>(kc, ko) : raw8<S>{};
+                        vr[u] = v_in_row ? load8<S>(vc, vo) : raw8<S>{};
                     } else {
-                        kr[u] = load8_partial<S>(kc, ko, nvalid);
-                        vr[u] = load8_partial<S>(vc, vo, nvalid);
+                        kr[u] = load8_partial<S>(kc, ko, nvalid_k);
+                        vr[u] = load8_partial<S>(vc, vo, nvalid_v);
                     }
                 } else {
                     kr[u] = raw8<S>{};
@@ -528,7 +550,7 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
         }
     }
     FA_SYNC();
-    merge_store<S, D, RT, STREAMS>(p, &acc_s[0][0][0], m_s, l_s, b, hk, tile, split);
+    merge_store<S, D, RT, STREAMS, true>(p, &acc_s[0][0][0], m_s, l_s, b, hk, tile, split);
 }
 
 /* ---------------------------------------------------------------- combine */
@@ -537,10 +559,10 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa
 {
     if (skip_on_fault(p))
         return;
-    const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, total = p.batch * hq * sn * p.d;
-    const float *lses = p.partial + p.batch * hq * sn * splits * p.d;
+    const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, dv = p.d_v, total = p.batch * hq * sn * dv;
+    const float *lses = p.partial + p.batch * hq * sn * splits * dv;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t c = e % p.d, row = e / p.d; /* row = (b * hq + h) * sn + i */
+        const int64_t c = e % dv, row = e / dv; /* row = (b * hq + h) * sn + i */
         const int64_t i = row % sn, h = row / sn % hq, b = row / (sn * hq);
         float mx = -INFINITY;
         for (int64_t s = 0; s < splits; ++s)
@@ -553,9 +575,15 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa
                     continue;
                 const float w = expf(ls - mx);
                 sum += w;
-                a += w * p.partial[(row * splits + s) * p.d + c];
+                a += w * p.partial[(row * splits + s) * dv + c];
             }
-        store_output<S>(p, b, i, h, c, sum > 0.0f ? a / sum : 0.0f, sum > 0.0f ? mx + logf(sum) : -INFINITY);
+        float out = sum > 0.0f ? a / sum : 0.0f, lse = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+        if (p.sink) { /* the row's final LSE over the keys of every split: the sink joins it here */
+            const float lse0 = lse;
+            lse = fa_sink_lse(lse0, p.sink[h]);
+            out *= fa_sink_factor(lse0, lse);
+        }
+        store_output<S>(p, b, i, h, c, out, lse);
     }
 }
 
@@ -599,7 +627,8 @@ template <class S> fa_gpu_error launch_check_append(const fa_gpu_kv_params &p, f
     fa_gpu_error e = launch_check<S>(p, stream);
     if (e != FA_GPU_SUCCESS || !p.k_new.data || p.seqlen_knew == 0)
         return e;
-    append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * p.d), 256, 0, stream>>>(p);
+    append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * (p.d > p.d_v ? p.d : p.d_v)), 256, 0,
+                       stream>>>(p);
     return fa_gpu_last_error();
 }
 
@@ -608,7 +637,7 @@ template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu
 {
     if (p.splits == 1)
         return FA_GPU_SUCCESS;
-    combine_kernel<S><<<stride_blocks(p.batch * p.heads_q * p.seqlen_new * p.d), 256, 0, stream>>>(p);
+    combine_kernel<S><<<stride_blocks(p.batch * p.heads_q * p.seqlen_new * p.d_v), 256, 0, stream>>>(p);
     return fa_gpu_last_error();
 }
 

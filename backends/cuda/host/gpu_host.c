@@ -208,6 +208,9 @@ fa_status fa_gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_params
     kp->heads_kv = p->heads_kv;
     kp->group = p->group;
     kp->d = p->d;
+    kp->d_v = p->d_v;
+    kp->sink = p->sink;
+    kp->dsink = p->backward ? p->dsink : NULL;
     kp->seqlen_q = p->seqlen_q;
     kp->seqlen_k = p->seqlen_k;
     kp->total_q = p->total_q;

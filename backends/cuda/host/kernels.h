@@ -29,9 +29,11 @@ int fa_sm80_has_instance(int dtype, int head_dim, int backward, int aligned, int
 size_t fa_sm80_fused_backward_smem(int head_dim);
 
 /* The SIMT kernels (simt/): any dtype (0 fp32, 1 fp16, 2 bf16), head
- * dims 1..256 exact, grouped into buckets of 64, 128, 256 (fa_simt_bucket: 0 outside 1..256), any
- * compute capability the build targets. The backward is always deterministic and needs p->dsum
- * ([heads_q][total_q] floats); p->dq_accum and p->lse2 are unused. Return a cudaError_t value. */
+ * dims 1..256 exact, grouped into buckets of 64, 128, 256 (fa_simt_bucket: 0 outside 1..256; the
+ * bucket of the larger of p->d and p->d_v), any compute capability the build targets; the only
+ * family with the learnable sink (p->sink, p->dsink) and d_v != d. The backward is always
+ * deterministic and needs p->dsum ([heads_q][total_q] floats); p->dq_accum and p->lse2 are unused.
+ * Return a cudaError_t value. */
 int fa_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_simt_bucket(int64_t head_dim);
@@ -50,7 +52,8 @@ int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, void *stre
 int fa_sm90_has_backward(int dtype, int head_dim, int plain, int mod);
 
 /* fa_forward_kvcache's kernels (decode/, shared with HIP): append, split-KV decode
- * and combine for dtype 0 fp32, 1 fp16, 2 bf16, head-dim buckets 64, 128, 256, row tiles
+ * and combine for dtype 0 fp32, 1 fp16, 2 bf16, head-dim buckets 64, 128, 256 (of the larger of d
+ * and d_v; the sink and d_v != d are this SIMT kernel's, not the tensor-core one's), row tiles
  * FA_KV_ROW_TILE_SMALL and _LARGE (common/kv_params.h); async_copy: the cp.async ring (fp16 / bf16,
  * aligned rows). Returns a cudaError_t value. */
 int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,

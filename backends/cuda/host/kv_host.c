@@ -62,10 +62,13 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "cache_leftpad is not implemented on %s yet", FA_RT_NAME);
     if (p->batch == 0 || (p->seqlen_q == 0 && (!kp->has_new || kp->seqlen_knew == 0)))
         return FA_SUCCESS;
-    const int bucket = gpu_kv_bucket(p->d);
+    /* the decode kernels hold one key row and one value row across the threads of a warp, 8 channels
+     * each: both head dims at most 256 (a larger one, such as MLA's 576 / 512, is refused) */
+    const int bucket = gpu_kv_bucket(p->d > p->d_v ? p->d : p->d_v);
     if (bucket == 0)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED, "fa_forward_kvcache on %s: head dim %lld (1..256)", FA_RT_NAME,
-                        (long long)p->d);
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "fa_forward_kvcache on %s: head dims d = %lld, d_v = %lld; the decode kernels take 1..256",
+                        FA_RT_NAME, (long long)p->d, (long long)p->d_v);
     fa_gpu_state *s = fa_gpu_of(ctx);
     FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
     fa_gpu_kv_params kv;
@@ -99,6 +102,8 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.heads_kv = p->heads_kv;
     kv.group = p->group;
     kv.d = p->d;
+    kv.d_v = p->d_v;
+    kv.sink = p->sink;
     kv.seqlen_cache = kp->seqlen_cache;
     /* tokens are below 2^31, so a larger page holds all of them: 2^31 divides the same */
     kv.page_size = kp->paged ? (kp->page_size < ((int64_t)1 << 31) ? kp->page_size : ((int64_t)1 << 31)) : 0;
@@ -128,12 +133,12 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         kv.seqlen_ro = kp->seqlen_ro;
     }
     const size_t elem = fa_dtype_size(p->dtype);
-    kv.aligned = p->d % 8 == 0 && gpu_kv_view_aligned(&kp->k_cache, elem) && gpu_kv_view_aligned(&kp->v_cache, elem);
+    kv.aligned = p->d % 8 == 0 && p->d_v % 8 == 0 && gpu_kv_view_aligned(&kp->k_cache, elem) && gpu_kv_view_aligned(&kp->v_cache, elem);
     /* the kernel: the tensor-core one where it exists (cc >= 8.0, fp16 / bf16, aligned rows, d <=
-     * 128; FLASHATTN_KERNELS=kv-simt turns it off), else the SIMT one with the cp.async ring (fp16 /
-     * bf16, aligned rows) or register loads */
+     * 128, neither a sink nor d_v != d, which it does not read; FLASHATTN_KERNELS=kv-simt turns it
+     * off), else the SIMT one with the cp.async ring (fp16 / bf16, aligned rows) or register loads */
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
-                    bucket <= 128 && !s->kv_simt;
+                    bucket <= 128 && !p->sink && p->d_v == p->d && !s->kv_simt;
     kv.l2_prefetch = FA_KV_L2_PREFETCH;
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
@@ -162,7 +167,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     void *partial = NULL;
     if (kv.splits > 1) {
         int64_t floats;
-        if (!fa_mul_ok(p->total_q * p->heads_q, kv.splits, &floats) || !fa_mul_ok(floats, p->d + 1, &floats) ||
+        if (!fa_mul_ok(p->total_q * p->heads_q, kv.splits, &floats) || !fa_mul_ok(floats, p->d_v + 1, &floats) ||
             (uint64_t)floats > SIZE_MAX / sizeof(float))
             return FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_forward_kvcache: the split partials' size overflows");
         fa_status st = fa_gpu_scratch(ctx, sizeof(float) * (size_t)floats, &partial);

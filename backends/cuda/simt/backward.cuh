@@ -1,11 +1,12 @@
 /* backward.cuh: the SIMT backward, forward.cuh's twin without atomics (bitwise
  * reproducible): D = rowsum(dO o O), then dK/dV per key tile and dQ per query tile, each key (query)
  * row spread over D/16 adjacent threads that hold 16 of its columns and add their partial dot
- * products with xor shuffles. */
+ * products with xor shuffles; with a learnable sink, dsink per head by one block in a fixed order. */
 #ifndef FA_PORTABLE_BACKWARD_CUH
 #define FA_PORTABLE_BACKWARD_CUH
 
 #include "common/portable.cuh"
+#include "sink.h"
 
 namespace fa_gpu::simt {
 
@@ -23,13 +24,45 @@ template <class S> __global__ void FA_LAUNCH_BOUNDS(THREADS) dsum_kernel(const f
     const T *const op = static_cast<const T *>(p.o.data) + offset_of(p.o, b, sqi.q_start + i, h);
     const T *const dp = static_cast<const T *>(p.dout.data) + offset_of(p.dout, b, sqi.q_start + i, h);
     float acc = 0.0f;
-    for (int64_t c = 0; c < p.d; ++c)
+    for (int64_t c = 0; c < p.d_v; ++c)
         acc = fmaf(S::load(op, c), S::load(dp, c), acc);
     const int64_t row = p.cu_q ? sqi.q_start + i : b * p.seqlen_q + i;
     p.dsum[h * p.total_q + row] = acc;
 }
 
-/* The backward's decomposition for head-dim bucket D: TPK adjacent threads share one key (dK/dV)
+/* dsink_h = sum over the rows i of head h of fa_sink_grad_term(sink_h, LSE_i, D_i) (core/sink.h),
+ * written, not added: one block of NT threads per query head, after dsum_kernel. Thread t takes
+ * rows t, t + NT, ... of each sequence in turn, and the block adds the threads' sums in a fixed tree,
+ * so the result is the same bits on every run. */
+template <int NT> __global__ void FA_LAUNCH_BOUNDS(NT) dsink_kernel(const fa_gpu_params p)
+{
+    static_assert((NT & (NT - 1)) == 0, "the tree needs a power of two threads");
+    __shared__ float part[NT];
+    const int tid = (int)threadIdx.x;
+    const int64_t h = blockIdx.x;
+    const float sink = p.sink[h];
+    float acc = 0.0f;
+    for (int64_t b = 0; b < p.batch; ++b) {
+        const fa_seq sqi = fa_sequence(p, b);
+        const int64_t row0 = p.cu_q ? sqi.q_start : b * p.seqlen_q; /* D's row of query 0 */
+        for (int64_t i = tid; i < sqi.sq; i += NT) {
+            const float l = static_cast<const float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + i, h)];
+            acc += fa_sink_grad_term(sink, l, p.dsum[h * p.total_q + row0 + i]);
+        }
+    }
+    part[tid] = acc;
+    FA_SYNC();
+#pragma unroll
+    for (int w = NT / 2; w > 0; w >>= 1) {
+        if (tid < w)
+            part[tid] += part[tid + w];
+        FA_SYNC();
+    }
+    if (tid == 0)
+        p.dsink[h] = part[0];
+}
+
+/* The backward's decomposition for head-dim bucket D (of the larger of d and d_v): TPK adjacent threads share one key (dK/dV)
  * or one query row (dQ), each holding CPT = 16 of its columns (c = lane + TPK u: adjacent threads
  * read adjacent shared-memory words); the streamed Q, dO (or K, V) tiles of STEP rows take 32 KiB
  * of shared memory. Keys per dK/dV block and rows per dQ block: THREADS / TPK, a divisor of 64 so
@@ -54,42 +87,41 @@ template <int TPK> FA_DEVICE float group_sum(float x)
     return x;
 }
 
-/* Rows [r0, r0 + STEP) of head hd of two tensors with the same shape (Q and dO, or K and V) into
- * shared tiles [STEP][D], widened; rows >= n and columns >= d are 0. Every thread of the block
- * takes part (the caller's barriers bracket it). */
+/* Rows [r0, r0 + STEP) of head hd of two tensors with the same rows (Q and dO, or K and V) and
+ * da and db columns (d and d_v) into shared tiles [STEP][D], widened; rows >= n and columns past
+ * each tensor's are 0. Every thread of the block takes part (the caller's barriers bracket it). */
 template <class S, int D, int STEP>
-FA_DEVICE void load_tile_pair(const fa_gpu_params &p, const fa_gpu_tensor &ta, const fa_gpu_tensor &tb, int64_t b,
-                              int64_t r0, int n, int64_t hd, float *a_t, float *b_t)
+FA_DEVICE void load_tile_pair(const fa_gpu_tensor &ta, const fa_gpu_tensor &tb, int da, int db, int64_t b, int64_t r0,
+                              int n, int64_t hd, float *a_t, float *b_t)
 {
     typedef typename S::T T;
-    const int d = (int)p.d;
     for (int e = (int)threadIdx.x; e < STEP * D; e += THREADS) {
         const int r = e / D, c = e - r * D;
         float ax = 0.0f, bx = 0.0f;
-        if (r < n && c < d) {
+        if (r < n && c < da)
             ax = S::load(static_cast<const T *>(ta.data), offset_of(ta, b, r0 + r, hd) + c);
+        if (r < n && c < db)
             bx = S::load(static_cast<const T *>(tb.data), offset_of(tb, b, r0 + r, hd) + c);
-        }
         a_t[e] = ax;
         b_t[e] = bx;
     }
 }
 
 /* This thread's CPT columns (lane + TPK u) of row `row` of head hd of two tensors (K and V, or Q
- * and dO) into registers; 0 for an invalid row and past d. */
+ * and dO, of da and db columns) into registers; 0 for an invalid row and past each tensor's
+ * columns. */
 template <class S, int CPT, int TPK>
-FA_DEVICE void load_row_pair(const fa_gpu_params &p, const fa_gpu_tensor &ta, const fa_gpu_tensor &tb, int64_t b,
-                             int64_t row, int64_t hd, bool valid, int lane, float *ar, float *br)
+FA_DEVICE void load_row_pair(const fa_gpu_tensor &ta, const fa_gpu_tensor &tb, int da, int db, int64_t b, int64_t row,
+                             int64_t hd, bool valid, int lane, float *ar, float *br)
 {
     typedef typename S::T T;
-    const int d = (int)p.d;
     const T *const ap = static_cast<const T *>(ta.data) + (valid ? offset_of(ta, b, row, hd) : 0);
     const T *const bp = static_cast<const T *>(tb.data) + (valid ? offset_of(tb, b, row, hd) : 0);
 #pragma unroll
     for (int u = 0; u < CPT; ++u) {
         const int c = lane + TPK * u;
-        ar[u] = valid && c < d ? S::load(ap, c) : 0.0f;
-        br[u] = valid && c < d ? S::load(bp, c) : 0.0f;
+        ar[u] = valid && c < da ? S::load(ap, c) : 0.0f;
+        br[u] = valid && c < db ? S::load(bp, c) : 0.0f;
     }
 }
 
@@ -110,12 +142,12 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
         return;
     const int64_t j = k0 + tid / TPK, kt = k0 / BN;
     const bool valid = j < sqi.sk;
-    const int d = (int)p.d;
+    const int d = (int)p.d, dv = (int)p.d_v;
     const fa_mask m = fa_mask_make(sqi.sq, sqi.sk, p.causal, p.window_left, p.window_right);
     const int64_t row0 = p.cu_q ? sqi.q_start : b * p.seqlen_q; /* D's row of query 0 */
 
     float kr[CPT], vr[CPT], dkr[CPT], dvr[CPT];
-    load_row_pair<S, CPT, TPK>(p, p.k, p.v, b, sqi.k_start + j, hk, valid, lane, kr, vr);
+    load_row_pair<S, CPT, TPK>(p.k, p.v, d, dv, b, sqi.k_start + j, hk, valid, lane, kr, vr);
 #pragma unroll
     for (int u = 0; u < CPT; ++u) {
         dkr[u] = 0.0f;
@@ -134,7 +166,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
                 continue;
             const int nr = (int)(sqi.sq - q0 < STEP ? sqi.sq - q0 : STEP);
             FA_SYNC(); /* the previous tile's reads are done */
-            load_tile_pair<S, D, STEP>(p, p.q, p.dout, b, sqi.q_start + q0, nr, h, q_t, do_t);
+            load_tile_pair<S, D, STEP>(p.q, p.dout, d, dv, b, sqi.q_start + q0, nr, h, q_t, do_t);
             for (int r = tid; r < STEP; r += THREADS) {
                 lse_t[r] = r < nr ? static_cast<const float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + q0 + r, h)]
                                   : -INFINITY;
@@ -185,10 +217,10 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dk
 #pragma unroll
         for (int u = 0; u < CPT; ++u) {
             const int c = lane + TPK * u;
-            if (c < d) {
+            if (c < d)
                 S::store(dkp, c, dkr[u]);
+            if (c < dv)
                 S::store(dvp, c, dvr[u]);
-            }
         }
     }
 }
@@ -211,13 +243,13 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
     const int64_t nr = sqi.sq - q0 < sh::ROWS ? sqi.sq - q0 : sh::ROWS;
     const int64_t i = q0 + tid / TPK, hk = h / p.group;
     const bool valid = i < sqi.sq;
-    const int d = (int)p.d;
+    const int d = (int)p.d, dv = (int)p.d_v;
     const fa_mask m = fa_mask_make(sqi.sq, sqi.sk, p.causal, p.window_left, p.window_right);
 
     float qr[CPT], dor[CPT], dqr[CPT];
     float l = -INFINITY, di = 0.0f;
     int64_t lo = 0, hi = 0;
-    load_row_pair<S, CPT, TPK>(p, p.q, p.dout, b, sqi.q_start + i, h, valid, lane, qr, dor);
+    load_row_pair<S, CPT, TPK>(p.q, p.dout, d, dv, b, sqi.q_start + i, h, valid, lane, qr, dor);
 #pragma unroll
     for (int u = 0; u < CPT; ++u)
         dqr[u] = 0.0f;
@@ -239,7 +271,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
                 continue;
             const int nc = (int)(sqi.sk - kc0 < STEP ? sqi.sk - kc0 : STEP);
             FA_SYNC(); /* the previous tile's reads are done */
-            load_tile_pair<S, D, STEP>(p, p.k, p.v, b, sqi.k_start + kc0, nc, hk, k_t, v_t);
+            load_tile_pair<S, D, STEP>(p.k, p.v, d, dv, b, sqi.k_start + kc0, nc, hk, k_t, v_t);
             FA_SYNC();
             for (int jj = 0; jj < nc; ++jj) { /* uniform bound: every lane reaches the shuffles */
                 float s = 0.0f, dp = 0.0f;
@@ -281,7 +313,8 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
     }
 }
 
-/* p.dsum: [heads_q][total_q] floats of workspace. */
+/* p.dsum: [heads_q][total_q] floats of workspace. p.dsink (with p.sink): written by dsink_kernel
+ * after dsum_kernel, for every head (0 where the heads have no query row). */
 template <class S, int D> fa_gpu_error launch_backward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     typedef bwd_shape<D> sh;
@@ -295,6 +328,13 @@ template <class S, int D> fa_gpu_error launch_backward(const fa_gpu_params &p, f
         if (!grid_ok(nd, p.heads_q, p.batch))
             return FA_GPU_INVALID_VALUE;
         dsum_kernel<S><<<dim3((unsigned)nd, (unsigned)p.heads_q, (unsigned)p.batch), THREADS, 0, stream>>>(p);
+        if ((e = fa_gpu_last_error()) != FA_GPU_SUCCESS)
+            return e;
+    }
+    if (p.sink && p.dsink) { /* after dsum on the same stream */
+        if (!grid_ok(p.heads_q, 1, 1))
+            return FA_GPU_INVALID_VALUE;
+        dsink_kernel<THREADS><<<(unsigned)p.heads_q, THREADS, 0, stream>>>(p);
         if ((e = fa_gpu_last_error()) != FA_GPU_SUCCESS)
             return e;
     }

@@ -1,11 +1,13 @@
 /* forward.cuh: the SIMT forward (forward.cl's design): one block of 256 threads per
  * (64-row query tile, head, batch), a 16 x 16 grid of threads each owning a 4 x 4 block of the
  * 64 x 64 score tile and the matching rows of O; Q and K pass through shared memory 32 head-dim
- * columns at a time, V 64 at a time. Plain fp32 FMAs, CUDA and HIP alike. */
+ * columns at a time, V 64 at a time. Plain fp32 FMAs, CUDA and HIP alike. The learnable sink is
+ * folded into each row's LSE and O in the epilogue (core/sink.h). */
 #ifndef FA_PORTABLE_FORWARD_CUH
 #define FA_PORTABLE_FORWARD_CUH
 
 #include "common/portable.cuh"
+#include "sink.h"
 
 namespace fa_gpu::simt {
 
@@ -29,8 +31,9 @@ static_assert(TY * TX == THREADS && TM == 4 && NQ * THREADS * 4 == BM * DC && NK
               "forward tile shape");
 } // namespace fwd
 
-/* D: the head-dim bucket (64, 128, 256); p.d <= D columns are real. MOD: the call has a score
- * modifier, applied to the raw q . k products (Q then is not prescaled), which are then scaled. */
+/* D: the head-dim bucket (64, 128, 256) of the larger of the two head dims: p.d <= D columns of Q
+ * and K are real, p.d_v <= D of V and O. MOD: the call has a score modifier, applied to the raw
+ * q . k products (Q then is not prescaled), which are then scaled. */
 template <class S, int D, bool MOD>
 __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, const bool vec)
 {
@@ -50,7 +53,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
     if (q0 >= sqi.sq) /* the same for the whole block: no barrier is skipped by part of it */
         return;
     const int nr = (int)(sqi.sq - q0 < BM ? sqi.sq - q0 : BM);
-    const int d = (int)p.d;
+    const int d = (int)p.d, dv = (int)p.d_v;
     const int64_t hk = h / p.group;
     const fa_mask m = fa_mask_make(sqi.sq, sqi.sk, p.causal, p.window_left, p.window_right);
     const float qscale = MOD ? 1.0f : p.scale_log2;
@@ -216,16 +219,16 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
             *reinterpret_cast<float4 *>(p_l + (tx + TX * j) * QP + ty * TM) =
                 make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
 
-        /* O += P V, VC columns of V at a time; chunks past the head dim are skipped (uniform) */
+        /* O += P V, VC columns of V at a time; chunks past V's head dim are skipped (uniform) */
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-            if (g * VC < d) {
+            if (g * VC < dv) {
                 float4 vn[NV];
 #pragma unroll
                 for (int u = 0; u < NV; ++u) {
                     const int e = tid + u * THREADS, j = e / (VC / 4), col = g * VC + (e % (VC / 4)) * 4;
-                    vn[u] = j < nc && col < d ? load4<S>(vp, (int64_t)(k0 + j) * p.v.ss + col, d - col, vec)
-                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    vn[u] = j < nc && col < dv ? load4<S>(vp, (int64_t)(k0 + j) * p.v.ss + col, dv - col, vec)
+                                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
                 /* region A: the S passes' last reads (g = 0) or the previous chunk's are done */
                 FA_SYNC();
@@ -266,20 +269,26 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
             l += p_l[rr * TX + x];
         if (rr >= nr)
             continue;
-        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        /* the row's LSE over its keys; with a sink, the LSE over the keys and the sink, and O
+         * scaled by exp(LSE0 - LSE) (0 for a row that saw no key) */
+        const float lse0 =
+            (l == 0.0f || row_max[r] == -INFINITY) ? -INFINITY : row_max[r] * 0.69314718055994531f + logf(l);
+        const float lse = p.sink ? fa_sink_lse(lse0, p.sink[h]) : lse0;
+        float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        if (p.sink)
+            inv *= fa_sink_factor(lse0, lse);
         const int64_t at = offset_of(p.o, b, sqi.q_start + q0 + rr, h);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
             const int col = 4 * tx + OW * g;
-            if (col < d)
-                store4<S>(op, at + col, d - col,
+            if (col < dv)
+                store4<S>(op, at + col, dv - col,
                           make_float4(fa_row_output(acc[r][g].x, inv), fa_row_output(acc[r][g].y, inv),
                                       fa_row_output(acc[r][g].z, inv), fa_row_output(acc[r][g].w, inv)),
                           vec);
         }
         if (tx == 0 && p.lse.data)
-            static_cast<float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + q0 + rr, h)] =
-                (l == 0.0f || row_max[r] == -INFINITY) ? -INFINITY : row_max[r] * 0.69314718055994531f + logf(l);
+            static_cast<float *>(p.lse.data)[offset_of(p.lse, b, sqi.q_start + q0 + rr, h)] = lse;
     }
 }
 
