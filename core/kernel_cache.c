@@ -325,7 +325,9 @@ int fa_kernel_cache_load(const char *kind, const fa_kernel_key *key, unsigned ch
     free(dir);
     if (!path)
         return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO put in the entry's place returns at once (then fails the
+     * regular-file check) instead of waiting for a writer; reads of a regular file ignore it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         *bytes = read_entry(fd, &st, key, len);

@@ -324,6 +324,11 @@ static void test_corruption(void **state)
     assert_int_equal(fa_kernel_cache_store("opencl", &k, payload, sizeof payload), FA_KERNEL_CACHE_FAILED);
     assert_miss("opencl", &k);
     assert_int_equal(rmdir(path), 0);
+    /* a FIFO there: a miss at once, not a wait for a writer; a store replaces it */
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_miss("opencl", &k);
+    assert_int_equal(fa_kernel_cache_store("opencl", &k, payload, sizeof payload), FA_KERNEL_CACHE_STORED);
+    assert_hit("opencl", &k, payload, sizeof payload);
     char dir[200];
     snprintf(dir, sizeof dir, "%s/opencl", root);
     assert_int_equal(count_files(dir, ".tmp"), 0);
