@@ -1,6 +1,6 @@
 /* test_kernel_cache.c: the disk cache of compiled kernels (core/kernel_cache.c): keys, round trips,
  * every kind of damage to an entry (a miss, the file removed, and a store then repairs it), forked
- * writers and readers of one directory, FLASHATTN_CACHE_DIR=off and directories that cannot be
+ * writers and readers of one directory, threads of one process, FLASHATTN_CACHE_DIR=off and directories that cannot be
  * written. Each test runs in a fresh directory under /tmp named by FLASHATTN_CACHE_DIR. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,6 +478,32 @@ static void test_concurrency(void **state)
     assert_true(entries >= SHARED_KEYS && entries <= SHARED_KEYS + WRITERS * 8);
 }
 
+/* Threads of one process share the pid: their temporary names must still differ. */
+#define THREADS 4
+
+static void *thread_writer(void *arg)
+{
+    return (void *)(intptr_t)writer((uint32_t)(intptr_t)arg);
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; ++i)
+        assert_int_equal(pthread_create(&t[i], NULL, thread_writer, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < THREADS; ++i) {
+        void *bad = NULL;
+        assert_int_equal(pthread_join(t[i], &bad), 0);
+        if (bad)
+            print_message("thread %d failed: %d\n", i, (int)(intptr_t)bad);
+        assert_null(bad);
+    }
+    char dir[200];
+    snprintf(dir, sizeof dir, "%s/cuda", root);
+    assert_int_equal(count_files(dir, ".tmp"), 0);
+}
+
 /* ---- the cache off, or unwritable ---- */
 
 static void test_off(void **state)
@@ -574,6 +601,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_round_trip, setup_root, teardown_root),
         cmocka_unit_test_setup_teardown(test_corruption, setup_root, teardown_root),
         cmocka_unit_test_setup_teardown(test_concurrency, setup_root, teardown_root),
+        cmocka_unit_test_setup_teardown(test_threads, setup_root, teardown_root),
         cmocka_unit_test_setup_teardown(test_off, setup_root, teardown_root),
         cmocka_unit_test_setup_teardown(test_unwritable, setup_root, teardown_root),
     };
