@@ -1,15 +1,14 @@
 /* programs.c: the kernels' programs. The .cl files in kernels/ are embedded at build time
  * (embed_cl.py) and compiled at first use per (kernels, dtype, head dims d and d_v, tile shape,
  * score modifiers, learnable sink): the options string is the key of the context's list, and a hash of the source,
- * options, device and driver names the binary cached on disk. */
+ * options, device and driver names the binary in the disk cache (core/kernel_cache.c, kind "opencl"). */
 #include "opencl_backend.h"
+#include "kernel_cache.h"
 #include "kernels_switch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 extern const char fa_opencl_source[];
 extern const size_t fa_opencl_source_len;
@@ -29,67 +28,8 @@ void ocl_release_programs(ocl_state *s)
     s->nprograms = 0;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *c = data;
-    for (size_t i = 0; i < n; ++i) {
-        h ^= c[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-/* The directory for program binaries: $FLASHATTN_CACHE_DIR/opencl, else
- * $XDG_CACHE_HOME/flashattn/opencl, else $HOME/.cache/flashattn/opencl; FLASHATTN_CACHE_DIR=off
- * disables the disk cache. Returns 0 when there is none. */
-static int cache_dir(char *buf, size_t len)
-{
-    const char *v = getenv("FLASHATTN_CACHE_DIR");
-    int n;
-    if (v && strcmp(v, "off") == 0)
-        return 0;
-    if (v && *v)
-        n = snprintf(buf, len, "%s/opencl", v);
-    else if ((v = getenv("XDG_CACHE_HOME")) && *v)
-        n = snprintf(buf, len, "%s/flashattn/opencl", v);
-    else if ((v = getenv("HOME")) && *v)
-        n = snprintf(buf, len, "%s/.cache/flashattn/opencl", v);
-    else
-        return 0;
-    return n > 0 && (size_t)n < len;
-}
-
-static void make_dirs(char *path)
-{
-    for (char *c = path + 1; *c; ++c)
-        if (*c == '/') {
-            *c = '\0';
-            mkdir(path, 0755);
-            *c = '/';
-        }
-    mkdir(path, 0755);
-}
-
-static unsigned char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    unsigned char *data = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)n)) &&
-        fread(data, 1, (size_t)n, f) != (size_t)n) {
-        free(data);
-        data = NULL;
-    }
-    fclose(f);
-    *len = data ? (size_t)n : 0;
-    return data;
-}
-
-/* Best effort: the cache only saves time, so a failure to write it is not an error. Written to a
- * temporary name and renamed, so a concurrent reader never sees half a file. */
-static void save_binary(cl_program prog, const char *dir, const char *path)
+/* Best effort: the cache only saves time, so a failure to write it is not an error. */
+static void save_binary(cl_program prog, const fa_kernel_key *key)
 {
     size_t size = 0;
     if (ocl_api.clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
@@ -98,22 +38,8 @@ static void save_binary(cl_program prog, const char *dir, const char *path)
     if (!bin)
         return;
     unsigned char *bins[1] = {bin};
-    if (ocl_api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
-        char tmp[4300], d[4096];
-        snprintf(d, sizeof d, "%s", dir);
-        make_dirs(d);
-        if (snprintf(tmp, sizeof tmp, "%.4200s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) {
-            free(bin);
-            return;
-        }
-        FILE *f = fopen(tmp, "wb");
-        if (f) {
-            int ok = fwrite(bin, 1, size, f) == size;
-            ok = (fclose(f) == 0) && ok;
-            if (!ok || rename(tmp, path) != 0)
-                remove(tmp);
-        }
-    }
+    if (ocl_api.clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS)
+        fa_kernel_cache_store("opencl", key, bin, size);
     free(bin);
 }
 
@@ -206,21 +132,19 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
     if (s->nprograms == OCL_MAX_PROGRAMS) /* many shapes in one context: start over */
         ocl_release_programs(s);
 
-    uint64_t key = 0xcbf29ce484222325ull;
-    const char *parts[] = {fa_opencl_source, options, s->device_name, s->device_version, s->driver_version,
-                           s->platform_version};
+    /* the disk cache's key: the source, the options, and the device, driver and platform names and
+     * versions that a binary is valid for (core/kernel_cache.c keeps the entries) */
+    const char *parts[] = {options, s->device_name, s->device_version, s->driver_version, s->platform_version};
+    fa_kernel_key_part kparts[1 + sizeof parts / sizeof parts[0]] = {{fa_opencl_source, fa_opencl_source_len}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; ++i)
-        key = fnv1a(key, parts[i], strlen(parts[i]) + 1);
-    char dir[4096], path[4200];
-    int cached = cache_dir(dir, sizeof dir);
-    if (cached)
-        snprintf(path, sizeof path, "%s/%016llx.bin", dir, (unsigned long long)key);
+        kparts[1 + i] = (fa_kernel_key_part){parts[i], strlen(parts[i])};
+    fa_kernel_key key = fa_kernel_cache_key(kparts, sizeof kparts / sizeof kparts[0]);
 
     cl_program prog = NULL;
     cl_int e = CL_SUCCESS;
     size_t blen = 0;
-    unsigned char *bin = cached ? read_file(path, &blen) : NULL;
-    if (bin) {
+    unsigned char *bin = NULL;
+    if (fa_kernel_cache_load("opencl", &key, &bin, &blen)) {
         const unsigned char *bins[1] = {bin};
         cl_int bstatus;
         prog = ocl_api.clCreateProgramWithBinary(s->context, 1, &s->device, &blen, bins, &bstatus, &e);
@@ -256,8 +180,7 @@ static fa_status program_for(fa_context *ctx, char *options, int n, int kernels,
             }
             free(log);
         }
-        if (cached)
-            save_binary(prog, dir, path);
+        save_binary(prog, &key); /* also replaces an entry that the device refused */
     }
     ocl_program *pr = &s->programs[s->nprograms];
     memset(pr, 0, sizeof *pr);

@@ -392,6 +392,68 @@ static void test_dropout_mask(void **state)
     free_problem(&p);
 }
 
+/* The contents of path in a malloc'd buffer, its length in *len */
+static unsigned char *file_bytes(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n > 0);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+    unsigned char *b = malloc((size_t)n);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* With damage != 0: the last byte of each .bin in dir flipped, the damaged contents kept in
+ * saved. With damage == 0: checks that each file differs from its damaged copy in saved (the
+ * entry was compiled anew and rewritten), and frees the copies. Returns the number of .bin files. */
+#define MAX_BINS 64
+typedef struct saved_bin {
+    char path[300];
+    unsigned char *bytes;
+    size_t len;
+} saved_bin;
+
+static int damage_or_check_bins(const char *dir, int damage, saved_bin saved[MAX_BINS])
+{
+    int bins = 0;
+    if (damage) {
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        for (struct dirent *e; (e = readdir(d));)
+            if (strstr(e->d_name, ".bin") && bins < MAX_BINS)
+                snprintf(saved[bins++].path, sizeof saved[0].path, "%s/%.200s", dir, e->d_name);
+        closedir(d);
+    } else {
+        while (bins < MAX_BINS && saved[bins].bytes)
+            ++bins;
+    }
+    for (int i = 0; i < bins; ++i) {
+        size_t len;
+        unsigned char *b = file_bytes(saved[i].path, &len);
+        if (damage) {
+            b[len - 1] ^= 0x40;
+            FILE *f = fopen(saved[i].path, "wb");
+            assert_non_null(f);
+            assert_int_equal(fwrite(b, 1, len, f), len);
+            assert_int_equal(fclose(f), 0);
+            saved[i].bytes = b;
+            saved[i].len = len;
+        } else {
+            assert_true(len != saved[i].len || memcmp(b, saved[i].bytes, len) != 0);
+            free(b);
+            free(saved[i].bytes);
+            saved[i].bytes = NULL;
+        }
+    }
+    return bins;
+}
+
 static void test_backward_reproducible_and_cached(void **state)
 {
     (void)state;
@@ -399,26 +461,40 @@ static void test_backward_reproducible_and_cached(void **state)
     make_problem(&p, FA_DTYPE_BF16, 100, 90, 4, 1, 96);
     p.opts.causal = 1;
     p.opts.dropout_p = 0.1f;
+    /* the earlier tests' entries removed, so the directory holds this test's programs alone */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/opencl", cache_root);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, ".bin")) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/%.200s", dir, e->d_name);
+            assert_int_equal(remove(path), 0);
+        }
+    closedir(d);
     outputs a, b;
     run("opencl", &p, &a);
     run("opencl", &p, &b);
     for (int t = T_O; t < T_N; ++t)
         if (t != T_DO)
             assert_memory_equal(a.host[t], b.host[t], a.bytes[t]);
+    release(&b);
+    /* the programs just built are in the disk cache */
+    saved_bin saved[MAX_BINS] = {{"", NULL, 0}};
+    int bins = damage_or_check_bins(dir, 1, saved);
+    print_message("    %d program binaries in %s, each damaged in its last byte\n", bins, dir);
+    assert_true(bins >= 1 && bins < MAX_BINS);
+    /* a damaged entry is never loaded: the programs are compiled again, give the same answers,
+     * and replace the entries */
+    run("opencl", &p, &b);
+    for (int t = T_O; t < T_N; ++t)
+        if (t != T_DO)
+            assert_memory_equal(a.host[t], b.host[t], a.bytes[t]);
+    assert_int_equal(damage_or_check_bins(dir, 0, saved), bins);
     release(&a);
     release(&b);
     free_problem(&p);
-    /* the programs just built are in the disk cache */
-    char dir[300];
-    snprintf(dir, sizeof dir, "%s/opencl", cache_root);
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int bins = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        bins += strstr(e->d_name, ".bin") != NULL;
-    closedir(d);
-    print_message("    %d program binaries in %s\n", bins, dir);
-    assert_true(bins >= 1);
 }
 
 int main(void)
