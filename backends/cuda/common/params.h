@@ -4,8 +4,10 @@
 #ifndef FA_GPU_PARAMS_H
 #define FA_GPU_PARAMS_H
 
+#if !defined(__CUDACC_RTC__) /* NVRTC: common/rtc_prelude.cuh's types, included first there */
 #include <stddef.h>
 #include <stdint.h>
+#endif
 
 #include "score_mod.h"
 
