@@ -4,7 +4,9 @@
 #ifndef FA_GPU_PARAMS_H
 #define FA_GPU_PARAMS_H
 
-#if !defined(__CUDACC_RTC__) /* NVRTC: common/rtc_prelude.cuh's types, included first there */
+#if defined(__CUDACC_RTC__) /* NVRTC has no <stdint.h>: the prelude's types */
+#include "common/rtc_prelude.cuh"
+#else
 #include <stddef.h>
 #include <stdint.h>
 #endif
