@@ -4,8 +4,12 @@
 #ifndef FA_GPU_PARAMS_H
 #define FA_GPU_PARAMS_H
 
+#if defined(__CUDACC_RTC__) /* NVRTC has no <stdint.h>: the prelude's types */
+#include "common/rtc_prelude.cuh"
+#else
 #include <stddef.h>
 #include <stdint.h>
+#endif
 
 #include "score_mod.h"
 

@@ -14,7 +14,9 @@
 #include "philox.h"
 #include "score_mod.h"
 
+#if !defined(__CUDACC_RTC__) /* NVRTC: common/rtc_prelude.cuh (through vendor.h) */
 #include <stdint.h>
+#endif
 
 namespace fa_gpu {
 
@@ -204,6 +206,8 @@ FA_DEVICE float drop_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_
 
 /* ---------------------------------------------------------------- launch checks */
 
+#if !defined(__CUDACC_RTC__) /* host code: NVRTC compiles the kernels alone */
+
 /* The head-dim buckets the instances cover; 0 when d is out of range. */
 inline int bucket_of(int64_t d)
 {
@@ -220,6 +224,7 @@ inline bool grid_ok(int64_t x, int64_t y, int64_t z)
 {
     return x > 0 && x <= 0x7fffffff && y > 0 && y <= 65535 && z > 0 && z <= 65535;
 }
+#endif
 
 } // namespace fa_gpu
 

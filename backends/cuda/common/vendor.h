@@ -2,7 +2,8 @@
  * backends compile (simt/, decode/, mfma/, common/portable.cuh) need and that CUDA and HIP spell
  * differently: runtime types, the shuffle, the warp (wavefront) width, fp16 conversions. Compiled
  * as CUDA under __CUDACC__ and as HIP under __HIPCC__; nothing else of either toolkit is used, so
- * the kernels themselves are written once (ggml's vendors/hip.h is the model). */
+ * the kernels themselves are written once (ggml's vendors/hip.h is the model). Under NVRTC
+ * (__CUDACC_RTC__) the device names come from common/rtc_prelude.cuh instead of the toolkit. */
 #ifndef FA_GPU_VENDOR_H
 #define FA_GPU_VENDOR_H
 
@@ -27,6 +28,15 @@ typedef hipStream_t fa_gpu_stream;
 #define FA_SHFL_XOR(x, lane_mask) __shfl_xor((x), (lane_mask))
 /* the C entry points of the kernels both backends compile, named apart from the CUDA build's */
 #define FA_GPU_ENTRY(name) fa_hip_##name
+
+#elif defined(__CUDACC_RTC__)
+/* NVRTC (which defines __CUDACC__ too): device code alone, without the toolkit's headers; the
+ * launchers, which need the runtime, are nvcc's (common/rtc_prelude.cuh) */
+#include "common/rtc_prelude.cuh"
+
+#define FA_WARP_SIZE 32
+#define FA_SHFL_XOR(x, lane_mask) __shfl_xor_sync(0xffffffffu, (x), (lane_mask))
+#define FA_GPU_ENTRY(name) fa_##name
 
 #elif defined(__CUDACC__)
 #include <cuda_fp16.h>
@@ -54,6 +64,17 @@ typedef cudaStream_t fa_gpu_stream;
 
 /* fp16 storage as 16-bit words: the toolkit's conversions (exact widening, round to nearest even
  * when narrowing: core/half.h's rule). */
+#if defined(__CUDACC_RTC__)
+FA_DEVICE float fa_f16_bits_to_float(unsigned short u)
+{
+    return fa_rtc_f16_to_f32(u);
+}
+
+FA_DEVICE unsigned short fa_float_to_f16_bits(float x)
+{
+    return fa_rtc_f32_to_f16_rn(x);
+}
+#else
 FA_DEVICE float fa_f16_bits_to_float(unsigned short u)
 {
     return __half2float(__ushort_as_half(u));
@@ -63,6 +84,7 @@ FA_DEVICE unsigned short fa_float_to_f16_bits(float x)
 {
     return __half_as_ushort(__float2half_rn(x));
 }
+#endif
 
 /* bf16 as 16-bit words with core/half.h's rule (round to nearest even, NaN kept quiet): no
  * toolkit type needed, and the bits match the CPU backend's exactly. */

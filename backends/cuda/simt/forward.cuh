@@ -292,6 +292,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
     }
 }
 
+#if !defined(__CUDACC_RTC__) /* host code: NVRTC compiles the kernels alone */
 template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     const int64_t nq = (p.seqlen_q + BM - 1) / BM;
@@ -307,6 +308,7 @@ template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa
         forward_kernel<S, D, false><<<grid, THREADS, 0, stream>>>(p, vec);
     return fa_gpu_last_error();
 }
+#endif
 
 } // namespace fa_gpu::simt
 

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""rtc_sass.py: NVRTC against nvcc, kernel by kernel. Compiles kernels of the SIMT family with NVRTC
+(libnvrtc opened with ctypes, as a run-time backend would dlopen it) by name expression, for each
+--arch, from the source tree alone: no include path to the toolkit (common/rtc_prelude.cuh stands in
+for its headers); then compares each kernel's SASS and resource usage (`cuobjdump`, parsed as
+compare_sass.py parses them) with the kernel of the same mangled name (NVRTC's lowered name) in nvcc's
+objects.
+
+usage: rtc_sass.py SOURCE_ROOT REFERENCE... [--arch sm_80] [--arch sm_90a] [--sample | --all | --kernel EXPR...]
+                   [--nvrtc LIB] [--cuobjdump PATH] [--option OPT]... [--keep DIR] [--expect-shared-differences]
+SOURCE_ROOT: the repository. REFERENCE: nvcc's build folders (every *.o under backends/cuda/),
+object files or static libraries. An NVRTC target with an arch-specific letter (sm_90a) is compared
+with the reference's plain architecture (sm_90) where the reference has no code of its own for it
+(the SIMT kernels ship sm_90 machine code built from compute_80 PTX). The `.headerflags` line, which
+names the virtual architecture the code came from, is left out of the instructions and printed.
+
+Kernels: every instance instances/simt_*.cu instantiates (--all), else a sample of each storage type,
+both directions and the three head-dim buckets (--sample, the default). Exit status: 0 when every
+kernel has identical SASS and resource usage, 1 when one differs or NVRTC fails, 77 (meson's skip) when
+NVRTC or cuobjdump is missing or the reference holds no machine code of the kernels for any --arch.
+
+Found with NVRTC 13.0 and nvcc 13.0: the kernels without shared memory (dsum_kernel) are identical;
+every kernel with shared memory differs, because NVRTC addresses shared memory with 64-bit registers
+(`mov.u64 %rd, <__shared__ variable>`) where nvcc's cicc uses 32-bit ones; a three-line kernel with
+one __shared__ array shows it, and no NVRTC option found changes it. --expect-shared-differences
+accepts exactly those differences (see its help)."""
+import argparse
+import ctypes
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_sass  # noqa: E402  (parse_sass, parse_usage, demangle_all, normalise)
+
+SKIP = 77
+# the options meson passes nvcc for these kernels that reach the device code (kernel_args: -std=c++17
+# -O3, which is also NVRTC's optimisation level; -DNDEBUG from buildtype=release; the host-compiler
+# flags do not apply); nvcc's defaults for -fmad, -ftz, -prec-div, -prec-sqrt are NVRTC's too
+NVRTC_OPTIONS = ["-std=c++17", "-DNDEBUG"]
+STORES = {"f32": "fa_gpu::store_f32", "f16": "fa_gpu::store_f16", "bf16": "fa_gpu::store_bf16"}
+SAMPLE = [  # (launcher, store, head-dim bucket, MOD): each dtype, both directions, each bucket, MOD on and off
+    ("forward", "f16", 64, False),
+    ("forward", "bf16", 128, True),
+    ("forward", "f32", 256, False),
+    ("backward", "f16", 128, True),
+    ("backward", "bf16", 64, False),
+]
+
+
+def family_instances(root):
+    """[(launcher, store, D)] from the explicit instantiations in instances/simt_*.cu"""
+    found = []
+    pat = re.compile(r"launch_(forward|backward)<store_(\w+), (\d+)>")
+    for path in sorted(glob.glob(os.path.join(root, "backends", "cuda", "instances", "simt_*.cu"))):
+        found += [(m.group(1), m.group(2), int(m.group(3))) for m in pat.finditer(open(path).read())]
+    return found
+
+
+def kernels_of(launcher, store, d, mods=(False, True)):
+    """the kernels a launcher instance launches (simt/forward.cuh, simt/backward.cuh), as name expressions"""
+    s = STORES[store]
+    b = lambda m: "true" if m else "false"  # noqa: E731
+    if launcher == "forward":
+        return [f"fa_gpu::simt::forward_kernel<{s}, {d}, {b(m)}>" for m in mods]
+    names = [f"fa_gpu::simt::dsum_kernel<{s}>", "fa_gpu::simt::dsink_kernel<fa_gpu::THREADS>"]
+    for m in mods:
+        names += [f"fa_gpu::simt::dkdv_kernel<{s}, {d}, {b(m)}>", f"fa_gpu::simt::dq_kernel<{s}, {d}, {b(m)}>"]
+    return names
+
+
+class Nvrtc:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        self.lib.nvrtcGetLoweredName.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        self.version = f"{major.value}.{minor.value}"
+
+    def check(self, r, what):
+        if r:
+            raise RuntimeError(f"{what}: {self.lib.nvrtcGetErrorString(r).decode()}")
+
+    def compile(self, source, options, names):
+        """(cubin bytes, {name expression: lowered name}, seconds); RuntimeError with the log on failure"""
+        lib, prog = self.lib, ctypes.c_void_p()
+        self.check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"rtc.cu", 0, None, None), "create")
+        try:
+            for n in names:
+                self.check(lib.nvrtcAddNameExpression(prog, n.encode()), n)
+            opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+            t0 = time.monotonic()
+            r = lib.nvrtcCompileProgram(prog, len(options), opts)
+            seconds = time.monotonic() - t0
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            if r:
+                raise RuntimeError(f"nvrtcCompileProgram {' '.join(options)}:\n{log.value.decode()}")
+            lowered = {}
+            for n in names:
+                low = ctypes.c_char_p()
+                self.check(lib.nvrtcGetLoweredName(prog, n.encode(), ctypes.byref(low)), n)
+                lowered[n] = low.value.decode()
+            self.check(lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "cubin size")
+            buf = ctypes.create_string_buffer(size.value)
+            self.check(lib.nvrtcGetCUBIN(prog, buf), "cubin")
+            return buf.raw, lowered, seconds
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def dump(path, cuobjdump, functions=None):
+    """{(arch, mangled name): (headerflags, instruction lines, usage line)}, of the named functions only if given
+    (a library's other kernels are not disassembled)"""
+    only = ["-fun", ",".join(functions)] if functions else []
+    sass = compare_sass.parse_sass(subprocess.run([cuobjdump, "-sass"] + only + [path], capture_output=True,
+                                                  text=True, check=True).stdout)
+    usage = compare_sass.parse_usage(subprocess.run([cuobjdump, "-res-usage"] + only + [path], capture_output=True,
+                                                    text=True, check=True).stdout)
+    out = {}
+    for key, body in sass.items():
+        flags = [line for line in body if line.startswith(".headerflags")]
+        # a cubin's resource listing names no architecture: one cubin, one architecture
+        out[key] = (flags[0] if flags else "", [line for line in body if not line.startswith(".headerflags")],
+                    usage.get(key, usage.get((None, key[1]), "")))
+    return out
+
+
+def reference_objects(paths):
+    found = []
+    for p in paths:
+        found += compare_sass.objects(p) if os.path.isdir(p) else [p]
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root")
+    ap.add_argument("reference", nargs="+")
+    ap.add_argument("--arch", action="append", help="NVRTC target (default: sm_80 and sm_90a)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every SIMT instance")
+    which.add_argument("--sample", action="store_true", help="the sample (default)")
+    which.add_argument("--kernel", action="append", help="this name expression (repeatable)")
+    ap.add_argument("--nvrtc", default=None, help="libnvrtc to open (default: libnvrtc.so, then libnvrtc.so.13)")
+    ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "cuobjdump")
+    ap.add_argument("--option", action="append", default=[], help="one more NVRTC option")
+    ap.add_argument("--keep", help="write the cubins here")
+    ap.add_argument("--expect-shared-differences", action="store_true",
+                    help="NVRTC 13.0 addresses shared memory with 64-bit registers where nvcc uses 32-bit ones "
+                         "(`mov.u64 %%rd, <shared variable>` in its PTX; no NVRTC option changes it), so the "
+                         "kernels with shared memory differ: list their differences as expected, and still fail on "
+                         "a difference in a kernel without shared memory, on a compile error, and when every "
+                         "kernel is identical (the expectation is then stale)")
+    args = ap.parse_args()
+    archs = args.arch or ["sm_80", "sm_90a"]
+
+    nvrtc = None
+    for lib in [args.nvrtc] if args.nvrtc else ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]:
+        try:
+            nvrtc = Nvrtc(lib)
+            break
+        except OSError:
+            continue
+    if nvrtc is None:
+        print("SKIP: libnvrtc not found (LD_LIBRARY_PATH, or --nvrtc)")
+        return SKIP
+    if not (os.path.isfile(args.cuobjdump) or shutil.which(args.cuobjdump)):
+        print(f"SKIP: no cuobjdump ({args.cuobjdump}; --cuobjdump)")
+        return SKIP
+
+    if args.kernel:
+        names = args.kernel
+    elif args.all:
+        names = [n for inst in family_instances(args.root) for n in kernels_of(*inst)]
+    else:
+        names = [n for launcher, s, d, mod in SAMPLE for n in kernels_of(launcher, s, d, (mod,))]
+    names = list(dict.fromkeys(names))
+
+    source = '#include "simt/kernels.cuh"\n'
+    includes = ["-I" + os.path.join(args.root, "backends", "cuda"), "-I" + os.path.join(args.root, "core")]
+    print(f"NVRTC {nvrtc.version}; {len(names)} kernels; options {' '.join(NVRTC_OPTIONS + args.option)}")
+    failed, skipped, any_expected = False, [], False
+    tmp = args.keep or tempfile.mkdtemp(prefix="rtc_sass.")
+    os.makedirs(tmp, exist_ok=True)
+    compiled = {}
+    for arch in archs:  # first every compile: NVRTC must take the sources whatever the reference holds
+        try:
+            cubin, lowered, seconds = nvrtc.compile(source, [f"-arch={arch}"] + NVRTC_OPTIONS + args.option + includes,
+                                                    names)
+        except RuntimeError as e:
+            print(f"{arch}: NVRTC failed: {e}")
+            return 1
+        path = os.path.join(tmp, f"simt.{arch}.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        compiled[arch] = (path, lowered, seconds)
+    functions = sorted({m for _, lowered, _ in compiled.values() for m in lowered.values()})
+    ref = {}
+    for obj in reference_objects(args.reference):
+        for key, val in dump(obj, args.cuobjdump, functions).items():
+            ref.setdefault(key, set()).add((val[0], "\n".join(val[1]), val[2]))
+    ref_archs = {a for a, _ in ref}
+
+    for arch in archs:
+        path, lowered, seconds = compiled[arch]
+        ref_arch = arch if arch in ref_archs else arch.rstrip("abf") if arch.rstrip("abf") in ref_archs else None
+        if ref_arch is None:
+            skipped.append(f"{arch}: compiled by NVRTC in {seconds:.1f} s, not compared: the reference has no "
+                           f"machine code of these kernels for it (it has {sorted(ref_archs) or 'none'}; a "
+                           "-Dcuda-ptx-only=true build has none)")
+            continue
+        got = dump(path, args.cuobjdump)
+        same, lines, expected = 0, [], []
+        for n in names:
+            mangled = lowered[n]
+            mine = got.get((arch, mangled))
+            theirs = ref.get((ref_arch, mangled))
+            if mine is None or theirs is None:
+                lines.append(f"  missing:  {n} ({'NVRTC' if mine is None else 'reference'} has no {mangled})")
+                continue
+            codes = {t[1] for t in theirs}
+            if "\n".join(mine[1]) in codes and mine[2] in {t[2] for t in theirs}:
+                same += 1
+                continue
+            what = "instructions identical, resource usage differs" if "\n".join(mine[1]) in codes \
+                else "instructions differ"
+            if args.expect_shared_differences and "SHARED:0 " not in mine[2]:
+                expected.append(f"  expected: {n} (shared memory): {what}")
+                continue
+            lines.append(f"  differs:  {n}: {what}: NVRTC [{mine[2]}] {len(mine[1])} lines; "
+                         f"nvcc {sorted((t[2], t[1].count(chr(10)) + 1) for t in theirs)}")
+        flags = sorted({got[(a, m)][0] for (a, m) in got if a == arch})
+        ref_flags = sorted({t[0] for (a, _), v in ref.items() if a == ref_arch for t in v})
+        print(f"{arch} (nvcc's {ref_arch}): {same} of {len(names)} kernels with identical SASS and resource usage; "
+              f"NVRTC {seconds:.1f} s; headerflags NVRTC {flags}, nvcc {ref_flags}")
+        for line in expected + lines:
+            print(line)
+        failed |= bool(lines)
+        any_expected = any_expected or bool(expected)
+    for line in skipped:
+        print(line)
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failed:
+        print("DIFFERENT")
+        return 1
+    if skipped and len(skipped) == len(archs):
+        print("SKIP: nothing compared")
+        return SKIP
+    if args.expect_shared_differences and not any_expected:
+        print("every kernel identical: --expect-shared-differences is stale, drop it")
+        return 1
+    print("identical except the expected differences" if any_expected else "identical")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
