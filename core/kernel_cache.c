@@ -232,6 +232,12 @@ static char *kind_dir(const char *kind, fa_kernel_cache_store_result *result)
     return dir;
 }
 
+char *fa_kernel_cache_dir(const char *kind)
+{
+    fa_kernel_cache_store_result why;
+    return kind_ok(kind) ? kind_dir(kind, &why) : NULL;
+}
+
 /* <dir>/<prefix><64 hex digits of key><suffix> in a malloc'd string */
 static char *entry_path(const char *dir, const char *prefix, const fa_kernel_key *key, const char *suffix)
 {

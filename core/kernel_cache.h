@@ -39,6 +39,11 @@ fa_kernel_key fa_kernel_cache_key(const fa_kernel_key_part *parts, size_t nparts
  * absent, or the file fails any check, in which case a damaged file is removed. */
 int fa_kernel_cache_load(const char *kind, const fa_kernel_key *key, unsigned char **bytes, size_t *len);
 
+/* The directory of kind's entries in a malloc'd string (the caller frees it), for messages that
+ * say where a compiled kernel is kept; NULL when the cache is off, kind is invalid or memory runs
+ * out. The directory need not exist yet (the first store creates it). */
+char *fa_kernel_cache_dir(const char *kind);
+
 typedef enum fa_kernel_cache_store_result {
     FA_KERNEL_CACHE_STORED = 0,   /* the entry is on disk, complete */
     FA_KERNEL_CACHE_DISABLED = 1, /* FLASHATTN_CACHE_DIR=off, or no directory can be named */

@@ -528,6 +528,7 @@ static void test_off(void **state)
     assert_int_equal(fa_kernel_cache_store("hip", &k, "payload", 7), FA_KERNEL_CACHE_STORED);
     setenv("FLASHATTN_CACHE_DIR", "off", 1);
     assert_miss("hip", &k);
+    assert_null(fa_kernel_cache_dir("hip"));
     assert_int_equal(fa_kernel_cache_store("hip", &k, "other", 5), FA_KERNEL_CACHE_DISABLED);
     assert_int_equal(fa_kernel_cache_store("cuda", &k, "other", 5), FA_KERNEL_CACHE_DISABLED);
     assert_int_equal(count_files(home, ""), 0);
@@ -539,14 +540,22 @@ static void test_off(void **state)
     char dir[300];
     snprintf(dir, sizeof dir, "%s/flashattn/cuda", xdg);
     assert_int_equal(count_files(dir, ".bin"), 1);
+    char *named = fa_kernel_cache_dir("cuda"); /* the directory messages name is the one written */
+    assert_string_equal(named, dir);
+    free(named);
+    assert_null(fa_kernel_cache_dir("../cuda"));
     unsetenv("XDG_CACHE_HOME");
     assert_miss("cuda", &k);
     assert_int_equal(fa_kernel_cache_store("cuda", &k, "home", 4), FA_KERNEL_CACHE_STORED);
     assert_hit("cuda", &k, "home", 4);
     snprintf(dir, sizeof dir, "%s/.cache/flashattn/cuda", home);
     assert_int_equal(count_files(dir, ".bin"), 1);
+    named = fa_kernel_cache_dir("cuda");
+    assert_string_equal(named, dir);
+    free(named);
     unsetenv("HOME");
     assert_miss("cuda", &k);
+    assert_null(fa_kernel_cache_dir("cuda"));
     assert_int_equal(fa_kernel_cache_store("cuda", &k, "none", 4), FA_KERNEL_CACHE_DISABLED);
     assert_int_equal(count_files(cwd, ""), 0);
 
