@@ -3,12 +3,14 @@
  * sm_80 and sm_90a is an ELF cubin that holds its lowered name; the second call is a cache hit
  * (both times printed; the hit must take at most 50 ms); a changed define is another key (a miss);
  * a damaged cache entry is compiled again, not loaded; a compile error and an impossible
- * architecture say why; FLASHATTN_NVRTC_LIBRARY naming no library fails with a message that names
+ * architecture say why; threads that ask for one kernel at once compile it once;
+ * FLASHATTN_NVRTC_LIBRARY naming no library fails with a message that names
  * it. Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
  * where libnvrtc cannot be opened. The cache is a fresh directory of its own. */
 #include "host/rtc_compiler.h"
 
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +97,19 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
 static void remove_cache(void)
 {
     nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+#define THREADS 4
+static fa_rtc_kernel thread_kernels[THREADS];
+static fa_rtc_status thread_status[THREADS];
+
+static void *compile_in_thread(void *arg)
+{
+    size_t i = (size_t)arg;
+    char why[256];
+    thread_status[i] = fa_rtc_compile(80, 0, "fa_gpu::simt::forward_kernel<fa_gpu::store_bf16, 128, true>", NULL, 0,
+                                      &thread_kernels[i], why, sizeof why);
+    return NULL;
 }
 
 int main(void)
@@ -203,6 +218,24 @@ int main(void)
     fa_rtc_kernel_free(&again);
     fa_rtc_kernel_free(&sm80);
     printf("ok: a damaged entry is compiled again and replaced\n");
+
+    /* threads that want one kernel at once: one compiles it, the others wait and load it */
+    pthread_t threads[THREADS];
+    before = begins;
+    for (size_t i = 0; i < THREADS; ++i)
+        CHECK(pthread_create(&threads[i], NULL, compile_in_thread, (void *)i) == 0, "thread %zu", i);
+    for (size_t i = 0; i < THREADS; ++i)
+        pthread_join(threads[i], NULL);
+    int compiled = 0;
+    for (size_t i = 0; i < THREADS; ++i) {
+        CHECK(thread_status[i] == FA_RTC_OK, "thread %zu: status %d", i, (int)thread_status[i]);
+        CHECK(same_kernel(&thread_kernels[i], &thread_kernels[0]), "thread %zu got the kernel thread 0 got", i);
+        compiled += !thread_kernels[i].from_cache;
+    }
+    for (size_t i = 0; i < THREADS; ++i)
+        fa_rtc_kernel_free(&thread_kernels[i]);
+    CHECK(compiled == 1 && begins == before + 1, "%d threads compiled, %d compiles began", compiled, begins - before);
+    printf("ok: %d threads asking for one kernel compiled it once\n", THREADS);
     printf("PASS\n");
     return 0;
 }
