@@ -102,7 +102,7 @@ static fa_rtc_status resolve(void *lib, const char *name, char *why, size_t why_
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
         dlerror();
-        /* POSIX: a function pointer and void * convert through a data pointer's object */
+        /* dlsym's result stored through a void ** view of the function pointer: POSIX's idiom */
         *table[i].slot = dlsym(lib, table[i].symbol);
         if (!*table[i].slot) {
             const char *e = dlerror();
