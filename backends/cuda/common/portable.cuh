@@ -11,6 +11,7 @@
 #include "empty_row.h"
 #include "mask.h"
 #include "common/params.h"
+#include "common/simt_geometry.h"
 #include "philox.h"
 #include "score_mod.h"
 
@@ -21,8 +22,9 @@
 namespace fa_gpu {
 
 /* Query and key tiles: the granularity at which the core builds block-sparse lists for the CUDA
- * backend (cuda_tile_limits), so a tile's list entry is found directly. */
-constexpr int BM = 64, BN = 64, THREADS = 256;
+ * backend (cuda_tile_limits), so a tile's list entry is found directly; the values are
+ * common/simt_geometry.h's, which the driver-API launcher reads too. */
+constexpr int BM = FA_SIMT_BM, BN = FA_SIMT_BN, THREADS = FA_SIMT_THREADS;
 static_assert(BM == FA_GPU_BLOCK && BN == FA_GPU_BLOCK, "tiles must match the core's block lists");
 
 /* ---------------------------------------------------------------- storage types */
@@ -208,21 +210,20 @@ FA_DEVICE float drop_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_
 
 #if !defined(__CUDACC_RTC__) /* host code: NVRTC compiles the kernels alone */
 
-/* The head-dim buckets the instances cover; 0 when d is out of range. */
+/* common/simt_geometry.h's rules, under the names the kernels' launchers use */
 inline int bucket_of(int64_t d)
 {
-    return d < 1 ? 0 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
+    return fa_simt_bucket_of(d);
 }
 
 template <class S> inline bool view_vec4(const fa_gpu_tensor &t)
 {
-    const uintptr_t align = 4 * sizeof(typename S::T);
-    return (uintptr_t)t.data % align == 0 && t.sb % 4 == 0 && t.ss % 4 == 0 && t.sh % 4 == 0;
+    return fa_simt_view_vec4(&t, sizeof(typename S::T));
 }
 
 inline bool grid_ok(int64_t x, int64_t y, int64_t z)
 {
-    return x > 0 && x <= 0x7fffffff && y > 0 && y <= 65535 && z > 0 && z <= 65535;
+    return fa_simt_grid_ok(x, y, z);
 }
 #endif
 

@@ -7,6 +7,7 @@
 #define FA_PORTABLE_FORWARD_CUH
 
 #include "common/portable.cuh"
+#include "common/simt_geometry.h"
 #include "sink.h"
 
 namespace fa_gpu::simt {
@@ -293,9 +294,10 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
 }
 
 #if !defined(__CUDACC_RTC__) /* host code: NVRTC compiles the kernels alone */
+/* The geometry (common/simt_geometry.h) is the driver-API launcher's too (host/rtc_launch.c). */
 template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
-    const int64_t nq = (p.seqlen_q + BM - 1) / BM;
+    const int64_t nq = fa_simt_query_tiles(p.seqlen_q);
     if (nq == 0 || p.batch == 0)
         return FA_GPU_SUCCESS;
     if (!grid_ok(nq, p.heads_q, p.batch))
