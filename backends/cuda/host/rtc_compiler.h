@@ -4,8 +4,8 @@
  * load it instead. libnvrtc is opened with dlopen on first use, so the library loads without it.
  * The source is embedded at build time (host/rtc_sources.h): nothing is read from the tree.
  *
- * Nothing in the library calls it yet: loading a cubin and launching it (the driver API) is the
- * next step. Plain C; needs libc, POSIX threads and dlopen only. */
+ * host/rtc_launch.h loads and launches what it compiles through the driver API; nothing in the
+ * library calls either yet. Plain C; needs libc, POSIX threads and dlopen only. */
 #ifndef FA_RTC_COMPILER_H
 #define FA_RTC_COMPILER_H
 
@@ -20,6 +20,8 @@ typedef enum fa_rtc_status {
     FA_RTC_COMPILE_FAILED,  /* NVRTC rejected the program; why holds the first lines of its log */
     FA_RTC_NVRTC_ERROR,     /* another NVRTC call failed (why names it and NVRTC's error string) */
     FA_RTC_OUT_OF_MEMORY,
+    FA_RTC_NO_DRIVER,       /* host/rtc_launch.h: libcuda cannot be opened or initialised */
+    FA_RTC_DRIVER_ERROR,    /* host/rtc_launch.h: a driver call failed (why names it and its error) */
 } fa_rtc_status;
 
 /* A compiled kernel. The caller owns it: fa_rtc_kernel_free releases cubin and lowered_name. */

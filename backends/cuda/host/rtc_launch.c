@@ -1,0 +1,204 @@
+/* rtc_launch.c: the SIMT forward through NVRTC and the driver API (rtc_launch.h says what for).
+ *
+ * Loaded modules are kept in a table keyed by (context, name expression): a context's module is
+ * loaded by the first launch that needs it and kept until fa_rtc_launch_release. The table lock
+ * is not held while a kernel compiles (seconds on a cache miss), so launches of loaded kernels do
+ * not wait; two threads that miss together both load, and the second unloads its copy. */
+#include "host/rtc_launch.h"
+
+#include "common/simt_geometry.h"
+#include "host/driver_api.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct loaded_kernel {
+    fa_cu_context context;
+    char name[96]; /* the name expression */
+    fa_cu_module module;
+    fa_cu_function function;
+} loaded_kernel;
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static loaded_kernel *table;
+static size_t table_len, table_cap;
+
+static void say(char *why, size_t why_len, const char *fmt, ...)
+{
+    if (!why || why_len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+}
+
+static fa_rtc_status driver_failed(const fa_cu_api *cu, fa_cu_result r, const char *call, char *why, size_t why_len)
+{
+    return fa_cu_check(cu, r, call, why, why_len) == FA_CU_OK ? FA_RTC_OK : FA_RTC_DRIVER_ERROR;
+}
+
+/* the table's function for (context, name), or NULL; table_lock held */
+static fa_cu_function find_locked(fa_cu_context context, const char *name)
+{
+    for (size_t i = 0; i < table_len; ++i)
+        if (table[i].context == context && strcmp(table[i].name, name) == 0)
+            return table[i].function;
+    return NULL;
+}
+
+/* The current context (device 0's primary context, made current, when there is none) and the
+ * compute capability of its device as major * 10 + minor. */
+static fa_rtc_status current_context(const fa_cu_api *cu, fa_cu_context *context, int *arch, char *why, size_t why_len)
+{
+    fa_rtc_status st;
+    fa_cu_device device;
+    if ((st = driver_failed(cu, cu->CtxGetCurrent(context), "cuCtxGetCurrent", why, why_len)) != FA_RTC_OK)
+        return st;
+    if (!*context) {
+        if ((st = driver_failed(cu, cu->DeviceGet(&device, 0), "cuDeviceGet", why, why_len)) != FA_RTC_OK ||
+            (st = driver_failed(cu, cu->DevicePrimaryCtxRetain(context, device), "cuDevicePrimaryCtxRetain", why,
+                                why_len)) != FA_RTC_OK ||
+            (st = driver_failed(cu, cu->CtxSetCurrent(*context), "cuCtxSetCurrent", why, why_len)) != FA_RTC_OK)
+            return st;
+    }
+    int major = 0, minor = 0;
+    if ((st = driver_failed(cu, cu->CtxGetDevice(&device), "cuCtxGetDevice", why, why_len)) != FA_RTC_OK ||
+        (st = driver_failed(cu, cu->DeviceGetAttribute(&major, FA_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+                            "cuDeviceGetAttribute", why, why_len)) != FA_RTC_OK ||
+        (st = driver_failed(cu, cu->DeviceGetAttribute(&minor, FA_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+                            "cuDeviceGetAttribute", why, why_len)) != FA_RTC_OK)
+        return st;
+    *arch = 10 * major + minor;
+    return FA_RTC_OK;
+}
+
+/* The function of kernel name in context: from the table, else compiled for arch, loaded into
+ * context (current) and added to the table. */
+static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context, int arch, const char *name,
+                                     fa_cu_function *function, char *why, size_t why_len)
+{
+    pthread_mutex_lock(&table_lock);
+    *function = find_locked(context, name);
+    pthread_mutex_unlock(&table_lock);
+    if (*function)
+        return FA_RTC_OK;
+
+    fa_rtc_kernel kernel;
+    fa_rtc_status st = fa_rtc_compile(arch, 0, name, NULL, 0, &kernel, why, why_len);
+    if (st != FA_RTC_OK)
+        return st;
+    fa_cu_module module = NULL;
+    st = driver_failed(cu, cu->ModuleLoadData(&module, kernel.cubin), "cuModuleLoadData", why, why_len);
+    if (st == FA_RTC_OK)
+        st = driver_failed(cu, cu->ModuleGetFunction(function, module, kernel.lowered_name), "cuModuleGetFunction",
+                           why, why_len);
+    fa_rtc_kernel_free(&kernel);
+    if (st != FA_RTC_OK) {
+        if (module)
+            cu->ModuleUnload(module);
+        return st;
+    }
+
+    pthread_mutex_lock(&table_lock);
+    fa_cu_function loaded = find_locked(context, name);
+    if (loaded) { /* another thread loaded it meanwhile: keep its module */
+        *function = loaded;
+    } else {
+        if (table_len == table_cap) {
+            size_t cap = table_cap ? 2 * table_cap : 32;
+            loaded_kernel *grown = realloc(table, cap * sizeof *grown);
+            if (!grown) {
+                st = FA_RTC_OUT_OF_MEMORY;
+            } else {
+                table = grown;
+                table_cap = cap;
+            }
+        }
+        if (st == FA_RTC_OK) {
+            loaded_kernel *e = &table[table_len++];
+            e->context = context;
+            snprintf(e->name, sizeof e->name, "%s", name);
+            e->module = module;
+            e->function = *function;
+            module = NULL;
+        }
+    }
+    pthread_mutex_unlock(&table_lock);
+    if (module)
+        cu->ModuleUnload(module);
+    return st;
+}
+
+fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
+{
+    if (why && why_len > 0)
+        why[0] = 0;
+    const char *storage = fa_simt_storage_name(dtype);
+    if (!p || !storage) {
+        say(why, why_len, "the SIMT forward has no kernel for dtype %d", dtype);
+        return FA_RTC_INVALID_ARG;
+    }
+    const int bucket = fa_simt_bucket_of(p->d > p->d_v ? p->d : p->d_v);
+    if (bucket == 0) {
+        say(why, why_len, "the SIMT forward has no kernel for head dims d = %lld, d_v = %lld", (long long)p->d,
+            (long long)p->d_v);
+        return FA_RTC_INVALID_ARG;
+    }
+    /* launch_forward's rules (simt/forward.cuh), from the same header */
+    const int64_t nq = fa_simt_query_tiles(p->seqlen_q);
+    if (nq == 0 || p->batch == 0)
+        return FA_RTC_OK;
+    if (!fa_simt_grid_ok(nq, p->heads_q, p->batch)) {
+        say(why, why_len, "the SIMT forward's grid (%lld, %lld, %lld) exceeds CUDA's limits", (long long)nq,
+            (long long)p->heads_q, (long long)p->batch);
+        return FA_RTC_INVALID_ARG;
+    }
+    const size_t bytes = fa_simt_storage_bytes(dtype);
+    /* the kernel's bool parameter: one byte, as the device ABI lays out bool */
+    unsigned char vec = fa_simt_view_vec4(&p->q, bytes) && fa_simt_view_vec4(&p->k, bytes) &&
+                        fa_simt_view_vec4(&p->v, bytes) && fa_simt_view_vec4(&p->o, bytes);
+    const int mod = fa_score_mod_factors_active(p->mod); /* fa_gpu_has_score_mod's test */
+    char name[96];
+    snprintf(name, sizeof name, "fa_gpu::simt::forward_kernel<%s, %d, %s>", storage, bucket, mod ? "true" : "false");
+
+    const fa_cu_api *cu = fa_cu_driver(why, why_len);
+    if (!cu)
+        return FA_RTC_NO_DRIVER;
+    fa_cu_context context;
+    int arch;
+    fa_rtc_status st = current_context(cu, &context, &arch, why, why_len);
+    if (st != FA_RTC_OK)
+        return st;
+    fa_cu_function function;
+    if ((st = kernel_function(cu, context, arch, name, &function, why, why_len)) != FA_RTC_OK)
+        return st;
+    fa_gpu_params params = *p; /* the kernel's first parameter, by value */
+    void *args[] = {&params, &vec};
+    return driver_failed(cu,
+                         cu->LaunchKernel(function, (unsigned)nq, (unsigned)p->heads_q, (unsigned)p->batch,
+                                          FA_SIMT_THREADS, 1, 1, 0, (fa_cu_stream)stream, args, NULL),
+                         "cuLaunchKernel", why, why_len);
+}
+
+void fa_rtc_launch_release(void)
+{
+    char why[8];
+    const fa_cu_api *cu = fa_cu_driver(why, sizeof why);
+    pthread_mutex_lock(&table_lock);
+    if (cu && table_len > 0) {
+        fa_cu_context previous = NULL;
+        cu->CtxGetCurrent(&previous);
+        for (size_t i = 0; i < table_len; ++i) /* cuModuleUnload acts in the current context */
+            if (cu->CtxSetCurrent(table[i].context) == 0)
+                cu->ModuleUnload(table[i].module);
+        cu->CtxSetCurrent(previous);
+    }
+    free(table);
+    table = NULL;
+    table_len = table_cap = 0;
+    pthread_mutex_unlock(&table_lock);
+}
