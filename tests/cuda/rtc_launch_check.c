@@ -110,7 +110,8 @@ int main(int argc, char **argv)
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);
     fa_rtc_status st = fa_rtc_launch_simt_forward(&p, 2, NULL, why, sizeof why);
     CHECK(st == FA_RTC_NO_DRIVER, "status %d: %s", (int)st, why);
-    CHECK(strstr(why, "/nonexistent/libcuda.so.1") != NULL, "the message names the library: %s", why);
+    CHECK(strstr(why, "FLASHATTN_CUDA_DRIVER_LIBRARY=/nonexistent/libcuda.so.1") != NULL,
+          "the message names the variable and the library: %s", why);
     printf("ok: FLASHATTN_CUDA_DRIVER_LIBRARY=/nonexistent/libcuda.so.1: %s\n", why);
 
     const char *version = fa_rtc_nvrtc_version(why, sizeof why);
