@@ -27,17 +27,7 @@ GRID=${GRID:-full}
 FILTER=${SINK_DV_FILTER:-sink,dv}
 mkdir -p "$OUT"
 export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
-# cmocka (the tests' harness): the system's, else the Debian packages carried in .deps/, unpacked
-# into .deps/cm with a pkg-config file that points there
-CM=$PWD/.deps/cm/usr
-if ! pkg-config --exists cmocka && ls .deps/libcmocka*.deb > /dev/null 2>&1; then
-  for f in .deps/libcmocka*.deb; do dpkg-deb -x "$f" .deps/cm; done
-  mkdir -p .deps/cm/pkgconfig
-  printf 'Name: cmocka\nDescription: cmocka\nVersion: 1.1.5\nLibs: -L%s/lib/x86_64-linux-gnu -lcmocka\nCflags: -I%s/include\n' \
-    "$CM" "$CM" > .deps/cm/pkgconfig/cmocka.pc
-  export PKG_CONFIG_PATH=$PWD/.deps/cm/pkgconfig:${PKG_CONFIG_PATH:-}
-fi
-export LD_LIBRARY_PATH=$CM/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/cmocka_env.sh"
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
 status=0
 
