@@ -2,6 +2,7 @@
  * their plain names, which libcuda exports for the default (legacy) stream semantics that the
  * nvcc-built launchers also use. */
 #include "host/driver_api.h"
+#include "host/dl_symbols.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -39,10 +40,7 @@ fa_cu_status fa_cu_check(const fa_cu_api *driver, fa_cu_result result, const cha
 
 static int resolve(void *lib, const char *name, char *why, size_t why_len)
 {
-    struct {
-        const char *symbol;
-        void **slot;
-    } table[] = {
+    const fa_dl_symbol table[] = {
         {"cuInit", (void **)&api.Init},
         {"cuDeviceGet", (void **)&api.DeviceGet},
         {"cuDeviceGetAttribute", (void **)&api.DeviceGetAttribute},
@@ -57,15 +55,10 @@ static int resolve(void *lib, const char *name, char *why, size_t why_len)
         {"cuGetErrorName", (void **)&api.GetErrorName},
         {"cuGetErrorString", (void **)&api.GetErrorString},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
-        dlerror();
-        /* dlsym's result stored through a void ** view of the function pointer: POSIX's idiom */
-        *table[i].slot = dlsym(lib, table[i].symbol);
-        if (!*table[i].slot) {
-            const char *e = dlerror();
-            say(why, why_len, "%s has no %s: %s", name, table[i].symbol, e ? e : "not found");
-            return 0;
-        }
+    const char *err, *missing = fa_dl_resolve(lib, table, sizeof table / sizeof table[0], &err);
+    if (missing) {
+        say(why, why_len, "%s has no %s: %s", name, missing, err);
+        return 0;
     }
     return 1;
 }

@@ -11,6 +11,7 @@
  * reaches is given to nvrtcCreateProgram as an in-memory header under the name its include spells.
  * The cache entry's payload is the lowered name, a NUL, then the cubin. */
 #include "host/rtc_compiler.h"
+#include "host/dl_symbols.h"
 
 #include "host/rtc_sources.h"
 #include "kernel_cache.h"
@@ -84,10 +85,7 @@ static void say_more(char *why, size_t why_len, const char *fmt, ...)
 
 static fa_rtc_status resolve(void *lib, const char *name, char *why, size_t why_len)
 {
-    struct {
-        const char *symbol;
-        void **slot;
-    } table[] = {
+    const fa_dl_symbol table[] = {
         {"nvrtcGetErrorString", (void **)&api.GetErrorString},
         {"nvrtcVersion", (void **)&api.Version},
         {"nvrtcCreateProgram", (void **)&api.CreateProgram},
@@ -100,16 +98,10 @@ static fa_rtc_status resolve(void *lib, const char *name, char *why, size_t why_
         {"nvrtcGetProgramLogSize", (void **)&api.GetProgramLogSize},
         {"nvrtcGetProgramLog", (void **)&api.GetProgramLog},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; ++i) {
-        dlerror();
-        /* dlsym's result stored through a void ** view of the function pointer: POSIX's idiom */
-        *table[i].slot = dlsym(lib, table[i].symbol);
-        if (!*table[i].slot) {
-            const char *e = dlerror();
-            say(why, why_len, "%s has no %s (NVRTC 11.1 or later is needed): %s", name, table[i].symbol,
-                e ? e : "not found");
-            return FA_RTC_NO_LIBRARY;
-        }
+    const char *err, *missing = fa_dl_resolve(lib, table, sizeof table / sizeof table[0], &err);
+    if (missing) {
+        say(why, why_len, "%s has no %s (NVRTC 11.1 or later is needed): %s", name, missing, err);
+        return FA_RTC_NO_LIBRARY;
     }
     int major = 0, minor = 0;
     nvrtc_result r = api.Version(&major, &minor);
