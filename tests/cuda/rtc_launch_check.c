@@ -193,6 +193,37 @@ int main(int argc, char **argv)
     CHECK(fake->retain_calls == 1, "device 0's primary context retained once, not %d times", fake->retain_calls);
     printf("ok: a second launch of each kernel loads no module\n");
 
+    /* the backward: dsum, dsink (with a sink and dsink asked), dK / dV, dQ, in that order, each
+     * compiled once; the last launch is dQ's over query blocks of FA_SIMT_BWD_ROWS(D) rows */
+    fake->arg_sizes[1] = 0;
+    float sink_dev[4];
+    for (int with_sink = 1; with_sink >= 0; --with_sink) {
+        p = problem(2, 100, 90, 8, 2, 96, 1);
+        p.d_v = 64; /* the bucket of the larger head dim: 128 */
+        p.dsum = (void *)0x90000;
+        if (with_sink) {
+            p.sink = sink_dev;
+            p.dsink = sink_dev;
+        }
+        const int loads = fake->load_calls, launches = fake->launch_calls;
+        st = fa_rtc_launch_simt_backward(&p, 1, stream, why, sizeof why);
+        CHECK(st == FA_RTC_OK, "backward: status %d: %s", (int)st, why);
+        CHECK(fake->launch_calls == launches + 3 + with_sink && fake->load_calls == loads + (with_sink ? 4 : 0),
+              "backward%s: %d launches, %d loads", with_sink ? " with a sink" : "", fake->launch_calls - launches,
+              fake->load_calls - loads);
+        char lowered[256];
+        lowered_name_of("fa_gpu::simt::dq_kernel<fa_gpu::store_f16, 128, false>", 86, lowered, sizeof lowered);
+        const unsigned rows = FA_SIMT_BWD_ROWS(128);
+        CHECK(strcmp(fake->function_name, lowered) == 0, "backward: last kernel %s, expected %s",
+              fake->function_name, lowered);
+        CHECK(fake->grid[0] == (100 + rows - 1) / rows && fake->grid[1] == 8 && fake->grid[2] == 2 &&
+                  fake->block[0] == FA_SIMT_THREADS,
+              "backward: dQ grid (%u, %u, %u) block %u", fake->grid[0], fake->grid[1], fake->grid[2], fake->block[0]);
+        CHECK(memcmp(fake->args[0], &p, sizeof p) == 0, "backward: the params argument is the struct given");
+    }
+    printf("ok: the backward launches dsum, dsink, dK / dV and dQ, each module loaded once\n");
+    fake->arg_sizes[1] = 1;
+
     /* nothing to do: no launch */
     p = problem(2, 0, 10, 4, 4, 64, 1);
     int launches = fake->launch_calls;
@@ -227,7 +258,8 @@ int main(int argc, char **argv)
 
     const int unloads = fake->unload_calls;
     fa_rtc_launch_release();
-    CHECK(fake->unload_calls == unloads + 3, "release unloads the 3 modules, not %d", fake->unload_calls - unloads);
+    CHECK(fake->unload_calls == unloads + 7, "release unloads the 7 modules (3 forward, 4 backward), not %d",
+          fake->unload_calls - unloads);
     printf("PASS\n");
     return 0;
 }

@@ -13,6 +13,11 @@
 #define FA_SIMT_BM 64
 #define FA_SIMT_BN 64
 #define FA_SIMT_THREADS 256
+/* The backward (simt/backward.cuh's bwd_shape): each key (dK / dV) or query row (dQ) is held by
+ * D / FA_SIMT_BWD_CPT threads of FA_SIMT_BWD_CPT columns each, so a block covers
+ * FA_SIMT_BWD_ROWS(D) of them at head-dim bucket D. */
+#define FA_SIMT_BWD_CPT 16
+#define FA_SIMT_BWD_ROWS(D) (FA_SIMT_THREADS * FA_SIMT_BWD_CPT / (D))
 
 #if !defined(__CUDACC_RTC__)
 

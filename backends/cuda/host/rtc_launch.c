@@ -1,4 +1,5 @@
-/* rtc_launch.c: the SIMT forward through NVRTC and the driver API (rtc_launch.h says what for).
+/* rtc_launch.c: kernels compiled by NVRTC, loaded and launched through the driver API
+ * (rtc_launch.h says what for).
  *
  * Loaded modules are kept in a table keyed by (context, name expression): a context's module is
  * loaded by the first launch that needs it and kept until fa_rtc_launch_release. The table lock
@@ -17,7 +18,7 @@
 
 typedef struct loaded_kernel {
     fa_cu_context context;
-    char name[96]; /* the name expression */
+    char name[FA_RTC_NAME_MAX]; /* the name expression */
     fa_cu_module module;
     fa_cu_function function;
 } loaded_kernel;
@@ -133,38 +134,19 @@ static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context,
     return st;
 }
 
-fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
+fa_rtc_status fa_rtc_launch(const char *name_expression, int64_t grid_x, int64_t grid_y, int64_t grid_z,
+                            unsigned threads, void *stream, void **args, char *why, size_t why_len)
 {
-    if (why && why_len > 0)
-        why[0] = 0;
-    const char *storage = fa_simt_storage_name(dtype);
-    if (!p || !storage) {
-        say(why, why_len, "the SIMT forward has no kernel for dtype %d", dtype);
+    if (!name_expression || strlen(name_expression) >= FA_RTC_NAME_MAX || threads == 0 || !args) {
+        say(why, why_len, "no kernel name, a name of %d or more characters, no threads or no arguments",
+            FA_RTC_NAME_MAX);
         return FA_RTC_INVALID_ARG;
     }
-    const int bucket = fa_simt_bucket_of(p->d > p->d_v ? p->d : p->d_v);
-    if (bucket == 0) {
-        say(why, why_len, "the SIMT forward has no kernel for head dims d = %lld, d_v = %lld", (long long)p->d,
-            (long long)p->d_v);
+    if (!fa_simt_grid_ok(grid_x, grid_y, grid_z)) {
+        say(why, why_len, "%s: the grid (%lld, %lld, %lld) exceeds CUDA's limits", name_expression,
+            (long long)grid_x, (long long)grid_y, (long long)grid_z);
         return FA_RTC_INVALID_ARG;
     }
-    /* launch_forward's rules (simt/forward.cuh), from the same header */
-    const int64_t nq = fa_simt_query_tiles(p->seqlen_q);
-    if (nq == 0 || p->batch == 0)
-        return FA_RTC_OK;
-    if (!fa_simt_grid_ok(nq, p->heads_q, p->batch)) {
-        say(why, why_len, "the SIMT forward's grid (%lld, %lld, %lld) exceeds CUDA's limits", (long long)nq,
-            (long long)p->heads_q, (long long)p->batch);
-        return FA_RTC_INVALID_ARG;
-    }
-    const size_t bytes = fa_simt_storage_bytes(dtype);
-    /* the kernel's bool parameter: one byte, as the device ABI lays out bool */
-    unsigned char vec = fa_simt_view_vec4(&p->q, bytes) && fa_simt_view_vec4(&p->k, bytes) &&
-                        fa_simt_view_vec4(&p->v, bytes) && fa_simt_view_vec4(&p->o, bytes);
-    const int mod = fa_score_mod_factors_active(p->mod); /* fa_gpu_has_score_mod's test */
-    char name[96];
-    snprintf(name, sizeof name, "fa_gpu::simt::forward_kernel<%s, %d, %s>", storage, bucket, mod ? "true" : "false");
-
     const fa_cu_api *cu = fa_cu_driver(why, why_len);
     if (!cu)
         return FA_RTC_NO_DRIVER;
@@ -174,14 +156,98 @@ fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void
     if (st != FA_RTC_OK)
         return st;
     fa_cu_function function;
-    if ((st = kernel_function(cu, context, arch, name, &function, why, why_len)) != FA_RTC_OK)
+    if ((st = kernel_function(cu, context, arch, name_expression, &function, why, why_len)) != FA_RTC_OK)
         return st;
+    return driver_failed(cu,
+                         cu->LaunchKernel(function, (unsigned)grid_x, (unsigned)grid_y, (unsigned)grid_z, threads, 1,
+                                          1, 0, (fa_cu_stream)stream, args, NULL),
+                         "cuLaunchKernel", why, why_len);
+}
+
+/* The head-dim bucket of p (the larger of d and d_v) and the storage type of dtype, or
+ * FA_RTC_INVALID_ARG with why set. */
+static fa_rtc_status simt_instance(const fa_gpu_params *p, int dtype, const char *what, const char **storage,
+                                   int *bucket, char *why, size_t why_len)
+{
+    *storage = fa_simt_storage_name(dtype);
+    if (!p || !*storage) {
+        say(why, why_len, "the SIMT %s has no kernel for dtype %d", what, dtype);
+        return FA_RTC_INVALID_ARG;
+    }
+    *bucket = fa_simt_bucket_of(p->d > p->d_v ? p->d : p->d_v);
+    if (*bucket == 0) {
+        say(why, why_len, "the SIMT %s has no kernel for head dims d = %lld, d_v = %lld", what, (long long)p->d,
+            (long long)p->d_v);
+        return FA_RTC_INVALID_ARG;
+    }
+    return FA_RTC_OK;
+}
+
+fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
+{
+    if (why && why_len > 0)
+        why[0] = 0;
+    const char *storage;
+    int bucket;
+    fa_rtc_status st = simt_instance(p, dtype, "forward", &storage, &bucket, why, why_len);
+    if (st != FA_RTC_OK)
+        return st;
+    /* launch_forward's rules (simt/forward.cuh), from the same header */
+    const int64_t nq = fa_simt_query_tiles(p->seqlen_q);
+    if (nq == 0 || p->batch == 0)
+        return FA_RTC_OK;
+    const size_t bytes = fa_simt_storage_bytes(dtype);
+    /* the kernel's bool parameter: one byte, as the device ABI lays out bool */
+    unsigned char vec = fa_simt_view_vec4(&p->q, bytes) && fa_simt_view_vec4(&p->k, bytes) &&
+                        fa_simt_view_vec4(&p->v, bytes) && fa_simt_view_vec4(&p->o, bytes);
+    const int mod = fa_score_mod_factors_active(p->mod); /* fa_gpu_has_score_mod's test */
+    char name[FA_RTC_NAME_MAX];
+    snprintf(name, sizeof name, "fa_gpu::simt::forward_kernel<%s, %d, %s>", storage, bucket, mod ? "true" : "false");
     fa_gpu_params params = *p; /* the kernel's first parameter, by value */
     void *args[] = {&params, &vec};
-    return driver_failed(cu,
-                         cu->LaunchKernel(function, (unsigned)nq, (unsigned)p->heads_q, (unsigned)p->batch,
-                                          FA_SIMT_THREADS, 1, 1, 0, (fa_cu_stream)stream, args, NULL),
-                         "cuLaunchKernel", why, why_len);
+    return fa_rtc_launch(name, nq, p->heads_q, p->batch, FA_SIMT_THREADS, stream, args, why, why_len);
+}
+
+fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
+{
+    if (why && why_len > 0)
+        why[0] = 0;
+    const char *storage;
+    int bucket;
+    fa_rtc_status st = simt_instance(p, dtype, "backward", &storage, &bucket, why, why_len);
+    if (st != FA_RTC_OK || p->batch == 0)
+        return st;
+    /* launch_backward's sequence and rules (simt/backward.cuh), from the same header: dsum, dsink
+     * (with a sink and dsink asked), dK / dV over key blocks, dQ over query blocks, one stream */
+    const int rows = FA_SIMT_BWD_ROWS(bucket);
+    const int64_t nd = (p->seqlen_q + FA_SIMT_THREADS - 1) / FA_SIMT_THREADS;
+    const int64_t nq = (p->seqlen_q + rows - 1) / rows, nk = (p->seqlen_k + rows - 1) / rows;
+    const char *mod = fa_score_mod_factors_active(p->mod) ? "true" : "false";
+    fa_gpu_params params = *p;
+    void *args[] = {&params};
+    char name[FA_RTC_NAME_MAX];
+    if (nd > 0) {
+        snprintf(name, sizeof name, "fa_gpu::simt::dsum_kernel<%s>", storage);
+        if ((st = fa_rtc_launch(name, nd, p->heads_q, p->batch, FA_SIMT_THREADS, stream, args, why, why_len)) !=
+            FA_RTC_OK)
+            return st;
+    }
+    if (p->sink && p->dsink) {
+        snprintf(name, sizeof name, "fa_gpu::simt::dsink_kernel<%d>", FA_SIMT_THREADS);
+        if ((st = fa_rtc_launch(name, p->heads_q, 1, 1, FA_SIMT_THREADS, stream, args, why, why_len)) != FA_RTC_OK)
+            return st;
+    }
+    if (nk > 0) {
+        snprintf(name, sizeof name, "fa_gpu::simt::dkdv_kernel<%s, %d, %s>", storage, bucket, mod);
+        if ((st = fa_rtc_launch(name, nk, p->heads_kv, p->batch, FA_SIMT_THREADS, stream, args, why, why_len)) !=
+            FA_RTC_OK)
+            return st;
+    }
+    if (nq > 0) {
+        snprintf(name, sizeof name, "fa_gpu::simt::dq_kernel<%s, %d, %s>", storage, bucket, mod);
+        st = fa_rtc_launch(name, nq, p->heads_q, p->batch, FA_SIMT_THREADS, stream, args, why, why_len);
+    }
+    return st;
 }
 
 void fa_rtc_launch_release(void)

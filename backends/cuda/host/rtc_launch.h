@@ -1,8 +1,9 @@
-/* rtc_launch.h: the SIMT forward compiled at run time (host/rtc_compiler.h) and launched through
- * the CUDA driver API (host/driver_api.h), with the grid, block and arguments of the nvcc-built
- * launcher (simt/forward.cuh's launch_forward; both read common/simt_geometry.h), so that a build
- * without nvcc can run it. Nothing in the library calls it yet: the backend still launches the
- * nvcc-built kernels; tests/cuda/rtc_launch_check.c runs it against a fake driver. Plain C. */
+/* rtc_launch.h: kernels compiled at run time (host/rtc_compiler.h) and launched through the CUDA
+ * driver API (host/driver_api.h): fa_rtc_launch for any kernel by name expression, and the SIMT
+ * family's forward and backward with the grids, blocks and arguments of the nvcc-built launchers
+ * (simt/forward.cuh's launch_forward, simt/backward.cuh's launch_backward; both read
+ * common/simt_geometry.h), so that a build without nvcc runs the same kernels.
+ * tests/cuda/rtc_launch_check.c runs them against a fake driver. Plain C. */
 #ifndef FA_RTC_LAUNCH_H
 #define FA_RTC_LAUNCH_H
 
@@ -10,17 +11,33 @@
 #include "host/rtc_compiler.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
-/* Launches forward_kernel<S, D, MOD> on stream (a CUstream; NULL for the legacy default stream)
- * for the call p describes: S from dtype (0 fp32, 1 fp16, 2 bf16), D the head-dim bucket of the
- * larger of p->d and p->d_v, MOD whether p has a score modifier. The kernel is compiled for the
- * current device's compute capability (sm_<major><minor>; the SIMT family needs no arch-specific
- * feature) in the current context, else in device 0's primary context, which is then made
- * current; its module is loaded once per (context, kernel) and kept. A call with no query rows or
- * no batch launches nothing. On failure, why names the step: an unsupported dtype, head dim or
- * grid (FA_RTC_INVALID_ARG), no driver, the driver call and its error string, or the compiler's
+/* The longest name expression a launch takes, with its terminating zero. */
+#define FA_RTC_NAME_MAX 160
+
+/* Launches the kernel name_expression names (compiled for the current device's exact compute
+ * capability, sm_<major><minor>) on grid (grid_x, grid_y, grid_z) of blocks of `threads` threads,
+ * no dynamic shared memory, on stream (a CUstream; NULL for the legacy default stream), with args
+ * as cuLaunchKernel takes them (one pointer per kernel parameter). The kernel runs in the current
+ * context, else in device 0's primary context, which is then made current; its module is loaded
+ * once per (context, kernel) and kept. A grid outside CUDA's limits is FA_RTC_INVALID_ARG. On
+ * failure, why names the step: no driver, the driver call and its error string, or the compiler's
  * reason. Thread-safe. */
+fa_rtc_status fa_rtc_launch(const char *name_expression, int64_t grid_x, int64_t grid_y, int64_t grid_z,
+                            unsigned threads, void *stream, void **args, char *why, size_t why_len);
+
+/* Launches forward_kernel<S, D, MOD> (fa_rtc_launch) for the call p describes: S from dtype (0
+ * fp32, 1 fp16, 2 bf16), D the head-dim bucket of the larger of p->d and p->d_v, MOD whether p has
+ * a score modifier. A call with no query rows or no batch launches nothing. An unsupported dtype
+ * or head dim is FA_RTC_INVALID_ARG. */
 fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len);
+
+/* The SIMT backward for p on stream: dsum_kernel<S>, dsink_kernel (with p->sink and p->dsink),
+ * dkdv_kernel<S, D, MOD> and dq_kernel<S, D, MOD>, each where it has blocks to run, in that order;
+ * p->dsum is the workspace the backend provides. The first failure stops the sequence. */
+fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, void *stream, char *why,
+                                          size_t why_len);
 
 /* Unloads every module the launcher loaded (each in its own context) and forgets them: for a
  * context about to be destroyed, or a test. Not to be called while another thread launches. */

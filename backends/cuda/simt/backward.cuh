@@ -68,11 +68,11 @@ template <int NT> __global__ void FA_LAUNCH_BOUNDS(NT) dsink_kernel(const fa_gpu
  * of shared memory. Keys per dK/dV block and rows per dQ block: THREADS / TPK, a divisor of 64 so
  * a block lies inside one tile of the core's block lists. */
 template <int D> struct bwd_shape {
-    static constexpr int CPT = 16;
+    static constexpr int CPT = FA_SIMT_BWD_CPT;
     static constexpr int TPK = D / CPT;
-    static constexpr int ROWS = THREADS / TPK; /* keys (dK/dV) or query rows (dQ) per block */
+    static constexpr int ROWS = FA_SIMT_BWD_ROWS(D); /* keys (dK/dV) or query rows (dQ) per block */
     static constexpr int STEP = 4096 / D;      /* streamed rows per shared-memory tile */
-    static_assert(D % CPT == 0 && TPK >= 1 && (TPK & (TPK - 1)) == 0 && TPK <= FA_WARP_SIZE && ROWS <= 64 &&
+    static_assert(ROWS == THREADS / TPK && D % CPT == 0 && TPK >= 1 && (TPK & (TPK - 1)) == 0 && TPK <= FA_WARP_SIZE && ROWS <= 64 &&
                       64 % ROWS == 0 && 64 % STEP == 0,
                   "backward shape");
 };
