@@ -415,6 +415,19 @@ FA_API fa_status fa_synchronize(fa_context *ctx);
 FA_API fa_status fa_forward(fa_context *ctx, const fa_fwd_args *args);
 FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
 
+/* Makes ready ahead of the first real call the kernels that calls of one shape run: fa_forward
+ * (and with backward = 1 fa_backward) of batch 1, seqlen_q = seqlen_k = seqlen, heads_q query and
+ * heads_kv key / value heads, head dims d and d_v (0: d_v = d), dtype and options (their pointers,
+ * slopes, sink and block mask, are read as in a call of that shape), run once on zeros in memory
+ * the function allocates and frees, then synchronized. Where a backend compiles its kernels at run
+ * time (CUDA built with -Dcuda-kernels=rtc, OpenCL: docs/building.md) this compiles them, or loads
+ * them from the disk cache, so the first real call does not wait; elsewhere it is one small call.
+ * The kernels chosen depend on the dtype, the head dims and the options, not on the lengths: a
+ * short seqlen warms what long calls run. A shape the backend refuses is that call's status and
+ * message. The `flashattn warmup` command runs it over a list of shapes. */
+FA_API fa_status fa_warmup(fa_context *ctx, fa_dtype dtype, int64_t seqlen, int64_t heads_q, int64_t heads_kv,
+                           int64_t d, int64_t d_v, const fa_options *options, int backward);
+
 /* ---------------------------------------------------------------- attention over a KV cache (inference) */
 
 /* A few new query tokens per sequence (decode: 1; speculative decoding, chunked prefill: more)
