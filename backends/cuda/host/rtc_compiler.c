@@ -2,7 +2,10 @@
  *
  * libnvrtc: $FLASHATTN_NVRTC_LIBRARY when set (a path or a name, the only one tried), else
  * libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so by the dynamic loader's search (LD_LIBRARY_PATH, the
- * ld.so cache, which a CUDA toolkit install fills). The nvrtc* prototypes are written out below
+ * ld.so cache, which a distribution's package fills), then in a CUDA toolkit's library folder:
+ * $CUDA_HOME's, $CUDA_PATH's, /usr/local/cuda's (lib64, then lib). The Python package points the
+ * variable at the NVRTC of the nvidia-cuda-nvrtc wheel (PyTorch's) where it finds one. The nvrtc*
+ * prototypes are written out below
  * (NVRTC's C ABI: an int result, an opaque program pointer), so building this file needs no
  * CUDA header. A library that opened is kept for the life of the process; one that did not is
  * tried again on the next call.
@@ -18,6 +21,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -141,6 +145,25 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
                 if (!lib) {
                     const char *e = dlerror();
                     say_more(why, why_len, " %s: %s;", name, e ? e : "dlopen failed");
+                }
+            }
+            /* a toolkit that is not in the loader's search: its own folders */
+            static char path[4096];
+            const char *roots[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+            static const char *const dirs[] = {"lib64", "lib"};
+            for (size_t r = 0; r < sizeof roots / sizeof roots[0] && !lib; ++r) {
+                if (!roots[r] || !*roots[r])
+                    continue;
+                for (size_t d = 0; d < sizeof dirs / sizeof dirs[0] && !lib; ++d) {
+                    const int n = snprintf(path, sizeof path, "%s/%s/libnvrtc.so", roots[r], dirs[d]);
+                    if (n <= 0 || (size_t)n >= sizeof path || access(path, F_OK) != 0)
+                        continue;
+                    name = path;
+                    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+                    if (!lib) {
+                        const char *e = dlerror();
+                        say_more(why, why_len, " %s: %s;", path, e ? e : "dlopen failed");
+                    }
                 }
             }
         }

@@ -1,0 +1,124 @@
+/* rtc_kernels.c: the kernel entry points of host/kernels.h for a build whose kernels are compiled
+ * at run time (-Dcuda-kernels=rtc): each compiles its instance with NVRTC on first use (the disk
+ * cache keeps it for later processes; host/rtc_compiler.h) and launches it through the driver API
+ * (host/rtc_launch.h), with the nvcc-built launchers' geometry. The families a build of this kind
+ * runs are those with a launcher here: the SIMT forward and backward. The others answer that they
+ * have no instance, so the chooser (backend.c) gives every call to the SIMT kernels.
+ *
+ * Errors: an entry point returns a CUresult (the runtime of such a build is the driver API,
+ * host/driver_runtime.h). A failure of the compiler or the launcher is kept as this thread's
+ * message (fa_rtc_last_error) and returned as the CUresult nearest to it, so the backend's error
+ * names the driver's code and the message says what happened. Plain C. */
+#include "host/rtc_kernels.h"
+
+#include "common/simt_geometry.h"
+#include "host/kernels.h"
+#include "host/rtc_launch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* CUresult values (cuda.h) an entry point returns for each fa_rtc_status */
+#define CU_SUCCESS 0
+#define CU_ERROR_INVALID_VALUE 1
+#define CU_ERROR_OUT_OF_MEMORY 2
+#define CU_ERROR_NO_DEVICE 100
+#define CU_ERROR_INVALID_SOURCE 300
+#define CU_ERROR_JIT_COMPILER_NOT_FOUND 221
+#define CU_ERROR_NOT_SUPPORTED 801
+#define CU_ERROR_UNKNOWN 999
+
+static _Thread_local char last_error[1024];
+
+const char *fa_rtc_last_error(void)
+{
+    return last_error;
+}
+
+/* The CUresult for st (the driver's own code where a driver call failed: its message holds it). */
+static int result_of(fa_rtc_status st, int driver_result)
+{
+    switch (st) {
+    case FA_RTC_OK: return CU_SUCCESS;
+    case FA_RTC_INVALID_ARG: return CU_ERROR_INVALID_VALUE;
+    case FA_RTC_NO_LIBRARY: return CU_ERROR_JIT_COMPILER_NOT_FOUND;
+    case FA_RTC_COMPILE_FAILED: return CU_ERROR_INVALID_SOURCE;
+    case FA_RTC_NVRTC_ERROR: return CU_ERROR_UNKNOWN;
+    case FA_RTC_OUT_OF_MEMORY: return CU_ERROR_OUT_OF_MEMORY;
+    case FA_RTC_NO_DRIVER: return CU_ERROR_NO_DEVICE;
+    case FA_RTC_DRIVER_ERROR: return driver_result != CU_SUCCESS ? driver_result : CU_ERROR_UNKNOWN;
+    }
+    return CU_ERROR_UNKNOWN;
+}
+
+/* The driver's code in a message of fa_cu_check's form "<call> failed: <NAME> (<code>): ...". */
+static int driver_result_in(const char *why)
+{
+    const char *open = why;
+    int code = 0;
+    while ((open = strchr(open, '(')) != NULL) {
+        if (sscanf(open, "(%d)", &code) == 1)
+            return code;
+        ++open;
+    }
+    return CU_SUCCESS;
+}
+
+static int finish(fa_rtc_status st)
+{
+    if (st == FA_RTC_OK) {
+        last_error[0] = 0;
+        return CU_SUCCESS;
+    }
+    return result_of(st, driver_result_in(last_error));
+}
+
+int fa_simt_bucket(int64_t head_dim)
+{
+    return fa_simt_bucket_of(head_dim);
+}
+
+int fa_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
+{
+    (void)head_dim_bucket; /* the launcher takes the bucket from p, by the same rule */
+    return finish(fa_rtc_launch_simt_forward(p, dtype, stream, last_error, sizeof last_error));
+}
+
+int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
+{
+    (void)head_dim_bucket;
+    return finish(fa_rtc_launch_simt_backward(p, dtype, stream, last_error, sizeof last_error));
+}
+
+/* The tensor-core families have no run-time launcher yet: no instance, so never chosen. */
+int fa_sm80_has_instance(int dtype, int head_dim, int backward, int aligned, int mod)
+{
+    (void)dtype;
+    (void)head_dim;
+    (void)backward;
+    (void)aligned;
+    (void)mod;
+    return 0;
+}
+
+size_t fa_sm80_fused_backward_smem(int head_dim)
+{
+    (void)head_dim;
+    return 0;
+}
+
+int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
+{
+    (void)p;
+    (void)dtype;
+    (void)head_dim;
+    (void)aligned;
+    (void)stream;
+    snprintf(last_error, sizeof last_error, "the sm80 kernels are not compiled at run time in this build");
+    return CU_ERROR_NOT_SUPPORTED;
+}
+
+int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
+{
+    return fa_sm80_forward(p, dtype, head_dim, aligned, stream);
+}
