@@ -17,6 +17,7 @@
 #define FA_RT_NAME "hip"
 typedef hipError_t fa_rt_error;
 typedef hipStream_t fa_rt_stream;
+typedef hipEvent_t fa_rt_event;
 typedef hipDeviceProp_t fa_rt_prop;
 typedef hipStreamCaptureStatus fa_rt_capture_status;
 #define FA_RT_ERR_NO_MEMORY hipErrorOutOfMemory
@@ -30,6 +31,7 @@ typedef hipStreamCaptureStatus fa_rt_capture_status;
 #define FA_RT_NAME "cuda"
 typedef fa_cu_result fa_rt_error;
 typedef fa_cu_stream fa_rt_stream;
+typedef fa_cu_event fa_rt_event;
 typedef fa_drv_prop fa_rt_prop;
 typedef int fa_rt_capture_status;
 #define FA_RT_ERR_NO_MEMORY FA_CU_ERROR_OUT_OF_MEMORY
@@ -43,6 +45,7 @@ typedef int fa_rt_capture_status;
 #define FA_RT_NAME "cuda"
 typedef cudaError_t fa_rt_error;
 typedef cudaStream_t fa_rt_stream;
+typedef cudaEvent_t fa_rt_event;
 typedef struct cudaDeviceProp fa_rt_prop;
 typedef enum cudaStreamCaptureStatus fa_rt_capture_status;
 #define FA_RT_ERR_NO_MEMORY cudaErrorMemoryAllocation
