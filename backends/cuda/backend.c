@@ -42,7 +42,7 @@ int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *s
     (void)dtype;
     (void)head_dim_pad;
     (void)stream;
-    return (int)cudaErrorInvalidDeviceFunction;
+    return (int)FA_RT_ERR_NO_KERNEL;
 }
 
 int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod)
@@ -62,8 +62,8 @@ int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *
 
 static fa_status cuda_device_name(int device, char *buf, size_t len)
 {
-    struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    fa_rt_prop prop;
+    if (FA_RT(GetDeviceProperties)(&prop, device) != FA_RT(Success))
         return FA_ERR_BACKEND;
     snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
@@ -261,7 +261,7 @@ static int launch_forward(const fa_gpu_params *kp, const cuda_choice *c, void *s
 #endif
     case FAMILY_SIMT: return fa_simt_forward(kp, (int)c->dtype, c->head_dim, stream);
     }
-    return (int)cudaErrorInvalidValue;
+    return (int)FA_RT_ERR_INVALID_VALUE;
 }
 
 static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *stream)
@@ -272,7 +272,7 @@ static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *
     case FAMILY_SIMT: return fa_simt_backward(kp, (int)c->dtype, c->head_dim, stream);
     case FAMILY_MFMA_EMULATED: break; /* forward only */
     }
-    return (int)cudaErrorInvalidValue;
+    return (int)FA_RT_ERR_INVALID_VALUE;
 }
 
 /* The fused kernels' fp32 dQ accumulator, at the instance's head dim (0: none). */
@@ -326,23 +326,23 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 /* ring attention's steps (ring/ring.cu) on the context's device and stream */
 static fa_status cuda_ring_copy(fa_context *ctx, const fa_tensor *dst, const fa_tensor *src)
 {
-    FA_GPU_TRY(ctx, cudaSetDevice(ctx->device));
-    FA_GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_copy(dst, src, fa_gpu_of(ctx)->stream));
+    FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    FA_GPU_TRY(ctx, (fa_rt_error)fa_cuda_ring_copy(dst, src, fa_gpu_of(ctx)->stream));
     return FA_SUCCESS;
 }
 
 static fa_status cuda_ring_merge(fa_context *ctx, const fa_tensor *o, const fa_tensor *lse, const fa_tensor *o_part,
                                  const fa_tensor *lse_part)
 {
-    FA_GPU_TRY(ctx, cudaSetDevice(ctx->device));
-    FA_GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_merge(o, lse, o_part, lse_part, fa_gpu_of(ctx)->stream));
+    FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    FA_GPU_TRY(ctx, (fa_rt_error)fa_cuda_ring_merge(o, lse, o_part, lse_part, fa_gpu_of(ctx)->stream));
     return FA_SUCCESS;
 }
 
 static fa_status cuda_ring_add(fa_context *ctx, const fa_tensor *acc, const fa_tensor *part)
 {
-    FA_GPU_TRY(ctx, cudaSetDevice(ctx->device));
-    FA_GPU_TRY(ctx, (cudaError_t)fa_cuda_ring_add(acc, part, fa_gpu_of(ctx)->stream));
+    FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
+    FA_GPU_TRY(ctx, (fa_rt_error)fa_cuda_ring_add(acc, part, fa_gpu_of(ctx)->stream));
     return FA_SUCCESS;
 }
 

@@ -5,10 +5,12 @@
  * starts after the data is written and runs alongside the kernels queued after it. agree is an
  * ncclAllReduce (min) of one int, waited for on the host. libnccl.so.2 is loaded at the first call
  * (dlopen), so that the library itself needs NCCL only where a ring is made: built with nccl.h,
- * libflashattn.so still loads on machines without NCCL. */
+ * libflashattn.so still loads on machines without NCCL. The runtime's calls are spelled through
+ * host/runtime.h (FA_RT); nccl.h itself includes the toolkit's cuda_runtime.h, so this file needs
+ * the toolkit's headers whichever runtime runs them, and NCCL's calls take its cudaStream_t. */
+#include "host/runtime.h"
 #include "internal.h"
 
-#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -65,8 +67,8 @@ static int api_ready(void)
 struct fa_ring_nccl {
     int device, rank, size;
     ncclComm_t comm;
-    cudaStream_t stream; /* the transport's */
-    cudaEvent_t ready, done[2];
+    fa_rt_stream stream; /* the transport's */
+    fa_rt_event ready, done[2];
     int *flag; /* device int for agree */
 };
 
@@ -86,18 +88,18 @@ fa_status fa_ring_nccl_unique_id(unsigned char id[FA_RING_NCCL_ID_BYTES])
 static void release(fa_ring_nccl *r)
 {
     if (r->stream)
-        cudaStreamSynchronize(r->stream);
+        FA_RT(StreamSynchronize)(r->stream);
     if (r->comm)
         api.comm_destroy(r->comm);
     if (r->ready)
-        cudaEventDestroy(r->ready);
+        FA_RT(EventDestroy)(r->ready);
     for (int c = 0; c < 2; ++c)
         if (r->done[c])
-            cudaEventDestroy(r->done[c]);
+            FA_RT(EventDestroy)(r->done[c]);
     if (r->flag)
-        cudaFree(r->flag);
+        FA_RT(Free)(r->flag);
     if (r->stream)
-        cudaStreamDestroy(r->stream);
+        FA_RT(StreamDestroy)(r->stream);
     free(r);
 }
 
@@ -120,19 +122,19 @@ fa_status fa_ring_nccl_create(fa_ring_nccl **ring, fa_context *ctx, const unsign
     r->device = ctx->device;
     r->rank = rank;
     r->size = size;
-    cudaError_t e = cudaSetDevice(r->device);
-    if (e == cudaSuccess)
-        e = cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking);
-    if (e == cudaSuccess)
-        e = cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming);
-    for (int c = 0; c < 2 && e == cudaSuccess; ++c)
-        e = cudaEventCreateWithFlags(&r->done[c], cudaEventDisableTiming);
-    if (e == cudaSuccess)
-        e = cudaMalloc((void **)&r->flag, sizeof(int));
-    if (e != cudaSuccess) {
+    fa_rt_error e = FA_RT(SetDevice)(r->device);
+    if (e == FA_RT(Success))
+        e = FA_RT(StreamCreateWithFlags)(&r->stream, FA_RT(StreamNonBlocking));
+    if (e == FA_RT(Success))
+        e = FA_RT(EventCreateWithFlags)(&r->ready, FA_RT(EventDisableTiming));
+    for (int c = 0; c < 2 && e == FA_RT(Success); ++c)
+        e = FA_RT(EventCreateWithFlags)(&r->done[c], FA_RT(EventDisableTiming));
+    if (e == FA_RT(Success))
+        e = FA_RT(Malloc)((void **)&r->flag, sizeof(int));
+    if (e != FA_RT(Success)) {
         release(r);
-        return FA_ERROR(ctx, e == cudaErrorMemoryAllocation ? FA_ERR_OUT_OF_MEMORY : FA_ERR_BACKEND,
-                        "ring nccl: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+        return FA_ERROR(ctx, e == FA_RT_ERR_NO_MEMORY ? FA_ERR_OUT_OF_MEMORY : FA_ERR_BACKEND,
+                        "ring nccl: %s (%s)", FA_RT(GetErrorName)(e), FA_RT(GetErrorString)(e));
     }
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
@@ -149,37 +151,39 @@ fa_status fa_ring_nccl_create(fa_ring_nccl **ring, fa_context *ctx, const unsign
 static int nccl_start(void *user, int channel, const void *send, void *recv, size_t bytes, void *stream)
 {
     fa_ring_nccl *r = user;
-    if (channel < 0 || channel > 1 || cudaSetDevice(r->device) != cudaSuccess ||
-        cudaEventRecord(r->ready, (cudaStream_t)stream) != cudaSuccess ||
-        cudaStreamWaitEvent(r->stream, r->ready, 0) != cudaSuccess)
+    if (channel < 0 || channel > 1 || FA_RT(SetDevice)(r->device) != FA_RT(Success) ||
+        FA_RT(EventRecord)(r->ready, (fa_rt_stream)stream) != FA_RT(Success) ||
+        FA_RT(StreamWaitEvent)(r->stream, r->ready, 0) != FA_RT(Success))
         return -1;
     if (api.group_start() != ncclSuccess)
         return -1;
-    const ncclResult_t a = api.send(send, bytes, ncclUint8, (r->rank + 1) % r->size, r->comm, r->stream);
-    const ncclResult_t b = api.recv(recv, bytes, ncclUint8, (r->rank + r->size - 1) % r->size, r->comm, r->stream);
+    const ncclResult_t a =
+        api.send(send, bytes, ncclUint8, (r->rank + 1) % r->size, r->comm, (cudaStream_t)r->stream);
+    const ncclResult_t b =
+        api.recv(recv, bytes, ncclUint8, (r->rank + r->size - 1) % r->size, r->comm, (cudaStream_t)r->stream);
     const ncclResult_t c = api.group_end();
     if (a != ncclSuccess || b != ncclSuccess || c != ncclSuccess)
         return -1;
-    return cudaEventRecord(r->done[channel], r->stream) == cudaSuccess ? 0 : -1;
+    return FA_RT(EventRecord)(r->done[channel], r->stream) == FA_RT(Success) ? 0 : -1;
 }
 
 static int nccl_finish(void *user, int channel, void *stream)
 {
     fa_ring_nccl *r = user;
-    if (channel < 0 || channel > 1 || cudaSetDevice(r->device) != cudaSuccess)
+    if (channel < 0 || channel > 1 || FA_RT(SetDevice)(r->device) != FA_RT(Success))
         return -1;
-    return cudaStreamWaitEvent((cudaStream_t)stream, r->done[channel], 0) == cudaSuccess ? 0 : -1;
+    return FA_RT(StreamWaitEvent)((fa_rt_stream)stream, r->done[channel], 0) == FA_RT(Success) ? 0 : -1;
 }
 
 static int nccl_agree(void *user, int ok, int *all_ok)
 {
     fa_ring_nccl *r = user;
     int v = ok != 0, out = 0;
-    if (cudaSetDevice(r->device) != cudaSuccess ||
-        cudaMemcpyAsync(r->flag, &v, sizeof v, cudaMemcpyHostToDevice, r->stream) != cudaSuccess ||
-        api.all_reduce(r->flag, r->flag, 1, ncclInt32, ncclMin, r->comm, r->stream) != ncclSuccess ||
-        cudaMemcpyAsync(&out, r->flag, sizeof out, cudaMemcpyDeviceToHost, r->stream) != cudaSuccess ||
-        cudaStreamSynchronize(r->stream) != cudaSuccess)
+    if (FA_RT(SetDevice)(r->device) != FA_RT(Success) ||
+        FA_RT(MemcpyAsync)(r->flag, &v, sizeof v, FA_RT(MemcpyHostToDevice), r->stream) != FA_RT(Success) ||
+        api.all_reduce(r->flag, r->flag, 1, ncclInt32, ncclMin, r->comm, (cudaStream_t)r->stream) != ncclSuccess ||
+        FA_RT(MemcpyAsync)(&out, r->flag, sizeof out, FA_RT(MemcpyDeviceToHost), r->stream) != FA_RT(Success) ||
+        FA_RT(StreamSynchronize)(r->stream) != FA_RT(Success))
         return -1;
     *all_ok = out;
     return 0;
@@ -204,6 +208,6 @@ void fa_ring_nccl_destroy(fa_ring_nccl *ring)
 {
     if (!ring)
         return;
-    cudaSetDevice(ring->device);
+    FA_RT(SetDevice)(ring->device);
     release(ring);
 }

@@ -1,19 +1,27 @@
 /* fake_libcuda.c: a stand-in for libcuda.so.1 with the entry points host/driver_api.c resolves, for
- * testing the driver-API launcher on a machine without a GPU (tests/cuda/rtc_launch_check.c). It
- * runs nothing: it hands out handles, records each call's arguments in a fake_cuda_state
- * (fake_libcuda.h) and returns the error the test asks for. One device, one context, handles are
- * addresses of static objects. */
+ * testing the driver-API launcher and the runtime calls over the driver (rtc_launch_check.c,
+ * driver_runtime_check.c) on a machine without a GPU. It runs no kernel: it hands out handles,
+ * records each call's arguments in a fake_cuda_state (fake_libcuda.h) and returns the error the
+ * test asks for. Device memory is host memory (malloc), so copies and memsets are memcpy and
+ * memset; one primary context per device; other handles are addresses of static objects. */
 #include "fake_libcuda.h"
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
-static fake_cuda_state state = {.cc_major = 8, .cc_minor = 0};
-static char context_object, function_object;
-static char module_objects[64];
+static fake_cuda_state state = {.cc_major = 8,
+                                .cc_minor = 0,
+                                .device_count = 1,
+                                .multiprocessors = 108,
+                                .shared_optin = 166912,
+                                .total_mem = (size_t)40 << 30,
+                                .current_device = -1};
+static char context_objects[FAKE_CUDA_MAX_DEVICES], function_object;
+static char module_objects[64], stream_objects[64], event_objects[64];
 static void *current_context;
 
 EXPORT fake_cuda_state *fake_cuda_state_get(void)
@@ -31,28 +39,64 @@ EXPORT int cuInit(unsigned flags)
 {
     (void)flags;
     ++state.init_calls;
-    return result_of("cuInit");
+    return state.device_count == 0 ? 100 : result_of("cuInit"); /* CUDA_ERROR_NO_DEVICE */
+}
+
+static int valid_device(int ordinal)
+{
+    return ordinal >= 0 && ordinal < state.device_count && ordinal < FAKE_CUDA_MAX_DEVICES;
 }
 
 EXPORT int cuDeviceGet(int *device, int ordinal)
 {
     *device = ordinal;
-    return ordinal == 0 ? result_of("cuDeviceGet") : 101; /* CUDA_ERROR_INVALID_DEVICE */
+    return valid_device(ordinal) ? result_of("cuDeviceGet") : 101; /* CUDA_ERROR_INVALID_DEVICE */
+}
+
+EXPORT int cuDeviceGetCount(int *count)
+{
+    *count = state.device_count;
+    return result_of("cuDeviceGetCount");
+}
+
+EXPORT int cuDeviceGetName(char *name, int len, int device)
+{
+    if (!valid_device(device))
+        return 101;
+    snprintf(name, (size_t)len, "Fake CUDA device %d", device);
+    return result_of("cuDeviceGetName");
+}
+
+EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int device)
+{
+    *bytes = state.total_mem;
+    return valid_device(device) ? result_of("cuDeviceTotalMem_v2") : 101;
 }
 
 EXPORT int cuDeviceGetAttribute(int *value, int attribute, int device)
 {
-    (void)device;
-    *value = attribute == 75 ? state.cc_major : attribute == 76 ? state.cc_minor : 0;
+    if (!valid_device(device))
+        return 101;
+    *value = attribute == 75   ? state.cc_major
+             : attribute == 76 ? state.cc_minor
+             : attribute == 16 ? state.multiprocessors
+             : attribute == 97 ? state.shared_optin
+                               : 0;
     return result_of("cuDeviceGetAttribute");
 }
 
 EXPORT int cuDevicePrimaryCtxRetain(void **context, int device)
 {
-    (void)device;
+    if (!valid_device(device))
+        return 101;
     ++state.retain_calls;
-    *context = &context_object;
+    *context = &context_objects[device];
     return result_of("cuDevicePrimaryCtxRetain");
+}
+
+EXPORT int cuDevicePrimaryCtxRelease_v2(int device)
+{
+    return valid_device(device) ? result_of("cuDevicePrimaryCtxRelease_v2") : 101;
 }
 
 EXPORT int cuCtxGetCurrent(void **context)
@@ -63,14 +107,213 @@ EXPORT int cuCtxGetCurrent(void **context)
 
 EXPORT int cuCtxSetCurrent(void *context)
 {
+    int r = result_of("cuCtxSetCurrent");
+    if (r)
+        return r;
     current_context = context;
-    return result_of("cuCtxSetCurrent");
+    state.current_device = context ? (int)((char *)context - context_objects) : -1;
+    return 0;
 }
 
 EXPORT int cuCtxGetDevice(int *device)
 {
-    *device = 0;
+    *device = state.current_device;
     return current_context ? result_of("cuCtxGetDevice") : 201; /* CUDA_ERROR_INVALID_CONTEXT */
+}
+
+EXPORT int cuCtxSynchronize(void)
+{
+    ++state.ctx_sync_calls;
+    return current_context ? result_of("cuCtxSynchronize") : 201;
+}
+
+/* memory: the host's */
+static int allocate(unsigned long long *ptr, size_t bytes, const char *call)
+{
+    int r = result_of(call);
+    if (r)
+        return r;
+    void *p = bytes ? malloc(bytes) : NULL;
+    if (!p)
+        return bytes ? 2 : 1; /* CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_INVALID_VALUE */
+    ++state.alloc_calls;
+    ++state.live_allocations;
+    *ptr = (unsigned long long)(uintptr_t)p;
+    return 0;
+}
+
+static int release(unsigned long long ptr, const char *call)
+{
+    int r = result_of(call);
+    if (r)
+        return r;
+    if (!ptr)
+        return 1;
+    ++state.free_calls;
+    --state.live_allocations;
+    free((void *)(uintptr_t)ptr);
+    return 0;
+}
+
+EXPORT int cuMemAlloc_v2(unsigned long long *ptr, size_t bytes)
+{
+    return current_context ? allocate(ptr, bytes, "cuMemAlloc_v2") : 201;
+}
+
+EXPORT int cuMemFree_v2(unsigned long long ptr)
+{
+    return current_context ? release(ptr, "cuMemFree_v2") : 201;
+}
+
+EXPORT int cuMemAllocAsync(unsigned long long *ptr, size_t bytes, void *stream)
+{
+    state.last_async_stream = stream;
+    return current_context ? allocate(ptr, bytes, "cuMemAllocAsync") : 201;
+}
+
+EXPORT int cuMemFreeAsync(unsigned long long ptr, void *stream)
+{
+    state.last_async_stream = stream;
+    return current_context ? release(ptr, "cuMemFreeAsync") : 201;
+}
+
+static int copy(unsigned long long dst, unsigned long long src, size_t bytes, const char *call)
+{
+    int r = result_of(call);
+    if (r)
+        return r;
+    ++state.copy_calls;
+    state.last_copy_bytes = bytes;
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+    return 0;
+}
+
+EXPORT int cuMemcpy(unsigned long long dst, unsigned long long src, size_t bytes)
+{
+    return current_context ? copy(dst, src, bytes, "cuMemcpy") : 201;
+}
+
+EXPORT int cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t bytes, void *stream)
+{
+    state.last_async_stream = stream;
+    return current_context ? copy(dst, src, bytes, "cuMemcpyAsync") : 201;
+}
+
+static int fill(unsigned long long dst, unsigned char value, size_t count, const char *call)
+{
+    int r = result_of(call);
+    if (r)
+        return r;
+    ++state.memset_calls;
+    memset((void *)(uintptr_t)dst, value, count);
+    return 0;
+}
+
+EXPORT int cuMemsetD8_v2(unsigned long long dst, unsigned char value, size_t count)
+{
+    return current_context ? fill(dst, value, count, "cuMemsetD8_v2") : 201;
+}
+
+EXPORT int cuMemsetD8Async(unsigned long long dst, unsigned char value, size_t count, void *stream)
+{
+    state.last_async_stream = stream;
+    return current_context ? fill(dst, value, count, "cuMemsetD8Async") : 201;
+}
+
+/* streams and events: counted handles */
+EXPORT int cuStreamCreate(void **stream, unsigned flags)
+{
+    int r = current_context ? result_of("cuStreamCreate") : 201;
+    if (r)
+        return r;
+    state.last_stream_flags = flags;
+    *stream = &stream_objects[state.streams_created++ % sizeof stream_objects];
+    return 0;
+}
+
+EXPORT int cuStreamDestroy_v2(void *stream)
+{
+    (void)stream;
+    ++state.streams_destroyed;
+    return result_of("cuStreamDestroy_v2");
+}
+
+EXPORT int cuStreamSynchronize(void *stream)
+{
+    (void)stream;
+    ++state.stream_syncs;
+    return result_of("cuStreamSynchronize");
+}
+
+EXPORT int cuStreamWaitEvent(void *stream, void *event, unsigned flags)
+{
+    (void)stream;
+    (void)event;
+    (void)flags;
+    ++state.stream_waits;
+    return result_of("cuStreamWaitEvent");
+}
+
+EXPORT int cuStreamIsCapturing(void *stream, int *capture_status)
+{
+    (void)stream;
+    *capture_status = state.capture_status;
+    return result_of("cuStreamIsCapturing");
+}
+
+EXPORT int cuEventCreate(void **event, unsigned flags)
+{
+    int r = current_context ? result_of("cuEventCreate") : 201;
+    if (r)
+        return r;
+    state.last_event_flags = flags;
+    *event = &event_objects[state.events_created++ % sizeof event_objects];
+    return 0;
+}
+
+EXPORT int cuEventRecord(void *event, void *stream)
+{
+    (void)event;
+    (void)stream;
+    ++state.event_records;
+    return result_of("cuEventRecord");
+}
+
+EXPORT int cuEventDestroy_v2(void *event)
+{
+    (void)event;
+    ++state.events_destroyed;
+    return result_of("cuEventDestroy_v2");
+}
+
+/* resolved for the launchers; answered, not modelled */
+EXPORT int cuFuncSetAttribute(void *function, int attribute, int value)
+{
+    (void)function;
+    (void)attribute;
+    (void)value;
+    return result_of("cuFuncSetAttribute");
+}
+
+EXPORT int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function, int block_size,
+                                                       size_t dynamic_shared_bytes)
+{
+    (void)function;
+    (void)block_size;
+    (void)dynamic_shared_bytes;
+    *blocks = 1;
+    return result_of("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+}
+
+/* every module's every global is one 256-byte object */
+EXPORT int cuModuleGetGlobal_v2(unsigned long long *ptr, size_t *bytes, void *module, const char *name)
+{
+    static unsigned char global_object[256];
+    (void)module;
+    (void)name;
+    *ptr = (unsigned long long)(uintptr_t)global_object;
+    *bytes = sizeof global_object;
+    return result_of("cuModuleGetGlobal_v2");
 }
 
 /* a 64-bit ELF image's size: the end of whatever lies furthest in it, the section and program
@@ -146,17 +389,43 @@ EXPORT int cuModuleUnload(void *module)
     return result_of("cuModuleUnload");
 }
 
+/* the real driver's names and texts for the errors the fake and its tests use; others are
+ * CUDA_ERROR_INVALID_VALUE, as the real driver answers for a number it does not know */
+static const struct {
+    int result;
+    const char *name, *text;
+} errors[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
 EXPORT int cuGetErrorName(int result, const char **name)
 {
-    *name = result == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : result == 100 ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_UNKNOWN";
-    return 0;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; ++i)
+        if (errors[i].result == result) {
+            *name = errors[i].name;
+            return 0;
+        }
+    *name = NULL;
+    return 1;
 }
 
 EXPORT int cuGetErrorString(int result, const char **text)
 {
-    /* the real driver's texts for these */
-    *text = result == 719   ? "unspecified launch failure"
-            : result == 100 ? "no CUDA-capable device is detected"
-                            : "unknown error";
-    return 0;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; ++i)
+        if (errors[i].result == result) {
+            *text = errors[i].text;
+            return 0;
+        }
+    *text = NULL;
+    return 1;
 }

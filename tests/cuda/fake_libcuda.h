@@ -1,12 +1,15 @@
 /* fake_libcuda.h: what the fake CUDA driver (fake_libcuda.c, a shared library standing in for
  * libcuda.so.1 under FLASHATTN_CUDA_DRIVER_LIBRARY) records of the calls made to it, and how a
- * test configures it. A test finds the state with dlsym(handle, "fake_cuda_state_get"). */
+ * test configures it. A test finds the state with dlsym(handle, "fake_cuda_state_get"). Device
+ * memory is the host's (malloc), copies and memsets run at once, streams and events are counted
+ * handles. */
 #ifndef FA_FAKE_LIBCUDA_H
 #define FA_FAKE_LIBCUDA_H
 
 #include <stddef.h>
 
 #define FAKE_CUDA_MAX_ARGS 4
+#define FAKE_CUDA_MAX_DEVICES 2
 
 typedef struct fake_cuda_state {
     /* set by the test */
@@ -22,6 +25,22 @@ typedef struct fake_cuda_state {
     unsigned grid[3], block[3], shared_bytes;
     void *stream;
     unsigned char args[FAKE_CUDA_MAX_ARGS][1024]; /* the last launch's arguments, arg_sizes bytes each */
+
+    /* the devices, set by the test: how many (cuInit answers CUDA_ERROR_NO_DEVICE for 0; at most
+     * FAKE_CUDA_MAX_DEVICES), named "Fake CUDA device <ordinal>", each with cc_major.cc_minor above
+     * and these */
+    int device_count;
+    int multiprocessors, shared_optin; /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ..._SHARED_MEMORY_PER_BLOCK_OPTIN */
+    size_t total_mem;
+    int capture_status;                /* what cuStreamIsCapturing answers */
+    /* recorded by the fake */
+    int current_device;                /* the device of the current context, -1 for none */
+    int alloc_calls, free_calls, live_allocations, copy_calls, memset_calls, ctx_sync_calls;
+    size_t last_copy_bytes;
+    int streams_created, streams_destroyed, stream_syncs, stream_waits;
+    unsigned last_stream_flags, last_event_flags;
+    int events_created, events_destroyed, event_records;
+    void *last_async_stream;           /* the stream of the last ...Async memory call */
 } fake_cuda_state;
 
 #endif

@@ -1,6 +1,8 @@
 /* driver_api.c: libcuda by dlopen (driver_api.h says what for). The entry points are looked up by
- * their plain names, which libcuda exports for the default (legacy) stream semantics that the
- * nvcc-built launchers also use. */
+ * the names cuda.h maps its calls to without CUDA_API_PER_THREAD_DEFAULT_STREAM: the plain names
+ * (the default (legacy) stream semantics the nvcc-built launchers also use), with the _v2 suffix
+ * where cuda.h adds one (cuMemAlloc_v2, ...: the current version of a call whose signature
+ * changed). */
 #include "host/driver_api.h"
 #include "host/dl_symbols.h"
 
@@ -54,17 +56,50 @@ static int resolve(void *lib, const char *name, char *why, size_t why_len)
         {"cuModuleUnload", (void **)&api.ModuleUnload},
         {"cuGetErrorName", (void **)&api.GetErrorName},
         {"cuGetErrorString", (void **)&api.GetErrorString},
+        {"cuDeviceGetCount", (void **)&api.DeviceGetCount},
+        {"cuDeviceGetName", (void **)&api.DeviceGetName},
+        {"cuDeviceTotalMem_v2", (void **)&api.DeviceTotalMem},
+        {"cuDevicePrimaryCtxRelease_v2", (void **)&api.DevicePrimaryCtxRelease},
+        {"cuCtxSynchronize", (void **)&api.CtxSynchronize},
+        {"cuMemAlloc_v2", (void **)&api.MemAlloc},
+        {"cuMemFree_v2", (void **)&api.MemFree},
+        {"cuMemAllocAsync", (void **)&api.MemAllocAsync},
+        {"cuMemFreeAsync", (void **)&api.MemFreeAsync},
+        {"cuMemcpy", (void **)&api.Memcpy},
+        {"cuMemcpyAsync", (void **)&api.MemcpyAsync},
+        {"cuMemsetD8_v2", (void **)&api.MemsetD8},
+        {"cuMemsetD8Async", (void **)&api.MemsetD8Async},
+        {"cuStreamCreate", (void **)&api.StreamCreate},
+        {"cuStreamDestroy_v2", (void **)&api.StreamDestroy},
+        {"cuStreamSynchronize", (void **)&api.StreamSynchronize},
+        {"cuStreamWaitEvent", (void **)&api.StreamWaitEvent},
+        {"cuStreamIsCapturing", (void **)&api.StreamIsCapturing},
+        {"cuEventCreate", (void **)&api.EventCreate},
+        {"cuEventRecord", (void **)&api.EventRecord},
+        {"cuEventDestroy_v2", (void **)&api.EventDestroy},
+        {"cuFuncSetAttribute", (void **)&api.FuncSetAttribute},
+        {"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void **)&api.OccupancyMaxActiveBlocksPerMultiprocessor},
+        {"cuModuleGetGlobal_v2", (void **)&api.ModuleGetGlobal},
     };
     const char *err, *missing = fa_dl_resolve(lib, table, sizeof table / sizeof table[0], &err);
     if (missing) {
         say(why, why_len, "%s has no %s: %s", name, missing, err);
         return 0;
     }
+    /* optional: CUDA 12 added it */
+    *(void **)&api.TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
     return 1;
 }
 
 const fa_cu_api *fa_cu_driver(char *why, size_t why_len)
 {
+    fa_cu_result result;
+    return fa_cu_driver_result(&result, why, why_len);
+}
+
+const fa_cu_api *fa_cu_driver_result(fa_cu_result *result, char *why, size_t why_len)
+{
+    *result = FA_CU_SUCCESS;
     if (atomic_load_explicit(&api_ready, memory_order_acquire))
         return &api;
     pthread_mutex_lock(&load_lock);
@@ -76,9 +111,11 @@ const fa_cu_api *fa_cu_driver(char *why, size_t why_len)
             const char *e = dlerror();
             say(why, why_len, "cannot open the CUDA driver %s%s (the NVIDIA driver is needed to run CUDA kernels): %s",
                 override && *override ? "FLASHATTN_CUDA_DRIVER_LIBRARY=" : "", name, e ? e : "dlopen failed");
+            *result = FA_CU_ERROR_NOT_INITIALIZED;
         } else if (!resolve(lib, name, why, why_len)) {
             dlclose(lib);
-        } else if (fa_cu_check(&api, api.Init(0), "cuInit", why, why_len) != FA_CU_OK) {
+            *result = FA_CU_ERROR_NOT_INITIALIZED;
+        } else if (fa_cu_check(&api, (*result = api.Init(0)), "cuInit", why, why_len) != FA_CU_OK) {
             dlclose(lib);
         } else {
             atomic_store_explicit(&api_ready, 1, memory_order_release);
