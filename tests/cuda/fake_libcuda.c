@@ -402,9 +402,12 @@ static const struct {
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {221, "CUDA_ERROR_JIT_COMPILER_NOT_FOUND", "PTX JIT compiler library not found"},
+    {300, "CUDA_ERROR_INVALID_SOURCE", "device kernel image is invalid"},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 

@@ -8,14 +8,21 @@
  * Errors: an entry point returns a CUresult (the runtime of such a build is the driver API,
  * host/driver_runtime.h). A failure of the compiler or the launcher is kept as this thread's
  * message (fa_rtc_last_error) and returned as the CUresult nearest to it, so the backend's error
- * names the driver's code and the message says what happened. Plain C. */
+ * names the driver's code and the message says what happened.
+ *
+ * A kernel compiled on first use takes a second or more (a cache hit a fraction of a
+ * millisecond): each such compile prints one line on stderr naming the kernel, the architecture
+ * and the cache (fa_rtc_notify_stderr), unless FLASHATTN_COMPILE_LOG=0. fa_warmup compiles ahead.
+ * Plain C. */
 #include "host/rtc_kernels.h"
 
 #include "common/simt_geometry.h"
 #include "host/kernels.h"
 #include "host/rtc_launch.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* CUresult values (cuda.h) an entry point returns for each fa_rtc_status */
@@ -64,6 +71,21 @@ static int driver_result_in(const char *why)
     return CU_SUCCESS;
 }
 
+static pthread_once_t notify_once = PTHREAD_ONCE_INIT;
+
+static void set_notify(void)
+{
+    const char *log = getenv("FLASHATTN_COMPILE_LOG");
+    if (!log || strcmp(log, "0") != 0)
+        fa_rtc_set_notify(fa_rtc_notify_stderr, NULL);
+}
+
+/* before an entry point compiles anything */
+static void start(void)
+{
+    pthread_once(&notify_once, set_notify);
+}
+
 static int finish(fa_rtc_status st)
 {
     if (st == FA_RTC_OK) {
@@ -81,12 +103,14 @@ int fa_simt_bucket(int64_t head_dim)
 int fa_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
 {
     (void)head_dim_bucket; /* the launcher takes the bucket from p, by the same rule */
+    start();
     return finish(fa_rtc_launch_simt_forward(p, dtype, stream, last_error, sizeof last_error));
 }
 
 int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
 {
     (void)head_dim_bucket;
+    start();
     return finish(fa_rtc_launch_simt_backward(p, dtype, stream, last_error, sizeof last_error));
 }
 
