@@ -423,8 +423,9 @@ FA_API fa_status fa_backward(fa_context *ctx, const fa_bwd_args *args);
  * time (CUDA built with -Dcuda-kernels=rtc, OpenCL: docs/building.md) this compiles them, or loads
  * them from the disk cache, so the first real call does not wait; elsewhere it is one small call.
  * The kernels chosen depend on the dtype, the head dims and the options, not on the lengths: a
- * short seqlen warms what long calls run. A shape the backend refuses is that call's status and
- * message. The `flashattn warmup` command runs it over a list of shapes. */
+ * short seqlen warms what long calls run. A shape the backend refuses is that call's status, its
+ * message behind "fa_warmup: "; sizes past 64 bits are FA_ERR_OVERFLOW before anything is
+ * allocated. `flashattn warmup` runs it over lists of shapes, flashattn.warmup from Python. */
 FA_API fa_status fa_warmup(fa_context *ctx, fa_dtype dtype, int64_t seqlen, int64_t heads_q, int64_t heads_kv,
                            int64_t d, int64_t d_v, const fa_options *options, int backward);
 

@@ -121,5 +121,6 @@ int cmd_fwd(int argc, char **argv);
 int cmd_fwd_kvcache(int argc, char **argv);
 int cmd_bwd(int argc, char **argv);
 int cmd_iomodel(int argc, char **argv);
+int cmd_warmup(int argc, char **argv);
 
 #endif

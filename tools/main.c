@@ -3,7 +3,8 @@
  * capabilities and plans (cmd_info.c); `run` times fa_forward / fa_backward on random inputs and
  * can check them against the float64 reference (cmd_run.c, run_check.c); `fwd` and `bwd` run
  * attention on .npy files (cmd_fwd.c, cmd_bwd.c, npy_job.c); `iomodel` prints the paper's IO model
- * (cmd_iomodel.c). The exit statuses are in cli.h. */
+ * (cmd_iomodel.c); `warmup` runs fa_warmup over a list of shapes (cmd_warmup.c). The exit statuses
+ * are in cli.h. */
 #include "cli.h"
 
 #include <stdio.h>
@@ -19,6 +20,7 @@ static const struct command {
     {"fwd", cmd_fwd, "attention on .npy files: Q, K, V -> O (and LSE); --k-cache: over a KV cache"},
     {"bwd", cmd_bwd, "gradients on .npy files: Q, K, V, O, LSE, dO -> dQ, dK, dV"},
     {"iomodel", cmd_iomodel, "device-memory traffic of the forward pass under the paper's IO model"},
+    {"warmup", cmd_warmup, "compile (or load from the disk cache) the kernels of a list of shapes ahead of use"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
@@ -41,7 +43,7 @@ static void print_main_help(FILE *f)
           f);
 }
 
-/* "info, run, fwd, bwd or iomodel" */
+/* "info, run, fwd, bwd, iomodel or warmup" */
 static void command_list(char *buf, size_t len)
 {
     size_t used = 0;

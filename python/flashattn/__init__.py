@@ -37,6 +37,7 @@ import os
 from . import _capi, _core
 from ._capi import FlashAttnError, backend_availability, backends
 from ._core import synchronize
+from ._warmup import warmup
 
 # The torch custom operators (torch.compile traces through them) where torch is installed;
 # FLASHATTN_NO_TORCH=1 keeps torch out of the import (NumPy only).
@@ -53,7 +54,7 @@ _torch = importlib.import_module("._torch", __name__) if _torch_module is not No
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
            "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "block_sparse_attn_func",
            "flash_attn_backward", "flash_attn_with_kvcache", "FlashAttnError", "backends", "backend_availability",
-           "library_version", "synchronize"]
+           "library_version", "synchronize", "warmup"]
 
 
 def _package_version():

@@ -177,6 +177,8 @@ def lib():
         L.fa_backward.argtypes = [C.c_void_p, C.POINTER(BwdArgs)]
         L.fa_forward_kvcache.argtypes = [C.c_void_p, C.POINTER(KvcacheArgs)]
         L.fa_synchronize.argtypes = [C.c_void_p]
+        L.fa_warmup.argtypes = [C.c_void_p, C.c_int, C.c_int64, C.c_int64, C.c_int64, C.c_int64, C.c_int64,
+                                C.POINTER(Options), C.c_int]
         L.fa_options_default.restype = Options
         L.fa_options_default.argtypes = []
         L.fa_backend_count.restype = C.c_int
