@@ -9,6 +9,8 @@ import sys
 import sysconfig
 import threading
 
+from . import _nvrtc
+
 FA_MAX_DIMS = 4
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 COPY_HOST_TO_DEVICE, COPY_DEVICE_TO_HOST = 0, 1  # fa_copy_kind
@@ -146,6 +148,7 @@ def lib():
     with _lock:
         if _lib is not None:
             return _lib
+        _nvrtc.point_library_at_wheel_nvrtc()
         errors = []
         for path in _candidates():
             try:
