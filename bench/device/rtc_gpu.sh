@@ -8,7 +8,12 @@
 #     the cold (NVRTC) / disk-cached / loaded latencies and both paths' kernel times, printed;
 #   - the host-only checks of the same code (cuda-rtc-compiler, cuda-rtc-launch against a fake
 #     libcuda), for the record of the toolkit this machine has;
-#   - compute-sanitizer memcheck on rtc_launch_gpu (both paths' kernels).
+#   - compute-sanitizer memcheck on rtc_launch_gpu (both paths' kernels);
+#   - the backend of a build without nvcc's kernels (-Dcuda-kernels=rtc, BUILD_DIR-rtc; the host
+#     code on the driver API): the conformance grid (GRID, default short) on it, every call on the
+#     SIMT kernels compiled at run time; the cuda suite; flashattn warmup cold (a fresh
+#     FLASHATTN_CACHE_DIR) and warm, timed; flashattn run on both builds (the aot one with
+#     FLASHATTN_KERNELS=simt), forward + backward, for the speed of the same kernels both ways.
 # Usage: bash bench/device/rtc_gpu.sh [BUILD_DIR]   (a fresh BUILD_DIR is configured and built;
 # run it with carry: [".deps"] where cmocka comes as .deps/libcmocka*.deb)
 # Environment: OUT (logs, default /tmp/out), CUDA_ARCHS (meson's cuda-archs, default auto: the
@@ -55,5 +60,34 @@ timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode
   > "$OUT/memcheck-rtc-launch-gpu.log" 2>&1
 rc=$?; [ $rc -ne 0 ] && status=1
 echo "memcheck rtc_launch_gpu: exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-rtc-launch-gpu.log" | tail -1)"
+echo "== the backend of a run-time compiled build (-Dcuda-kernels=rtc)"
+R=$B-rtc
+if [ ! -f "$R/build.ninja" ]; then
+  meson setup "$R" -Dcuda=enabled -Dcuda-kernels=rtc -Dhip=disabled -Dopencl=disabled -Dnccl=disabled -Dbench=false \
+    -Dconformance_grid="${GRID:-short}" > "$OUT/setup-rtc.log" 2>&1 || { echo "meson setup (rtc) failed"; tail -20 "$OUT/setup-rtc.log"; exit 1; }
+fi
+ninja -C "$R" > "$OUT/build-rtc.log" 2>&1 || { echo "build (rtc) failed"; grep -E "error|FAILED" "$OUT/build-rtc.log" | head -20; exit 1; }
+"$R/tools/flashattn" info --backend cuda 2>&1 | grep -E "availability|notes" | head -2 | tee "$OUT/info-rtc.txt"
+export FLASHATTN_CACHE_DIR=$(mktemp -d)
+for pass in cold warm; do
+  start=$(date +%s.%N)
+  "$R/tools/flashattn" warmup --backend cuda --dtype bf16,fp16 --dim 64,128 --backward > "$OUT/warmup-$pass.log" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "warmup $pass: exit $rc, $(echo "$(date +%s.%N) - $start" | bc) s for the process; $(tail -1 "$OUT/warmup-$pass.log")"
+done
+run conformance-rtc "$R/tests/conformance/conformance" --backend cuda --grid "${GRID:-short}"
+(cd "$R" && meson test --no-rebuild --suite cuda --print-errorlogs) > "$OUT/suite-cuda-rtc.log" 2>&1
+rc=$?; [ $rc -ne 0 ] && status=1
+echo "meson test --suite cuda (rtc build): exit $rc; $(grep -E '^(Ok|Fail|Skipped):' "$OUT/suite-cuda-rtc.log" | tr -s ' ' | tr '\n' ' ')"
+for shape in "--dtype bf16 --dim 64" "--dtype bf16 --dim 128 --causal" "--dtype fp16 --dim 128"; do
+  for build in aot rtc; do
+    bin=$B/tools/flashattn; [ $build = rtc ] && bin=$R/tools/flashattn
+    [ $build = aot ] && [ ! -x "$bin" ] && ninja -C "$B" tools/flashattn > /dev/null 2>&1
+    FLASHATTN_KERNELS=simt "$bin" run --backend cuda --batch 4 --seqlen-q 2048 --heads 16 $shape --backward \
+      > "$OUT/run-$build-$(echo $shape | tr -d ' -').log" 2>&1
+    echo "$build $shape: $(grep -iE 'variant|ms|TFLOP' "$OUT/run-$build-$(echo $shape | tr -d ' -').log" | head -4 | tr '\n' ' ')"
+  done
+done
+rm -rf "$FLASHATTN_CACHE_DIR"
 echo "== overall: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
 exit $status
