@@ -205,8 +205,10 @@ int main(void)
         int arch;
         char suffix;
     } kernels[] = {
-        {"sm80", "fa_gpu::dsum_kernel<__nv_bfloat16>", "_ZN6fa_gpu11dsum_kernelI13__nv_bfloat16EEv13fa_gpu_params", 80, 0},
-        {"sm90", "fa_gpu::dsum_kernel<__nv_bfloat16>", "_ZN6fa_gpu11dsum_kernelI13__nv_bfloat16EEv13fa_gpu_params", 90, 'a'},
+        {"sm80", "fa_gpu::dsum_kernel<__nv_bfloat16>", "_ZN6fa_gpu11dsum_kernelI13__nv_bfloat16EEv13fa_gpu_params", 80,
+         0},
+        {"sm90", "fa_gpu::dsum_kernel<__nv_bfloat16>", "_ZN6fa_gpu11dsum_kernelI13__nv_bfloat16EEv13fa_gpu_params", 90,
+         'a'},
         {"decode", "fa_gpu::decode::check_kernel<fa_gpu::store_f16>",
          "_ZN6fa_gpu6decode12check_kernelINS_9store_f16EEEv16fa_gpu_kv_params", 80, 0},
     };

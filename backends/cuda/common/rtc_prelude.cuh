@@ -1,11 +1,13 @@
 /* rtc_prelude.cuh: what the kernels take from the CUDA toolkit's headers, for NVRTC, which has no
  * include path to them (a wheel cannot count on a toolkit; NVRTC 13 has no built-in <stdint.h>,
- * <math.h>, <cuda_fp16.h> or <cuda_bf16.h>). Only under __CUDACC_RTC__: common/vendor.h includes
- * it first there, where nvcc's build includes the toolkit headers. It holds exactly the names the
- * SIMT family (simt/, common/portable.cuh and the core headers they read) uses; NVRTC itself
- * provides the rest (float4, uint2, make_float4, dim3, expf / exp2f / logf / log1pf / fmaxf /
- * fmaf, isnan, __uint_as_float, __shfl_xor_sync, __syncthreads, size_t). A family that needs more
- * adds it here, with the toolkit's definition, so the machine code stays the same. */
+ * <math.h>, <math_constants.h>, <cuda_fp16.h>, <cuda_bf16.h> or <cuda.h>). Only under
+ * __CUDACC_RTC__: common/vendor.h and common/params.h include it there (and each header that would
+ * include a toolkit header includes it instead), where nvcc's build includes the toolkit headers.
+ * It holds exactly the names the kernel families NVRTC compiles (simt, sm80, sm90, decode, ring:
+ * host/rtc_sources.h) use; NVRTC itself provides the rest (float4, uint2, make_float4, dim3, expf
+ * / exp2f / logf / log1pf / fmaxf / fmaf, isnan, __uint_as_float, __shfl_xor_sync, __syncthreads,
+ * __cvta_generic_to_shared, memcpy, size_t). A family that needs more adds it here, with the
+ * toolkit's definition, so the machine code stays the same. */
 #ifndef FA_GPU_RTC_PRELUDE_CUH
 #define FA_GPU_RTC_PRELUDE_CUH
 
@@ -13,7 +15,7 @@
 #error "common/rtc_prelude.cuh is for NVRTC: nvcc's build includes the toolkit's headers"
 #endif
 
-/* <stdint.h>: the fixed-width types as glibc spells them on LP64 (the host ABI nvcc's device code
+/* <stdint.h>: the fixed-width types (and INT64_MAX) as glibc spells them on LP64 (the host ABI nvcc's device code
  * follows there), so overloads and mangled names match the nvcc build's */
 typedef signed char int8_t;
 typedef unsigned char uint8_t;
@@ -24,10 +26,11 @@ typedef unsigned int uint32_t;
 typedef long int64_t;
 typedef unsigned long uint64_t;
 #define INT64_MAX 9223372036854775807L
-static_assert(sizeof(int16_t) == 2 && sizeof(int32_t) == 4 && sizeof(int64_t) == 8 && sizeof(uint64_t) == 8, "fixed-width types");
+static_assert(sizeof(int16_t) == 2 && sizeof(int32_t) == 4 && sizeof(int64_t) == 8 && sizeof(uint64_t) == 8,
+              "fixed-width types");
 
 /* <math.h>'s INFINITY, as <math_constants.h> spells CUDART_INF_F (NVRTC's front end knows no
- * __builtin_inff). Not a constant expression: no kernel of the families above needs one. */
+ * __builtin_inff). Not a constant expression: no kernel of these families needs one. */
 #define INFINITY __int_as_float(0x7f800000)
 
 /* <cuda_fp16.h>'s __half2float and __float2half_rn on 16-bit words: the same PTX instructions that

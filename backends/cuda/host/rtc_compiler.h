@@ -46,9 +46,9 @@ typedef struct fa_rtc_kernel {
 fa_rtc_status fa_rtc_compile(int arch, char suffix, const char *name_expression, const char *const *defines,
                              size_t ndefines, fa_rtc_kernel *out, char *why, size_t why_len);
 
-/* fa_rtc_compile for a kernel of family ("simt", "sm80", "sm90", "decode": host/rtc_sources.h),
- * whose root header the program includes (fa_rtc_compile: "simt"). A family not embedded is
- * FA_RTC_INVALID_ARG. The sm90 family's kernels need sm_90a (arch 90, suffix 'a'). */
+/* fa_rtc_compile for a kernel of family ("simt", "sm80", "sm90", "decode", "ring":
+ * host/rtc_sources.h), whose root header the program includes (fa_rtc_compile: "simt"). A family
+ * not embedded is FA_RTC_INVALID_ARG. The sm90 family's kernels need sm_90a (arch 90, suffix 'a'). */
 fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, const char *name_expression,
                                     const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
                                     size_t why_len);

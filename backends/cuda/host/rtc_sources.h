@@ -12,9 +12,9 @@ typedef struct fa_rtc_source {
     size_t len;
 } fa_rtc_source;
 
-/* A family ("simt", "sm80", "sm90", "decode"): its files, as indices into fa_cuda_rtc_sources, its
- * root header (the one that holds its kernels and no host code: simt/kernels.cuh,
- * sm80/kernels_device.cuh) first, then every file that reaches. */
+/* A family ("simt", "sm80", "sm90", "decode", "ring"): its files, as indices into
+ * fa_cuda_rtc_sources, its root header (the one that holds its kernels and no host code:
+ * simt/kernels.cuh, sm80/kernels_device.cuh) first, then every file that reaches. */
 typedef struct fa_rtc_family {
     const char *name;
     const unsigned short *files;
