@@ -90,16 +90,19 @@ def family_instances(root):
 
 
 def reference_kernels(ref, family, arch):
-    """name expressions of the family's kernels that the reference holds for arch (or its plain architecture)"""
+    """name expressions of the family's kernels that the reference holds for arch, else for its plain
+    architecture (sm_90 for sm_90a: the SIMT kernels' sm_90 code comes from compute_80 PTX)"""
     _, _, ns = FAMILIES[family]
-    mangled = {m for a, m in ref if a in (arch, arch.rstrip("abf"))}
-    names = []
-    for m, d in compare_sass.demangle_all(mangled).items():
-        expr = re.sub(r"^void ", "", d)
-        expr = expr[:expr.rindex("(")] if expr.endswith(")") else expr
-        if expr.startswith(ns) or expr.startswith(SHARED.get(family, ())):
-            names.append(expr)
-    return sorted(names)
+    for a in dict.fromkeys([arch, arch.rstrip("abf")]):
+        names = []
+        for m, d in compare_sass.demangle_all({m for x, m in ref if x == a}).items():
+            expr = re.sub(r"^void ", "", d)
+            expr = expr[:expr.rindex("(")] if expr.endswith(")") else expr
+            if expr.startswith(ns) or expr.startswith(SHARED.get(family, ())):
+                names.append(expr)
+        if names:
+            return sorted(names)
+    return []
 
 
 def kernels_of(launcher, store, d, mods=(False, True)):
@@ -192,14 +195,14 @@ def uses_shared_memory(kernel):
 
 def compare(names, lowered, arch, path, ref, args):
     """(lines to print, expected differences, whether one is unexpected) for one family's cubin for arch"""
-    ref_archs = {a for a, _ in ref}
-    ref_arch = arch if arch in ref_archs else arch.rstrip("abf") if arch.rstrip("abf") in ref_archs else None
+    # each kernel against the reference's code for arch, else for its plain architecture (above)
+    ref_arch = {m: next((a for a in (arch, arch.rstrip("abf")) if (a, m) in ref), None) for m in lowered.values()}
     got = dump(path, args.cuobjdump)
     same, lines, expected = 0, [], []
     for n in names:
         mangled = lowered[n]
         mine = got.get((arch, mangled))
-        theirs = ref.get((ref_arch, mangled))
+        theirs = ref.get((ref_arch[mangled], mangled))
         if mine is None or theirs is None:
             lines.append(f"  missing:  {n} ({'NVRTC' if mine is None else 'reference'} has no {mangled})")
             continue
@@ -215,7 +218,7 @@ def compare(names, lowered, arch, path, ref, args):
         lines.append(f"  differs:  {n}: {what}: NVRTC [{mine[2]}] {len(mine[1])} lines; "
                      f"nvcc {sorted((t[2], t[1].count(chr(10)) + 1) for t in theirs)}")
     flags = sorted({got[(a, m)][0] for (a, m) in got if a == arch})
-    ref_flags = sorted({t[0] for (a, _), v in ref.items() if a == ref_arch for t in v})
+    ref_flags = sorted({t[0] for m, a in ref_arch.items() if a for t in ref[(a, m)]})
     head = (f"{same} of {len(names)} kernels with identical SASS and resource usage, {len(expected)} differing "
             f"as expected; headerflags NVRTC {flags}, nvcc {ref_flags}")
     return [head] + expected + lines, bool(expected), bool(lines)
