@@ -23,6 +23,7 @@ import sys
 
 # namespaces whose names differ between layouts of the tree, longest first
 NAMESPACES = ["fa_gpu::sm80::", "fa_gpu::sm90::", "fa_gpu::simt::", "fa_gpu::decode::", "fa_gpu::mfma::",
+              "fa_gpu::ring::", "(anonymous namespace)::",
               "fa_portable_cuda::kv::", "fa_portable_cuda::", "fa_sm80::", "fa_sm90::", "fa_mfma::", "fa_gpu::",
               "kv::"]
 MANGLED = re.compile(r"_Z[\w$]+")

@@ -3,7 +3,9 @@
  * sm_80 and sm_90a is an ELF cubin that holds its lowered name; the second call is a cache hit
  * (both times printed; the hit must take at most 50 ms); a changed define is another key (a miss);
  * a damaged cache entry is compiled again, not loaded; a compile error and an impossible
- * architecture say why; threads that ask for one kernel at once compile it once;
+ * architecture say why; a kernel of each other family (sm80, sm90, decode) compiles from its own
+ * root header, under a key of its own, and an unknown family says why; threads that ask for one
+ * kernel at once compile it once;
  * FLASHATTN_NVRTC_LIBRARY naming no library fails with a message that names
  * it. Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
  * where libnvrtc cannot be opened. The cache is a fresh directory of its own. */
@@ -195,6 +197,41 @@ int main(void)
     CHECK(memcmp(&defined.key, &sm80.key, sizeof sm80.key) != 0, "a changed define is another key");
     fa_rtc_kernel_free(&defined);
     printf("ok: -DFA_RTC_CHECK_DEFINE=1 is another key (compiled in %.3f s)\n", seconds);
+
+    /* the other families, each by its root header: a small kernel of each (fa_gpu::dsum_kernel is in
+     * both the sm80 and the sm90 family: one name, two sources, two keys); a family not embedded */
+    static const struct {
+        const char *family, *name, *lowered;
+        int arch;
+        char suffix;
+    } kernels[] = {
+        {"sm80", "fa_gpu::dsum_kernel<__nv_bfloat16>", "_ZN6fa_gpu11dsum_kernelI13__nv_bfloat16EEv13fa_gpu_params", 80,
+         0},
+        {"sm90", "fa_gpu::dsum_kernel<__nv_bfloat16>", "_ZN6fa_gpu11dsum_kernelI13__nv_bfloat16EEv13fa_gpu_params", 90,
+         'a'},
+        {"decode", "fa_gpu::decode::check_kernel<fa_gpu::store_f16>",
+         "_ZN6fa_gpu6decode12check_kernelINS_9store_f16EEEv16fa_gpu_kv_params", 80, 0},
+    };
+    fa_kernel_key first_key = {{0}};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; ++i) {
+        fa_rtc_kernel f;
+        double t0 = now_seconds();
+        st = fa_rtc_compile_family(kernels[i].family, kernels[i].arch, kernels[i].suffix, kernels[i].name, NULL, 0, &f,
+                                   why, sizeof why);
+        CHECK(st == FA_RTC_OK, "%s: %s: %s", kernels[i].family, kernels[i].name, why);
+        CHECK(strcmp(f.lowered_name, kernels[i].lowered) == 0, "lowered name %s", f.lowered_name);
+        CHECK(contains(f.cubin, f.cubin_len, f.lowered_name), "the cubin holds %s", f.lowered_name);
+        if (i == 0)
+            first_key = f.key;
+        else
+            CHECK(memcmp(&f.key, &first_key, sizeof first_key) != 0, "another family is another key");
+        printf("ok: family %s: %s for sm_%d%s in %.3f s\n", kernels[i].family, f.lowered_name, kernels[i].arch,
+               kernels[i].suffix ? "a" : "", now_seconds() - t0);
+        fa_rtc_kernel_free(&f);
+    }
+    st = fa_rtc_compile_family("sm70", 80, 0, KERNEL, NULL, 0, &k, why, sizeof why);
+    CHECK(st == FA_RTC_INVALID_ARG && strstr(why, "sm70"), "status %d: %s", (int)st, why);
+    printf("ok: an unknown family: %s\n", why);
 
     /* a damaged entry is compiled again, and the good entry replaces it */
     char path[256];

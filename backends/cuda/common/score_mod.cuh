@@ -8,7 +8,11 @@
 #include "score_mod.h"
 #include "common/tile_class.cuh"
 
+#if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
+#include "common/rtc_prelude.cuh"
+#else
 #include <math_constants.h>
+#endif
 
 namespace fa_gpu {
 

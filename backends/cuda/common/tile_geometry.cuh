@@ -6,8 +6,12 @@
 
 #include "common/params.h"
 
+#if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
+#include "common/rtc_prelude.cuh"
+#else
 #include <cuda_runtime.h>
 #include <stdint.h>
+#endif
 
 namespace fa_gpu {
 

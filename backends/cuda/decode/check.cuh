@@ -72,14 +72,6 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(256) void check_kernel(const fa_g
     }
 }
 
-template <class S> fa_gpu_error launch_check(const fa_gpu_kv_params &p, fa_gpu_stream stream)
-{
-    if (!p.fault || p.batch == 0)
-        return FA_GPU_SUCCESS;
-    check_kernel<S><<<(unsigned)(p.batch < 65535 ? p.batch : 65535), 256, 0, stream>>>(p);
-    return fa_gpu_last_error();
-}
-
 } // namespace decode
 } // namespace fa_gpu
 

@@ -221,31 +221,39 @@ static double now_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The source's key part: one digest over every embedded file's name and text, computed once. */
-static fa_kernel_key source_digest_value;
-static int source_digest_ok;
+/* A family's source key part: one digest over the name and text of each of its embedded files,
+ * computed once per family. */
+#define MAX_FAMILIES 16
+static fa_kernel_key source_digest_value[MAX_FAMILIES];
+static int source_digest_ok[MAX_FAMILIES];
 
-static void compute_source_digest(void)
+static void compute_source_digests(void)
 {
-    size_t n = 2 * fa_cuda_rtc_source_count;
-    fa_kernel_key_part *parts = malloc(n * sizeof *parts);
-    if (!parts)
-        return;
-    for (size_t i = 0; i < fa_cuda_rtc_source_count; ++i) {
-        parts[2 * i] = (fa_kernel_key_part){fa_cuda_rtc_sources[i].name, strlen(fa_cuda_rtc_sources[i].name)};
-        parts[2 * i + 1] = (fa_kernel_key_part){fa_cuda_rtc_sources[i].text, fa_cuda_rtc_sources[i].len};
+    for (size_t f = 0; f < fa_cuda_rtc_family_count && f < MAX_FAMILIES; ++f) {
+        const fa_rtc_family *fam = &fa_cuda_rtc_families[f];
+        size_t n = 2 * fam->file_count;
+        fa_kernel_key_part *parts = malloc(n * sizeof *parts);
+        if (!parts)
+            return;
+        for (size_t i = 0; i < fam->file_count; ++i) {
+            const fa_rtc_source *src = &fa_cuda_rtc_sources[fam->files[i]];
+            parts[2 * i] = (fa_kernel_key_part){src->name, strlen(src->name)};
+            parts[2 * i + 1] = (fa_kernel_key_part){src->text, src->len};
+        }
+        source_digest_value[f] = fa_kernel_cache_key(parts, n);
+        source_digest_ok[f] = 1;
+        free(parts);
     }
-    source_digest_value = fa_kernel_cache_key(parts, n);
-    source_digest_ok = 1;
-    free(parts);
 }
 
-static int source_digest(fa_kernel_key *out)
+static int source_digest(size_t family, fa_kernel_key *out)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, compute_source_digest);
-    *out = source_digest_value;
-    return source_digest_ok;
+    pthread_once(&once, compute_source_digests);
+    if (family >= MAX_FAMILIES || !source_digest_ok[family])
+        return 0;
+    *out = source_digest_value[family];
+    return 1;
 }
 
 /* The payload's parts: 1 with *lowered and *cubin pointing into payload when it is a lowered
@@ -309,11 +317,12 @@ static void say_log(char *why, size_t why_len, const char *log)
     }
 }
 
-/* NVRTC's compile of name under options: the payload (lowered name, NUL, cubin) in *payload */
-static fa_rtc_status nvrtc_compile(const char *name, const char *const *options, int noptions, unsigned char **payload,
-                                   size_t *payload_len, char *why, size_t why_len)
+/* NVRTC's compile of name in family fam under options: the payload (lowered name, NUL, cubin) in
+ * *payload */
+static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, const char *const *options, int noptions,
+                                   unsigned char **payload, size_t *payload_len, char *why, size_t why_len)
 {
-    size_t nsrc = fa_cuda_rtc_source_count;
+    size_t nsrc = fam->file_count;
     const char **texts = malloc(nsrc * sizeof *texts);
     const char **names = malloc(nsrc * sizeof *names);
     char program[256];
@@ -328,10 +337,10 @@ static fa_rtc_status nvrtc_compile(const char *name, const char *const *options,
         goto done;
     }
     for (size_t i = 0; i < nsrc; ++i) {
-        texts[i] = fa_cuda_rtc_sources[i].text;
-        names[i] = fa_cuda_rtc_sources[i].name;
+        texts[i] = fa_cuda_rtc_sources[fam->files[i]].text;
+        names[i] = fa_cuda_rtc_sources[fam->files[i]].name;
     }
-    snprintf(program, sizeof program, "#include \"%s\"\n", fa_cuda_rtc_sources[0].name);
+    snprintf(program, sizeof program, "#include \"%s\"\n", names[0]);
     if ((r = api.CreateProgram(&prog, program, PROGRAM_NAME, (int)nsrc, texts, names)) != 0) {
         call = "nvrtcCreateProgram";
         goto nvrtc_failed;
@@ -397,11 +406,27 @@ done:
 fa_rtc_status fa_rtc_compile(int arch, char suffix, const char *name_expression, const char *const *defines,
                              size_t ndefines, fa_rtc_kernel *out, char *why, size_t why_len)
 {
+    return fa_rtc_compile_family("simt", arch, suffix, name_expression, defines, ndefines, out, why, why_len);
+}
+
+fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, const char *name_expression,
+                                    const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
+                                    size_t why_len)
+{
     if (why && why_len > 0)
         why[0] = 0;
     if (!out)
         return FA_RTC_INVALID_ARG;
     memset(out, 0, sizeof *out);
+    size_t family_index = 0;
+    while (family_index < fa_cuda_rtc_family_count &&
+           (!family || strcmp(fa_cuda_rtc_families[family_index].name, family) != 0))
+        ++family_index;
+    if (family_index == fa_cuda_rtc_family_count) {
+        say(why, why_len, "no kernel family %s embedded", family ? family : "(null)");
+        return FA_RTC_INVALID_ARG;
+    }
+    const fa_rtc_family *fam = &fa_cuda_rtc_families[family_index];
     if (arch < 50 || arch > 999 || !(suffix == 0 || suffix == 'a' || suffix == 'f')) {
         char letter[2] = {suffix, 0};
         say(why, why_len, "no CUDA architecture sm_%d%s", arch, letter);
@@ -448,9 +473,10 @@ fa_rtc_status fa_rtc_compile(int arch, char suffix, const char *name_expression,
         options[noptions++] = define_options[i];
     }
 
-    /* the key: the payload's layout, the source, NVRTC's version, each option, the name expression */
+    /* the key: the payload's layout, the family's source, NVRTC's version, each option, the name
+     * expression (the family's root is its first file, in the source digest) */
     fa_kernel_key source;
-    if (!source_digest(&source)) {
+    if (!source_digest(family_index, &source)) {
         st = FA_RTC_OUT_OF_MEMORY;
         goto done;
     }
@@ -480,7 +506,7 @@ fa_rtc_status fa_rtc_compile(int arch, char suffix, const char *name_expression,
         unsigned char *payload = NULL;
         size_t payload_len = 0;
         double t0 = now_seconds();
-        st = nvrtc_compile(name_expression, options, noptions, &payload, &payload_len, why, why_len);
+        st = nvrtc_compile(fam, name_expression, options, noptions, &payload, &payload_len, why, why_len);
         progress.event = FA_RTC_COMPILE_END;
         progress.status = st;
         progress.seconds = now_seconds() - t0;

@@ -1,4 +1,4 @@
-/* rtc_compiler.h: the CUDA backend's run-time compiler, host side: a kernel of the SIMT family,
+/* rtc_compiler.h: the CUDA backend's run-time compiler, host side: a kernel of one of the families,
  * named by its C++ name expression, compiled with NVRTC into a cubin for one exact architecture,
  * kept in the disk cache (core/kernel_cache.h, kind "cuda") so that later calls and later processes
  * load it instead. libnvrtc is opened with dlopen on first use, so the library loads without it.
@@ -45,6 +45,13 @@ typedef struct fa_rtc_kernel {
  * time, so threads that need the same kernel compile it once. */
 fa_rtc_status fa_rtc_compile(int arch, char suffix, const char *name_expression, const char *const *defines,
                              size_t ndefines, fa_rtc_kernel *out, char *why, size_t why_len);
+
+/* fa_rtc_compile for a kernel of family ("simt", "sm80", "sm90", "decode", "ring":
+ * host/rtc_sources.h), whose root header the program includes (fa_rtc_compile: "simt"). A family
+ * not embedded is FA_RTC_INVALID_ARG. The sm90 family's kernels need sm_90a (arch 90, suffix 'a'). */
+fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, const char *name_expression,
+                                    const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
+                                    size_t why_len);
 
 void fa_rtc_kernel_free(fa_rtc_kernel *kernel);
 

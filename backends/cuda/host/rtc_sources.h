@@ -1,4 +1,4 @@
-/* rtc_sources.h: a kernel family's source as the library embeds it for NVRTC
+/* rtc_sources.h: the kernel families' source as the library embeds it for NVRTC
  * (embed_sources.py writes the definitions at build time; rtc_compiler.c reads them). Plain C. */
 #ifndef FA_RTC_SOURCES_H
 #define FA_RTC_SOURCES_H
@@ -12,8 +12,19 @@ typedef struct fa_rtc_source {
     size_t len;
 } fa_rtc_source;
 
-/* The SIMT family: its entry header (simt/kernels.cuh) first, then every file it includes. */
+/* A family ("simt", "sm80", "sm90", "decode", "ring"): its files, as indices into
+ * fa_cuda_rtc_sources, its root header (the one that holds its kernels and no host code:
+ * simt/kernels.cuh, sm80/kernels_device.cuh) first, then every file that reaches. */
+typedef struct fa_rtc_family {
+    const char *name;
+    const unsigned short *files;
+    size_t file_count;
+} fa_rtc_family;
+
+/* Every family's files, each once. */
 extern const fa_rtc_source fa_cuda_rtc_sources[];
 extern const size_t fa_cuda_rtc_source_count;
+extern const fa_rtc_family fa_cuda_rtc_families[];
+extern const size_t fa_cuda_rtc_family_count;
 
 #endif

@@ -4,21 +4,14 @@
  * Memory-bound and small beside the attention of a step (O(n d) against O(n^2 d)); every index
  * is 64-bit. */
 #include "ring/ring.h"
+#include "ring/ring_kernels.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <math.h>
 #include <stdint.h>
 
 namespace {
 
-/* a view with up to 4 dimensions, the last contiguous (3-D views: a leading extent of 1) */
-struct view4 {
-    void *data;
-    int dtype;
-    int64_t n[4], s[4];
-};
+using fa_gpu::ring::view4;
 
 view4 view_of(const fa_tensor *t)
 {
@@ -31,81 +24,6 @@ view4 view_of(const fa_tensor *t)
         v.s[i] = i < pad ? 0 : t->stride[i - pad];
     }
     return v;
-}
-
-__device__ __forceinline__ int64_t offset(const view4 &v, int64_t e)
-{
-    const int64_t i3 = e % v.n[3], r = e / v.n[3];
-    const int64_t i2 = r % v.n[2], r2 = r / v.n[2];
-    const int64_t i1 = r2 % v.n[1], i0 = r2 / v.n[1];
-    return i0 * v.s[0] + i1 * v.s[1] + i2 * v.s[2] + i3 * v.s[3];
-}
-
-__device__ __forceinline__ float load(const view4 &v, int64_t o)
-{
-    switch (v.dtype) {
-    case 1:
-        return __half2float(static_cast<const __half *>(v.data)[o]);
-    case 2:
-        return __bfloat162float(static_cast<const __nv_bfloat16 *>(v.data)[o]);
-    default:
-        return static_cast<const float *>(v.data)[o];
-    }
-}
-
-__device__ __forceinline__ void store(const view4 &v, int64_t o, float x)
-{
-    switch (v.dtype) {
-    case 1:
-        static_cast<__half *>(v.data)[o] = __float2half_rn(x);
-        break;
-    case 2:
-        static_cast<__nv_bfloat16 *>(v.data)[o] = __float2bfloat16_rn(x);
-        break;
-    default:
-        static_cast<float *>(v.data)[o] = x;
-    }
-}
-
-__global__ void copy_kernel(view4 dst, view4 src, int64_t count)
-{
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (int64_t)gridDim.x * blockDim.x)
-        store(dst, offset(dst, e), load(src, offset(src, e)));
-}
-
-__global__ void add_kernel(view4 acc, view4 part, int64_t count)
-{
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < count; e += (int64_t)gridDim.x * blockDim.x)
-        static_cast<float *>(acc.data)[offset(acc, e)] += static_cast<const float *>(part.data)[offset(part, e)];
-}
-
-/* one warp per (b, row, head) of o [b, n, h, d]; lse [b, h, n] (core/softmax.h's fa_softmax_merge) */
-__global__ void merge_kernel(view4 o, view4 lse, view4 op, view4 lp, int64_t rows)
-{
-    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x & 31;
-    if (w >= rows)
-        return;
-    const int64_t h = w % o.n[2], r = w / o.n[2], s = r % o.n[1], b = r / o.n[1];
-    float *l = static_cast<float *>(lse.data) + b * lse.s[1] + h * lse.s[2] + s * lse.s[3];
-    const float la = *l, lb = static_cast<const float *>(lp.data)[b * lp.s[1] + h * lp.s[2] + s * lp.s[3]];
-    const float m = fmaxf(la, lb);
-    float *acc = static_cast<float *>(o.data) + b * o.s[0] + s * o.s[1] + h * o.s[2];
-    const float *part = static_cast<const float *>(op.data) + b * op.s[0] + s * op.s[1] + h * op.s[2];
-    float wa = 0.0f, wb = 0.0f, out = -INFINITY;
-    if (m != -INFINITY) {
-        wa = expf(la - m);
-        wb = expf(lb - m);
-        const float sum = wa + wb;
-        out = m + logf(sum);
-        wa /= sum;
-        wb /= sum;
-    }
-    for (int64_t c = lane; c < o.n[3]; c += 32)
-        acc[c] = m == -INFINITY ? 0.0f : wa * acc[c] + wb * part[c];
-    __syncwarp();
-    if (lane == 0)
-        *l = out;
 }
 
 unsigned blocks_for(int64_t threads)
@@ -127,7 +45,7 @@ extern "C" int fa_cuda_ring_copy(const fa_tensor *dst, const fa_tensor *src, voi
     const int64_t n = count_of(s);
     if (n == 0)
         return (int)cudaSuccess;
-    copy_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(d, s, n);
+    fa_gpu::ring::copy_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(d, s, n);
     return (int)cudaGetLastError();
 }
 
@@ -137,7 +55,7 @@ extern "C" int fa_cuda_ring_add(const fa_tensor *acc, const fa_tensor *part, voi
     const int64_t n = count_of(a);
     if (n == 0)
         return (int)cudaSuccess;
-    add_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(a, p, n);
+    fa_gpu::ring::add_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(a, p, n);
     return (int)cudaGetLastError();
 }
 
@@ -148,6 +66,6 @@ extern "C" int fa_cuda_ring_merge(const fa_tensor *o, const fa_tensor *lse, cons
     const int64_t rows = a.n[0] * a.n[1] * a.n[2];
     if (rows == 0)
         return (int)cudaSuccess;
-    merge_kernel<<<blocks_for(rows * 32), 256, 0, (cudaStream_t)stream>>>(a, l, p, lp, rows);
+    fa_gpu::ring::merge_kernel<<<blocks_for(rows * 32), 256, 0, (cudaStream_t)stream>>>(a, l, p, lp, rows);
     return (int)cudaGetLastError();
 }

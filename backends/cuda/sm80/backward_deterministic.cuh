@@ -16,7 +16,11 @@
 #include "empty_row.h"
 #include "mask.h"
 
+#if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
+#include "common/rtc_prelude.cuh"
+#else
 #include <math_constants.h>
+#endif
 
 namespace fa_gpu::sm80 {
 

@@ -15,7 +15,11 @@
 
 #include "mask.h"
 
+#if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
+#include "common/rtc_prelude.cuh"
+#else
 #include <math_constants.h>
+#endif
 
 namespace fa_gpu::sm80 {
 

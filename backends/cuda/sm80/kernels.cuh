@@ -11,17 +11,14 @@
  * (core/philox.h), block-sparse lists and the score modifiers (core/score_mod.h, instances with
  * the MOD flag) follow the core's definitions element for element.
  *
- * This header gathers them by role: forward.cuh, backward_deterministic.cuh, backward_fused.cuh,
- * backward_grid.cuh, backward_walk.cuh, backward_elementwise.cuh (dsum_kernel, dq_convert_kernel) and launch.cuh, on the device helpers
- * of ../common/ that the sm90 kernels share. */
+ * This header gathers them by role: the kernels (forward.cuh, backward_deterministic.cuh,
+ * backward_fused.cuh, backward_grid.cuh, backward_walk.cuh, backward_elementwise.cuh: dsum_kernel,
+ * dq_convert_kernel) through kernels_device.cuh, which NVRTC compiles alone, and their launchers
+ * (launch.cuh), on the device helpers of ../common/ that the sm90 kernels share. */
 #ifndef FA_SM80_KERNELS_CUH
 #define FA_SM80_KERNELS_CUH
 
-#include "sm80/forward.cuh"
-#include "common/backward_elementwise.cuh"
-#include "sm80/backward_deterministic.cuh"
-#include "sm80/backward_fused.cuh"
-#include "sm80/backward_grid.cuh"
+#include "sm80/kernels_device.cuh"
 #include "sm80/launch.cuh"
 
 #endif

@@ -41,7 +41,7 @@ constexpr tile_row TILES[] = {
     {256, 1, 64, 32},
 };
 
-constexpr tile_row tile_of(int d)
+__host__ __device__ constexpr tile_row tile_of(int d)
 {
     for (const tile_row &r : TILES)
         if (r.d == d)

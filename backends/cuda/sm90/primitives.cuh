@@ -9,9 +9,13 @@
 #ifndef FA_SM90_PRIMITIVES_CUH
 #define FA_SM90_PRIMITIVES_CUH
 
+#if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
+#include "common/rtc_prelude.cuh"
+#else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#endif
 
 namespace fa_gpu::sm90 {
 

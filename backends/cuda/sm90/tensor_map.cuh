@@ -1,5 +1,6 @@
 /* tensor_map.cuh: the tensor maps through which the Hopper kernels' producers load whole tiles
- * with the tensor memory accelerator (TMA), and the device side of those loads. A map describes
+ * with the tensor memory accelerator (TMA), encoded on the host (the device side of those loads is
+ * tma.cuh). A map describes
  * one view of a dense call (K or V for the forward, Q or dO for the backward) as a 4-D tensor
  * (head dim, rows, heads, batch) with the view's strides, read in boxes of 64 columns x the
  * kernel's tile rows, written to shared memory in the 128-byte swizzled layout that wgmma reads
@@ -9,6 +10,8 @@
  * producers: a map cannot stop at a sequence's end. */
 #ifndef FA_CUDA_SM90_TENSOR_MAP_CUH
 #define FA_CUDA_SM90_TENSOR_MAP_CUH
+
+#include "sm90/tma.cuh"
 
 #include <cuda.h> /* CUtensorMap and its enums only */
 #include <cuda_bf16.h>
@@ -21,12 +24,6 @@
 #include "common/params.h"
 
 namespace fa_gpu::sm90 {
-
-/* The two maps a kernel's producer reads through (the forward: K, V; the backward: Q, dO): a
- * kernel parameter (__grid_constant__), 64-byte aligned. */
-struct tile_maps {
-    CUtensorMap first, second;
-};
 
 using encode_tiled_fn = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                      const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
@@ -98,40 +95,6 @@ template <typename T> inline bool make_qdo_maps(const fa_gpu_params &p, int box_
 {
     return !p.cu_q && make_map<T>(&out->first, p.q, p, p.seqlen_q, p.heads_q, box_rows) &&
            make_map<T>(&out->second, p.dout, p, p.seqlen_q, p.heads_q, box_rows);
-}
-
-/* Makes initialised mbarriers visible to the asynchronous proxy (the TMA unit); before the
- * block's barrier that publishes them. */
-__device__ __forceinline__ void fence_mbar_init()
-{
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
-/* This thread's arrival on an mbarrier, announcing bytes of TMA transfers for the phase. */
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-/* The box of map at coordinates (column c0, row c1, head c2, sequence c3) into shared memory at
- * dst; its bytes complete on bar. */
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2,
-                                            int c3)
-{
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-}
-
-/* The D / 64 boxes of one tile of ROWS rows (rows row0.., head h, sequence b) through map into
- * the swizzled tile at dst (64-column blocks of ROWS x 128 bytes), completing on bar. */
-template <int D, int ROWS>
-__device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap *map, uint32_t bar, int row0, int h, int b)
-{
-#pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb)
-        tma_load_4d(dst + cb * (ROWS * 128), map, bar, cb * 64, row0, h, b);
 }
 
 } // namespace fa_gpu::sm90

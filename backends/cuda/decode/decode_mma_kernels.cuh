@@ -1,0 +1,219 @@
+/* decode_mma_kernels.cuh: fa_forward_kvcache's decode kernel on the tensor cores (sm_80 and later, fp16 /
+ * bf16, 16-byte aligned rows, head-dim buckets 64 and 128; CUDA only), the alternative to the SIMT
+ * decode kernel of decode.cuh, whose start (begin_block), end (merge_store), check, append and
+ * combine kernels it shares.
+ *
+ * One block of four warps per (sequence, kv head, tile of 16 of that head's query rows, split).
+ * The tile's rows are the A operand of mma.sync m16n8k16 (rows past the head's are zeros), so the
+ * scores of a GQA group's rows against 16 keys are 2 x D/16 mma and P V another D/8: a handful of
+ * instructions per key row where the SIMT kernel spends about 85. Each warp takes 16 keys of every
+ * 64-key step through its own two-stage cp.async ring (rows padded by 16 bytes so that ldmatrix
+ * reads without bank conflicts), keeps its own online softmax (rows g and g + 8 of the mma layout
+ * per thread), and the four warps merge in shared memory at the end. */
+#ifndef FA_GPU_DECODE_MMA_KERNELS_CUH
+#define FA_GPU_DECODE_MMA_KERNELS_CUH
+
+#include "decode/decode_kernels.cuh"
+#include "common/primitives.cuh"
+
+namespace fa_gpu {
+namespace decode {
+
+/* The toolkit's element type of a storage (std::conditional's work, spelled here: NVRTC has no
+ * <type_traits>) */
+template <bool BF16> struct mma_elem {
+    typedef __half type;
+};
+template <> struct mma_elem<true> {
+    typedef __nv_bfloat16 type;
+};
+
+template <int D> struct mma_shape {
+    static constexpr int WARPS = FA_KV_THREADS / 32, KEYS = 16, LD = D + 8, STAGES = 2;
+    static constexpr int STEP = WARPS * KEYS;          /* keys per step of the block */
+    static constexpr int WARP_TILE = 2 * KEYS * LD;    /* K and V elements of one warp's stage */
+    static constexpr int RING_BYTES = STAGES * WARPS * WARP_TILE * 2;
+    static constexpr int MERGE_BYTES = WARPS * 16 * D * 4;
+    static constexpr int SMEM = RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
+    static_assert(FA_KV_KEY_CHUNK % STEP == 0, "a split is a whole number of steps");
+    static_assert(D % 16 == 0 && D <= 128, "mma decode: buckets 64 and 128");
+};
+
+template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decode_mma_kernel(const fa_gpu_kv_params p)
+{
+    typedef typename S::T T;
+    typedef typename mma_elem<S::bf16>::type E;
+    typedef mma_shape<D> shape;
+    constexpr int RT = 16, LD = shape::LD, KEYS = shape::KEYS, WARPS = shape::WARPS, STEP = shape::STEP;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ __align__(16) E q_s[RT * LD];
+    __shared__ float m_s[WARPS][RT], l_s[WARPS][RT];
+    __shared__ int64_t lo_s[RT], hi_s[RT];
+    __shared__ fa_score_mod_state mod_s[RT];
+
+    if (skip_on_fault(p))
+        return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    const int64_t tile = blockIdx.x % p.row_tiles, bh = blockIdx.x / p.row_tiles;
+    const int64_t hk = bh % p.heads_kv, b = bh / p.heads_kv, split = blockIdx.y, sn = p.seqlen_new;
+    const bool has_mod = fa_score_mod_factors_active(p.mod);
+    /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
+     * the product, in fp32 */
+    const block_keys keys = begin_block<S, RT, D>(
+        p, b, hk, tile, split, lo_s, hi_s, mod_s,
+        [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); });
+    /* k_begin down to a multiple of KEYS, so that each warp's keys of a step lie in one page (page
+     * sizes are multiples of 16) and one address per step serves them all. The keys this adds lie
+     * below every row's first visible key (k_begin is the split's first key, a multiple of 64, or
+     * above it the lowest first key of the rows), so the mask removes them. */
+    const int64_t k_end = keys.k_end;
+    const int64_t k_begin = keys.k_begin < k_end ? keys.k_begin & ~(int64_t)(KEYS - 1) : keys.k_begin;
+
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        fa_gpu::load_a(qf[kk], q_s, LD, 0, kk * 16);
+
+    const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
+    E *ring = reinterpret_cast<E *>(smem);
+    /* this warp's 16 keys of the step at t0 into stage `stage`: D / 16 16-byte chunks per lane for
+     * each of K and V, addressed from the first key's row (the 16 share a page); keys past k_end
+     * and channels past d zero-filled (never read) */
+    auto issue = [&](const int64_t t0, const int stage) {
+        E *kt = ring + (stage * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
+        const int64_t tw = t0 + warp * KEYS;
+        const bool any = tw < k_end;
+        const T *kw = kc + (any ? token_offset(p, p.k_cache, b, tw, hk) : 0);
+        const T *vw = vc + (any ? token_offset(p, p.v_cache, b, tw, hk) : 0);
+#pragma unroll
+        for (int i = 0; i < D / 16; ++i) {
+            const int j = lane + 32 * i, key = j / (D / 8), ch = (j % (D / 8)) * 8;
+            const bool ok = tw + key < k_end && ch < p.d;
+            const T *ks = ok ? kw + key * p.k_cache.ss + ch : kc;
+            const T *vs = ok ? vw + key * p.v_cache.ss + ch : vc;
+            if (p.l2_prefetch == 256) {
+                fa_gpu::cp_async16_prefetch<256>(kt + key * LD + ch, ks, ok);
+                fa_gpu::cp_async16_prefetch<256>(vt + key * LD + ch, vs, ok);
+            } else if (p.l2_prefetch == 128) {
+                fa_gpu::cp_async16_prefetch<128>(kt + key * LD + ch, ks, ok);
+                fa_gpu::cp_async16_prefetch<128>(vt + key * LD + ch, vs, ok);
+            } else {
+                fa_gpu::cp_async16(kt + key * LD + ch, ks, ok);
+                fa_gpu::cp_async16(vt + key * LD + ch, vs, ok);
+            }
+        }
+        fa_gpu::cp_async_commit();
+    };
+
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            o[n][e] = 0.0f;
+
+    const int64_t steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
+    if (steps > 0)
+        issue(k_begin, 0);
+    for (int64_t n = 0; n < steps; ++n) {
+        const int64_t t0 = k_begin + n * STEP;
+        __syncwarp(); /* every lane is done with the stage the next copies overwrite */
+        if (n + 1 < steps)
+            issue(t0 + STEP, (int)((n + 1) % 2));
+        else
+            fa_gpu::cp_async_commit(); /* an empty group keeps the count */
+        fa_gpu::cp_async_wait<1>();
+        __syncwarp();
+        const E *kt = ring + ((n % 2) * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
+
+        /* S (16 rows x 16 keys) = Q K^T */
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            uint32_t bf[4];
+            fa_gpu::load_b_nt(bf, kt, LD, 0, kk * 16);
+            fa_gpu::elem<E>::mma(s[0], qf[kk], bf[0], bf[1]);
+            fa_gpu::elem<E>::mma(s[1], qf[kk], bf[2], bf[3]);
+        }
+        /* modifiers on the raw product, log2 units, the mask; element e of tile nt: row
+         * g + 8 (e / 2), key t0w + 8 nt + 2 t4 + e % 2 */
+        const int64_t t0w = t0 + warp * KEYS;
+        const bool full = t0w >= keys.lo_full && t0w + KEYS <= keys.hi_full && t0w + KEYS <= k_end;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = g + 8 * (e / 2);
+                const int64_t t = t0w + 8 * nt + 2 * t4 + e % 2;
+                float x = s[nt][e];
+                if (has_mod)
+                    x = fa_score_mod_apply_at(&mod_s[r], x, (tile * RT + r) % sn, t, nullptr);
+                x *= p.scale_log2;
+                if (!full && (t >= k_end || t < lo_s[r] || t >= hi_s[r]))
+                    x = -INFINITY;
+                s[nt][e] = x;
+            }
+        /* online softmax of rows g (h 0) and g + 8 (h 1): their 16 keys lie in the lane's quad */
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(m[h], mx), base = mnew == -INFINITY ? 0.0f : mnew;
+            const float alpha = fast_exp2(m[h] - base);
+            m[h] = mnew;
+            l[h] *= alpha;
+#pragma unroll
+            for (int nn = 0; nn < D / 8; ++nn) {
+                o[nn][2 * h] *= alpha;
+                o[nn][2 * h + 1] *= alpha;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const float w = fast_exp2(s[nt][2 * h + c] - base);
+                    s[nt][2 * h + c] = w;
+                    l[h] += w;
+                }
+        }
+        /* O += P V, P as the A operand (the accumulator layout of two key tiles is A's) */
+        const uint32_t pf[4] = {fa_gpu::elem<E>::pack(s[0][0], s[0][1]), fa_gpu::elem<E>::pack(s[0][2], s[0][3]),
+                                fa_gpu::elem<E>::pack(s[1][0], s[1][1]), fa_gpu::elem<E>::pack(s[1][2], s[1][3])};
+#pragma unroll
+        for (int nn = 0; nn < D / 16; ++nn) {
+            uint32_t bf[4];
+            fa_gpu::load_b_nn(bf, vt, LD, 0, nn * 16);
+            fa_gpu::elem<E>::mma(o[2 * nn], pf, bf[0], bf[1]);
+            fa_gpu::elem<E>::mma(o[2 * nn + 1], pf, bf[2], bf[3]);
+        }
+    }
+    fa_gpu::cp_async_wait<0>();
+
+    /* the four warps merged: each row's sum over its quad, then through shared memory */
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    FA_SYNC(); /* the ring is free */
+    float *acc_s = reinterpret_cast<float *>(smem); /* [WARPS][RT][D] */
+#pragma unroll
+    for (int nn = 0; nn < D / 8; ++nn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            acc_s[(warp * RT + g + 8 * (e / 2)) * D + nn * 8 + 2 * t4 + e % 2] = o[nn][e];
+    if (t4 == 0) {
+        m_s[warp][g] = m[0];
+        m_s[warp][g + 8] = m[1];
+        l_s[warp][g] = l[0];
+        l_s[warp][g + 8] = l[1];
+    }
+    FA_SYNC();
+    merge_store<S, D, RT, WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split);
+}
+
+} // namespace decode
+} // namespace fa_gpu
+
+#endif /* FA_GPU_DECODE_MMA_KERNELS_CUH */

@@ -1,0 +1,10 @@
+/* kernels_device.cuh: every kernel of fa_forward_kvcache (check.cuh, decode_kernels.cuh,
+ * decode_mma_kernels.cuh) and the device code they need, without the launchers (decode.cuh,
+ * decode_mma.cuh): what NVRTC compiles (the family's root in embed_sources.py). */
+#ifndef FA_GPU_DECODE_KERNELS_DEVICE_CUH
+#define FA_GPU_DECODE_KERNELS_DEVICE_CUH
+
+#include "decode/decode_kernels.cuh"
+#include "decode/decode_mma_kernels.cuh"
+
+#endif /* FA_GPU_DECODE_KERNELS_DEVICE_CUH */
