@@ -71,6 +71,12 @@ static int driver_result_in(const char *why)
     return CU_SUCCESS;
 }
 
+char *fa_rtc_error_buffer(size_t *len)
+{
+    *len = sizeof last_error;
+    return last_error;
+}
+
 static pthread_once_t notify_once = PTHREAD_ONCE_INIT;
 
 static void set_notify(void)
@@ -80,13 +86,12 @@ static void set_notify(void)
         fa_rtc_set_notify(fa_rtc_notify_stderr, NULL);
 }
 
-/* before an entry point compiles anything */
-static void start(void)
+void fa_rtc_entry_begin(void)
 {
     pthread_once(&notify_once, set_notify);
 }
 
-static int finish(fa_rtc_status st)
+int fa_rtc_entry_end(fa_rtc_status st)
 {
     if (st == FA_RTC_OK) {
         last_error[0] = 0;
@@ -103,15 +108,15 @@ int fa_simt_bucket(int64_t head_dim)
 int fa_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
 {
     (void)head_dim_bucket; /* the launcher takes the bucket from p, by the same rule */
-    start();
-    return finish(fa_rtc_launch_simt_forward(p, dtype, stream, last_error, sizeof last_error));
+    fa_rtc_entry_begin();
+    return fa_rtc_entry_end(fa_rtc_launch_simt_forward(p, dtype, stream, last_error, sizeof last_error));
 }
 
 int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
 {
     (void)head_dim_bucket;
-    start();
-    return finish(fa_rtc_launch_simt_backward(p, dtype, stream, last_error, sizeof last_error));
+    fa_rtc_entry_begin();
+    return fa_rtc_entry_end(fa_rtc_launch_simt_backward(p, dtype, stream, last_error, sizeof last_error));
 }
 
 /* The tensor-core families have no run-time launcher yet: no instance, so never chosen. */

@@ -18,9 +18,10 @@
 
 typedef struct loaded_kernel {
     fa_cu_context context;
-    char name[FA_RTC_NAME_MAX]; /* the name expression */
+    char name[FA_RTC_NAME_MAX]; /* the name expression (namespaced: unique across families) */
     fa_cu_module module;
     fa_cu_function function;
+    unsigned shared_limit; /* the dynamic shared memory the function was allowed (above 48 KB) */
 } loaded_kernel;
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -42,12 +43,12 @@ static fa_rtc_status driver_failed(const fa_cu_api *cu, fa_cu_result r, const ch
     return fa_cu_check(cu, r, call, why, why_len) == FA_CU_OK ? FA_RTC_OK : FA_RTC_DRIVER_ERROR;
 }
 
-/* the table's function for (context, name), or NULL; table_lock held */
-static fa_cu_function find_locked(fa_cu_context context, const char *name)
+/* the table's entry for (context, name), or NULL; table_lock held */
+static loaded_kernel *find_locked(fa_cu_context context, const char *name)
 {
     for (size_t i = 0; i < table_len; ++i)
         if (table[i].context == context && strcmp(table[i].name, name) == 0)
-            return table[i].function;
+            return &table[i];
     return NULL;
 }
 
@@ -77,19 +78,21 @@ static fa_rtc_status current_context(const fa_cu_api *cu, fa_cu_context *context
     return FA_RTC_OK;
 }
 
-/* The function of kernel name in context: from the table, else compiled for arch, loaded into
- * context (current) and added to the table. */
-static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context, int arch, const char *name,
-                                     fa_cu_function *function, char *why, size_t why_len)
+/* The function of kernel name (of family, for sm_<arch><suffix>) in context: from the table,
+ * else compiled, loaded into context (current) and added to the table. */
+static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context, int arch, const char *family,
+                                     char suffix, const char *name, fa_cu_function *function, char *why,
+                                     size_t why_len)
 {
     pthread_mutex_lock(&table_lock);
-    *function = find_locked(context, name);
+    const loaded_kernel *found = find_locked(context, name);
+    *function = found ? found->function : NULL;
     pthread_mutex_unlock(&table_lock);
     if (*function)
         return FA_RTC_OK;
 
     fa_rtc_kernel kernel;
-    fa_rtc_status st = fa_rtc_compile(arch, 0, name, NULL, 0, &kernel, why, why_len);
+    fa_rtc_status st = fa_rtc_compile_family(family, arch, suffix, name, NULL, 0, &kernel, why, why_len);
     if (st != FA_RTC_OK)
         return st;
     fa_cu_module module = NULL;
@@ -105,9 +108,9 @@ static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context,
     }
 
     pthread_mutex_lock(&table_lock);
-    fa_cu_function loaded = find_locked(context, name);
+    const loaded_kernel *loaded = find_locked(context, name);
     if (loaded) { /* another thread loaded it meanwhile: keep its module */
-        *function = loaded;
+        *function = loaded->function;
     } else {
         if (table_len == table_cap) {
             size_t cap = table_cap ? 2 * table_cap : 32;
@@ -125,6 +128,7 @@ static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context,
             snprintf(e->name, sizeof e->name, "%s", name);
             e->module = module;
             e->function = *function;
+            e->shared_limit = 0;
             module = NULL;
         }
     }
@@ -134,17 +138,63 @@ static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context,
     return st;
 }
 
-fa_rtc_status fa_rtc_launch(const char *name_expression, int64_t grid_x, int64_t grid_y, int64_t grid_z,
-                            unsigned threads, void *stream, void **args, char *why, size_t why_len)
+/* Raises function's dynamic shared memory limit to bytes where it is above the 48 KB every kernel
+ * may use (once per kernel and size: the table remembers the largest set). */
+static fa_rtc_status allow_shared(const fa_cu_api *cu, fa_cu_context context, const char *name,
+                                  fa_cu_function function, unsigned bytes, char *why, size_t why_len)
 {
-    if (!name_expression || strlen(name_expression) >= FA_RTC_NAME_MAX || threads == 0 || !args) {
-        say(why, why_len, "no kernel name, a name of %d or more characters, no threads or no arguments",
+    if (bytes <= 48 * 1024)
+        return FA_RTC_OK;
+    pthread_mutex_lock(&table_lock);
+    const loaded_kernel *e = find_locked(context, name);
+    const int done = e && e->shared_limit >= bytes;
+    pthread_mutex_unlock(&table_lock);
+    if (done)
+        return FA_RTC_OK;
+    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    fa_rtc_status st = driver_failed(cu, cu->FuncSetAttribute(function, 8, (int)bytes), "cuFuncSetAttribute", why,
+                                     why_len);
+    if (st == FA_RTC_OK) {
+        pthread_mutex_lock(&table_lock);
+        loaded_kernel *f = find_locked(context, name);
+        if (f && f->shared_limit < bytes)
+            f->shared_limit = bytes;
+        pthread_mutex_unlock(&table_lock);
+    }
+    return st;
+}
+
+fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_expression, fa_cu_function *function,
+                              char *why, size_t why_len)
+{
+    *function = NULL;
+    if (!family || !name_expression || strlen(name_expression) >= FA_RTC_NAME_MAX) {
+        say(why, why_len, "no family, no kernel name, or a name of %d or more characters", FA_RTC_NAME_MAX);
+        return FA_RTC_INVALID_ARG;
+    }
+    const fa_cu_api *cu = fa_cu_driver(why, why_len);
+    if (!cu)
+        return FA_RTC_NO_DRIVER;
+    fa_cu_context context;
+    int arch;
+    fa_rtc_status st = current_context(cu, &context, &arch, why, why_len);
+    if (st != FA_RTC_OK)
+        return st;
+    return kernel_function(cu, context, arch, family, suffix, name_expression, function, why, why_len);
+}
+
+fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
+                            char *why, size_t why_len)
+{
+    if (!name_expression || !c || !c->family || strlen(name_expression) >= FA_RTC_NAME_MAX || c->threads == 0 ||
+        !args) {
+        say(why, why_len, "no kernel name or family, a name of %d or more characters, no threads or no arguments",
             FA_RTC_NAME_MAX);
         return FA_RTC_INVALID_ARG;
     }
-    if (!fa_simt_grid_ok(grid_x, grid_y, grid_z)) {
+    if (!fa_simt_grid_ok(c->grid_x, c->grid_y, c->grid_z)) {
         say(why, why_len, "%s: the grid (%lld, %lld, %lld) exceeds CUDA's limits", name_expression,
-            (long long)grid_x, (long long)grid_y, (long long)grid_z);
+            (long long)c->grid_x, (long long)c->grid_y, (long long)c->grid_z);
         return FA_RTC_INVALID_ARG;
     }
     const fa_cu_api *cu = fa_cu_driver(why, why_len);
@@ -156,12 +206,22 @@ fa_rtc_status fa_rtc_launch(const char *name_expression, int64_t grid_x, int64_t
     if (st != FA_RTC_OK)
         return st;
     fa_cu_function function;
-    if ((st = kernel_function(cu, context, arch, name_expression, &function, why, why_len)) != FA_RTC_OK)
+    if ((st = kernel_function(cu, context, arch, c->family, c->suffix, name_expression, &function, why, why_len)) !=
+            FA_RTC_OK ||
+        (st = allow_shared(cu, context, name_expression, function, c->shared_bytes, why, why_len)) != FA_RTC_OK)
         return st;
     return driver_failed(cu,
-                         cu->LaunchKernel(function, (unsigned)grid_x, (unsigned)grid_y, (unsigned)grid_z, threads, 1,
-                                          1, 0, (fa_cu_stream)stream, args, NULL),
+                         cu->LaunchKernel(function, (unsigned)c->grid_x, (unsigned)c->grid_y, (unsigned)c->grid_z,
+                                          c->threads, 1, 1, c->shared_bytes, (fa_cu_stream)stream, args, NULL),
                          "cuLaunchKernel", why, why_len);
+}
+
+/* A SIMT kernel's launch: grid (x, y, z) of FA_SIMT_THREADS threads, no dynamic shared memory. */
+static fa_rtc_status launch_simt(const char *name, int64_t x, int64_t y, int64_t z, void *stream, void **args,
+                                 char *why, size_t why_len)
+{
+    const fa_rtc_launch_config c = {"simt", 0, x, y, z, FA_SIMT_THREADS, 0};
+    return fa_rtc_launch(name, &c, stream, args, why, why_len);
 }
 
 /* The head-dim bucket of p (the larger of d and d_v) and the storage type of dtype, or
@@ -205,7 +265,7 @@ fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void
     snprintf(name, sizeof name, "fa_gpu::simt::forward_kernel<%s, %d, %s>", storage, bucket, mod ? "true" : "false");
     fa_gpu_params params = *p; /* the kernel's first parameter, by value */
     void *args[] = {&params, &vec};
-    return fa_rtc_launch(name, nq, p->heads_q, p->batch, FA_SIMT_THREADS, stream, args, why, why_len);
+    return launch_simt(name, nq, p->heads_q, p->batch, stream, args, why, why_len);
 }
 
 fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
@@ -228,24 +288,24 @@ fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, voi
     char name[FA_RTC_NAME_MAX];
     if (nd > 0) {
         snprintf(name, sizeof name, "fa_gpu::simt::dsum_kernel<%s>", storage);
-        if ((st = fa_rtc_launch(name, nd, p->heads_q, p->batch, FA_SIMT_THREADS, stream, args, why, why_len)) !=
+        if ((st = launch_simt(name, nd, p->heads_q, p->batch, stream, args, why, why_len)) !=
             FA_RTC_OK)
             return st;
     }
     if (p->sink && p->dsink) {
         snprintf(name, sizeof name, "fa_gpu::simt::dsink_kernel<%d>", FA_SIMT_THREADS);
-        if ((st = fa_rtc_launch(name, p->heads_q, 1, 1, FA_SIMT_THREADS, stream, args, why, why_len)) != FA_RTC_OK)
+        if ((st = launch_simt(name, p->heads_q, 1, 1, stream, args, why, why_len)) != FA_RTC_OK)
             return st;
     }
     if (nk > 0) {
         snprintf(name, sizeof name, "fa_gpu::simt::dkdv_kernel<%s, %d, %s>", storage, bucket, mod);
-        if ((st = fa_rtc_launch(name, nk, p->heads_kv, p->batch, FA_SIMT_THREADS, stream, args, why, why_len)) !=
+        if ((st = launch_simt(name, nk, p->heads_kv, p->batch, stream, args, why, why_len)) !=
             FA_RTC_OK)
             return st;
     }
     if (nq > 0) {
         snprintf(name, sizeof name, "fa_gpu::simt::dq_kernel<%s, %d, %s>", storage, bucket, mod);
-        st = fa_rtc_launch(name, nq, p->heads_q, p->batch, FA_SIMT_THREADS, stream, args, why, why_len);
+        st = launch_simt(name, nq, p->heads_q, p->batch, stream, args, why, why_len);
     }
     return st;
 }

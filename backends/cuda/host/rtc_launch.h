@@ -8,6 +8,7 @@
 #define FA_RTC_LAUNCH_H
 
 #include "common/params.h"
+#include "host/driver_api.h"
 #include "host/rtc_compiler.h"
 
 #include <stddef.h>
@@ -16,16 +17,31 @@
 /* The longest name expression a launch takes, with its terminating zero. */
 #define FA_RTC_NAME_MAX 160
 
-/* Launches the kernel name_expression names (compiled for the current device's exact compute
- * capability, sm_<major><minor>) on grid (grid_x, grid_y, grid_z) of blocks of `threads` threads,
- * no dynamic shared memory, on stream (a CUstream; NULL for the legacy default stream), with args
- * as cuLaunchKernel takes them (one pointer per kernel parameter). The kernel runs in the current
- * context, else in device 0's primary context, which is then made current; its module is loaded
- * once per (context, kernel) and kept. A grid outside CUDA's limits is FA_RTC_INVALID_ARG. On
- * failure, why names the step: no driver, the driver call and its error string, or the compiler's
- * reason. Thread-safe. */
-fa_rtc_status fa_rtc_launch(const char *name_expression, int64_t grid_x, int64_t grid_y, int64_t grid_z,
-                            unsigned threads, void *stream, void **args, char *why, size_t why_len);
+/* How a kernel is launched: its family (host/rtc_sources.h: "simt", "sm80", "sm90", "decode",
+ * "ring"), the architecture suffix ('a': compiled for sm_<major><minor>a, which the sm90 family's
+ * wgmma and TMA need; 0: plain), the grid, the block's threads and its dynamic shared memory. */
+typedef struct fa_rtc_launch_config {
+    const char *family;
+    char suffix;
+    int64_t grid_x, grid_y, grid_z;
+    unsigned threads;
+    unsigned shared_bytes; /* above 48 KB the kernel's limit is raised to it before the launch */
+} fa_rtc_launch_config;
+
+/* Launches the kernel name_expression names, of c's family, compiled for the current device's
+ * exact compute capability (sm_<major><minor>, with c's suffix), on c's grid and block, on stream
+ * (a CUstream; NULL for the legacy default stream), with args as cuLaunchKernel takes them (one
+ * pointer per kernel parameter). The kernel runs in the current context, else in device 0's
+ * primary context, which is then made current; its module is loaded once per (context, kernel)
+ * and kept. A grid outside CUDA's limits is FA_RTC_INVALID_ARG. On failure, why names the step: no
+ * driver, the driver call and its error string, or the compiler's reason. Thread-safe. */
+fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
+                            char *why, size_t why_len);
+
+/* The function of that kernel in the current context (compiled and loaded as fa_rtc_launch does),
+ * for the driver's questions about it (occupancy). */
+fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_expression, fa_cu_function *function,
+                              char *why, size_t why_len);
 
 /* Launches forward_kernel<S, D, MOD> (fa_rtc_launch) for the call p describes: S from dtype (0
  * fp32, 1 fp16, 2 bf16), D the head-dim bucket of the larger of p->d and p->d_v, MOD whether p has
