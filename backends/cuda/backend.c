@@ -17,15 +17,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Whether the capabilities list FA_FEATURE_SINK and FA_FEATURE_HEAD_DIM_V (until they do, the core
- * refuses those calls before the chooser sees them). The chooser's routes for them exist and
- * compile either way; the listing waits for the conformance grid's sink and d_v != d cases to pass
- * on a GPU with the SIMT kernels, after which that run sets this to 1 (a build may define it, as
- * bench/device/sink_dv_gpu.sh does, to run those cases). */
-#ifndef FA_CUDA_SINK_AND_DV_VERIFIED
-#define FA_CUDA_SINK_AND_DV_VERIFIED 0
-#endif
-
 #ifndef FA_HAVE_SM90 /* cuda-archs without 90: no Hopper instances */
 int fa_sm90_has_instance(int dtype, int head_dim_pad, int plain, int mod)
 {
@@ -78,9 +69,7 @@ static void cuda_capabilities(fa_capabilities *caps)
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT | FA_FEATURE_SOFTCAP |
-                     FA_FEATURE_ALIBI;
-    if (FA_CUDA_SINK_AND_DV_VERIFIED)
-        caps->features |= FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
+                     FA_FEATURE_ALIBI | FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
 #ifdef FA_CUDA_RTC
     /* kernels compiled at run time (host/rtc_kernels.c): the SIMT family, no decode kernels yet */
     snprintf(caps->notes, sizeof caps->notes,

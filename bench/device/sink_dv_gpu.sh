@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a machine with one CUDA GPU: the learnable sink and d_v != d on the CUDA backend's SIMT
-# kernels (forward, backward with dsink, the SIMT decode kernel), which backends/cuda/backend.c
-# lists only once FA_CUDA_SINK_AND_DV_VERIFIED is 1. Builds the library with that constant defined
-# to VERIFIED (default 1, through c_args: no source edit), then, logs under $OUT:
+# kernels (forward, backward with dsink, the SIMT decode kernel), the only CUDA kernels that run
+# them (the chooser routes every such call there). Builds the library, then, logs under $OUT:
 #   - tests/cuda/sink_dv_check (forward, backward, dsink, decode against float64) under the default
 #     chooser, with FLASHATTN_KERNELS=simt and with FLASHATTN_KERNELS=kv-simt;
 #   - the conformance grid with the SIMT family forced (FLASHATTN_KERNELS=simt): every case, the
@@ -14,7 +13,7 @@
 #   - compute-sanitizer memcheck on sink_dv_check and on a few small sink and d_v grid cases.
 # Usage: bash bench/device/sink_dv_gpu.sh [BUILD_DIR]   (a fresh BUILD_DIR is configured and built;
 # run it with carry: [".deps"] where cmocka comes as .deps/libcmocka*.deb)
-# Environment: OUT (logs, default /tmp/out), VERIFIED (0 or 1), SINK_DV_FILTER (the conformance
+# Environment: OUT (logs, default /tmp/out), SINK_DV_FILTER (the conformance
 # and decode case-name substrings of the sink and d_v cases, comma-separated), SAN_FILTERS (the
 # conformance cases memcheck runs, space-separated), GRID (full or short), CUDA_ARCHS (meson's
 # cuda-archs, default auto: the GPU's). The build is incremental: a run cut short by a time limit
@@ -22,7 +21,6 @@
 set -uo pipefail
 B=${1:-build-sink-dv}
 OUT=${OUT:-/tmp/out}
-VERIFIED=${VERIFIED:-1}
 GRID=${GRID:-full}
 FILTER=${SINK_DV_FILTER:-sink,dv}
 mkdir -p "$OUT"
@@ -32,9 +30,9 @@ nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | t
 status=0
 
 if [ ! -f "$B/build.ninja" ]; then
-  echo "== configure $B (FA_CUDA_SINK_AND_DV_VERIFIED=$VERIFIED)"
+  echo "== configure $B"
   meson setup "$B" -Dcuda=enabled -Dcuda-archs="${CUDA_ARCHS:-auto}" -Dhip=disabled -Dopencl=disabled -Dnccl=disabled -Dbench=false \
-    -Dconformance_grid="$GRID" -Dc_args="-DFA_CUDA_SINK_AND_DV_VERIFIED=$VERIFIED" > "$OUT/setup.log" 2>&1 \
+    -Dconformance_grid="$GRID" > "$OUT/setup.log" 2>&1 \
     || { echo "meson setup failed"; tail -30 "$OUT/setup.log"; exit 1; }
 fi
 echo "== build"
