@@ -69,15 +69,16 @@ static void cuda_capabilities(fa_capabilities *caps)
     caps->features = FA_FEATURE_CAUSAL | FA_FEATURE_WINDOW | FA_FEATURE_VARLEN | FA_FEATURE_GQA |
                      FA_FEATURE_DROPOUT | FA_FEATURE_BLOCK_SPARSE | FA_FEATURE_LSE | FA_FEATURE_DETERMINISTIC |
                      FA_FEATURE_BACKWARD | FA_FEATURE_STRIDES | FA_FEATURE_F32_OUTPUT | FA_FEATURE_SOFTCAP |
-                     FA_FEATURE_ALIBI | FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
+                     FA_FEATURE_ALIBI | FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V | FA_FEATURE_KVCACHE |
+                     FA_FEATURE_KVCACHE_DEVICE_CHECK;
 #ifdef FA_CUDA_RTC
-    /* kernels compiled at run time (host/rtc_kernels.c): the SIMT family, no decode kernels yet */
+    /* kernels compiled at run time (host/rtc_kernels.c, rtc_decode.c, rtc_ring.c): the SIMT family
+     * for attention, the decode and ring kernels as in an aot build */
     snprintf(caps->notes, sizeof caps->notes,
              "kernels compiled at run time by NVRTC for the device's sm (cached under FLASHATTN_CACHE_DIR): "
-             "the simt family for every call; no KV-cache or ring kernels in this build (-Dcuda-kernels=aot has them)");
+             "the simt family for fa_forward / fa_backward; the decode (mma on cc>=8.0) and ring kernels");
     return;
 #endif
-    caps->features |= FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
     snprintf(caps->notes, sizeof caps->notes,
              "sm80 mma (cc>=8.0, f16/bf16; bwd d<=128, d256 non-det); cc 9.0 wgmma fwd, non-det bwd, d "
              "64/128/256 w/o dropout/block mask; softcap/ALiBi: 16B rows; simt: the rest (no f32 out from "
@@ -298,8 +299,8 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
     return fa_gpu_call_end(ctx, &call, call.run ? launch_backward(&call.kp, &c, call.stream) : 0, v->name);
 }
 
-#ifndef FA_CUDA_RTC /* the decode and ring kernels are nvcc-built only */
-/* fa_forward_kvcache: the decode kernels (decode/) for every dtype and head dim */
+/* fa_forward_kvcache: the decode kernels (decode/) for every dtype and head dim (nvcc's instances, or
+ * host/rtc_decode.c's launchers of what NVRTC compiles) */
 static const fa_gpu_kv_entries kv_entries = {fa_kv_forward, fa_kv_blocks_per_processor, fa_kv_forward_mma,
                                              fa_kv_blocks_per_processor_mma};
 
@@ -307,8 +308,6 @@ static fa_status cuda_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp)
 {
     return fa_gpu_forward_kvcache(ctx, kp, &kv_entries);
 }
-
-#endif
 
 static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 {
@@ -323,8 +322,7 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
     return bytes;
 }
 
-#ifndef FA_CUDA_RTC
-/* ring attention's steps (ring/ring.cu) on the context's device and stream */
+/* ring attention's steps (ring/ring.cu, or host/rtc_ring.c) on the context's device and stream */
 static fa_status cuda_ring_copy(fa_context *ctx, const fa_tensor *dst, const fa_tensor *src)
 {
     FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
@@ -347,8 +345,6 @@ static fa_status cuda_ring_add(fa_context *ctx, const fa_tensor *acc, const fa_t
     return FA_SUCCESS;
 }
 
-#endif
-
 static void *cuda_stream(const fa_context *ctx)
 {
     return fa_gpu_of(ctx)->stream;
@@ -367,9 +363,7 @@ const fa_backend fa_backend_cuda = {
     .choose = cuda_choose,
     .forward = cuda_forward,
     .backward = cuda_backward,
-#ifndef FA_CUDA_RTC
     .forward_kvcache = cuda_forward_kvcache,
-#endif
     .workspace = cuda_workspace,
     .alloc = fa_gpu_alloc,
     .free = fa_gpu_free,
@@ -377,11 +371,9 @@ const fa_backend fa_backend_cuda = {
     .sync = fa_gpu_sync,
     .set_stream = fa_gpu_set_stream,
     .num_threads = NULL, // optional
-#ifndef FA_CUDA_RTC
     .ring_copy = cuda_ring_copy,
     .ring_merge = cuda_ring_merge,
     .ring_add = cuda_ring_add,
-#endif
     .stream = cuda_stream,
     .lists_upload = fa_gpu_lists_upload,
     .lists_free = fa_gpu_lists_free,

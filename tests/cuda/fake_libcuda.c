@@ -20,7 +20,7 @@ static fake_cuda_state state = {.cc_major = 8,
                                 .shared_optin = 166912,
                                 .total_mem = (size_t)40 << 30,
                                 .current_device = -1};
-static char context_objects[FAKE_CUDA_MAX_DEVICES], function_object;
+static char context_objects[FAKE_CUDA_MAX_DEVICES];
 static char module_objects[64], stream_objects[64], event_objects[64];
 static void *current_context;
 
@@ -358,25 +358,40 @@ EXPORT int cuModuleLoadData(void **module, const void *image)
     return 0;
 }
 
+/* a function is its name's entry in this table (the last entry for every name past it), so a
+ * launch knows which kernel it runs */
+static char function_names[128][256];
+static int function_name_count;
+
 EXPORT int cuModuleGetFunction(void **function, void *module, const char *name)
 {
     (void)module;
     ++state.get_function_calls;
     snprintf(state.function_name, sizeof state.function_name, "%s", name);
-    *function = &function_object;
+    int i = 0;
+    while (i < function_name_count && strcmp(function_names[i], name) != 0)
+        ++i;
+    if (i == function_name_count && i < (int)(sizeof function_names / sizeof function_names[0]) - 1)
+        ++function_name_count;
+    snprintf(function_names[i], sizeof function_names[i], "%s", name);
+    *function = function_names[i];
     return result_of("cuModuleGetFunction");
 }
 
 EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shared_bytes, void *stream, void **params, void **extra)
 {
-    (void)function;
     (void)extra;
     ++state.launch_calls;
     state.grid[0] = gx, state.grid[1] = gy, state.grid[2] = gz;
     state.block[0] = bx, state.block[1] = by, state.block[2] = bz;
     state.shared_bytes = shared_bytes;
     state.stream = stream;
+    fake_cuda_launch *logged = &state.launches[state.launch_log_len++ % FAKE_CUDA_LAUNCH_LOG];
+    snprintf(logged->name, sizeof logged->name, "%s", (const char *)function);
+    logged->grid[0] = gx, logged->grid[1] = gy, logged->grid[2] = gz;
+    logged->block[0] = bx, logged->block[1] = by, logged->block[2] = bz;
+    logged->shared_bytes = shared_bytes;
     for (int i = 0; i < FAKE_CUDA_MAX_ARGS && state.arg_sizes[i]; ++i)
         memcpy(state.args[i], params[i], state.arg_sizes[i] <= sizeof state.args[i] ? state.arg_sizes[i] : 0);
     return result_of("cuLaunchKernel");

@@ -10,6 +10,14 @@
 
 #define FAKE_CUDA_MAX_ARGS 4
 #define FAKE_CUDA_MAX_DEVICES 2
+#define FAKE_CUDA_LAUNCH_LOG 16
+
+/* One launch as the log keeps it: the kernel's lowered name (the one cuModuleGetFunction was given
+ * for the launched function), grid, block, dynamic shared memory. */
+typedef struct fake_cuda_launch {
+    char name[256];
+    unsigned grid[3], block[3], shared_bytes;
+} fake_cuda_launch;
 
 typedef struct fake_cuda_state {
     /* set by the test */
@@ -41,6 +49,10 @@ typedef struct fake_cuda_state {
     unsigned last_stream_flags, last_event_flags;
     int events_created, events_destroyed, event_records;
     void *last_async_stream;           /* the stream of the last ...Async memory call */
+    /* the launches since the test last set launch_log_len to 0: launch k (from 0) in
+     * launches[k % FAKE_CUDA_LAUNCH_LOG], so the first FAKE_CUDA_LAUNCH_LOG are in order */
+    fake_cuda_launch launches[FAKE_CUDA_LAUNCH_LOG];
+    int launch_log_len;
 } fake_cuda_state;
 
 #endif

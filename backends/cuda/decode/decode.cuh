@@ -1,6 +1,7 @@
 /* decode.cuh: the launchers of fa_forward_kvcache's kernels (decode_kernels.cuh describes them),
  * CUDA and HIP from one source: the device check (check.cuh), the append, the decode kernel of the
- * instance a call needs, the combine. */
+ * instance a call needs, the combine. Their grids, blocks and shared memory are
+ * common/kv_geometry.h's, which host/rtc_decode.c reads too. */
 #ifndef FA_GPU_DECODE_CUH
 #define FA_GPU_DECODE_CUH
 
@@ -14,15 +15,8 @@ template <class S> fa_gpu_error launch_check(const fa_gpu_kv_params &p, fa_gpu_s
 {
     if (!p.fault || p.batch == 0)
         return FA_GPU_SUCCESS;
-    check_kernel<S><<<(unsigned)(p.batch < 65535 ? p.batch : 65535), 256, 0, stream>>>(p);
+    check_kernel<S><<<fa_kv_check_blocks(p.batch), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     return fa_gpu_last_error();
-}
-
-/* Blocks for a grid-stride loop over n elements. */
-static inline unsigned stride_blocks(int64_t n)
-{
-    const int64_t b = (n + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
 }
 
 /* Dynamic shared memory of a decode instance, set as its limit (above the default 48 KB) on the
@@ -30,7 +24,8 @@ static inline unsigned stride_blocks(int64_t n)
  * device, and a process may decode on several. */
 template <class S, int D, int RT, bool ASYNC> fa_gpu_error prepare(int *bytes)
 {
-    *bytes = ASYNC ? decode_shape<D>::RING_BYTES : 0;
+    *bytes = fa_kv_simt_smem(D, ASYNC);
+    static_assert(FA_KV_SIMT_RING_BYTES(D) == decode_shape<D>::RING_BYTES, "one ring size");
 #if !defined(__HIPCC__)
     if (ASYNC)
         return cudaFuncSetAttribute(decode_kernel<S, D, RT, ASYNC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -56,8 +51,7 @@ template <class S> fa_gpu_error launch_check_append(const fa_gpu_kv_params &p, f
     fa_gpu_error e = launch_check<S>(p, stream);
     if (e != FA_GPU_SUCCESS || !p.k_new.data || p.seqlen_knew == 0)
         return e;
-    append_kernel<S><<<stride_blocks(p.batch * p.seqlen_knew * p.heads_kv * (p.d > p.d_v ? p.d : p.d_v)), 256, 0,
-                       stream>>>(p);
+    append_kernel<S><<<fa_kv_stride_blocks(fa_kv_append_elements(&p)), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     return fa_gpu_last_error();
 }
 
@@ -66,7 +60,7 @@ template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu
 {
     if (p.splits == 1)
         return FA_GPU_SUCCESS;
-    combine_kernel<S><<<stride_blocks(p.batch * p.heads_q * p.seqlen_new * p.d_v), 256, 0, stream>>>(p);
+    combine_kernel<S><<<fa_kv_stride_blocks(fa_kv_combine_elements(&p)), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     return fa_gpu_last_error();
 }
 
@@ -79,10 +73,10 @@ fa_gpu_error launch_call(const fa_gpu_kv_params &p, fa_gpu_stream stream, Decode
     fa_gpu_error e = launch_check_append<S>(p, stream);
     if (e != FA_GPU_SUCCESS || p.seqlen_new == 0)
         return e;
-    const int64_t blocks = p.batch * p.heads_kv * p.row_tiles;
-    if (blocks > 0x7fffffff || p.splits > 65535)
+    unsigned blocks, splits;
+    if (!fa_kv_decode_grid(&p, &blocks, &splits))
         return FA_GPU_INVALID_VALUE;
-    if ((e = decode(dim3((unsigned)blocks, (unsigned)p.splits))) != FA_GPU_SUCCESS)
+    if ((e = decode(dim3(blocks, splits))) != FA_GPU_SUCCESS)
         return e;
     return launch_combine<S>(p, stream);
 }

@@ -23,6 +23,7 @@
 
 #include "common/portable.cuh"
 #include "decode/check.cuh"
+#include "common/kv_geometry.h"
 #include "common/kv_params.h"
 #include "rotary.h"
 #include "sink.h"
@@ -31,13 +32,6 @@
 #include "common/rtc_prelude.cuh"
 #else
 #include <math.h>
-#endif
-
-/* The SIMT decode kernel's cp.async ring: CUDA only (HIP's kernels load through registers). */
-#if defined(__HIPCC__)
-#define FA_KV_HAVE_ASYNC 0
-#else
-#define FA_KV_HAVE_ASYNC 1
 #endif
 
 namespace fa_gpu {
@@ -346,13 +340,13 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
 
 /* Keys in flight per thread: every thread keeps U key rows and U value rows of 8 channels
  * loading at once (64 to 256 bytes). */
-template <int D> struct decode_shape {
-    static constexpr int LPK = D / 8;                   /* threads per key row */
-    static constexpr int STREAMS = FA_KV_THREADS / LPK; /* key rows read side by side */
-    static constexpr int U = D == 256 ? 8 : 4;
-    static constexpr int STEP = STREAMS * U;            /* keys per step of the block's loop */
-    static constexpr int STAGES = D == 256 ? 2 : 3;      /* the ASYNC ring: steps in shared memory */
-    static constexpr int RING_BYTES = STAGES * 2 * U * FA_KV_THREADS * 16;
+template <int D> struct decode_shape { /* common/kv_geometry.h's FA_KV_SIMT_* */
+    static constexpr int LPK = FA_KV_SIMT_LPK(D);         /* threads per key row */
+    static constexpr int STREAMS = FA_KV_SIMT_STREAMS(D); /* key rows read side by side */
+    static constexpr int U = FA_KV_SIMT_U(D);
+    static constexpr int STEP = STREAMS * U;              /* keys per step of the block's loop */
+    static constexpr int STAGES = FA_KV_SIMT_STAGES(D);   /* the ASYNC ring: steps in shared memory */
+    static constexpr int RING_BYTES = FA_KV_SIMT_RING_BYTES(D);
     static_assert(FA_KV_KEY_CHUNK % STEP == 0, "a split is a whole number of steps");
 };
 

@@ -12,7 +12,8 @@ namespace decode {
 /* The kernel's shared-memory limit on the current device (set at every launch: it is per device). */
 template <class S, int D> fa_gpu_error prepare_mma()
 {
-    return cudaFuncSetAttribute(decode_mma_kernel<S, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, mma_shape<D>::SMEM);
+    static_assert(mma_shape<D>::SMEM == FA_KV_MMA_SMEM(D), "one shared-memory size");
+    return cudaFuncSetAttribute(decode_mma_kernel<S, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, FA_KV_MMA_SMEM(D));
 }
 
 template <class S, int D> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_gpu_stream stream)
@@ -21,7 +22,7 @@ template <class S, int D> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_
         fa_gpu_error e = prepare_mma<S, D>();
         if (e != FA_GPU_SUCCESS)
             return e;
-        decode_mma_kernel<S, D><<<grid, FA_KV_THREADS, mma_shape<D>::SMEM, stream>>>(p);
+        decode_mma_kernel<S, D><<<grid, FA_KV_THREADS, FA_KV_MMA_SMEM(D), stream>>>(p);
         return fa_gpu_last_error();
     });
 }
@@ -31,8 +32,7 @@ template <class S, int D> fa_gpu_error blocks_per_processor_mma(int *n)
 {
     fa_gpu_error e = prepare_mma<S, D>();
     if (e == FA_GPU_SUCCESS)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, decode_mma_kernel<S, D>, FA_KV_THREADS,
-                                                          mma_shape<D>::SMEM);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, decode_mma_kernel<S, D>, FA_KV_THREADS, FA_KV_MMA_SMEM(D));
     return e;
 }
 

@@ -28,13 +28,15 @@ template <> struct mma_elem<true> {
     typedef __nv_bfloat16 type;
 };
 
-template <int D> struct mma_shape {
-    static constexpr int WARPS = FA_KV_THREADS / 32, KEYS = 16, LD = D + 8, STAGES = 2;
+template <int D> struct mma_shape { /* common/kv_geometry.h's FA_KV_MMA_* */
+    static constexpr int WARPS = FA_KV_MMA_WARPS, KEYS = FA_KV_MMA_KEYS, LD = FA_KV_MMA_LD(D);
+    static constexpr int STAGES = FA_KV_MMA_STAGES;
     static constexpr int STEP = WARPS * KEYS;          /* keys per step of the block */
     static constexpr int WARP_TILE = 2 * KEYS * LD;    /* K and V elements of one warp's stage */
-    static constexpr int RING_BYTES = STAGES * WARPS * WARP_TILE * 2;
-    static constexpr int MERGE_BYTES = WARPS * 16 * D * 4;
-    static constexpr int SMEM = RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
+    static constexpr int RING_BYTES = FA_KV_MMA_RING_BYTES(D);
+    static constexpr int MERGE_BYTES = FA_KV_MMA_MERGE_BYTES(D);
+    static constexpr int SMEM = FA_KV_MMA_SMEM(D);
+    static_assert(RING_BYTES == STAGES * WARPS * WARP_TILE * 2, "the ring holds every warp's stages");
     static_assert(FA_KV_KEY_CHUNK % STEP == 0, "a split is a whole number of steps");
     static_assert(D % 16 == 0 && D <= 128, "mma decode: buckets 64 and 128");
 };

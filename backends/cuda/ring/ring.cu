@@ -3,6 +3,7 @@
  * outputs), the log-sum-exp merge of a partial output into the accumulator, and an fp32 add.
  * Memory-bound and small beside the attention of a step (O(n d) against O(n^2 d)); every index
  * is 64-bit. */
+#include "common/ring_view.h"
 #include "ring/ring.h"
 #include "ring/ring_kernels.cuh"
 
@@ -13,28 +14,12 @@ namespace {
 
 using fa_gpu::ring::view4;
 
+/* common/ring_view.h's view of t, as the kernels take it */
 view4 view_of(const fa_tensor *t)
 {
     view4 v;
-    v.data = t->data;
-    v.dtype = (int)t->dtype;
-    const int pad = 4 - t->ndim;
-    for (int i = 0; i < 4; ++i) {
-        v.n[i] = i < pad ? 1 : t->shape[i - pad];
-        v.s[i] = i < pad ? 0 : t->stride[i - pad];
-    }
+    static_cast<fa_ring_view &>(v) = fa_ring_view_of(t->data, (int)t->dtype, t->ndim, t->shape, t->stride);
     return v;
-}
-
-unsigned blocks_for(int64_t threads)
-{
-    const int64_t b = (threads + 255) / 256;
-    return (unsigned)(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
-}
-
-int64_t count_of(const view4 &v)
-{
-    return v.n[0] * v.n[1] * v.n[2] * v.n[3];
 }
 
 } // namespace
@@ -42,20 +27,20 @@ int64_t count_of(const view4 &v)
 extern "C" int fa_cuda_ring_copy(const fa_tensor *dst, const fa_tensor *src, void *stream)
 {
     const view4 d = view_of(dst), s = view_of(src);
-    const int64_t n = count_of(s);
+    const int64_t n = fa_ring_count(&s);
     if (n == 0)
         return (int)cudaSuccess;
-    fa_gpu::ring::copy_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(d, s, n);
+    fa_gpu::ring::copy_kernel<<<fa_ring_blocks(n), FA_RING_THREADS, 0, (cudaStream_t)stream>>>(d, s, n);
     return (int)cudaGetLastError();
 }
 
 extern "C" int fa_cuda_ring_add(const fa_tensor *acc, const fa_tensor *part, void *stream)
 {
     const view4 a = view_of(acc), p = view_of(part);
-    const int64_t n = count_of(a);
+    const int64_t n = fa_ring_count(&a);
     if (n == 0)
         return (int)cudaSuccess;
-    fa_gpu::ring::add_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)stream>>>(a, p, n);
+    fa_gpu::ring::add_kernel<<<fa_ring_blocks(n), FA_RING_THREADS, 0, (cudaStream_t)stream>>>(a, p, n);
     return (int)cudaGetLastError();
 }
 
@@ -63,9 +48,9 @@ extern "C" int fa_cuda_ring_merge(const fa_tensor *o, const fa_tensor *lse, cons
                                   const fa_tensor *lse_part, void *stream)
 {
     const view4 a = view_of(o), l = view_of(lse), p = view_of(o_part), lp = view_of(lse_part);
-    const int64_t rows = a.n[0] * a.n[1] * a.n[2];
+    const int64_t rows = fa_ring_rows(&a);
     if (rows == 0)
         return (int)cudaSuccess;
-    fa_gpu::ring::merge_kernel<<<blocks_for(rows * 32), 256, 0, (cudaStream_t)stream>>>(a, l, p, lp, rows);
+    fa_gpu::ring::merge_kernel<<<fa_ring_blocks(rows * FA_RING_MERGE_LANES), FA_RING_THREADS, 0, (cudaStream_t)stream>>>(a, l, p, lp, rows);
     return (int)cudaGetLastError();
 }

@@ -14,13 +14,14 @@
 #include <stdint.h>
 #endif
 
+#include "common/ring_view.h"
+
 namespace fa_gpu::ring {
 
-/* a view with up to 4 dimensions, the last contiguous (3-D views: a leading extent of 1) */
-struct view4 {
-    void *data;
-    int dtype;
-    int64_t n[4], s[4];
+/* a view with up to 4 dimensions, the last contiguous (3-D views: a leading extent of 1): the
+ * layout of common/ring_view.h, which both launchers fill, under the name the kernels' mangled
+ * names have always carried */
+struct view4 : fa_ring_view {
 };
 
 __device__ __forceinline__ int64_t offset(const view4 &v, int64_t e)

@@ -1,0 +1,105 @@
+/* kv_geometry.h: the launch geometry of fa_forward_kvcache's kernels (decode/), the one source
+ * for every launcher of them: decode.cuh and decode_mma.cuh (nvcc and HIP) and the driver-API
+ * launcher of a build whose kernels are compiled at run time (host/rtc_decode.c, plain C), so the
+ * two paths cannot disagree on a grid, a block or a kernel's shared memory. The kernels read the
+ * same shapes (decode_kernels.cuh's decode_shape, decode_mma_kernels.cuh's mma_shape). Compiles as
+ * C, CUDA and HIP; under NVRTC the constants only (the rest is host code). */
+#ifndef FA_GPU_KV_GEOMETRY_H
+#define FA_GPU_KV_GEOMETRY_H
+
+#include "common/kv_params.h"
+
+/* The check, append and combine kernels: blocks of 256 threads; the check takes one block per
+ * sequence (grid-stride beyond FA_KV_CHECK_MAX_BLOCKS), append and combine a grid-stride loop over
+ * their elements in at most FA_KV_STRIDE_MAX_BLOCKS blocks. */
+#define FA_KV_ELEMENTWISE_THREADS 256
+#define FA_KV_CHECK_MAX_BLOCKS 65535
+#define FA_KV_STRIDE_MAX_BLOCKS 65536
+
+/* The SIMT decode kernel at head-dim bucket D (FA_KV_THREADS threads): D / 8 threads hold one key
+ * row, FA_KV_THREADS / (D / 8) key rows ("streams") read side by side, U keys in flight per thread,
+ * STAGES steps in the cp.async ring, whose bytes are its only dynamic shared memory. */
+#define FA_KV_SIMT_LPK(D) ((D) / 8)
+#define FA_KV_SIMT_STREAMS(D) (FA_KV_THREADS / FA_KV_SIMT_LPK(D))
+#define FA_KV_SIMT_U(D) ((D) == 256 ? 8 : 4)
+#define FA_KV_SIMT_STAGES(D) ((D) == 256 ? 2 : 3)
+#define FA_KV_SIMT_RING_BYTES(D) (FA_KV_SIMT_STAGES(D) * 2 * FA_KV_SIMT_U(D) * FA_KV_THREADS * 16)
+
+/* The SIMT decode kernel's cp.async ring: CUDA only (HIP's kernels load through registers); the
+ * instances with it are the fp16 / bf16 ones. */
+#if defined(__HIPCC__)
+#define FA_KV_HAVE_ASYNC 0
+#else
+#define FA_KV_HAVE_ASYNC 1
+#endif
+
+/* The tensor-core decode kernel at bucket D (64 or 128): FA_KV_THREADS / 32 warps of 16 keys per
+ * step, each with a two-stage ring of K and V rows padded to D + 8 elements (2 bytes each); the
+ * warps' fp32 merge of 16 x D outputs reuses the ring, so the dynamic shared memory is the larger. */
+#define FA_KV_MMA_WARPS (FA_KV_THREADS / 32)
+#define FA_KV_MMA_KEYS 16
+#define FA_KV_MMA_STAGES 2
+#define FA_KV_MMA_LD(D) ((D) + 8)
+#define FA_KV_MMA_RING_BYTES(D) (FA_KV_MMA_STAGES * FA_KV_MMA_WARPS * 2 * FA_KV_MMA_KEYS * FA_KV_MMA_LD(D) * 2)
+#define FA_KV_MMA_MERGE_BYTES(D) (FA_KV_MMA_WARPS * 16 * (D) * 4)
+#define FA_KV_MMA_SMEM(D)                                                                                            \
+    (FA_KV_MMA_RING_BYTES(D) > FA_KV_MMA_MERGE_BYTES(D) ? FA_KV_MMA_RING_BYTES(D) : FA_KV_MMA_MERGE_BYTES(D))
+
+#if !defined(__CUDACC_RTC__)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Blocks of FA_KV_ELEMENTWISE_THREADS for a grid-stride loop over n elements. */
+static inline unsigned fa_kv_stride_blocks(int64_t n)
+{
+    const int64_t b = (n + FA_KV_ELEMENTWISE_THREADS - 1) / FA_KV_ELEMENTWISE_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > FA_KV_STRIDE_MAX_BLOCKS ? FA_KV_STRIDE_MAX_BLOCKS : b);
+}
+
+/* The check kernel's blocks: one per sequence, at most FA_KV_CHECK_MAX_BLOCKS. */
+static inline unsigned fa_kv_check_blocks(int64_t batch)
+{
+    return (unsigned)(batch < FA_KV_CHECK_MAX_BLOCKS ? batch : FA_KV_CHECK_MAX_BLOCKS);
+}
+
+/* The append kernel's elements: one per (sequence, new token, kv head, channel of the larger head
+ * dim). Each factor is a dimension of k_new or v_new, whose sizes the core checked, so the product
+ * fits. */
+static inline int64_t fa_kv_append_elements(const fa_gpu_kv_params *p)
+{
+    return p->batch * p->seqlen_knew * p->heads_kv * (p->d > p->d_v ? p->d : p->d_v);
+}
+
+/* The combine kernel's elements: one per (query row, value channel), the size of o. */
+static inline int64_t fa_kv_combine_elements(const fa_gpu_kv_params *p)
+{
+    return p->batch * p->heads_q * p->seqlen_new * p->d_v;
+}
+
+/* The decode kernel's grid: one block per (sequence, kv head, row tile) along x, one per split
+ * along y; 0 where CUDA's limits cannot take it. */
+static inline int fa_kv_decode_grid(const fa_gpu_kv_params *p, unsigned *x, unsigned *y)
+{
+    const int64_t blocks = p->batch * p->heads_kv * p->row_tiles; /* below 2^31: kv_host.c checked it */
+    if (blocks > 0x7fffffff || p->splits > 65535)
+        return 0;
+    *x = (unsigned)blocks;
+    *y = (unsigned)p->splits;
+    return 1;
+}
+
+/* The SIMT decode kernel's dynamic shared memory at bucket D: the ring's with cp.async, else none. */
+static inline int fa_kv_simt_smem(int head_dim_bucket, int async_copy)
+{
+    return async_copy ? FA_KV_SIMT_RING_BYTES(head_dim_bucket) : 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* !__CUDACC_RTC__ */
+
+#endif /* FA_GPU_KV_GEOMETRY_H */

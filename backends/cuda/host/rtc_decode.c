@@ -1,0 +1,177 @@
+/* rtc_decode.c: fa_forward_kvcache's kernel entry points of host/kernels.h (fa_kv_*) for a build
+ * whose kernels are compiled at run time: the kernels of decode/ (the family's root
+ * decode/kernels_device.cuh) compiled by NVRTC on first use and launched through the driver API
+ * (host/rtc_launch.h) in the sequence, on the grids and with the shared memory of the nvcc-built
+ * launchers (decode/decode.cuh's launch_call, decode/decode_mma.cuh's launch_mma), which
+ * common/kv_geometry.h gives both:
+ *   check_kernel<S>       where the call checks its arrays on the device (p->fault), one block of
+ *                         256 threads per sequence;
+ *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
+ *   the decode kernel     decode_kernel<S, D, RT, ASYNC> or decode_mma_kernel<S, D>, one block of
+ *                         FA_KV_THREADS per (sequence, kv head, row tile) by split;
+ *   combine_kernel<S>     where the keys are split, a grid-stride loop over o.
+ * Each entry point returns a CUresult, the message of a failure kept (host/rtc_kernels.h). Plain C. */
+#include "common/kv_geometry.h"
+#include "common/simt_geometry.h"
+#include "host/driver_api.h"
+#include "host/kernels.h"
+#include "host/rtc_kernels.h"
+#include "host/rtc_launch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#define FAMILY "decode"
+
+static fa_rtc_status invalid(char *why, size_t why_len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+    return FA_RTC_INVALID_ARG;
+}
+
+/* The name expression of the SIMT decode instance (dtype, bucket, row tile, cp.async), as
+ * instances/decode_fwd_*.cu instantiate it; 0 (with the reason) where there is none. */
+static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *name, char *why, size_t why_len)
+{
+    const char *storage = fa_simt_storage_name(dtype);
+    if (!storage || (bucket != 64 && bucket != 128 && bucket != 256) ||
+        (row_tile != FA_KV_ROW_TILE_SMALL && row_tile != FA_KV_ROW_TILE_LARGE)) {
+        invalid(why, why_len, "no decode kernel for dtype %d, head-dim bucket %d, row tile %d", dtype, bucket,
+                row_tile);
+        return 0;
+    }
+    /* the cp.async ring exists for the 2-byte storages only (decode.cuh's launch_instance) */
+    const int ring = FA_KV_HAVE_ASYNC && async_copy && fa_simt_storage_bytes(dtype) == 2;
+    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_kernel<%s, %d, %d, %s>", storage, bucket, row_tile,
+             ring ? "true" : "false");
+    return 1;
+}
+
+/* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128). */
+static int mma_name(int dtype, int bucket, char *name, char *why, size_t why_len)
+{
+    if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128)) {
+        invalid(why, why_len, "no tensor-core decode kernel for dtype %d, head-dim bucket %d", dtype, bucket);
+        return 0;
+    }
+    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d>", fa_simt_storage_name(dtype),
+             bucket);
+    return 1;
+}
+
+/* One kernel of the call on (x, y) blocks of `threads`, its one argument the parameter block. */
+static fa_rtc_status launch_kv(const char *name, int64_t x, int64_t y, unsigned threads, unsigned shared_bytes,
+                               const fa_gpu_kv_params *p, void *stream, char *why, size_t why_len)
+{
+    const fa_rtc_launch_config c = {FAMILY, 0, x, y, 1, threads, shared_bytes};
+    void *args[] = {(void *)p};
+    return fa_rtc_launch(name, &c, stream, args, why, why_len);
+}
+
+/* decode.cuh's launch_call: check and append, the decode kernel `decode`, then combine. */
+static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const char *decode, unsigned decode_smem,
+                                 void *stream, char *why, size_t why_len)
+{
+    const char *storage = fa_simt_storage_name(dtype);
+    char name[FA_RTC_NAME_MAX];
+    fa_rtc_status st;
+    if (p->fault && p->batch != 0) {
+        snprintf(name, sizeof name, "fa_gpu::decode::check_kernel<%s>", storage);
+        if ((st = launch_kv(name, fa_kv_check_blocks(p->batch), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why,
+                            why_len)) != FA_RTC_OK)
+            return st;
+    }
+    if (p->k_new.data && p->seqlen_knew != 0) {
+        snprintf(name, sizeof name, "fa_gpu::decode::append_kernel<%s>", storage);
+        if ((st = launch_kv(name, fa_kv_stride_blocks(fa_kv_append_elements(p)), 1, FA_KV_ELEMENTWISE_THREADS, 0, p,
+                            stream, why, why_len)) != FA_RTC_OK)
+            return st;
+    }
+    if (p->seqlen_new == 0)
+        return FA_RTC_OK;
+    unsigned blocks, splits;
+    if (!fa_kv_decode_grid(p, &blocks, &splits))
+        return invalid(why, why_len, "%s: %lld blocks by %lld splits exceed CUDA's grid", decode,
+                       (long long)(p->batch * p->heads_kv * p->row_tiles), (long long)p->splits);
+    if ((st = launch_kv(decode, blocks, splits, FA_KV_THREADS, decode_smem, p, stream, why, why_len)) != FA_RTC_OK)
+        return st;
+    if (p->splits == 1)
+        return FA_RTC_OK;
+    snprintf(name, sizeof name, "fa_gpu::decode::combine_kernel<%s>", storage);
+    return launch_kv(name, fa_kv_stride_blocks(fa_kv_combine_elements(p)), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream,
+                     why, why_len);
+}
+
+/* Blocks of kernel `name` with `shared_bytes` of dynamic shared memory resident on one
+ * multiprocessor (decode.cuh's blocks_per_processor): its limit raised first where the bytes are
+ * above the default 48 KB, as the launch will. */
+static fa_rtc_status occupancy(const char *name, unsigned shared_bytes, int *blocks, char *why, size_t why_len)
+{
+    fa_cu_function function;
+    fa_rtc_status st = fa_rtc_function(FAMILY, 0, name, &function, why, why_len);
+    if (st != FA_RTC_OK)
+        return st;
+    const fa_cu_api *cu = fa_cu_driver(why, why_len);
+    if (!cu)
+        return FA_RTC_NO_DRIVER;
+    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    if (shared_bytes > 48 * 1024 &&
+        fa_cu_check(cu, cu->FuncSetAttribute(function, 8, (int)shared_bytes), "cuFuncSetAttribute", why, why_len) !=
+            FA_CU_OK)
+        return FA_RTC_DRIVER_ERROR;
+    if (fa_cu_check(cu, cu->OccupancyMaxActiveBlocksPerMultiprocessor(blocks, function, FA_KV_THREADS, shared_bytes),
+                    "cuOccupancyMaxActiveBlocksPerMultiprocessor", why, why_len) != FA_CU_OK)
+        return FA_RTC_DRIVER_ERROR;
+    return FA_RTC_OK;
+}
+
+/* The SIMT instance's dynamic shared memory: the ring's where the instance has one. */
+static unsigned simt_smem(int dtype, int bucket, int async_copy)
+{
+    return (unsigned)fa_kv_simt_smem(bucket, FA_KV_HAVE_ASYNC && async_copy && fa_simt_storage_bytes(dtype) == 2);
+}
+
+int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
+                  void *stream)
+{
+    size_t len;
+    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
+    fa_rtc_entry_begin();
+    if (!simt_name(dtype, head_dim_bucket, row_tile, async_copy, name, why, len))
+        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
+    return fa_rtc_entry_end(
+        launch_call(p, dtype, name, simt_smem(dtype, head_dim_bucket, async_copy), stream, why, len));
+}
+
+int fa_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks)
+{
+    size_t len;
+    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
+    fa_rtc_entry_begin();
+    if (!simt_name(dtype, head_dim_bucket, row_tile, async_copy, name, why, len))
+        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
+    return fa_rtc_entry_end(occupancy(name, simt_smem(dtype, head_dim_bucket, async_copy), blocks, why, len));
+}
+
+int fa_kv_forward_mma(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream)
+{
+    size_t len;
+    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
+    fa_rtc_entry_begin();
+    if (!mma_name(dtype, head_dim_bucket, name, why, len))
+        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
+    return fa_rtc_entry_end(launch_call(p, dtype, name, FA_KV_MMA_SMEM(head_dim_bucket), stream, why, len));
+}
+
+int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int *blocks)
+{
+    size_t len;
+    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
+    fa_rtc_entry_begin();
+    if (!mma_name(dtype, head_dim_bucket, name, why, len))
+        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
+    return fa_rtc_entry_end(occupancy(name, FA_KV_MMA_SMEM(head_dim_bucket), blocks, why, len));
+}

@@ -1,0 +1,269 @@
+/* rtc_decode_check.c: fa_forward_kvcache in a build whose kernels are compiled at run time
+ * (-Dcuda-kernels=rtc) through the public API, against the fake driver (fake_libcuda.c, named by
+ * argv[1] and given as FLASHATTN_CUDA_DRIVER_LIBRARY; its launch log): the kernels NVRTC compiled
+ * for the decode family (their lowered names), in the nvcc launchers' order (decode/decode.cuh:
+ * check, append, decode, combine), on their grids, blocks and dynamic shared memory:
+ *   - bf16, d 128, a contiguous cache of 4096 keys, GQA (8 query heads on 2 kv heads), one new
+ *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
+ *     tensor-core decode kernel, under FLASHATTN_KERNELS=kv-simt the SIMT one with its cp.async ring;
+ *   - a paged cache with 2 splits asked for;
+ *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
+ *   - a failing occupancy query and a failing launch: FA_ERR_BACKEND naming the call.
+ * The expected geometry is spelled out here (not read from common/kv_geometry.h), so a launcher
+ * and the header wrong together still fail. Exit 0 when every check holds, 1 on the first that
+ * fails, 77 (meson's skip) where libnvrtc cannot be opened. */
+#include "fake_libcuda.h"
+#include "flashattn.h"
+#include "host/rtc_compiler.h"
+
+#include <dlfcn.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SKIP 77
+
+#define CHECK(cond, ...)                                                                                              \
+    do {                                                                                                              \
+        if (!(cond)) {                                                                                                \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
+            printf(__VA_ARGS__);                                                                                      \
+            printf("\n");                                                                                             \
+            exit(1);                                                                                                  \
+        }                                                                                                             \
+    } while (0)
+
+static char cache_root[64];
+static fake_cuda_state *fake;
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_cache(void)
+{
+    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* One launch the test expects: the name expression, grid (x, y), block, dynamic shared memory. */
+typedef struct expected {
+    const char *name;
+    unsigned x, y, threads, shared;
+} expected;
+
+/* the lowered name NVRTC gives a decode kernel for sm_80 (a cache hit once the backend compiled it) */
+static void lowered_name_of(const char *name, char *out, size_t n)
+{
+    fa_rtc_kernel k;
+    char why[1024];
+    fa_rtc_status st = fa_rtc_compile_family("decode", 80, 0, name, NULL, 0, &k, why, sizeof why);
+    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
+    snprintf(out, n, "%s", k.lowered_name);
+    fa_rtc_kernel_free(&k);
+}
+
+/* the launches since the log was cleared are `want`, in that order */
+static void check_launches(const char *what, const expected *want, int count)
+{
+    CHECK(fake->launch_log_len == count, "%s: %d launches, expected %d", what, fake->launch_log_len, count);
+    for (int i = 0; i < count; ++i) {
+        const fake_cuda_launch *l = &fake->launches[i];
+        char lowered[256];
+        lowered_name_of(want[i].name, lowered, sizeof lowered);
+        CHECK(strcmp(l->name, lowered) == 0, "%s: launch %d is %s, expected %s (%s)", what, i, l->name, lowered,
+              want[i].name);
+        CHECK(l->grid[0] == want[i].x && l->grid[1] == want[i].y && l->grid[2] == 1 && l->block[0] == want[i].threads &&
+                  l->block[1] == 1 && l->shared_bytes == want[i].shared,
+              "%s: %s on (%u, %u, %u) x %u with %u bytes; expected (%u, %u, 1) x %u with %u", what, want[i].name,
+              l->grid[0], l->grid[1], l->grid[2], l->block[0], l->shared_bytes, want[i].x, want[i].y, want[i].threads,
+              want[i].shared);
+        printf("  %s (%s) on (%u, %u) x %u, %u bytes\n", want[i].name, l->name, l->grid[0], l->grid[1], l->block[0],
+               l->shared_bytes);
+    }
+}
+
+static void *device_zeros(fa_context *ctx, size_t bytes)
+{
+    void *d = NULL, *h = calloc(1, bytes);
+    CHECK(h != NULL, "host memory");
+    CHECK(fa_malloc(ctx, bytes, &d) == FA_SUCCESS, "fa_malloc: %s", fa_context_last_error(ctx));
+    CHECK(fa_memcpy(ctx, d, h, bytes, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS, "fa_memcpy: %s",
+          fa_context_last_error(ctx));
+    free(h);
+    return d;
+}
+
+static void *device_int32(fa_context *ctx, const int32_t *values, size_t count)
+{
+    void *d = device_zeros(ctx, count * sizeof *values);
+    CHECK(fa_memcpy(ctx, d, values, count * sizeof *values, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS, "fa_memcpy: %s",
+          fa_context_last_error(ctx));
+    return d;
+}
+
+static fa_tensor tensor(fa_context *ctx, fa_dtype dtype, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    const int64_t shape[4] = {a, b, c, d};
+    return fa_tensor_contiguous(device_zeros(ctx, (size_t)(a * b * c * d) * fa_dtype_size(dtype)), dtype, 4, shape);
+}
+
+/* The GQA decode call: batch 2, 8 query heads on 2 kv heads, d 128, bf16; a contiguous cache of
+ * 4096 keys holding 4000 per sequence, one new token appended, the arrays checked on the device. */
+static fa_kvcache_args gqa_call(fa_context *ctx)
+{
+    fa_kvcache_args a;
+    memset(&a, 0, sizeof a);
+    const int32_t seqlens[2] = {4000, 4000};
+    a.q = tensor(ctx, FA_DTYPE_BF16, 2, 1, 8, 128);
+    a.o = tensor(ctx, FA_DTYPE_BF16, 2, 1, 8, 128);
+    a.k_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 2, 128);
+    a.v_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 2, 128);
+    a.k_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 2, 128);
+    a.v_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 2, 128);
+    a.cache_seqlens = device_int32(ctx, seqlens, 2);
+    a.opts = fa_options_default();
+    a.check_on_device = 1;
+    return a;
+}
+
+static fa_context *open_context(void)
+{
+    fa_context *ctx = NULL;
+    CHECK(fa_context_create(&ctx, "cuda", 0) == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
+    fa_capabilities caps;
+    CHECK(fa_backend_capabilities("cuda", &caps) == FA_SUCCESS, "capabilities: %s", fa_last_error());
+    CHECK((caps.features & FA_FEATURE_KVCACHE) && (caps.features & FA_FEATURE_KVCACHE_DEVICE_CHECK),
+          "the rtc build lists fa_forward_kvcache: features %#x", caps.features);
+    return ctx;
+}
+
+static void run(fa_context *ctx, const fa_kvcache_args *a, const char *what)
+{
+    fake->launch_log_len = 0;
+    fa_status st = fa_forward_kvcache(ctx, a);
+    CHECK(st == FA_SUCCESS, "%s: %s", what, fa_context_last_error(ctx));
+    CHECK(fa_synchronize(ctx) == FA_SUCCESS, "%s: fa_synchronize: %s", what, fa_context_last_error(ctx));
+    printf("ok: %s\n", what);
+}
+
+int main(int argc, char **argv)
+{
+    char why[2048];
+    setvbuf(stdout, NULL, _IONBF, 0);
+    CHECK(argc == 2, "usage: rtc_decode_check FAKE_LIBCUDA");
+    if (!fa_rtc_nvrtc_version(why, sizeof why)) {
+        printf("SKIP: %s\n", why);
+        return SKIP;
+    }
+    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-decode-XXXXXX");
+    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
+    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
+    atexit(remove_cache);
+    setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
+    unsetenv("FLASHATTN_KERNELS");
+    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
+    fake_cuda_state *(*state_of)(void);
+    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
+    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
+    fake = state_of();
+    fake->device_count = 1;
+    fake->cc_major = 8; /* sm_80: the tensor-core decode kernel's first architecture */
+    fake->cc_minor = 0;
+    fake->multiprocessors = 16; /* one resident block each (the fake's occupancy): 16 slots */
+    fake->shared_optin = 166912;
+    fake->total_mem = (size_t)1 << 30;
+    fake->arg_sizes[0] = 0;
+
+    /* GQA, cc 8.0: the tensor-core kernel, one row tile of 16 per kv head (4 query rows), 2 x 2
+     * blocks; 4 splits fill the 16 slots; check (one block per sequence), append (2 x 2 x 128
+     * elements), decode with 2 stages x 4 warps x (K and V of 16 keys x (128 + 8)) x 2 bytes, combine
+     * (2 x 8 x 128 elements) */
+    fa_context *ctx = open_context();
+    fa_kvcache_args a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
+    const expected mma[] = {
+        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128>", 4, 4, 128, 69632},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 8, 1, 256, 0},
+    };
+    check_launches("GQA, tensor cores", mma, 4);
+
+    /* a paged cache (16 pages of 256 keys, 8 per sequence, 2000 keys each), 2 splits asked for,
+     * nothing appended, the arrays checked on the host */
+    fa_kvcache_args paged = a;
+    const int32_t table[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, paged_seqlens[2] = {2000, 2000};
+    paged.cache_seqlens = device_int32(ctx, paged_seqlens, 2);
+    paged.k_cache = tensor(ctx, FA_DTYPE_BF16, 16, 256, 2, 128);
+    paged.v_cache = tensor(ctx, FA_DTYPE_BF16, 16, 256, 2, 128);
+    paged.block_table = device_int32(ctx, table, 16);
+    paged.block_table_stride = 8;
+    memset(&paged.k_new, 0, sizeof paged.k_new);
+    memset(&paged.v_new, 0, sizeof paged.v_new);
+    paged.check_on_device = 0;
+    paged.num_splits = 2;
+    run(ctx, &paged, "bf16 d 128 GQA decode over a paged cache, 2 splits");
+    const expected paged_launches[] = {
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128>", 4, 2, 128, 69632},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 8, 1, 256, 0},
+    };
+    check_launches("paged", paged_launches, 2);
+
+    /* fp32, d 64, MQA (8 query heads on 1), 2 new query tokens: 16 rows in tiles of 8, 2 x 1 x 2
+     * blocks, the register-loading SIMT kernel (no dynamic shared memory), one split */
+    fa_kvcache_args f = a;
+    f.q = tensor(ctx, FA_DTYPE_F32, 2, 2, 8, 64);
+    f.o = tensor(ctx, FA_DTYPE_F32, 2, 2, 8, 64);
+    f.k_cache = tensor(ctx, FA_DTYPE_F32, 2, 4096, 1, 64);
+    f.v_cache = tensor(ctx, FA_DTYPE_F32, 2, 4096, 1, 64);
+    memset(&f.k_new, 0, sizeof f.k_new);
+    memset(&f.v_new, 0, sizeof f.v_new);
+    f.check_on_device = 0;
+    f.num_splits = 1;
+    run(ctx, &f, "fp32 d 64 MQA, 2 query tokens, 1 split");
+    const expected f32[] = {{"fa_gpu::decode::decode_kernel<fa_gpu::store_f32, 64, 8, false>", 4, 1, 128, 0}};
+    check_launches("fp32", f32, 1);
+
+    /* failures: the occupancy query, then the decode kernel's launch */
+    fake->fail_call = "cuOccupancyMaxActiveBlocksPerMultiprocessor";
+    fake->fail_result = 1; /* CUDA_ERROR_INVALID_VALUE */
+    fa_status st = fa_forward_kvcache(ctx, &a);
+    const char *msg = fa_context_last_error(ctx);
+    CHECK(st == FA_ERR_BACKEND && strstr(msg, "occupancy") && strstr(msg, "CUDA_ERROR_INVALID_VALUE"),
+          "failing occupancy: status %d: %s", (int)st, msg);
+    printf("ok: a failing occupancy query: %s\n", msg);
+    fake->fail_call = "cuLaunchKernel";
+    fake->fail_result = 719; /* CUDA_ERROR_LAUNCH_FAILED */
+    st = fa_forward_kvcache(ctx, &paged);
+    msg = fa_context_last_error(ctx);
+    CHECK(st == FA_ERR_BACKEND && strstr(msg, "cuLaunchKernel") && strstr(msg, "CUDA_ERROR_LAUNCH_FAILED"),
+          "failing launch: status %d: %s", (int)st, msg);
+    printf("ok: a failing launch: %s\n", msg);
+    fake->fail_call = NULL;
+    fa_context_destroy(ctx);
+
+    /* FLASHATTN_KERNELS=kv-simt: the same GQA call on the SIMT kernel with the cp.async ring (bf16,
+     * aligned rows): 4 query rows, one tile of 4 per kv head, 3 stages x (K and V) x 4 keys x 128
+     * threads x 16 bytes */
+    setenv("FLASHATTN_KERNELS", "kv-simt", 1);
+    ctx = open_context();
+    a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, FLASHATTN_KERNELS=kv-simt");
+    const expected simt[] = {
+        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>", 4, 4, 128, 49152},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 8, 1, 256, 0},
+    };
+    check_launches("GQA, SIMT", simt, 4);
+    fa_context_destroy(ctx);
+    unsetenv("FLASHATTN_KERNELS");
+    printf("PASS\n");
+    return 0;
+}
