@@ -82,10 +82,12 @@ static void cuda_capabilities(fa_capabilities *caps)
     if (FA_CUDA_SINK_AND_DV_VERIFIED)
         caps->features |= FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
 #ifdef FA_CUDA_RTC
-    /* kernels compiled at run time (host/rtc_kernels.c): the SIMT family, no decode kernels yet */
+    /* kernels compiled at run time (host/rtc_kernels.c, host/rtc_sm90.c): the SIMT and Hopper
+     * families, no decode kernels yet */
     snprintf(caps->notes, sizeof caps->notes,
              "kernels compiled at run time by NVRTC for the device's sm (cached under FLASHATTN_CACHE_DIR): "
-             "the simt family for every call; no KV-cache or ring kernels in this build (-Dcuda-kernels=aot has them)");
+             "cc 9.0 wgmma (sm_90a) where the driver encodes tensor maps, simt for the rest; no KV-cache or "
+             "ring kernels in this build (-Dcuda-kernels=aot has them)");
     return;
 #endif
     caps->features |= FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
