@@ -72,11 +72,11 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_ALIBI | FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V | FA_FEATURE_KVCACHE |
                      FA_FEATURE_KVCACHE_DEVICE_CHECK;
 #ifdef FA_CUDA_RTC
-    /* kernels compiled at run time (host/rtc_kernels.c, rtc_decode.c, rtc_ring.c): the SIMT family
-     * for attention, the decode and ring kernels as in an aot build */
+    /* kernels compiled at run time (host/rtc_kernels.c, rtc_sm90.c, rtc_decode.c, rtc_ring.c) */
     snprintf(caps->notes, sizeof caps->notes,
              "kernels compiled at run time by NVRTC for the device's sm (cached under FLASHATTN_CACHE_DIR): "
-             "the simt family for fa_forward / fa_backward; the decode (mma on cc>=8.0) and ring kernels");
+             "cc 9.0 wgmma (sm_90a) where the driver encodes tensor maps, simt for the rest of fa_forward / "
+             "fa_backward; the decode (mma on cc>=8.0) and ring kernels");
     return;
 #endif
     snprintf(caps->notes, sizeof caps->notes,
@@ -142,6 +142,42 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
            fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod);
 }
 
+/* The Hopper instance's head dim for sm80's padded one: 64, 128 or 256. */
+static int sm90_head_dim(int dpad)
+{
+    return dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
+}
+
+/* Whether the Hopper family takes p (padded head dim dpad; aligned and mod as the chooser has
+ * them); decided before sm80's coverage, which it does not depend on (a build whose kernels are
+ * compiled at run time may have the sm90 family without the sm80 one). */
+static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int aligned, int mod)
+{
+    /* Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the wgmma forward where it has an
+     * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
+     * for calls with neither dropout nor a block mask (with or without score modifiers), at d
+     * 33..64, 97..128 and 225..256 (padded to 64, 128, 256, where it is faster than the sm80
+     * forward; other d would pad further than sm80's 32-column instances); the rest
+     * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
+     * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
+     * score modifiers) and for every head dim it has.
+     * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
+     * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
+     * padded head dim of the sm80 kernels), every mask at d <= 128; block masks only under
+     * FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default) and never with a
+     * score modifier; no dropout, and no score modifier at d 128 (at 168 registers their wgmma
+     * would be serialized: no instance, fa_sm90_has_backward says so); at d 256 plain calls only
+     * (the rest: sm80's column-split kernel). */
+    const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
+    const int dpad64 = sm90_head_dim(dpad);
+    const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
+    const int want = gs->kernels == FA_GPU_KERNELS_SM90 || (gs->kernels == FA_GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
+    return want && hopper && aligned &&
+           (p->backward ? !p->deterministic && p->dropout_threshold == 0 && dpad == dpad64 &&
+                              fa_sm90_has_backward((int)p->dtype, dpad64, plain, mod)
+                        : view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64, plain, mod));
+}
+
 /* The chooser: the family and instance that run p, or FA_ERR_UNSUPPORTED with the reason in why. */
 static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda_choice *c, char *why, size_t why_len)
 {
@@ -154,7 +190,8 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     const int dpad = (int)((p->d + 31) / 32 * 32);
     /* the sink and d_v != d: the SIMT kernels only (the tensor-core families read neither) */
     const int simt_only = p->sink != NULL || p->d_v != p->d;
-    if (simt_only || !sm80_covers(gs, p, dpad, c->aligned, c->mod)) {
+    const int sm90 = !simt_only && sm90_takes(gs, p, dpad, c->aligned, c->mod);
+    if (simt_only || (!sm90 && !sm80_covers(gs, p, dpad, c->aligned, c->mod))) {
         c->aligned = 0;
         if (p->out_dtype != p->dtype) { /* the SIMT kernels store the input dtype */
             if (simt_only)
@@ -187,32 +224,8 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
                         : FAMILY_SIMT;
         return FA_SUCCESS;
     }
-    /* Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the wgmma forward where it has an
-     * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
-     * for calls with neither dropout nor a block mask (with or without score modifiers), at d
-     * 33..64, 97..128 and 225..256 (padded to 64, 128, 256, where it is faster than the sm80
-     * forward; other d would pad further than sm80's 32-column instances); the rest
-     * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
-     * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
-     * score modifiers) and for every head dim it has.
-     * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
-     * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
-     * padded head dim of the sm80 kernels), every mask at d <= 128; block masks only under
-     * FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default) and never with a
-     * score modifier; no dropout, and no score modifier at d 128 (at 168 registers their wgmma
-     * would be serialized: no instance, fa_sm90_has_backward says so); at d 256 plain calls only
-     * (the rest: sm80's column-split kernel). */
-    const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
-    const int dpad64 = dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
-    const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
-    const int want = gs->kernels == FA_GPU_KERNELS_SM90 || (gs->kernels == FA_GPU_KERNELS_CHOOSER && plain && dpad == dpad64);
-    const int sm90 =
-        want && hopper && c->aligned &&
-        (p->backward ? !p->deterministic && p->dropout_threshold == 0 && dpad == dpad64 &&
-                           fa_sm90_has_backward((int)p->dtype, dpad64, plain, c->mod)
-                     : view_aligned(&p->o) && fa_sm90_has_instance((int)p->dtype, dpad64, plain, c->mod));
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
-    c->head_dim = sm90 ? dpad64 : dpad;
+    c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
     c->fused = p->backward && !p->deterministic;
     return FA_SUCCESS;
 }

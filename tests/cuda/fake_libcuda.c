@@ -20,7 +20,7 @@ static fake_cuda_state state = {.cc_major = 8,
                                 .shared_optin = 166912,
                                 .total_mem = (size_t)40 << 30,
                                 .current_device = -1};
-static char context_objects[FAKE_CUDA_MAX_DEVICES];
+static char context_objects[FAKE_CUDA_MAX_DEVICES], function_object;
 static char module_objects[64], stream_objects[64], event_objects[64];
 static void *current_context;
 
@@ -358,44 +358,84 @@ EXPORT int cuModuleLoadData(void **module, const void *image)
     return 0;
 }
 
-/* a function is its name's entry in this table (the last entry for every name past it), so a
+/* the names of the functions handed out: a function is the address of its name's slot, so a
  * launch knows which kernel it runs */
-static char function_names[128][256];
-static int function_name_count;
+static char function_names[64][256];
+static int function_count;
 
 EXPORT int cuModuleGetFunction(void **function, void *module, const char *name)
 {
     (void)module;
     ++state.get_function_calls;
     snprintf(state.function_name, sizeof state.function_name, "%s", name);
-    int i = 0;
-    while (i < function_name_count && strcmp(function_names[i], name) != 0)
-        ++i;
-    if (i == function_name_count && i < (int)(sizeof function_names / sizeof function_names[0]) - 1)
-        ++function_name_count;
-    snprintf(function_names[i], sizeof function_names[i], "%s", name);
-    *function = function_names[i];
+    int slot = 0;
+    while (slot < function_count && strcmp(function_names[slot], name) != 0)
+        ++slot;
+    if (slot == function_count && function_count < 64)
+        snprintf(function_names[function_count++], sizeof function_names[0], "%s", name);
+    *function = slot < 64 ? (void *)function_names[slot] : (void *)&function_object;
     return result_of("cuModuleGetFunction");
 }
 
 EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shared_bytes, void *stream, void **params, void **extra)
 {
+    (void)function;
     (void)extra;
     ++state.launch_calls;
     state.grid[0] = gx, state.grid[1] = gy, state.grid[2] = gz;
     state.block[0] = bx, state.block[1] = by, state.block[2] = bz;
     state.shared_bytes = shared_bytes;
     state.stream = stream;
-    fake_cuda_launch *logged = &state.launches[state.launch_log_len++ % FAKE_CUDA_LAUNCH_LOG];
-    snprintf(logged->name, sizeof logged->name, "%s", (const char *)function);
-    logged->grid[0] = gx, logged->grid[1] = gy, logged->grid[2] = gz;
-    logged->block[0] = bx, logged->block[1] = by, logged->block[2] = bz;
-    logged->shared_bytes = shared_bytes;
+    if (state.launch_log_len == FAKE_CUDA_LAUNCH_LOG) {
+        memmove(&state.launches[0], &state.launches[1], sizeof state.launches[0] * (FAKE_CUDA_LAUNCH_LOG - 1));
+        --state.launch_log_len;
+    }
+    fake_cuda_launch *l = &state.launches[state.launch_log_len++];
+    snprintf(l->name, sizeof l->name, "%s", function == (void *)&function_object ? "?" : (const char *)function);
+    memcpy(l->grid, state.grid, sizeof l->grid);
+    memcpy(l->block, state.block, sizeof l->block);
+    l->shared_bytes = shared_bytes;
     for (int i = 0; i < FAKE_CUDA_MAX_ARGS && state.arg_sizes[i]; ++i)
         memcpy(state.args[i], params[i], state.arg_sizes[i] <= sizeof state.args[i] ? state.arg_sizes[i] : 0);
     return result_of("cuLaunchKernel");
 }
+
+#ifndef FAKE_CUDA_NO_TENSOR_MAP
+EXPORT int cuTensorMapEncodeTiled(void *map, int data_type, unsigned rank, void *address,
+                                  const unsigned long long *dims, const unsigned long long *strides,
+                                  const unsigned *box, const unsigned *element_strides, int interleave, int swizzle,
+                                  int l2_promotion, int oob_fill)
+{
+    int r = result_of("cuTensorMapEncodeTiled");
+    if (r)
+        return r;
+    if (rank < 1 || rank > 5)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    if (state.tensor_map_log_len == FAKE_CUDA_TENSOR_MAP_LOG) {
+        memmove(&state.tensor_maps[0], &state.tensor_maps[1],
+                sizeof state.tensor_maps[0] * (FAKE_CUDA_TENSOR_MAP_LOG - 1));
+        --state.tensor_map_log_len;
+    }
+    fake_cuda_tensor_map *m = &state.tensor_maps[state.tensor_map_log_len++];
+    memset(m, 0, sizeof *m);
+    m->data_type = data_type;
+    m->rank = rank;
+    m->address = address;
+    for (unsigned i = 0; i < rank; ++i) {
+        m->dims[i] = dims[i];
+        m->box[i] = box[i];
+        m->element_strides[i] = element_strides[i];
+        if (i + 1 < rank)
+            m->strides[i] = strides[i];
+    }
+    m->interleave = interleave, m->swizzle = swizzle, m->l2_promotion = l2_promotion, m->oob_fill = oob_fill;
+    memset(map, 0, 128);
+    unsigned long long number = (unsigned long long)++state.tensor_map_calls;
+    memcpy(map, &number, sizeof number);
+    return 0;
+}
+#endif
 
 EXPORT int cuModuleUnload(void *module)
 {

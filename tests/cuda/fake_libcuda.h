@@ -10,14 +10,26 @@
 
 #define FAKE_CUDA_MAX_ARGS 4
 #define FAKE_CUDA_MAX_DEVICES 2
-#define FAKE_CUDA_LAUNCH_LOG 16
 
-/* One launch as the log keeps it: the kernel's lowered name (the one cuModuleGetFunction was given
- * for the launched function), grid, block, dynamic shared memory. */
+#define FAKE_CUDA_LAUNCH_LOG 16
+#define FAKE_CUDA_TENSOR_MAP_LOG 8
+
+/* one kernel launch: the name given to cuModuleGetFunction for its function, grid, block, dynamic
+ * shared memory */
 typedef struct fake_cuda_launch {
     char name[256];
     unsigned grid[3], block[3], shared_bytes;
 } fake_cuda_launch;
+
+/* one cuTensorMapEncodeTiled call's arguments (rank at most 5) */
+typedef struct fake_cuda_tensor_map {
+    int data_type;
+    unsigned rank;
+    void *address;
+    unsigned long long dims[5], strides[4]; /* strides: rank - 1 of them */
+    unsigned box[5], element_strides[5];
+    int interleave, swizzle, l2_promotion, oob_fill;
+} fake_cuda_tensor_map;
 
 typedef struct fake_cuda_state {
     /* set by the test */
@@ -49,10 +61,17 @@ typedef struct fake_cuda_state {
     unsigned last_stream_flags, last_event_flags;
     int events_created, events_destroyed, event_records;
     void *last_async_stream;           /* the stream of the last ...Async memory call */
-    /* the launches since the test last set launch_log_len to 0: launch k (from 0) in
-     * launches[k % FAKE_CUDA_LAUNCH_LOG], so the first FAKE_CUDA_LAUNCH_LOG are in order */
+
+    /* recorded by the fake: the last FAKE_CUDA_LAUNCH_LOG launches, oldest first (launch_log_len
+     * of them, at most FAKE_CUDA_LAUNCH_LOG; launch_calls counts them all) */
     fake_cuda_launch launches[FAKE_CUDA_LAUNCH_LOG];
     int launch_log_len;
+    /* recorded by cuTensorMapEncodeTiled (absent from a fake built with FAKE_CUDA_NO_TENSOR_MAP,
+     * as from drivers older than CUDA 12): every call's arguments, the last
+     * FAKE_CUDA_TENSOR_MAP_LOG of them oldest first; the map it fills holds the call's number
+     * (1, 2, ...) in its first word */
+    fake_cuda_tensor_map tensor_maps[FAKE_CUDA_TENSOR_MAP_LOG];
+    int tensor_map_calls, tensor_map_log_len;
 } fake_cuda_state;
 
 #endif

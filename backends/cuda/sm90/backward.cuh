@@ -15,14 +15,15 @@ namespace fa_gpu::sm90 {
  * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only. */
 template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
-    constexpr int SMEM = bw_fixed_bytes<T, D>() + 2 * bw_stages<T, D>() * bw_bq<D>() * D * (int)sizeof(T) + 1024;
+    constexpr int SMEM = FA_SM90_BW_SMEM((int)sizeof(T), D);
     static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
+    static_assert(fa_gpu::THREADS == FA_SM90_DSUM_THREADS, "dsum_kernel's block, as host/rtc_sm90.c launches it");
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
     if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 || fa_gpu::mode_of(p) == 2 ||
         (fa_gpu_has_score_mod(p) && (fa_gpu::mode_of(p) != 0 || D == 128)))
         return cudaErrorInvalidValue;
-    dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
+    dim3 g0((unsigned)((p.seqlen_q + FA_SM90_DSUM_ROWS - 1) / FA_SM90_DSUM_ROWS), (unsigned)p.heads_q, (unsigned)p.batch);
     fa_gpu::dsum_kernel<T><<<g0, fa_gpu::THREADS, 0, st>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess)
@@ -51,8 +52,9 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         }
     }
     if (e == cudaSuccess) {
-        const dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
-        fa_gpu::dq_convert_kernel<T, D, bw_dv<D>()><<<g2, 256, 0, st>>>(p);
+        const dim3 g2((unsigned)((p.seqlen_q * D + FA_SM90_DQ_CONVERT_THREADS - 1) / FA_SM90_DQ_CONVERT_THREADS),
+                      (unsigned)p.heads_q, (unsigned)p.batch);
+        fa_gpu::dq_convert_kernel<T, D, bw_dv<D>()><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
         e = cudaGetLastError();
     }
     return e;

@@ -41,7 +41,7 @@
 
 namespace fa_gpu::sm90 {
 
-constexpr int BW_BN = 128, BW_THREADS = 384, BW_CONSUMERS = 256;
+constexpr int BW_BN = FA_SM90_BW_BN, BW_THREADS = FA_SM90_BW_THREADS, BW_CONSUMERS = FA_SM90_BW_CONSUMERS;
 
 /* fa_gpu::zero_absent_rows over a stage's Q and dO tiles in the 128-byte swizzled layout (shared
  * addresses q, dout; ROWS rows, D / 8 chunks each): the rows whose lse2 is +inf (rows that saw no
@@ -69,14 +69,14 @@ __device__ __forceinline__ bool zero_absent_rows_sw128(uint32_t q, uint32_t dout
  * d 128 (dK and dV take 64 each) */
 template <int D> __host__ __device__ constexpr int bw_bq()
 {
-    return D <= 64 ? 128 : D <= 128 ? 64 : 32;
+    return FA_SM90_BW_BQ(D);
 }
 /* output columns per block: d 256 splits them in two passes of 128 (two blocks per key tile, each
  * recomputing S^T and dP^T over all 256 columns; dK and dV of 64 keys x 256 would need 256
  * registers per thread), 32 query rows per step so that K, V [128][256] and two stages fit */
 template <int D> __host__ __device__ constexpr int bw_dv()
 {
-    return D > 128 ? 128 : D;
+    return FA_SM90_BW_DV(D);
 }
 /* shared memory: K, V [128][D], dS^T [128][BQ] (16-bit; d 256: dS [BQ][128]), dQ [BQ][DV]
  * (fp32, the rows as the accumulator holds them, for one bulk reduction), then the query-side
@@ -84,13 +84,11 @@ template <int D> __host__ __device__ constexpr int bw_dv()
  * arrays), at most 3 */
 template <typename T, int D> __host__ __device__ constexpr int bw_fixed_bytes()
 {
-    return (2 * BW_BN * D + BW_BN * bw_bq<D>()) * (int)sizeof(T) + bw_bq<D>() * bw_dv<D>() * 4;
+    return FA_SM90_BW_FIXED_BYTES((int)sizeof(T), D);
 }
 template <typename T, int D> __host__ __device__ constexpr int bw_stages()
 {
-    constexpr int fit = (232448 - 1024 - 3 * 2 * bw_bq<D>() * 4 - 256 - bw_fixed_bytes<T, D>()) /
-                        (2 * bw_bq<D>() * D * (int)sizeof(T));
-    return fit < 3 ? fit : 3;
+    return FA_SM90_BW_STAGES((int)sizeof(T), D);
 }
 /* byte offset of k-step kk (16 columns) of rows row0.. in a K-major swizzled tile of ROWS rows */
 __device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)

@@ -28,13 +28,14 @@
 #include "common/softmax_step.cuh"
 #include "sm90/primitives.cuh"
 #include "sm90/tma.cuh"
+#include "common/sm90_geometry.h"
 
 namespace fa_gpu::sm90 {
 
 using fa_gpu::elem;
 using fa_gpu::imin;
 
-constexpr int BR = 128, BN = 64, THREADS = 256, WG_ROWS = 64, STAGES = 3;
+constexpr int BR = FA_SM90_BR, BN = FA_SM90_BN, THREADS = FA_SM90_THREADS, WG_ROWS = 64, STAGES = FA_SM90_STAGES;
 static_assert(BN == FA_GPU_BLOCK && BR % FA_GPU_BLOCK == 0, "the core's 64 x 64 block lists");
 
 /* ROWS x D of head h into a blocked tile (16-byte chunks in blocked() order: the 8 lanes of a
@@ -231,18 +232,17 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
  * thread issuing tensor-memory-accelerator copies of whole tiles through the maps (dense calls,
  * tensor_map.cuh), which complete on the "full" barriers by their byte count; without it the
  * producer warpgroup copies with cp.async. */
-constexpr int WS_BR = 128, WS_CONSUMERS = 256, WS_THREADS = 384;
+constexpr int WS_BR = FA_SM90_WS_BR, WS_CONSUMERS = FA_SM90_WS_CONSUMERS, WS_THREADS = FA_SM90_WS_THREADS;
 /* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread) */
 template <int D> __host__ __device__ constexpr int ws_bn()
 {
-    return D > 128 ? 64 : 128;
+    return FA_SM90_WS_BN(D);
 }
 /* as many K/V stages as shared memory holds beside Q (227 KiB per block, less 1 KiB for aligning
  * the tiles and 256 bytes for the barriers), at most 4 */
 template <typename T, int D> __host__ __device__ constexpr int ws_stages()
 {
-    constexpr int fit = (232448 - 1280 - WS_BR * D * (int)sizeof(T)) / (2 * ws_bn<D>() * D * (int)sizeof(T));
-    return fit < 4 ? fit : 4;
+    return FA_SM90_WS_STAGES((int)sizeof(T), D);
 }
 constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
 

@@ -5,6 +5,7 @@
 #define FA_SM90_KERNELS_CUH
 
 #include "common/instance_mode.cuh"
+#include "common/sm90_geometry.h"
 #include "sm90/forward_kernels.cuh"
 #include "sm90/tensor_map.cuh"
 
@@ -12,7 +13,7 @@ namespace fa_gpu::sm90 {
 
 template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
-    constexpr int SMEM = (WS_BR + 2 * ws_stages<T, D>() * ws_bn<D>()) * D * (int)sizeof(T) + 1024; /* + alignment */
+    constexpr int SMEM = FA_SM90_WS_SMEM((int)sizeof(T), D); /* Q, the K / V stages, 1 KiB of alignment */
     static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D,
                   "two stages at least, and the O stage fits in the K and V buffers");
     const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
@@ -46,7 +47,7 @@ template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, 
     if constexpr (D > 128) {
         return cudaErrorInvalidValue;
     } else {
-        constexpr int SMEM = (BR + 2 * STAGES * BN) * D * (int)sizeof(T);
+        constexpr int SMEM = FA_SM90_SMEM((int)sizeof(T), D);
         static_assert(BR * (D + 8) <= 2 * STAGES * BN * D, "the O stage fits in the K and V buffers");
         const dim3 grid((unsigned)nq, (unsigned)p.heads_q, (unsigned)p.batch);
         cudaError_t e = cudaSuccess;

@@ -5,9 +5,10 @@
  * (head dim, rows, heads, batch) with the view's strides, read in boxes of 64 columns x the
  * kernel's tile rows, written to shared memory in the 128-byte swizzled layout that wgmma reads
  * (sw128 in primitives.cuh; every box 1024-byte aligned); rows past the sequence and columns
- * past d read as zeros. The encoder is the driver's cuTensorMapEncodeTiled, found at run time
- * through the runtime (no link dependency on libcuda). Varlen calls keep the cp.async
- * producers: a map cannot stop at a sequence's end. */
+ * past d read as zeros. The maps' shapes come from common/sm90_geometry.h, which the run-time
+ * compiled build's launcher (host/rtc_sm90.c) encodes as well; the encoder here is the driver's
+ * cuTensorMapEncodeTiled, found at run time through the runtime (no link dependency on libcuda).
+ * Varlen calls keep the cp.async producers: a map cannot stop at a sequence's end. */
 #ifndef FA_CUDA_SM90_TENSOR_MAP_CUH
 #define FA_CUDA_SM90_TENSOR_MAP_CUH
 
@@ -22,6 +23,7 @@
 #include <type_traits>
 
 #include "common/params.h"
+#include "common/sm90_geometry.h"
 
 namespace fa_gpu::sm90 {
 
@@ -45,41 +47,30 @@ inline encode_tiled_fn encode_tiled()
     return fn;
 }
 
-/* A stride in bytes as TMA takes it: a multiple of 16 below 2^40 (any such value where the
- * dimension has one index, as its stride is then never used). */
-inline bool tma_stride(int64_t elems, int64_t extent, size_t elem_bytes, cuuint64_t *out)
-{
-    if (extent == 1) {
-        *out = 16;
-        return true;
-    }
-    if (elems <= 0 || elems > ((int64_t)1 << 40) / (int64_t)elem_bytes)
-        return false;
-    *out = (cuuint64_t)elems * elem_bytes;
-    return *out % 16 == 0;
-}
+static_assert(FA_SM90_TMA_FLOAT16 == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 &&
+                  FA_SM90_TMA_BFLOAT16 == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 &&
+                  FA_SM90_TMA_INTERLEAVE_NONE == CU_TENSOR_MAP_INTERLEAVE_NONE &&
+                  FA_SM90_TMA_SWIZZLE_128B == CU_TENSOR_MAP_SWIZZLE_128B &&
+                  FA_SM90_TMA_L2_PROMOTION_256B == CU_TENSOR_MAP_L2_PROMOTION_L2_256B &&
+                  FA_SM90_TMA_OOB_FILL_NONE == CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+              "common/sm90_geometry.h numbers the tensor maps' enums as cuda.h does");
 
 /* The 4-D map of view t (rows rows per sequence, heads heads, p.batch sequences) in boxes of 64
- * columns x box_rows rows; false where TMA cannot describe it (the caller keeps cp.async). */
+ * columns x box_rows rows (common/sm90_geometry.h's fa_sm90_map_shape_of, which host/rtc_sm90.c
+ * encodes too); false where TMA cannot describe it (the caller keeps cp.async). */
 template <typename T>
 inline bool make_map(CUtensorMap *map, const fa_gpu_tensor &t, const fa_gpu_params &p, int64_t rows, int64_t heads,
                      int box_rows)
 {
     const encode_tiled_fn enc = encode_tiled();
-    const int64_t limit = (int64_t)1 << 31; /* coordinates are 32-bit signed */
-    if (!enc || !t.data || (uintptr_t)t.data % 16 != 0 || p.d > 256 || rows < 1 || rows >= limit || heads >= limit ||
-        p.batch >= limit)
+    fa_sm90_map_shape m;
+    if (!enc || !fa_sm90_map_shape_of(&t, &p, rows, heads, box_rows, sizeof(T),
+                                      std::is_same<T, __half>::value ? FA_SM90_TMA_FLOAT16 : FA_SM90_TMA_BFLOAT16, &m))
         return false;
-    const cuuint64_t dims[4] = {(cuuint64_t)p.d, (cuuint64_t)rows, (cuuint64_t)heads, (cuuint64_t)p.batch};
-    cuuint64_t strides[3];
-    if (!tma_stride(t.ss, rows, sizeof(T), &strides[0]) || !tma_stride(t.sh, heads, sizeof(T), &strides[1]) ||
-        !tma_stride(t.sb, p.batch, sizeof(T), &strides[2]))
-        return false;
-    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1}, step[4] = {1, 1, 1, 1};
-    const CUtensorMapDataType type =
-        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    return enc(map, type, 4, t.data, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return enc(map, (CUtensorMapDataType)m.data_type, 4, t.data, m.dims, m.strides, m.box, m.step,
+               (CUtensorMapInterleave)FA_SM90_TMA_INTERLEAVE_NONE, (CUtensorMapSwizzle)FA_SM90_TMA_SWIZZLE_128B,
+               (CUtensorMapL2promotion)FA_SM90_TMA_L2_PROMOTION_256B,
+               (CUtensorMapFloatOOBfill)FA_SM90_TMA_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 /* The forward's maps: K then V of a dense call, key tiles of box_rows rows; false for varlen

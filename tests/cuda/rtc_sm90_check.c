@@ -1,0 +1,316 @@
+/* rtc_sm90_check.c: the Hopper family of a build whose kernels are compiled at run time
+ * (-Dcuda-kernels=rtc, host/rtc_sm90.c) through the public API, against a fake driver
+ * (fake_libcuda.c, argv[1], given as FLASHATTN_CUDA_DRIVER_LIBRARY) of a device of compute
+ * capability 9.0 with 227 KiB of shared memory per block; NVRTC really compiles the kernels, the
+ * fake runs none. The expected geometry is written out here as numbers (not read from
+ * common/sm90_geometry.h), so a launcher that drifts from the nvcc-built one fails:
+ *   - bf16 d 128, a plain forward: the warp-specialised kernel with TMA (its lowered name, compiled
+ *     for sm_90a), grid, 384 threads (three warpgroups), dynamic shared memory, the K and V maps'
+ *     arguments to cuTensorMapEncodeTiled, the maps passed as the kernel's second parameter;
+ *   - its backward: dsum, the dQ accumulator cleared, the warp-specialised backward on the Q and
+ *     dO maps, dQ converted, each with its grid, block and shared memory;
+ *   - fp16 d 64, a plain forward; FLASHATTN_KERNELS=sm90 with dropout: the first wgmma kernel;
+ *   - with "--no-tensor-maps" (argv[2]; argv[1] then a fake built without cuTensorMapEncodeTiled,
+ *     as drivers older than CUDA 12 are): the same plain forward runs on another family.
+ * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
+ * where libnvrtc cannot be opened. The kernel cache is a fresh directory of its own. */
+#include "common/params.h"
+#include "fake_libcuda.h"
+#include "flashattn.h"
+#include "host/rtc_compiler.h"
+
+#include <dlfcn.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SKIP 77
+
+#define CHECK(cond, ...)                                                                                              \
+    do {                                                                                                              \
+        if (!(cond)) {                                                                                                \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
+            printf(__VA_ARGS__);                                                                                      \
+            printf("\n");                                                                                             \
+            exit(1);                                                                                                  \
+        }                                                                                                             \
+    } while (0)
+
+static char cache_root[64];
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_cache(void)
+{
+    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The lowered name of the family's kernel name for sm_<arch><suffix>, which the backend must have
+ * compiled already: a cache hit (the cache key covers the architecture and the name expression). */
+static void lowered_name_of(const char *family, int arch, char suffix, const char *name, char *out, size_t n)
+{
+    fa_rtc_kernel k;
+    char why[1024];
+    fa_rtc_status st = fa_rtc_compile_family(family, arch, suffix, name, NULL, 0, &k, why, sizeof why);
+    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
+    CHECK(k.from_cache, "%s was not compiled for sm_%d%s by the backend", name, arch, suffix ? "a" : "");
+    snprintf(out, n, "%s", k.lowered_name);
+    fa_rtc_kernel_free(&k);
+}
+
+enum { B = 2, S = 300, H = 4, DMAX = 128 };
+
+typedef struct problem {
+    void *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
+    fa_fwd_args fwd;
+    fa_bwd_args bwd;
+} problem;
+
+static void *device_zeros(fa_context *ctx, size_t bytes)
+{
+    void *d = NULL, *h = calloc(1, bytes);
+    CHECK(h != NULL, "host memory");
+    CHECK(fa_malloc(ctx, bytes, &d) == FA_SUCCESS, "fa_malloc: %s", fa_context_last_error(ctx));
+    CHECK(fa_memcpy(ctx, d, h, bytes, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS, "fa_memcpy: %s",
+          fa_context_last_error(ctx));
+    free(h);
+    return d;
+}
+
+/* [B][S][H][d] tensors of dtype (the fake's memory is the host's); buffers sized for DMAX */
+static problem make_problem(fa_context *ctx, fa_dtype dtype, int64_t d)
+{
+    problem p;
+    memset(&p, 0, sizeof p);
+    const int64_t shape[4] = {B, S, H, d}, lse_shape[3] = {B, H, S};
+    const size_t bytes = (size_t)B * S * H * DMAX * 2;
+    void **t[] = {&p.q, &p.k, &p.v, &p.o, &p.dout, &p.dq, &p.dk, &p.dv};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i)
+        *t[i] = device_zeros(ctx, bytes);
+    p.lse = device_zeros(ctx, (size_t)B * H * S * 4);
+    p.fwd.q = fa_tensor_contiguous(p.q, dtype, 4, shape);
+    p.fwd.k = fa_tensor_contiguous(p.k, dtype, 4, shape);
+    p.fwd.v = fa_tensor_contiguous(p.v, dtype, 4, shape);
+    p.fwd.o = fa_tensor_contiguous(p.o, dtype, 4, shape);
+    p.fwd.lse = fa_tensor_contiguous(p.lse, FA_DTYPE_F32, 3, lse_shape);
+    p.fwd.opts = fa_options_default();
+    p.bwd.q = p.fwd.q;
+    p.bwd.k = p.fwd.k;
+    p.bwd.v = p.fwd.v;
+    p.bwd.o = p.fwd.o;
+    p.bwd.lse = p.fwd.lse;
+    p.bwd.dout = fa_tensor_contiguous(p.dout, dtype, 4, shape);
+    p.bwd.dq = fa_tensor_contiguous(p.dq, dtype, 4, shape);
+    p.bwd.dk = fa_tensor_contiguous(p.dk, dtype, 4, shape);
+    p.bwd.dv = fa_tensor_contiguous(p.dv, dtype, 4, shape);
+    p.bwd.opts = p.fwd.opts;
+    return p;
+}
+
+static void free_problem(fa_context *ctx, problem *p)
+{
+    void *bufs[] = {p->q, p->k, p->v, p->o, p->lse, p->dout, p->dq, p->dk, p->dv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
+        fa_free(ctx, bufs[i]);
+}
+
+/* launch i of the fake's log (0 the oldest kept) is kernel name (of family, for sm_90 with
+ * suffix), on grid (x, y, z) of threads threads with shared bytes of dynamic shared memory */
+static void check_launch(const fake_cuda_state *fake, int i, const char *family, char suffix, const char *name,
+                         unsigned x, unsigned y, unsigned z, unsigned threads, unsigned shared)
+{
+    char lowered[256];
+    lowered_name_of(family, 90, suffix, name, lowered, sizeof lowered);
+    CHECK(i >= 0 && i < fake->launch_log_len, "launch %d of %d logged", i, fake->launch_log_len);
+    const fake_cuda_launch *l = &fake->launches[i];
+    CHECK(strcmp(l->name, lowered) == 0, "launch %d: %s, expected %s (%s)", i, l->name, lowered, name);
+    CHECK(l->grid[0] == x && l->grid[1] == y && l->grid[2] == z && l->block[0] == threads && l->block[1] == 1 &&
+              l->block[2] == 1 && l->shared_bytes == shared,
+          "%s: grid (%u, %u, %u), block %u x %u x %u, %u shared bytes; expected (%u, %u, %u), %u, %u", name,
+          l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->shared_bytes, x, y, z, threads,
+          shared);
+    printf("ok: %s (%s): grid (%u, %u, %u), %u threads, %u bytes\n", name, l->name, x, y, z, threads, shared);
+}
+
+/* map i of the fake's log: view data, dtype code, [B][S][H][d] contiguous of 2-byte elements, boxes
+ * of 64 columns x box_rows rows, the 128-byte swizzle, L2 promotion by 256 bytes, no OOB fill */
+static void check_map(const fake_cuda_state *fake, int i, const void *data, int data_type, unsigned long long d,
+                      unsigned box_rows, const char *what)
+{
+    CHECK(i >= 0 && i < fake->tensor_map_log_len, "map %d of %d logged", i, fake->tensor_map_log_len);
+    const fake_cuda_tensor_map *m = &fake->tensor_maps[i];
+    CHECK(m->address == data && m->data_type == data_type && m->rank == 4, "%s map: address %p (expected %p), type %d, rank %u",
+          what, m->address, data, m->data_type, m->rank);
+    CHECK(m->dims[0] == d && m->dims[1] == S && m->dims[2] == H && m->dims[3] == B,
+          "%s map: dims %llu %llu %llu %llu", what, m->dims[0], m->dims[1], m->dims[2], m->dims[3]);
+    CHECK(m->strides[0] == H * d * 2 && m->strides[1] == d * 2 && m->strides[2] == S * H * d * 2,
+          "%s map: strides %llu %llu %llu", what, m->strides[0], m->strides[1], m->strides[2]);
+    CHECK(m->box[0] == 64 && m->box[1] == box_rows && m->box[2] == 1 && m->box[3] == 1,
+          "%s map: box %u %u %u %u", what, m->box[0], m->box[1], m->box[2], m->box[3]);
+    CHECK(m->element_strides[0] == 1 && m->element_strides[1] == 1 && m->element_strides[2] == 1 &&
+              m->element_strides[3] == 1,
+          "%s map: element strides", what);
+    CHECK(m->interleave == 0 && m->swizzle == 3 && m->l2_promotion == 3 && m->oob_fill == 0,
+          "%s map: interleave %d, swizzle %d, L2 promotion %d, OOB fill %d", what, m->interleave, m->swizzle,
+          m->l2_promotion, m->oob_fill);
+    printf("ok: the %s map: dims (%llu, %d, %d, %d), strides (%llu, %llu, %llu), box (64, %u, 1, 1)\n", what, d, S, H,
+           B, m->strides[0], m->strides[1], m->strides[2], box_rows);
+}
+
+/* the driver without cuTensorMapEncodeTiled: the plain forward that the sm90 family would take
+ * runs on another family (no sm90 kernel launched) */
+static int check_without_tensor_maps(fa_context *ctx, fake_cuda_state *fake)
+{
+    problem p = make_problem(ctx, FA_DTYPE_BF16, 128);
+    const int launches = fake->launch_calls;
+    fa_status st = fa_forward(ctx, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
+    CHECK(fake->launch_calls > launches && fake->tensor_map_calls == 0, "%d launches, %d maps",
+          fake->launch_calls - launches, fake->tensor_map_calls);
+    const char *last = fake->launches[fake->launch_log_len - 1].name;
+    CHECK(strstr(last, "4sm90") == NULL, "a driver without tensor maps launched %s", last);
+    printf("ok: without cuTensorMapEncodeTiled the bf16 d 128 forward ran %s\n", last);
+    free_problem(ctx, &p);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    char why[2048];
+    setvbuf(stdout, NULL, _IONBF, 0);
+    CHECK(argc == 2 || (argc == 3 && strcmp(argv[2], "--no-tensor-maps") == 0),
+          "usage: rtc_sm90_check FAKE_LIBCUDA [--no-tensor-maps]");
+    if (!fa_rtc_nvrtc_version(why, sizeof why)) {
+        printf("SKIP: %s\n", why);
+        return SKIP;
+    }
+    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-sm90-XXXXXX");
+    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
+    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
+    atexit(remove_cache);
+    unsetenv("FLASHATTN_KERNELS");
+
+    setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
+    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
+    fake_cuda_state *(*state_of)(void);
+    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
+    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
+    const int has_encoder = dlsym(fake_lib, "cuTensorMapEncodeTiled") != NULL;
+    CHECK(has_encoder == (argc == 2), "%s %s cuTensorMapEncodeTiled", argv[1], has_encoder ? "has" : "lacks");
+    fake_cuda_state *fake = state_of();
+    fake->device_count = 1;
+    fake->cc_major = 9;
+    fake->cc_minor = 0;
+    fake->multiprocessors = 132;
+    fake->shared_optin = 232448;
+    fake->total_mem = (size_t)1 << 30;
+
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create(&ctx, "cuda", 0);
+    CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
+    if (argc == 3) {
+        check_without_tensor_maps(ctx, fake);
+        fa_context_destroy(ctx);
+        printf("PASS\n");
+        return 0;
+    }
+
+    /* bf16 d 128, plain: ws_forward_kernel with TMA, one block per 128 query rows, three
+     * warpgroups, Q and 3 stages of K and V tiles of 128 keys plus 1 KiB of alignment */
+    problem p = make_problem(ctx, FA_DTYPE_BF16, 128);
+    fake->arg_sizes[0] = sizeof(fa_gpu_params);
+    fake->arg_sizes[1] = 256; /* the two maps */
+    fake->arg_sizes[2] = 0;
+    double t0 = now_seconds();
+    st = fa_forward(ctx, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
+    printf("the bf16 d 128 forward's first call (its compile): %.1f s\n", now_seconds() - t0);
+    fake->arg_sizes[0] = 0;
+    CHECK(fake->launch_calls == 1 && fake->tensor_map_calls == 2, "%d launches, %d maps", fake->launch_calls,
+          fake->tensor_map_calls);
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a',
+                 "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true>", 3, H, B, 384,
+                 (128 + 2 * 3 * 128) * 128 * 2 + 1024);
+    check_map(fake, 0, p.k, 9, 128, 128, "K");
+    check_map(fake, 1, p.v, 9, 128, 128, "V");
+    uint64_t first, second;
+    memcpy(&first, fake->args[1], sizeof first);
+    memcpy(&second, fake->args[1] + 128, sizeof second);
+    CHECK(first == 1 && second == 2, "the kernel's maps hold the encoder's calls %llu and %llu",
+          (unsigned long long)first, (unsigned long long)second);
+    printf("ok: the kernel's second parameter holds the K and V maps\n");
+
+    /* its backward: dsum (4 rows per block of 128 threads), the fp32 dQ accumulator cleared, the
+     * warp-specialised backward on Q and dO maps of 64-row boxes (128 keys per block, K, V, dS^T,
+     * dQ and 3 query-side stages), dQ converted (256 elements per block) */
+    const int launches = fake->launch_calls, memsets = fake->memset_calls;
+    t0 = now_seconds();
+    st = fa_backward(ctx, &p.bwd);
+    CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(ctx));
+    printf("the bf16 d 128 backward's first call (its compiles): %.1f s\n", now_seconds() - t0);
+    CHECK(fake->launch_calls == launches + 3 && fake->memset_calls > memsets && fake->tensor_map_calls == 4,
+          "backward: %d launches, %d memsets, %d maps", fake->launch_calls - launches, fake->memset_calls - memsets,
+          fake->tensor_map_calls);
+    const int n = fake->launch_log_len;
+    check_launch(fake, n - 3, "sm90", 'a', "fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 3) / 4, H, B, 128, 0);
+    check_launch(fake, n - 2, "sm90", 'a', "fa_gpu::sm90::ws_backward_kernel<__nv_bfloat16, 128, 0, false, true>",
+                 (S + 127) / 128, H, B, 384,
+                 (2 * 128 * 128 + 128 * 64) * 2 + 64 * 128 * 4 + 2 * 3 * 64 * 128 * 2 + 1024);
+    check_launch(fake, n - 1, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 128, 128>", (S * 128 + 255) / 256,
+                 H, B, 256, 0);
+    check_map(fake, 2, p.q, 9, 128, 64, "Q");
+    check_map(fake, 3, p.dout, 9, 128, 64, "dO");
+    free_problem(ctx, &p);
+
+    /* fp16 d 64, plain: 4 stages of 128 keys */
+    p = make_problem(ctx, FA_DTYPE_F16, 64);
+    t0 = now_seconds();
+    st = fa_forward(ctx, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
+    printf("the fp16 d 64 forward's first call (its compile): %.1f s\n", now_seconds() - t0);
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', "fa_gpu::sm90::ws_forward_kernel<__half, 64, false, true>",
+                 3, H, B, 384, (128 + 2 * 4 * 128) * 64 * 2 + 1024);
+    check_map(fake, fake->tensor_map_log_len - 2, p.k, 6, 64, 128, "fp16 K");
+    check_map(fake, fake->tensor_map_log_len - 1, p.v, 6, 64, 128, "fp16 V");
+
+    /* FLASHATTN_KERNELS=sm90 (read when a context opens) with dropout: the first wgmma kernel in
+     * mode 2, two warpgroups, Q and 3 stages of 64-key K and V tiles, no maps */
+    setenv("FLASHATTN_KERNELS", "sm90", 1);
+    fa_context *forced = NULL;
+    st = fa_context_create(&forced, "cuda", 0);
+    CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
+    p.fwd.opts.dropout_p = 0.25f;
+    p.fwd.opts.dropout_seed = 7;
+    const int maps = fake->tensor_map_calls;
+    t0 = now_seconds();
+    st = fa_forward(forced, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(forced));
+    printf("the fp16 d 64 dropout forward's first call (its compile): %.1f s\n", now_seconds() - t0);
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', "fa_gpu::sm90::forward_kernel<__half, 64, 2>", 3, H, B,
+                 256, (128 + 2 * 3 * 64) * 64 * 2);
+    CHECK(fake->tensor_map_calls == maps, "the dropout forward encoded %d maps", fake->tensor_map_calls - maps);
+    fa_context_destroy(forced);
+    unsetenv("FLASHATTN_KERNELS");
+
+    free_problem(ctx, &p);
+    fa_context_destroy(ctx);
+    printf("PASS\n");
+    return 0;
+}
