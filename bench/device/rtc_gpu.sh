@@ -76,16 +76,29 @@ for pass in cold warm; do
   echo "warmup $pass: exit $rc, $(echo "$(date +%s.%N) - $start" | bc) s for the process; $(tail -1 "$OUT/warmup-$pass.log")"
 done
 run conformance-rtc "$R/tests/conformance/conformance" --backend cuda --grid "${GRID:-short}"
-(cd "$R" && meson test --no-rebuild --suite cuda --print-errorlogs) > "$OUT/suite-cuda-rtc.log" 2>&1
+# every CUDA test of the rtc build: the grid under each family forced, masked rows, decode, paged
+# varlen, the 65536-key sequence, the cuda suite (whose fake-driver checks run here too)
+cuda_tests=$(cd "$R" && meson test --list 2>/dev/null | sed 's|.* / ||' | grep -E 'cuda' | grep -v mfma-emulated)
+(cd "$R" && meson test --no-rebuild --print-errorlogs $cuda_tests) > "$OUT/suite-cuda-rtc.log" 2>&1
 rc=$?; [ $rc -ne 0 ] && status=1
-echo "meson test --suite cuda (rtc build): exit $rc; $(grep -E '^(Ok|Fail|Skipped):' "$OUT/suite-cuda-rtc.log" | tr -s ' ' | tr '\n' ' ')"
-for shape in "--dtype bf16 --dim 64" "--dtype bf16 --dim 128 --causal" "--dtype fp16 --dim 128"; do
-  for build in aot rtc; do
-    bin=$B/tools/flashattn; [ $build = rtc ] && bin=$R/tools/flashattn
-    [ $build = aot ] && [ ! -x "$bin" ] && ninja -C "$B" tools/flashattn > /dev/null 2>&1
-    FLASHATTN_KERNELS=simt "$bin" run --backend cuda --batch 4 --seqlen-q 2048 --heads 16 $shape --backward \
-      > "$OUT/run-$build-$(echo $shape | tr -d ' -').log" 2>&1
-    echo "$build $shape: $(grep -iE 'variant|ms|TFLOP' "$OUT/run-$build-$(echo $shape | tr -d ' -').log" | head -4 | tr '\n' ' ')"
+echo "meson test, the CUDA tests of the rtc build: exit $rc; $(grep -E '^(Ok|Fail|Skipped):' "$OUT/suite-cuda-rtc.log" | tr -s ' ' | tr '\n' ' ')"
+grep -E ' (FAIL|SKIP|TIMEOUT) ' "$OUT/suite-cuda-rtc.log" | head -20
+timeout "${SAN_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$R/tests/conformance/conformance" \
+  --backend cuda --grid short --filter hdim128-bf16 > "$OUT/memcheck-rtc-hdim128.log" 2>&1
+rc=$?; [ $rc -ne 0 ] && status=1
+echo "memcheck rtc conformance hdim128-bf16: exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-rtc-hdim128.log" | tail -1)"
+# the same kernels both ways: the chooser's (tensor cores where the rtc build has them) and the
+# SIMT family forced
+for kernels in default simt; do
+  for shape in "--dtype bf16 --dim 64" "--dtype bf16 --dim 128 --causal" "--dtype fp16 --dim 128"; do
+    for build in aot rtc; do
+      bin=$B/tools/flashattn; [ $build = rtc ] && bin=$R/tools/flashattn
+      [ $build = aot ] && [ ! -x "$bin" ] && ninja -C "$B" tools/flashattn > /dev/null 2>&1
+      log="$OUT/run-$kernels-$build-$(echo $shape | tr -d ' -').log"
+      if [ $kernels = default ]; then env -u FLASHATTN_KERNELS "$bin" run --backend cuda --batch 4 --seqlen-q 4096 --heads 16 $shape --backward > "$log" 2>&1
+      else FLASHATTN_KERNELS=simt "$bin" run --backend cuda --batch 4 --seqlen-q 2048 --heads 16 $shape --backward > "$log" 2>&1; fi
+      echo "$kernels $build $shape: $(grep -E '^(kernel|forward|backward):' "$log" | head -3 | tr -s ' ' | tr '\n' ' ')"
+    done
   done
 done
 rm -rf "$FLASHATTN_CACHE_DIR"
