@@ -76,6 +76,9 @@ for pass in cold warm; do
   echo "warmup $pass: exit $rc, $(echo "$(date +%s.%N) - $start" | bc) s for the process; $(tail -1 "$OUT/warmup-$pass.log")"
 done
 run conformance-rtc "$R/tests/conformance/conformance" --backend cuda --grid "${GRID:-short}"
+for k in sm80 sm90 simt; do
+  run conformance-rtc-$k env FLASHATTN_KERNELS=$k "$R/tests/conformance/conformance" --backend cuda --grid "${GRID:-short}"
+done
 # every CUDA test of the rtc build: the grid under each family forced, masked rows, decode, paged
 # varlen, the 65536-key sequence, the cuda suite (whose fake-driver checks run here too)
 cuda_tests=$(cd "$R" && meson test --list 2>/dev/null | sed 's|.* / ||' | grep -E 'cuda' | grep -v mfma-emulated)
