@@ -82,10 +82,12 @@ static void cuda_capabilities(fa_capabilities *caps)
     if (FA_CUDA_SINK_AND_DV_VERIFIED)
         caps->features |= FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
 #ifdef FA_CUDA_RTC
-    /* kernels compiled at run time (host/rtc_kernels.c): the SIMT family, no decode kernels yet */
+    /* kernels compiled at run time (host/rtc_kernels.c, host/rtc_sm80.c): the sm80 and SIMT
+     * families, no sm90, decode or ring kernels yet */
     snprintf(caps->notes, sizeof caps->notes,
              "kernels compiled at run time by NVRTC for the device's sm (cached under FLASHATTN_CACHE_DIR): "
-             "the simt family for every call; no KV-cache or ring kernels in this build (-Dcuda-kernels=aot has them)");
+             "sm80 mma (cc>=8.0, f16/bf16; bwd d<=128, d256 non-det), simt the rest; no sm90 wgmma, KV-cache or "
+             "ring kernels in this build (-Dcuda-kernels=aot has them)");
     return;
 #endif
     caps->features |= FA_FEATURE_KVCACHE | FA_FEATURE_KVCACHE_DEVICE_CHECK;
