@@ -20,7 +20,9 @@ static fake_cuda_state state = {.cc_major = 8,
                                 .shared_optin = 166912,
                                 .total_mem = (size_t)40 << 30,
                                 .current_device = -1};
-static char context_objects[FAKE_CUDA_MAX_DEVICES], function_object;
+static char context_objects[FAKE_CUDA_MAX_DEVICES];
+/* one function handle per cuModuleGetFunction (reused after 64), with its name for the launch log */
+static char function_objects[64], function_names[64][256];
 static char module_objects[64], stream_objects[64], event_objects[64];
 static void *current_context;
 
@@ -205,6 +207,7 @@ static int fill(unsigned long long dst, unsigned char value, size_t count, const
     if (r)
         return r;
     ++state.memset_calls;
+    state.launches_at_memset = state.launch_log_len;
     memset((void *)(uintptr_t)dst, value, count);
     return 0;
 }
@@ -363,16 +366,27 @@ EXPORT int cuModuleGetFunction(void **function, void *module, const char *name)
     (void)module;
     ++state.get_function_calls;
     snprintf(state.function_name, sizeof state.function_name, "%s", name);
-    *function = &function_object;
+    const size_t slot = (size_t)(state.get_function_calls - 1) % sizeof function_objects;
+    snprintf(function_names[slot], sizeof function_names[slot], "%s", name);
+    *function = &function_objects[slot];
     return result_of("cuModuleGetFunction");
 }
 
 EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shared_bytes, void *stream, void **params, void **extra)
 {
-    (void)function;
     (void)extra;
     ++state.launch_calls;
+    if (state.launch_log_len >= 0 && state.launch_log_len < FAKE_CUDA_LAUNCH_LOG) {
+        struct fake_cuda_launch *l = &state.launches[state.launch_log_len];
+        const char *f = (const char *)function;
+        const int known = f >= function_objects && f < function_objects + sizeof function_objects;
+        snprintf(l->name, sizeof l->name, "%s", known ? function_names[f - function_objects] : "");
+        l->grid[0] = gx, l->grid[1] = gy, l->grid[2] = gz;
+        l->block[0] = bx, l->block[1] = by, l->block[2] = bz;
+        l->shared_bytes = shared_bytes;
+    }
+    ++state.launch_log_len;
     state.grid[0] = gx, state.grid[1] = gy, state.grid[2] = gz;
     state.block[0] = bx, state.block[1] = by, state.block[2] = bz;
     state.shared_bytes = shared_bytes;

@@ -10,6 +10,7 @@
 
 #define FAKE_CUDA_MAX_ARGS 4
 #define FAKE_CUDA_MAX_DEVICES 2
+#define FAKE_CUDA_LAUNCH_LOG 16
 
 typedef struct fake_cuda_state {
     /* set by the test */
@@ -41,6 +42,15 @@ typedef struct fake_cuda_state {
     unsigned last_stream_flags, last_event_flags;
     int events_created, events_destroyed, event_records;
     void *last_async_stream;           /* the stream of the last ...Async memory call */
+    /* the launches in order, launch_log_len of them (the first FAKE_CUDA_LAUNCH_LOG kept; a test
+     * sets launch_log_len to 0 to start a sequence): each kernel's name as given to
+     * cuModuleGetFunction, grid, block and dynamic shared memory */
+    struct fake_cuda_launch {
+        char name[256];
+        unsigned grid[3], block[3], shared_bytes;
+    } launches[FAKE_CUDA_LAUNCH_LOG];
+    int launch_log_len;
+    int launches_at_memset;            /* launch_log_len when the last memset ran */
 } fake_cuda_state;
 
 #endif
