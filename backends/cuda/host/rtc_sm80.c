@@ -138,8 +138,8 @@ static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, size_t
         int64_t elems;
         if (__builtin_mul_overflow(p->heads_q, p->total_q, &elems) || __builtin_mul_overflow(elems, c->d, &elems) ||
             elems < 0 || (uint64_t)elems > SIZE_MAX / sizeof(float)) {
-            say(why, len, "the sm80 backward's dQ accumulator of %lld x %lld x %d floats overflows", (long long)p->heads_q,
-                (long long)p->total_q, c->d);
+            say(why, len, "the sm80 backward's dQ accumulator of %lld x %lld x %d floats overflows",
+                (long long)p->heads_q, (long long)p->total_q, c->d);
             return FA_RTC_INVALID_ARG;
         }
         fa_cu_result e = fa_drv_MemsetAsync(p->dq_accum, 0, sizeof(float) * (size_t)elems, (fa_cu_stream)c->stream);
