@@ -205,6 +205,7 @@ static int fill(unsigned long long dst, unsigned char value, size_t count, const
     if (r)
         return r;
     ++state.memset_calls;
+    state.launches_at_memset = state.launch_log_len;
     memset((void *)(uintptr_t)dst, value, count);
     return 0;
 }
@@ -380,7 +381,6 @@ EXPORT int cuModuleGetFunction(void **function, void *module, const char *name)
 EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shared_bytes, void *stream, void **params, void **extra)
 {
-    (void)function;
     (void)extra;
     ++state.launch_calls;
     state.grid[0] = gx, state.grid[1] = gy, state.grid[2] = gz;

@@ -10,6 +10,7 @@
 
 #define FAKE_CUDA_MAX_ARGS 4
 #define FAKE_CUDA_MAX_DEVICES 2
+#define FAKE_CUDA_LAUNCH_LOG 16
 
 #define FAKE_CUDA_LAUNCH_LOG 16
 #define FAKE_CUDA_TENSOR_MAP_LOG 8
@@ -63,9 +64,11 @@ typedef struct fake_cuda_state {
     void *last_async_stream;           /* the stream of the last ...Async memory call */
 
     /* recorded by the fake: the last FAKE_CUDA_LAUNCH_LOG launches, oldest first (launch_log_len
-     * of them, at most FAKE_CUDA_LAUNCH_LOG; launch_calls counts them all) */
+     * of them, at most FAKE_CUDA_LAUNCH_LOG; launch_calls counts them all; a test sets
+     * launch_log_len to 0 to start a sequence) */
     fake_cuda_launch launches[FAKE_CUDA_LAUNCH_LOG];
     int launch_log_len;
+    int launches_at_memset;            /* launch_log_len when the last memset ran */
     /* recorded by cuTensorMapEncodeTiled (absent from a fake built with FAKE_CUDA_NO_TENSOR_MAP,
      * as from drivers older than CUDA 12): every call's arguments, the last
      * FAKE_CUDA_TENSOR_MAP_LOG of them oldest first; the map it fills holds the call's number

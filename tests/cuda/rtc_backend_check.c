@@ -6,8 +6,9 @@
  * GPU run does: bench/device/rtc_gpu.sh):
  *   - without libcuda: the backend is unavailable and says why;
  *   - without libnvrtc: fa_forward fails with FA_ERR_BACKEND, a message naming NVRTC, and O as it was;
- *   - fa_forward and fa_backward launch the SIMT kernels the chooser names (the lowered name NVRTC
- *     gives the expected name expression, compiled for the device's sm_86), on the expected grids;
+ *   - fa_forward and fa_backward launch the SIMT kernels the chooser names under
+ *     FLASHATTN_KERNELS=simt (the lowered name NVRTC gives the expected name expression, compiled
+ *     for the device's sm_86), on the expected grids;
  *   - fa_warmup compiles a shape's kernels, so the same call afterwards loads no module;
  *   - a failing cuLaunchKernel is FA_ERR_BACKEND with the driver's error in the message.
  * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
@@ -147,6 +148,9 @@ int main(int argc, char **argv)
     fake->total_mem = (size_t)1 << 30;
     fake->arg_sizes[0] = 0; /* no argument recorded: rtc_launch_check checks them */
 
+    /* the SIMT kernels on this sm_86 device, which the sm80 family would otherwise take
+     * (rtc_sm80_check drives that one) */
+    setenv("FLASHATTN_KERNELS", "simt", 1);
     fa_context *ctx = NULL;
     st = fa_context_create(&ctx, "cuda", 0);
     CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());

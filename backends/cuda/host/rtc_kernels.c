@@ -1,9 +1,9 @@
 /* rtc_kernels.c: the kernel entry points of host/kernels.h for a build whose kernels are compiled
  * at run time (-Dcuda-kernels=rtc): each compiles its instance with NVRTC on first use (the disk
  * cache keeps it for later processes; host/rtc_compiler.h) and launches it through the driver API
- * (host/rtc_launch.h), with the nvcc-built launchers' geometry. The families a build of this kind
- * runs are those with a launcher here: the SIMT forward and backward. The others answer that they
- * have no instance, so the chooser (backend.c) gives every call to the SIMT kernels.
+ * (host/rtc_launch.h), with the nvcc-built launchers' geometry. This file has the SIMT forward and
+ * backward and what every family's entry points share; the other families' are in their own
+ * host/rtc_<family>.c (host/rtc_sm80.c: the sm80 tensor-core kernels).
  *
  * Errors: an entry point returns a CUresult (the runtime of such a build is the driver API,
  * host/driver_runtime.h). A failure of the compiler or the launcher is kept as this thread's
@@ -32,7 +32,6 @@
 #define CU_ERROR_NO_DEVICE 100
 #define CU_ERROR_INVALID_SOURCE 300
 #define CU_ERROR_JIT_COMPILER_NOT_FOUND 221
-#define CU_ERROR_NOT_SUPPORTED 801
 #define CU_ERROR_UNKNOWN 999
 
 static _Thread_local char last_error[1024];
@@ -117,37 +116,4 @@ int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, voi
     (void)head_dim_bucket;
     fa_rtc_entry_begin();
     return fa_rtc_entry_end(fa_rtc_launch_simt_backward(p, dtype, stream, last_error, sizeof last_error));
-}
-
-/* The tensor-core families have no run-time launcher yet: no instance, so never chosen. */
-int fa_sm80_has_instance(int dtype, int head_dim, int backward, int aligned, int mod)
-{
-    (void)dtype;
-    (void)head_dim;
-    (void)backward;
-    (void)aligned;
-    (void)mod;
-    return 0;
-}
-
-size_t fa_sm80_fused_backward_smem(int head_dim)
-{
-    (void)head_dim;
-    return 0;
-}
-
-int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
-{
-    (void)p;
-    (void)dtype;
-    (void)head_dim;
-    (void)aligned;
-    (void)stream;
-    snprintf(last_error, sizeof last_error, "the sm80 kernels are not compiled at run time in this build");
-    return CU_ERROR_NOT_SUPPORTED;
-}
-
-int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
-{
-    return fa_sm80_forward(p, dtype, head_dim, aligned, stream);
 }

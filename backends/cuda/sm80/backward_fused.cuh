@@ -30,9 +30,11 @@ namespace fa_gpu::sm80 {
  * products per tile instead of seven. */
 template <int D> struct bwd_shape {
     static constexpr int NW = 8, NT = NW * 32, BN = NW * 16;
+    static_assert(NT == FA_SM80_BWD_THREADS && BN == FA_SM80_BWD_KEYS, "common/sm80_geometry.h's block");
     /* output columns per pass: d > 128 runs PASSES blocks per key tile, each computing S and dP
      * over all D columns and dK, dV, dQ for its DV of them (tiles.h) */
     static constexpr int DV = D > 128 ? D / 2 : D, PASSES = D / DV;
+    static_assert(PASSES == FA_SM80_BWD_PASSES(D), "common/sm80_geometry.h's passes");
     /* query rows per step (tiles.h). BQ / 16 m tiles times NW / (BQ / 16) column groups of
      * DV / (NW / (BQ / 16)) columns (a multiple of 16) cover the pass's dQ tile. */
     static constexpr int BQ = tile_of(D).bwd_rows;
@@ -41,8 +43,8 @@ template <int D> struct bwd_shape {
     static_assert(DC % 16 == 0, "dQ column groups must be whole n16 steps");
     static constexpr int LDS = BQ + 8, LD = D + 8;
     /* dynamic shared memory (16-bit elements): K, V [BN][LD], Q, dO [2][BQ][LD], dS^T [BN][LDS],
-     * then LSE and D of two query tiles in fp32 */
-    static constexpr size_t SMEM = 2 * (2 * BN * LD + 4 * BQ * LD + BN * LDS) + sizeof(float) * 4 * BQ;
+     * then LSE and D of two query tiles in fp32 (common/sm80_geometry.h) */
+    static constexpr size_t SMEM = FA_SM80_BWD_SMEM(D, BQ);
 };
 
 /* MODE as in the forward; MOD: the score modifiers, and dS times the softcap's derivative (then

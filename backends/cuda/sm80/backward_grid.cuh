@@ -5,6 +5,7 @@
 #define FA_SM80_BACKWARD_GRID_CUH
 
 #include "common/params.h"
+#include "common/sm80_geometry.h"
 #include "common/primitives.cuh"
 #include "philox.h"
 #include "common/tile_geometry.cuh"
@@ -31,16 +32,18 @@ namespace fa_gpu::sm80 {
  * the others. A 32 x 32 warp tile reads two A and two B fragments per k16 step for eight MMAs,
  * where bwd_kernel's 16-key warps read one and four. */
 template <int D> struct bwd_grid_shape {
-    static constexpr int NW = 8, NT = NW * 32, BN = 128, BQ = 64;
+    static constexpr int NW = 8, NT = NW * 32, BN = FA_SM80_BWD_KEYS, BQ = FA_SM80_GRID_BWD_ROWS;
+    static_assert(NT == FA_SM80_BWD_THREADS, "common/sm80_geometry.h's block");
     static constexpr int LD = D + 8, LDP = BN + 8;
     static constexpr int DKV = D / 2, DQ = D / 4; /* columns per warp of dK / dV and of dQ */
     static_assert(D == 64 || D == 128, "the grid backward has d 64 and 128 instances");
     static_assert(DQ % 16 == 0, "dQ columns per warp must be whole n16 steps");
     /* dynamic shared memory: K, V [BN][LD], Q, dO [2][BQ][LD], P Z and dS [BQ][LDP] (16-bit), then
      * LSE log2(e) and D of two query tiles (fp32), the step classes (bytes): 175 KB at d 128, 110 KB
-     * at d 64 */
-    static constexpr int CLASSES = 4096; /* steps per table of classes (tabled_walk), with block lists */
-    static constexpr size_t SMEM = 2 * (2 * BN * LD + 4 * BQ * LD + 2 * BQ * LDP) + sizeof(float) * 4 * BQ + CLASSES;
+     * at d 64 (common/sm80_geometry.h) */
+    /* steps per table of classes (tabled_walk), with block lists */
+    static constexpr int CLASSES = FA_SM80_GRID_BWD_CLASSES;
+    static constexpr size_t SMEM = FA_SM80_GRID_BWD_SMEM(D);
 };
 
 /* The bit of element (m tile mi, n8 tile ni, accumulator element e) in a thread's 32-element

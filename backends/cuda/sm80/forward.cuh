@@ -29,7 +29,7 @@ namespace fa_gpu::sm80 {
  * the 16 x d accumulator per m tile already takes 64 .. 128 registers, so one tile per warp. */
 template <int D> struct fwd_shape {
     static constexpr int MT = tile_of(D).fwd_mtiles;
-    static constexpr int BR = 4 * 16 * MT;
+    static constexpr int BR = FA_SM80_FWD_ROWS(MT);
     static constexpr int KN = tile_of(D).fwd_keys;
     static_assert(MT == 1 || MT == 2, "tiles.h: one or two m tiles per warp");
     static_assert(KN == 32 || KN == BLOCK, "tiles.h: 32 or 64 keys per softmax step");

@@ -5,6 +5,7 @@
 #define FA_SM80_LAUNCH_CUH
 
 #include "common/params.h"
+#include "common/sm80_geometry.h"
 #include "kernels_switch.h"
 #include "common/tile_geometry.cuh"
 #include "common/score_mod.cuh"
@@ -22,10 +23,12 @@
 
 namespace fa_gpu::sm80 {
 
+static_assert(THREADS == FA_SM80_THREADS, "common/sm80_geometry.h's block");
+
 template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
 {
-    constexpr int LD = D + 8, BR = fwd_shape<D>::BR;
-    const size_t smem = sizeof(T) * (BR + 4 * BLOCK) * LD;
+    constexpr int BR = fwd_shape<D>::BR;
+    const size_t smem = FA_SM80_FWD_SMEM(sizeof(T), D, BR);
     const int mode = mode_of(p);
     auto kernel = mode == 2 ? forward_kernel<T, D, ALIGNED, 2>
                             : mode == 1 ? forward_kernel<T, D, ALIGNED, 1> : forward_kernel<T, D, ALIGNED, 0>;
@@ -62,8 +65,9 @@ cudaError_t launch_fused(KERNEL kernel, size_t smem, int64_t blocks_x, const fa_
     }
     if (p.seqlen_q == 0)
         return cudaSuccess;
-    dim3 g2((unsigned)((p.seqlen_q * D + 255) / 256), (unsigned)p.heads_q, (unsigned)p.batch);
-    dq_convert_kernel<T, D><<<g2, 256, 0, st>>>(p);
+    constexpr int CT = FA_SM80_CONVERT_THREADS;
+    dim3 g2((unsigned)((p.seqlen_q * D + CT - 1) / CT), (unsigned)p.heads_q, (unsigned)p.batch);
+    dq_convert_kernel<T, D><<<g2, CT, 0, st>>>(p);
     return cudaGetLastError();
 }
 
@@ -112,9 +116,8 @@ template <int D> __host__ bool grid_backward_fits()
 /* The deterministic two-kernel backward (dK / dV, then dQ), d <= 128; D already computed. */
 template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_backward(const fa_gpu_params &p, cudaStream_t st)
 {
-    constexpr int LD = D + 8;
-    constexpr int BQ = D > 64 ? 32 : 64;
-    const size_t smem1 = sizeof(T) * 6 * BLOCK * LD + sizeof(float) * 4 * BQ;
+    constexpr int BQ = FA_SM80_DET_ROWS(D);
+    const size_t smem1 = FA_SM80_DKDV_SMEM(sizeof(T), D);
     auto k1 = dkdv_kernel<T, D, BQ, ALIGNED>;
     auto k2 = dq_kernel<T, D, ALIGNED>;
     if constexpr (ALIGNED) { /* launch_backward refuses a modifier on unaligned rows */
@@ -132,7 +135,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     }
-    const size_t smem2 = sizeof(T) * 6 * BLOCK * LD;
+    const size_t smem2 = FA_SM80_DQ_SMEM(sizeof(T), D);
     if ((e = cudaFuncSetAttribute(k2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2)) != cudaSuccess)
         return e;
     if (p.seqlen_q > 0) {
@@ -148,7 +151,8 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
     if (!ALIGNED && fa_gpu_has_score_mod(p)) /* no MOD instance (mode_of) */
         return cudaErrorNotSupported;
     if (p.seqlen_q > 0) {
-        dim3 g0((unsigned)((p.seqlen_q + 3) / 4), (unsigned)p.heads_q, (unsigned)p.batch);
+        dim3 g0((unsigned)((p.seqlen_q + FA_SM80_DSUM_ROWS - 1) / FA_SM80_DSUM_ROWS), (unsigned)p.heads_q,
+                (unsigned)p.batch);
         dsum_kernel<T><<<g0, THREADS, 0, st>>>(p);
         cudaError_t e0 = cudaGetLastError();
         if (e0 != cudaSuccess)

@@ -1,0 +1,337 @@
+/* rtc_sm80_check.c: the sm80 tensor-core family of a build whose kernels are compiled at run time
+ * (-Dcuda-kernels=rtc, host/rtc_sm80.c) through the public API, against the fake driver
+ * (fake_libcuda.c, named by argv[1]): the kernels NVRTC really compiles and the launches' names,
+ * grids, blocks and dynamic shared memory, which must be those of the nvcc launchers
+ * (sm80/launch.cuh), in order (the fake's launch log). bf16, B = 2, S = 200, H = 4:
+ *   - cc 8.0 with an A100's 166912 bytes of opt-in shared memory: the d 128 causal forward; the
+ *     fused backward on bwd_kernel (bwd_grid_kernel does not fit): dsum, the dQ accumulator's
+ *     memset, bwd_kernel, dq_convert; the deterministic dkdv / dq pair; an unaligned call (d 100:
+ *     the ldg instance); softcap (the MOD instance); d 256's backward left to the SIMT kernels
+ *     (213.5 KB does not fit); a failing memset as FA_ERR_BACKEND naming the driver's error;
+ *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
+ *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes;
+ *     FLASHATTN_KERNELS=sm80,sm80-backward=rows back on bwd_kernel.
+ * Prints each kernel's lowered name and the seconds of the call that compiled it (NVRTC's compile,
+ * a cold cache). Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) where
+ * libnvrtc cannot be opened. The kernel cache is a fresh directory of its own. */
+#include "fake_libcuda.h"
+#include "flashattn.h"
+#include "host/rtc_compiler.h"
+
+#include <dlfcn.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SKIP 77
+
+#define CHECK(cond, ...)                                                                                              \
+    do {                                                                                                              \
+        if (!(cond)) {                                                                                                \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
+            printf(__VA_ARGS__);                                                                                      \
+            printf("\n");                                                                                             \
+            exit(1);                                                                                                  \
+        }                                                                                                             \
+    } while (0)
+
+enum { B = 2, S = 200, H = 4 };
+
+static char cache_root[64];
+static fake_cuda_state *fake;
+static int arch; /* the fake device's sm, for the lowered names */
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_cache(void)
+{
+    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* the lowered name NVRTC gives the sm80 kernel name for the device's sm (a cache hit once the
+ * backend compiled it) */
+static void lowered_name_of(const char *name, char *out, size_t n)
+{
+    fa_rtc_kernel k;
+    char why[1024];
+    fa_rtc_status st = fa_rtc_compile_family("sm80", arch, 0, name, NULL, 0, &k, why, sizeof why);
+    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
+    snprintf(out, n, "%s", k.lowered_name);
+    fa_rtc_kernel_free(&k);
+}
+
+/* one expected launch: the name expression, grid, block and dynamic shared memory */
+typedef struct launch {
+    const char *name;
+    unsigned gx, gy, gz, block, shared;
+} launch;
+
+/* The fake's launch log since it was cleared is exactly want[0..n), with the memset of the dQ
+ * accumulator after the first memset_after launches (-1: no memset). */
+static void expect(const char *what, const launch *want, int n, int memset_after)
+{
+    CHECK(fake->launch_log_len == n, "%s: %d launches, expected %d (the first: %s)", what, fake->launch_log_len, n,
+          fake->launches[0].name);
+    for (int i = 0; i < n; ++i) {
+        const struct fake_cuda_launch *l = &fake->launches[i];
+        char lowered[256];
+        lowered_name_of(want[i].name, lowered, sizeof lowered);
+        CHECK(strcmp(l->name, lowered) == 0, "%s: launch %d is %s, expected %s (%s)", what, i, l->name, lowered,
+              want[i].name);
+        CHECK(l->grid[0] == want[i].gx && l->grid[1] == want[i].gy && l->grid[2] == want[i].gz &&
+                  l->block[0] == want[i].block && l->block[1] == 1 && l->block[2] == 1 &&
+                  l->shared_bytes == want[i].shared,
+              "%s: launch %d (%s): grid (%u, %u, %u), block %u, %u shared bytes; expected (%u, %u, %u), %u, %u", what,
+              i, want[i].name, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->shared_bytes, want[i].gx,
+              want[i].gy, want[i].gz, want[i].block, want[i].shared);
+        printf("ok: %s: %s = %s, grid (%u, %u, %u), block %u, %u shared bytes\n", what, want[i].name, l->name,
+               l->grid[0], l->grid[1], l->grid[2], l->block[0], l->shared_bytes);
+    }
+    if (memset_after >= 0)
+        CHECK(fake->memset_calls == 1 && fake->launches_at_memset == memset_after,
+              "%s: %d memsets, the last after launch %d; expected one after launch %d", what, fake->memset_calls,
+              fake->launches_at_memset, memset_after);
+    else
+        CHECK(fake->memset_calls == 0, "%s: %d memsets, expected none", what, fake->memset_calls);
+}
+
+static void clear_log(void)
+{
+    fake->launch_log_len = 0;
+    fake->memset_calls = 0;
+    fake->launches_at_memset = -1;
+}
+
+static void *device_zeros(fa_context *ctx, size_t bytes)
+{
+    void *d = NULL, *h = calloc(1, bytes);
+    CHECK(h != NULL, "host memory");
+    CHECK(fa_malloc(ctx, bytes, &d) == FA_SUCCESS, "fa_malloc: %s", fa_context_last_error(ctx));
+    CHECK(fa_memcpy(ctx, d, h, bytes, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS, "fa_memcpy: %s",
+          fa_context_last_error(ctx));
+    free(h);
+    return d;
+}
+
+/* bf16 [B][S][H][d] tensors, a forward and a backward call over them */
+typedef struct problem {
+    fa_context *ctx;
+    void *bufs[9];
+    fa_fwd_args fwd;
+    fa_bwd_args bwd;
+} problem;
+
+static problem make_problem(fa_context *ctx, int64_t d)
+{
+    problem p;
+    memset(&p, 0, sizeof p);
+    p.ctx = ctx;
+    const int64_t shape[4] = {B, S, H, d}, lse_shape[3] = {B, H, S};
+    const size_t bytes = (size_t)B * S * H * (size_t)d * 2;
+    for (int i = 0; i < 8; ++i)
+        p.bufs[i] = device_zeros(ctx, bytes);
+    p.bufs[8] = device_zeros(ctx, (size_t)B * H * S * 4);
+    fa_tensor t[8];
+    for (int i = 0; i < 8; ++i)
+        t[i] = fa_tensor_contiguous(p.bufs[i], FA_DTYPE_BF16, 4, shape);
+    const fa_tensor lse = fa_tensor_contiguous(p.bufs[8], FA_DTYPE_F32, 3, lse_shape);
+    p.fwd.q = p.bwd.q = t[0];
+    p.fwd.k = p.bwd.k = t[1];
+    p.fwd.v = p.bwd.v = t[2];
+    p.fwd.o = p.bwd.o = t[3];
+    p.bwd.dout = t[4];
+    p.bwd.dq = t[5];
+    p.bwd.dk = t[6];
+    p.bwd.dv = t[7];
+    p.fwd.lse = p.bwd.lse = lse;
+    p.fwd.opts = fa_options_default();
+    p.fwd.opts.causal = 1;
+    p.bwd.opts = p.fwd.opts;
+    return p;
+}
+
+static void free_problem(problem *p)
+{
+    for (int i = 0; i < 9; ++i)
+        fa_free(p->ctx, p->bufs[i]);
+}
+
+static void forward(problem *p, const char *what)
+{
+    clear_log();
+    const double t0 = now();
+    fa_status st = fa_forward(p->ctx, &p->fwd);
+    CHECK(st == FA_SUCCESS, "%s: fa_forward: %s", what, fa_context_last_error(p->ctx));
+    printf("ok: %s: %.2f s (the kernel's NVRTC compile, a cold cache)\n", what, now() - t0);
+}
+
+static void backward(problem *p, const char *what)
+{
+    clear_log();
+    const double t0 = now();
+    fa_status st = fa_backward(p->ctx, &p->bwd);
+    CHECK(st == FA_SUCCESS, "%s: fa_backward: %s", what, fa_context_last_error(p->ctx));
+    printf("ok: %s: %.2f s (NVRTC's compiles of the kernels not yet cached)\n", what, now() - t0);
+}
+
+static fa_context *open_device(int major, int optin, const char *kernels)
+{
+    fake->cc_major = major;
+    fake->cc_minor = 0;
+    fake->shared_optin = optin;
+    arch = 10 * major;
+    if (kernels)
+        setenv("FLASHATTN_KERNELS", kernels, 1);
+    else
+        unsetenv("FLASHATTN_KERNELS");
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create(&ctx, "cuda", 0);
+    CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
+    return ctx;
+}
+
+#define N(a) ((int)(sizeof a / sizeof a[0]))
+
+int main(int argc, char **argv)
+{
+    char why[2048];
+    setvbuf(stdout, NULL, _IONBF, 0);
+    CHECK(argc == 2, "usage: rtc_sm80_check FAKE_LIBCUDA");
+    if (!fa_rtc_nvrtc_version(why, sizeof why)) {
+        printf("SKIP: %s\n", why);
+        return SKIP;
+    }
+    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-sm80-XXXXXX");
+    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
+    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
+    atexit(remove_cache);
+    setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
+    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
+    fake_cuda_state *(*state_of)(void);
+    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
+    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
+    fake = state_of();
+    fake->device_count = 1;
+    fake->multiprocessors = 108;
+    fake->total_mem = (size_t)1 << 30;
+    fake->arg_sizes[0] = 0;
+
+    /* cc 8.0, an A100's opt-in shared memory */
+    fa_context *ctx = open_device(8, 166912, NULL);
+    problem p = make_problem(ctx, 128);
+    /* 128 query rows per block; Q and double-buffered K, V of 136-element rows */
+    forward(&p, "cc 8.0 bf16 d128 causal forward");
+    const launch fwd[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0>", 2, H, B, 128,
+                           2 * (128 + 4 * 64) * 136}};
+    expect("cc 8.0 forward", fwd, N(fwd), -1);
+
+    /* the fused backward: bwd_grid_kernel's 179200 bytes do not fit, so bwd_kernel */
+    backward(&p, "cc 8.0 bf16 d128 backward");
+    const launch fused[] = {
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 128, true, 0>", 2, H, B, 256,
+         2 * (2 * 128 * 136 + 4 * 64 * 136 + 128 * 72) + 4 * 4 * 64},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 128>", S * 128 / 256, H, B, 256, 0},
+    };
+    expect("cc 8.0 fused backward", fused, N(fused), 1);
+
+    p.bwd.opts.deterministic = 1;
+    backward(&p, "cc 8.0 bf16 d128 deterministic backward");
+    const launch det[] = {
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::sm80::dkdv_kernel<__nv_bfloat16, 128, 32, true>", 4, H, B, 128, 2 * 6 * 64 * 136 + 4 * 4 * 32},
+        {"fa_gpu::sm80::dq_kernel<__nv_bfloat16, 128, true>", 4, H, B, 128, 2 * 6 * 64 * 136},
+    };
+    expect("cc 8.0 deterministic backward", det, N(det), -1);
+    p.bwd.opts.deterministic = 0;
+
+    /* a score modifier: the MOD instance (mode 2, its tests made at run time) */
+    p.fwd.opts.softcap = 30.0f;
+    forward(&p, "cc 8.0 bf16 d128 softcap forward");
+    const launch capped[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 2, true>", 2, H, B, 128,
+                              2 * (128 + 4 * 64) * 136}};
+    expect("cc 8.0 softcap forward", capped, N(capped), -1);
+    p.fwd.opts.softcap = 0.0f;
+
+    /* a failing memset of the dQ accumulator: FA_ERR_BACKEND with the driver's error */
+    fake->fail_call = "cuMemsetD8Async";
+    fake->fail_result = 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
+    fa_status st = fa_backward(ctx, &p.bwd);
+    const char *msg = fa_context_last_error(ctx);
+    CHECK(st == FA_ERR_BACKEND && strstr(msg, "cuMemsetD8Async") && strstr(msg, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+          "failing memset: status %d: %s", (int)st, msg);
+    printf("ok: a failing memset: %s\n", msg);
+    fake->fail_call = NULL;
+    free_problem(&p);
+
+    /* d 100: rows of 200 bytes are not 16-byte aligned, so the ldg instance at padded d 128 */
+    p = make_problem(ctx, 100);
+    forward(&p, "cc 8.0 bf16 d100 (unaligned) forward");
+    const launch unaligned[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, false, 0>", 2, H, B, 128,
+                                 2 * (128 + 4 * 64) * 136}};
+    expect("cc 8.0 unaligned forward", unaligned, N(unaligned), -1);
+    free_problem(&p);
+
+    /* d 256's backward needs 213512 bytes: the SIMT kernels on this device */
+    p = make_problem(ctx, 256);
+    backward(&p, "cc 8.0 bf16 d256 backward (SIMT)");
+    CHECK(fake->launch_log_len > 0 && strstr(fake->launches[fake->launch_log_len - 1].name, "simt"),
+          "cc 8.0 d 256 backward: the last of %d launches is %s", fake->launch_log_len,
+          fake->launches[fake->launch_log_len - 1].name);
+    printf("ok: cc 8.0 d 256 backward on the SIMT kernels (%s)\n", fake->launches[fake->launch_log_len - 1].name);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+
+    /* cc 9.0, an H100's opt-in shared memory, the sm80 family forced */
+    ctx = open_device(9, 232448, "sm80");
+    p = make_problem(ctx, 128);
+    backward(&p, "cc 9.0 bf16 d128 backward");
+    const launch grid[] = {
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::sm80::bwd_grid_kernel<__nv_bfloat16, 128, 0>", 2, H, B, 256,
+         2 * (2 * 128 * 136 + 4 * 64 * 136 + 2 * 64 * 136) + 4 * 4 * 64 + 4096},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 128>", S * 128 / 256, H, B, 256, 0},
+    };
+    expect("cc 9.0 fused backward", grid, N(grid), 1);
+    free_problem(&p);
+
+    /* d 256: two passes of 128 output columns per 128-key tile */
+    p = make_problem(ctx, 256);
+    backward(&p, "cc 9.0 bf16 d256 backward");
+    const launch wide[] = {
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 256, true, 0>", 2 * 2, H, B, 256,
+         2 * (2 * 128 * 264 + 4 * 32 * 264 + 128 * 40) + 4 * 4 * 32},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", S * 256 / 256, H, B, 256, 0},
+    };
+    expect("cc 9.0 d256 backward", wide, N(wide), 1);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+
+    /* FLASHATTN_KERNELS=sm80-backward=rows: bwd_kernel where bwd_grid_kernel fits */
+    ctx = open_device(9, 232448, "sm80,sm80-backward=rows");
+    p = make_problem(ctx, 128);
+    backward(&p, "cc 9.0 bf16 d128 backward, sm80-backward=rows");
+    expect("cc 9.0 sm80-backward=rows", fused, N(fused), 1);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+    unsetenv("FLASHATTN_KERNELS");
+    printf("PASS\n");
+    return 0;
+}
