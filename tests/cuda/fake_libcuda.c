@@ -288,12 +288,26 @@ EXPORT int cuEventDestroy_v2(void *event)
 }
 
 /* resolved for the launchers; answered, not modelled */
+/* each function's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES plus 1, 0 until set (by function
+ * slot, function_names below) */
+static long function_max_dynamic[64];
+static char function_names[64][256];
+static int function_count;
+
+/* the slot of a function handle, or -1 */
+static int slot_of(const void *function)
+{
+    const char *f = (const char *)function, *first = &function_names[0][0];
+    return f >= first && f < first + sizeof function_names ? (int)((f - first) / sizeof function_names[0]) : -1;
+}
+
 EXPORT int cuFuncSetAttribute(void *function, int attribute, int value)
 {
-    (void)function;
-    (void)attribute;
-    (void)value;
-    return result_of("cuFuncSetAttribute");
+    int r = result_of("cuFuncSetAttribute");
+    const int slot = slot_of(function);
+    if (!r && attribute == 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */ && slot >= 0)
+        function_max_dynamic[slot] = (long)value + 1;
+    return r;
 }
 
 EXPORT int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function, int block_size,
@@ -359,10 +373,8 @@ EXPORT int cuModuleLoadData(void **module, const void *image)
     return 0;
 }
 
-/* the names of the functions handed out: a function is the address of its name's slot, so a
- * launch knows which kernel it runs */
-static char function_names[64][256];
-static int function_count;
+/* the names of the functions handed out (function_names above): a function is the address of
+ * its name's slot, so a launch knows which kernel it runs */
 
 EXPORT int cuModuleGetFunction(void **function, void *module, const char *name)
 {
@@ -382,6 +394,11 @@ EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz,
                           unsigned shared_bytes, void *stream, void **params, void **extra)
 {
     (void)extra;
+    const int slot = slot_of(function);
+    const long limit = slot >= 0 && function_max_dynamic[slot] > 0 ? function_max_dynamic[slot] - 1
+                                                                    : 49152L - (long)state.static_shared_bytes;
+    if ((long)shared_bytes > limit)
+        return 1; /* CUDA_ERROR_INVALID_VALUE: more dynamic shared memory than the kernel may use */
     ++state.launch_calls;
     state.grid[0] = gx, state.grid[1] = gy, state.grid[2] = gz;
     state.block[0] = bx, state.block[1] = by, state.block[2] = bz;

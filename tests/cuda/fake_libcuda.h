@@ -54,6 +54,10 @@ typedef struct fake_cuda_state {
     int multiprocessors, shared_optin; /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ..._SHARED_MEMORY_PER_BLOCK_OPTIN */
     size_t total_mem;
     int capture_status;                /* what cuStreamIsCapturing answers */
+    unsigned static_shared_bytes;      /* every kernel's static shared memory: a launch whose dynamic
+                                          shared memory exceeds 48 KB less it, unless
+                                          cuFuncSetAttribute raised the kernel's limit that far, fails
+                                          with CUDA_ERROR_INVALID_VALUE, as the driver's does */
     /* recorded by the fake */
     int current_device;                /* the device of the current context, -1 for none */
     int alloc_calls, free_calls, live_allocations, copy_calls, memset_calls, ctx_sync_calls;

@@ -118,7 +118,7 @@ static fa_rtc_status occupancy(const char *name, unsigned shared_bytes, int *blo
     if (!cu)
         return FA_RTC_NO_DRIVER;
     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
-    if (shared_bytes > 48 * 1024 &&
+    if (shared_bytes > 0 &&
         fa_cu_check(cu, cu->FuncSetAttribute(function, 8, (int)shared_bytes), "cuFuncSetAttribute", why, why_len) !=
             FA_CU_OK)
         return FA_RTC_DRIVER_ERROR;

@@ -138,12 +138,14 @@ static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context,
     return st;
 }
 
-/* Raises function's dynamic shared memory limit to bytes where it is above the 48 KB every kernel
- * may use (once per kernel and size: the table remembers the largest set). */
+/* Raises function's dynamic shared memory limit to bytes (once per kernel and size: the table
+ * remembers the largest set). Needed for any dynamic size the default limit, 48 KB less the
+ * kernel's static shared memory, does not hold, so it is set for every size, as the nvcc launchers
+ * do. */
 static fa_rtc_status allow_shared(const fa_cu_api *cu, fa_cu_context context, const char *name,
                                   fa_cu_function function, unsigned bytes, char *why, size_t why_len)
 {
-    if (bytes <= 48 * 1024)
+    if (bytes == 0)
         return FA_RTC_OK;
     pthread_mutex_lock(&table_lock);
     const loaded_kernel *e = find_locked(context, name);
