@@ -73,7 +73,7 @@ for pass in cold warm; do
   start=$(date +%s.%N)
   "$R/tools/flashattn" warmup --backend cuda --dtype bf16,fp16 --dim 64,128 --backward > "$OUT/warmup-$pass.log" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
-  echo "warmup $pass: exit $rc, $(echo "$(date +%s.%N) - $start" | bc) s for the process; $(tail -1 "$OUT/warmup-$pass.log")"
+  echo "warmup $pass: exit $rc, $(python3 -c "print(round($(date +%s.%N) - $start, 2))") s for the process; $(tail -1 "$OUT/warmup-$pass.log")"
 done
 run conformance-rtc "$R/tests/conformance/conformance" --backend cuda --grid "${GRID:-short}"
 for k in sm80 sm90 simt; do
@@ -81,7 +81,8 @@ for k in sm80 sm90 simt; do
 done
 # every CUDA test of the rtc build: the grid under each family forced, masked rows, decode, paged
 # varlen, the 65536-key sequence, the cuda suite (whose fake-driver checks run here too)
-cuda_tests=$(cd "$R" && meson test --list 2>/dev/null | sed 's|.* / ||' | grep -E 'cuda' | grep -v mfma-emulated)
+# (meson prints a test as "project:suite / name" or, newer, "suite - project:name")
+cuda_tests=$(cd "$R" && meson test --list 2>/dev/null | sed -E 's|.* / ||; s|.*:||' | grep -E 'cuda' | grep -v mfma-emulated)
 (cd "$R" && meson test --no-rebuild --print-errorlogs $cuda_tests) > "$OUT/suite-cuda-rtc.log" 2>&1
 rc=$?; [ $rc -ne 0 ] && status=1
 echo "meson test, the CUDA tests of the rtc build: exit $rc; $(grep -E '^(Ok|Fail|Skipped):' "$OUT/suite-cuda-rtc.log" | tr -s ' ' | tr '\n' ' ')"
