@@ -106,8 +106,8 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
 }
 
 /* Blocks of kernel `name` with `shared_bytes` of dynamic shared memory resident on one
- * multiprocessor (decode.cuh's blocks_per_processor): its limit raised first where the bytes are
- * above the default 48 KB, as the launch will. */
+ * multiprocessor (decode.cuh's blocks_per_processor): its limit raised to those bytes first, as
+ * the launch will. */
 static fa_rtc_status occupancy(const char *name, unsigned shared_bytes, int *blocks, char *why, size_t why_len)
 {
     fa_cu_function function;

@@ -3,7 +3,7 @@
  * cache keeps it for later processes; host/rtc_compiler.h) and launches it through the driver API
  * (host/rtc_launch.h), with the nvcc-built launchers' geometry. This file has the SIMT forward and
  * backward and what every family's entry points share; the other families' are in their own
- * host/rtc_<family>.c (host/rtc_sm80.c: the sm80 tensor-core kernels).
+ * host/rtc_<family>.c (rtc_sm80.c, rtc_sm90.c, rtc_decode.c, rtc_ring.c).
  *
  * Errors: an entry point returns a CUresult (the runtime of such a build is the driver API,
  * host/driver_runtime.h). A failure of the compiler or the launcher is kept as this thread's

@@ -25,7 +25,7 @@ typedef struct fa_rtc_launch_config {
     char suffix;
     int64_t grid_x, grid_y, grid_z;
     unsigned threads;
-    unsigned shared_bytes; /* above 48 KB the kernel's limit is raised to it before the launch */
+    unsigned shared_bytes; /* the kernel's limit is raised to it before the launch (once per size) */
 } fa_rtc_launch_config;
 
 /* Launches the kernel name_expression names, of c's family, compiled for the current device's
