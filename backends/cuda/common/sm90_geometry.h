@@ -81,13 +81,6 @@
 extern "C" {
 #endif
 
-/* The kernel instance (MODE) a call needs: common/instance_mode.cuh's fa_gpu::mode_of, for C: 0
- * neither dropout nor a block mask, 1 a block mask only, 2 dropout. */
-static inline int fa_sm90_mode_of(const fa_gpu_params *p)
-{
-    return p->dropout_threshold ? 2 : p->bm_bits ? 1 : 0;
-}
-
 /* A view's map, as cuTensorMapEncodeTiled takes it: a 4-D tensor (head dim, rows, heads, batch),
  * the byte strides of the upper three dimensions, the box (64 columns x the kernel's tile rows),
  * element strides of 1, and the data type. */

@@ -10,6 +10,7 @@
  * instance) and d > 128 without the fused backward's accumulator CUDA_ERROR_NOT_SUPPORTED, as the
  * nvcc launchers answer cudaErrorInvalidValue and cudaErrorNotSupported; this thread's message
  * (fa_rtc_last_error) says which. Plain C. */
+#include "common/instance_mode.h"
 #include "common/sm80_geometry.h"
 #include "host/driver_runtime.h"
 #include "host/kernels.h"
@@ -44,12 +45,6 @@ typedef struct sm80_call {
     void *stream;
 } sm80_call;
 
-/* instance_mode.cuh's mode_of: 0 plain, 1 block lists, 2 dropout (with or without lists) */
-static int mode_of(const fa_gpu_params *p)
-{
-    return p->dropout_threshold ? 2 : p->bm_bits ? 1 : 0;
-}
-
 static const char *bool_name(int b)
 {
     return b ? "true" : "false";
@@ -73,7 +68,7 @@ static int call_of(const fa_gpu_params *p, int dtype, int head_dim, int aligned,
     c->d = head_dim;
     c->aligned = aligned != 0;
     c->mod = fa_score_mod_factors_active(p->mod); /* fa_gpu_has_score_mod */
-    c->mode = mode_of(p);
+    c->mode = fa_gpu_instance_mode(p);
     c->tile = fa_sm80_tile_of(head_dim);
     c->stream = stream;
     if (c->mod && !c->aligned) {

@@ -12,6 +12,7 @@
  * CUDA 12) has no Hopper instance here (fa_sm90_has_instance and fa_sm90_has_backward answer 0), so
  * the chooser (backend.c) takes another family. Errors as host/rtc_kernels.c describes: a CUresult,
  * the message in fa_rtc_last_error. Plain C. */
+#include "common/instance_mode.h"
 #include "common/sm90_geometry.h"
 #include "host/driver_api.h"
 #include "host/kernels.h"
@@ -118,7 +119,7 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
             (long long)nq, (long long)p->heads_q, (long long)p->batch);
         return FA_RTC_INVALID_ARG;
     }
-    const int mode = fa_sm90_mode_of(p), mod = fa_score_mod_factors_active(p->mod);
+    const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod);
     fa_gpu_params params = *p; /* the kernels' first parameter, by value */
     char name[FA_RTC_NAME_MAX];
     if (mode == 0) {
@@ -163,7 +164,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
     }
     if (p->seqlen_q == 0 || p->batch == 0)
         return FA_RTC_OK;
-    const int mode = fa_sm90_mode_of(p), mod = fa_score_mod_factors_active(p->mod);
+    const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod);
     if (!p->dq_accum || !p->lse2 || p->heads_kv > 65535 || p->batch > 65535 || mode == 2 ||
         (mod && (mode != 0 || d == 128))) {
         say(why, why_len,

@@ -9,7 +9,7 @@
 #include "kernels_switch.h"
 #include "common/tile_geometry.cuh"
 #include "common/score_mod.cuh"
-#include "common/instance_mode.cuh"
+#include "common/instance_mode.h"
 #include "sm80/forward.cuh"
 #include "common/backward_elementwise.cuh"
 #include "sm80/backward_deterministic.cuh"

@@ -4,7 +4,7 @@
 #ifndef FA_SM90_KERNELS_CUH
 #define FA_SM90_KERNELS_CUH
 
-#include "common/instance_mode.cuh"
+#include "common/instance_mode.h"
 #include "common/sm90_geometry.h"
 #include "sm90/forward_kernels.cuh"
 #include "sm90/tensor_map.cuh"
