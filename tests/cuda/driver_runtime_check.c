@@ -9,10 +9,9 @@
  * device. Streams and events reach the driver with their flags. Errors: the driver's result, its
  * name and text, the thread's last error (reset by reading it, kept per thread). Exit 0 when every
  * check holds, 1 on the first that fails. */
-#include "fake_libcuda.h"
 #include "host/runtime.h"
+#include "rtc_check_common.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +19,6 @@
 
 #define CUDA_ERROR_ILLEGAL_ADDRESS 700
 #define CUDA_ERROR_LAUNCH_FAILED 719
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
 
 /* e is the call's result, expected; its name is name and the thread's last error is e, once */
 static void expect_error(fa_rt_error e, fa_rt_error expected, const char *name, const char *call)
@@ -270,12 +259,7 @@ int main(int argc, char **argv)
     no_driver();
 
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
-    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
-    fake_cuda_state *(*state_of)(void);
-    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
-    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
-    fake_cuda_state *fake = state_of();
+    fake_cuda_state *fake = fake_cuda_open(argv[1], NULL);
 
     devices(fake);
     contexts(fake);

@@ -13,53 +13,13 @@
  *   - a failing cuLaunchKernel is FA_ERR_BACKEND with the driver's error in the message.
  * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
  * where libnvrtc cannot be opened. The kernel cache is a fresh directory of its own. */
-#include "fake_libcuda.h"
 #include "flashattn.h"
 #include "host/rtc_compiler.h"
+#include "rtc_check_common.h"
 
-#include <dlfcn.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SKIP 77
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
-
-static char cache_root[64];
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_cache(void)
-{
-    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* the lowered name NVRTC gives name for sm_86 (a cache hit once the backend compiled it) */
-static void lowered_name_of(const char *name, char *out, size_t n)
-{
-    fa_rtc_kernel k;
-    char why[1024];
-    fa_rtc_status st = fa_rtc_compile(86, 0, name, NULL, 0, &k, why, sizeof why);
-    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
-    snprintf(out, n, "%s", k.lowered_name);
-    fa_rtc_kernel_free(&k);
-}
 
 enum { B = 2, S = 100, H = 4, D = 64 };
 
@@ -93,22 +53,8 @@ static problem make_problem(fa_context *ctx)
         *t[i] = device_fill(ctx, bytes, 0);
     p.o = device_fill(ctx, bytes, 0x5a);
     p.lse = device_fill(ctx, (size_t)B * H * S * 4, 0);
-    p.fwd.q = fa_tensor_contiguous(p.q, FA_DTYPE_BF16, 4, shape);
-    p.fwd.k = fa_tensor_contiguous(p.k, FA_DTYPE_BF16, 4, shape);
-    p.fwd.v = fa_tensor_contiguous(p.v, FA_DTYPE_BF16, 4, shape);
-    p.fwd.o = fa_tensor_contiguous(p.o, FA_DTYPE_BF16, 4, shape);
-    p.fwd.lse = fa_tensor_contiguous(p.lse, FA_DTYPE_F32, 3, lse_shape);
-    p.fwd.opts = fa_options_default();
-    p.bwd.q = p.fwd.q;
-    p.bwd.k = p.fwd.k;
-    p.bwd.v = p.fwd.v;
-    p.bwd.o = p.fwd.o;
-    p.bwd.lse = p.fwd.lse;
-    p.bwd.dout = fa_tensor_contiguous(p.dout, FA_DTYPE_BF16, 4, shape);
-    p.bwd.dq = fa_tensor_contiguous(p.dq, FA_DTYPE_BF16, 4, shape);
-    p.bwd.dk = fa_tensor_contiguous(p.dk, FA_DTYPE_BF16, 4, shape);
-    p.bwd.dv = fa_tensor_contiguous(p.dv, FA_DTYPE_BF16, 4, shape);
-    p.bwd.opts = p.fwd.opts;
+    void *const bufs[9] = {p.q, p.k, p.v, p.o, p.dout, p.dq, p.dk, p.dv, p.lse};
+    attention_args(bufs, FA_DTYPE_BF16, shape, lse_shape, &p.fwd, &p.bwd);
     return p;
 }
 
@@ -128,18 +74,10 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", why);
         return SKIP;
     }
-    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-backend-XXXXXX");
-    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
-    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
-    atexit(remove_cache);
+    check_cache_dir("/tmp/fa-rtc-backend-XXXXXX");
 
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
-    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
-    fake_cuda_state *(*state_of)(void);
-    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
-    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
-    fake_cuda_state *fake = state_of();
+    fake_cuda_state *fake = fake_cuda_open(argv[1], NULL);
     fake->device_count = 1;
     fake->cc_major = 8;
     fake->cc_minor = 6;
@@ -178,7 +116,8 @@ int main(int argc, char **argv)
     st = fa_forward(ctx, &p.fwd);
     CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
     CHECK(fa_synchronize(ctx) == FA_SUCCESS, "fa_synchronize: %s", fa_context_last_error(ctx));
-    lowered_name_of("fa_gpu::simt::forward_kernel<fa_gpu::store_bf16, 64, false>", lowered, sizeof lowered);
+    lowered_name_of(NULL, 86, 0, 0, "fa_gpu::simt::forward_kernel<fa_gpu::store_bf16, 64, false>",
+                    lowered, sizeof lowered);
     CHECK(fake->launch_calls == 1 && strcmp(fake->function_name, lowered) == 0, "forward: %d launches of %s",
           fake->launch_calls, fake->function_name);
     CHECK(fake->grid[0] == (S + 63) / 64 && fake->grid[1] == H && fake->grid[2] == B && fake->block[0] == 256,
@@ -190,7 +129,7 @@ int main(int argc, char **argv)
     int launches = fake->launch_calls;
     st = fa_backward(ctx, &p.bwd);
     CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(ctx));
-    lowered_name_of("fa_gpu::simt::dq_kernel<fa_gpu::store_bf16, 64, false>", lowered, sizeof lowered);
+    lowered_name_of(NULL, 86, 0, 0, "fa_gpu::simt::dq_kernel<fa_gpu::store_bf16, 64, false>", lowered, sizeof lowered);
     CHECK(fake->launch_calls == launches + 3 && strcmp(fake->function_name, lowered) == 0,
           "backward: %d launches, the last %s", fake->launch_calls - launches, fake->function_name);
     printf("ok: fa_backward launched dsum, dK / dV and dQ (%s)\n", fake->function_name);

@@ -12,60 +12,21 @@
  * The expected geometry is spelled out here (not read from common/kv_geometry.h), so a launcher
  * and the header wrong together still fail. Exit 0 when every check holds, 1 on the first that
  * fails, 77 (meson's skip) where libnvrtc cannot be opened. */
-#include "fake_libcuda.h"
 #include "flashattn.h"
 #include "host/rtc_compiler.h"
+#include "rtc_check_common.h"
 
-#include <dlfcn.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIP 77
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
-
-static char cache_root[64];
 static fake_cuda_state *fake;
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_cache(void)
-{
-    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* One launch the test expects: the name expression, grid (x, y), block, dynamic shared memory. */
 typedef struct expected {
     const char *name;
     unsigned x, y, threads, shared;
 } expected;
-
-/* the lowered name NVRTC gives a decode kernel for sm_80 (a cache hit once the backend compiled it) */
-static void lowered_name_of(const char *name, char *out, size_t n)
-{
-    fa_rtc_kernel k;
-    char why[1024];
-    fa_rtc_status st = fa_rtc_compile_family("decode", 80, 0, name, NULL, 0, &k, why, sizeof why);
-    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
-    snprintf(out, n, "%s", k.lowered_name);
-    fa_rtc_kernel_free(&k);
-}
 
 /* the launches since the log was cleared are `want`, in that order */
 static void check_launches(const char *what, const expected *want, int count)
@@ -74,7 +35,7 @@ static void check_launches(const char *what, const expected *want, int count)
     for (int i = 0; i < count; ++i) {
         const fake_cuda_launch *l = &fake->launches[i];
         char lowered[256];
-        lowered_name_of(want[i].name, lowered, sizeof lowered);
+        lowered_name_of("decode", 80, 0, 0, want[i].name, lowered, sizeof lowered);
         CHECK(strcmp(l->name, lowered) == 0, "%s: launch %d is %s, expected %s (%s)", what, i, l->name, lowered,
               want[i].name);
         CHECK(l->grid[0] == want[i].x && l->grid[1] == want[i].y && l->grid[2] == 1 && l->block[0] == want[i].threads &&
@@ -85,17 +46,6 @@ static void check_launches(const char *what, const expected *want, int count)
         printf("  %s (%s) on (%u, %u) x %u, %u bytes\n", want[i].name, l->name, l->grid[0], l->grid[1], l->block[0],
                l->shared_bytes);
     }
-}
-
-static void *device_zeros(fa_context *ctx, size_t bytes)
-{
-    void *d = NULL, *h = calloc(1, bytes);
-    CHECK(h != NULL, "host memory");
-    CHECK(fa_malloc(ctx, bytes, &d) == FA_SUCCESS, "fa_malloc: %s", fa_context_last_error(ctx));
-    CHECK(fa_memcpy(ctx, d, h, bytes, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS, "fa_memcpy: %s",
-          fa_context_last_error(ctx));
-    free(h);
-    return d;
 }
 
 static void *device_int32(fa_context *ctx, const int32_t *values, size_t count)
@@ -160,18 +110,10 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", why);
         return SKIP;
     }
-    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-decode-XXXXXX");
-    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
-    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
-    atexit(remove_cache);
+    check_cache_dir("/tmp/fa-rtc-decode-XXXXXX");
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
     unsetenv("FLASHATTN_KERNELS");
-    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
-    fake_cuda_state *(*state_of)(void);
-    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
-    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
-    fake = state_of();
+    fake = fake_cuda_open(argv[1], NULL);
     fake->device_count = 1;
     fake->cc_major = 8; /* sm_80: the tensor-core decode kernel's first architecture */
     fake->cc_minor = 0;

@@ -10,42 +10,14 @@
  * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
  * where libnvrtc cannot be opened. The kernel cache is a fresh directory of its own. */
 #include "common/simt_geometry.h"
-#include "fake_libcuda.h"
 #include "host/rtc_launch.h"
+#include "rtc_check_common.h"
 
-#include <dlfcn.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIP 77
 #define CUDA_ERROR_LAUNCH_FAILED 719
-
-static char cache_root[64];
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_cache(void)
-{
-    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* A dense [batch][seqlen][heads][d] problem; data are fake device addresses that are never read,
  * chosen to be aligned to 16 bytes or not. */
@@ -75,17 +47,6 @@ static fa_gpu_params problem(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, 
     p.scale_log2 = 0.125f * 1.44269504f;
     p.window_left = p.window_right = -1;
     return p;
-}
-
-/* the lowered name NVRTC gives name (a cache hit after the launch compiled it) */
-static void lowered_name_of(const char *name, int arch, char *out, size_t n)
-{
-    fa_rtc_kernel k;
-    char why[1024];
-    fa_rtc_status st = fa_rtc_compile(arch, 0, name, NULL, 0, &k, why, sizeof why);
-    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
-    snprintf(out, n, "%s", k.lowered_name);
-    fa_rtc_kernel_free(&k);
 }
 
 static size_t cubin_size_of(const char *name, int arch)
@@ -119,18 +80,10 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", why);
         return SKIP;
     }
-    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-launch-XXXXXX");
-    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
-    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
-    atexit(remove_cache);
+    check_cache_dir("/tmp/fa-rtc-launch-XXXXXX");
 
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
-    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
-    fake_cuda_state *(*state_of)(void);
-    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
-    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
-    fake_cuda_state *fake = state_of();
+    fake_cuda_state *fake = fake_cuda_open(argv[1], NULL);
     fake->cc_major = 8;
     fake->cc_minor = 6; /* the kernel is compiled for sm_86, the device's own architecture */
     fake->arg_sizes[0] = sizeof(fa_gpu_params);
@@ -163,7 +116,7 @@ int main(int argc, char **argv)
               cases[c].label);
 
         char lowered[256];
-        lowered_name_of(cases[c].name, 86, lowered, sizeof lowered);
+        lowered_name_of(NULL, 86, 0, 0, cases[c].name, lowered, sizeof lowered);
         CHECK(strcmp(fake->function_name, lowered) == 0, "%s: asked for %s, NVRTC lowers %s to %s", cases[c].label,
               fake->function_name, cases[c].name, lowered);
         const size_t cubin = cubin_size_of(cases[c].name, 86);
@@ -212,7 +165,8 @@ int main(int argc, char **argv)
               "backward%s: %d launches, %d loads", with_sink ? " with a sink" : "", fake->launch_calls - launches,
               fake->load_calls - loads);
         char lowered[256];
-        lowered_name_of("fa_gpu::simt::dq_kernel<fa_gpu::store_f16, 128, false>", 86, lowered, sizeof lowered);
+        lowered_name_of(NULL, 86, 0, 0, "fa_gpu::simt::dq_kernel<fa_gpu::store_f16, 128, false>",
+                        lowered, sizeof lowered);
         const unsigned rows = FA_SIMT_BWD_ROWS(128);
         CHECK(strcmp(fake->function_name, lowered) == 0, "backward: last kernel %s, expected %s",
               fake->function_name, lowered);

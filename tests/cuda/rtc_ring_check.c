@@ -7,29 +7,15 @@
  * driver's error with a message. The expected values are spelled out here, not read from
  * common/ring_view.h. Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip)
  * where libnvrtc cannot be opened. */
-#include "fake_libcuda.h"
 #include "flashattn.h"
 #include "host/rtc_compiler.h"
 #include "host/rtc_kernels.h"
+#include "rtc_check_common.h"
 
-#include <dlfcn.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SKIP 77
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
 
 /* host/rtc_ring.c's entry points (ring/ring.h) */
 int fa_cuda_ring_copy(const fa_tensor *dst, const fa_tensor *src, void *stream);
@@ -71,37 +57,12 @@ static void expect_arguments(int views)
         fake->arg_sizes[i] = i < views ? sizeof(view) : i == views ? sizeof(int64_t) : 0;
 }
 
-static char cache_root[64];
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_cache(void)
-{
-    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void lowered_name_of(const char *name, char *out, size_t n)
-{
-    fa_rtc_kernel k;
-    char why[1024];
-    fa_rtc_status st = fa_rtc_compile_family("ring", 80, 0, name, NULL, 0, &k, why, sizeof why);
-    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
-    snprintf(out, n, "%s", k.lowered_name);
-    fa_rtc_kernel_free(&k);
-    printf("  %s: %s\n", name, out);
-}
-
 /* the last launch ran `name` on `blocks` blocks of 256 threads, no shared memory */
 static void check_launch(const char *what, const char *name, unsigned blocks, int launches)
 {
     char lowered[256];
-    lowered_name_of(name, lowered, sizeof lowered);
+    lowered_name_of("ring", 80, 0, 0, name, lowered, sizeof lowered);
+    printf("  %s: %s\n", name, lowered);
     CHECK(fake->launch_calls == launches, "%s: %d launches, expected %d", what, fake->launch_calls, launches);
     CHECK(fake->launch_log_len > 0 && strcmp(fake->launches[fake->launch_log_len - 1].name, lowered) == 0,
           "%s: launched %s", what, fake->launch_log_len > 0 ? fake->launches[fake->launch_log_len - 1].name : "nothing");
@@ -139,17 +100,9 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", why);
         return SKIP;
     }
-    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-ring-XXXXXX");
-    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
-    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
-    atexit(remove_cache);
+    check_cache_dir("/tmp/fa-rtc-ring-XXXXXX");
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
-    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
-    fake_cuda_state *(*state_of)(void);
-    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
-    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
-    fake = state_of();
+    fake = fake_cuda_open(argv[1], NULL);
     fake->device_count = 1;
     fake->cc_major = 8;
     fake->cc_minor = 0;

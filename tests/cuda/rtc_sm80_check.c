@@ -14,66 +14,18 @@
  * Prints each kernel's lowered name and the seconds of the call that compiled it (NVRTC's compile,
  * a cold cache). Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) where
  * libnvrtc cannot be opened. The kernel cache is a fresh directory of its own. */
-#include "fake_libcuda.h"
 #include "flashattn.h"
 #include "host/rtc_compiler.h"
+#include "rtc_check_common.h"
 
-#include <dlfcn.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#define SKIP 77
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
 
 enum { B = 2, S = 200, H = 4 };
 
-static char cache_root[64];
 static fake_cuda_state *fake;
 static int arch; /* the fake device's sm, for the lowered names */
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_cache(void)
-{
-    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* the lowered name NVRTC gives the sm80 kernel name for the device's sm (a cache hit once the
- * backend compiled it) */
-static void lowered_name_of(const char *name, char *out, size_t n)
-{
-    fa_rtc_kernel k;
-    char why[1024];
-    fa_rtc_status st = fa_rtc_compile_family("sm80", arch, 0, name, NULL, 0, &k, why, sizeof why);
-    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
-    snprintf(out, n, "%s", k.lowered_name);
-    fa_rtc_kernel_free(&k);
-}
 
 /* one expected launch: the name expression, grid, block and dynamic shared memory */
 typedef struct launch {
@@ -90,7 +42,7 @@ static void expect(const char *what, const launch *want, int n, int memset_after
     for (int i = 0; i < n; ++i) {
         const struct fake_cuda_launch *l = &fake->launches[i];
         char lowered[256];
-        lowered_name_of(want[i].name, lowered, sizeof lowered);
+        lowered_name_of("sm80", arch, 0, 0, want[i].name, lowered, sizeof lowered);
         CHECK(strcmp(l->name, lowered) == 0, "%s: launch %d is %s, expected %s (%s)", what, i, l->name, lowered,
               want[i].name);
         CHECK(l->grid[0] == want[i].gx && l->grid[1] == want[i].gy && l->grid[2] == want[i].gz &&
@@ -117,17 +69,6 @@ static void clear_log(void)
     fake->launches_at_memset = -1;
 }
 
-static void *device_zeros(fa_context *ctx, size_t bytes)
-{
-    void *d = NULL, *h = calloc(1, bytes);
-    CHECK(h != NULL, "host memory");
-    CHECK(fa_malloc(ctx, bytes, &d) == FA_SUCCESS, "fa_malloc: %s", fa_context_last_error(ctx));
-    CHECK(fa_memcpy(ctx, d, h, bytes, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS, "fa_memcpy: %s",
-          fa_context_last_error(ctx));
-    free(h);
-    return d;
-}
-
 /* bf16 [B][S][H][d] tensors, a forward and a backward call over them */
 typedef struct problem {
     fa_context *ctx;
@@ -146,20 +87,7 @@ static problem make_problem(fa_context *ctx, int64_t d)
     for (int i = 0; i < 8; ++i)
         p.bufs[i] = device_zeros(ctx, bytes);
     p.bufs[8] = device_zeros(ctx, (size_t)B * H * S * 4);
-    fa_tensor t[8];
-    for (int i = 0; i < 8; ++i)
-        t[i] = fa_tensor_contiguous(p.bufs[i], FA_DTYPE_BF16, 4, shape);
-    const fa_tensor lse = fa_tensor_contiguous(p.bufs[8], FA_DTYPE_F32, 3, lse_shape);
-    p.fwd.q = p.bwd.q = t[0];
-    p.fwd.k = p.bwd.k = t[1];
-    p.fwd.v = p.bwd.v = t[2];
-    p.fwd.o = p.bwd.o = t[3];
-    p.bwd.dout = t[4];
-    p.bwd.dq = t[5];
-    p.bwd.dk = t[6];
-    p.bwd.dv = t[7];
-    p.fwd.lse = p.bwd.lse = lse;
-    p.fwd.opts = fa_options_default();
+    attention_args(p.bufs, FA_DTYPE_BF16, shape, lse_shape, &p.fwd, &p.bwd);
     p.fwd.opts.causal = 1;
     p.bwd.opts = p.fwd.opts;
     return p;
@@ -174,19 +102,19 @@ static void free_problem(problem *p)
 static void forward(problem *p, const char *what)
 {
     clear_log();
-    const double t0 = now();
+    const double t0 = now_seconds();
     fa_status st = fa_forward(p->ctx, &p->fwd);
     CHECK(st == FA_SUCCESS, "%s: fa_forward: %s", what, fa_context_last_error(p->ctx));
-    printf("ok: %s: %.2f s (the kernel's NVRTC compile, a cold cache)\n", what, now() - t0);
+    printf("ok: %s: %.2f s (the kernel's NVRTC compile, a cold cache)\n", what, now_seconds() - t0);
 }
 
 static void backward(problem *p, const char *what)
 {
     clear_log();
-    const double t0 = now();
+    const double t0 = now_seconds();
     fa_status st = fa_backward(p->ctx, &p->bwd);
     CHECK(st == FA_SUCCESS, "%s: fa_backward: %s", what, fa_context_last_error(p->ctx));
-    printf("ok: %s: %.2f s (NVRTC's compiles of the kernels not yet cached)\n", what, now() - t0);
+    printf("ok: %s: %.2f s (NVRTC's compiles of the kernels not yet cached)\n", what, now_seconds() - t0);
 }
 
 static fa_context *open_device(int major, int optin, const char *kernels)
@@ -216,17 +144,9 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", why);
         return SKIP;
     }
-    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-sm80-XXXXXX");
-    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
-    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
-    atexit(remove_cache);
+    check_cache_dir("/tmp/fa-rtc-sm80-XXXXXX");
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
-    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
-    fake_cuda_state *(*state_of)(void);
-    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
-    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
-    fake = state_of();
+    fake = fake_cuda_open(argv[1], NULL);
     fake->device_count = 1;
     fake->multiprocessors = 108;
     fake->total_mem = (size_t)1 << 30;

@@ -15,64 +15,14 @@
  * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
  * where libnvrtc cannot be opened. The kernel cache is a fresh directory of its own. */
 #include "common/params.h"
-#include "fake_libcuda.h"
 #include "flashattn.h"
 #include "host/rtc_compiler.h"
+#include "rtc_check_common.h"
 
-#include <dlfcn.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#define SKIP 77
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
-
-static char cache_root[64];
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_cache(void)
-{
-    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* The lowered name of the family's kernel name for sm_<arch><suffix>, which the backend must have
- * compiled already: a cache hit (the cache key covers the architecture and the name expression). */
-static void lowered_name_of(const char *family, int arch, char suffix, const char *name, char *out, size_t n)
-{
-    fa_rtc_kernel k;
-    char why[1024];
-    fa_rtc_status st = fa_rtc_compile_family(family, arch, suffix, name, NULL, 0, &k, why, sizeof why);
-    CHECK(st == FA_RTC_OK, "compile %s: %s", name, why);
-    CHECK(k.from_cache, "%s was not compiled for sm_%d%s by the backend", name, arch, suffix ? "a" : "");
-    snprintf(out, n, "%s", k.lowered_name);
-    fa_rtc_kernel_free(&k);
-}
 
 enum { B = 2, S = 300, H = 4, DMAX = 128 };
 
@@ -81,17 +31,6 @@ typedef struct problem {
     fa_fwd_args fwd;
     fa_bwd_args bwd;
 } problem;
-
-static void *device_zeros(fa_context *ctx, size_t bytes)
-{
-    void *d = NULL, *h = calloc(1, bytes);
-    CHECK(h != NULL, "host memory");
-    CHECK(fa_malloc(ctx, bytes, &d) == FA_SUCCESS, "fa_malloc: %s", fa_context_last_error(ctx));
-    CHECK(fa_memcpy(ctx, d, h, bytes, FA_COPY_HOST_TO_DEVICE) == FA_SUCCESS, "fa_memcpy: %s",
-          fa_context_last_error(ctx));
-    free(h);
-    return d;
-}
 
 /* [B][S][H][d] tensors of dtype (the fake's memory is the host's); buffers sized for DMAX */
 static problem make_problem(fa_context *ctx, fa_dtype dtype, int64_t d)
@@ -104,22 +43,8 @@ static problem make_problem(fa_context *ctx, fa_dtype dtype, int64_t d)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i)
         *t[i] = device_zeros(ctx, bytes);
     p.lse = device_zeros(ctx, (size_t)B * H * S * 4);
-    p.fwd.q = fa_tensor_contiguous(p.q, dtype, 4, shape);
-    p.fwd.k = fa_tensor_contiguous(p.k, dtype, 4, shape);
-    p.fwd.v = fa_tensor_contiguous(p.v, dtype, 4, shape);
-    p.fwd.o = fa_tensor_contiguous(p.o, dtype, 4, shape);
-    p.fwd.lse = fa_tensor_contiguous(p.lse, FA_DTYPE_F32, 3, lse_shape);
-    p.fwd.opts = fa_options_default();
-    p.bwd.q = p.fwd.q;
-    p.bwd.k = p.fwd.k;
-    p.bwd.v = p.fwd.v;
-    p.bwd.o = p.fwd.o;
-    p.bwd.lse = p.fwd.lse;
-    p.bwd.dout = fa_tensor_contiguous(p.dout, dtype, 4, shape);
-    p.bwd.dq = fa_tensor_contiguous(p.dq, dtype, 4, shape);
-    p.bwd.dk = fa_tensor_contiguous(p.dk, dtype, 4, shape);
-    p.bwd.dv = fa_tensor_contiguous(p.dv, dtype, 4, shape);
-    p.bwd.opts = p.fwd.opts;
+    void *const bufs[9] = {p.q, p.k, p.v, p.o, p.dout, p.dq, p.dk, p.dv, p.lse};
+    attention_args(bufs, dtype, shape, lse_shape, &p.fwd, &p.bwd);
     return p;
 }
 
@@ -136,7 +61,7 @@ static void check_launch(const fake_cuda_state *fake, int i, const char *family,
                          unsigned x, unsigned y, unsigned z, unsigned threads, unsigned shared)
 {
     char lowered[256];
-    lowered_name_of(family, 90, suffix, name, lowered, sizeof lowered);
+    lowered_name_of(family, 90, suffix, 1, name, lowered, sizeof lowered);
     CHECK(i >= 0 && i < fake->launch_log_len, "launch %d of %d logged", i, fake->launch_log_len);
     const fake_cuda_launch *l = &fake->launches[i];
     CHECK(strcmp(l->name, lowered) == 0, "launch %d: %s, expected %s (%s)", i, l->name, lowered, name);
@@ -200,21 +125,14 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", why);
         return SKIP;
     }
-    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-sm90-XXXXXX");
-    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
-    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
-    atexit(remove_cache);
+    check_cache_dir("/tmp/fa-rtc-sm90-XXXXXX");
     unsetenv("FLASHATTN_KERNELS");
 
     setenv("FLASHATTN_CUDA_DRIVER_LIBRARY", argv[1], 1);
-    void *fake_lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    CHECK(fake_lib != NULL, "open %s: %s", argv[1], dlerror());
-    fake_cuda_state *(*state_of)(void);
-    *(void **)&state_of = dlsym(fake_lib, "fake_cuda_state_get");
-    CHECK(state_of != NULL, "%s exports fake_cuda_state_get", argv[1]);
+    void *fake_lib = NULL;
+    fake_cuda_state *fake = fake_cuda_open(argv[1], &fake_lib);
     const int has_encoder = dlsym(fake_lib, "cuTensorMapEncodeTiled") != NULL;
     CHECK(has_encoder == (argc == 2), "%s %s cuTensorMapEncodeTiled", argv[1], has_encoder ? "has" : "lacks");
-    fake_cuda_state *fake = state_of();
     fake->device_count = 1;
     fake->cc_major = 9;
     fake->cc_minor = 0;
