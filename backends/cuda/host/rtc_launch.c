@@ -166,32 +166,37 @@ static fa_rtc_status allow_shared(const fa_cu_api *cu, fa_cu_context context, co
     return st;
 }
 
-fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_expression, fa_cu_function *function,
-                              char *why, size_t why_len)
+/* The driver, the current context and the loaded function of kernel name (of family, compiled
+ * for the context's device with suffix): what fa_rtc_function and fa_rtc_launch both need. */
+static fa_rtc_status resolve(const char *family, char suffix, const char *name, const fa_cu_api **cu,
+                             fa_cu_context *context, fa_cu_function *function, char *why, size_t why_len)
 {
     *function = NULL;
-    if (!family || !name_expression || strlen(name_expression) >= FA_RTC_NAME_MAX) {
+    if (!family || !name || strlen(name) >= FA_RTC_NAME_MAX) {
         say(why, why_len, "no family, no kernel name, or a name of %d or more characters", FA_RTC_NAME_MAX);
         return FA_RTC_INVALID_ARG;
     }
-    const fa_cu_api *cu = fa_cu_driver(why, why_len);
-    if (!cu)
+    if (!(*cu = fa_cu_driver(why, why_len)))
         return FA_RTC_NO_DRIVER;
-    fa_cu_context context;
     int arch;
-    fa_rtc_status st = current_context(cu, &context, &arch, why, why_len);
-    if (st != FA_RTC_OK)
-        return st;
-    return kernel_function(cu, context, arch, family, suffix, name_expression, function, why, why_len);
+    fa_rtc_status st = current_context(*cu, context, &arch, why, why_len);
+    return st != FA_RTC_OK ? st : kernel_function(*cu, *context, arch, family, suffix, name, function, why, why_len);
+}
+
+fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_expression, fa_cu_function *function,
+                              char *why, size_t why_len)
+{
+    const fa_cu_api *cu;
+    fa_cu_context context;
+    return resolve(family, suffix, name_expression, &cu, &context, function, why, why_len);
 }
 
 fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
                             char *why, size_t why_len)
 {
-    if (!name_expression || !c || !c->family || strlen(name_expression) >= FA_RTC_NAME_MAX || c->threads == 0 ||
-        !args) {
-        say(why, why_len, "no kernel name or family, a name of %d or more characters, no threads or no arguments",
-            FA_RTC_NAME_MAX);
+    if (!c || c->threads == 0 || !args) {
+        say(why, why_len, "%s: no launch configuration, no threads or no arguments",
+            name_expression ? name_expression : "(no kernel name)");
         return FA_RTC_INVALID_ARG;
     }
     if (!fa_simt_grid_ok(c->grid_x, c->grid_y, c->grid_z)) {
@@ -199,17 +204,11 @@ fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_con
             (long long)c->grid_x, (long long)c->grid_y, (long long)c->grid_z);
         return FA_RTC_INVALID_ARG;
     }
-    const fa_cu_api *cu = fa_cu_driver(why, why_len);
-    if (!cu)
-        return FA_RTC_NO_DRIVER;
+    const fa_cu_api *cu;
     fa_cu_context context;
-    int arch;
-    fa_rtc_status st = current_context(cu, &context, &arch, why, why_len);
-    if (st != FA_RTC_OK)
-        return st;
     fa_cu_function function;
-    if ((st = kernel_function(cu, context, arch, c->family, c->suffix, name_expression, &function, why, why_len)) !=
-            FA_RTC_OK ||
+    fa_rtc_status st = resolve(c->family, c->suffix, name_expression, &cu, &context, &function, why, why_len);
+    if (st != FA_RTC_OK ||
         (st = allow_shared(cu, context, name_expression, function, c->shared_bytes, why, why_len)) != FA_RTC_OK)
         return st;
     return driver_failed(cu,
