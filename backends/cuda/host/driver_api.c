@@ -5,6 +5,7 @@
  * changed). */
 #include "host/driver_api.h"
 #include "host/dl_symbols.h"
+#include "host/why.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -17,16 +18,6 @@ static fa_cu_api api;
 static atomic_int api_ready; /* 1 once api is filled and cuInit has succeeded; never reset */
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void say(char *why, size_t why_len, const char *fmt, ...)
-{
-    if (!why || why_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-}
-
 fa_cu_status fa_cu_check(const fa_cu_api *driver, fa_cu_result result, const char *call, char *why, size_t why_len)
 {
     if (result == 0)
@@ -36,7 +27,7 @@ fa_cu_status fa_cu_check(const fa_cu_api *driver, fa_cu_result result, const cha
         name = "an unknown error";
     if (!driver || driver->GetErrorString(result, &text) != 0 || !text)
         text = "no description";
-    say(why, why_len, "%s failed: %s (%d): %s", call, name, result, text);
+    fa_why_set(why, why_len, "%s failed: %s (%d): %s", call, name, result, text);
     return FA_CU_DRIVER_ERROR;
 }
 
@@ -83,7 +74,7 @@ static int resolve(void *lib, const char *name, char *why, size_t why_len)
     };
     const char *err, *missing = fa_dl_resolve(lib, table, sizeof table / sizeof table[0], &err);
     if (missing) {
-        say(why, why_len, "%s has no %s: %s", name, missing, err);
+        fa_why_set(why, why_len, "%s has no %s: %s", name, missing, err);
         return 0;
     }
     /* optional: CUDA 12 added it */
@@ -109,7 +100,7 @@ const fa_cu_api *fa_cu_driver_result(fa_cu_result *result, char *why, size_t why
         void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             const char *e = dlerror();
-            say(why, why_len, "cannot open the CUDA driver %s%s (the NVIDIA driver is needed to run CUDA kernels): %s",
+            fa_why_set(why, why_len, "cannot open the CUDA driver %s%s (the NVIDIA driver is needed to run CUDA kernels): %s",
                 override && *override ? "FLASHATTN_CUDA_DRIVER_LIBRARY=" : "", name, e ? e : "dlopen failed");
             *result = FA_CU_ERROR_NOT_INITIALIZED;
         } else if (!resolve(lib, name, why, why_len)) {

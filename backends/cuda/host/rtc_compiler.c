@@ -18,6 +18,7 @@
 
 #include "host/rtc_sources.h"
 #include "kernel_cache.h"
+#include "host/why.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -63,28 +64,6 @@ static pthread_mutex_t notify_lock = PTHREAD_MUTEX_INITIALIZER;
 static fa_rtc_notify_fn notify_fn;
 static void *notify_user;
 
-static void say(char *why, size_t why_len, const char *fmt, ...)
-{
-    if (!why || why_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-}
-
-/* appends to why (already a string) what fits */
-static void say_more(char *why, size_t why_len, const char *fmt, ...)
-{
-    if (!why || why_len == 0)
-        return;
-    size_t used = strnlen(why, why_len - 1);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why + used, why_len - used, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- the library ---- */
 
 static fa_rtc_status resolve(void *lib, const char *name, char *why, size_t why_len)
@@ -104,13 +83,13 @@ static fa_rtc_status resolve(void *lib, const char *name, char *why, size_t why_
     };
     const char *err, *missing = fa_dl_resolve(lib, table, sizeof table / sizeof table[0], &err);
     if (missing) {
-        say(why, why_len, "%s has no %s (NVRTC 11.1 or later is needed): %s", name, missing, err);
+        fa_why_set(why, why_len, "%s has no %s (NVRTC 11.1 or later is needed): %s", name, missing, err);
         return FA_RTC_NO_LIBRARY;
     }
     int major = 0, minor = 0;
     nvrtc_result r = api.Version(&major, &minor);
     if (r != 0) {
-        say(why, why_len, "%s: nvrtcVersion failed (%d)", name, r);
+        fa_why_set(why, why_len, "%s: nvrtcVersion failed (%d)", name, r);
         return FA_RTC_NO_LIBRARY;
     }
     snprintf(api.version, sizeof api.version, "%d.%d", major, minor);
@@ -133,18 +112,18 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
             lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
             if (!lib) {
                 const char *e = dlerror();
-                say(why, why_len, "cannot open libnvrtc: FLASHATTN_NVRTC_LIBRARY=%s: %s", override,
+                fa_why_set(why, why_len, "cannot open libnvrtc: FLASHATTN_NVRTC_LIBRARY=%s: %s", override,
                     e ? e : "dlopen failed");
             }
         } else {
-            say(why, why_len, "cannot open libnvrtc (install the CUDA toolkit's NVRTC or point "
+            fa_why_set(why, why_len, "cannot open libnvrtc (install the CUDA toolkit's NVRTC or point "
                               "FLASHATTN_NVRTC_LIBRARY at it):");
             for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; ++i) {
                 name = names[i];
                 lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
                 if (!lib) {
                     const char *e = dlerror();
-                    say_more(why, why_len, " %s: %s;", name, e ? e : "dlopen failed");
+                    fa_why_append(why, why_len, " %s: %s;", name, e ? e : "dlopen failed");
                 }
             }
             /* a toolkit that is not in the loader's search: its own folders */
@@ -162,7 +141,7 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
                     lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
                     if (!lib) {
                         const char *e = dlerror();
-                        say_more(why, why_len, " %s: %s;", path, e ? e : "dlopen failed");
+                        fa_why_append(why, why_len, " %s: %s;", path, e ? e : "dlopen failed");
                     }
                 }
             }
@@ -312,7 +291,7 @@ static void say_log(char *why, size_t why_len, const char *log)
         const char *end = strchr(p, '\n');
         size_t n = end ? (size_t)(end - p) : strlen(p);
         if (n > 0)
-            say_more(why, why_len, "\n  %.*s", (int)(n > 400 ? 400 : n), p);
+            fa_why_append(why, why_len, "\n  %.*s", (int)(n > 400 ? 400 : n), p);
         p += n + (end ? 1 : 0);
     }
 }
@@ -357,9 +336,9 @@ static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, c
         log[log_len] = 0;
     }
     if (compiled != 0) {
-        say(why, why_len, "NVRTC %s could not compile %s (%s):", api.version, name, api.GetErrorString(compiled));
+        fa_why_set(why, why_len, "NVRTC %s could not compile %s (%s):", api.version, name, api.GetErrorString(compiled));
         for (int i = 0; i < noptions; ++i)
-            say_more(why, why_len, " %s", options[i]);
+            fa_why_append(why, why_len, " %s", options[i]);
         say_log(why, why_len, log ? log : "");
         st = FA_RTC_COMPILE_FAILED;
         goto done;
@@ -388,7 +367,7 @@ static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, c
     goto done;
 
 nvrtc_failed:
-    say(why, why_len, "%s failed for %s: %s", call, name, r ? api.GetErrorString(r) : "no result");
+    fa_why_set(why, why_len, "%s failed for %s: %s", call, name, r ? api.GetErrorString(r) : "no result");
     st = FA_RTC_NVRTC_ERROR;
 done:
     if (st != FA_RTC_OK) {
@@ -423,26 +402,26 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
            (!family || strcmp(fa_cuda_rtc_families[family_index].name, family) != 0))
         ++family_index;
     if (family_index == fa_cuda_rtc_family_count) {
-        say(why, why_len, "no kernel family %s embedded", family ? family : "(null)");
+        fa_why_set(why, why_len, "no kernel family %s embedded", family ? family : "(null)");
         return FA_RTC_INVALID_ARG;
     }
     const fa_rtc_family *fam = &fa_cuda_rtc_families[family_index];
     if (arch < 50 || arch > 999 || !(suffix == 0 || suffix == 'a' || suffix == 'f')) {
         char letter[2] = {suffix, 0};
-        say(why, why_len, "no CUDA architecture sm_%d%s", arch, letter);
+        fa_why_set(why, why_len, "no CUDA architecture sm_%d%s", arch, letter);
         return FA_RTC_INVALID_ARG;
     }
     if (!name_expression || !*name_expression) {
-        say(why, why_len, "no name expression");
+        fa_why_set(why, why_len, "no name expression");
         return FA_RTC_INVALID_ARG;
     }
     if (ndefines > 64 || (ndefines > 0 && !defines)) {
-        say(why, why_len, "%zu defines: at most 64", ndefines);
+        fa_why_set(why, why_len, "%zu defines: at most 64", ndefines);
         return FA_RTC_INVALID_ARG;
     }
     for (size_t i = 0; i < ndefines; ++i)
         if (!defines[i] || !*defines[i] || strlen(defines[i]) > 1000) {
-            say(why, why_len, "define %zu is empty or longer than 1000 characters", i);
+            fa_why_set(why, why_len, "define %zu is empty or longer than 1000 characters", i);
             return FA_RTC_INVALID_ARG;
         }
     fa_rtc_status st = open_nvrtc(why, why_len);
@@ -518,7 +497,7 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
             out->key = key;
             out->compile_seconds = progress.seconds;
             if (st == FA_RTC_NVRTC_ERROR)
-                say(why, why_len, "NVRTC's output for %s is not an ELF cubin", name_expression);
+                fa_why_set(why, why_len, "NVRTC's output for %s is not an ELF cubin", name_expression);
         }
         free(payload);
         free(dir);

@@ -17,18 +17,21 @@
 #include "host/kernels.h"
 #include "host/rtc_kernels.h"
 #include "host/rtc_launch.h"
+#include "host/why.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 
 #define FAMILY "decode"
 
-static fa_rtc_status invalid(char *why, size_t why_len, const char *fmt, ...)
+static FA_WHY_FORMAT fa_rtc_status invalid(char *why, size_t why_len, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
+    if (why && why_len > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_len, fmt, ap);
+        va_end(ap);
+    }
     return FA_RTC_INVALID_ARG;
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/simt_geometry.h"
 #include "host/driver_api.h"
+#include "host/why.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -27,16 +28,6 @@ typedef struct loaded_kernel {
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static loaded_kernel *table;
 static size_t table_len, table_cap;
-
-static void say(char *why, size_t why_len, const char *fmt, ...)
-{
-    if (!why || why_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-}
 
 static fa_rtc_status driver_failed(const fa_cu_api *cu, fa_cu_result r, const char *call, char *why, size_t why_len)
 {
@@ -173,7 +164,7 @@ static fa_rtc_status resolve(const char *family, char suffix, const char *name, 
 {
     *function = NULL;
     if (!family || !name || strlen(name) >= FA_RTC_NAME_MAX) {
-        say(why, why_len, "no family, no kernel name, or a name of %d or more characters", FA_RTC_NAME_MAX);
+        fa_why_set(why, why_len, "no family, no kernel name, or a name of %d or more characters", FA_RTC_NAME_MAX);
         return FA_RTC_INVALID_ARG;
     }
     if (!(*cu = fa_cu_driver(why, why_len)))
@@ -195,12 +186,12 @@ fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_con
                             char *why, size_t why_len)
 {
     if (!c || c->threads == 0 || !args) {
-        say(why, why_len, "%s: no launch configuration, no threads or no arguments",
+        fa_why_set(why, why_len, "%s: no launch configuration, no threads or no arguments",
             name_expression ? name_expression : "(no kernel name)");
         return FA_RTC_INVALID_ARG;
     }
     if (!fa_simt_grid_ok(c->grid_x, c->grid_y, c->grid_z)) {
-        say(why, why_len, "%s: the grid (%lld, %lld, %lld) exceeds CUDA's limits", name_expression,
+        fa_why_set(why, why_len, "%s: the grid (%lld, %lld, %lld) exceeds CUDA's limits", name_expression,
             (long long)c->grid_x, (long long)c->grid_y, (long long)c->grid_z);
         return FA_RTC_INVALID_ARG;
     }
@@ -232,12 +223,12 @@ static fa_rtc_status simt_instance(const fa_gpu_params *p, int dtype, const char
 {
     *storage = fa_simt_storage_name(dtype);
     if (!p || !*storage) {
-        say(why, why_len, "the SIMT %s has no kernel for dtype %d", what, dtype);
+        fa_why_set(why, why_len, "the SIMT %s has no kernel for dtype %d", what, dtype);
         return FA_RTC_INVALID_ARG;
     }
     *bucket = fa_simt_bucket_of(p->d > p->d_v ? p->d : p->d_v);
     if (*bucket == 0) {
-        say(why, why_len, "the SIMT %s has no kernel for head dims d = %lld, d_v = %lld", what, (long long)p->d,
+        fa_why_set(why, why_len, "the SIMT %s has no kernel for head dims d = %lld, d_v = %lld", what, (long long)p->d,
             (long long)p->d_v);
         return FA_RTC_INVALID_ARG;
     }

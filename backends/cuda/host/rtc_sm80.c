@@ -18,6 +18,7 @@
 #include "host/rtc_launch.h"
 #include "kernels_switch.h"
 #include "score_mod.h"
+#include "host/why.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,16 +26,6 @@
 
 #define CU_ERROR_INVALID_VALUE 1
 #define CU_ERROR_NOT_SUPPORTED 801
-
-static void say(char *why, size_t why_len, const char *fmt, ...)
-{
-    if (!why || why_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-}
 
 /* An entry point's call: its element type's name, head dim, tile row and flags. */
 typedef struct sm80_call {
@@ -59,7 +50,7 @@ static int call_of(const fa_gpu_params *p, int dtype, int head_dim, int aligned,
     char *why = fa_rtc_error_buffer(&len);
     memset(c, 0, sizeof *c);
     if (!p || !fa_sm80_instance_exists(dtype, head_dim, backward, 1, 0)) {
-        say(why, len, "the sm80 %s has no instance for dtype %d, head dim %d", backward ? "backward" : "forward",
+        fa_why_set(why, len, "the sm80 %s has no instance for dtype %d, head dim %d", backward ? "backward" : "forward",
             dtype, head_dim);
         return CU_ERROR_INVALID_VALUE;
     }
@@ -72,7 +63,7 @@ static int call_of(const fa_gpu_params *p, int dtype, int head_dim, int aligned,
     c->tile = fa_sm80_tile_of(head_dim);
     c->stream = stream;
     if (c->mod && !c->aligned) {
-        say(why, len, "the sm80 %s has no score-modifier instance for rows that are not 16-byte aligned",
+        fa_why_set(why, len, "the sm80 %s has no score-modifier instance for rows that are not 16-byte aligned",
             backward ? "backward" : "forward");
         return CU_ERROR_NOT_SUPPORTED;
     }
@@ -133,7 +124,7 @@ static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, size_t
         int64_t elems;
         if (__builtin_mul_overflow(p->heads_q, p->total_q, &elems) || __builtin_mul_overflow(elems, c->d, &elems) ||
             elems < 0 || (uint64_t)elems > SIZE_MAX / sizeof(float)) {
-            say(why, len, "the sm80 backward's dQ accumulator of %lld x %lld x %d floats overflows",
+            fa_why_set(why, len, "the sm80 backward's dQ accumulator of %lld x %lld x %d floats overflows",
                 (long long)p->heads_q, (long long)p->total_q, c->d);
             return FA_RTC_INVALID_ARG;
         }
@@ -152,7 +143,7 @@ static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, size_t
         return FA_RTC_OK;
     int64_t elems;
     if (__builtin_mul_overflow(p->seqlen_q, c->d, &elems) || elems > INT64_MAX - FA_SM80_CONVERT_THREADS) {
-        say(why, len, "the sm80 backward's dQ of %lld x %d elements overflows", (long long)p->seqlen_q, c->d);
+        fa_why_set(why, len, "the sm80 backward's dQ of %lld x %d elements overflows", (long long)p->seqlen_q, c->d);
         return FA_RTC_INVALID_ARG;
     }
     char name[FA_RTC_NAME_MAX];
@@ -239,7 +230,7 @@ static fa_rtc_status launch_backward(const sm80_call *c, int *unsupported)
     if (c->d > 128) {
         size_t len;
         char *why = fa_rtc_error_buffer(&len);
-        say(why, len, "the sm80 backward at head dim %d needs the fused kernel's dQ accumulator (no deterministic "
+        fa_why_set(why, len, "the sm80 backward at head dim %d needs the fused kernel's dQ accumulator (no deterministic "
                       "kernels above 128)",
             c->d);
         *unsupported = 1;

@@ -18,6 +18,7 @@
 #include "host/kernels.h"
 #include "host/rtc_kernels.h"
 #include "host/rtc_launch.h"
+#include "host/why.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,14 +32,6 @@
 typedef struct sm90_maps {
     fa_cu_tensor_map first, second;
 } sm90_maps;
-
-static void say(char *why, size_t why_len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-}
 
 /* The template argument T of dtype (1 fp16, 2 bf16) as the launchers instantiate it; NULL else. */
 static const char *type_name(int dtype)
@@ -108,14 +101,14 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
 {
     const char *type = type_name(dtype);
     if (!type || (d != 64 && d != 128 && d != 256)) {
-        say(why, why_len, "the sm90 forward has no kernel for dtype %d, head dim %d", dtype, d);
+        fa_why_set(why, why_len, "the sm90 forward has no kernel for dtype %d, head dim %d", dtype, d);
         return FA_RTC_INVALID_ARG;
     }
     const int64_t nq = (p->seqlen_q + FA_SM90_BR - 1) / FA_SM90_BR;
     if (nq == 0 || p->batch == 0)
         return FA_RTC_OK;
     if (nq > 0x7fffffff || p->heads_q > 65535 || p->batch > 65535) {
-        say(why, why_len, "the sm90 forward's grid exceeds CUDA's limits: %lld query tiles, %lld heads, %lld sequences",
+        fa_why_set(why, why_len, "the sm90 forward's grid exceeds CUDA's limits: %lld query tiles, %lld heads, %lld sequences",
             (long long)nq, (long long)p->heads_q, (long long)p->batch);
         return FA_RTC_INVALID_ARG;
     }
@@ -139,11 +132,11 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
     }
     if (mod) {
         *not_supported = 1;
-        say(why, why_len, "the sm90 forward takes score modifiers without dropout and block masks only");
+        fa_why_set(why, why_len, "the sm90 forward takes score modifiers without dropout and block masks only");
         return FA_RTC_INVALID_ARG;
     }
     if (d > 128) {
-        say(why, why_len, "the sm90 forward has no kernel for dropout or block masks at head dim %d", d);
+        fa_why_set(why, why_len, "the sm90 forward has no kernel for dropout or block masks at head dim %d", d);
         return FA_RTC_INVALID_ARG;
     }
     snprintf(name, sizeof name, "fa_gpu::sm90::forward_kernel<%s, %d, %d>", type, d, mode);
@@ -159,7 +152,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
 {
     const char *type = type_name(dtype);
     if (!type || (d != 64 && d != 128 && d != 256)) {
-        say(why, why_len, "the sm90 backward has no kernel for dtype %d, head dim %d", dtype, d);
+        fa_why_set(why, why_len, "the sm90 backward has no kernel for dtype %d, head dim %d", dtype, d);
         return FA_RTC_INVALID_ARG;
     }
     if (p->seqlen_q == 0 || p->batch == 0)
@@ -167,7 +160,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
     const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod);
     if (!p->dq_accum || !p->lse2 || p->heads_kv > 65535 || p->batch > 65535 || mode == 2 ||
         (mod && (mode != 0 || d == 128))) {
-        say(why, why_len,
+        fa_why_set(why, why_len,
             "the sm90 backward needs the dQ accumulator and LSE workspaces, at most 65535 KV heads and sequences, "
             "no dropout, and score modifiers only without block masks and at head dims other than 128");
         return FA_RTC_INVALID_ARG;
@@ -189,7 +182,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
     if (p->heads_q < 0 || p->total_q < 0 ||
         __builtin_mul_overflow((size_t)p->heads_q, (size_t)p->total_q, &bytes) ||
         __builtin_mul_overflow(bytes, sizeof(float) * (size_t)d, &bytes)) {
-        say(why, why_len, "the sm90 backward's dQ accumulator: %lld heads x %lld rows overflow",
+        fa_why_set(why, why_len, "the sm90 backward's dQ accumulator: %lld heads x %lld rows overflow",
             (long long)p->heads_q, (long long)p->total_q);
         return FA_RTC_INVALID_ARG;
     }
@@ -201,7 +194,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         return st;
     if (p->seqlen_k > 0) {
         if (d > 128 && mode != 0) {
-            say(why, why_len, "the sm90 backward has no block-mask kernel at head dim %d", d);
+            fa_why_set(why, why_len, "the sm90 backward has no block-mask kernel at head dim %d", d);
             return FA_RTC_INVALID_ARG;
         }
         const int bq = FA_SM90_BW_BQ(d);
@@ -218,7 +211,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
     }
     int64_t elements;
     if (__builtin_mul_overflow(p->seqlen_q, (int64_t)d, &elements)) {
-        say(why, why_len, "the sm90 backward's dQ: %lld rows x %d columns overflow", (long long)p->seqlen_q, d);
+        fa_why_set(why, why_len, "the sm90 backward's dQ: %lld rows x %d columns overflow", (long long)p->seqlen_q, d);
         return FA_RTC_INVALID_ARG;
     }
     snprintf(name, sizeof name, "fa_gpu::dq_convert_kernel<%s, %d, %d>", type, d, FA_SM90_BW_DV(d));
