@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 . "$(dirname "$0")/cmocka_env.sh"
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%F %T UTC')"
+date -u "+%F %T UTC"
 status=0
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s]"; }
