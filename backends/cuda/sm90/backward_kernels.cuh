@@ -275,26 +275,37 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             float alibi_d0 = 0.0f;
             if constexpr (MOD)
                 alibi_d0 = fa_gpu::modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
-            /* P^T = exp2(S^T scale log2 e - LSE log2 e), masked */
+            /* P^T = exp2(S^T scale log2 e - LSE log2 e), masked. Without the score modifiers the
+             * loop is peeled: one copy, for the steps where some element may be hidden (edge),
+             * tests each element, the other has no branch per element (a branch around each
+             * element's test costs instruction fetches in the hot loop). With them the registers
+             * do not allow two copies: one loop tests edge per element. */
+            auto p_step = [&](const bool masked) {
 #pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
+                for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = nt * 8 + 2 * t4 + (e & 1);
-                    float sx = pt[nt][e], grad = 1.0f;
-                    if constexpr (MOD)
-                        sx = fa_gpu::modified_score_at(sm, sx, alibi_d0 + fa_gpu::transposed_offset(nt, e), grad);
-                    float x = fa_gpu::fast_exp2(sx * p.scale_log2 - lse2[col]);
-                    if (edge && (cls == FA_TILE_EMPTY ||
-                                 !fa_gpu::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
-                        x = 0.0f;
-                        dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
-                        grad = 1.0f;
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = nt * 8 + 2 * t4 + (e & 1);
+                        float sx = pt[nt][e], grad = 1.0f;
+                        if constexpr (MOD)
+                            sx = fa_gpu::modified_score_at(sm, sx, alibi_d0 + fa_gpu::transposed_offset(nt, e), grad);
+                        float x = fa_gpu::fast_exp2(sx * p.scale_log2 - lse2[col]);
+                        if (masked && edge &&
+                            (cls == FA_TILE_EMPTY ||
+                             !fa_gpu::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
+                            x = 0.0f;
+                            dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                            grad = 1.0f;
+                        }
+                        pt[nt][e] = x;
+                        if constexpr (MOD) /* dS^T = P^T (dP^T - D) scale, times the derivative */
+                            dpt[nt][e] = x * (dpt[nt][e] - dd[col]) * p.scale * grad;
                     }
-                    pt[nt][e] = x;
-                    if constexpr (MOD) /* dS^T = P^T (dP^T - D) scale, times the derivative */
-                        dpt[nt][e] = x * (dpt[nt][e] - dd[col]) * p.scale * grad;
-                }
+            };
+            if (MOD || edge)
+                p_step(true);
+            else
+                p_step(false); /* inlined with a constant: no test, no branch */
             uint32_t pf[BQ / 16][4];
             fa_gpu::acc_to_a<T, BQ>(pf, pt);
             /* dS^T = P^T (dP^T - D) scale (MOD: computed above) */
