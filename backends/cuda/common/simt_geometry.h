@@ -19,7 +19,7 @@
 #define FA_SIMT_BWD_CPT 16
 #define FA_SIMT_BWD_ROWS(D) (FA_SIMT_THREADS * FA_SIMT_BWD_CPT / (D))
 
-#if !defined(__CUDACC_RTC__)
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__)
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +68,6 @@ static inline int64_t fa_simt_query_tiles(int64_t seqlen_q)
 }
 #endif
 
-#endif /* !__CUDACC_RTC__ */
+#endif /* !__CUDACC_RTC__ && !__HIPCC_RTC__ */
 
 #endif /* FA_GPU_SIMT_GEOMETRY_H */
