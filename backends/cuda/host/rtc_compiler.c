@@ -327,11 +327,13 @@ static void say_log(char *why, size_t why_len, const char *log)
     }
 }
 
-/* NVRTC's compile of name in family fam under options: the payload (lowered name, NUL, cubin) in
- * *payload */
-static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, const char *const *options, int noptions,
-                                   unsigned char **payload, size_t *payload_len, char *why, size_t why_len)
+/* NVRTC's compile of one program holding the kernels exprs[0..nexprs) of family fam under options:
+ * the payload (each lowered name and a NUL, then the cubin) in *payload. One name: a cache entry. */
+static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *const *exprs, size_t nexprs,
+                                   const char *const *options, int noptions, unsigned char **payload,
+                                   size_t *payload_len, char *why, size_t why_len)
 {
+    const char *name = exprs[0]; /* the one messages name */
     size_t nsrc = fam->file_count;
     const char **texts = malloc(nsrc * sizeof *texts);
     const char **names = malloc(nsrc * sizeof *names);
@@ -355,10 +357,12 @@ static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, c
         call = SYMBOL("nvrtcCreateProgram", "hiprtcCreateProgram");
         goto nvrtc_failed;
     }
-    if ((r = api.AddNameExpression(prog, name)) != 0) {
-        call = SYMBOL("nvrtcAddNameExpression", "hiprtcAddNameExpression");
-        goto nvrtc_failed;
-    }
+    for (size_t e = 0; e < nexprs; ++e)
+        if ((r = api.AddNameExpression(prog, name = exprs[e])) != 0) {
+            call = SYMBOL("nvrtcAddNameExpression", "hiprtcAddNameExpression");
+            goto nvrtc_failed;
+        }
+    name = exprs[0];
     nvrtc_result compiled = api.CompileProgram(prog, noptions, options);
     size_t log_len = 0;
     if (api.GetProgramLogSize(prog, &log_len) == 0 && log_len > 0 && (log = malloc(log_len + 1)) != NULL) {
@@ -374,27 +378,37 @@ static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, c
         st = FA_RTC_COMPILE_FAILED;
         goto done;
     }
-    const char *lowered = NULL;
-    if ((r = api.GetLoweredName(prog, name, &lowered)) != 0 || !lowered) {
-        call = SYMBOL("nvrtcGetLoweredName", "hiprtcGetLoweredName");
-        goto nvrtc_failed;
+    size_t lowered_len = 0; /* every lowered name with its NUL */
+    for (size_t e = 0; e < nexprs; ++e) {
+        const char *lowered = NULL;
+        if ((r = api.GetLoweredName(prog, name = exprs[e], &lowered)) != 0 || !lowered) {
+            call = SYMBOL("nvrtcGetLoweredName", "hiprtcGetLoweredName");
+            goto nvrtc_failed;
+        }
+        lowered_len += strlen(lowered) + 1;
     }
+    name = exprs[0];
     size_t cubin_len = 0;
     if ((r = api.GetCUBINSize(prog, &cubin_len)) != 0 || cubin_len == 0) {
         call = SYMBOL("nvrtcGetCUBINSize", "hiprtcGetCodeSize");
         goto nvrtc_failed;
     }
-    size_t lowered_len = strlen(lowered);
-    if (!(*payload = malloc(lowered_len + 1 + cubin_len))) {
+    if (!(*payload = malloc(lowered_len + cubin_len))) {
         st = FA_RTC_OUT_OF_MEMORY;
         goto done;
     }
-    memcpy(*payload, lowered, lowered_len + 1);
-    if ((r = api.GetCUBIN(prog, (char *)*payload + lowered_len + 1)) != 0) {
+    size_t at = 0;
+    for (size_t e = 0; e < nexprs; ++e) {
+        const char *lowered = NULL;
+        api.GetLoweredName(prog, exprs[e], &lowered); /* succeeded above */
+        memcpy(*payload + at, lowered, strlen(lowered) + 1);
+        at += strlen(lowered) + 1;
+    }
+    if ((r = api.GetCUBIN(prog, (char *)*payload + lowered_len)) != 0) {
         call = SYMBOL("nvrtcGetCUBIN", "hiprtcGetCode");
         goto nvrtc_failed;
     }
-    *payload_len = lowered_len + 1 + cubin_len;
+    *payload_len = lowered_len + cubin_len;
     goto done;
 
 nvrtc_failed:
@@ -452,30 +466,36 @@ static int target_ok(const char *target)
     return 1;
 }
 
-fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, const char *name_expression,
-                                    const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
-                                    size_t why_len)
+/* What a compile needs: the family's index and the options. */
+typedef struct compile_setup {
+    size_t family_index;
+    char arch_option[80];
+    const char *options[8 + 64];
+    int noptions;
+    char *define_options[64];
+} compile_setup;
+
+static void setup_free(compile_setup *c)
 {
-    if (why && why_len > 0)
-        why[0] = 0;
-    if (!out)
-        return FA_RTC_INVALID_ARG;
-    memset(out, 0, sizeof *out);
-    size_t family_index = 0;
-    while (family_index < RTC_FAMILY_COUNT &&
-           (!family || strcmp(RTC_FAMILIES[family_index].name, family) != 0))
-        ++family_index;
-    if (family_index == RTC_FAMILY_COUNT) {
+    for (size_t i = 0; i < 64; ++i)
+        free(c->define_options[i]);
+}
+
+/* Checks the arguments, opens the compiler and fills *c (setup_free releases it, whatever the
+ * result). */
+static fa_rtc_status setup(const char *family, const char *target, const char *const *defines, size_t ndefines,
+                           compile_setup *c, char *why, size_t why_len)
+{
+    memset(c, 0, sizeof *c);
+    while (c->family_index < RTC_FAMILY_COUNT &&
+           (!family || strcmp(RTC_FAMILIES[c->family_index].name, family) != 0))
+        ++c->family_index;
+    if (c->family_index == RTC_FAMILY_COUNT) {
         fa_why_set(why, why_len, "no kernel family %s embedded", family ? family : "(null)");
         return FA_RTC_INVALID_ARG;
     }
-    const fa_rtc_family *fam = &RTC_FAMILIES[family_index];
     if (!target_ok(target)) {
         fa_why_set(why, why_len, "no %s architecture %.64s", COMPILER, target ? target : "(null)");
-        return FA_RTC_INVALID_ARG;
-    }
-    if (!name_expression || !*name_expression) {
-        fa_why_set(why, why_len, "no name expression");
         return FA_RTC_INVALID_ARG;
     }
     if (ndefines > 64 || (ndefines > 0 && !defines)) {
@@ -494,35 +514,104 @@ fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, cons
     /* the options: those meson gives nvcc (hipcc) for these kernels that reach device code, then
      * the caller's defines. NVRTC's default is -O3; hipRTC is given hipcc's -O3 and the two LLVM
      * options hipcc adds to every compile (hipcc -v shows them) */
-    const char *const arch_name = target;
-    char arch_option[80];
-    snprintf(arch_option, sizeof arch_option, "%s%s", ARCH_OPTION, target);
-    const char *options[8 + 64];
-    char *define_options[64] = {0};
-    int noptions = 0;
-    options[noptions++] = arch_option;
-    options[noptions++] = "-std=c++17";
+    snprintf(c->arch_option, sizeof c->arch_option, "%s%s", ARCH_OPTION, target);
+    c->options[c->noptions++] = c->arch_option;
+    c->options[c->noptions++] = "-std=c++17";
 #ifdef FA_RTC_HIP
-    options[noptions++] = "-O3";
-    options[noptions++] = "-mllvm";
-    options[noptions++] = "-amdgpu-early-inline-all=true";
-    options[noptions++] = "-mllvm";
-    options[noptions++] = "-amdgpu-function-calls=false";
+    c->options[c->noptions++] = "-O3";
+    c->options[c->noptions++] = "-mllvm";
+    c->options[c->noptions++] = "-amdgpu-early-inline-all=true";
+    c->options[c->noptions++] = "-mllvm";
+    c->options[c->noptions++] = "-amdgpu-function-calls=false";
 #endif
 /* meson's b_ndebug gives -DNDEBUG to nvcc and to this file alike (not to hipcc) */
 #if defined(NDEBUG) && !defined(FA_RTC_HIP)
-    options[noptions++] = "-DNDEBUG";
+    c->options[c->noptions++] = "-DNDEBUG";
 #endif
     for (size_t i = 0; i < ndefines; ++i) {
         size_t n = strlen(defines[i]);
-        if (!(define_options[i] = malloc(n + 3))) {
-            st = FA_RTC_OUT_OF_MEMORY;
-            goto done;
-        }
-        memcpy(define_options[i], "-D", 2);
-        memcpy(define_options[i] + 2, defines[i], n + 1);
-        options[noptions++] = define_options[i];
+        if (!(c->define_options[i] = malloc(n + 3)))
+            return FA_RTC_OUT_OF_MEMORY;
+        memcpy(c->define_options[i], "-D", 2);
+        memcpy(c->define_options[i] + 2, defines[i], n + 1);
+        c->options[c->noptions++] = c->define_options[i];
     }
+    return FA_RTC_OK;
+}
+
+fa_rtc_status fa_rtc_compile_names(const char *family, const char *target, const char *const *names, size_t n,
+                                   char **lowered, unsigned char **code, size_t *code_len, char *why, size_t why_len)
+{
+    if (why && why_len > 0)
+        why[0] = 0;
+    if (!names || n == 0 || !lowered || !code || !code_len) {
+        fa_why_set(why, why_len, "no name expressions or nowhere to put the result");
+        return FA_RTC_INVALID_ARG;
+    }
+    *code = NULL;
+    *code_len = 0;
+    for (size_t i = 0; i < n; ++i)
+        lowered[i] = NULL;
+    for (size_t i = 0; i < n; ++i)
+        if (!names[i] || !*names[i]) {
+            fa_why_set(why, why_len, "name expression %zu is empty", i);
+            return FA_RTC_INVALID_ARG;
+        }
+    compile_setup c;
+    fa_rtc_status st = setup(family, target, NULL, 0, &c, why, why_len);
+    unsigned char *payload = NULL;
+    size_t payload_len = 0;
+    if (st == FA_RTC_OK) {
+        pthread_mutex_lock(&compile_lock);
+        st = nvrtc_compile(&RTC_FAMILIES[c.family_index], names, n, c.options, c.noptions, &payload, &payload_len,
+                           why, why_len);
+        pthread_mutex_unlock(&compile_lock);
+    }
+    setup_free(&c);
+    size_t at = 0;
+    for (size_t i = 0; i < n && st == FA_RTC_OK; ++i) {
+        if (!(lowered[i] = strdup((const char *)payload + at)))
+            st = FA_RTC_OUT_OF_MEMORY;
+        at += strlen((const char *)payload + at) + 1;
+    }
+    if (st == FA_RTC_OK) {
+        *code_len = payload_len - at;
+        if ((*code = malloc(*code_len)) != NULL)
+            memcpy(*code, payload + at, *code_len);
+        else
+            st = FA_RTC_OUT_OF_MEMORY;
+    }
+    if (st != FA_RTC_OK)
+        for (size_t i = 0; i < n; ++i) {
+            free(lowered[i]);
+            lowered[i] = NULL;
+        }
+    free(payload);
+    return st;
+}
+
+fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, const char *name_expression,
+                                    const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
+                                    size_t why_len)
+{
+    if (why && why_len > 0)
+        why[0] = 0;
+    if (!out)
+        return FA_RTC_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    if (!name_expression || !*name_expression) {
+        fa_why_set(why, why_len, "no name expression");
+        return FA_RTC_INVALID_ARG;
+    }
+    compile_setup c;
+    fa_rtc_status st = setup(family, target, defines, ndefines, &c, why, why_len);
+    if (st != FA_RTC_OK)
+        goto done;
+    const size_t family_index = c.family_index;
+    const fa_rtc_family *fam = &RTC_FAMILIES[family_index];
+    const char *const arch_name = target;
+    const char *const *options = c.options;
+    const int noptions = c.noptions;
 
     /* the key: the payload's layout, the family's source, NVRTC's version, each option, the name
      * expression (the family's root is its first file, in the source digest) */
@@ -557,7 +646,7 @@ fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, cons
         unsigned char *payload = NULL;
         size_t payload_len = 0;
         double t0 = now_seconds();
-        st = nvrtc_compile(fam, name_expression, options, noptions, &payload, &payload_len, why, why_len);
+        st = nvrtc_compile(fam, &name_expression, 1, options, noptions, &payload, &payload_len, why, why_len);
         progress.event = FA_RTC_COMPILE_END;
         progress.status = st;
         progress.seconds = now_seconds() - t0;
@@ -577,8 +666,7 @@ fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, cons
     pthread_mutex_unlock(&compile_lock);
 
 done:
-    for (size_t i = 0; i < ndefines; ++i)
-        free(define_options[i]);
+    setup_free(&c);
     if (st != FA_RTC_OK) {
         fa_rtc_kernel_free(out);
         memset(out, 0, sizeof *out);

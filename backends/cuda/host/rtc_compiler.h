@@ -61,6 +61,14 @@ fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, cons
                                     const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
                                     size_t why_len);
 
+/* For checks that a family's instances compile (tests/hip, tests/cuda): one program holding every
+ * kernel names[0..n) names, of family, compiled for target as fa_rtc_compile_target would, not
+ * cached; each kernel's lowered name into lowered[i] and the code object (cubin, or AMD's ELF
+ * code object) into *code, *code_len bytes; the caller frees them all (free). On failure all are
+ * NULL and why names the compiler's reason. */
+fa_rtc_status fa_rtc_compile_names(const char *family, const char *target, const char *const *names, size_t n,
+                                   char **lowered, unsigned char **code, size_t *code_len, char *why, size_t why_len);
+
 void fa_rtc_kernel_free(fa_rtc_kernel *kernel);
 
 /* What a caller may want to show while a kernel compiles (several seconds on first use). */
