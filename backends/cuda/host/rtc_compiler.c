@@ -182,6 +182,8 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
         } else if ((st = resolve(lib, name, why, why_len)) != FA_RTC_OK) {
             dlclose(lib);
         } else {
+            if (why && why_len > 0)
+                why[0] = 0; /* the names tried before the one that opened are no failure */
             atomic_store_explicit(&api_ready, 1, memory_order_release);
         }
     }
