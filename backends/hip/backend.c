@@ -89,7 +89,7 @@ static int arch_built(const char *arch)
 #ifdef FA_HIP_RTC
     (void)arch;
     return 1;
-#endif
+#else
     const char *list = FA_HIP_ARCHS;
     size_t n = strlen(arch);
     while (*list) {
@@ -99,6 +99,7 @@ static int arch_built(const char *arch)
         list += m + (list[m] == ';');
     }
     return 0;
+#endif
 }
 
 static int arch_is_cdna_mfma(const char *arch)
