@@ -4,44 +4,25 @@
  * channel's "done" event; finish makes the context's stream wait for that event. The transfer thus
  * starts after the data is written and runs alongside the kernels queued after it. agree is an
  * ncclAllReduce (min) of one int, waited for on the host. libnccl.so.2 is loaded at the first call
- * (dlopen), so that the library itself needs NCCL only where a ring is made: built with nccl.h,
- * libflashattn.so still loads on machines without NCCL. The runtime's calls are spelled through
- * host/runtime.h (FA_RT); nccl.h itself includes the toolkit's cuda_runtime.h, so this file needs
- * the toolkit's headers whichever runtime runs them, and NCCL's calls take its cudaStream_t. */
+ * (dlopen), so that the library itself needs NCCL only where a ring is made: libflashattn.so still
+ * loads on machines without NCCL. The runtime's calls are spelled through
+ * host/runtime.h (FA_RT), NCCL's through host/nccl_api.h (no nccl.h: the file builds with the CUDA
+ * toolkit or without it, in either kind of build). */
+#include "host/dl_symbols.h"
+#include "host/nccl_api.h"
 #include "host/runtime.h"
 #include "internal.h"
 
 #include <dlfcn.h>
-#include <nccl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(sizeof(ncclUniqueId) == FA_RING_NCCL_ID_BYTES, "ncclUniqueId is not FA_RING_NCCL_ID_BYTES bytes");
+_Static_assert(sizeof(fa_nccl_unique_id) == FA_RING_NCCL_ID_BYTES, "NCCL's unique id is not FA_RING_NCCL_ID_BYTES bytes");
 
-typedef struct nccl_api {
-    ncclResult_t (*get_unique_id)(ncclUniqueId *id);
-    ncclResult_t (*comm_init_rank)(ncclComm_t *comm, int size, ncclUniqueId id, int rank);
-    ncclResult_t (*comm_destroy)(ncclComm_t comm);
-    ncclResult_t (*group_start)(void);
-    ncclResult_t (*group_end)(void);
-    ncclResult_t (*send)(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t s);
-    ncclResult_t (*recv)(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t s);
-    ncclResult_t (*all_reduce)(const void *in, void *out, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                               ncclComm_t comm, cudaStream_t s);
-    const char *(*error_string)(ncclResult_t r);
-} nccl_api;
-
-static nccl_api api;
+static fa_nccl_api api;
 static int api_loaded;
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
-
-static int symbol(void *lib, const char *name, void *fn)
-{
-    void *sym = dlsym(lib, name);
-    memcpy(fn, &sym, sizeof sym); /* object pointer to function pointer without a cast */
-    return sym != NULL;
-}
 
 static void api_load(void)
 {
@@ -50,12 +31,15 @@ static void api_load(void)
         lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return;
-    api_loaded = symbol(lib, "ncclGetUniqueId", &api.get_unique_id) &&
-                 symbol(lib, "ncclCommInitRank", &api.comm_init_rank) &&
-                 symbol(lib, "ncclCommDestroy", &api.comm_destroy) && symbol(lib, "ncclGroupStart", &api.group_start) &&
-                 symbol(lib, "ncclGroupEnd", &api.group_end) && symbol(lib, "ncclSend", &api.send) &&
-                 symbol(lib, "ncclRecv", &api.recv) && symbol(lib, "ncclAllReduce", &api.all_reduce) &&
-                 symbol(lib, "ncclGetErrorString", &api.error_string);
+    const fa_dl_symbol table[] = {
+        {"ncclGetUniqueId", (void **)&api.get_unique_id}, {"ncclCommInitRank", (void **)&api.comm_init_rank},
+        {"ncclCommDestroy", (void **)&api.comm_destroy},  {"ncclGroupStart", (void **)&api.group_start},
+        {"ncclGroupEnd", (void **)&api.group_end},         {"ncclSend", (void **)&api.send},
+        {"ncclRecv", (void **)&api.recv},                  {"ncclAllReduce", (void **)&api.all_reduce},
+        {"ncclGetErrorString", (void **)&api.error_string},
+    };
+    const char *err = NULL;
+    api_loaded = fa_dl_resolve(lib, table, sizeof table / sizeof table[0], &err) == NULL;
 }
 
 static int api_ready(void)
@@ -66,7 +50,7 @@ static int api_ready(void)
 
 struct fa_ring_nccl {
     int device, rank, size;
-    ncclComm_t comm;
+    fa_nccl_comm_t comm;
     fa_rt_stream stream; /* the transport's */
     fa_rt_event ready, done[2];
     int *flag; /* device int for agree */
@@ -78,8 +62,8 @@ fa_status fa_ring_nccl_unique_id(unsigned char id[FA_RING_NCCL_ID_BYTES])
         return FA_ERR_INVALID_ARG;
     if (!api_ready())
         return FA_ERR_NO_BACKEND;
-    ncclUniqueId u;
-    if (api.get_unique_id(&u) != ncclSuccess)
+    fa_nccl_unique_id u;
+    if (api.get_unique_id(&u) != FA_NCCL_SUCCESS)
         return FA_ERR_BACKEND;
     memcpy(id, &u, sizeof u);
     return FA_SUCCESS;
@@ -136,10 +120,10 @@ fa_status fa_ring_nccl_create(fa_ring_nccl **ring, fa_context *ctx, const unsign
         return FA_ERROR(ctx, e == FA_RT_ERR_NO_MEMORY ? FA_ERR_OUT_OF_MEMORY : FA_ERR_BACKEND,
                         "ring nccl: %s (%s)", FA_RT(GetErrorName)(e), FA_RT(GetErrorString)(e));
     }
-    ncclUniqueId u;
+    fa_nccl_unique_id u;
     memcpy(&u, id, sizeof u);
-    const ncclResult_t n = api.comm_init_rank(&r->comm, size, u, rank);
-    if (n != ncclSuccess) {
+    const fa_nccl_result n = api.comm_init_rank(&r->comm, size, u, rank);
+    if (n != FA_NCCL_SUCCESS) {
         r->comm = NULL;
         release(r);
         return FA_ERROR(ctx, FA_ERR_BACKEND, "ring nccl: ncclCommInitRank: %s", api.error_string(n));
@@ -155,14 +139,14 @@ static int nccl_start(void *user, int channel, const void *send, void *recv, siz
         FA_RT(EventRecord)(r->ready, (fa_rt_stream)stream) != FA_RT(Success) ||
         FA_RT(StreamWaitEvent)(r->stream, r->ready, 0) != FA_RT(Success))
         return -1;
-    if (api.group_start() != ncclSuccess)
+    if (api.group_start() != FA_NCCL_SUCCESS)
         return -1;
-    const ncclResult_t a =
-        api.send(send, bytes, ncclUint8, (r->rank + 1) % r->size, r->comm, (cudaStream_t)r->stream);
-    const ncclResult_t b =
-        api.recv(recv, bytes, ncclUint8, (r->rank + r->size - 1) % r->size, r->comm, (cudaStream_t)r->stream);
-    const ncclResult_t c = api.group_end();
-    if (a != ncclSuccess || b != ncclSuccess || c != ncclSuccess)
+    const fa_nccl_result a =
+        api.send(send, bytes, FA_NCCL_UINT8, (r->rank + 1) % r->size, r->comm, (void *)r->stream);
+    const fa_nccl_result b =
+        api.recv(recv, bytes, FA_NCCL_UINT8, (r->rank + r->size - 1) % r->size, r->comm, (void *)r->stream);
+    const fa_nccl_result c = api.group_end();
+    if (a != FA_NCCL_SUCCESS || b != FA_NCCL_SUCCESS || c != FA_NCCL_SUCCESS)
         return -1;
     return FA_RT(EventRecord)(r->done[channel], r->stream) == FA_RT(Success) ? 0 : -1;
 }
@@ -181,7 +165,7 @@ static int nccl_agree(void *user, int ok, int *all_ok)
     int v = ok != 0, out = 0;
     if (FA_RT(SetDevice)(r->device) != FA_RT(Success) ||
         FA_RT(MemcpyAsync)(r->flag, &v, sizeof v, FA_RT(MemcpyHostToDevice), r->stream) != FA_RT(Success) ||
-        api.all_reduce(r->flag, r->flag, 1, ncclInt32, ncclMin, r->comm, (cudaStream_t)r->stream) != ncclSuccess ||
+        api.all_reduce(r->flag, r->flag, 1, FA_NCCL_INT32, FA_NCCL_MIN, r->comm, (void *)r->stream) != FA_NCCL_SUCCESS ||
         FA_RT(MemcpyAsync)(&out, r->flag, sizeof out, FA_RT(MemcpyDeviceToHost), r->stream) != FA_RT(Success) ||
         FA_RT(StreamSynchronize)(r->stream) != FA_RT(Success))
         return -1;

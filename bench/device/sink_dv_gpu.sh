@@ -31,7 +31,7 @@ status=0
 
 if [ ! -f "$B/build.ninja" ]; then
   echo "== configure $B"
-  meson setup "$B" -Dcuda=enabled -Dcuda-archs="${CUDA_ARCHS:-auto}" -Dhip=disabled -Dopencl=disabled -Dnccl=disabled -Dbench=false \
+  meson setup "$B" -Dcuda=enabled -Dcuda-kernels=aot -Dcuda-archs="${CUDA_ARCHS:-auto}" -Dhip=disabled -Dopencl=disabled -Dnccl=disabled -Dbench=false \
     -Dconformance_grid="$GRID" > "$OUT/setup.log" 2>&1 \
     || { echo "meson setup failed"; tail -30 "$OUT/setup.log"; exit 1; }
 fi
