@@ -52,16 +52,34 @@ static loaded_kernel *find_locked(int device, const char *name)
     return NULL;
 }
 
+/* The architectures of the first devices, read once each (hipGetDeviceProperties is not a cheap
+ * call to make per launch); "" until then. table_lock guards them. */
+#define KNOWN_DEVICES 64
+static char device_arch[KNOWN_DEVICES][sizeof ((hipDeviceProp_t *)0)->gcnArchName];
+
 /* The current device and its architecture, as hipRTC's --offload-arch takes it. */
 static fa_rtc_status current_device(int *device, char *arch, size_t arch_len, char *why, size_t why_len)
 {
-    hipDeviceProp_t prop;
     fa_rtc_status st = hip_failed(hipGetDevice(device), "hipGetDevice", why, why_len);
-    if (st == FA_RTC_OK)
-        st = hip_failed(hipGetDeviceProperties(&prop, *device), "hipGetDeviceProperties", why, why_len);
     if (st != FA_RTC_OK)
         return st;
+    const int known = *device >= 0 && *device < KNOWN_DEVICES;
+    if (known) {
+        pthread_mutex_lock(&table_lock);
+        snprintf(arch, arch_len, "%s", device_arch[*device]);
+        pthread_mutex_unlock(&table_lock);
+        if (arch[0])
+            return FA_RTC_OK;
+    }
+    hipDeviceProp_t prop;
+    if ((st = hip_failed(hipGetDeviceProperties(&prop, *device), "hipGetDeviceProperties", why, why_len)) != FA_RTC_OK)
+        return st;
     snprintf(arch, arch_len, "%s", prop.gcnArchName);
+    if (known) {
+        pthread_mutex_lock(&table_lock);
+        snprintf(device_arch[*device], sizeof device_arch[*device], "%s", prop.gcnArchName);
+        pthread_mutex_unlock(&table_lock);
+    }
     return FA_RTC_OK;
 }
 

@@ -83,7 +83,7 @@ typedef struct nvrtc_api {
     nvrtc_result (*GetCUBIN)(nvrtc_program, char *);       /* hiprtcGetCode */
     nvrtc_result (*GetProgramLogSize)(nvrtc_program, size_t *);
     nvrtc_result (*GetProgramLog)(nvrtc_program, char *);
-    char version[32]; /* "13.0"; hipRTC's "5.2" */
+    char version[32]; /* "13.0"; hipRTC numbers itself apart from ROCm ("9.0" in ROCm 5.2) */
 } nvrtc_api;
 
 static nvrtc_api api;
@@ -329,13 +329,13 @@ static void say_log(char *why, size_t why_len, const char *log)
     }
 }
 
-/* NVRTC's compile of one program holding the kernels exprs[0..nexprs) of family fam under options:
+/* The compiler's run over one program holding the kernels exprs[0..nexprs) of family fam under options:
  * the payload (each lowered name and a NUL, then the cubin) in *payload. One name: a cache entry. */
 static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *const *exprs, size_t nexprs,
                                    const char *const *options, int noptions, unsigned char **payload,
                                    size_t *payload_len, char *why, size_t why_len)
 {
-    const char *name = exprs[0]; /* the one messages name */
+    const char *name = exprs[0]; /* the one a message names */
     size_t nsrc = fam->file_count;
     const char **texts = malloc(nsrc * sizeof *texts);
     const char **names = malloc(nsrc * sizeof *names);
@@ -660,7 +660,7 @@ fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, cons
             out->key = key;
             out->compile_seconds = progress.seconds;
             if (st == FA_RTC_NVRTC_ERROR)
-                fa_why_set(why, why_len, "NVRTC's output for %s is not an ELF cubin", name_expression);
+                fa_why_set(why, why_len, COMPILER "'s output for %s is not an ELF image", name_expression);
         }
         free(payload);
         free(dir);

@@ -1,10 +1,10 @@
 /* rtc_decode.c: fa_forward_kvcache's launches for a build whose kernels are compiled at run time
- * (host/rtc_launch.h's fa_rtc_launch_kv and its kin; the entry points of host/kernels.h, fa_kv_*, are
- * host/rtc_kernels.c's, the HIP module's fa_hip_kv_* backends/hip/rtc_kernels.c's): the kernels of
- * decode/ (the family's root decode/kernels_device.cuh) compiled by NVRTC or hipRTC on first use
- * and launched by fa_rtc_launch (vendor-neutral) in the sequence, on the grids and with the shared memory of the nvcc-built
- * launchers (decode/decode.cuh's launch_call, decode/decode_mma.cuh's launch_mma), which
- * common/kv_geometry.h gives both:
+ * (host/rtc_launch.h's fa_rtc_launch_kv and its kin, which the entry points call: host/kernels.h's
+ * fa_kv_* in host/rtc_kernels.c, the HIP module's fa_hip_kv_* in backends/hip/rtc_kernels.c): the
+ * kernels of decode/ (the family's root decode/kernels_device.cuh) compiled by NVRTC or hipRTC on
+ * first use and launched by fa_rtc_launch, vendor-neutral, in the sequence, on the grids and with
+ * the shared memory of the compiled launchers (decode/decode.cuh's launch_call,
+ * decode/decode_mma.cuh's launch_mma), which common/kv_geometry.h gives both:
  *   check_kernel<S>       where the call checks its arrays on the device (p->fault), one block of
  *                         256 threads per sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
