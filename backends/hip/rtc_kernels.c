@@ -2,7 +2,8 @@
  * compiled at run time (-Dhip-kernels=rtc): each compiles its instance with hipRTC on first use
  * (the disk cache keeps it for later processes) and launches it through the HIP runtime
  * (rtc_launch.c) with the hipcc-built launchers' geometry: the SIMT forward and backward and the
- * decode sequence through the CUDA backend's vendor-neutral launchers (../cuda/host/rtc_simt.c,
+ * decode sequence defined as the CUDA backend's rtc build defines them
+ * (../cuda/host/rtc_entry_points.h, over the vendor-neutral ../cuda/host/rtc_simt.c and
  * rtc_decode.c), the MFMA forward here (mfma/forward.cuh's launch_forward, whose geometry
  * common/mfma_geometry.h gives both). Each returns a hipError_t, the message of a failure kept
  * for the backend's error (../cuda/host/rtc_entry.c). Plain C. */
@@ -16,45 +17,9 @@
 
 #include <stdio.h>
 
-int fa_hip_simt_bucket(int64_t head_dim)
-{
-    return fa_simt_bucket_of(head_dim);
-}
-
-int fa_hip_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
-{
-    (void)head_dim_bucket; /* the launcher takes the bucket from p, by the same rule */
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_launch_simt_forward(p, dtype, stream, why, len));
-}
-
-int fa_hip_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
-{
-    (void)head_dim_bucket;
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_launch_simt_backward(p, dtype, stream, why, len));
-}
-
-int fa_hip_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
-                      void *stream)
-{
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_launch_kv(p, dtype, head_dim_bucket, row_tile, async_copy, stream, why, len));
-}
-
-int fa_hip_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks)
-{
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_kv_blocks(dtype, head_dim_bucket, row_tile, async_copy, blocks, why, len));
-}
+/* the SIMT and decode entry points, shared with the CUDA backend's rtc build */
+#define FA_RTC_ENTRY(name) fa_hip_##name
+#include "host/rtc_entry_points.h"
 
 /* mfma/forward.cuh's launch_forward: forward_kernel<S, D, MOD> on ceil(seqlen_q / FA_MFMA_ROWS) x
  * heads_q x batch wavefronts, its arguments the parameter block and the vec flag. */

@@ -2,55 +2,19 @@
  * at run time (-Dcuda-kernels=rtc): each compiles its instance with NVRTC on first use (the disk
  * cache keeps it for later processes; host/rtc_compiler.h) and launches it through the driver API
  * (host/rtc_launch.h), with the nvcc-built launchers' geometry. This file has the SIMT forward and
- * backward (host/rtc_simt.c launches them) and fa_forward_kvcache's (host/rtc_decode.c); the other
+ * backward (host/rtc_simt.c launches them) and fa_forward_kvcache's (host/rtc_decode.c), the
+ * entry points it shares with the HIP module from host/rtc_entry_points.h; the other
  * families' are in their own host/rtc_<family>.c (rtc_sm80.c, rtc_sm90.c, rtc_ring.c), and what
  * every entry point shares (its message, its CUresult, the compile notice) in host/rtc_entry.c.
  * Plain C. */
 #include "host/rtc_kernels.h"
 
-#include "common/simt_geometry.h"
 #include "host/kernels.h"
 #include "host/rtc_launch.h"
 
-int fa_simt_bucket(int64_t head_dim)
-{
-    return fa_simt_bucket_of(head_dim);
-}
-
-int fa_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
-{
-    (void)head_dim_bucket; /* the launcher takes the bucket from p, by the same rule */
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_launch_simt_forward(p, dtype, stream, why, len));
-}
-
-int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream)
-{
-    (void)head_dim_bucket;
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_launch_simt_backward(p, dtype, stream, why, len));
-}
-
-int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
-                  void *stream)
-{
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_launch_kv(p, dtype, head_dim_bucket, row_tile, async_copy, stream, why, len));
-}
-
-int fa_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks)
-{
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len);
-    fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_kv_blocks(dtype, head_dim_bucket, row_tile, async_copy, blocks, why, len));
-}
+/* the SIMT and decode entry points, shared with the HIP module */
+#define FA_RTC_ENTRY(name) fa_##name
+#include "host/rtc_entry_points.h"
 
 int fa_kv_forward_mma(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream)
 {
