@@ -6,10 +6,9 @@
  * launched with hipModuleLaunchKernel. The launch sequences over them (SIMT, decode) are the CUDA
  * backend's run-time ones, shared (../cuda/host/rtc_simt.c, rtc_decode.c).
  *
- * Loaded modules are kept in a table keyed by (device, name expression), loaded by the first
- * launch that needs them and kept until fa_rtc_launch_release. The table lock is not held while
- * a kernel compiles, so launches of loaded kernels do not wait; two threads that miss together
- * both load, and the second unloads its copy. Plain C against hip_runtime_api.h. */
+ * Loaded modules are kept in ../cuda/host/rtc_loaded.h's table keyed by (device, name expression),
+ * loaded by the first launch that needs them and kept until fa_rtc_launch_release. Plain C against
+ * hip_runtime_api.h. */
 #include "host/rtc_launch.h"
 
 #include "common/simt_geometry.h"
@@ -18,20 +17,9 @@
 #include <hip/hip_runtime_api.h>
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-typedef struct loaded_kernel {
-    int device;
-    char name[FA_RTC_NAME_MAX]; /* the name expression (namespaced: unique across families) */
-    hipModule_t module;
-    hipFunction_t function;
-} loaded_kernel;
-
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static loaded_kernel *table;
-static size_t table_len, table_cap;
 
 /* FA_RTC_OK, or FA_RTC_DRIVER_ERROR with why in host/rtc_entry.c's form "<call> failed: <name>
  * (<code>): <text>" */
@@ -43,19 +31,17 @@ static fa_rtc_status hip_failed(hipError_t e, const char *call, char *why, size_
     return FA_RTC_DRIVER_ERROR;
 }
 
-/* the table's entry for (device, name), or NULL; table_lock held */
-static loaded_kernel *find_locked(int device, const char *name)
+/* A device as the loaded-kernel table's key (never NULL). */
+static const void *where_of(int device)
 {
-    for (size_t i = 0; i < table_len; ++i)
-        if (table[i].device == device && strcmp(table[i].name, name) == 0)
-            return &table[i];
-    return NULL;
+    return (const void *)((intptr_t)device + 1);
 }
 
 /* The architectures of the first devices, read once each (hipGetDeviceProperties is not a cheap
- * call to make per launch); "" until then. table_lock guards them. */
+ * call to make per launch); "" until then. */
 #define KNOWN_DEVICES 64
 static char device_arch[KNOWN_DEVICES][sizeof ((hipDeviceProp_t *)0)->gcnArchName];
+static pthread_mutex_t arch_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The current device and its architecture, as hipRTC's --offload-arch takes it. */
 static fa_rtc_status current_device(int *device, char *arch, size_t arch_len, char *why, size_t why_len)
@@ -65,9 +51,9 @@ static fa_rtc_status current_device(int *device, char *arch, size_t arch_len, ch
         return st;
     const int known = *device >= 0 && *device < KNOWN_DEVICES;
     if (known) {
-        pthread_mutex_lock(&table_lock);
+        pthread_mutex_lock(&arch_lock);
         snprintf(arch, arch_len, "%s", device_arch[*device]);
-        pthread_mutex_unlock(&table_lock);
+        pthread_mutex_unlock(&arch_lock);
         if (arch[0])
             return FA_RTC_OK;
     }
@@ -76,9 +62,9 @@ static fa_rtc_status current_device(int *device, char *arch, size_t arch_len, ch
         return st;
     snprintf(arch, arch_len, "%s", prop.gcnArchName);
     if (known) {
-        pthread_mutex_lock(&table_lock);
+        pthread_mutex_lock(&arch_lock);
         snprintf(device_arch[*device], sizeof device_arch[*device], "%s", prop.gcnArchName);
-        pthread_mutex_unlock(&table_lock);
+        pthread_mutex_unlock(&arch_lock);
     }
     return FA_RTC_OK;
 }
@@ -98,11 +84,7 @@ static fa_rtc_status kernel_function(const char *family, const char *name, hipFu
     fa_rtc_status st = current_device(&device, arch, sizeof arch, why, why_len);
     if (st != FA_RTC_OK)
         return st;
-    pthread_mutex_lock(&table_lock);
-    const loaded_kernel *found = find_locked(device, name);
-    *function = found ? found->function : NULL;
-    pthread_mutex_unlock(&table_lock);
-    if (*function)
+    if ((*function = (hipFunction_t)fa_rtc_loaded_find(where_of(device), name, NULL)) != NULL)
         return FA_RTC_OK;
 
     fa_rtc_kernel kernel;
@@ -120,33 +102,11 @@ static fa_rtc_status kernel_function(const char *family, const char *name, hipFu
         return st;
     }
 
-    pthread_mutex_lock(&table_lock);
-    const loaded_kernel *loaded = find_locked(device, name);
-    if (loaded) { /* another thread loaded it meanwhile: keep its module */
-        *function = loaded->function;
-    } else {
-        if (table_len == table_cap) {
-            size_t cap = table_cap ? 2 * table_cap : 32;
-            loaded_kernel *grown = realloc(table, cap * sizeof *grown);
-            if (!grown) {
-                st = FA_RTC_OUT_OF_MEMORY;
-            } else {
-                table = grown;
-                table_cap = cap;
-            }
-        }
-        if (st == FA_RTC_OK) {
-            loaded_kernel *e = &table[table_len++];
-            e->device = device;
-            snprintf(e->name, sizeof e->name, "%s", name);
-            e->module = module;
-            e->function = *function;
-            module = NULL;
-        }
-    }
-    pthread_mutex_unlock(&table_lock);
-    if (module)
-        (void)hipModuleUnload(module);
+    void *kept_module = module, *kept_function = *function;
+    st = fa_rtc_loaded_add(where_of(device), name, &kept_module, &kept_function);
+    *function = (hipFunction_t)kept_function;
+    if (kept_module) /* another thread's is kept, or none could be */
+        (void)hipModuleUnload((hipModule_t)kept_module);
     return st;
 }
 
@@ -184,13 +144,14 @@ fa_rtc_status fa_rtc_occupancy(const char *family, const char *name_expression, 
                       "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor", why, why_len);
 }
 
+static void unload(const void *device, void *module, void *user)
+{
+    (void)device;
+    (void)user;
+    (void)hipModuleUnload((hipModule_t)module);
+}
+
 void fa_rtc_launch_release(void)
 {
-    pthread_mutex_lock(&table_lock);
-    for (size_t i = 0; i < table_len; ++i)
-        (void)hipModuleUnload(table[i].module);
-    free(table);
-    table = NULL;
-    table_len = table_cap = 0;
-    pthread_mutex_unlock(&table_lock);
+    fa_rtc_loaded_release(unload, NULL);
 }

@@ -14,12 +14,11 @@
 #include "common/params.h"
 #include "host/driver_api.h"
 #include "host/rtc_compiler.h"
+#include "host/rtc_loaded.h" /* FA_RTC_NAME_MAX */
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The longest name expression a launch takes, with its terminating zero. */
-#define FA_RTC_NAME_MAX 160
 
 /* How a kernel is launched: its family (host/rtc_sources.h: "simt", "sm80", "sm90", "decode",
  * "ring"), the architecture suffix ('a': compiled for sm_<major><minor>a, which the sm90 family's
