@@ -16,7 +16,7 @@
  * functions. OpenCL C has no <stdint.h>; its long is 64 bits. */
 #if defined(__OPENCL_VERSION__)
 typedef long int64_t;
-#elif !defined(__CUDACC_RTC__) /* NVRTC has no <stdint.h>: common/rtc_prelude.cuh, included first there, defines the types */
+#elif !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* NVRTC and hipRTC have no <stdint.h>: common/rtc_prelude.cuh, included first there, defines the types */
 #include <stdint.h>
 #endif
 

@@ -20,7 +20,7 @@ typedef uint fa_u32;
 typedef ulong fa_u64;
 #define FA_PHILOX_FN static inline
 #else
-#if !defined(__CUDACC_RTC__) /* NVRTC has no <stdint.h>: common/rtc_prelude.cuh, included first there, defines the types */
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* NVRTC and hipRTC have no <stdint.h>: common/rtc_prelude.cuh, included first there, defines the types */
 #include <stdint.h>
 #endif
 typedef uint32_t fa_u32;
@@ -91,7 +91,7 @@ FA_PHILOX_FN int fa_dropout_keep(fa_u64 seed, fa_u64 offset, fa_u64 batch, fa_u6
     return r.v[col & 3u] >= threshold;
 }
 
-#if !defined(__OPENCL_VERSION__) && !defined(__CUDACC_RTC__) /* NVRTC compiles no host function */
+#if !defined(__OPENCL_VERSION__) && !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* NVRTC and hipRTC compile no host function */
 /* Host side: the integer threshold for drop probability p in [0, 1). */
 static inline fa_u32 fa_dropout_threshold(double p)
 {

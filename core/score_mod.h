@@ -23,7 +23,7 @@
 #define FA_SCORE_FABS(x) fabs(x)
 #define FA_SCORE_I64 long /* OpenCL C has no <stdint.h>; its long is 64 bits */
 #else
-#if !defined(__CUDACC_RTC__) /* NVRTC: its built-in math functions, common/rtc_prelude.cuh's types */
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* NVRTC: its built-in math functions, common/rtc_prelude.cuh's types */
 #include <math.h>
 #include <stdint.h>
 #endif

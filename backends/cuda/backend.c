@@ -72,8 +72,8 @@ static void cuda_capabilities(fa_capabilities *caps)
                      FA_FEATURE_ALIBI | FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V | FA_FEATURE_KVCACHE |
                      FA_FEATURE_KVCACHE_DEVICE_CHECK;
 #ifdef FA_CUDA_RTC
-    /* kernels compiled at run time (host/rtc_kernels.c, rtc_sm80.c, rtc_sm90.c, rtc_decode.c,
-     * rtc_ring.c) */
+    /* kernels compiled at run time (host/rtc_kernels.c, rtc_simt.c, rtc_sm80.c, rtc_sm90.c,
+     * rtc_decode.c, rtc_ring.c) */
     snprintf(caps->notes, sizeof caps->notes,
              "kernels compiled at run time by NVRTC for the device's sm (cached under FLASHATTN_CACHE_DIR): "
              "sm80 mma (cc>=8.0), cc 9.0 wgmma (sm_90a, where the driver encodes tensor maps) and simt "

@@ -9,7 +9,9 @@
  * The learnable sink and a value head dim d_v != d are the SIMT kernels' alone (the MFMA forward
  * reads neither): the chooser gives them every such call.
  * FLASHATTN_KERNELS=simt runs everything on the SIMT family. The chooser refuses, with the reason,
- * a device whose architecture the library was not built for. */
+ * a device whose architecture the library was not built for (-Dhip-archs). A module built with
+ * -Dhip-kernels=rtc (FA_HIP_RTC) compiles the same kernels at run time with hipRTC for the device
+ * found, whatever its architecture (rtc_kernels.c); it offers the same capabilities. */
 #include "host/gpu_host.h"
 #include "kernels.h"
 
@@ -46,6 +48,12 @@ static fa_status hip_device_name(int device, char *buf, size_t len)
     return FA_SUCCESS;
 }
 
+#ifdef FA_HIP_RTC
+#define KERNELS_NOTE "kernels compiled at run time by hipRTC for the device"
+#else
+#define KERNELS_NOTE "built for " FA_HIP_ARCHS
+#endif
+
 static void hip_capabilities(fa_capabilities *caps)
 {
     caps->dtypes = (1u << FA_DTYPE_F32) | (1u << FA_DTYPE_F16) | (1u << FA_DTYPE_BF16);
@@ -58,10 +66,10 @@ static void hip_capabilities(fa_capabilities *caps)
     if (FA_HIP_SINK_AND_DV_VERIFIED)
         caps->features |= FA_FEATURE_SINK | FA_FEATURE_HEAD_DIM_V;
     snprintf(caps->notes, sizeof caps->notes,
-             "built for %s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), SIMT kernels "
+             "%s; MFMA forward on CDNA (gfx90a, gfx94x; fp16/bf16, d <= 128), SIMT kernels "
              "for the rest (always deterministic), or for all with FLASHATTN_KERNELS=simt; "
              "not yet run on AMD hardware (README)",
-             FA_HIP_ARCHS);
+             KERNELS_NOTE);
 }
 
 /* The device's architecture without feature flags: "gfx90a" of "gfx90a:sramecc+:xnack-". */
@@ -74,9 +82,14 @@ static void arch_of(const fa_gpu_state *s, char *out, size_t len)
     out[n] = '\0';
 }
 
-/* Whether `arch` is one of the ';'-separated offload targets the kernels were built for. */
+/* Whether `arch` is one of the ';'-separated offload targets the kernels were built for (any,
+ * where they are compiled at run time for the device). */
 static int arch_built(const char *arch)
 {
+#ifdef FA_HIP_RTC
+    (void)arch;
+    return 1;
+#else
     const char *list = FA_HIP_ARCHS;
     size_t n = strlen(arch);
     while (*list) {
@@ -86,6 +99,7 @@ static int arch_built(const char *arch)
         list += m + (list[m] == ';');
     }
     return 0;
+#endif
 }
 
 static int arch_is_cdna_mfma(const char *arch)

@@ -26,8 +26,9 @@
 #define FA_KV_SIMT_RING_BYTES(D) (FA_KV_SIMT_STAGES(D) * 2 * FA_KV_SIMT_U(D) * FA_KV_THREADS * 16)
 
 /* The SIMT decode kernel's cp.async ring: CUDA only (HIP's kernels load through registers); the
- * instances with it are the fp16 / bf16 ones. */
-#if defined(__HIPCC__)
+ * instances with it are the fp16 / bf16 ones. FA_RUNTIME_HIP: the HIP module's host code (its
+ * run-time launcher names the instances). */
+#if defined(__HIPCC__) || defined(FA_RUNTIME_HIP)
 #define FA_KV_HAVE_ASYNC 0
 #else
 #define FA_KV_HAVE_ASYNC 1
@@ -45,7 +46,7 @@
 #define FA_KV_MMA_SMEM(D)                                                                                            \
     (FA_KV_MMA_RING_BYTES(D) > FA_KV_MMA_MERGE_BYTES(D) ? FA_KV_MMA_RING_BYTES(D) : FA_KV_MMA_MERGE_BYTES(D))
 
-#if !defined(__CUDACC_RTC__)
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__)
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,6 +101,6 @@ static inline int fa_kv_simt_smem(int head_dim_bucket, int async_copy)
 }
 #endif
 
-#endif /* !__CUDACC_RTC__ */
+#endif /* !__CUDACC_RTC__ && !__HIPCC_RTC__ */
 
 #endif /* FA_GPU_KV_GEOMETRY_H */

@@ -4,7 +4,7 @@
 #ifndef FA_GPU_KV_PARAMS_H
 #define FA_GPU_KV_PARAMS_H
 
-#if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
+#if defined(__CUDACC_RTC__) || defined(__HIPCC_RTC__) /* NVRTC, hipRTC: the toolkit's names from common/rtc_prelude.cuh */
 #include "common/rtc_prelude.cuh"
 #else
 #include <stdint.h>

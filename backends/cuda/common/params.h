@@ -4,7 +4,7 @@
 #ifndef FA_GPU_PARAMS_H
 #define FA_GPU_PARAMS_H
 
-#if defined(__CUDACC_RTC__) /* NVRTC has no <stdint.h>: the prelude's types */
+#if defined(__CUDACC_RTC__) || defined(__HIPCC_RTC__) /* NVRTC and hipRTC have no <stdint.h>: the prelude's types */
 #include "common/rtc_prelude.cuh"
 #else
 #include <stddef.h>

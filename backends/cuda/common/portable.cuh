@@ -15,7 +15,7 @@
 #include "philox.h"
 #include "score_mod.h"
 
-#if !defined(__CUDACC_RTC__) /* NVRTC: common/rtc_prelude.cuh (through vendor.h) */
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* NVRTC: common/rtc_prelude.cuh (through vendor.h) */
 #include <stdint.h>
 #endif
 
@@ -208,7 +208,7 @@ FA_DEVICE float drop_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_
 
 /* ---------------------------------------------------------------- launch checks */
 
-#if !defined(__CUDACC_RTC__) /* host code: NVRTC compiles the kernels alone */
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* host code: NVRTC and hipRTC compile the kernels alone */
 
 /* common/simt_geometry.h's rules, under the names the kernels' launchers use */
 inline int bucket_of(int64_t d)

@@ -1,18 +1,42 @@
-/* rtc_prelude.cuh: what the kernels take from the CUDA toolkit's headers, for NVRTC, which has no
- * include path to them (a wheel cannot count on a toolkit; NVRTC 13 has no built-in <stdint.h>,
- * <math.h>, <math_constants.h>, <cuda_fp16.h>, <cuda_bf16.h> or <cuda.h>). Only under
- * __CUDACC_RTC__: common/vendor.h and common/params.h include it there (and each header that would
- * include a toolkit header includes it instead), where nvcc's build includes the toolkit headers.
- * It holds exactly the names the kernel families NVRTC compiles (simt, sm80, sm90, decode, ring:
- * host/rtc_sources.h) use; NVRTC itself provides the rest (float4, uint2, make_float4, dim3, expf
- * / exp2f / logf / log1pf / fmaxf / fmaf, isnan, __uint_as_float, __shfl_xor_sync, __syncthreads,
- * __cvta_generic_to_shared, memcpy, size_t). A family that needs more adds it here, with the
- * toolkit's definition, so the machine code stays the same. */
+/* rtc_prelude.cuh: what the kernels take from the toolkit's headers, for the run-time compilers,
+ * which have no include path to them (a wheel cannot count on a toolkit).
+ *
+ * NVRTC (__CUDACC_RTC__): NVRTC 13 has no built-in <stdint.h>, <math.h>, <math_constants.h>,
+ * <cuda_fp16.h>, <cuda_bf16.h> or <cuda.h>. common/vendor.h and common/params.h include this file
+ * there (and each header that would include a toolkit header includes it instead), where nvcc's
+ * build includes the toolkit headers. It holds exactly the names the kernel families NVRTC
+ * compiles (simt, sm80, sm90, decode, ring: host/rtc_sources.h) use; NVRTC itself provides the rest
+ * (float4, uint2, make_float4, dim3, expf / exp2f / logf / log1pf / fmaxf / fmaf, isnan,
+ * __uint_as_float, __shfl_xor_sync, __syncthreads, __cvta_generic_to_shared, memcpy, size_t). A
+ * family that needs more adds it here, with the toolkit's definition, so the machine code stays
+ * the same.
+ *
+ * hipRTC (__HIPCC_RTC__): its built-in headers are hip_runtime.h's device side with hip_fp16.h
+ * (the fixed-width types, __half and its conversions, the vector types, the math functions, the
+ * shuffles); an #include of a HIP or C header would reach the system's copy, if any, and clash
+ * with them. What the families hipRTC compiles (simt, decode, mfma: backends/hip/meson.build) need
+ * beyond that is <stdint.h>'s 8- and 16-bit types (hipRTC has the 32- and 64-bit ones) and INT64_MAX,
+ * and <math.h>'s INFINITY, defined below as glibc's headers define them. */
 #ifndef FA_GPU_RTC_PRELUDE_CUH
 #define FA_GPU_RTC_PRELUDE_CUH
 
+#if defined(__HIPCC_RTC__)
+
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+#ifndef INT64_MAX
+#define INT64_MAX 9223372036854775807L
+#endif
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#endif
+
+#else /* NVRTC */
+
 #if !defined(__CUDACC_RTC__)
-#error "common/rtc_prelude.cuh is for NVRTC: nvcc's build includes the toolkit's headers"
+#error "common/rtc_prelude.cuh is for NVRTC and hipRTC: nvcc's and hipcc's builds include the toolkit's headers"
 #endif
 
 /* <stdint.h>: the fixed-width types (and INT64_MAX) as glibc spells them on LP64 (the host ABI nvcc's device code
@@ -122,5 +146,7 @@ typedef struct CUtensorMap_st {
     alignas(128) unsigned long long opaque[16];
 } CUtensorMap;
 static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) == 128, "CUtensorMap");
+
+#endif /* NVRTC */
 
 #endif /* FA_GPU_RTC_PRELUDE_CUH */

@@ -1,9 +1,9 @@
 /* simt_geometry.h: the SIMT kernels' launch geometry, the one source for every launcher of them:
  * launch_forward and launch_backward (simt/, compiled by nvcc, through common/portable.cuh) and the
- * driver-API launcher (host/rtc_launch.c, plain C), so the two paths cannot disagree on the tile,
+ * run-time launcher (host/rtc_simt.c, plain C), so the two paths cannot disagree on the tile,
  * the block, the head-dim buckets, the storage types or the vector rule. In common/ because the
  * host layer may include common/ only (tests/cuda/check_include_graph.py). Compiles as C, CUDA and
- * HIP; under NVRTC the tile constants only (the rest is host code). */
+ * HIP; under NVRTC and hipRTC the tile constants only (the rest is host code). */
 #ifndef FA_GPU_SIMT_GEOMETRY_H
 #define FA_GPU_SIMT_GEOMETRY_H
 
@@ -19,7 +19,7 @@
 #define FA_SIMT_BWD_CPT 16
 #define FA_SIMT_BWD_ROWS(D) (FA_SIMT_THREADS * FA_SIMT_BWD_CPT / (D))
 
-#if !defined(__CUDACC_RTC__)
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__)
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +68,6 @@ static inline int64_t fa_simt_query_tiles(int64_t seqlen_q)
 }
 #endif
 
-#endif /* !__CUDACC_RTC__ */
+#endif /* !__CUDACC_RTC__ && !__HIPCC_RTC__ */
 
 #endif /* FA_GPU_SIMT_GEOMETRY_H */

@@ -3,16 +3,23 @@
  * differently: runtime types, the shuffle, the warp (wavefront) width, fp16 conversions. Compiled
  * as CUDA under __CUDACC__ and as HIP under __HIPCC__; nothing else of either toolkit is used, so
  * the kernels themselves are written once (ggml's vendors/hip.h is the model). Under NVRTC
- * (__CUDACC_RTC__) the device names come from common/rtc_prelude.cuh instead of the toolkit. */
+ * (__CUDACC_RTC__) the device names come from common/rtc_prelude.cuh instead of the toolkit; under
+ * hipRTC (__HIPCC_RTC__) from hipRTC's built-in headers and the prelude. */
 #ifndef FA_GPU_VENDOR_H
 #define FA_GPU_VENDOR_H
 
 #if defined(__HIPCC__)
+#if defined(__HIPCC_RTC__)
+/* hipRTC (which defines __HIPCC__ too): device code alone; its built-in headers give the runtime's
+ * device names, common/rtc_prelude.cuh the few others */
+#include "common/rtc_prelude.cuh"
+#else
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
 
 typedef hipError_t fa_gpu_error;
 typedef hipStream_t fa_gpu_stream;
+#endif
 #define FA_GPU_SUCCESS hipSuccess
 #define FA_GPU_INVALID_VALUE hipErrorInvalidValue
 #define fa_gpu_last_error hipGetLastError

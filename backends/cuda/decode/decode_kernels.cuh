@@ -28,7 +28,7 @@
 #include "rotary.h"
 #include "sink.h"
 
-#if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
+#if defined(__CUDACC_RTC__) || defined(__HIPCC_RTC__) /* NVRTC, hipRTC: the toolkit's names from common/rtc_prelude.cuh */
 #include "common/rtc_prelude.cuh"
 #else
 #include <math.h>

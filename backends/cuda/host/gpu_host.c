@@ -1,7 +1,7 @@
 /* gpu_host.c: the host glue of the CUDA and HIP backends (gpu_host.h says what it holds),
  * compiled once per runtime. */
 #include "host/gpu_host.h"
-#ifdef FA_CUDA_RTC
+#if defined(FA_CUDA_RTC) || defined(FA_HIP_RTC)
 #include "host/rtc_kernels.h"
 #endif
 #include "kernels_switch.h"
@@ -13,7 +13,7 @@
 fa_status fa_gpu_fail(fa_context *ctx, fa_rt_error e, const char *what)
 {
     fa_status st = e == FA_RT_ERR_NO_MEMORY ? FA_ERR_OUT_OF_MEMORY : FA_ERR_BACKEND;
-#ifdef FA_CUDA_RTC
+#if defined(FA_CUDA_RTC) || defined(FA_HIP_RTC)
     /* a kernel compiled at run time: what the compiler or the launcher said, after the code */
     const char *rtc = fa_rtc_last_error();
     if (rtc[0])

@@ -1,4 +1,7 @@
 /* rtc_compiler.c: NVRTC through dlopen, and the disk cache around it (rtc_compiler.h says what for).
+ * Compiled with -DFA_RTC_HIP (the HIP backend's module, -Dhip-kernels=rtc) the same file drives
+ * hipRTC, whose C API is NVRTC's under other names: the vendor block below names the library, the
+ * functions, the architecture option, the cache kind and the embedded sources (fa_hip_rtc_*).
  *
  * libnvrtc: $FLASHATTN_NVRTC_LIBRARY when set (a path or a name, the only one tried), else
  * libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so by the dynamic loader's search (LD_LIBRARY_PATH, the
@@ -30,12 +33,41 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef FA_RTC_HIP
+/* hipRTC: $FLASHATTN_HIPRTC_LIBRARY when set, else libhiprtc (ROCm 5.3 and later ship it apart),
+ * else libamdhip64, which holds hipRTC itself in ROCm 5.2 and earlier (Debian 12's) */
+#define COMPILER "hipRTC"
+#define SYMBOL(nvrtc, hiprtc) hiprtc
+#define LIBRARY_VARIABLE "FLASHATTN_HIPRTC_LIBRARY"
+#define LIBRARY_HELP "install ROCm's hipRTC: libhiprtc, or libamdhip64 of ROCm 5.2 and earlier"
+static const char *const library_names[] = {"libhiprtc.so.6",   "libhiprtc.so.5",   "libhiprtc.so",
+                                            "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"};
+#define TOOLKIT_LIBRARY ((const char *)NULL) /* no toolkit folders: ROCm's are in the loader's search */
+#define ARCH_OPTION "--offload-arch="
+#define CACHE_KIND "hip"
+/* names the payload layout above: a change to it changes every key */
+#define PAYLOAD_FORMAT "flashattn hip rtc payload 1"
+#define RTC_SOURCES fa_hip_rtc_sources
+#define RTC_FAMILIES fa_hip_rtc_families
+#define RTC_FAMILY_COUNT fa_hip_rtc_family_count
+#else
+#define COMPILER "NVRTC"
+#define SYMBOL(nvrtc, hiprtc) nvrtc
+#define LIBRARY_VARIABLE "FLASHATTN_NVRTC_LIBRARY"
+#define LIBRARY_HELP "install the CUDA toolkit's NVRTC or point FLASHATTN_NVRTC_LIBRARY at it"
+static const char *const library_names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+#define TOOLKIT_LIBRARY "libnvrtc.so"
+#define ARCH_OPTION "-arch="
 #define CACHE_KIND "cuda"
 /* names the payload layout above: a change to it changes every key */
 #define PAYLOAD_FORMAT "flashattn cuda rtc payload 1"
+#define RTC_SOURCES fa_cuda_rtc_sources
+#define RTC_FAMILIES fa_cuda_rtc_families
+#define RTC_FAMILY_COUNT fa_cuda_rtc_family_count
+#endif
 #define PROGRAM_NAME "flashattn_rtc.cu"
 
-typedef int nvrtc_result; /* nvrtcResult: 0 is NVRTC_SUCCESS */
+typedef int nvrtc_result; /* nvrtcResult, hiprtcResult: 0 is success */
 typedef struct nvrtc_program *nvrtc_program;
 
 typedef struct nvrtc_api {
@@ -47,11 +79,11 @@ typedef struct nvrtc_api {
     nvrtc_result (*CompileProgram)(nvrtc_program, int, const char *const *);
     nvrtc_result (*AddNameExpression)(nvrtc_program, const char *);
     nvrtc_result (*GetLoweredName)(nvrtc_program, const char *, const char **);
-    nvrtc_result (*GetCUBINSize)(nvrtc_program, size_t *);
-    nvrtc_result (*GetCUBIN)(nvrtc_program, char *);
+    nvrtc_result (*GetCUBINSize)(nvrtc_program, size_t *); /* hiprtcGetCodeSize */
+    nvrtc_result (*GetCUBIN)(nvrtc_program, char *);       /* hiprtcGetCode */
     nvrtc_result (*GetProgramLogSize)(nvrtc_program, size_t *);
     nvrtc_result (*GetProgramLog)(nvrtc_program, char *);
-    char version[32]; /* "13.0" */
+    char version[32]; /* "13.0"; hipRTC numbers itself apart from ROCm ("9.0" in ROCm 5.2) */
 } nvrtc_api;
 
 static nvrtc_api api;
@@ -69,27 +101,28 @@ static void *notify_user;
 static fa_rtc_status resolve(void *lib, const char *name, char *why, size_t why_len)
 {
     const fa_dl_symbol table[] = {
-        {"nvrtcGetErrorString", (void **)&api.GetErrorString},
-        {"nvrtcVersion", (void **)&api.Version},
-        {"nvrtcCreateProgram", (void **)&api.CreateProgram},
-        {"nvrtcDestroyProgram", (void **)&api.DestroyProgram},
-        {"nvrtcCompileProgram", (void **)&api.CompileProgram},
-        {"nvrtcAddNameExpression", (void **)&api.AddNameExpression},
-        {"nvrtcGetLoweredName", (void **)&api.GetLoweredName},
-        {"nvrtcGetCUBINSize", (void **)&api.GetCUBINSize}, /* NVRTC 11.1 and later */
-        {"nvrtcGetCUBIN", (void **)&api.GetCUBIN},
-        {"nvrtcGetProgramLogSize", (void **)&api.GetProgramLogSize},
-        {"nvrtcGetProgramLog", (void **)&api.GetProgramLog},
+        {SYMBOL("nvrtcGetErrorString", "hiprtcGetErrorString"), (void **)&api.GetErrorString},
+        {SYMBOL("nvrtcVersion", "hiprtcVersion"), (void **)&api.Version},
+        {SYMBOL("nvrtcCreateProgram", "hiprtcCreateProgram"), (void **)&api.CreateProgram},
+        {SYMBOL("nvrtcDestroyProgram", "hiprtcDestroyProgram"), (void **)&api.DestroyProgram},
+        {SYMBOL("nvrtcCompileProgram", "hiprtcCompileProgram"), (void **)&api.CompileProgram},
+        {SYMBOL("nvrtcAddNameExpression", "hiprtcAddNameExpression"), (void **)&api.AddNameExpression},
+        {SYMBOL("nvrtcGetLoweredName", "hiprtcGetLoweredName"), (void **)&api.GetLoweredName},
+        {SYMBOL("nvrtcGetCUBINSize", "hiprtcGetCodeSize"), (void **)&api.GetCUBINSize}, /* NVRTC 11.1 and later */
+        {SYMBOL("nvrtcGetCUBIN", "hiprtcGetCode"), (void **)&api.GetCUBIN},
+        {SYMBOL("nvrtcGetProgramLogSize", "hiprtcGetProgramLogSize"), (void **)&api.GetProgramLogSize},
+        {SYMBOL("nvrtcGetProgramLog", "hiprtcGetProgramLog"), (void **)&api.GetProgramLog},
     };
     const char *err, *missing = fa_dl_resolve(lib, table, sizeof table / sizeof table[0], &err);
     if (missing) {
-        fa_why_set(why, why_len, "%s has no %s (NVRTC 11.1 or later is needed): %s", name, missing, err);
+        fa_why_set(why, why_len, "%s has no %s (%s is needed): %s", name, missing,
+                   SYMBOL("NVRTC 11.1 or later", "hipRTC of ROCm 4.2 or later"), err);
         return FA_RTC_NO_LIBRARY;
     }
     int major = 0, minor = 0;
     nvrtc_result r = api.Version(&major, &minor);
     if (r != 0) {
-        fa_why_set(why, why_len, "%s: nvrtcVersion failed (%d)", name, r);
+        fa_why_set(why, why_len, "%s: %s failed (%d)", name, SYMBOL("nvrtcVersion", "hiprtcVersion"), r);
         return FA_RTC_NO_LIBRARY;
     }
     snprintf(api.version, sizeof api.version, "%d.%d", major, minor);
@@ -103,8 +136,7 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
     pthread_mutex_lock(&load_lock);
     fa_rtc_status st = FA_RTC_OK;
     if (!atomic_load_explicit(&api_ready, memory_order_relaxed)) {
-        static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-        const char *override = getenv("FLASHATTN_NVRTC_LIBRARY");
+        const char *override = getenv(LIBRARY_VARIABLE);
         void *lib = NULL;
         const char *name = NULL;
         if (override && *override) {
@@ -112,14 +144,13 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
             lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
             if (!lib) {
                 const char *e = dlerror();
-                fa_why_set(why, why_len, "cannot open libnvrtc: FLASHATTN_NVRTC_LIBRARY=%s: %s", override,
+                fa_why_set(why, why_len, "cannot open %s: %s=%s: %s", COMPILER, LIBRARY_VARIABLE, override,
                     e ? e : "dlopen failed");
             }
         } else {
-            fa_why_set(why, why_len, "cannot open libnvrtc (install the CUDA toolkit's NVRTC or point "
-                              "FLASHATTN_NVRTC_LIBRARY at it):");
-            for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; ++i) {
-                name = names[i];
+            fa_why_set(why, why_len, "cannot open %s (%s):", COMPILER, LIBRARY_HELP);
+            for (size_t i = 0; i < sizeof library_names / sizeof library_names[0] && !lib; ++i) {
+                name = library_names[i];
                 lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
                 if (!lib) {
                     const char *e = dlerror();
@@ -130,11 +161,11 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
             static char path[4096];
             const char *roots[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
             static const char *const dirs[] = {"lib64", "lib"};
-            for (size_t r = 0; r < sizeof roots / sizeof roots[0] && !lib; ++r) {
+            for (size_t r = 0; r < sizeof roots / sizeof roots[0] && !lib && TOOLKIT_LIBRARY; ++r) {
                 if (!roots[r] || !*roots[r])
                     continue;
                 for (size_t d = 0; d < sizeof dirs / sizeof dirs[0] && !lib; ++d) {
-                    const int n = snprintf(path, sizeof path, "%s/%s/libnvrtc.so", roots[r], dirs[d]);
+                    const int n = snprintf(path, sizeof path, "%s/%s/%s", roots[r], dirs[d], TOOLKIT_LIBRARY);
                     if (n <= 0 || (size_t)n >= sizeof path || access(path, F_OK) != 0)
                         continue;
                     name = path;
@@ -151,6 +182,8 @@ static fa_rtc_status open_nvrtc(char *why, size_t why_len)
         } else if ((st = resolve(lib, name, why, why_len)) != FA_RTC_OK) {
             dlclose(lib);
         } else {
+            if (why && why_len > 0)
+                why[0] = 0; /* the names tried before the one that opened are no failure */
             atomic_store_explicit(&api_ready, 1, memory_order_release);
         }
     }
@@ -208,14 +241,14 @@ static int source_digest_ok[MAX_FAMILIES];
 
 static void compute_source_digests(void)
 {
-    for (size_t f = 0; f < fa_cuda_rtc_family_count && f < MAX_FAMILIES; ++f) {
-        const fa_rtc_family *fam = &fa_cuda_rtc_families[f];
+    for (size_t f = 0; f < RTC_FAMILY_COUNT && f < MAX_FAMILIES; ++f) {
+        const fa_rtc_family *fam = &RTC_FAMILIES[f];
         size_t n = 2 * fam->file_count;
         fa_kernel_key_part *parts = malloc(n * sizeof *parts);
         if (!parts)
             return;
         for (size_t i = 0; i < fam->file_count; ++i) {
-            const fa_rtc_source *src = &fa_cuda_rtc_sources[fam->files[i]];
+            const fa_rtc_source *src = &RTC_SOURCES[fam->files[i]];
             parts[2 * i] = (fa_kernel_key_part){src->name, strlen(src->name)};
             parts[2 * i + 1] = (fa_kernel_key_part){src->text, src->len};
         }
@@ -296,11 +329,13 @@ static void say_log(char *why, size_t why_len, const char *log)
     }
 }
 
-/* NVRTC's compile of name in family fam under options: the payload (lowered name, NUL, cubin) in
- * *payload */
-static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, const char *const *options, int noptions,
-                                   unsigned char **payload, size_t *payload_len, char *why, size_t why_len)
+/* The compiler's run over one program holding the kernels exprs[0..nexprs) of family fam under options:
+ * the payload (each lowered name and a NUL, then the cubin) in *payload. One name: a cache entry. */
+static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *const *exprs, size_t nexprs,
+                                   const char *const *options, int noptions, unsigned char **payload,
+                                   size_t *payload_len, char *why, size_t why_len)
 {
+    const char *name = exprs[0]; /* the one a message names */
     size_t nsrc = fam->file_count;
     const char **texts = malloc(nsrc * sizeof *texts);
     const char **names = malloc(nsrc * sizeof *names);
@@ -316,18 +351,20 @@ static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, c
         goto done;
     }
     for (size_t i = 0; i < nsrc; ++i) {
-        texts[i] = fa_cuda_rtc_sources[fam->files[i]].text;
-        names[i] = fa_cuda_rtc_sources[fam->files[i]].name;
+        texts[i] = RTC_SOURCES[fam->files[i]].text;
+        names[i] = RTC_SOURCES[fam->files[i]].name;
     }
     snprintf(program, sizeof program, "#include \"%s\"\n", names[0]);
     if ((r = api.CreateProgram(&prog, program, PROGRAM_NAME, (int)nsrc, texts, names)) != 0) {
-        call = "nvrtcCreateProgram";
+        call = SYMBOL("nvrtcCreateProgram", "hiprtcCreateProgram");
         goto nvrtc_failed;
     }
-    if ((r = api.AddNameExpression(prog, name)) != 0) {
-        call = "nvrtcAddNameExpression";
-        goto nvrtc_failed;
-    }
+    for (size_t e = 0; e < nexprs; ++e)
+        if ((r = api.AddNameExpression(prog, name = exprs[e])) != 0) {
+            call = SYMBOL("nvrtcAddNameExpression", "hiprtcAddNameExpression");
+            goto nvrtc_failed;
+        }
+    name = exprs[0];
     nvrtc_result compiled = api.CompileProgram(prog, noptions, options);
     size_t log_len = 0;
     if (api.GetProgramLogSize(prog, &log_len) == 0 && log_len > 0 && (log = malloc(log_len + 1)) != NULL) {
@@ -336,34 +373,44 @@ static fa_rtc_status nvrtc_compile(const fa_rtc_family *fam, const char *name, c
         log[log_len] = 0;
     }
     if (compiled != 0) {
-        fa_why_set(why, why_len, "NVRTC %s could not compile %s (%s):", api.version, name, api.GetErrorString(compiled));
+        fa_why_set(why, why_len, COMPILER " %s could not compile %s (%s):", api.version, name, api.GetErrorString(compiled));
         for (int i = 0; i < noptions; ++i)
             fa_why_append(why, why_len, " %s", options[i]);
         say_log(why, why_len, log ? log : "");
         st = FA_RTC_COMPILE_FAILED;
         goto done;
     }
-    const char *lowered = NULL;
-    if ((r = api.GetLoweredName(prog, name, &lowered)) != 0 || !lowered) {
-        call = "nvrtcGetLoweredName";
-        goto nvrtc_failed;
+    size_t lowered_len = 0; /* every lowered name with its NUL */
+    for (size_t e = 0; e < nexprs; ++e) {
+        const char *lowered = NULL;
+        if ((r = api.GetLoweredName(prog, name = exprs[e], &lowered)) != 0 || !lowered) {
+            call = SYMBOL("nvrtcGetLoweredName", "hiprtcGetLoweredName");
+            goto nvrtc_failed;
+        }
+        lowered_len += strlen(lowered) + 1;
     }
+    name = exprs[0];
     size_t cubin_len = 0;
     if ((r = api.GetCUBINSize(prog, &cubin_len)) != 0 || cubin_len == 0) {
-        call = "nvrtcGetCUBINSize";
+        call = SYMBOL("nvrtcGetCUBINSize", "hiprtcGetCodeSize");
         goto nvrtc_failed;
     }
-    size_t lowered_len = strlen(lowered);
-    if (!(*payload = malloc(lowered_len + 1 + cubin_len))) {
+    if (!(*payload = malloc(lowered_len + cubin_len))) {
         st = FA_RTC_OUT_OF_MEMORY;
         goto done;
     }
-    memcpy(*payload, lowered, lowered_len + 1);
-    if ((r = api.GetCUBIN(prog, (char *)*payload + lowered_len + 1)) != 0) {
-        call = "nvrtcGetCUBIN";
+    size_t at = 0;
+    for (size_t e = 0; e < nexprs; ++e) {
+        const char *lowered = NULL;
+        api.GetLoweredName(prog, exprs[e], &lowered); /* succeeded above */
+        memcpy(*payload + at, lowered, strlen(lowered) + 1);
+        at += strlen(lowered) + 1;
+    }
+    if ((r = api.GetCUBIN(prog, (char *)*payload + lowered_len)) != 0) {
+        call = SYMBOL("nvrtcGetCUBIN", "hiprtcGetCode");
         goto nvrtc_failed;
     }
-    *payload_len = lowered_len + 1 + cubin_len;
+    *payload_len = lowered_len + cubin_len;
     goto done;
 
 nvrtc_failed:
@@ -382,6 +429,7 @@ done:
     return st;
 }
 
+#ifndef FA_RTC_HIP
 fa_rtc_status fa_rtc_compile(int arch, char suffix, const char *name_expression, const char *const *defines,
                              size_t ndefines, fa_rtc_kernel *out, char *why, size_t why_len)
 {
@@ -394,25 +442,62 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
 {
     if (why && why_len > 0)
         why[0] = 0;
-    if (!out)
-        return FA_RTC_INVALID_ARG;
-    memset(out, 0, sizeof *out);
-    size_t family_index = 0;
-    while (family_index < fa_cuda_rtc_family_count &&
-           (!family || strcmp(fa_cuda_rtc_families[family_index].name, family) != 0))
-        ++family_index;
-    if (family_index == fa_cuda_rtc_family_count) {
-        fa_why_set(why, why_len, "no kernel family %s embedded", family ? family : "(null)");
-        return FA_RTC_INVALID_ARG;
-    }
-    const fa_rtc_family *fam = &fa_cuda_rtc_families[family_index];
+    if (out)
+        memset(out, 0, sizeof *out);
     if (arch < 50 || arch > 999 || !(suffix == 0 || suffix == 'a' || suffix == 'f')) {
         char letter[2] = {suffix, 0};
         fa_why_set(why, why_len, "no CUDA architecture sm_%d%s", arch, letter);
         return FA_RTC_INVALID_ARG;
     }
-    if (!name_expression || !*name_expression) {
-        fa_why_set(why, why_len, "no name expression");
+    char target[16];
+    snprintf(target, sizeof target, "sm_%d%s", arch, suffix == 'a' ? "a" : suffix == 'f' ? "f" : "");
+    return fa_rtc_compile_target(family, target, name_expression, defines, ndefines, out, why, why_len);
+}
+#endif /* !FA_RTC_HIP */
+
+/* Whether target can be an architecture option's value: "sm_90a", "gfx90a:sramecc+:xnack-". */
+static int target_ok(const char *target)
+{
+    size_t n = target ? strlen(target) : 0;
+    if (n == 0 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; ++i)
+        if (!((target[i] >= 'a' && target[i] <= 'z') || (target[i] >= 'A' && target[i] <= 'Z') ||
+              (target[i] >= '0' && target[i] <= '9') || strchr("_:+-", target[i])))
+            return 0;
+    return 1;
+}
+
+/* What a compile needs: the family's index and the options. */
+typedef struct compile_setup {
+    size_t family_index;
+    char arch_option[80];
+    const char *options[8 + 64];
+    int noptions;
+    char *define_options[64];
+} compile_setup;
+
+static void setup_free(compile_setup *c)
+{
+    for (size_t i = 0; i < 64; ++i)
+        free(c->define_options[i]);
+}
+
+/* Checks the arguments, opens the compiler and fills *c (setup_free releases it, whatever the
+ * result). */
+static fa_rtc_status setup(const char *family, const char *target, const char *const *defines, size_t ndefines,
+                           compile_setup *c, char *why, size_t why_len)
+{
+    memset(c, 0, sizeof *c);
+    while (c->family_index < RTC_FAMILY_COUNT &&
+           (!family || strcmp(RTC_FAMILIES[c->family_index].name, family) != 0))
+        ++c->family_index;
+    if (c->family_index == RTC_FAMILY_COUNT) {
+        fa_why_set(why, why_len, "no kernel family %s embedded", family ? family : "(null)");
+        return FA_RTC_INVALID_ARG;
+    }
+    if (!target_ok(target)) {
+        fa_why_set(why, why_len, "no %s architecture %.64s", COMPILER, target ? target : "(null)");
         return FA_RTC_INVALID_ARG;
     }
     if (ndefines > 64 || (ndefines > 0 && !defines)) {
@@ -428,29 +513,107 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
     if (st != FA_RTC_OK)
         return st;
 
-    /* the options: those meson gives nvcc for these kernels that reach device code (-O3 is NVRTC's
-     * default; the host compiler's flags do not apply), then the caller's defines */
-    char arch_name[16], arch_option[32];
-    snprintf(arch_name, sizeof arch_name, "sm_%d%s", arch, suffix == 'a' ? "a" : suffix == 'f' ? "f" : "");
-    snprintf(arch_option, sizeof arch_option, "-arch=%s", arch_name);
-    const char *options[3 + 64];
-    char *define_options[64] = {0};
-    int noptions = 0;
-    options[noptions++] = arch_option;
-    options[noptions++] = "-std=c++17";
-#ifdef NDEBUG /* meson's b_ndebug gives -DNDEBUG to nvcc and to this file alike */
-    options[noptions++] = "-DNDEBUG";
+    /* the options: those meson gives nvcc (hipcc) for these kernels that reach device code, then
+     * the caller's defines. NVRTC's default is -O3; hipRTC is given hipcc's -O3 and the two LLVM
+     * options hipcc adds to every compile (hipcc -v shows them) */
+    snprintf(c->arch_option, sizeof c->arch_option, "%s%s", ARCH_OPTION, target);
+    c->options[c->noptions++] = c->arch_option;
+    c->options[c->noptions++] = "-std=c++17";
+#ifdef FA_RTC_HIP
+    c->options[c->noptions++] = "-O3";
+    c->options[c->noptions++] = "-mllvm";
+    c->options[c->noptions++] = "-amdgpu-early-inline-all=true";
+    c->options[c->noptions++] = "-mllvm";
+    c->options[c->noptions++] = "-amdgpu-function-calls=false";
+#endif
+/* meson's b_ndebug gives -DNDEBUG to nvcc and to this file alike (not to hipcc) */
+#if defined(NDEBUG) && !defined(FA_RTC_HIP)
+    c->options[c->noptions++] = "-DNDEBUG";
 #endif
     for (size_t i = 0; i < ndefines; ++i) {
         size_t n = strlen(defines[i]);
-        if (!(define_options[i] = malloc(n + 3))) {
-            st = FA_RTC_OUT_OF_MEMORY;
-            goto done;
-        }
-        memcpy(define_options[i], "-D", 2);
-        memcpy(define_options[i] + 2, defines[i], n + 1);
-        options[noptions++] = define_options[i];
+        if (!(c->define_options[i] = malloc(n + 3)))
+            return FA_RTC_OUT_OF_MEMORY;
+        memcpy(c->define_options[i], "-D", 2);
+        memcpy(c->define_options[i] + 2, defines[i], n + 1);
+        c->options[c->noptions++] = c->define_options[i];
     }
+    return FA_RTC_OK;
+}
+
+fa_rtc_status fa_rtc_compile_names(const char *family, const char *target, const char *const *names, size_t n,
+                                   char **lowered, unsigned char **code, size_t *code_len, char *why, size_t why_len)
+{
+    if (why && why_len > 0)
+        why[0] = 0;
+    if (!names || n == 0 || !lowered || !code || !code_len) {
+        fa_why_set(why, why_len, "no name expressions or nowhere to put the result");
+        return FA_RTC_INVALID_ARG;
+    }
+    *code = NULL;
+    *code_len = 0;
+    for (size_t i = 0; i < n; ++i)
+        lowered[i] = NULL;
+    for (size_t i = 0; i < n; ++i)
+        if (!names[i] || !*names[i]) {
+            fa_why_set(why, why_len, "name expression %zu is empty", i);
+            return FA_RTC_INVALID_ARG;
+        }
+    compile_setup c;
+    fa_rtc_status st = setup(family, target, NULL, 0, &c, why, why_len);
+    unsigned char *payload = NULL;
+    size_t payload_len = 0;
+    if (st == FA_RTC_OK) {
+        pthread_mutex_lock(&compile_lock);
+        st = nvrtc_compile(&RTC_FAMILIES[c.family_index], names, n, c.options, c.noptions, &payload, &payload_len,
+                           why, why_len);
+        pthread_mutex_unlock(&compile_lock);
+    }
+    setup_free(&c);
+    size_t at = 0;
+    for (size_t i = 0; i < n && st == FA_RTC_OK; ++i) {
+        if (!(lowered[i] = strdup((const char *)payload + at)))
+            st = FA_RTC_OUT_OF_MEMORY;
+        at += strlen((const char *)payload + at) + 1;
+    }
+    if (st == FA_RTC_OK) {
+        *code_len = payload_len - at;
+        if ((*code = malloc(*code_len)) != NULL)
+            memcpy(*code, payload + at, *code_len);
+        else
+            st = FA_RTC_OUT_OF_MEMORY;
+    }
+    if (st != FA_RTC_OK)
+        for (size_t i = 0; i < n; ++i) {
+            free(lowered[i]);
+            lowered[i] = NULL;
+        }
+    free(payload);
+    return st;
+}
+
+fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, const char *name_expression,
+                                    const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
+                                    size_t why_len)
+{
+    if (why && why_len > 0)
+        why[0] = 0;
+    if (!out)
+        return FA_RTC_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    if (!name_expression || !*name_expression) {
+        fa_why_set(why, why_len, "no name expression");
+        return FA_RTC_INVALID_ARG;
+    }
+    compile_setup c;
+    fa_rtc_status st = setup(family, target, defines, ndefines, &c, why, why_len);
+    if (st != FA_RTC_OK)
+        goto done;
+    const size_t family_index = c.family_index;
+    const fa_rtc_family *fam = &RTC_FAMILIES[family_index];
+    const char *const arch_name = target;
+    const char *const *options = c.options;
+    const int noptions = c.noptions;
 
     /* the key: the payload's layout, the family's source, NVRTC's version, each option, the name
      * expression (the family's root is its first file, in the source digest) */
@@ -459,7 +622,7 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
         st = FA_RTC_OUT_OF_MEMORY;
         goto done;
     }
-    fa_kernel_key_part parts[4 + 3 + 64];
+    fa_kernel_key_part parts[4 + 8 + 64];
     size_t nparts = 0;
     parts[nparts++] = (fa_kernel_key_part){PAYLOAD_FORMAT, strlen(PAYLOAD_FORMAT)};
     parts[nparts++] = (fa_kernel_key_part){source.bytes, sizeof source.bytes};
@@ -485,7 +648,7 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
         unsigned char *payload = NULL;
         size_t payload_len = 0;
         double t0 = now_seconds();
-        st = nvrtc_compile(fam, name_expression, options, noptions, &payload, &payload_len, why, why_len);
+        st = nvrtc_compile(fam, &name_expression, 1, options, noptions, &payload, &payload_len, why, why_len);
         progress.event = FA_RTC_COMPILE_END;
         progress.status = st;
         progress.seconds = now_seconds() - t0;
@@ -497,7 +660,7 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
             out->key = key;
             out->compile_seconds = progress.seconds;
             if (st == FA_RTC_NVRTC_ERROR)
-                fa_why_set(why, why_len, "NVRTC's output for %s is not an ELF cubin", name_expression);
+                fa_why_set(why, why_len, COMPILER "'s output for %s is not an ELF image", name_expression);
         }
         free(payload);
         free(dir);
@@ -505,8 +668,7 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
     pthread_mutex_unlock(&compile_lock);
 
 done:
-    for (size_t i = 0; i < ndefines; ++i)
-        free(define_options[i]);
+    setup_free(&c);
     if (st != FA_RTC_OK) {
         fa_rtc_kernel_free(out);
         memset(out, 0, sizeof *out);

@@ -53,6 +53,22 @@ fa_rtc_status fa_rtc_compile_family(const char *family, int arch, char suffix, c
                                     const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
                                     size_t why_len);
 
+/* fa_rtc_compile_family for an architecture named as the compiler's option takes it: "sm_90a"
+ * (NVRTC's -arch=), or, where this file is built for the HIP backend (FA_RTC_HIP: hipRTC, cache kind
+ * "hip", the HIP families simt, decode and mfma), "gfx90a:sramecc+:xnack-" (--offload-arch=, the
+ * device's gcnArchName as HIP reports it); the two above exist only in the CUDA build. */
+fa_rtc_status fa_rtc_compile_target(const char *family, const char *target, const char *name_expression,
+                                    const char *const *defines, size_t ndefines, fa_rtc_kernel *out, char *why,
+                                    size_t why_len);
+
+/* For checks that a family's instances compile (tests/hip, tests/cuda): one program holding every
+ * kernel names[0..n) names, of family, compiled for target as fa_rtc_compile_target would, not
+ * cached; each kernel's lowered name into lowered[i] and the code object (cubin, or AMD's ELF
+ * code object) into *code, *code_len bytes; the caller frees them all (free). On failure all are
+ * NULL and why names the compiler's reason. */
+fa_rtc_status fa_rtc_compile_names(const char *family, const char *target, const char *const *names, size_t n,
+                                   char **lowered, unsigned char **code, size_t *code_len, char *why, size_t why_len);
+
 void fa_rtc_kernel_free(fa_rtc_kernel *kernel);
 
 /* What a caller may want to show while a kernel compiles (several seconds on first use). */
@@ -81,8 +97,8 @@ void fa_rtc_set_notify(fa_rtc_notify_fn fn, void *user);
  * "flashattn: compiling <kernel> for sm_90a (first use; cached in <dir>)". */
 void fa_rtc_notify_stderr(const fa_rtc_progress *progress, void *user);
 
-/* "13.0" for the libnvrtc that fa_rtc_compile uses (opening it if need be); NULL with why set when
- * it cannot be opened. */
+/* "13.0" for the libnvrtc that fa_rtc_compile uses (hipRTC's version in the HIP build), opening it
+ * if need be; NULL with why set when it cannot be opened. */
 const char *fa_rtc_nvrtc_version(char *why, size_t why_len);
 
 #endif

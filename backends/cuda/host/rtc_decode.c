@@ -1,21 +1,19 @@
-/* rtc_decode.c: fa_forward_kvcache's kernel entry points of host/kernels.h (fa_kv_*) for a build
- * whose kernels are compiled at run time: the kernels of decode/ (the family's root
- * decode/kernels_device.cuh) compiled by NVRTC on first use and launched through the driver API
- * (host/rtc_launch.h) in the sequence, on the grids and with the shared memory of the nvcc-built
- * launchers (decode/decode.cuh's launch_call, decode/decode_mma.cuh's launch_mma), which
- * common/kv_geometry.h gives both:
+/* rtc_decode.c: fa_forward_kvcache's launches for a build whose kernels are compiled at run time
+ * (host/rtc_launch.h's fa_rtc_launch_kv and its kin, which the entry points call: host/kernels.h's
+ * fa_kv_* in host/rtc_kernels.c, the HIP module's fa_hip_kv_* in backends/hip/rtc_kernels.c): the
+ * kernels of decode/ (the family's root decode/kernels_device.cuh) compiled by NVRTC or hipRTC on
+ * first use and launched by fa_rtc_launch, vendor-neutral, in the sequence, on the grids and with
+ * the shared memory of the compiled launchers (decode/decode.cuh's launch_call,
+ * decode/decode_mma.cuh's launch_mma), which common/kv_geometry.h gives both:
  *   check_kernel<S>       where the call checks its arrays on the device (p->fault), one block of
  *                         256 threads per sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> or decode_mma_kernel<S, D>, one block of
  *                         FA_KV_THREADS per (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, a grid-stride loop over o.
- * Each entry point returns a CUresult, the message of a failure kept (host/rtc_kernels.h). Plain C. */
+ * Plain C. */
 #include "common/kv_geometry.h"
 #include "common/simt_geometry.h"
-#include "host/driver_api.h"
-#include "host/kernels.h"
-#include "host/rtc_kernels.h"
 #include "host/rtc_launch.h"
 #include "host/why.h"
 
@@ -108,73 +106,43 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
                      why, why_len);
 }
 
-/* Blocks of kernel `name` with `shared_bytes` of dynamic shared memory resident on one
- * multiprocessor (decode.cuh's blocks_per_processor): its limit raised to those bytes first, as
- * the launch will. */
-static fa_rtc_status occupancy(const char *name, unsigned shared_bytes, int *blocks, char *why, size_t why_len)
-{
-    fa_cu_function function;
-    fa_rtc_status st = fa_rtc_function(FAMILY, 0, name, &function, why, why_len);
-    if (st != FA_RTC_OK)
-        return st;
-    const fa_cu_api *cu = fa_cu_driver(why, why_len);
-    if (!cu)
-        return FA_RTC_NO_DRIVER;
-    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
-    if (shared_bytes > 0 &&
-        fa_cu_check(cu, cu->FuncSetAttribute(function, 8, (int)shared_bytes), "cuFuncSetAttribute", why, why_len) !=
-            FA_CU_OK)
-        return FA_RTC_DRIVER_ERROR;
-    if (fa_cu_check(cu, cu->OccupancyMaxActiveBlocksPerMultiprocessor(blocks, function, FA_KV_THREADS, shared_bytes),
-                    "cuOccupancyMaxActiveBlocksPerMultiprocessor", why, why_len) != FA_CU_OK)
-        return FA_RTC_DRIVER_ERROR;
-    return FA_RTC_OK;
-}
-
 /* The SIMT instance's dynamic shared memory: the ring's where the instance has one. */
 static unsigned simt_smem(int dtype, int bucket, int async_copy)
 {
     return (unsigned)fa_kv_simt_smem(bucket, FA_KV_HAVE_ASYNC && async_copy && fa_simt_storage_bytes(dtype) == 2);
 }
 
-int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
-                  void *stream)
+fa_rtc_status fa_rtc_launch_kv(const fa_gpu_kv_params *p, int dtype, int bucket, int row_tile, int async_copy,
+                               void *stream, char *why, size_t why_len)
 {
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
-    fa_rtc_entry_begin();
-    if (!simt_name(dtype, head_dim_bucket, row_tile, async_copy, name, why, len))
-        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
-    return fa_rtc_entry_end(
-        launch_call(p, dtype, name, simt_smem(dtype, head_dim_bucket, async_copy), stream, why, len));
+    char name[FA_RTC_NAME_MAX];
+    if (!simt_name(dtype, bucket, row_tile, async_copy, name, why, why_len))
+        return FA_RTC_INVALID_ARG;
+    return launch_call(p, dtype, name, simt_smem(dtype, bucket, async_copy), stream, why, why_len);
 }
 
-int fa_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks)
+fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_copy, int *blocks, char *why,
+                               size_t why_len)
 {
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
-    fa_rtc_entry_begin();
-    if (!simt_name(dtype, head_dim_bucket, row_tile, async_copy, name, why, len))
-        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
-    return fa_rtc_entry_end(occupancy(name, simt_smem(dtype, head_dim_bucket, async_copy), blocks, why, len));
+    char name[FA_RTC_NAME_MAX];
+    if (!simt_name(dtype, bucket, row_tile, async_copy, name, why, why_len))
+        return FA_RTC_INVALID_ARG;
+    return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, simt_smem(dtype, bucket, async_copy), blocks, why, why_len);
 }
 
-int fa_kv_forward_mma(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream)
+fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, void *stream, char *why,
+                                   size_t why_len)
 {
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
-    fa_rtc_entry_begin();
-    if (!mma_name(dtype, head_dim_bucket, name, why, len))
-        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
-    return fa_rtc_entry_end(launch_call(p, dtype, name, FA_KV_MMA_SMEM(head_dim_bucket), stream, why, len));
+    char name[FA_RTC_NAME_MAX];
+    if (!mma_name(dtype, bucket, name, why, why_len))
+        return FA_RTC_INVALID_ARG;
+    return launch_call(p, dtype, name, FA_KV_MMA_SMEM(bucket), stream, why, why_len);
 }
 
-int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int *blocks)
+fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int *blocks, char *why, size_t why_len)
 {
-    size_t len;
-    char *why = fa_rtc_error_buffer(&len), name[FA_RTC_NAME_MAX];
-    fa_rtc_entry_begin();
-    if (!mma_name(dtype, head_dim_bucket, name, why, len))
-        return fa_rtc_entry_end(FA_RTC_INVALID_ARG);
-    return fa_rtc_entry_end(occupancy(name, FA_KV_MMA_SMEM(head_dim_bucket), blocks, why, len));
+    char name[FA_RTC_NAME_MAX];
+    if (!mma_name(dtype, bucket, name, why, why_len))
+        return FA_RTC_INVALID_ARG;
+    return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, FA_KV_MMA_SMEM(bucket), blocks, why, why_len);
 }

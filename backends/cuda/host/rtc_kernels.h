@@ -1,6 +1,8 @@
-/* rtc_kernels.h: what a build whose kernels are compiled at run time (-Dcuda-kernels=rtc) adds
- * to host/kernels.h's entry points: the message of this thread's last failed entry point, and the
- * three calls each entry point (host/rtc_kernels.c and the other host/rtc_*.c) is made of. Plain C. */
+/* rtc_kernels.h: what a build whose kernels are compiled at run time (-Dcuda-kernels=rtc,
+ * -Dhip-kernels=rtc) adds to the kernel entry points (host/kernels.h, backends/hip/kernels.h): the
+ * message of this thread's last failed entry point, and the three calls each entry point
+ * (host/rtc_kernels.c and the other host/rtc_*.c, backends/hip/rtc_kernels.c) is made of; defined
+ * in host/rtc_entry.c. Plain C. */
 #ifndef FA_RTC_KERNELS_H
 #define FA_RTC_KERNELS_H
 
@@ -18,8 +20,9 @@ const char *fa_rtc_last_error(void);
 void fa_rtc_entry_begin(void);
 /* This thread's message buffer (*len bytes), for the launchers' why. */
 char *fa_rtc_error_buffer(size_t *len);
-/* The entry point's result for the launchers' status st: CUDA_SUCCESS (the message cleared), else
- * the CUresult nearest to st (the driver's own where a driver call failed), the message kept. */
+/* The entry point's result for the launchers' status st: CUDA_SUCCESS / hipSuccess (the message
+ * cleared), else the CUresult / hipError_t nearest to st (the runtime's own where one of its calls
+ * failed), the message kept. */
 int fa_rtc_entry_end(fa_rtc_status st);
 
 #endif

@@ -1,46 +1,21 @@
 /* rtc_launch.c: kernels compiled by NVRTC, loaded and launched through the driver API
  * (rtc_launch.h says what for).
  *
- * Loaded modules are kept in a table keyed by (context, name expression): a context's module is
- * loaded by the first launch that needs it and kept until fa_rtc_launch_release. The table lock
- * is not held while a kernel compiles (seconds on a cache miss), so launches of loaded kernels do
- * not wait; two threads that miss together both load, and the second unloads its copy. */
+ * Loaded modules are kept in host/rtc_loaded.h's table keyed by (context, name expression): a
+ * context's module is loaded by the first launch that needs it and kept until
+ * fa_rtc_launch_release. */
 #include "host/rtc_launch.h"
 
 #include "common/simt_geometry.h"
 #include "host/driver_api.h"
 #include "host/why.h"
 
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-typedef struct loaded_kernel {
-    fa_cu_context context;
-    char name[FA_RTC_NAME_MAX]; /* the name expression (namespaced: unique across families) */
-    fa_cu_module module;
-    fa_cu_function function;
-    unsigned shared_limit; /* the dynamic shared memory the function was allowed (above 48 KB) */
-} loaded_kernel;
-
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static loaded_kernel *table;
-static size_t table_len, table_cap;
 
 static fa_rtc_status driver_failed(const fa_cu_api *cu, fa_cu_result r, const char *call, char *why, size_t why_len)
 {
     return fa_cu_check(cu, r, call, why, why_len) == FA_CU_OK ? FA_RTC_OK : FA_RTC_DRIVER_ERROR;
-}
-
-/* the table's entry for (context, name), or NULL; table_lock held */
-static loaded_kernel *find_locked(fa_cu_context context, const char *name)
-{
-    for (size_t i = 0; i < table_len; ++i)
-        if (table[i].context == context && strcmp(table[i].name, name) == 0)
-            return &table[i];
-    return NULL;
 }
 
 /* The current context (device 0's primary context, made current, when there is none) and the
@@ -75,11 +50,7 @@ static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context,
                                      char suffix, const char *name, fa_cu_function *function, char *why,
                                      size_t why_len)
 {
-    pthread_mutex_lock(&table_lock);
-    const loaded_kernel *found = find_locked(context, name);
-    *function = found ? found->function : NULL;
-    pthread_mutex_unlock(&table_lock);
-    if (*function)
+    if ((*function = fa_rtc_loaded_find(context, name, NULL)) != NULL)
         return FA_RTC_OK;
 
     fa_rtc_kernel kernel;
@@ -98,34 +69,11 @@ static fa_rtc_status kernel_function(const fa_cu_api *cu, fa_cu_context context,
         return st;
     }
 
-    pthread_mutex_lock(&table_lock);
-    const loaded_kernel *loaded = find_locked(context, name);
-    if (loaded) { /* another thread loaded it meanwhile: keep its module */
-        *function = loaded->function;
-    } else {
-        if (table_len == table_cap) {
-            size_t cap = table_cap ? 2 * table_cap : 32;
-            loaded_kernel *grown = realloc(table, cap * sizeof *grown);
-            if (!grown) {
-                st = FA_RTC_OUT_OF_MEMORY;
-            } else {
-                table = grown;
-                table_cap = cap;
-            }
-        }
-        if (st == FA_RTC_OK) {
-            loaded_kernel *e = &table[table_len++];
-            e->context = context;
-            snprintf(e->name, sizeof e->name, "%s", name);
-            e->module = module;
-            e->function = *function;
-            e->shared_limit = 0;
-            module = NULL;
-        }
-    }
-    pthread_mutex_unlock(&table_lock);
-    if (module)
-        cu->ModuleUnload(module);
+    void *kept_module = module, *kept_function = *function;
+    st = fa_rtc_loaded_add(context, name, &kept_module, &kept_function);
+    *function = (fa_cu_function)kept_function;
+    if (kept_module) /* another thread's is kept, or none could be */
+        cu->ModuleUnload((fa_cu_module)kept_module);
     return st;
 }
 
@@ -138,22 +86,15 @@ static fa_rtc_status allow_shared(const fa_cu_api *cu, fa_cu_context context, co
 {
     if (bytes == 0)
         return FA_RTC_OK;
-    pthread_mutex_lock(&table_lock);
-    const loaded_kernel *e = find_locked(context, name);
-    const int done = e && e->shared_limit >= bytes;
-    pthread_mutex_unlock(&table_lock);
-    if (done)
+    unsigned allowed = 0;
+    fa_rtc_loaded_find(context, name, &allowed);
+    if (allowed >= bytes)
         return FA_RTC_OK;
     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
     fa_rtc_status st = driver_failed(cu, cu->FuncSetAttribute(function, 8, (int)bytes), "cuFuncSetAttribute", why,
                                      why_len);
-    if (st == FA_RTC_OK) {
-        pthread_mutex_lock(&table_lock);
-        loaded_kernel *f = find_locked(context, name);
-        if (f && f->shared_limit < bytes)
-            f->shared_limit = bytes;
-        pthread_mutex_unlock(&table_lock);
-    }
+    if (st == FA_RTC_OK)
+        fa_rtc_loaded_raise(context, name, bytes);
     return st;
 }
 
@@ -208,115 +149,37 @@ fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_con
                          "cuLaunchKernel", why, why_len);
 }
 
-/* A SIMT kernel's launch: grid (x, y, z) of FA_SIMT_THREADS threads, no dynamic shared memory. */
-static fa_rtc_status launch_simt(const char *name, int64_t x, int64_t y, int64_t z, void *stream, void **args,
-                                 char *why, size_t why_len)
+/* Blocks of kernel name (of family) with shared_bytes of dynamic shared memory resident on one
+ * multiprocessor: its limit raised to those bytes first, as the launch will. */
+fa_rtc_status fa_rtc_occupancy(const char *family, const char *name, unsigned threads, unsigned shared_bytes,
+                               int *blocks, char *why, size_t why_len)
 {
-    const fa_rtc_launch_config c = {"simt", 0, x, y, z, FA_SIMT_THREADS, 0};
-    return fa_rtc_launch(name, &c, stream, args, why, why_len);
-}
-
-/* The head-dim bucket of p (the larger of d and d_v) and the storage type of dtype, or
- * FA_RTC_INVALID_ARG with why set. */
-static fa_rtc_status simt_instance(const fa_gpu_params *p, int dtype, const char *what, const char **storage,
-                                   int *bucket, char *why, size_t why_len)
-{
-    *storage = fa_simt_storage_name(dtype);
-    if (!p || !*storage) {
-        fa_why_set(why, why_len, "the SIMT %s has no kernel for dtype %d", what, dtype);
-        return FA_RTC_INVALID_ARG;
-    }
-    *bucket = fa_simt_bucket_of(p->d > p->d_v ? p->d : p->d_v);
-    if (*bucket == 0) {
-        fa_why_set(why, why_len, "the SIMT %s has no kernel for head dims d = %lld, d_v = %lld", what, (long long)p->d,
-            (long long)p->d_v);
-        return FA_RTC_INVALID_ARG;
-    }
-    return FA_RTC_OK;
-}
-
-fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
-{
-    if (why && why_len > 0)
-        why[0] = 0;
-    const char *storage;
-    int bucket;
-    fa_rtc_status st = simt_instance(p, dtype, "forward", &storage, &bucket, why, why_len);
-    if (st != FA_RTC_OK)
+    const fa_cu_api *cu;
+    fa_cu_context context;
+    fa_cu_function function;
+    fa_rtc_status st = resolve(family, 0, name, &cu, &context, &function, why, why_len);
+    if (st != FA_RTC_OK || (st = allow_shared(cu, context, name, function, shared_bytes, why, why_len)) != FA_RTC_OK)
         return st;
-    /* launch_forward's rules (simt/forward.cuh), from the same header */
-    const int64_t nq = fa_simt_query_tiles(p->seqlen_q);
-    if (nq == 0 || p->batch == 0)
-        return FA_RTC_OK;
-    const size_t bytes = fa_simt_storage_bytes(dtype);
-    /* the kernel's bool parameter: one byte, as the device ABI lays out bool */
-    unsigned char vec = fa_simt_view_vec4(&p->q, bytes) && fa_simt_view_vec4(&p->k, bytes) &&
-                        fa_simt_view_vec4(&p->v, bytes) && fa_simt_view_vec4(&p->o, bytes);
-    const int mod = fa_score_mod_factors_active(p->mod); /* fa_gpu_has_score_mod's test */
-    char name[FA_RTC_NAME_MAX];
-    snprintf(name, sizeof name, "fa_gpu::simt::forward_kernel<%s, %d, %s>", storage, bucket, mod ? "true" : "false");
-    fa_gpu_params params = *p; /* the kernel's first parameter, by value */
-    void *args[] = {&params, &vec};
-    return launch_simt(name, nq, p->heads_q, p->batch, stream, args, why, why_len);
+    return driver_failed(cu, cu->OccupancyMaxActiveBlocksPerMultiprocessor(blocks, function, (int)threads, shared_bytes),
+                         "cuOccupancyMaxActiveBlocksPerMultiprocessor", why, why_len);
 }
 
-fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
+/* cuModuleUnload acts in the current context: the module's, made current */
+static void unload_in_context(const void *context, void *module, void *cu)
 {
-    if (why && why_len > 0)
-        why[0] = 0;
-    const char *storage;
-    int bucket;
-    fa_rtc_status st = simt_instance(p, dtype, "backward", &storage, &bucket, why, why_len);
-    if (st != FA_RTC_OK || p->batch == 0)
-        return st;
-    /* launch_backward's sequence and rules (simt/backward.cuh), from the same header: dsum, dsink
-     * (with a sink and dsink asked), dK / dV over key blocks, dQ over query blocks, one stream */
-    const int rows = FA_SIMT_BWD_ROWS(bucket);
-    const int64_t nd = (p->seqlen_q + FA_SIMT_THREADS - 1) / FA_SIMT_THREADS;
-    const int64_t nq = (p->seqlen_q + rows - 1) / rows, nk = (p->seqlen_k + rows - 1) / rows;
-    const char *mod = fa_score_mod_factors_active(p->mod) ? "true" : "false";
-    fa_gpu_params params = *p;
-    void *args[] = {&params};
-    char name[FA_RTC_NAME_MAX];
-    if (nd > 0) {
-        snprintf(name, sizeof name, "fa_gpu::simt::dsum_kernel<%s>", storage);
-        if ((st = launch_simt(name, nd, p->heads_q, p->batch, stream, args, why, why_len)) !=
-            FA_RTC_OK)
-            return st;
-    }
-    if (p->sink && p->dsink) {
-        snprintf(name, sizeof name, "fa_gpu::simt::dsink_kernel<%d>", FA_SIMT_THREADS);
-        if ((st = launch_simt(name, p->heads_q, 1, 1, stream, args, why, why_len)) != FA_RTC_OK)
-            return st;
-    }
-    if (nk > 0) {
-        snprintf(name, sizeof name, "fa_gpu::simt::dkdv_kernel<%s, %d, %s>", storage, bucket, mod);
-        if ((st = launch_simt(name, nk, p->heads_kv, p->batch, stream, args, why, why_len)) !=
-            FA_RTC_OK)
-            return st;
-    }
-    if (nq > 0) {
-        snprintf(name, sizeof name, "fa_gpu::simt::dq_kernel<%s, %d, %s>", storage, bucket, mod);
-        st = launch_simt(name, nq, p->heads_q, p->batch, stream, args, why, why_len);
-    }
-    return st;
+    const fa_cu_api *api = cu;
+    if (api && api->CtxSetCurrent((fa_cu_context)context) == 0)
+        api->ModuleUnload((fa_cu_module)module);
 }
 
 void fa_rtc_launch_release(void)
 {
     char why[8];
     const fa_cu_api *cu = fa_cu_driver(why, sizeof why);
-    pthread_mutex_lock(&table_lock);
-    if (cu && table_len > 0) {
-        fa_cu_context previous = NULL;
+    fa_cu_context previous = NULL;
+    if (cu)
         cu->CtxGetCurrent(&previous);
-        for (size_t i = 0; i < table_len; ++i) /* cuModuleUnload acts in the current context */
-            if (cu->CtxSetCurrent(table[i].context) == 0)
-                cu->ModuleUnload(table[i].module);
+    fa_rtc_loaded_release(unload_in_context, (void *)cu);
+    if (cu)
         cu->CtxSetCurrent(previous);
-    }
-    free(table);
-    table = NULL;
-    table_len = table_cap = 0;
-    pthread_mutex_unlock(&table_lock);
 }

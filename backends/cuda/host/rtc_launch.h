@@ -1,21 +1,24 @@
-/* rtc_launch.h: kernels compiled at run time (host/rtc_compiler.h) and launched through the CUDA
- * driver API (host/driver_api.h): fa_rtc_launch for any kernel by name expression, and the SIMT
- * family's forward and backward with the grids, blocks and arguments of the nvcc-built launchers
- * (simt/forward.cuh's launch_forward, simt/backward.cuh's launch_backward; both read
- * common/simt_geometry.h), so that a build without nvcc runs the same kernels.
- * tests/cuda/rtc_launch_check.c runs them against a fake driver. Plain C. */
+/* rtc_launch.h: kernels compiled at run time (host/rtc_compiler.h) and launched: fa_rtc_launch,
+ * fa_rtc_function and fa_rtc_occupancy for any kernel by name expression, through the CUDA driver
+ * API (host/driver_api.h, host/rtc_launch.c) or, in the HIP backend's module, through the HIP
+ * runtime (backends/hip/rtc_launch.c, which defines fa_rtc_launch and fa_rtc_occupancy alike); and
+ * over them, vendor-neutral, the SIMT family's forward and backward (host/rtc_simt.c) and
+ * fa_forward_kvcache's decode sequence (host/rtc_decode.c) with the grids, blocks and arguments
+ * of the compiled launchers (simt/forward.cuh, simt/backward.cuh, decode/decode.cuh; they read
+ * common/simt_geometry.h and common/kv_geometry.h), so that a build without nvcc or hipcc runs the
+ * same kernels. tests/cuda/rtc_launch_check.c runs them against a fake driver. Plain C. */
 #ifndef FA_RTC_LAUNCH_H
 #define FA_RTC_LAUNCH_H
 
+#include "common/kv_params.h"
 #include "common/params.h"
 #include "host/driver_api.h"
 #include "host/rtc_compiler.h"
+#include "host/rtc_loaded.h" /* FA_RTC_NAME_MAX */
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The longest name expression a launch takes, with its terminating zero. */
-#define FA_RTC_NAME_MAX 160
 
 /* How a kernel is launched: its family (host/rtc_sources.h: "simt", "sm80", "sm90", "decode",
  * "ring"), the architecture suffix ('a': compiled for sm_<major><minor>a, which the sm90 family's
@@ -29,7 +32,7 @@ typedef struct fa_rtc_launch_config {
 } fa_rtc_launch_config;
 
 /* Launches the kernel name_expression names, of c's family, compiled for the current device's
- * exact compute capability (sm_<major><minor>, with c's suffix), on c's grid and block, on stream
+ * exact architecture (HIP: its gcnArchName, c's suffix unused; CUDA: its compute capability (sm_<major><minor>, with c's suffix), on c's grid and block, on stream
  * (a CUstream; NULL for the legacy default stream), with args as cuLaunchKernel takes them (one
  * pointer per kernel parameter). The kernel runs in the current context, else in device 0's
  * primary context, which is then made current; its module is loaded once per (context, kernel)
@@ -39,9 +42,15 @@ fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_con
                             char *why, size_t why_len);
 
 /* The function of that kernel in the current context (compiled and loaded as fa_rtc_launch does),
- * for the driver's questions about it (occupancy). */
+ * for the driver's questions about it. CUDA only. */
 fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_expression, fa_cu_function *function,
                               char *why, size_t why_len);
+
+/* Blocks of that kernel (compiled for the current device, no suffix) with `threads` threads and
+ * shared_bytes of dynamic shared memory resident on one multiprocessor at a time, into *blocks;
+ * the kernel's shared memory limit is raised to shared_bytes first, as a launch would. */
+fa_rtc_status fa_rtc_occupancy(const char *family, const char *name_expression, unsigned threads,
+                               unsigned shared_bytes, int *blocks, char *why, size_t why_len);
 
 /* Launches forward_kernel<S, D, MOD> (fa_rtc_launch) for the call p describes: S from dtype (0
  * fp32, 1 fp16, 2 bf16), D the head-dim bucket of the larger of p->d and p->d_v, MOD whether p has
@@ -54,6 +63,19 @@ fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void
  * p->dsum is the workspace the backend provides. The first failure stops the sequence. */
 fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, void *stream, char *why,
                                           size_t why_len);
+
+/* fa_forward_kvcache's kernels (host/rtc_decode.c): the SIMT decode instance (dtype 0 fp32, 1 fp16,
+ * 2 bf16; bucket 64, 128 or 256; row tile FA_KV_ROW_TILE_SMALL or _LARGE; the cp.async ring where
+ * asked and the build has it: FA_KV_HAVE_ASYNC) launched in decode.cuh's sequence (check, append,
+ * decode, combine), and its blocks per multiprocessor. */
+fa_rtc_status fa_rtc_launch_kv(const fa_gpu_kv_params *p, int dtype, int bucket, int row_tile, int async_copy,
+                               void *stream, char *why, size_t why_len);
+fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_copy, int *blocks, char *why,
+                               size_t why_len);
+/* The same with the tensor-core decode instance (fp16 / bf16, buckets 64 and 128; CUDA only). */
+fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, void *stream, char *why,
+                                   size_t why_len);
+fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int *blocks, char *why, size_t why_len);
 
 /* Unloads every module the launcher loaded (each in its own context) and forgets them: for a
  * context about to be destroyed, or a test. Not to be called while another thread launches. */

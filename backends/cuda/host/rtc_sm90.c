@@ -10,7 +10,7 @@
  * The tensor maps (the producers' TMA loads of dense calls) are encoded with the driver's
  * cuTensorMapEncodeTiled (fa_cu_api's TensorMapEncodeTiled). A driver without it (older than
  * CUDA 12) has no Hopper instance here (fa_sm90_has_instance and fa_sm90_has_backward answer 0), so
- * the chooser (backend.c) takes another family. Errors as host/rtc_kernels.c describes: a CUresult,
+ * the chooser (backend.c) takes another family. Errors as host/rtc_entry.c describes: a CUresult,
  * the message in fa_rtc_last_error. Plain C. */
 #include "common/instance_mode.h"
 #include "common/sm90_geometry.h"

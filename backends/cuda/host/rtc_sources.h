@@ -12,8 +12,8 @@ typedef struct fa_rtc_source {
     size_t len;
 } fa_rtc_source;
 
-/* A family ("simt", "sm80", "sm90", "decode", "ring"): its files, as indices into
- * fa_cuda_rtc_sources, its root header (the one that holds its kernels and no host code:
+/* A family ("simt", "sm80", "sm90", "decode", "ring"; HIP's "mfma"): its files, as indices into
+ * the sources table, its root header (the one that holds its kernels and no host code:
  * simt/kernels.cuh, sm80/kernels_device.cuh) first, then every file that reaches. */
 typedef struct fa_rtc_family {
     const char *name;
@@ -21,10 +21,15 @@ typedef struct fa_rtc_family {
     size_t file_count;
 } fa_rtc_family;
 
-/* Every family's files, each once. */
+/* Every family's files, each once: the CUDA backend's (prefix fa_cuda_rtc) and, in the HIP
+ * module, the HIP families' (simt, decode, mfma; prefix fa_hip_rtc). */
 extern const fa_rtc_source fa_cuda_rtc_sources[];
 extern const size_t fa_cuda_rtc_source_count;
 extern const fa_rtc_family fa_cuda_rtc_families[];
 extern const size_t fa_cuda_rtc_family_count;
+extern const fa_rtc_source fa_hip_rtc_sources[];
+extern const size_t fa_hip_rtc_source_count;
+extern const fa_rtc_family fa_hip_rtc_families[];
+extern const size_t fa_hip_rtc_family_count;
 
 #endif

@@ -21,8 +21,8 @@ namespace fa_gpu::mfma {
 
 namespace pk = fa_gpu;
 
-constexpr int ROWS = 32; /* query rows per wavefront (block) */
-constexpr int KC = 32;   /* keys per step */
+constexpr int ROWS = FA_MFMA_ROWS; /* query rows per wavefront (block): common/mfma_geometry.h */
+constexpr int KC = FA_MFMA_KEYS;   /* keys per step */
 
 /* four 16-bit words of row `row` from column c (zero past n valid columns); vec: 8-byte aligned */
 template <class S>
@@ -209,6 +209,7 @@ __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_gpu_params p, con
             (l_sum == 0.0f || row_max == -INFINITY) ? -INFINITY : row_max * 0.69314718055994531f + logf(l_sum);
 }
 
+#if !defined(__HIPCC_RTC__) /* host code: hipRTC compiles the kernel alone */
 template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     const int64_t nq = (p.seqlen_q + ROWS - 1) / ROWS;
@@ -224,6 +225,7 @@ template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa
         forward_kernel<S, D, false><<<grid, WAVE, 0, stream>>>(p, vec);
     return fa_gpu_last_error();
 }
+#endif /* !__HIPCC_RTC__ */
 
 } // namespace fa_gpu::mfma
 

@@ -17,11 +17,12 @@
 #ifndef FA_HIP_MFMA_CUH
 #define FA_HIP_MFMA_CUH
 
+#include "common/mfma_geometry.h"
 #include "common/vendor.h"
 
 namespace fa_gpu::mfma {
 
-constexpr int WAVE = 64;
+constexpr int WAVE = FA_MFMA_WAVE; /* common/mfma_geometry.h */
 
 #if defined(__HIPCC__)
 /* the device passes for CDNA targets carry the instructions; other targets (RDNA, gfx1030) get no

@@ -315,7 +315,7 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
 
 /* p.dsum: [heads_q][total_q] floats of workspace. p.dsink (with p.sink): written by dsink_kernel
  * after dsum_kernel, for every head (0 where the heads have no query row). */
-#if !defined(__CUDACC_RTC__) /* host code: NVRTC compiles the kernels alone */
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* host code: NVRTC and hipRTC compile the kernels alone */
 template <class S, int D> fa_gpu_error launch_backward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     typedef bwd_shape<D> sh;

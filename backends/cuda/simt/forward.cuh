@@ -293,7 +293,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
     }
 }
 
-#if !defined(__CUDACC_RTC__) /* host code: NVRTC compiles the kernels alone */
+#if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* host code: NVRTC and hipRTC compile the kernels alone */
 /* The geometry (common/simt_geometry.h) is the driver-API launcher's too (host/rtc_launch.c). */
 template <class S, int D> fa_gpu_error launch_forward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
