@@ -11,7 +11,6 @@
  * hip_runtime_api.h. */
 #include "host/rtc_launch.h"
 
-#include "common/simt_geometry.h"
 #include "host/why.h"
 
 #include <hip/hip_runtime_api.h>
@@ -113,18 +112,11 @@ static fa_rtc_status kernel_function(const char *family, const char *name, hipFu
 fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
                             char *why, size_t why_len)
 {
-    if (!c || c->threads == 0 || !args) {
-        fa_why_set(why, why_len, "%s: no launch configuration, no threads or no arguments",
-                   name_expression ? name_expression : "(no kernel name)");
-        return FA_RTC_INVALID_ARG;
-    }
-    if (!fa_simt_grid_ok(c->grid_x, c->grid_y, c->grid_z)) {
-        fa_why_set(why, why_len, "%s: the grid (%lld, %lld, %lld) exceeds the launch limits", name_expression,
-                   (long long)c->grid_x, (long long)c->grid_y, (long long)c->grid_z);
-        return FA_RTC_INVALID_ARG;
-    }
+    fa_rtc_status st = fa_rtc_launch_config_check(name_expression, c, args, why, why_len);
+    if (st != FA_RTC_OK)
+        return st;
     hipFunction_t function;
-    fa_rtc_status st = kernel_function(c->family, name_expression, &function, why, why_len);
+    st = kernel_function(c->family, name_expression, &function, why, why_len);
     if (st != FA_RTC_OK)
         return st;
     /* no shared-memory limit to raise: a HIP kernel may use the device's whole LDS */

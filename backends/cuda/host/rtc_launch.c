@@ -6,7 +6,6 @@
  * fa_rtc_launch_release. */
 #include "host/rtc_launch.h"
 
-#include "common/simt_geometry.h"
 #include "host/driver_api.h"
 #include "host/why.h"
 
@@ -126,20 +125,13 @@ fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_
 fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
                             char *why, size_t why_len)
 {
-    if (!c || c->threads == 0 || !args) {
-        fa_why_set(why, why_len, "%s: no launch configuration, no threads or no arguments",
-            name_expression ? name_expression : "(no kernel name)");
-        return FA_RTC_INVALID_ARG;
-    }
-    if (!fa_simt_grid_ok(c->grid_x, c->grid_y, c->grid_z)) {
-        fa_why_set(why, why_len, "%s: the grid (%lld, %lld, %lld) exceeds CUDA's limits", name_expression,
-            (long long)c->grid_x, (long long)c->grid_y, (long long)c->grid_z);
-        return FA_RTC_INVALID_ARG;
-    }
+    fa_rtc_status st = fa_rtc_launch_config_check(name_expression, c, args, why, why_len);
+    if (st != FA_RTC_OK)
+        return st;
     const fa_cu_api *cu;
     fa_cu_context context;
     fa_cu_function function;
-    fa_rtc_status st = resolve(c->family, c->suffix, name_expression, &cu, &context, &function, why, why_len);
+    st = resolve(c->family, c->suffix, name_expression, &cu, &context, &function, why, why_len);
     if (st != FA_RTC_OK ||
         (st = allow_shared(cu, context, name_expression, function, c->shared_bytes, why, why_len)) != FA_RTC_OK)
         return st;

@@ -15,6 +15,8 @@
 #include "host/driver_api.h"
 #include "host/rtc_compiler.h"
 #include "host/rtc_loaded.h" /* FA_RTC_NAME_MAX */
+#include "host/why.h"
+#include "common/simt_geometry.h" /* fa_simt_grid_ok */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +32,24 @@ typedef struct fa_rtc_launch_config {
     unsigned threads;
     unsigned shared_bytes; /* the kernel's limit is raised to it before the launch (once per size) */
 } fa_rtc_launch_config;
+
+/* What each vendor's fa_rtc_launch checks first: a configuration with threads, arguments, and a
+ * grid within the launch limits; FA_RTC_INVALID_ARG with why set otherwise. */
+static inline fa_rtc_status fa_rtc_launch_config_check(const char *name_expression, const fa_rtc_launch_config *c,
+                                                       void **args, char *why, size_t why_len)
+{
+    if (!c || c->threads == 0 || !args) {
+        fa_why_set(why, why_len, "%s: no launch configuration, no threads or no arguments",
+                   name_expression ? name_expression : "(no kernel name)");
+        return FA_RTC_INVALID_ARG;
+    }
+    if (!fa_simt_grid_ok(c->grid_x, c->grid_y, c->grid_z)) {
+        fa_why_set(why, why_len, "%s: the grid (%lld, %lld, %lld) exceeds the launch limits", name_expression,
+                   (long long)c->grid_x, (long long)c->grid_y, (long long)c->grid_z);
+        return FA_RTC_INVALID_ARG;
+    }
+    return FA_RTC_OK;
+}
 
 /* Launches the kernel name_expression names, of c's family, compiled for the current device's
  * exact architecture (HIP: its gcnArchName, c's suffix unused; CUDA: its compute capability (sm_<major><minor>, with c's suffix), on c's grid and block, on stream
