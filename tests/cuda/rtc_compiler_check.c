@@ -10,30 +10,13 @@
  * it. Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
  * where libnvrtc cannot be opened. The cache is a fresh directory of its own. */
 #include "host/rtc_compiler.h"
+#include "rtc_check_common.h"
 
-#include <ftw.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#define SKIP 77
 #define KERNEL "fa_gpu::simt::forward_kernel<fa_gpu::store_f16, 64, false>"
 #define HIT_LIMIT_SECONDS 0.050
 
 static int begins, ends; /* compiles the notify function saw */
-static char cache_root[64];
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                                    \
-            printf(__VA_ARGS__);                                                                                      \
-            printf("\n");                                                                                             \
-            exit(1);                                                                                                  \
-        }                                                                                                             \
-    } while (0)
 
 static void count_compiles(const fa_rtc_progress *p, void *user)
 {
@@ -43,13 +26,6 @@ static void count_compiles(const fa_rtc_progress *p, void *user)
     else
         ++ends;
     fa_rtc_notify_stderr(p, NULL);
-}
-
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* one call, timed; exits on a status other than OK */
@@ -85,20 +61,7 @@ static void entry_path(const fa_kernel_key *key, char *path, size_t n)
     char hex[2 * FA_KERNEL_CACHE_KEY_BYTES + 1];
     for (int i = 0; i < FA_KERNEL_CACHE_KEY_BYTES; ++i)
         snprintf(hex + 2 * i, 3, "%02x", key->bytes[i]);
-    snprintf(path, n, "%s/cuda/%s.bin", cache_root, hex);
-}
-
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_cache(void)
-{
-    nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    snprintf(path, n, "%s/cuda/%s.bin", check_cache_root(), hex);
 }
 
 #define THREADS 4
@@ -143,10 +106,7 @@ int main(void)
     }
     printf("NVRTC %s\n", version);
 
-    snprintf(cache_root, sizeof cache_root, "/tmp/fa-rtc-check-XXXXXX");
-    CHECK(mkdtemp(cache_root) != NULL, "a cache directory");
-    setenv("FLASHATTN_CACHE_DIR", cache_root, 1);
-    atexit(remove_cache);
+    check_cache_dir("/tmp/fa-rtc-check-XXXXXX");
     fa_rtc_set_notify(count_compiles, NULL);
 
     /* bad arguments and a compile error: statuses with reasons */
