@@ -147,26 +147,39 @@ __global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_p
             float alibi_d0 = 0.0f;
             if constexpr (MOD)
                 alibi_d0 = modify_transposed_scores<BQ / 8>(sm, p, b, h, pt, q0, wk0);
+            /* The loop is peeled: one copy, for the steps where some element may be hidden
+             * (edge), tests each element, the other has no branch per element (a branch around
+             * each element's test costs instruction fetches in the hot loop). Where the registers
+             * do not allow two copies (the score modifiers; unaligned rows' element-wise loads;
+             * d 128 with block lists or dropout, which already spill) only the testing copy is
+             * built, which tests edge per element. */
+            constexpr bool PEEL = ALIGNED && !MOD && !(D == 128 && MODE != 0);
+            auto p_step = [&](const bool masked) {
 #pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
+                for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = nt * 8 + 2 * t4 + (e & 1);
-                    float sx = pt[nt][e], grad = 1.0f;
-                    if constexpr (MOD)
-                        sx = modified_score_at(sm, sx, alibi_d0 + transposed_offset(nt, e), grad);
-                    float x = fast_exp2(sx * p.scale_log2 - lse2[col]);
-                    if (edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)) {
-                        x = 0.0f;
-                        dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
-                        grad = 1.0f;
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = nt * 8 + 2 * t4 + (e & 1);
+                        float sx = pt[nt][e], grad = 1.0f;
+                        if constexpr (MOD)
+                            sx = modified_score_at(sm, sx, alibi_d0 + transposed_offset(nt, e), grad);
+                        float x = fast_exp2(sx * p.scale_log2 - lse2[col]);
+                        if (masked && edge && !visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks)) {
+                            x = 0.0f;
+                            dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                            grad = 1.0f;
+                        }
+                        pt[nt][e] = x;
+                        if constexpr (MOD) { /* dS^T = P^T (Z dP^T - D) scale, times the derivative */
+                            const float z = drop ? keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
+                            dpt[nt][e] = x * (dpt[nt][e] * z - dd[col]) * p.scale * grad;
+                        }
                     }
-                    pt[nt][e] = x;
-                    if constexpr (MOD) { /* dS^T = P^T (Z dP^T - D) scale, times the derivative */
-                        const float z = drop ? keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
-                        dpt[nt][e] = x * (dpt[nt][e] * z - dd[col]) * p.scale * grad;
-                    }
-                }
+            };
+            if (!PEEL || edge)
+                p_step(true);
+            else
+                p_step(false); /* inlined with a constant: no test, no branch */
             {
                 uint32_t pf[BQ / 16][4];
                 if (drop) {
