@@ -128,7 +128,7 @@ int main(int argc, char **argv)
     /* GQA, cc 8.0: the tensor-core kernel, one row tile of 16 per kv head (4 query rows), 2 x 2
      * blocks; 4 splits fill the 16 slots; check (one block per sequence), append (2 x 2 x 128
      * elements), decode with 2 stages x 4 warps x (K and V of 16 keys x (128 + 8)) x 2 bytes, combine
-     * (2 x 8 x 128 elements) */
+     * (one block per query row and 32 channels: 2 x 8 rows x 4) */
     fa_context *ctx = open_context();
     fa_kvcache_args a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128>", 4, 4, 128, 69632},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 8, 1, 256, 0},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("GQA, tensor cores", mma, 4);
 
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
     run(ctx, &paged, "bf16 d 128 GQA decode over a paged cache, 2 splits");
     const expected paged_launches[] = {
         {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128>", 4, 2, 128, 69632},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 8, 1, 256, 0},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("paged", paged_launches, 2);
 
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>", 4, 4, 128, 49152},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 8, 1, 256, 0},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("GQA, SIMT", simt, 4);
     fa_context_destroy(ctx);

@@ -10,11 +10,12 @@
 #include "common/kv_params.h"
 
 /* The check, append and combine kernels: blocks of 256 threads; the check takes one block per
- * sequence (grid-stride beyond FA_KV_CHECK_MAX_BLOCKS), append and combine a grid-stride loop over
- * their elements in at most FA_KV_STRIDE_MAX_BLOCKS blocks. */
+ * sequence (grid-stride beyond FA_KV_CHECK_MAX_BLOCKS), append a grid-stride loop over its elements
+ * and combine one over its items (below), each in at most FA_KV_STRIDE_MAX_BLOCKS blocks. */
 #define FA_KV_ELEMENTWISE_THREADS 256
 #define FA_KV_CHECK_MAX_BLOCKS 65535
 #define FA_KV_STRIDE_MAX_BLOCKS 65536
+#define FA_KV_COMBINE_CHANNELS 32 /* output channels per combine block (a divisor of the threads) */
 
 /* The SIMT decode kernel at head-dim bucket D (FA_KV_THREADS threads): D / 8 threads hold one key
  * row, FA_KV_THREADS / (D / 8) key rows ("streams") read side by side, U keys in flight per thread,
@@ -73,10 +74,17 @@ static inline int64_t fa_kv_append_elements(const fa_gpu_kv_params *p)
     return p->batch * p->seqlen_knew * p->heads_kv * (p->d > p->d_v ? p->d : p->d_v);
 }
 
-/* The combine kernel's elements: one per (query row, value channel), the size of o. */
-static inline int64_t fa_kv_combine_elements(const fa_gpu_kv_params *p)
+/* The combine kernel's work items: one per (query row, FA_KV_COMBINE_CHANNELS output channels),
+ * one block of FA_KV_ELEMENTWISE_THREADS each, grid-stride beyond FA_KV_STRIDE_MAX_BLOCKS. */
+static inline int64_t fa_kv_combine_items(const fa_gpu_kv_params *p)
 {
-    return p->batch * p->heads_q * p->seqlen_new * p->d_v;
+    return p->batch * p->heads_q * p->seqlen_new * ((p->d_v + FA_KV_COMBINE_CHANNELS - 1) / FA_KV_COMBINE_CHANNELS);
+}
+
+static inline unsigned fa_kv_combine_blocks(const fa_gpu_kv_params *p)
+{
+    const int64_t n = fa_kv_combine_items(p);
+    return (unsigned)(n < 1 ? 1 : n > FA_KV_STRIDE_MAX_BLOCKS ? FA_KV_STRIDE_MAX_BLOCKS : n);
 }
 
 /* The decode kernel's grid: one block per (sequence, kv head, row tile) along x, one per split

@@ -12,7 +12,7 @@
  *                   keep their own online softmax over the keys they read, U keys in flight per
  *                   thread for K and V alike; the streams merge in shared memory at the end. One
  *                   split writes O and LSE, several write fp32 partials.
- *   combine_kernel  one thread per (query row, channel): the splits merged by their LSE.
+ *   combine_kernel  one block per (query row, 32 channels): the splits merged by their LSE.
  * q, k_cache and k_new have head dim d, v_cache, v_new and o d_v (both at most the instance's D).
  * The learnable sink joins each row once its final LSE is known (core/sink.h): in the decode
  * kernel's epilogue when the keys are not split, else in the combine kernel, never per split.
@@ -554,35 +554,85 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 
 /* ---------------------------------------------------------------- combine */
 
-template <class S> __global__ FA_LAUNCH_BOUNDS(256) void combine_kernel(const fa_gpu_kv_params p)
+/* x reduced over the block by max (MAX) or sum through red[FA_KV_ELEMENTWISE_THREADS]; every
+ * thread gets the result. Barriers only (no warp shuffles): a warp is 32 or 64 lanes. */
+template <bool MAX> FA_DEVICE float block_reduce(float *red, float x)
 {
+    const int tid = threadIdx.x;
+    red[tid] = x;
+    FA_SYNC();
+#pragma unroll
+    for (int k = FA_KV_ELEMENTWISE_THREADS / 2; k > 0; k /= 2) {
+        if (tid < k)
+            red[tid] = MAX ? fmaxf(red[tid], red[tid + k]) : red[tid] + red[tid + k];
+        FA_SYNC();
+    }
+    const float r = red[0];
+    FA_SYNC(); /* red is free again */
+    return r;
+}
+
+/* The splits of each query row merged by their LSEs: one block per (row, FA_KV_COMBINE_CHANNELS
+ * channels of o), grid-stride. The row's split LSEs are read by the threads side by side and
+ * reduced in shared memory; then the threads are G groups of C, group g summing splits g, g + G,
+ * ... of the C channels (each group's loads coalesced, G splits in flight at once), and the groups'
+ * sums are added in shared memory. A split whose weight is 0 (no visible key: LSE -inf) is not
+ * read. */
+template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const fa_gpu_kv_params p)
+{
+    constexpr int T = FA_KV_ELEMENTWISE_THREADS, C = FA_KV_COMBINE_CHANNELS, G = T / C;
+    static_assert(T % C == 0 && (T & (T - 1)) == 0, "groups of C channels; a power-of-two block");
+    __shared__ float red[T], w_s[T], acc_s[G][C];
     if (skip_on_fault(p))
         return;
-    const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, dv = p.d_v, total = p.batch * hq * sn * dv;
+    const int tid = threadIdx.x, ci = tid % C, grp = tid / C;
+    const int64_t sn = p.seqlen_new, hq = p.heads_q, splits = p.splits, dv = p.d_v;
+    const int64_t chunks = (dv + C - 1) / C, items = p.batch * hq * sn * chunks;
     const float *lses = p.partial + p.batch * hq * sn * splits * dv;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t c = e % dv, row = e / dv; /* row = (b * hq + h) * sn + i */
-        const int64_t i = row % sn, h = row / sn % hq, b = row / (sn * hq);
+    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+        const int64_t row = it / chunks, c = (it % chunks) * C + ci; /* row = (b * hq + h) * sn + i */
+        const float *ls_row = lses + row * splits;
         float mx = -INFINITY;
-        for (int64_t s = 0; s < splits; ++s)
-            mx = fmaxf(mx, lses[row * splits + s]);
+        for (int64_t s = tid; s < splits; s += T)
+            mx = fmaxf(mx, ls_row[s]);
+        mx = block_reduce<true>(red, mx);
         float sum = 0.0f, a = 0.0f;
-        if (mx != -INFINITY)
-            for (int64_t s = 0; s < splits; ++s) {
-                const float ls = lses[row * splits + s];
-                if (ls == -INFINITY)
-                    continue;
-                const float w = expf(ls - mx);
+        if (mx != -INFINITY) /* the same for the whole block */
+            for (int64_t s0 = 0; s0 < splits; s0 += T) {
+                const int64_t s = s0 + tid;
+                const float ls = s < splits ? ls_row[s] : -INFINITY;
+                const float w = ls == -INFINITY ? 0.0f : expf(ls - mx);
+                w_s[tid] = w;
                 sum += w;
-                a += w * p.partial[(row * splits + s) * dv + c];
+                FA_SYNC();
+                const int n = (int)(splits - s0 < T ? splits - s0 : T);
+                if (c < dv) {
+                    const float *part = p.partial + (row * splits + s0) * dv + c;
+#pragma unroll 4
+                    for (int j = grp; j < n; j += G) {
+                        const float wj = w_s[j];
+                        if (wj != 0.0f)
+                            a += wj * part[j * dv];
+                    }
+                }
+                FA_SYNC(); /* w_s is free again */
             }
-        float out = sum > 0.0f ? a / sum : 0.0f, lse = sum > 0.0f ? mx + logf(sum) : -INFINITY;
-        if (p.sink) { /* the row's final LSE over the keys of every split: the sink joins it here */
-            const float lse0 = lse;
-            lse = fa_sink_lse(lse0, p.sink[h]);
-            out *= fa_sink_factor(lse0, lse);
+        sum = block_reduce<false>(red, sum);
+        acc_s[grp][ci] = a;
+        FA_SYNC();
+        if (grp == 0 && c < dv) {
+            for (int g = 1; g < G; ++g)
+                a += acc_s[g][ci];
+            const int64_t i = row % sn, h = row / sn % hq, b = row / (sn * hq);
+            float out = sum > 0.0f ? a / sum : 0.0f, lse = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+            if (p.sink) { /* the row's final LSE over the keys of every split: the sink joins it here */
+                const float lse0 = lse;
+                lse = fa_sink_lse(lse0, p.sink[h]);
+                out *= fa_sink_factor(lse0, lse);
+            }
+            store_output<S>(p, b, i, h, c, out, lse);
         }
-        store_output<S>(p, b, i, h, c, out, lse);
+        FA_SYNC(); /* acc_s is free again */
     }
 }
 

@@ -10,7 +10,7 @@
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> or decode_mma_kernel<S, D>, one block of
  *                         FA_KV_THREADS per (sequence, kv head, row tile) by split;
- *   combine_kernel<S>     where the keys are split, a grid-stride loop over o.
+ *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
  * Plain C. */
 #include "common/kv_geometry.h"
 #include "common/simt_geometry.h"
@@ -102,7 +102,7 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
     if (p->splits == 1)
         return FA_RTC_OK;
     snprintf(name, sizeof name, "fa_gpu::decode::combine_kernel<%s>", storage);
-    return launch_kv(name, fa_kv_stride_blocks(fa_kv_combine_elements(p)), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream,
+    return launch_kv(name, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream,
                      why, why_len);
 }
 
