@@ -191,7 +191,7 @@ int main(int argc, char **argv)
     check_launch(fake, n - 2, "sm90", 'a', "fa_gpu::sm90::ws_backward_kernel<__nv_bfloat16, 128, 0, false, true>",
                  (S + 127) / 128, H, B, 384,
                  (2 * 128 * 128 + 128 * 64) * 2 + 64 * 128 * 4 + 2 * 3 * 64 * 128 * 2 + 1024);
-    check_launch(fake, n - 1, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 128, 128>", (S * 128 + 255) / 256,
+    check_launch(fake, n - 1, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 128, 128, true>", (S * 128 + 255) / 256,
                  H, B, 256, 0);
     check_map(fake, 2, p.q, 9, 128, 64, "Q");
     check_map(fake, 3, p.dout, 9, 128, 64, "dO");

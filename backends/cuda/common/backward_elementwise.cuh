@@ -44,9 +44,21 @@ template <typename T> __global__ void dsum_kernel(const fa_gpu_params p)
     }
 }
 
-/* dQ (T, or fp32 for p.out_f32) from the fp32 accumulator: one thread per element of one sequence's rows. */
-template <typename T, int D, int DV = D> __global__ void dq_convert_kernel(const fa_gpu_params p)
+/* The sm90 backward's accumulator rows are swizzled: token t's column c is held at column
+ * c ^ dq_swizzle(t), an XOR on bits 3..5 (rows of at least 64 floats). Its consumers store their dQ
+ * fragments to a shared tile of such rows, eight rows at the same columns per store: spread over
+ * the eight swizzles, the store touches every bank once or twice instead of eight times, and the
+ * bulk reduction copies the tile's rows into the accumulator as they are. */
+__device__ __forceinline__ int dq_swizzle(int64_t token)
 {
+    return (int)(token & 7) << 3;
+}
+
+/* dQ (T, or fp32 for p.out_f32) from the fp32 accumulator: one thread per element of one
+ * sequence's rows; SWZ: the accumulator's rows swizzled (dq_swizzle, the sm90 backward). */
+template <typename T, int D, int DV = D, bool SWZ = false> __global__ void dq_convert_kernel(const fa_gpu_params p)
+{
+    static_assert(!SWZ || DV >= 64, "the swizzle permutes bits 3..5 of a row's column");
     /* DV < D: the accumulator is [D / DV][heads_q][total_q][DV] (column blocks of DV, sm90 d 256) */
     const int64_t b = blockIdx.z, h = blockIdx.y;
     const fa_seq s = fa_sequence(p, b);
@@ -54,8 +66,8 @@ template <typename T, int D, int DV = D> __global__ void dq_convert_kernel(const
     const int c = (int)(e % D);
     if (i >= s.sq || c >= p.d)
         return;
-    const int64_t hp = (int64_t)(c / DV) * p.heads_q + h;
-    const float v = p.dq_accum[(hp * p.total_q + (p.cu_q ? s.q_start + i : b * p.seqlen_q + i)) * DV + c % DV];
+    const int64_t hp = (int64_t)(c / DV) * p.heads_q + h, token = p.cu_q ? s.q_start + i : b * p.seqlen_q + i;
+    const float v = p.dq_accum[(hp * p.total_q + token) * DV + ((c % DV) ^ (SWZ ? dq_swizzle(token) : 0))];
     /* a row that saw no key: dQ = 0 (its dS is 0, but 0 times a NaN in K reached the accumulator) */
     const float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
     store_out<T>(p.dq.data, b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c,

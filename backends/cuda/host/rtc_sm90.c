@@ -147,7 +147,7 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
 
 /* launch_backward<T, D>: dsum_kernel<T>, the fp32 dQ accumulator cleared, ws_backward_kernel<T, D,
  * MODE, MOD, TMA> (TMA: the plain mode of a dense call, where Q and dO have maps) over key tiles,
- * dq_convert_kernel<T, D, DV>; the first failure stops the sequence. */
+ * dq_convert_kernel<T, D, DV, true> (the accumulator swizzled); the first failure stops the sequence. */
 static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *stream, char *why, size_t why_len)
 {
     const char *type = type_name(dtype);
@@ -214,7 +214,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         fa_why_set(why, why_len, "the sm90 backward's dQ: %lld rows x %d columns overflow", (long long)p->seqlen_q, d);
         return FA_RTC_INVALID_ARG;
     }
-    snprintf(name, sizeof name, "fa_gpu::dq_convert_kernel<%s, %d, %d>", type, d, FA_SM90_BW_DV(d));
+    snprintf(name, sizeof name, "fa_gpu::dq_convert_kernel<%s, %d, %d, true>", type, d, FA_SM90_BW_DV(d));
     return launch(name, elements / FA_SM90_DQ_CONVERT_THREADS + (elements % FA_SM90_DQ_CONVERT_THREADS != 0),
                   p->heads_q, p->batch, FA_SM90_DQ_CONVERT_THREADS, 0, stream, args, why, why_len);
 }

@@ -54,7 +54,7 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     if (e == cudaSuccess) {
         const dim3 g2((unsigned)((p.seqlen_q * D + FA_SM90_DQ_CONVERT_THREADS - 1) / FA_SM90_DQ_CONVERT_THREADS),
                       (unsigned)p.heads_q, (unsigned)p.batch);
-        fa_gpu::dq_convert_kernel<T, D, bw_dv<D>()><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
+        fa_gpu::dq_convert_kernel<T, D, bw_dv<D>(), true><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
         e = cudaGetLastError();
     }
     return e;

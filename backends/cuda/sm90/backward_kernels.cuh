@@ -375,13 +375,16 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             wait<0>();                     /* dV, dK and dQ */
             mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
             const int c = 64 * wg + 16 * (warp & 3) + g; /* the thread's column (and + 8) of the pass */
+            const int t0 = (int)(((p.cu_q ? s.q_start : b * p.seqlen_q) + q0) & 7); /* the tile's first row in dq_accum, mod 8 */
 #pragma unroll
             for (int j = 0; j < BQ / 8; ++j)
 #pragma unroll
-                for (int r = 0; r < 2; ++r)
+                for (int e = 0; e < 2; ++e) {
+                    const int q = 8 * j + 2 * t4 + e, sw = fa_gpu::dq_swizzle(t0 + q);
 #pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        dqs[(8 * j + 2 * t4 + e) * DV + c + 8 * r] = dq[4 * j + 2 * r + e];
+                    for (int r = 0; r < 2; ++r)
+                        dqs[q * DV + ((c + 8 * r) ^ sw)] = dq[4 * j + 2 * r + e];
+                }
         } else {
             /* dQ part = dS K over the 128 keys: dS^T [keys][queries] and K [keys][D] both MN-major */
             float dq[32];
@@ -394,11 +397,13 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             wait<0>();                     /* dV, dK and dQ */
             mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
             const int r0 = dq_r0 + 16 * (warp & 3) + g;
+            /* rows r0 and r0 + 8 share their swizzle (the tile's first row in dq_accum, plus r0, mod 8) */
+            const int sw = fa_gpu::dq_swizzle(((p.cu_q ? s.q_start : b * p.seqlen_q) + q0 + r0) & 7);
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
-                    *reinterpret_cast<float2 *>(dqs + (r0 + 8 * r) * D + dq_c0 + 8 * j + 2 * t4) =
+                    *reinterpret_cast<float2 *>(dqs + (r0 + 8 * r) * D + ((dq_c0 + 8 * j + 2 * t4) ^ sw)) =
                         make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
         }
         fence_proxy_async();
