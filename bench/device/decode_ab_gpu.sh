@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs on a machine with one CUDA GPU: a change to fa_forward_kvcache's kernels checked and timed
+# against the code before it, both built the fast way (-Dcuda-kernels=rtc). B is this tree; A is
+# this tree with BASE_PATCH reversed (`git diff > .ab/change.patch`). Prints, logs under $OUT:
+#   - the decode grid on B under the chooser and with FLASHATTN_KERNELS=kv-simt (FAMILIES);
+#   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases;
+#   - each kernel's time per call on A and on B (bench/decode_kernel_times.py);
+#   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
+#     beside PyTorch's SDPA flash and cuDNN in the same process.
+# Usage: BASE_PATCH=.ab/change.patch bash bench/device/decode_ab_gpu.sh  (carry: [".deps"] for
+# cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale git metadata.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+PATCH=${BASE_PATCH:?BASE_PATCH: the change as a patch, reversed to make A}
+export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
+. "$(dirname "$0")/cmocka_env.sh"
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
+date -u "+%F %T UTC"
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s]"; }
+status=0
+root=$PWD
+A=/tmp/decode-ab-tree-A
+rm -rf "$A" && mkdir -p "$A" && tar --exclude='./build-*' --exclude=./.deps/cm -cf - . | tar -xf - -C "$A"
+(cd "$A" && patch -R -p1 < "$root/$PATCH" > /dev/null) || { echo "the patch does not reverse cleanly"; exit 1; }
+for side in A B; do
+  src=$root; [ $side = A ] && src=$A
+  dir=$root/build-decode-$side
+  if [ ! -f "$dir/build.ninja" ]; then
+    (cd "$src" && meson setup "$dir" -Dcuda=enabled -Dcuda-kernels=rtc -Dhip=disabled -Dopencl=disabled -Dbench=false \
+      > "$OUT/setup-$side.log" 2>&1) || { echo "setup $side failed"; tail -20 "$OUT/setup-$side.log"; exit 1; }
+  fi
+  ninja -C "$dir" > "$OUT/build-$side.log" 2>&1 || { echo "build $side failed"; grep -E "error|FAILED" "$OUT/build-$side.log" | head; exit 1; }
+done
+echo "$(stamp) built A and B"
+export FLASHATTN_CACHE_DIR=$root/build-decode-kernel-cache FLASHATTN_COMPILE_LOG=0
+B=$root/build-decode-B
+for kernels in default ${FAMILIES:-kv-simt}; do
+  timeout 150 env $([ "$kernels" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
+    "$B/tests/conformance/decode" --backend cuda > "$OUT/decode-$kernels.txt" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) decode grid, FLASHATTN_KERNELS=$kernels: exit $rc; $(tail -1 "$OUT/decode-$kernels.txt")"
+  grep -E "FAIL" "$OUT/decode-$kernels.txt" | head -5
+done
+for tool in memcheck racecheck synccheck; do
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/decode" --backend cuda \
+    --filter bf16 > "$OUT/$tool.log" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) $tool decode bf16: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
+done
+for side in A B; do
+  echo "== $side: kernel times"
+  FLASHATTN_LIBRARY=$root/build-decode-$side/libflashattn.so timeout 120 python3 bench/decode_kernel_times.py 2>&1 |
+    tee "$OUT/kernel-times-$side.md"
+done
+for side in A B; do
+  for args in "--graph" "--graph --page 64"; do
+    echo "== $side: decode_bench.py $args"
+    FLASHATTN_LIBRARY=$root/build-decode-$side/libflashattn.so timeout 120 python3 bench/decode_bench.py $args 2>&1 |
+      tee -a "$OUT/bench-$side.md"
+  done
+done
+echo "$(stamp) done"
+echo "== overall: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+exit $status
