@@ -2,13 +2,18 @@
 # Runs on a machine with one CUDA GPU: a change to fa_forward_kvcache's kernels checked and timed
 # against the code before it, both built the fast way (-Dcuda-kernels=rtc). B is this tree; A is
 # this tree with BASE_PATCH reversed (`git diff > .ab/change.patch`). Prints, logs under $OUT:
-#   - the decode grid on B under the chooser and with FLASHATTN_KERNELS=kv-simt (FAMILIES);
-#   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases;
+#   - the decode grid on B under the chooser and with each FLASHATTN_KERNELS value of FAMILIES
+#     (default kv-simt; SWITCH too);
+#   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases (and memcheck,
+#     racecheck again under SWITCH);
 #   - each kernel's time per call on A and on B (bench/decode_kernel_times.py);
 #   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
 #     beside PyTorch's SDPA flash and cuDNN in the same process.
-# Usage: BASE_PATCH=.ab/change.patch bash bench/device/decode_ab_gpu.sh  (carry: [".deps"] for
-# cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale git metadata.
+# SWITCH (a FLASHATTN_KERNELS value, e.g. kv-deep): the kernel times and decode_bench.py once more on
+# B with it set, an opt-in measured against B's default in the same call.
+# Usage: BASE_PATCH=.ab/change.patch [SWITCH=kv-deep] bash bench/device/decode_ab_gpu.sh  (carry:
+# [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
+# git metadata. An empty patch file makes A the same tree as B.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -36,7 +41,7 @@ done
 echo "$(stamp) built A and B"
 export FLASHATTN_CACHE_DIR=$root/build-decode-kernel-cache FLASHATTN_COMPILE_LOG=0
 B=$root/build-decode-B
-for kernels in default ${FAMILIES:-kv-simt}; do
+for kernels in default ${FAMILIES:-kv-simt} ${SWITCH:-}; do
   timeout 150 env $([ "$kernels" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
     "$B/tests/conformance/decode" --backend cuda > "$OUT/decode-$kernels.txt" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
@@ -49,15 +54,26 @@ for tool in memcheck racecheck synccheck; do
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) $tool decode bf16: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
 done
-for side in A B; do
+if [ -n "${SWITCH:-}" ]; then
+  for tool in memcheck racecheck; do
+    timeout 150 env FLASHATTN_KERNELS=$SWITCH compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/decode" \
+      --backend cuda --filter bf16 > "$OUT/$tool-$SWITCH.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) $tool decode bf16, FLASHATTN_KERNELS=$SWITCH: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-$SWITCH.log" | tail -1)"
+  done
+fi
+sides="A B"; [ -n "${SWITCH:-}" ] && sides="A B B-$SWITCH"
+lib_of() { echo "$root/build-decode-${1%%-*}/libflashattn.so"; }
+switch_of() { case $1 in *-*) echo "FLASHATTN_KERNELS=${1#*-}" ;; *) echo "-u FLASHATTN_KERNELS" ;; esac; }
+for side in $sides; do
   echo "== $side: kernel times"
-  FLASHATTN_LIBRARY=$root/build-decode-$side/libflashattn.so timeout 120 python3 bench/decode_kernel_times.py 2>&1 |
+  env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 120 python3 bench/decode_kernel_times.py 2>&1 |
     tee "$OUT/kernel-times-$side.md"
 done
-for side in A B; do
+for side in $sides; do
   for args in "--graph" "--graph --page 64"; do
     echo "== $side: decode_bench.py $args"
-    FLASHATTN_LIBRARY=$root/build-decode-$side/libflashattn.so timeout 120 python3 bench/decode_bench.py $args 2>&1 |
+    env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 120 python3 bench/decode_bench.py $args 2>&1 |
       tee -a "$OUT/bench-$side.md"
   done
 done

@@ -7,8 +7,8 @@
  * The tile's rows are the A operand of mma.sync m16n8k16 (rows past the head's are zeros), so the
  * scores of a GQA group's rows against 16 keys are 2 x D/16 mma and P V another D/8: a handful of
  * instructions per key row where the SIMT kernel spends about 85. Each warp takes 16 keys of every
- * 64-key step through its own two-stage cp.async ring (rows padded by 16 bytes so that ldmatrix
- * reads without bank conflicts), keeps its own online softmax (rows g and g + 8 of the mma layout
+ * 64-key step through its own cp.async ring of ST stages (common/kv_geometry.h: two, or four for
+ * FLASHATTN_KERNELS=kv-deep; rows padded by 16 bytes so that ldmatrix reads without bank conflicts), keeps its own online softmax (rows g and g + 8 of the mma layout
  * per thread), and the four warps merge in shared memory at the end. */
 #ifndef FA_GPU_DECODE_MMA_KERNELS_CUH
 #define FA_GPU_DECODE_MMA_KERNELS_CUH
@@ -28,24 +28,26 @@ template <> struct mma_elem<true> {
     typedef __nv_bfloat16 type;
 };
 
-template <int D> struct mma_shape { /* common/kv_geometry.h's FA_KV_MMA_* */
+template <int D, int ST> struct mma_shape { /* common/kv_geometry.h's FA_KV_MMA_* */
     static constexpr int WARPS = FA_KV_MMA_WARPS, KEYS = FA_KV_MMA_KEYS, LD = FA_KV_MMA_LD(D);
-    static constexpr int STAGES = FA_KV_MMA_STAGES;
+    static constexpr int STAGES = ST;
     static constexpr int STEP = WARPS * KEYS;          /* keys per step of the block */
     static constexpr int WARP_TILE = 2 * KEYS * LD;    /* K and V elements of one warp's stage */
-    static constexpr int RING_BYTES = FA_KV_MMA_RING_BYTES(D);
+    static constexpr int RING_BYTES = FA_KV_MMA_RING_BYTES(D, ST);
     static constexpr int MERGE_BYTES = FA_KV_MMA_MERGE_BYTES(D);
-    static constexpr int SMEM = FA_KV_MMA_SMEM(D);
+    static constexpr int SMEM = FA_KV_MMA_SMEM(D, ST);
     static_assert(RING_BYTES == STAGES * WARPS * WARP_TILE * 2, "the ring holds every warp's stages");
     static_assert(FA_KV_KEY_CHUNK % STEP == 0, "a split is a whole number of steps");
     static_assert(D % 16 == 0 && D <= 128, "mma decode: buckets 64 and 128");
+    static_assert(ST >= 2, "a stage copied while one is read");
 };
 
-template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decode_mma_kernel(const fa_gpu_kv_params p)
+template <class S, int D, int ST>
+__global__ __launch_bounds__(FA_KV_THREADS) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
     typedef typename mma_elem<S::bf16>::type E;
-    typedef mma_shape<D> shape;
+    typedef mma_shape<D, ST> shape;
     constexpr int RT = 16, LD = shape::LD, KEYS = shape::KEYS, WARPS = shape::WARPS, STEP = shape::STEP;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ __align__(16) E q_s[RT * LD];
@@ -114,19 +116,29 @@ template <class S, int D> __global__ __launch_bounds__(FA_KV_THREADS) void decod
         for (int e = 0; e < 4; ++e)
             o[n][e] = 0.0f;
 
+    /* ST - 1 steps ahead: the copies of step n + ST - 1 go out before step n is read (each a
+     * commit group, empty past the last step, so that the count of groups in flight is fixed
+     * once there is a step) */
     const int64_t steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
     if (steps > 0)
         issue(k_begin, 0);
+#pragma unroll
+    for (int st = 1; st < ST - 1; ++st) {
+        if (st < steps)
+            issue(k_begin + st * STEP, st);
+        else
+            fa_gpu::cp_async_commit();
+    }
     for (int64_t n = 0; n < steps; ++n) {
         const int64_t t0 = k_begin + n * STEP;
-        __syncwarp(); /* every lane is done with the stage the next copies overwrite */
-        if (n + 1 < steps)
-            issue(t0 + STEP, (int)((n + 1) % 2));
+        __syncwarp(); /* every lane is done with the stage the next copies overwrite (step n - 1's) */
+        if (n + ST - 1 < steps)
+            issue(t0 + (ST - 1) * STEP, (int)((n + ST - 1) % ST));
         else
-            fa_gpu::cp_async_commit(); /* an empty group keeps the count */
-        fa_gpu::cp_async_wait<1>();
+            fa_gpu::cp_async_commit();
+        fa_gpu::cp_async_wait<ST - 1>();
         __syncwarp();
-        const E *kt = ring + ((n % 2) * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
+        const E *kt = ring + ((n % ST) * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
 
         /* S (16 rows x 16 keys) = Q K^T */
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};

@@ -8,7 +8,7 @@
  *   check_kernel<S>       where the call checks its arrays on the device (p->fault), one block of
  *                         256 threads per sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
- *   the decode kernel     decode_kernel<S, D, RT, ASYNC> or decode_mma_kernel<S, D>, one block of
+ *   the decode kernel     decode_kernel<S, D, RT, ASYNC> or decode_mma_kernel<S, D, ST>, one block of
  *                         FA_KV_THREADS per (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
  * Plain C. */
@@ -51,15 +51,18 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
     return 1;
 }
 
-/* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128). */
-static int mma_name(int dtype, int bucket, char *name, char *why, size_t why_len)
+/* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128, a ring of
+ * FA_KV_MMA_STAGES or FA_KV_MMA_STAGES_DEEP stages). */
+static int mma_name(int dtype, int bucket, int stages, char *name, char *why, size_t why_len)
 {
-    if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128)) {
-        invalid(why, why_len, "no tensor-core decode kernel for dtype %d, head-dim bucket %d", dtype, bucket);
+    if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128) ||
+        (stages != FA_KV_MMA_STAGES && stages != FA_KV_MMA_STAGES_DEEP)) {
+        invalid(why, why_len, "no tensor-core decode kernel for dtype %d, head-dim bucket %d, %d stages", dtype,
+                bucket, stages);
         return 0;
     }
-    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d>", fa_simt_storage_name(dtype),
-             bucket);
+    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d>", fa_simt_storage_name(dtype),
+             bucket, stages);
     return 1;
 }
 
@@ -130,19 +133,19 @@ fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_co
     return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, simt_smem(dtype, bucket, async_copy), blocks, why, why_len);
 }
 
-fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, void *stream, char *why,
-                                   size_t why_len)
+fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, int stages, void *stream,
+                                   char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, name, why, why_len))
+    if (!mma_name(dtype, bucket, stages, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return launch_call(p, dtype, name, FA_KV_MMA_SMEM(bucket), stream, why, why_len);
+    return launch_call(p, dtype, name, FA_KV_MMA_SMEM(bucket, stages), stream, why, why_len);
 }
 
-fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int *blocks, char *why, size_t why_len)
+fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int stages, int *blocks, char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, name, why, why_len))
+    if (!mma_name(dtype, bucket, stages, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, FA_KV_MMA_SMEM(bucket), blocks, why, why_len);
+    return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, FA_KV_MMA_SMEM(bucket, stages), blocks, why, why_len);
 }

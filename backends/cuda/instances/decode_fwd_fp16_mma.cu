@@ -2,8 +2,12 @@
 #include "decode/decode_mma.cuh"
 
 namespace fa_gpu::decode {
-template fa_gpu_error launch_mma<store_f16, 64>(const fa_gpu_kv_params &, fa_gpu_stream);
-template fa_gpu_error blocks_per_processor_mma<store_f16, 64>(int *);
-template fa_gpu_error launch_mma<store_f16, 128>(const fa_gpu_kv_params &, fa_gpu_stream);
-template fa_gpu_error blocks_per_processor_mma<store_f16, 128>(int *);
+template fa_gpu_error launch_mma<store_f16, 64, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
+template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES>(int *);
+template fa_gpu_error launch_mma<store_f16, 64, FA_KV_MMA_STAGES_DEEP>(const fa_gpu_kv_params &, fa_gpu_stream);
+template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES_DEEP>(int *);
+template fa_gpu_error launch_mma<store_f16, 128, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
+template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES>(int *);
+template fa_gpu_error launch_mma<store_f16, 128, FA_KV_MMA_STAGES_DEEP>(const fa_gpu_kv_params &, fa_gpu_stream);
+template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES_DEEP>(int *);
 } // namespace fa_gpu::decode
