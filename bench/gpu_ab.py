@@ -4,13 +4,15 @@ inputs in one process, interleaved A, B, A, B, ... so that clock and thermal dri
 Plain calls (no dropout, mask or modifier), gpu_bench.py's shapes: hidden 2048 (heads = 2048 / d),
 batch = 16384 / seqlen; bf16 unless --dtype. Each (d, causal, seqlen) row gives both builds'
 forward and backward TFLOP/s (median over --repeats rounds of triton's do_bench medians), the
-time ratio B / A, and the spread of that ratio over the rounds (min .. max).
+time ratio B / A, and the spread of that ratio over the rounds (min .. max). --kernels-b gives B's
+context a FLASHATTN_KERNELS list of its own, so that one build with an opt-in can be B beside itself
+without it as A (--lib the same path twice).
 
 The output's first line is its provenance (date, commit, device, command; bench/provenance.py).
 
 usage: python3 bench/gpu_ab.py --lib before/libflashattn.so --lib after/libflashattn.so \\
        [--names before,after] [--seqlens 1024,4096,16384] [--dims 64,128] [--causal both|yes|no] \\
-       [--dtype bf16|fp16] [--repeats 3]
+       [--dtype bf16|fp16] [--repeats 3] [--kernels-b TOKENS]
 """
 import argparse
 import os
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--dtype", default="bf16", choices=sorted(gb.DTYPES))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--kernels-b", default=None, help="FLASHATTN_KERNELS for B's context only, e.g. kv-deep")
     args = ap.parse_args()
     if len(args.lib) != 2:
         ap.error("--lib must be given twice (A and B)")
@@ -41,10 +44,10 @@ def main():
         ap.error("--names: two names, e.g. before,after")
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
-    libs = [gb.Library(path) for path in args.lib]
+    libs = [gb.Library(args.lib[0]), gb.Library(args.lib[1], kernels=args.kernels_b)]
     print(prov.comment(torch.cuda.get_device_name()), flush=True)
-    for n, path in zip(names, args.lib):
-        print(f"# {n}: {os.path.realpath(path)}")
+    for n, path, kernels in zip(names, args.lib, (None, args.kernels_b)):
+        print(f"# {n}: {os.path.realpath(path)}" + (f" with FLASHATTN_KERNELS={kernels}" if kernels else ""))
     torch.manual_seed(0)
     stream = gb.use_own_stream()  # noqa: F841 (kept current for the run)
     dt = gb.DTYPES[args.dtype]

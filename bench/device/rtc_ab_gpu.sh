@@ -8,8 +8,11 @@
 #   - compute-sanitizer memcheck, racecheck and synccheck on B's SAN_FILTER cases (default hdim128),
 #     the FORCE family forced;
 #   - bench/gpu_ab.py: A and B interleaved in one process (DIMS, SEQLENS, both causal settings);
+#   - with SWITCH (a FLASHATTN_KERNELS list, an opt-in of B's): bench/gpu_ab.py once more, B beside
+#     itself with the opt-in (--kernels-b), and the short grid with it;
 #   - bench/gpu_bench.py on B: beside PyTorch's FA2 and cuDNN in the same process (BENCH=0 skips).
-# Usage: BASE_PATCH=.ab/change.patch bash bench/device/rtc_ab_gpu.sh  (carry: [".deps"] for cmocka)
+# Usage: BASE_PATCH=.ab/change.patch [SWITCH=tokens] bash bench/device/rtc_ab_gpu.sh  (carry: [".deps"]
+# for cmocka; an empty patch makes A the same tree as B)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -65,6 +68,15 @@ done
 python3 bench/gpu_ab.py --lib "$root/build-ab-A/libflashattn.so" --lib "$B/libflashattn.so" --names before,after \
   --dims "${DIMS:-64,128,256}" --seqlens "${SEQLENS:-1024,4096,16384}" --repeats "${REPEATS:-3}" 2>&1 | tee "$OUT/ab.md"
 echo "$(stamp) A/B done"
+if [ -n "${SWITCH:-}" ]; then
+  FLASHATTN_KERNELS=$SWITCH "$B/tests/conformance/conformance" --backend cuda --grid short > "$OUT/grid-switch.txt" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) short grid, FLASHATTN_KERNELS=$SWITCH: exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-switch.txt" | tr '\n' ' ')"
+  python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" --names default,"$SWITCH" \
+    --kernels-b "$SWITCH" --dims "${DIMS:-64,128,256}" --seqlens "${SEQLENS:-1024,4096,16384}" \
+    --repeats "${REPEATS:-3}" 2>&1 | tee "$OUT/ab-switch.md"
+  echo "$(stamp) A/B of $SWITCH done"
+fi
 if [ "${BENCH:-1}" = 1 ]; then
   python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --dims "${DIMS:-64,128,256}" --no-math 2>&1 | tee "$OUT/bench.md"
   echo "$(stamp) bench done"
