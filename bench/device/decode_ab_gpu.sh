@@ -15,30 +15,8 @@
 # [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
 # git metadata. An empty patch file makes A the same tree as B.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-PATCH=${BASE_PATCH:?BASE_PATCH: the change as a patch, reversed to make A}
-export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
-. "$(dirname "$0")/cmocka_env.sh"
-nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
-date -u "+%F %T UTC"
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s]"; }
-status=0
-root=$PWD
-A=/tmp/decode-ab-tree-A
-rm -rf "$A" && mkdir -p "$A" && tar --exclude='./build-*' --exclude=./.deps/cm -cf - . | tar -xf - -C "$A"
-(cd "$A" && patch -R -p1 < "$root/$PATCH" > /dev/null) || { echo "the patch does not reverse cleanly"; exit 1; }
-for side in A B; do
-  src=$root; [ $side = A ] && src=$A
-  dir=$root/build-decode-$side
-  if [ ! -f "$dir/build.ninja" ]; then
-    (cd "$src" && meson setup "$dir" -Dcuda=enabled -Dcuda-kernels=rtc -Dhip=disabled -Dopencl=disabled -Dbench=false \
-      > "$OUT/setup-$side.log" 2>&1) || { echo "setup $side failed"; tail -20 "$OUT/setup-$side.log"; exit 1; }
-  fi
-  ninja -C "$dir" > "$OUT/build-$side.log" 2>&1 || { echo "build $side failed"; grep -E "error|FAILED" "$OUT/build-$side.log" | head; exit 1; }
-done
-echo "$(stamp) built A and B"
+AB_NAME=decode
+. "$(dirname "$0")/ab_builds.sh"
 export FLASHATTN_CACHE_DIR=$root/build-decode-kernel-cache FLASHATTN_COMPILE_LOG=0
 B=$root/build-decode-B
 for kernels in default ${FAMILIES:-kv-simt} ${SWITCH:-}; do
