@@ -6,7 +6,8 @@
  * common/sm90_geometry.h), so a launcher that drifts from the nvcc-built one fails:
  *   - bf16 d 128, a plain forward: the warp-specialised kernel with TMA (its lowered name, compiled
  *     for sm_90a), grid, 384 threads (three warpgroups), dynamic shared memory, the K and V maps'
- *     arguments to cuTensorMapEncodeTiled, the maps passed as the kernel's second parameter;
+ *     arguments to cuTensorMapEncodeTiled, the maps passed as the kernel's second parameter; the
+ *     same under FLASHATTN_KERNELS=sm90-fwd-wide on the wide instance;
  *   - its backward: dsum, the dQ accumulator cleared, the warp-specialised backward on the Q and
  *     dO maps, dQ converted, each with its grid, block and shared memory; the same under
  *     FLASHATTN_KERNELS=sm90-bwd-wide on the wide instance;
@@ -176,6 +177,26 @@ int main(int argc, char **argv)
           (unsigned long long)first, (unsigned long long)second);
     printf("ok: the kernel's second parameter holds the K and V maps\n");
 
+    /* FLASHATTN_KERNELS=sm90-fwd-wide: the same forward on the wide instance, 160-key K and V boxes
+     * and 2 stages of them beside Q */
+    setenv("FLASHATTN_KERNELS", "sm90-fwd-wide", 1);
+    fa_context *fwide = NULL;
+    st = fa_context_create(&fwide, "cuda", 0);
+    CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
+    unsetenv("FLASHATTN_KERNELS");
+    t0 = now_seconds();
+    st = fa_forward(fwide, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(fwide));
+    printf("the bf16 d 128 wide forward's first call (its compile): %.1f s\n", now_seconds() - t0);
+    CHECK(fake->launch_calls == 2 && fake->tensor_map_calls == 4, "%d launches, %d maps", fake->launch_calls,
+          fake->tensor_map_calls);
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a',
+                 "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true, true>", 3, H, B, 384,
+                 (128 + 2 * 2 * 160) * 128 * 2 + 1024);
+    check_map(fake, 2, p.k, 9, 128, 160, "wide K");
+    check_map(fake, 3, p.v, 9, 128, 160, "wide V");
+    fa_context_destroy(fwide);
+
     /* its backward: dsum (4 rows per block of 128 threads), the fp32 dQ accumulator cleared, the
      * warp-specialised backward on Q and dO maps of 64-row boxes (128 keys per block, K, V, dS^T,
      * dQ and 3 query-side stages), dQ converted (256 elements per block) */
@@ -184,7 +205,7 @@ int main(int argc, char **argv)
     st = fa_backward(ctx, &p.bwd);
     CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(ctx));
     printf("the bf16 d 128 backward's first call (its compiles): %.1f s\n", now_seconds() - t0);
-    CHECK(fake->launch_calls == launches + 3 && fake->memset_calls > memsets && fake->tensor_map_calls == 4,
+    CHECK(fake->launch_calls == launches + 3 && fake->memset_calls > memsets && fake->tensor_map_calls == 6,
           "backward: %d launches, %d memsets, %d maps", fake->launch_calls - launches, fake->memset_calls - memsets,
           fake->tensor_map_calls);
     const int n = fake->launch_log_len;
@@ -194,8 +215,8 @@ int main(int argc, char **argv)
                  (2 * 128 * 128 + 128 * 64) * 2 + 64 * 128 * 4 + 2 * 3 * 64 * 128 * 2 + 1024);
     check_launch(fake, n - 1, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 128, 128, true>", (S * 128 + 255) / 256,
                  H, B, 256, 0);
-    check_map(fake, 2, p.q, 9, 128, 64, "Q");
-    check_map(fake, 3, p.dout, 9, 128, 64, "dO");
+    check_map(fake, 4, p.q, 9, 128, 64, "Q");
+    check_map(fake, 5, p.dout, 9, 128, 64, "dO");
 
     /* FLASHATTN_KERNELS=sm90-bwd-wide: the same backward on the wide instance, 80-row Q and dO
      * boxes, dS^T [128][80], dQ [80][128] and 2 query-side stages; the other launches as before */

@@ -121,14 +121,20 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
             return FA_RTC_NO_DRIVER;
         sm90_maps maps;
         memset(&maps, 0, sizeof maps);
-        const int bn = FA_SM90_WS_BN(d);
+        /* the wide instance (FLASHATTN_KERNELS=sm90-fwd-wide) where it applies: non-causal calls
+         * without score modifiers whose K and V load by TMA */
+        const int wide_asked = p->sm90_fwd_wide && !p->causal && !mod;
+        const int bn = FA_SM90_WS_BN_OF(d, wide_asked);
         const int tma = !p->cu_k && make_map(cu, &maps.first, &p->k, p, p->seqlen_k, p->heads_kv, bn, dtype) &&
                         make_map(cu, &maps.second, &p->v, p, p->seqlen_k, p->heads_kv, bn, dtype);
-        snprintf(name, sizeof name, "fa_gpu::sm90::ws_forward_kernel<%s, %d, %s, %s>", type, d,
-                 mod ? "true" : "false", tma ? "true" : "false");
+        const int wide = wide_asked && tma;
+        snprintf(name, sizeof name, "fa_gpu::sm90::ws_forward_kernel<%s, %d, %s, %s%s>", type, d,
+                 mod ? "true" : "false", tma ? "true" : "false", wide ? ", true" : "");
         void *args[] = {&params, &maps};
+        const unsigned smem = wide ? (unsigned)FA_SM90_WS_SMEM_N(ELEM_BYTES, d, FA_SM90_WS_BN_OF(d, 1))
+                                   : (unsigned)FA_SM90_WS_SMEM(ELEM_BYTES, d);
         return launch(name, (p->seqlen_q + FA_SM90_WS_BR - 1) / FA_SM90_WS_BR, p->heads_q, p->batch,
-                      FA_SM90_WS_THREADS, (unsigned)FA_SM90_WS_SMEM(ELEM_BYTES, d), stream, args, why, why_len);
+                      FA_SM90_WS_THREADS, smem, stream, args, why, why_len);
     }
     if (mod) {
         *not_supported = 1;

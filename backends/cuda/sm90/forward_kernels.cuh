@@ -233,23 +233,35 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
  * tensor_map.cuh), which complete on the "full" barriers by their byte count; without it the
  * producer warpgroup copies with cp.async. */
 constexpr int WS_BR = FA_SM90_WS_BR, WS_CONSUMERS = FA_SM90_WS_CONSUMERS, WS_THREADS = FA_SM90_WS_THREADS;
-/* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread) */
-template <int D> __host__ __device__ constexpr int ws_bn()
+/* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread), or 160
+ * at d 128 in the wide instance (S 80 registers per thread beside O's 64, in 240) */
+template <int D, bool WIDE = false> __host__ __device__ constexpr int ws_bn()
 {
-    return FA_SM90_WS_BN(D);
+    return FA_SM90_WS_BN_OF(D, WIDE);
 }
 /* as many K/V stages as shared memory holds beside Q (227 KiB per block, less 1 KiB for aligning
  * the tiles and 256 bytes for the barriers), at most 4 */
-template <typename T, int D> __host__ __device__ constexpr int ws_stages()
+template <typename T, int D, bool WIDE = false> __host__ __device__ constexpr int ws_stages()
 {
-    return FA_SM90_WS_STAGES((int)sizeof(T), D);
+    return FA_SM90_WS_STAGES_N((int)sizeof(T), D, (ws_bn<D, WIDE>()));
 }
-constexpr int WS_CONSUMER_REGS = 224, WS_PRODUCER_REGS = 56; /* 256 x 224 + 128 x 56 = 384 x 168 */
+/* registers per thread of the consumers and the producer: 256 x 224 + 128 x 56 = 384 x 168, or in
+ * the wide instances 256 x 240 + 128 x 32 (a producer that only issues TMA copies fits 32) */
+template <bool WIDE> __host__ __device__ constexpr int ws_consumer_regs()
+{
+    return WIDE ? 240 : 224;
+}
+template <bool WIDE> __host__ __device__ constexpr int ws_producer_regs()
+{
+    return WIDE ? 32 : 56;
+}
 
-template <typename T, int D, bool MOD = false, bool TMA = false>
+/* WIDE: the wide instance (ws_bn, ws_consumer_regs), for TMA loads without score modifiers. */
+template <typename T, int D, bool MOD = false, bool TMA = false, bool WIDE = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p, const __grid_constant__ tile_maps maps)
 {
-    constexpr int WS_STAGES = ws_stages<T, D>(), WS_BN = ws_bn<D>();
+    static_assert(!WIDE || (TMA && !MOD), "the wide instances: TMA loads, no score modifiers");
+    constexpr int WS_STAGES = ws_stages<T, D, WIDE>(), WS_BN = ws_bn<D, WIDE>();
     constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
     constexpr uint32_t TILEB = WS_BN * D * sizeof(T); /* bytes of one K or V tile */
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -292,7 +304,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
     __syncthreads();
 
     if (threadIdx.x >= WS_CONSUMERS) { /* the producer */
-        setmaxnreg_dec<WS_PRODUCER_REGS>();
+        setmaxnreg_dec<ws_producer_regs<WIDE>()>();
         const int tid = threadIdx.x - WS_CONSUMERS;
         const int64_t hk = h / p.group;
         if constexpr (TMA) {
@@ -332,7 +344,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
         return;
     }
 
-    setmaxnreg_inc<WS_CONSUMER_REGS>();
+    setmaxnreg_inc<ws_consumer_regs<WIDE>()>();
     const int warp = threadIdx.x / 32, wg = warp / 4;
     const int wrow = 64 * wg + 16 * (warp & 3); /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;

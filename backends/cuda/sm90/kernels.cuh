@@ -13,18 +13,29 @@ namespace fa_gpu::sm90 {
 
 template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
-    constexpr int SMEM = FA_SM90_WS_SMEM((int)sizeof(T), D); /* Q, the K / V stages, 1 KiB of alignment */
-    static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D,
+    /* Q, the K / V stages, 1 KiB of alignment; and the wide instance's */
+    constexpr int SMEM = FA_SM90_WS_SMEM((int)sizeof(T), D);
+    constexpr int SMEM_WIDE = FA_SM90_WS_SMEM_N((int)sizeof(T), D, (ws_bn<D, true>()));
+    static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D &&
+                      ws_stages<T, D, true>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D, true>() * ws_bn<D, true>() * D,
                   "two stages at least, and the O stage fits in the K and V buffers");
     const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
-    static_assert(D % 64 == 0 && ws_bn<D>() <= 256, "TMA boxes: 64 columns, at most 256 rows");
+    static_assert(D % 64 == 0 && ws_bn<D>() <= 256 && ws_bn<D, true>() <= 256, "TMA boxes: 64 columns, at most 256 rows");
     tile_maps maps;
     memset(&maps, 0, sizeof maps);
-    const bool tma = make_kv_maps<T>(p, ws_bn<D>(), &maps);
+    /* the wide instance (FLASHATTN_KERNELS=sm90-fwd-wide) where it applies: non-causal calls
+     * without score modifiers whose K and V load by TMA */
+    const bool wide_asked = !MOD && p.sm90_fwd_wide && !p.causal;
+    const bool tma = make_kv_maps<T>(p, wide_asked ? ws_bn<D, true>() : ws_bn<D>(), &maps);
+    const bool wide = wide_asked && tma;
     auto kernel = tma ? ws_forward_kernel<T, D, MOD, true> : ws_forward_kernel<T, D, MOD, false>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    if constexpr (!MOD)
+        if (wide)
+            kernel = ws_forward_kernel<T, D, false, true, true>;
+    const int smem = wide ? SMEM_WIDE : SMEM;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e == cudaSuccess)
-        kernel<<<grid, WS_THREADS, SMEM, stream>>>(p, maps);
+        kernel<<<grid, WS_THREADS, smem, stream>>>(p, maps);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -159,6 +159,7 @@ template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
 #define FA_WG_ACC32(d) FA_WG_ACC8(d, 0), FA_WG_ACC8(d, 8), FA_WG_ACC8(d, 16), FA_WG_ACC8(d, 24)
 #define FA_WG_ACC64(d) FA_WG_ACC32(d), FA_WG_ACC8(d, 32), FA_WG_ACC8(d, 40), FA_WG_ACC8(d, 48), FA_WG_ACC8(d, 56)
 #define FA_WG_ACC40(d) FA_WG_ACC32(d), FA_WG_ACC8(d, 32)
+#define FA_WG_ACC80(d) FA_WG_ACC64(d), FA_WG_ACC8(d, 64), FA_WG_ACC8(d, 72)
 #define FA_WG_R16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
 #define FA_WG_R32                                                                                                   \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
@@ -166,6 +167,10 @@ template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
 #define FA_WG_R40                                                                                                   \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
     "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}"
+#define FA_WG_R80                                                                                                   \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
+    "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,"   \
+    "%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79}"
 #define FA_WG_R64                                                                                                   \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
     "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,"   \
@@ -207,6 +212,8 @@ FA_WG_SS(ss, __nv_bfloat16, "bf16", 80, FA_WG_R40, FA_WG_ACC40, "%40, %41", "%42
 FA_WG_SS(ss, __half, "f16", 80, FA_WG_R40, FA_WG_ACC40, "%40, %41", "%42", "0, 0")
 FA_WG_SS(ss, __nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 0")
 FA_WG_SS(ss, __half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 0")
+FA_WG_SS(ss, __nv_bfloat16, "bf16", 160, FA_WG_R80, FA_WG_ACC80, "%80, %81", "%82", "0, 0")
+FA_WG_SS(ss, __half, "f16", 160, FA_WG_R80, FA_WG_ACC80, "%80, %81", "%82", "0, 0")
 
 /* The same with both operands MN-major (A stored [k][m], B stored [k][n], both transposed by the
  * instruction): the backward's dQ = dS K from dS^T and K as they lie in shared memory. */
