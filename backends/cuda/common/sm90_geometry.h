@@ -26,9 +26,9 @@
 /* The warp-specialised forward (mode 0): query rows per block, three warpgroups (one producer,
  * two consumers of 64 rows each); keys per tile 128, or 64 at d 256 (its O accumulator takes 128
  * registers per thread), or in the wide instances (FLASHATTN_KERNELS=sm90-fwd-wide: consumers at
- * 240 registers, TMA loads, non-causal calls) 160 at d 128 (FA_SM90_WS_BN_OF); as many K / V stages as shared memory holds beside Q (less 1 KiB for
- * aligning the tiles and 256 bytes for the barriers), at most 4; its shared memory: Q and the
- * stages, plus 1 KiB of alignment. */
+ * 240 registers, TMA loads, non-causal calls) 160 at d 128 (FA_SM90_WS_BN_OF); as many K / V
+ * stages as shared memory holds beside Q (less 1 KiB for aligning the tiles and 256 bytes for the
+ * barriers), at most 4; its shared memory: Q and the stages, plus 1 KiB of alignment. */
 #define FA_SM90_WS_BR 128
 #define FA_SM90_WS_CONSUMERS 256
 #define FA_SM90_WS_THREADS 384
