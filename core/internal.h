@@ -309,6 +309,10 @@ fa_status fa_paged_gather(fa_context *ctx, fa_problem *p, void **workspace);
 /* kvcache.c: validation of fa_forward_kvcache's arguments; host copies of the int32 arrays are
  * allocated into *host (caller frees). */
 fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_problem *kp, int32_t **host);
+/* kvcache_dense.c: a validated fa_forward_kvcache call run as appends and one dense fa_forward per
+ * sequence (chunked prefill); fa_kv_dense_takes says whether it serves the call. */
+int fa_kv_dense_takes(const struct fa_context *ctx, const fa_kv_problem *kp);
+fa_status fa_kv_dense_forward(struct fa_context *ctx, const fa_kvcache_args *a, const fa_kv_problem *kp);
 
 /* plan.c: the paper's block sizes, B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d) with M counted
  * in fp32 elements, then clamped to the backend's limits. */

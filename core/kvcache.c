@@ -447,7 +447,7 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_kvcache_args *args)
             st = fa_check_features(ctx, &kp.p);
     }
     if (st == FA_SUCCESS)
-        st = ctx->backend->forward_kvcache(ctx, &kp);
+        st = fa_kv_dense_takes(ctx, &kp) ? fa_kv_dense_forward(ctx, args, &kp) : ctx->backend->forward_kvcache(ctx, &kp);
     if (st == FA_SUCCESS)
         fa_clear_error(ctx);
     free(host);

@@ -10,7 +10,8 @@
 #   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
 #     beside PyTorch's SDPA flash and cuDNN in the same process.
 # SWITCH (a FLASHATTN_KERNELS value, e.g. kv-deep): the kernel times and decode_bench.py once more on
-# B with it set, an opt-in measured against B's default in the same call.
+# B with it set, an opt-in measured against B's default in the same call. PREFILL (a value, e.g.
+# kv-prefill-dense): chunked prefill (decode_bench.py --new 512) on B without and with it.
 # Usage: BASE_PATCH=.ab/change.patch [SWITCH=kv-deep] bash bench/device/decode_ab_gpu.sh  (carry:
 # [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
 # git metadata. An empty patch file makes A the same tree as B.
@@ -55,6 +56,16 @@ for side in $sides; do
       tee -a "$OUT/bench-$side.md"
   done
 done
+if [ -n "${PREFILL:-}" ]; then
+  # chunked prefill (512 new tokens over 8k cached keys, causal) on B, by default and with the
+  # FLASHATTN_KERNELS value PREFILL (e.g. kv-prefill-dense), each beside SDPA in its process
+  for kernels in default "$PREFILL"; do
+    echo "== B, FLASHATTN_KERNELS=$kernels: decode_bench.py --new 512"
+    env $([ "$kernels" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
+      FLASHATTN_LIBRARY=$(lib_of B) timeout 150 python3 bench/decode_bench.py --new 512 --shapes 1x8192,4x8192 2>&1 |
+      tee -a "$OUT/prefill.md"
+  done
+fi
 echo "$(stamp) done"
 echo "== overall: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
 exit $status
