@@ -11,6 +11,7 @@
 #   - with SWITCH (a FLASHATTN_KERNELS list, an opt-in of B's): bench/gpu_ab.py once more, B beside
 #     itself with the opt-in (--kernels-b), and the short grid with it;
 #   - bench/gpu_bench.py on B: beside PyTorch's FA2 and cuDNN in the same process (BENCH=0 skips).
+# AB=0 skips the A/B of the two builds (an empty patch, where only SWITCH is measured).
 # Usage: BASE_PATCH=.ab/change.patch [SWITCH=tokens] bash bench/device/rtc_ab_gpu.sh  (carry: [".deps"]
 # for cmocka; an empty patch makes A the same tree as B)
 set -uo pipefail
@@ -43,9 +44,11 @@ for tool in memcheck racecheck synccheck; do
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) $tool ${SAN_FILTER:-hdim128}: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$OUT/$tool.log" | tail -2 | tr '\n' ' ')"
 done
-python3 bench/gpu_ab.py --lib "$root/build-ab-A/libflashattn.so" --lib "$B/libflashattn.so" --names before,after \
-  --dims "${DIMS:-64,128,256}" --seqlens "${SEQLENS:-1024,4096,16384}" --repeats "${REPEATS:-3}" 2>&1 | tee "$OUT/ab.md"
-echo "$(stamp) A/B done"
+if [ "${AB:-1}" = 1 ]; then
+  python3 bench/gpu_ab.py --lib "$root/build-ab-A/libflashattn.so" --lib "$B/libflashattn.so" --names before,after \
+    --dims "${DIMS:-64,128,256}" --seqlens "${SEQLENS:-1024,4096,16384}" --repeats "${REPEATS:-3}" 2>&1 | tee "$OUT/ab.md"
+  echo "$(stamp) A/B done"
+fi
 if [ -n "${SWITCH:-}" ]; then
   FLASHATTN_KERNELS=$SWITCH "$B/tests/conformance/conformance" --backend cuda --grid short > "$OUT/grid-switch.txt" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
