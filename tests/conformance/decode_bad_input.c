@@ -135,7 +135,7 @@ static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *sc
  * token): FA_ERR_INVALID_ARG naming the sequence and the value, o and the caches untouched. */
 static int run_bad_leftpad(fa_context *ctx)
 {
-    const dcase c = {"bad-leftpad", F16, 2, 1, 4, 2, 64, 0, 64, {5, 20}, 1, 32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0};
+    const dcase c = {"bad-leftpad", F16, 2, 1, 4, 2, 64, 0, 64, {5, 20}, 1, 32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     static const struct {
         const char *name;
         int32_t pads[2];
@@ -191,7 +191,7 @@ static int run_bad_leftpad(fa_context *ctx)
  * good call runs again. */
 int run_bad(fa_context *ctx, int device_check_pass)
 {
-    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0};
+    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     host_case h;
     make_host(&c, &h, 99);
     if (c.batch * h.pages_per_seq > 64) {

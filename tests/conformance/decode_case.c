@@ -107,6 +107,13 @@ void make_host(const dcase *c, host_case *h, uint64_t seed)
             h->sink[i] = (float)(c->sink == 2 ? 8.0 + 0.5 * u : -2.0 + 4.0 * u);
         }
     }
+    if (c->alibi) { /* in (0, 1], different across heads and (alibi 2) sequences */
+        const int64_t n = (c->alibi == 2 ? c->batch : 1) * c->hq;
+        h->slopes = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; ++i)
+            h->slopes[i] = (float)((double)((rng_next(&rng) >> 11) + 1) * (1.0 / 9007199254740992.0));
+        h->slope_stride = c->alibi == 2 ? c->hq : 0;
+    }
     if (!c->no_seqlens) {
         h->lens = malloc(sizeof(int32_t) * (size_t)c->batch);
         for (int64_t b = 0; b < c->batch; ++b)
@@ -162,7 +169,7 @@ void set_leftpad(const dcase *c, host_case *h, const int64_t *pads)
 void free_host(host_case *h)
 {
     free(h->q), free(h->kc), free(h->vc), free(h->kn), free(h->vn), free(h->cos), free(h->sin);
-    free(h->lens), free(h->table), free(h->bidx), free(h->pads), free(h->sink);
+    free(h->lens), free(h->table), free(h->bidx), free(h->pads), free(h->sink), free(h->slopes);
 }
 
 void *track(dev_case *x, void *p)
@@ -220,6 +227,10 @@ int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
     a->num_splits = c->splits;
     if (h->sink)
         a->opts.learnable_sink = track(x, dev(ctx, h->sink, sizeof(float) * (size_t)c->hq));
+    if (h->slopes) {
+        a->opts.alibi_slopes = track(x, dev(ctx, h->slopes, sizeof(float) * (size_t)((c->alibi == 2 ? c->batch : 1) * c->hq)));
+        a->opts.alibi_batch_stride = h->slope_stride;
+    }
     a->check_on_device = device_check;
     for (int i = 0; i < x->n; ++i)
         if (!x->ptr[i])

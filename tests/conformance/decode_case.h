@@ -27,6 +27,7 @@ typedef struct dcase {
     int64_t pad;         /* NaN channels after each cache head row (its stride d + pad): read by no kernel */
     int64_t dv;          /* value head dim of v_cache, v_new and o; 0: d */
     int sink;            /* learnable sink: 0 none, 1 random per head in [-2, 2], 2 about +8 (dominating) */
+    int alibi;           /* ALiBi slopes: 0 none, 1 one per query head, 2 one per sequence and query head */
 } dcase;
 
 #define B16 FA_DTYPE_BF16
@@ -42,6 +43,8 @@ typedef struct host_case {
     int64_t on, cvn, nvn;   /* element counts: o, v_cache, v_new */
     void *q, *kc, *vc, *kn, *vn, *cos, *sin;
     float *sink; /* heads_q sink logits, NULL: none */
+    float *slopes; /* ALiBi: [heads_q], or [batch][heads_q] (slope_stride heads_q); NULL: none */
+    int64_t slope_stride;
     int32_t *lens, *table, *bidx;
     int32_t *pads; /* cache_leftpad (set_leftpad), NULL: none */
 } host_case;
