@@ -2,18 +2,21 @@
  * new query rows per sequence (a prompt prefilled in chunks over its cache, long speculative
  * drafts) are what the dense kernels are built for, where a decode kernel reads every key row
  * once per tile of 16 query rows. Here the core appends the new keys and values itself (the
- * backend's ring_copy: one strided copy per sequence and tensor) and then runs one dense
- * fa_forward per sequence over views of its cache row: no copy of the cache and no workspace.
+ * backend's ring_copy: one strided copy per sequence and tensor, or per page a sequence's new
+ * tokens touch) and then runs one dense fa_forward per sequence: over views of its cache row
+ * (contiguous caches: no copy of the cache, no workspace), or as a varlen call of one sequence
+ * over the pages (fa_varlen.block_table: the core gathers the sequence's pages, one copy per run
+ * of adjacent pages, core/paged_gather.c).
  * Sequence b's query i sees keys leftpad_b .. len_b + seqlen_knew - 1, the dense forward's
  * bottom-right aligned causal mask and windows over them, exactly fa_forward_kvcache's rule.
  *
- * Taken under FLASHATTN_KERNELS=kv-prefill-dense for the calls it can serve: a contiguous cache,
- * no rotary (the decode kernels rotate q and k_new as they read them), lengths known on the host
+ * Taken under FLASHATTN_KERNELS=kv-prefill-dense for the calls it can serve: no rotary (the decode kernels rotate q and k_new as they read them), lengths known on the host
  * (not check_on_device), head dims the dense forward takes, q and o rows of the dtype the dense
  * forward reads and writes, and a backend with ring_copy when keys are appended. */
 #include "internal.h"
 #include "kernels_switch.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define FA_KV_DENSE_SWITCH "kv-prefill-dense"
@@ -22,7 +25,7 @@ int fa_kv_dense_takes(const fa_context *ctx, const fa_kv_problem *kp)
 {
     if (!fa_kernels_switch(FA_KV_DENSE_SWITCH, NULL, 0))
         return 0;
-    if (kp->paged || kp->rotary || kp->device_check || kp->p.seqlen_q < 1)
+    if (kp->rotary || kp->device_check || kp->p.seqlen_q < 1)
         return 0;
     if (kp->p.d > FA_MAX_HEAD_DIM || kp->p.d_v > FA_MAX_HEAD_DIM)
         return 0;
@@ -44,22 +47,100 @@ static fa_tensor narrow(const fa_tensor *t, int64_t row, int64_t t0, int64_t n)
     return v;
 }
 
+/* t [batch, n, heads, d] (or lse [batch, heads, n]) of sequence b without its batch dimension:
+ * varlen's packed layout of one sequence */
+static fa_tensor packed_one(const fa_tensor *t, int64_t b)
+{
+    fa_tensor v;
+    memset(&v, 0, sizeof v);
+    v.dtype = t->dtype;
+    v.ndim = t->ndim - 1;
+    v.data = t->data ? (char *)t->data + b * t->stride[0] * (int64_t)fa_dtype_size(t->dtype) : NULL;
+    for (int i = 0; i < v.ndim; ++i) {
+        v.shape[i] = t->shape[i + 1];
+        v.stride[i] = t->stride[i + 1];
+    }
+    return v;
+}
+
+/* Paged caches: each sequence a varlen call of one sequence over the pages (its row of the block
+ * table), its cu_seqlens (0, seqlen_new) and (0, keys) in one device array for the whole call. */
+static fa_status paged_attention(fa_context *ctx, const fa_kvcache_args *a, const fa_kv_problem *kp)
+{
+    const int64_t batch = kp->p.batch, sn = kp->p.seqlen_q;
+    const size_t bytes = sizeof(int32_t) * 4 * (size_t)batch; /* batch <= 2^31 - 1: the core's limit */
+    int32_t *host = malloc(bytes), *cu = NULL;
+    if (!host)
+        return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "fa_forward_kvcache: %zu bytes of host memory", bytes);
+    for (int64_t b = 0; b < batch; ++b) {
+        host[4 * b] = 0;
+        host[4 * b + 1] = (int32_t)sn; /* the validation bounds seqlen_new and every length by 2^31 - 1 */
+        host[4 * b + 2] = 0;
+        host[4 * b + 3] = (int32_t)fa_kv_seqlen(kp, b);
+    }
+    fa_status st = ctx->backend->alloc(ctx, bytes, (void **)&cu);
+    if (st == FA_SUCCESS)
+        st = ctx->backend->copy(ctx, cu, host, bytes, FA_COPY_HOST_TO_DEVICE);
+    for (int64_t b = 0; b < batch && st == FA_SUCCESS; ++b) {
+        fa_varlen vl;
+        memset(&vl, 0, sizeof vl);
+        vl.cu_seqlens_q = cu + 4 * b;
+        vl.cu_seqlens_k = cu + 4 * b + 2;
+        vl.batch = 1;
+        vl.max_seqlen_q = sn;
+        vl.max_seqlen_k = host[4 * b + 3];
+        vl.block_table = a->block_table + b * kp->block_table_stride;
+        vl.block_table_stride = kp->block_table_stride;
+        fa_fwd_args f;
+        memset(&f, 0, sizeof f);
+        f.q = packed_one(&a->q, b);
+        f.k = a->k_cache;
+        f.v = a->v_cache;
+        f.o = packed_one(&a->o, b);
+        f.lse = packed_one(&a->lse, b);
+        f.varlen = &vl;
+        f.opts = a->opts;
+        if (f.opts.alibi_slopes && f.opts.alibi_batch_stride)
+            f.opts.alibi_slopes += b * f.opts.alibi_batch_stride;
+        st = fa_forward(ctx, &f);
+    }
+    if (cu) { /* after the kernels that read the arrays */
+        fa_status sync = ctx->backend->sync(ctx);
+        if (st == FA_SUCCESS)
+            st = sync;
+        ctx->backend->free(ctx, cu);
+    }
+    free(host);
+    return st;
+}
+
 fa_status fa_kv_dense_forward(fa_context *ctx, const fa_kvcache_args *a, const fa_kv_problem *kp)
 {
     const int64_t batch = kp->p.batch, sn = kp->p.seqlen_q, knew = kp->has_new ? kp->seqlen_knew : 0;
     /* every sequence's new keys and values first: the validation ruled out a slot written by one
      * sequence and read by another, so no attention below reads a row another append changes */
     for (int64_t b = 0; b < batch && knew > 0; ++b) {
-        const int64_t row = kp->host_batch_idx ? kp->host_batch_idx[b] : b;
         const int64_t len = kp->host_seqlens ? kp->host_seqlens[b] : kp->seqlen_cache;
-        const fa_tensor kd = narrow(&a->k_cache, row, len, knew), ks = narrow(&a->k_new, b, 0, knew);
-        const fa_tensor vd = narrow(&a->v_cache, row, len, knew), vs = narrow(&a->v_new, b, 0, knew);
-        fa_status st = ctx->backend->ring_copy(ctx, &kd, &ks);
-        if (st == FA_SUCCESS)
-            st = ctx->backend->ring_copy(ctx, &vd, &vs);
-        if (st != FA_SUCCESS)
-            return st;
+        /* positions len .. len + knew - 1: one piece in a cache row, or one per page they touch */
+        for (int64_t t = len; t < len + knew;) {
+            int64_t row = kp->host_batch_idx ? kp->host_batch_idx[b] : b, at = t, n = len + knew - t;
+            if (kp->paged) {
+                row = kp->host_block_table[b * kp->block_table_stride + t / kp->page_size];
+                at = t % kp->page_size;
+                n = n < kp->page_size - at ? n : kp->page_size - at;
+            }
+            const fa_tensor kd = narrow(&a->k_cache, row, at, n), ks = narrow(&a->k_new, b, t - len, n);
+            const fa_tensor vd = narrow(&a->v_cache, row, at, n), vs = narrow(&a->v_new, b, t - len, n);
+            fa_status st = ctx->backend->ring_copy(ctx, &kd, &ks);
+            if (st == FA_SUCCESS)
+                st = ctx->backend->ring_copy(ctx, &vd, &vs);
+            if (st != FA_SUCCESS)
+                return st;
+            t += n;
+        }
     }
+    if (kp->paged)
+        return paged_attention(ctx, a, kp);
     for (int64_t b = 0; b < batch; ++b) {
         const int64_t row = kp->host_batch_idx ? kp->host_batch_idx[b] : b;
         const int64_t first = kp->host_leftpad ? kp->host_leftpad[b] : 0;
