@@ -10,12 +10,14 @@
  * Sequence b's query i sees keys leftpad_b .. len_b + seqlen_knew - 1, the dense forward's
  * bottom-right aligned causal mask and windows over them, exactly fa_forward_kvcache's rule.
  *
- * Taken under FLASHATTN_KERNELS=kv-prefill-dense for the calls it can serve: no rotary (the decode kernels rotate q and k_new as they read them), lengths known on the host
- * (not check_on_device), head dims the dense forward takes, q and o rows of the dtype the dense
- * forward reads and writes, and a backend with ring_copy when keys are appended. */
+ * Taken under FLASHATTN_KERNELS=kv-prefill-dense for the calls it can serve: no rotary (the
+ * decode kernels rotate q and k_new as they read them), lengths known on the host (not
+ * check_on_device) and within int32 (the varlen arrays), head dims the dense forward takes, and a
+ * backend with ring_copy when keys are appended. */
 #include "internal.h"
 #include "kernels_switch.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +30,8 @@ int fa_kv_dense_takes(const fa_context *ctx, const fa_kv_problem *kp)
     if (kp->rotary || kp->device_check || kp->p.seqlen_q < 1)
         return 0;
     if (kp->p.d > FA_MAX_HEAD_DIM || kp->p.d_v > FA_MAX_HEAD_DIM)
+        return 0;
+    if (kp->p.seqlen_q > INT32_MAX || kp->p.seqlen_k > INT32_MAX) /* the varlen arrays of paged calls */
         return 0;
     if (kp->has_new && !ctx->backend->ring_copy)
         return 0;
@@ -63,18 +67,27 @@ static fa_tensor packed_one(const fa_tensor *t, int64_t b)
     return v;
 }
 
+/* The call's options for sequence b alone: its row of per-sequence ALiBi slopes. */
+static fa_options options_of(const fa_kvcache_args *a, int64_t b)
+{
+    fa_options o = a->opts;
+    if (o.alibi_slopes && o.alibi_batch_stride)
+        o.alibi_slopes += b * o.alibi_batch_stride;
+    return o;
+}
+
 /* Paged caches: each sequence a varlen call of one sequence over the pages (its row of the block
  * table), its cu_seqlens (0, seqlen_new) and (0, keys) in one device array for the whole call. */
 static fa_status paged_attention(fa_context *ctx, const fa_kvcache_args *a, const fa_kv_problem *kp)
 {
     const int64_t batch = kp->p.batch, sn = kp->p.seqlen_q;
-    const size_t bytes = sizeof(int32_t) * 4 * (size_t)batch; /* batch <= 2^31 - 1: the core's limit */
+    const size_t bytes = sizeof(int32_t) * 4 * (size_t)batch; /* batch < 2^31: the validation */
     int32_t *host = malloc(bytes), *cu = NULL;
     if (!host)
         return FA_ERROR(ctx, FA_ERR_OUT_OF_MEMORY, "fa_forward_kvcache: %zu bytes of host memory", bytes);
     for (int64_t b = 0; b < batch; ++b) {
         host[4 * b] = 0;
-        host[4 * b + 1] = (int32_t)sn; /* the validation bounds seqlen_new and every length by 2^31 - 1 */
+        host[4 * b + 1] = (int32_t)sn; /* both within int32: fa_kv_dense_takes */
         host[4 * b + 2] = 0;
         host[4 * b + 3] = (int32_t)fa_kv_seqlen(kp, b);
     }
@@ -99,9 +112,7 @@ static fa_status paged_attention(fa_context *ctx, const fa_kvcache_args *a, cons
         f.o = packed_one(&a->o, b);
         f.lse = packed_one(&a->lse, b);
         f.varlen = &vl;
-        f.opts = a->opts;
-        if (f.opts.alibi_slopes && f.opts.alibi_batch_stride)
-            f.opts.alibi_slopes += b * f.opts.alibi_batch_stride;
+        f.opts = options_of(a, b);
         st = fa_forward(ctx, &f);
     }
     if (cu) { /* after the kernels that read the arrays */
@@ -156,9 +167,7 @@ fa_status fa_kv_dense_forward(fa_context *ctx, const fa_kvcache_args *a, const f
             f.lse.data = (char *)f.lse.data + b * a->lse.stride[0] * (int64_t)sizeof(float);
             f.lse.shape[0] = 1;
         }
-        f.opts = a->opts;
-        if (f.opts.alibi_slopes && f.opts.alibi_batch_stride)
-            f.opts.alibi_slopes += b * f.opts.alibi_batch_stride;
+        f.opts = options_of(a, b);
         fa_status st = fa_forward(ctx, &f);
         if (st != FA_SUCCESS)
             return st;
