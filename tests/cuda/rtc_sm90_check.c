@@ -117,6 +117,18 @@ static int check_without_tensor_maps(fa_context *ctx, fake_cuda_state *fake)
     return 0;
 }
 
+/* A context opened with FLASHATTN_KERNELS=kernels (read when a context opens), the variable unset
+ * again */
+static fa_context *context_with(const char *kernels)
+{
+    setenv("FLASHATTN_KERNELS", kernels, 1);
+    fa_context *ctx = NULL;
+    const fa_status st = fa_context_create(&ctx, "cuda", 0);
+    unsetenv("FLASHATTN_KERNELS");
+    CHECK(st == FA_SUCCESS, "fa_context_create(cuda) with FLASHATTN_KERNELS=%s: %s", kernels, fa_last_error());
+    return ctx;
+}
+
 int main(int argc, char **argv)
 {
     char why[2048];
@@ -179,11 +191,7 @@ int main(int argc, char **argv)
 
     /* FLASHATTN_KERNELS=sm90-fwd-wide: the same forward on the wide instance, 160-key K and V boxes
      * and 2 stages of them beside Q */
-    setenv("FLASHATTN_KERNELS", "sm90-fwd-wide", 1);
-    fa_context *fwide = NULL;
-    st = fa_context_create(&fwide, "cuda", 0);
-    CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
-    unsetenv("FLASHATTN_KERNELS");
+    fa_context *fwide = context_with("sm90-fwd-wide");
     t0 = now_seconds();
     st = fa_forward(fwide, &p.fwd);
     CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(fwide));
@@ -220,11 +228,7 @@ int main(int argc, char **argv)
 
     /* FLASHATTN_KERNELS=sm90-bwd-wide: the same backward on the wide instance, 80-row Q and dO
      * boxes, dS^T [128][80], dQ [80][128] and 2 query-side stages; the other launches as before */
-    setenv("FLASHATTN_KERNELS", "sm90-bwd-wide", 1);
-    fa_context *wide = NULL;
-    st = fa_context_create(&wide, "cuda", 0);
-    CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
-    unsetenv("FLASHATTN_KERNELS");
+    fa_context *wide = context_with("sm90-bwd-wide");
     t0 = now_seconds();
     st = fa_backward(wide, &p.bwd);
     CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(wide));
@@ -253,10 +257,7 @@ int main(int argc, char **argv)
 
     /* FLASHATTN_KERNELS=sm90 (read when a context opens) with dropout: the first wgmma kernel in
      * mode 2, two warpgroups, Q and 3 stages of 64-key K and V tiles, no maps */
-    setenv("FLASHATTN_KERNELS", "sm90", 1);
-    fa_context *forced = NULL;
-    st = fa_context_create(&forced, "cuda", 0);
-    CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
+    fa_context *forced = context_with("sm90");
     p.fwd.opts.dropout_p = 0.25f;
     p.fwd.opts.dropout_seed = 7;
     const int maps = fake->tensor_map_calls;
@@ -268,7 +269,6 @@ int main(int argc, char **argv)
                  256, (128 + 2 * 3 * 64) * 64 * 2);
     CHECK(fake->tensor_map_calls == maps, "the dropout forward encoded %d maps", fake->tensor_map_calls - maps);
     fa_context_destroy(forced);
-    unsetenv("FLASHATTN_KERNELS");
 
     free_problem(ctx, &p);
     fa_context_destroy(ctx);
