@@ -147,7 +147,7 @@ static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b
     isa->gemm_bf16(dp, bk, nr32, bt->doutT, bq, bt->p_pairs, bk, dvT, bk, 1);
     isa->gemm_bf16(nr16, bk, dp, bt->dout, dp, bt->v_rows, bk, ds, bk, 0);
     if (p->dropout_threshold)
-        apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
+        apply_dropout_of(p, pz, nr, nc, bk, ds);
     isa->softmax_grad_tile(ds, pm, nr, bk, bk, dsum, p->scale);
     if (p->mod.softcap > 0.0f)
         for (int64_t x = 0; x < nr * bk; ++x)
@@ -273,7 +273,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 /* dP = Z o (dO V^T); dS = P o (dP - D) * scale */
                 bc->isa->gemm_rows(nr, bk, p->d_v, dotile, dp, vT, bk, ds, bk, 0);
                 if (p->dropout_threshold)
-                    apply_dropout(p, b, h, q0, nr, k0, nc, bk, ds);
+                    apply_dropout_of(p, pz, nr, nc, bk, ds);
                 /* a select inside: P = 0 meets dP = NaN from V = NaN */
                 bc->isa->softmax_grad_tile(ds, pm, nr, bk, bk, dsum, p->scale);
                 if (p->mod.softcap > 0.0f) /* dS = dS' * (1 - tanh^2) */

@@ -197,6 +197,18 @@ static inline void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int6
     }
 }
 
+/* The backward's second use of the dropout factors, on dP, read from P o Z (pz, what
+ * apply_dropout made of P) instead of from the Philox rule again: where P > 0, the element was
+ * kept iff P o Z != 0 (Z = 1/(1-p) >= 1 cannot underflow it). x (nr x ld, nc columns) is scaled
+ * where kept and set to 0 elsewhere, a select, so NaN and inf in x do not leak through a drop;
+ * where P = 0 the callers' dS = P o (x - D) scale is 0 whatever x holds. */
+static inline void apply_dropout_of(const fa_problem *p, const float *pz, int64_t nr, int64_t nc, int64_t ld, float *x)
+{
+    for (int64_t r = 0; r < nr; ++r)
+        for (int64_t j = 0; j < nc; ++j)
+            x[r * ld + j] = pz[r * ld + j] != 0.0f ? x[r * ld + j] * p->dropout_scale : 0.0f;
+}
+
 /* ------------------------------------------------------------------ shapes of the buffers */
 
 typedef struct tile_dims {
