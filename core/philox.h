@@ -69,6 +69,9 @@ FA_PHILOX_FN fa_philox4 fa_philox4x32_10(fa_philox4 ctr, fa_u32 k0, fa_u32 k1)
     return ctr;
 }
 
+/* Keys of a row decided by one Philox block (fa_dropout_block). */
+#define FA_DROPOUT_BLOCK_KEYS 4
+
 /* The four words of the Philox block holding columns [4*(j/4), 4*(j/4)+4) of row i. Kernels that
  * walk a row call this once per four columns. */
 FA_PHILOX_FN fa_philox4 fa_dropout_block(fa_u64 seed, fa_u64 offset, fa_u64 batch, fa_u64 heads_q,

@@ -140,7 +140,7 @@ static void bwd_tile_bf16(const bwd_ctx *bc, const bwd_bf16_tiles *bt, int64_t b
     const float *pzv = pm;
     if (p->dropout_threshold) {
         memcpy(pz, pm, sizeof(float) * (size_t)(nr * bk));
-        apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
+        apply_dropout(isa, p, b, h, q0, nr, k0, nc, bk, pz);
         pzv = pz;
     }
     bf16_row_pairs(isa, pzv, bk, nr, nr32, bk, bt->p_pairs);
@@ -266,7 +266,7 @@ static void bwd_main_task(void *argp, int64_t task, float *scratch)
                 const float *pzv = pm;
                 if (p->dropout_threshold) {
                     memcpy(pz, pm, sizeof(float) * (size_t)(nr * bk));
-                    apply_dropout(p, b, h, q0, nr, k0, nc, bk, pz);
+                    apply_dropout(bc->isa, p, b, h, q0, nr, k0, nc, bk, pz);
                     pzv = pz;
                 }
                 bc->isa->gemm_tn(bk, dp, nr, pzv, bk, dotile, dp, dv, dp, 1);

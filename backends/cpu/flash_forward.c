@@ -161,7 +161,7 @@ static void fwd_task(void *argp, int64_t task, float *scratch)
         } else {
             isa->online_softmax_tile(sj, nr, w, t->bk, rows, otile, t->dp);
             if (p->dropout_threshold)
-                apply_dropout(p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
+                apply_dropout(isa, p, b, h, q0, nr, k0 + j0, j1 - j0, t->bk, sj);
             for (int64_t r = 0; t->bf16 && r < nr; ++r)
                 isa->to_bf16_row(sj + r * t->bk, pb + r * t->bk + j0, w);
         }

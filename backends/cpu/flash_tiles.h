@@ -181,20 +181,16 @@ static inline void apply_score_mod(const fa_problem *p, int64_t b, int64_t h, in
     }
 }
 
-/* Multiplies P (nr x ld) by the dropout factor of each element: 0 or 1/(1-p). */
-static inline void apply_dropout(const fa_problem *p, int64_t b, int64_t h, int64_t q0, int64_t nr, int64_t k0, int64_t nc,
-                          int64_t ld, float *pm)
+/* Multiplies P (nr x ld) by the dropout factor of each element: 0 or 1/(1-p), by the kernel
+ * table's dropout_row (k0 is a multiple of FA_DROPOUT_BLOCK_KEYS). */
+static inline void apply_dropout(const fa_cpu_isa *isa, const fa_problem *p, int64_t b, int64_t h, int64_t q0, int64_t nr,
+                                 int64_t k0, int64_t nc, int64_t ld, float *pm)
 {
-    for (int64_t r = 0; r < nr; ++r) {
-        float *row = pm + r * ld;
-        for (int64_t j = 0; j < nc; j += 4) {
-            /* k0 is a multiple of 4, so columns j..j+3 share one Philox block */
-            fa_philox4 bits = fa_dropout_block(p->seed, p->offset, (uint64_t)b, (uint64_t)p->heads_q, (uint64_t)h,
-                                               (uint64_t)(q0 + r), (uint64_t)(k0 + j));
-            for (int64_t t = 0; t < 4 && j + t < nc; ++t)
-                row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] * p->dropout_scale : 0.0f;
-        }
-    }
+    for (int64_t r = 0; r < nr; ++r)
+        for (int64_t j0 = 0; j0 < nc; j0 += FA_CPU_DROPOUT_KEYS)
+            isa->dropout_row(p->seed, p->offset, (uint64_t)b, (uint64_t)p->heads_q, (uint64_t)h, (uint64_t)(q0 + r),
+                             (uint64_t)(k0 + j0), nc - j0 < FA_CPU_DROPOUT_KEYS ? nc - j0 : FA_CPU_DROPOUT_KEYS,
+                             p->dropout_threshold, p->dropout_scale, pm + r * ld + j0);
 }
 
 /* The backward's second use of the dropout factors, on dP, read from P o Z (pz, what

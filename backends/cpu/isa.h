@@ -8,11 +8,14 @@
 #ifndef FA_CPU_ISA_H
 #define FA_CPU_ISA_H
 
+#include "philox.h"
 #include "softmax.h"
 
 #include <stdint.h>
 
 #define FA_CPU_PANEL 16 /* columns of a packed panel; every tile width is a multiple of it */
+#define FA_CPU_DROPOUT_BATCH 16 /* Philox blocks per dropout_row call, one per vector lane */
+#define FA_CPU_DROPOUT_KEYS (FA_CPU_DROPOUT_BATCH * FA_DROPOUT_BLOCK_KEYS) /* keys per dropout_row call */
 
 typedef struct fa_cpu_isa {
     const char *name; /* "avx512", "avx2" or "generic": the value FLASHATTN_CPU_ISA takes */
@@ -45,6 +48,12 @@ typedef struct fa_cpu_isa {
     /* y[0..n) = bf16(x0) | bf16(x1) << 16: two rows rounded (as to_bf16_row) into pairs; x1 NULL
      * gives 0 in the high halves */
     void (*to_bf16_pairs)(const float *x0, const float *x1, uint32_t *y, int64_t n);
+    /* Dropout on keys col0 .. col0 + n - 1 of one row (n <= FA_CPU_DROPOUT_KEYS, col0 a multiple
+     * of FA_DROPOUT_BLOCK_KEYS): x[t] *= scale where the rule of core/philox.h keeps key col0 + t
+     * under threshold, x[t] = 0 where it drops it. The Philox blocks are computed in a loop over
+     * independent blocks, vectorised one block per lane, and applied by vector selects. */
+    void (*dropout_row)(uint64_t seed, uint64_t offset, uint64_t batch, uint64_t heads_q, uint64_t head, uint64_t row,
+                        uint64_t col0, int64_t n, uint32_t threshold, float scale, float *x);
     /* online_softmax_tile on unscaled scores with the scale (> 0) folded in, P written rounded to
      * bf16 into p (row stride ldp) instead of over s; the sums are of the fp32 values */
     void (*online_softmax_tile_bf16)(const float *s, int64_t nr, int64_t width, int64_t ld, float scale,

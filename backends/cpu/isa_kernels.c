@@ -523,6 +523,30 @@ static void online_softmax_tile_bf16(const float *s, int64_t nr, int64_t width, 
     }
 }
 
+static void dropout_row(uint64_t seed, uint64_t offset, uint64_t batch, uint64_t heads_q, uint64_t head, uint64_t row,
+                        uint64_t col0, int64_t n, uint32_t threshold, float scale, float *x)
+{
+    uint32_t w[FA_CPU_DROPOUT_KEYS]; /* the rule's word of key col0 + t at w[t] */
+    for (int l = 0; l < FA_CPU_DROPOUT_BATCH; ++l) {
+        const fa_philox4 b = fa_dropout_block(seed, offset, batch, heads_q, head, row,
+                                              col0 + (uint64_t)l * FA_DROPOUT_BLOCK_KEYS);
+        for (int k = 0; k < FA_DROPOUT_BLOCK_KEYS; ++k)
+            w[l * FA_DROPOUT_BLOCK_KEYS + k] = b.v[k];
+    }
+    /* w >= threshold as a signed compare of both biased by 2^31, which every vector unit has; a
+     * select, so a dropped NaN or inf becomes 0 too */
+    const int32_t tb = (int32_t)(threshold ^ 0x80000000u);
+    int64_t t = 0;
+    for (; t + LANES <= n; t += LANES) {
+        vi wv;
+        memcpy(&wv, w + t, sizeof wv);
+        const vi keep = (wv ^ (int32_t)0x80000000u) >= tb;
+        vstore(x + t, vselect(keep, vload(x + t) * scale, vsplat(0.0f)));
+    }
+    for (; t < n; ++t)
+        x[t] = (int32_t)(w[t] ^ 0x80000000u) >= tb ? x[t] * scale : 0.0f;
+}
+
 const fa_cpu_isa TABLE = {
     .name = ISA_NAME,
     .lanes = LANES,
@@ -536,6 +560,7 @@ const fa_cpu_isa TABLE = {
     .to_bf16_row = to_bf16_row,
     .to_bf16_pairs = to_bf16_pairs,
     .online_softmax_tile_bf16 = online_softmax_tile_bf16,
+    .dropout_row = dropout_row,
 #if defined(BF16_FN)
     .bf16_tiles_begin = BF16_FN(bf16_tiles_begin),
     .bf16_tiles_end = BF16_FN(bf16_tiles_end),

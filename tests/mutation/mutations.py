@@ -137,11 +137,11 @@ MUTATIONS = [
     },
     {
         "id": "dropout-unscaled",
-        "what": "dropout's kept elements not scaled by 1/(1-p) (flash_tiles.h apply_dropout, forward and backward)",
+        "what": "dropout's kept elements of P not scaled by 1/(1-p) (flash_tiles.h apply_dropout, forward and backward)",
         "edits": [
             ("backends/cpu/flash_tiles.h",
-             "row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] * p->dropout_scale : 0.0f;",
-             "row[j + t] = bits.v[t] >= p->dropout_threshold ? row[j + t] : 0.0f;"),
+             "p->dropout_threshold, p->dropout_scale, pm + r * ld + j0);",
+             "p->dropout_threshold, 1.0f, pm + r * ld + j0);"),
         ],
     },
     {
