@@ -101,18 +101,23 @@ __device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)
     return (uint32_t)((kk / 64) * rows * 128 + row0 * 128 + (kk % 64) * 2);
 }
 /* registers per thread of the consumers and the producer: 256 x 224 + 128 x 56 = 384 x 168, or in
- * the wide instances 256 x 240 + 128 x 32 (a producer that only issues TMA copies fits 32) */
+ * the wide instances 256 x 240 + 128 x 24 (FlashAttention-3's split; a producer that only issues
+ * TMA copies fits 24). The two splits must not exceed the 384 x 168 registers the block holds from
+ * its launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to a multiple of 8): setmaxnreg.inc
+ * waits until the registers it asks for are free, and a split over that total waits forever. */
 template <bool WIDE> __host__ __device__ constexpr int bw_consumer_regs()
 {
     return WIDE ? 240 : 224;
 }
 template <bool WIDE> __host__ __device__ constexpr int bw_producer_regs()
 {
-    return WIDE ? 32 : 56;
+    return WIDE ? 24 : 56;
 }
-static_assert(FA_SM90_BW_CONSUMERS * bw_consumer_regs<true>() + (BW_THREADS - FA_SM90_BW_CONSUMERS) * bw_producer_regs<true>() <= 65536 &&
-                  FA_SM90_BW_CONSUMERS * bw_consumer_regs<false>() + (BW_THREADS - FA_SM90_BW_CONSUMERS) * bw_producer_regs<false>() <= 65536,
-              "the register file holds both splits");
+static_assert(FA_SM90_BW_CONSUMERS * bw_consumer_regs<true>() + (BW_THREADS - FA_SM90_BW_CONSUMERS) * bw_producer_regs<true>() <=
+                      BW_THREADS * (65536 / BW_THREADS / 8 * 8) &&
+                  FA_SM90_BW_CONSUMERS * bw_consumer_regs<false>() + (BW_THREADS - FA_SM90_BW_CONSUMERS) * bw_producer_regs<false>() <=
+                      BW_THREADS * (65536 / BW_THREADS / 8 * 8),
+              "both splits fit the registers the block holds from its launch");
 
 /* MODE as in the forward (fa_gpu::mode_of); MOD: the score modifiers, with dS times the softcap's
  * derivative computed together with P (dP^T is already there), in the plain mode only; TMA: the

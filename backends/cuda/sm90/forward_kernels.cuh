@@ -246,15 +246,24 @@ template <typename T, int D, bool WIDE = false> __host__ __device__ constexpr in
     return FA_SM90_WS_STAGES_N((int)sizeof(T), D, (ws_bn<D, WIDE>()));
 }
 /* registers per thread of the consumers and the producer: 256 x 224 + 128 x 56 = 384 x 168, or in
- * the wide instances 256 x 240 + 128 x 32 (a producer that only issues TMA copies fits 32) */
+ * the wide instances 256 x 240 + 128 x 24 (FlashAttention-3's split; a producer that only issues
+ * TMA copies fits 24). The two splits must not exceed the 384 x 168 registers the block holds from
+ * its launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to a multiple of 8): setmaxnreg.inc
+ * waits until the registers it asks for are free, and a split over that total waits forever. */
 template <bool WIDE> __host__ __device__ constexpr int ws_consumer_regs()
 {
     return WIDE ? 240 : 224;
 }
 template <bool WIDE> __host__ __device__ constexpr int ws_producer_regs()
 {
-    return WIDE ? 32 : 56;
+    return WIDE ? 24 : 56;
 }
+
+static_assert(WS_CONSUMERS * ws_consumer_regs<true>() + (WS_THREADS - WS_CONSUMERS) * ws_producer_regs<true>() <=
+                      WS_THREADS * (65536 / WS_THREADS / 8 * 8) &&
+                  WS_CONSUMERS * ws_consumer_regs<false>() + (WS_THREADS - WS_CONSUMERS) * ws_producer_regs<false>() <=
+                      WS_THREADS * (65536 / WS_THREADS / 8 * 8),
+              "both splits fit the registers the block holds from its launch");
 
 /* WIDE: the wide instance (ws_bn, ws_consumer_regs), for TMA loads without score modifiers. */
 template <typename T, int D, bool MOD = false, bool TMA = false, bool WIDE = false>
