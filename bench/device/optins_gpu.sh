@@ -35,7 +35,7 @@ for i in 0 1 2 3; do
     --filter "${shards[$i]}" > "$OUT/grid-sm90-wide-$i.txt" 2>&1 & pids+=($!)
 done
 for i in 0 1 2 3; do wait "${pids[$i]}"; rc=$?; echo "$(stamp) grid sm90,$SW ${shards[$i]}: exit $rc $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-sm90-wide-$i.txt" | tr '\n' ' ')"; grep -E '^\[  FAILED  \] ' "$OUT/grid-sm90-wide-$i.txt" | head -4; done
-timeout $(cap 150) python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" --names default,"$SW" \
+timeout $(cap 150) python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" --names default,opt-ins \
   --kernels-b "$SW" --dims 64,128,256 --seqlens 4096,16384 --repeats 2 2>&1 | tee "$OUT/ab-wide.md"
 echo "$(stamp) A/B of $SW done"
 for k in default kv-prefill-dense; do

@@ -53,7 +53,7 @@ if [ -n "${SWITCH:-}" ]; then
   FLASHATTN_KERNELS=$SWITCH "$B/tests/conformance/conformance" --backend cuda --grid short > "$OUT/grid-switch.txt" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) short grid, FLASHATTN_KERNELS=$SWITCH: exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-switch.txt" | tr '\n' ' ')"
-  python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" --names default,"$SWITCH" \
+  python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" --names default,switch \
     --kernels-b "$SWITCH" --dims "${DIMS:-64,128,256}" --seqlens "${SEQLENS:-1024,4096,16384}" \
     --repeats "${REPEATS:-3}" 2>&1 | tee "$OUT/ab-switch.md"
   echo "$(stamp) A/B of $SWITCH done"
