@@ -33,7 +33,7 @@
  * it back).
  *
  * The wide instances (WIDE; FLASHATTN_KERNELS=sm90-bwd-wide, plain calls with TMA): the consumers
- * at 240 registers and the producer at 32, and at d 128 80 query rows per step, whose dQ (80 rows,
+ * at 240 registers and the producer at 24, and at d 128 80 query rows per step, whose dQ (80 rows,
  * not whole wgmma tiles) is computed transposed as at d 256, each consumer 64 of the 128 columns. */
 #ifndef FA_SM90_BACKWARD_KERNELS_CUH
 #define FA_SM90_BACKWARD_KERNELS_CUH
