@@ -93,25 +93,6 @@ static long mem_available_kib(void)
     return kib;
 }
 
-static void cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "model name", 10) == 0) {
-            char *colon = strchr(line, ':');
-            if (colon) {
-                snprintf(buf, len, "%s", colon + 2);
-                buf[strcspn(buf, "\n")] = '\0';
-            }
-            break;
-        }
-    fclose(f);
-}
-
 /* ------------------------------------------------------------------ measurements (children) */
 
 typedef struct buffers {
@@ -570,7 +551,7 @@ static int parse_args(int argc, char **argv, options *o)
 static void print_preamble(const options *o, const char *what)
 {
     char model[160];
-    cpu_model(model, sizeof model);
+    fa_bench_cpu_model(model, sizeof model);
     fa_bench_provenance(stdout, model, o->argc, o->argv);
     printf("cpu_bench %s: fp32 forward, batch %lld, heads %lld, threads %d (both paths); %s, %ld online processors\n",
            what, (long long)o->batch, (long long)o->heads, o->threads, model, sysconf(_SC_NPROCESSORS_ONLN));

@@ -49,24 +49,6 @@ static int parse_list(const char *s, int64_t *out)
     return n;
 }
 
-static void cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[256];
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "model name", 10) == 0) {
-            const char *colon = strchr(line, ':');
-            if (colon)
-                snprintf(buf, len, "%s", colon + 2);
-            buf[strcspn(buf, "\n")] = '\0';
-            break;
-        }
-    fclose(f);
-}
-
 /* Random inputs, uniform in [-1, 1) (fp32) or their bf16 bit patterns (truncated). */
 static void *random_tensor(int64_t n, fa_dtype dt, uint64_t seed)
 {
@@ -205,7 +187,7 @@ int main(int argc, char **argv)
     }
     fa_context_set_num_threads(ctx, threads);
     char model[160];
-    cpu_model(model, sizeof model);
+    fa_bench_cpu_model(model, sizeof model);
     fa_bench_provenance(stdout, model, argc, argv);
     printf("cpu_dropout_bench: %s, batch 1, heads %lld, threads %d, dropout p = %g; medians of %d runs after a "
            "warm-up, plain and dropout alternated; x = time with dropout / time without\n\n",

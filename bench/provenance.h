@@ -35,6 +35,27 @@ static inline void fa_bench_print_shell_word(FILE *f, const char *arg)
     fputc('\'', f);
 }
 
+/* The host CPU's name from /proc/cpuinfo ("model name"), for the device field of the line; "unknown
+ * CPU" where there is none. */
+static inline void fa_bench_cpu_model(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *colon = strchr(line, ':');
+            if (colon) {
+                snprintf(buf, len, "%s", colon + 2);
+                buf[strcspn(buf, "\n")] = '\0';
+            }
+            break;
+        }
+    fclose(f);
+}
+
 static inline void fa_bench_provenance(FILE *f, const char *device, int argc, char **argv)
 {
     char date[32] = "unknown";
