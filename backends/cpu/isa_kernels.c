@@ -526,25 +526,27 @@ static void online_softmax_tile_bf16(const float *s, int64_t nr, int64_t width, 
 static void dropout_row(uint64_t seed, uint64_t offset, uint64_t batch, uint64_t heads_q, uint64_t head, uint64_t row,
                         uint64_t col0, int64_t n, uint32_t threshold, float scale, float *x)
 {
-    uint32_t w[FA_CPU_DROPOUT_KEYS]; /* the rule's word of key col0 + t at w[t] */
+    int32_t r[FA_CPU_DROPOUT_KEYS]; /* the rule's 16 bits of key col0 + t at r[t] */
     for (int l = 0; l < FA_CPU_DROPOUT_BATCH; ++l) {
         const fa_philox4 b = fa_dropout_block(seed, offset, batch, heads_q, head, row,
                                               col0 + (uint64_t)l * FA_DROPOUT_BLOCK_KEYS);
-        for (int k = 0; k < FA_DROPOUT_BLOCK_KEYS; ++k)
-            w[l * FA_DROPOUT_BLOCK_KEYS + k] = b.v[k];
+        for (int k = 0; k < 4; ++k) {
+            r[l * FA_DROPOUT_BLOCK_KEYS + 2 * k] = (int32_t)(b.v[k] & 0xffffu);
+            r[l * FA_DROPOUT_BLOCK_KEYS + 2 * k + 1] = (int32_t)(b.v[k] >> 16);
+        }
     }
-    /* w >= threshold as a signed compare of both biased by 2^31, which every vector unit has; a
-     * select, so a dropped NaN or inf becomes 0 too */
-    const int32_t tb = (int32_t)(threshold ^ 0x80000000u);
+    /* r >= threshold (both below 2^16, so a signed compare); a select, so a dropped NaN or inf
+     * becomes 0 too */
+    const int32_t tb = (int32_t)threshold;
     int64_t t = 0;
     for (; t + LANES <= n; t += LANES) {
-        vi wv;
-        memcpy(&wv, w + t, sizeof wv);
-        const vi keep = (wv ^ (int32_t)0x80000000u) >= tb;
+        vi rv;
+        memcpy(&rv, r + t, sizeof rv);
+        const vi keep = rv >= tb;
         vstore(x + t, vselect(keep, vload(x + t) * scale, vsplat(0.0f)));
     }
     for (; t < n; ++t)
-        x[t] = (int32_t)(w[t] ^ 0x80000000u) >= tb ? x[t] * scale : 0.0f;
+        x[t] = r[t] >= tb ? x[t] * scale : 0.0f;
 }
 
 const fa_cpu_isa TABLE = {

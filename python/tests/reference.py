@@ -52,25 +52,27 @@ def philox4x32_10(ctr, key):
 
 
 def dropout_threshold(p):
-    """The integer threshold of drop probability p (the library's float32 p): floor(p * 2^32),
-    at most 2^32 - 1."""
-    t = float(np.float32(p)) * 4294967296.0
-    return 0 if p <= 0 else min(int(t), 4294967295)
+    """The integer threshold of drop probability p (the library's float32 p): floor(p * 2^16),
+    at most 2^16 - 1."""
+    t = float(np.float32(p)) * 65536.0
+    return 0 if p <= 0 else min(int(t), 65535)
 
 
 def dropout_keep(seed, offset, batch, heads_q, head, sq, sk, p):
-    """[sq, sk] bool: the elements dropout keeps for (batch, head): counter (j / 4, i,
+    """[sq, sk] bool: the elements dropout keeps for (batch, head): counter (j / 8, i,
     lo(stream), hi(stream)), stream = offset + batch * heads_q + head (mod 2^64), key (lo(seed),
-    hi(seed)); element j is word j % 4; kept when the word is >= the threshold."""
+    hi(seed)); element j is the 16 bits of word (j % 8) / 2 at bit 16 (j % 2); kept when they
+    are >= the threshold."""
     stream = (offset + batch * heads_q + head) % 2 ** 64
     i = np.arange(sq, dtype=np.uint64)[:, None]
     j = np.arange(sk, dtype=np.uint64)[None, :]
     shape = (sq, sk)
-    ctr = [np.broadcast_to(j >> np.uint64(2), shape), np.broadcast_to(i, shape),
+    ctr = [np.broadcast_to(j >> np.uint64(3), shape), np.broadcast_to(i, shape),
            np.full(shape, stream & 0xFFFFFFFF, dtype=np.uint64), np.full(shape, stream >> 32, dtype=np.uint64)]
     words = philox4x32_10(ctr, (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
-    word = np.choose(np.broadcast_to(j % np.uint64(4), shape).astype(np.int64), words)
-    return word >= np.uint32(dropout_threshold(p))
+    word = np.choose(np.broadcast_to((j % np.uint64(8)) // np.uint64(2), shape).astype(np.int64), words)
+    bits = (word.astype(np.uint64) >> (np.uint64(16) * (j % np.uint64(2)))) & np.uint64(0xFFFF)
+    return bits >= np.uint64(dropout_threshold(p))
 
 
 def dropout_factors(seed, offset, batch, heads_q, sq, sk, p):

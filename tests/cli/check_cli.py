@@ -120,25 +120,28 @@ def philox_kat():
 
 
 def dropout_threshold(p):
-    """core/philox.h: min(floor(p * 2^32), 2^32 - 1), p as the float the API stores."""
+    """core/philox.h: min(floor(p * 2^16), 2^16 - 1), p as the float the API stores."""
     p32 = float(np.float32(p))
     if not p32 > 0.0:
         return 0
-    return min(int(math.floor(p32 * 4294967296.0)), 4294967295)
+    return min(int(math.floor(p32 * 65536.0)), 65535)
 
 
 def dropout_keep(seed, offset, b, heads_q, h, sq, sk, p):
     """Boolean [sq, sk]: element (b, h, i, j) kept. key = (lo32(seed), hi32(seed)); stream = offset
-    + b*heads_q + h (64-bit, wrapping); counter = (j // 4, i, lo32(stream), hi32(stream)); the word
-    j % 4 of the output is compared with the threshold: dropped iff r < threshold."""
+    + b*heads_q + h (64-bit, wrapping); counter = (j // 8, i, lo32(stream), hi32(stream)); key j
+    takes the 16 bits at bit 16 (j % 2) of output word (j % 8) // 2, compared with the threshold:
+    dropped iff r < threshold."""
     threshold = dropout_threshold(p)
     stream = (offset + b * heads_q + h) % (1 << 64)
-    nblk = (sk + 3) // 4
+    nblk = (sk + 7) // 8
     col_block = np.arange(nblk, dtype=np.uint64)[None, :]
     row = np.arange(sq, dtype=np.uint64)[:, None]
     words = philox4x32_10(np.broadcast_to(col_block, (sq, nblk)), np.broadcast_to(row, (sq, nblk)),
                           stream & 0xFFFFFFFF, stream >> 32, seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
-    r = np.stack(words, axis=-1).reshape(sq, nblk * 4)[:, :sk]  # column j is word j % 4 of block j // 4
+    w = np.stack(words, axis=-1)  # [sq, nblk, 4]
+    halves = np.stack([w & np.uint64(0xFFFF), (w >> np.uint64(16)) & np.uint64(0xFFFF)], axis=-1)
+    r = halves.reshape(sq, nblk * 8)[:, :sk]  # column j: half j % 2 of word (j % 8) // 2 of block j // 8
     return r >= np.uint64(threshold)
 
 

@@ -64,7 +64,7 @@ static void test_dropout_block_uses_documented_counter_layout(void **state)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
         uint64_t stream = cases[c].offset + cases[c].batch * cases[c].heads_q + cases[c].head;
-        fa_philox4 ctr = {{(uint32_t)(cases[c].col >> 2), (uint32_t)cases[c].row, (uint32_t)stream,
+        fa_philox4 ctr = {{(uint32_t)(cases[c].col >> 3), (uint32_t)cases[c].row, (uint32_t)stream,
                            (uint32_t)(stream >> 32)}};
         fa_philox4 expected =
             fa_philox4x32_10(ctr, (uint32_t)cases[c].seed, (uint32_t)(cases[c].seed >> 32));
@@ -75,40 +75,42 @@ static void test_dropout_block_uses_documented_counter_layout(void **state)
     }
 }
 
-/* Kernels that walk a row fetch one block per four columns and test each word themselves; they
- * must reach exactly fa_dropout_keep's verdict for every column and threshold. */
+/* Kernels that walk a row fetch one block per eight columns and take each key's 16 bits
+ * themselves (key j: word (j % 8) / 2, bits 16 (j % 2)); they must reach exactly
+ * fa_dropout_keep's verdict for every column and threshold. */
 static void test_dropout_keep_agrees_with_block_words(void **state)
 {
     (void)state;
-    const uint32_t thresholds[] = {0u, 1u, 0x2b851eb8u, 0x80000000u, 0xfffffffeu, 0xffffffffu};
+    const uint32_t thresholds[] = {0u, 1u, 0x2b85u, 0x8000u, 0xfffeu, 0xffffu};
     const uint64_t seed = 0x0123456789abcdefull, offset = 99;
     for (uint64_t b = 0; b < 2; ++b)
         for (uint64_t h = 0; h < 3; ++h)
             for (uint64_t i = 0; i < 5; ++i)
-                for (uint64_t j0 = 0; j0 < 64; j0 += 4) {
+                for (uint64_t j0 = 0; j0 < 64; j0 += 8) {
                     fa_philox4 words = fa_dropout_block(seed, offset, b, 3, h, i, j0);
-                    for (uint64_t j = j0; j < j0 + 4; ++j) {
-                        /* any column of the same group of four gives the same block */
+                    for (uint64_t j = j0; j < j0 + 8; ++j) {
+                        /* any column of the same group of eight gives the same block */
                         fa_philox4 again = fa_dropout_block(seed, offset, b, 3, h, i, j);
                         for (int w = 0; w < 4; ++w)
                             assert_int_equal(again.v[w], words.v[w]);
-                        for (size_t t = 0; t < sizeof thresholds / sizeof thresholds[0]; ++t) {
-                            int expected = words.v[j & 3] >= thresholds[t];
+                        const uint32_t word = words.v[(j % 8) / 2];
+                        const uint32_t bits = (j % 2) ? word >> 16 : word & 0xffffu;
+                        assert_int_equal(fa_dropout_word(words, j), word);
+                        assert_int_equal(fa_dropout_bits(word, j), bits);
+                        for (size_t t = 0; t < sizeof thresholds / sizeof thresholds[0]; ++t)
                             assert_int_equal(fa_dropout_keep(seed, offset, b, 3, h, i, j, thresholds[t]),
-                                             expected);
-                        }
-                        /* the boundary: a word equal to the threshold is kept, one below dropped */
-                        uint32_t word = words.v[j & 3];
-                        assert_true(fa_dropout_keep(seed, offset, b, 3, h, i, j, word));
-                        if (word < 0xffffffffu)
-                            assert_false(fa_dropout_keep(seed, offset, b, 3, h, i, j, word + 1u));
+                                             bits >= thresholds[t]);
+                        /* the boundary: bits equal to the threshold are kept, one below dropped */
+                        assert_true(fa_dropout_keep(seed, offset, b, 3, h, i, j, bits));
+                        if (bits < 0xffffu)
+                            assert_false(fa_dropout_keep(seed, offset, b, 3, h, i, j, bits + 1u));
                     }
                 }
 }
 
-/* threshold = min(floor(p * 2^32), 2^32 - 1), 0 for p <= 0: checked against exact integer
- * arithmetic on p's binary expansion (p * 2^32 is exact in double for these p). */
-static void test_dropout_threshold_is_floor_of_p_times_2_32(void **state)
+/* threshold = min(floor(p * 2^16), 2^16 - 1), 0 for p <= 0: checked against exact integer
+ * arithmetic on p's binary expansion (p * 2^16 is exact in double). */
+static void test_dropout_threshold_is_floor_of_p_times_2_16(void **state)
 {
     (void)state;
     assert_int_equal(fa_dropout_threshold(0.0), 0u);
@@ -117,26 +119,27 @@ static void test_dropout_threshold_is_floor_of_p_times_2_32(void **state)
     assert_int_equal(fa_dropout_threshold(NAN), 0u);
     /* tinier than one step: floor gives 0, which means "no dropout" in fa_problem */
     assert_int_equal(fa_dropout_threshold(1e-12), 0u);
-    assert_int_equal(fa_dropout_threshold(ldexp(1.0, -33)), 0u);
+    assert_int_equal(fa_dropout_threshold(ldexp(1.0, -17)), 0u);
+    assert_int_equal(fa_dropout_threshold(ldexp(1.0, -16) - ldexp(1.0, -60)), 0u);
     /* exactly one step and just under two */
-    assert_int_equal(fa_dropout_threshold(ldexp(1.0, -32)), 1u);
-    assert_int_equal(fa_dropout_threshold(ldexp(1.0, -31) - ldexp(1.0, -60)), 1u);
-    assert_int_equal(fa_dropout_threshold(0.25), 0x40000000u);
-    assert_int_equal(fa_dropout_threshold(0.5), 0x80000000u);
-    assert_int_equal(fa_dropout_threshold(0.75), 0xc0000000u);
-    /* p close to 1: the largest representable thresholds, never wrapping to 0 */
-    assert_int_equal(fa_dropout_threshold(1.0 - ldexp(1.0, -31)), 0xfffffffeu);
-    assert_int_equal(fa_dropout_threshold(1.0 - ldexp(1.0, -32)), 0xffffffffu);
-    assert_int_equal(fa_dropout_threshold(1.0 - 1e-12), 0xffffffffu);
-    assert_int_equal(fa_dropout_threshold(nextafter(1.0, 0.0)), 0xffffffffu);
-    assert_int_equal(fa_dropout_threshold(1.0), 0xffffffffu);
+    assert_int_equal(fa_dropout_threshold(ldexp(1.0, -16)), 1u);
+    assert_int_equal(fa_dropout_threshold(ldexp(1.0, -15) - ldexp(1.0, -60)), 1u);
+    assert_int_equal(fa_dropout_threshold(0.25), 0x4000u);
+    assert_int_equal(fa_dropout_threshold(0.5), 0x8000u);
+    assert_int_equal(fa_dropout_threshold(0.75), 0xc000u);
+    /* p close to 1: the largest thresholds, never wrapping to 0 */
+    assert_int_equal(fa_dropout_threshold(1.0 - ldexp(1.0, -15)), 0xfffeu);
+    assert_int_equal(fa_dropout_threshold(1.0 - ldexp(1.0, -16)), 0xffffu);
+    assert_int_equal(fa_dropout_threshold(1.0 - 1e-12), 0xffffu);
+    assert_int_equal(fa_dropout_threshold(nextafter(1.0, 0.0)), 0xffffu);
+    assert_int_equal(fa_dropout_threshold(1.0), 0xffffu);
     /* a sweep: floor of the exact product, and monotone */
     uint32_t previous = 0;
     for (int k = 0; k <= 100000; ++k) {
         double p = (double)k / 100000.0;
         uint32_t t = fa_dropout_threshold(p);
-        double exact = floor(p * 4294967296.0); /* exact: p has 53 bits, the scale is 2^32 */
-        uint32_t expected = exact >= 4294967295.0 ? 0xffffffffu : (uint32_t)exact;
+        double exact = floor(p * 65536.0); /* exact: p has 53 bits, the scale is 2^16 */
+        uint32_t expected = exact >= 65535.0 ? 0xffffu : (uint32_t)exact;
         if (t != expected)
             print_error("p = %.17g: threshold %u, expected %u\n", p, t, expected);
         assert_int_equal(t, expected);
@@ -145,8 +148,8 @@ static void test_dropout_threshold_is_floor_of_p_times_2_32(void **state)
     }
 }
 
-/* Threshold 0 must keep everything: the unsigned compare r >= 0 is always true. The largest
- * threshold keeps only r == 2^32 - 1, so over a few thousand elements nothing survives. */
+/* Threshold 0 must keep everything: r >= 0 is always true. The largest threshold keeps only
+ * r == 2^16 - 1, one key in 65,536: a few of 16,384, never many. */
 static void test_dropout_threshold_edges_keep_all_or_almost_none(void **state)
 {
     (void)state;
@@ -154,14 +157,14 @@ static void test_dropout_threshold_edges_keep_all_or_almost_none(void **state)
     uint32_t t_tiny = fa_dropout_threshold(1e-12);
     uint32_t t_near_one = fa_dropout_threshold(1.0 - 1e-12);
     int64_t kept_near_one = 0;
-    for (uint64_t i = 0; i < 64; ++i)
-        for (uint64_t j = 0; j < 64; ++j) {
+    for (uint64_t i = 0; i < 128; ++i)
+        for (uint64_t j = 0; j < 128; ++j) {
             assert_true(fa_dropout_keep(7, 0, 0, 1, 0, i, j, t_zero));
             assert_true(fa_dropout_keep(7, 0, 0, 1, 0, i, j, t_tiny));
             kept_near_one += fa_dropout_keep(7, 0, 0, 1, 0, i, j, t_near_one);
         }
-    /* each element survives with probability 2^-32; 4096 of them essentially never do */
-    assert_int_equal(kept_near_one, 0);
+    /* expected 0.25 of 16,384; more than 4 has probability below 1e-5 */
+    assert_true(kept_near_one <= 4);
 }
 
 /* Over 1e6 elements the dropped fraction of p = 0.17 is 0.17 +- 0.00038 (one sigma), so a 1%
@@ -175,11 +178,13 @@ static void test_dropped_fraction_matches_p(void **state)
     for (uint64_t b = 0; b < 2; ++b)
         for (uint64_t h = 0; h < 2; ++h)
             for (uint64_t i = 0; i < 250; ++i)
-                for (uint64_t j0 = 0; j0 < 1000; j0 += 4) {
+                for (uint64_t j0 = 0; j0 < 1000; j0 += 8) {
                     fa_philox4 words = fa_dropout_block(0xdeadbeefcafef00dull, 12345, b, 2, h, i, j0);
                     for (int w = 0; w < 4; ++w)
-                        dropped += words.v[w] < threshold;
-                    total += 4;
+                        dropped += (words.v[w] & 0xffffu) < threshold;
+                    for (int w = 0; w < 4; ++w)
+                        dropped += (words.v[w] >> 16) < threshold;
+                    total += 8;
                 }
     assert_int_equal(total, 1000000);
     double fraction = (double)dropped / (double)total;
@@ -195,7 +200,7 @@ static int64_t count_different_words(uint64_t seed_a, uint64_t offset_a, uint64_
 {
     int64_t different = 0;
     for (uint64_t i = 0; i < 8; ++i)
-        for (uint64_t j = 0; j < 256; j += 4) {
+        for (uint64_t j = 0; j < 512; j += 8) {
             fa_philox4 a = fa_dropout_block(seed_a, offset_a, batch_a, 4, head_a, i, j);
             fa_philox4 b = fa_dropout_block(seed_b, offset_b, batch_b, 4, head_b, i, j);
             for (int w = 0; w < 4; ++w)
@@ -246,7 +251,7 @@ int main(void)
         cmocka_unit_test(test_philox_matches_random123_known_answers),
         cmocka_unit_test(test_dropout_block_uses_documented_counter_layout),
         cmocka_unit_test(test_dropout_keep_agrees_with_block_words),
-        cmocka_unit_test(test_dropout_threshold_is_floor_of_p_times_2_32),
+        cmocka_unit_test(test_dropout_threshold_is_floor_of_p_times_2_16),
         cmocka_unit_test(test_dropout_threshold_edges_keep_all_or_almost_none),
         cmocka_unit_test(test_dropped_fraction_matches_p),
         cmocka_unit_test(test_seeds_offsets_heads_give_different_streams),

@@ -1,5 +1,6 @@
-/* dropout.cuh: the dropout factor of one score element from the core's Philox stream
- * (core/philox.h), the same on every backend. */
+/* dropout.cuh: dropout's keep verdicts for the elements a warp holds in the mma layouts, from the
+ * core's Philox rule (core/philox.h), the same on every backend, with one Philox evaluation per
+ * eight elements. */
 #ifndef FA_CUDA_COMMON_DROPOUT_CUH
 #define FA_CUDA_COMMON_DROPOUT_CUH
 
@@ -7,27 +8,6 @@
 #include "philox.h"
 
 namespace fa_gpu {
-
-/* The dropout words of the four elements a thread holds in one n8 block of the mma accumulator
- * layout: rows i0 (w[0]) and i0 + 8 (w[1]), keys j and j + 1 (j even, j % 4 == 2 (lane & 1)).
- * Lanes 2q and 2q + 1 hold the two halves of the same two Philox blocks (row i0 and row i0 + 8,
- * keys 4 (j / 4) ...), so each computes the block of one row, keeps the two words it needs and
- * hands its partner the other two: one Philox evaluation per four elements, as many as the rule
- * has blocks. All 32 lanes of the warp call it together. */
-__device__ __forceinline__ void dropout_words_2x2(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i0,
-                                                  int64_t j, uint32_t (&w)[2][2])
-{
-    const bool odd = (j & 2) != 0; /* this lane's keys are words 2, 3; it computes row i0 + 8 */
-    const fa_philox4 x = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q, (uint64_t)h,
-                                          (uint64_t)(i0 + (odd ? 8 : 0)), (uint64_t)j);
-    const uint32_t mine0 = odd ? x.v[2] : x.v[0], mine1 = odd ? x.v[3] : x.v[1];
-    const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? x.v[0] : x.v[2], 1);
-    const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? x.v[1] : x.v[3], 1);
-    w[0][0] = odd ? got0 : mine0;
-    w[0][1] = odd ? got1 : mine1;
-    w[1][0] = odd ? mine0 : got0;
-    w[1][1] = odd ? mine1 : got1;
-}
 
 /* Word k (0..3, known only at run time) of a Philox block, by selects: an index would put the
  * block in local memory. */
@@ -37,48 +17,83 @@ __device__ __forceinline__ uint32_t philox_word(const fa_philox4 &x, int k)
     return (k & 2) ? hi : lo;
 }
 
-/* The same for the transposed accumulator layout of the backward kernels (keys as rows): the
- * thread holds keys j0 (w[0]) and j0 + 8 (w[1]) of queries i0 and i0 + 1 (w[.][0], w[.][1]).
- * The four lanes whose keys j0 & ~3 ... j0 | 3 share a Philox block (lanes 4 apart: key = g + 8
- * kh with g = lane / 4) need word j0 & 3 of the same four blocks, so each computes one block and
- * the four exchange words in three shuffles: one Philox evaluation per four elements. All 32
- * lanes of the warp call it together; j0 & 3 == (lane >> 2) & 3. */
-__device__ __forceinline__ void dropout_words_keys_by_rows(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i0,
-                                                           int64_t j0, uint32_t (&w)[2][2])
+/* Keep bits of the elements a thread holds in two n8 blocks of the mma accumulator layout (rows
+ * i0 and i0 + 8, keys j and j + 1 of the block at j and of the one at j + 8, j = a multiple of 8
+ * plus 2 (lane & 3)): bit 4 n + e for n8 block n and accumulator element e (row i0 + 8 (e >> 1),
+ * key j + 8 n + (e & 1)). A row's eight keys of an n8 block are one Philox block, whose word
+ * lane & 3 holds this lane's two keys (core/philox.h). The four lanes of a quad need the same four
+ * blocks (two rows by two n8 blocks): each computes one and the quad exchanges words in three
+ * shuffles, one Philox evaluation per eight elements. With two false only the block at j is
+ * meant (bits 0..3; lanes 2 and 3 repeat lanes 0 and 1). All 32 lanes of the warp call it
+ * together. */
+__device__ __forceinline__ uint32_t dropout_keep_rows_by_keys(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i0,
+                                                              int64_t j, bool two)
 {
-    const int s = (int)(j0 & 3); /* the word this lane needs of every block; it computes block s */
+    const int s = (int)((j >> 1) & 3); /* lane & 3: the word this lane needs; it computes block s */
     const fa_philox4 x = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q, (uint64_t)h,
-                                          (uint64_t)(i0 + (s & 1)), (uint64_t)(j0 + 8 * (s >> 1)));
-    uint32_t got[4]; /* got[k]: word s of block s ^ k, from the lane whose s is s ^ k */
-    got[0] = philox_word(x, s);
+                                          (uint64_t)(i0 + 8 * (s & 1)), (uint64_t)(j + (two ? 8 * (s >> 1) : 0)));
+    uint32_t keep = 0u;
 #pragma unroll
-    for (int k = 1; k < 4; ++k)
-        got[k] = __shfl_xor_sync(0xffffffffu, philox_word(x, s ^ k), 4 * k);
-#pragma unroll
-    for (int blk = 0; blk < 4; ++blk) { /* block blk = (key half blk >> 1, query blk & 1) is got[blk ^ s] */
-        const int k = blk ^ s;
-        const uint32_t lo = (k & 1) ? got[1] : got[0], hi = (k & 1) ? got[3] : got[2];
-        w[blk >> 1][blk & 1] = (k & 2) ? hi : lo;
+    for (int k = 0; k < 4; ++k) {
+        /* lane s ^ k needs word s ^ k of this lane's block; this lane gets word s of block s ^ k */
+        uint32_t w = philox_word(x, s ^ k);
+        if (k)
+            w = __shfl_xor_sync(0xffffffffu, w, k);
+        const uint32_t pair = (uint32_t)((w & 0xffffu) >= p.dropout_threshold) |
+                              (uint32_t)((w >> 16) >= p.dropout_threshold) << 1;
+        keep |= pair << (2 * (s ^ k)); /* block s ^ k = (n8 block, row) = ((s ^ k) >> 1, (s ^ k) & 1) */
     }
+    return two ? keep : keep & 0xfu;
 }
 
-/* Keep bits of the 4 NT8 elements a thread holds in the transposed layout over NT8 n8 blocks of
- * queries: bit (4 nt + e) % 32 of keep[(4 nt + e) / 32] for query i0 + 8 nt + (e & 1) and key
- * j0 + 8 (e >> 1) (i0 = the tile's first query + 2 t4, j0 = the warp's first key + g). */
+/* The same for NT8 n8 blocks of keys from j (the block at j + 8 nt is n8 block nt): bit 4 nt + e
+ * of keep[(4 nt + e) / 32]. */
 template <int NT8>
-__device__ __forceinline__ void dropout_keep_keys_by_rows(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i0,
-                                                          int64_t j0, uint32_t (&keep)[(4 * NT8 + 31) / 32])
+__device__ __forceinline__ void dropout_keep_rows_by_keys_all(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i0,
+                                                              int64_t j, uint32_t (&keep)[(4 * NT8 + 31) / 32])
 {
 #pragma unroll
     for (int k = 0; k < (4 * NT8 + 31) / 32; ++k)
         keep[k] = 0u;
 #pragma unroll
-    for (int nt = 0; nt < NT8; ++nt) {
-        uint32_t w[2][2];
-        dropout_words_keys_by_rows(p, b, h, i0 + 8 * nt, j0, w);
+    for (int nt = 0; nt < NT8; nt += 2)
+        keep[(4 * nt) / 32] |= dropout_keep_rows_by_keys(p, b, h, i0, j + 8 * nt, nt + 1 < NT8) << ((4 * nt) % 32);
+}
+
+/* Keep bits of the 4 NT8 elements a thread holds in the transposed layout (keys as rows) over NT8
+ * n8 blocks of queries: bit (4 nt + e) % 32 of keep[(4 nt + e) / 32] for query i0 + 8 nt + (e & 1)
+ * and key j0 + 8 (e >> 1) (i0 = the tile's first query + 2 (lane & 3), j0 = a multiple of 8 plus
+ * lane >> 2). The eight lanes with the same lane & 3 hold the eight keys of the same Philox blocks
+ * (one per query row and eight keys); for two n8 blocks of queries they need eight blocks: each
+ * computes one (block g = lane >> 2: query block g >> 2, key half (g >> 1) & 1, query g & 1) and
+ * they exchange the 16 bits each needs in seven shuffles, one Philox evaluation per eight
+ * elements. All 32 lanes of the warp call it together. */
+template <int NT8>
+__device__ __forceinline__ void dropout_keep_keys_by_rows(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i0,
+                                                          int64_t j0, uint32_t (&keep)[(4 * NT8 + 31) / 32])
+{
+    const int g = (int)(j0 & 7);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-            keep[(4 * nt + e) / 32] |= (uint32_t)(w[e >> 1][e & 1] >= p.dropout_threshold) << ((4 * nt + e) % 32);
+    for (int k = 0; k < (4 * NT8 + 31) / 32; ++k)
+        keep[k] = 0u;
+#pragma unroll
+    for (int nt = 0; nt < NT8; nt += 2) {
+        const bool two = nt + 1 < NT8;
+        const int qb = two ? g >> 2 : 0; /* with one n8 block left, lanes g >= 4 repeat lanes g - 4 */
+        const fa_philox4 x = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q, (uint64_t)h,
+                                              (uint64_t)(i0 + 8 * (nt + qb) + (g & 1)),
+                                              (uint64_t)(j0 + 8 * ((g >> 1) & 1)));
+        uint32_t byte = 0u;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            /* lane g ^ k needs the 16 bits of key g ^ k (of its block group) from this lane's block;
+             * this lane gets key g's bits of block g ^ k */
+            uint32_t v = fa_dropout_bits(philox_word(x, (g ^ k) >> 1), (uint64_t)(g ^ k));
+            if (k)
+                v = __shfl_xor_sync(0xffffffffu, v, 4 * k);
+            byte |= (uint32_t)(v >= p.dropout_threshold) << (g ^ k);
+        }
+        keep[(4 * nt) / 32] |= (two ? byte : byte & 0xfu) << ((4 * nt) % 32);
     }
 }
 
@@ -87,14 +102,6 @@ template <int N>
 __device__ __forceinline__ float keep_factor(const uint32_t (&keep)[N], int bit, float scale)
 {
     return (keep[bit / 32] >> (bit % 32)) & 1u ? scale : 0.0f;
-}
-
-/* Dropout factor of element (b, h, i, j): 0 or 1 / (1 - p). */
-__device__ __forceinline__ float dropout_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i, int64_t j)
-{
-    fa_philox4 r = fa_dropout_block(p.seed, p.offset, (uint64_t)b, (uint64_t)p.heads_q, (uint64_t)h, (uint64_t)i,
-                                    (uint64_t)j);
-    return r.v[j & 3] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
 } // namespace fa_gpu

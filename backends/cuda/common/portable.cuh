@@ -190,15 +190,14 @@ FA_DEVICE int meet(int a, int b)
     return (int)fa_tile_class_meet((fa_tile_class)a, (fa_tile_class)b);
 }
 
-/* The dropout factor of element (b, h, i, j): 0 or 1/(1-p), from its Philox block's word. */
+/* The dropout factor of element (b, h, i, j): 0 or 1/(1-p), from its 16 bits of its Philox block
+ * (fa_dropout_word picks the word by selects, so the block stays in registers). */
 FA_DEVICE float drop_factor(const fa_gpu_params &p, int64_t b, int64_t h, int64_t i, int64_t j)
 {
     const fa_philox4 bits = fa_dropout_block(p.seed, p.offset, (fa_u64)b, (fa_u64)p.heads_q, (fa_u64)h, (fa_u64)i,
-                                             (fa_u64)(j & ~(int64_t)3));
-    /* the word by selects, not by a dynamic index (which would put the block in local memory) */
-    const unsigned t = (unsigned)j & 3u;
-    const fa_u32 word = t == 0 ? bits.v[0] : t == 1 ? bits.v[1] : t == 2 ? bits.v[2] : bits.v[3];
-    return word >= p.dropout_threshold ? p.dropout_scale : 0.0f;
+                                             (fa_u64)j);
+    return fa_dropout_bits(fa_dropout_word(bits, (fa_u64)j), (fa_u64)j) >= p.dropout_threshold ? p.dropout_scale
+                                                                                                : 0.0f;
 }
 
 /* The score modifiers: fa_gpu_score_mod (common/params.h) once per head, so the ALiBi

@@ -113,15 +113,15 @@ __device__ __forceinline__ void softmax_scores(const fa_gpu_params &p, const fa_
         }
     if (DROP && p.dropout_threshold) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+            uint32_t keep[(4 * (KN / 8) + 31) / 32];
+            dropout_keep_rows_by_keys_all<KN / 8>(p, b, h, wq0 + mt * MSTRIDE + g, k0x + 2 * t4, keep);
 #pragma unroll
-            for (int nt = 0; nt < KN / 8; ++nt) {
-                uint32_t w[2][2];
-                dropout_words_2x2(p, b, h, wq0 + mt * MSTRIDE + g, k0x + nt * 8 + 2 * t4, w);
+            for (int nt = 0; nt < KN / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    sacc[mt][nt][e] *= w[e >> 1][e & 1] >= p.dropout_threshold ? p.dropout_scale : 0.0f;
-            }
+                    sacc[mt][nt][e] *= keep_factor(keep, 4 * nt + e, p.dropout_scale);
+        }
     }
 }
 

@@ -198,7 +198,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
                 sum += s[r][j];
             }
             row_sum[r] = row_sum[r] * alpha + sum;
-            if (p.dropout_threshold) { /* keys TX apart: each takes a word of its own Philox block */
+            if (p.dropout_threshold) { /* keys TX apart: each takes 16 bits of its own Philox block */
 #pragma unroll
                 for (int j = 0; j < TN; ++j)
                     if (s[r][j] != 0.0f)

@@ -125,6 +125,9 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_gpu_params p)
             sm.slope = fa_gpu_alibi_slope(p, b, h);
             softcap_all<BQ / 8>(sm, pt);
         }
+        uint32_t keep[(BQ / 2 + 31) / 32] = {}; /* dropout's verdicts, bit 4 nt + e */
+        if (p.dropout_threshold)
+            dropout_keep_keys_by_rows<BQ / 8>(p, b, h, q0 + 2 * t4, my_key[0], keep);
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(THREADS) dkdv_kernel(const fa_gpu_params p)
                         grad[nt][e] = 1.0f;
                 }
                 pt[nt][e] = x;
-                z[nt][e] = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
+                z[nt][e] = p.dropout_threshold ? keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
             }
         {
             float pz[BQ / 8][4];
@@ -263,6 +266,9 @@ __global__ void __launch_bounds__(THREADS) dq_kernel(const fa_gpu_params p)
             const bool check_blocks = p.bm_bits && cls != FA_TILE_FULL;
             if constexpr (MOD)
                 softcap_all<BLOCK / 8>(sm, pm);
+            uint32_t keep[(BLOCK / 2 + 31) / 32] = {}; /* dropout's verdicts, bit 4 nt + e */
+            if (p.dropout_threshold)
+                dropout_keep_rows_by_keys_all<BLOCK / 8>(p, b, h, my_row[0], k0 + 2 * t4, keep);
 #pragma unroll
             for (int nt = 0; nt < BLOCK / 8; ++nt)
 #pragma unroll
@@ -277,7 +283,7 @@ __global__ void __launch_bounds__(THREADS) dq_kernel(const fa_gpu_params p)
                         dp[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 even where V is NaN */
                         grad = 1.0f;
                     }
-                    float zf = p.dropout_threshold ? dropout_factor(p, b, h, i, j) : 1.0f;
+                    float zf = p.dropout_threshold ? keep_factor(keep, 4 * nt + e, p.dropout_scale) : 1.0f;
                     dp[nt][e] = x * (dp[nt][e] * zf - dd[e >> 1]) * p.scale;
                     if constexpr (MOD)
                         dp[nt][e] *= grad;

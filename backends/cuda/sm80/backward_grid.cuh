@@ -179,12 +179,11 @@ __global__ void __launch_bounds__(bwd_grid_shape<D>::NT, 1) bwd_grid_kernel(cons
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) {
-                        uint32_t w[2][2];
-                        dropout_words_2x2(p, b, h, wq0 + mi * 16 + g, wk0 + ni * 8 + 2 * t4, w);
+                    for (int ni = 0; ni < 4; ni += 2) {
+                        const uint32_t k8 = dropout_keep_rows_by_keys(p, b, h, wq0 + mi * 16 + g, wk0 + ni * 8 + 2 * t4, true);
 #pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            keep |= (uint32_t)(w[e >> 1][e & 1] >= p.dropout_threshold) << grid_bit(mi, ni, e);
+                        for (int e = 0; e < 8; ++e)
+                            keep |= ((k8 >> e) & 1u) << grid_bit(mi, ni + (e >> 2), e & 3);
                     }
             }
             uint32_t pw[2][4][2], dw[2][4][2]; /* P Z and dS of the thread's elements, packed in pairs */

@@ -334,19 +334,20 @@ __kernel void fa_backward_dkdv(__global const long *prm, const float scale, cons
                 const long i = q0 + qq;
                 const int lo = range_l[2 * qq], hi = range_l[2 * qq + 1];
                 const float lrow = lse_l[qq], drow = dsum_l[qq];
+                fa_philox4 bits = {{0u, 0u, 0u, 0u}};
                 FA_UNROLL_LOOP
                 for (int x4 = 0; x4 < FA_TN / 4; ++x4) {
-                    /* this work-item's keys come 4 at a time: one Philox block each */
+                    /* this work-item's keys come 4 at a time: a Philox block per 8 keys, fetched
+                     * where a block starts (or at the first four) */
                     const long key4 = k0 + ty * FA_TN + 4 * x4;
-                    fa_philox4 bits = {{0u, 0u, 0u, 0u}};
-                    if (threshold)
+                    if (threshold && (x4 == 0 || (key4 & 7) == 0))
                         bits = fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET], (ulong)b,
                                                 (ulong)heads_q, (ulong)h, (ulong)i, (ulong)key4);
                     FA_UNROLL_LOOP
                     for (int t = 0; t < 4; ++t) {
                         const int x = 4 * x4 + t;
                         const long key = key4 + t;
-                        const float z = threshold ? fa_drop_factor(bits.v[t], threshold, drop_scale) : 1.0f;
+                        const float z = threshold ? fa_drop_factor(bits, key, threshold, drop_scale) : 1.0f;
                         const float2 pd = fa_bwd_element(&sm, &blk, bm_bits, cls == FA_TILE_PARTIAL,
                                                          key >= lo && key < hi, i, key, s[x][y], dpt[x][y], scale,
                                                          l2, lrow, drow, z);
@@ -529,10 +530,10 @@ __kernel void fa_backward_dq(__global const long *prm, const float scale, const 
                     vis = fa_block_keep(&blk, bm_bits, i, key);
                 const float p = vis ? exp2(mad(sc, l2, -lrow[x])) : 0.0f;
                 float z = 1.0f;
-                if (threshold) { /* keys FA_TXQ apart: one word of each one's own Philox block */
+                if (threshold) { /* keys FA_TXQ apart: 16 bits of each one's own Philox block */
                     const fa_philox4 bits = fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET], (ulong)b,
-                                                             (ulong)heads_q, (ulong)h, (ulong)i, (ulong)(key & ~3L));
-                    z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+                                                             (ulong)heads_q, (ulong)h, (ulong)i, (ulong)key);
+                    z = fa_drop_factor(bits, key, threshold, drop_scale);
                 }
                 /* a select: a masked element's score or dP may be NaN, and 0 * NaN is NaN */
                 s[x][y] = vis ? p * (z * dpm[x][y] - drow[x]) * ds_scale : 0.0f;

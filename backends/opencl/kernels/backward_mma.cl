@@ -265,8 +265,8 @@ __kernel void fa_backward_dkdv_mma(__global const long *prm, const float scale, 
                 if (threshold) {
                     const fa_philox4 bits = fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET],
                                                              (ulong)b, (ulong)heads_q, (ulong)h, (ulong)i,
-                                                             (ulong)(key & ~3L));
-                    z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+                                                             (ulong)key);
+                    z = fa_drop_factor(bits, key, threshold, drop_scale);
                 }
                 const int vis = key >= range_u[2 * c] && key < range_u[2 * c + 1];
                 const float2 pd = fa_bwd_element(&sm, &blk, bm_bits, cls == FA_TILE_PARTIAL, vis, i, key, pv[e],
@@ -446,8 +446,8 @@ __kernel void fa_backward_dq_mma(__global const long *prm, const float scale, co
                     if (threshold) {
                         const fa_philox4 bits =
                             fa_dropout_block((ulong)prm[FA_P_SEED], (ulong)prm[FA_P_OFFSET], (ulong)b, (ulong)heads_q,
-                                             (ulong)h, (ulong)i, (ulong)(key & ~3L));
-                        z = fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+                                             (ulong)h, (ulong)i, (ulong)key);
+                        z = fa_drop_factor(bits, key, threshold, drop_scale);
                     }
                     const int vis =
                         key >= range_l[2 * rr] && key < range_l[2 * rr + 1] && jj < nc && lrow[hr] != -INFINITY;

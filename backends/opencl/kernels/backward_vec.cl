@@ -109,11 +109,11 @@ static void fa_tile_grads(__local float *p, __local float *dp, __local float *z,
                     prow[j] = 0.0f;
         const float d = d_r[r];
         if (threshold) {
-            for (int j = 0; j < FA_BN; j += 4) {
+            for (int j = 0; j < FA_BN; j += FA_DROPOUT_BLOCK_KEYS) {
                 const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)heads_q, (ulong)h,
                                                          (ulong)(q0 + r), (ulong)(k0 + j));
-                for (int t = 0; t < 4; ++t)
-                    zrow[j + t] = fa_drop_factor(bits.v[t], threshold, drop_scale);
+                for (int t = 0; t < FA_DROPOUT_BLOCK_KEYS; ++t)
+                    zrow[j + t] = fa_drop_factor(bits, k0 + j + t, threshold, drop_scale);
             }
             for (int j = 0; j < FA_BN; j += 8) {
                 const float8 pv = vload8(0, prow + j), zv = vload8(0, zrow + j);

@@ -214,10 +214,11 @@ static inline int fa_list_class(__global const long *prm, __global const long *r
     return lo < end && col[lo] == kt ? (int)cls[lo] : (int)FA_TILE_EMPTY;
 }
 
-/* The dropout factor of element (b, h, i, j) taken from its Philox block's word: 0 or 1/(1-p). */
-static inline float fa_drop_factor(uint word, uint threshold, float drop_scale)
+/* The dropout factor of key `key` taken from its Philox block (core/philox.h: 16 bits of word
+ * (key % 8) / 2): 0 or 1/(1-p). */
+static inline float fa_drop_factor(fa_philox4 block, long key, uint threshold, float drop_scale)
 {
-    return word >= threshold ? drop_scale : 0.0f;
+    return fa_dropout_bits(fa_dropout_word(block, (ulong)key), (ulong)key) >= threshold ? drop_scale : 0.0f;
 }
 
 /* The key tiles one query tile (rows [q0, q0 + nr) of tile qt) visits: the core's list for

@@ -13,7 +13,7 @@
  *   O += P V                   P goes to __local memory transposed (region P), V in chunks of
  *                              FA_VC columns through region A.
  * Every mask option, the score modifiers (core/score_mod.h, with FA_SCORE_MOD), dropout
- * (core/philox.h, one block per 4 keys), block-sparse lists and varlen are handled as in the other
+ * (core/philox.h, one block per 8 keys), block-sparse lists and varlen are handled as in the other
  * backends. __local rows are one float4 longer than the data, so that the float4 stores of the
  * coalesced loaders and the float4 reads of a warp (consecutive keys) fall in distinct banks, at
  * offsets the compiler knows (transposed tiles with an XOR swizzle cost integer instructions per
@@ -282,16 +282,16 @@ fa_forward(__global const long *prm, const float scale, const float drop_scale, 
                 sum += s[r][j];
             }
             row_sum[r] = row_sum[r] * alpha + sum;
-            if (threshold) { /* one Philox block per 4 keys; this work-item's keys are FA_TX apart, so
-                              * each takes one word of its own block */
+            if (threshold) { /* one Philox block per 8 keys; this work-item's keys are FA_TX apart, so
+                              * each takes 16 bits of its own block */
                 const long i = q0 + ty * FA_TM + r;
                 const ulong seed = (ulong)prm[FA_P_SEED], offset = (ulong)prm[FA_P_OFFSET];
                 FA_UNROLL_LOOP
                 for (int j = 0; j < FA_TN; ++j) {
                     const int key = k0 + tx + FA_TX * j;
                     const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)prm[FA_P_HEADS_Q],
-                                                             (ulong)h, (ulong)i, (ulong)(key & ~3));
-                    s[r][j] *= fa_drop_factor(bits.v[key & 3], threshold, drop_scale);
+                                                             (ulong)h, (ulong)i, (ulong)key);
+                    s[r][j] *= fa_drop_factor(bits, key, threshold, drop_scale);
                 }
             }
             if (alpha != 1.0f) {

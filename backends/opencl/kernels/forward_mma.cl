@@ -196,13 +196,13 @@ __kernel void fa_forward_mma(__global const long *prm, const float scale, const 
             for (int n = 0; n < FA_NT; ++n) {
                 const int key = k0 + 8 * n + 2 * t;
                 const fa_philox4 b0 = fa_dropout_block(seed, offset, (ulong)b, (ulong)prm[FA_P_HEADS_Q], (ulong)h,
-                                                       (ulong)(q0 + rw0), (ulong)(key & ~3));
+                                                       (ulong)(q0 + rw0), (ulong)key);
                 const fa_philox4 b1 = fa_dropout_block(seed, offset, (ulong)b, (ulong)prm[FA_P_HEADS_Q], (ulong)h,
-                                                       (ulong)(q0 + rw1), (ulong)(key & ~3));
-                s[n].x *= fa_drop_factor(b0.v[key & 3], threshold, drop_scale);
-                s[n].y *= fa_drop_factor(b0.v[(key & 3) + 1], threshold, drop_scale);
-                s[n].z *= fa_drop_factor(b1.v[key & 3], threshold, drop_scale);
-                s[n].w *= fa_drop_factor(b1.v[(key & 3) + 1], threshold, drop_scale);
+                                                       (ulong)(q0 + rw1), (ulong)key);
+                s[n].x *= fa_drop_factor(b0, key, threshold, drop_scale);
+                s[n].y *= fa_drop_factor(b0, key + 1, threshold, drop_scale);
+                s[n].z *= fa_drop_factor(b1, key, threshold, drop_scale);
+                s[n].w *= fa_drop_factor(b1, key + 1, threshold, drop_scale);
             }
         }
         fa_nv_cp_wait();

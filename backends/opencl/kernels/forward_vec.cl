@@ -182,11 +182,11 @@ fa_forward_vec(__global const long *prm, const float scale, const float drop_sca
             const float2 s2 = s4.lo + s4.hi;
             row_sum[r] = row_sum[r] * alpha + (s2.lo + s2.hi);
             if (threshold && jhi > jlo)
-                for (int j = jlo & ~3; j < jhi; j += 4) {
+                for (int j = jlo & ~(FA_DROPOUT_BLOCK_KEYS - 1); j < jhi; j += FA_DROPOUT_BLOCK_KEYS) {
                     const fa_philox4 bits = fa_dropout_block(seed, offset, (ulong)b, (ulong)heads_q, (ulong)h,
                                                              (ulong)(q0 + r), (ulong)(k0 + j));
-                    for (int t = 0; t < 4; ++t)
-                        srow[j + t] *= fa_drop_factor(bits.v[t], threshold, drop_scale);
+                    for (int t = 0; t < FA_DROPOUT_BLOCK_KEYS; ++t)
+                        srow[j + t] *= fa_drop_factor(bits, k0 + j + t, threshold, drop_scale);
                 }
             if (alpha != 1.0f)
                 for (int c = 0; c < FA_DVP; c += 8)
