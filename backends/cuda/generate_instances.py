@@ -64,10 +64,9 @@ MFMA = {"buckets": [64, 128]}
 
 # fa_forward_kvcache's decode kernels (decode/): the SIMT kernel for every dtype, bucket and row
 # tile, with the cp.async ring (async) for fp16 / bf16 on CUDA; the tensor-core kernel (variant
-# mma, CUDA, cc >= 8.0) for fp16 / bf16 at buckets 64 and 128, with a ring of two stages or four
-# (FLASHATTN_KERNELS=kv-deep)
+# mma, CUDA, cc >= 8.0) for fp16 / bf16 at buckets 64 and 128, with a ring of FA_KV_MMA_STAGES
 DECODE = {"buckets": [64, 128, 256], "row_tiles": ["FA_KV_ROW_TILE_SMALL", "FA_KV_ROW_TILE_LARGE"],
-          "mma_buckets": [64, 128], "mma_stages": ["FA_KV_MMA_STAGES", "FA_KV_MMA_STAGES_DEEP"]}
+          "mma_buckets": [64, 128], "mma_stages": "FA_KV_MMA_STAGES"}
 
 
 def switch(indent, key, cases, default):
@@ -240,10 +239,10 @@ def decode(f):
 
     def mma_lines(tag, prefix):
         s = ""
+        st = DECODE["mma_stages"]
         for b in DECODE["mma_buckets"]:
-            for st in DECODE["mma_stages"]:
-                s += f"{prefix}template fa_gpu_error launch_mma<{DTYPES[tag][2]}, {b}, {st}>{sig};\n"
-                s += f"{prefix}template fa_gpu_error blocks_per_processor_mma<{DTYPES[tag][2]}, {b}, {st}>(int *);\n"
+            s += f"{prefix}template fa_gpu_error launch_mma<{DTYPES[tag][2]}, {b}, {st}>{sig};\n"
+            s += f"{prefix}template fa_gpu_error blocks_per_processor_mma<{DTYPES[tag][2]}, {b}, {st}>(int *);\n"
         return s
 
     for tag in DTYPES:
@@ -279,15 +278,14 @@ def decode(f):
                               dim_key="head_dim_bucket") + "}\n"
     s += "\n#if !defined(__HIPCC__)\n"
     mma_entries = (("kv_forward_mma", "launch_mma",
-                    "const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int ring_stages, void *stream",
+                    "const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream",
                     "*p, static_cast<fa_gpu_stream>(stream)"),
                    ("kv_blocks_per_processor_mma", "blocks_per_processor_mma",
-                    "int dtype, int head_dim_bucket, int ring_stages, int *blocks", "blocks"))
+                    "int dtype, int head_dim_bucket, int *blocks", "blocks"))
     for i, (entry, what, params, args) in enumerate(mma_entries):
         def call(tag, b, what=what, args=args):
-            stages = [(st, f"return (int)fa_gpu::decode::{what}<fa_gpu::{DTYPES[tag][2]}, {b}, {st}>({args});")
-                      for st in DECODE["mma_stages"]]
-            return switch(12, "ring_stages", stages, "return (int)FA_GPU_INVALID_VALUE;")
+            st = DECODE["mma_stages"]
+            return f"return (int)fa_gpu::decode::{what}<fa_gpu::{DTYPES[tag][2]}, {b}, {st}>({args});"
         s += ("\n" if i else "") + f'extern "C" int FA_GPU_ENTRY({entry})({params})\n{{\n'
         s += by_dtype_and_dim(HALF, DECODE["mma_buckets"], call, "return (int)FA_GPU_INVALID_VALUE;",
                               dim_key="head_dim_bucket") + "}\n"

@@ -9,10 +9,10 @@
 #   - each kernel's time per call on A and on B (bench/decode_kernel_times.py);
 #   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
 #     beside PyTorch's SDPA flash and cuDNN in the same process.
-# SWITCH (a FLASHATTN_KERNELS value, e.g. kv-deep): the kernel times and decode_bench.py once more on
+# SWITCH (a FLASHATTN_KERNELS value, a decode opt-in): the kernel times and decode_bench.py once more on
 # B with it set, an opt-in measured against B's default in the same call. PREFILL (a value, e.g.
 # kv-prefill-dense): chunked prefill (decode_bench.py --new 512) on B without and with it.
-# Usage: BASE_PATCH=.ab/change.patch [SWITCH=kv-deep] bash bench/device/decode_ab_gpu.sh  (carry:
+# Usage: BASE_PATCH=.ab/change.patch [SWITCH=<token>] bash bench/device/decode_ab_gpu.sh  (carry:
 # [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
 # git metadata. An empty patch file makes A the same tree as B.
 set -uo pipefail

@@ -8,7 +8,6 @@
 #   - bench/gpu_ab.py: the build beside itself with SW (--kernels-b), d 64 / 128 / 256, 4k and 16k;
 #   - the decode grid under the chooser and with kv-prefill-dense;
 #   - chunked prefill (decode_bench.py --new 512) without and with kv-prefill-dense;
-#   - decode_bench.py --graph without and with kv-deep;
 #   - compute-sanitizer memcheck on the d 128 grid with SW forced, and on bf16 decode.
 # Usage: [SW=tokens] [DEADLINE=470] bash bench/device/optins_gpu.sh  (carry: [".deps"] for cmocka;
 # pass FLASHATTN_BENCH_COMMIT, the device's copy of the tree may carry stale git metadata)
@@ -49,12 +48,6 @@ for k in default kv-prefill-dense; do
     python3 bench/decode_bench.py --new 512 --shapes 1x8192,4x8192 2>&1 | tee -a "$OUT/prefill.md"
 done
 echo "$(stamp) prefill done"
-for k in default kv-deep; do
-  echo "== FLASHATTN_KERNELS=$k: decode_bench.py --graph"
-  timeout $(cap 80) env $([ $k = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$k) FLASHATTN_LIBRARY=$B/libflashattn.so \
-    python3 bench/decode_bench.py --graph --shapes 1x4096,1x16384,1x131072,8x32768 2>&1 | tee -a "$OUT/decode-graph.md"
-done
-echo "$(stamp) decode bench done"
 timeout $(cap 100) env FLASHATTN_KERNELS=sm90,$SW compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/conformance/conformance" \
   --backend cuda --grid short --filter hdim128 > "$OUT/memcheck-wide.log" 2>&1
 rc=$?; echo "$(stamp) memcheck wide hdim128: exit $rc $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/memcheck-wide.log" | tail -2 | tr '\n' ' ')"

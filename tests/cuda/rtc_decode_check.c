@@ -209,28 +209,6 @@ int main(int argc, char **argv)
     check_launches("GQA, SIMT", simt, 4);
     fa_context_destroy(ctx);
 
-    /* FLASHATTN_KERNELS=kv-deep: the tensor-core kernel with a ring of four stages (4 warps x (K and
-     * V of 16 keys x (128 + 8)) x 2 bytes each), the splits as before (the fake's occupancy is one
-     * block whatever the size); on a device whose blocks get 99 KB (sm_86, sm_89) the two-stage ring */
-    setenv("FLASHATTN_KERNELS", "kv-deep", 1);
-    ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, FLASHATTN_KERNELS=kv-deep");
-    const expected deep[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 4>", 4, 4, 128, 139264},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("GQA, tensor cores, deep ring", deep, 4);
-    fa_context_destroy(ctx);
-    fake->shared_optin = 101376;
-    ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, FLASHATTN_KERNELS=kv-deep, 99 KB per block");
-    check_launches("GQA, tensor cores, deep ring asked, 99 KB per block", mma, 4);
-    fa_context_destroy(ctx);
-    fake->shared_optin = 166912;
     unsetenv("FLASHATTN_KERNELS");
     printf("PASS\n");
     return 0;

@@ -38,14 +38,11 @@
 /* The tensor-core decode kernel at bucket D (64 or 128) with a ring of ST stages: FA_KV_THREADS / 32
  * warps of 16 keys per step, each with its own ring of K and V rows padded to D + 8 elements (2
  * bytes each); the warps' fp32 merge of 16 x D outputs reuses the ring, so the dynamic shared
- * memory is the larger. Two stages by default (three blocks of 68 KB per H100 multiprocessor at d
- * 128, two on an A100, one on sm_86 / sm_89); four with FLASHATTN_KERNELS=kv-deep (136 KB at d
- * 128, one block per multiprocessor with every step of a 256-key split in flight at once; beyond
- * sm_86 / sm_89's 99 KB at d 128). */
+ * memory is the larger. The instances have FA_KV_MMA_STAGES = 2 (three blocks of 68 KB per H100
+ * multiprocessor at d 128, two on an A100, one on sm_86 / sm_89). */
 #define FA_KV_MMA_WARPS (FA_KV_THREADS / 32)
 #define FA_KV_MMA_KEYS 16
 #define FA_KV_MMA_STAGES 2
-#define FA_KV_MMA_STAGES_DEEP 4
 #define FA_KV_MMA_LD(D) ((D) + 8)
 #define FA_KV_MMA_RING_BYTES(D, ST) ((ST) * FA_KV_MMA_WARPS * 2 * FA_KV_MMA_KEYS * FA_KV_MMA_LD(D) * 2)
 #define FA_KV_MMA_MERGE_BYTES(D) (FA_KV_MMA_WARPS * 16 * (D) * 4)

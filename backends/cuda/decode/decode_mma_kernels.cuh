@@ -7,9 +7,10 @@
  * The tile's rows are the A operand of mma.sync m16n8k16 (rows past the head's are zeros), so the
  * scores of a GQA group's rows against 16 keys are 2 x D/16 mma and P V another D/8: a handful of
  * instructions per key row where the SIMT kernel spends about 85. Each warp takes 16 keys of every
- * 64-key step through its own cp.async ring of ST stages (common/kv_geometry.h: two, or four for
- * FLASHATTN_KERNELS=kv-deep; rows padded by 16 bytes so that ldmatrix reads without bank conflicts), keeps its own online softmax (rows g and g + 8 of the mma layout
- * per thread), and the four warps merge in shared memory at the end. */
+ * 64-key step through its own cp.async ring of ST stages (common/kv_geometry.h's FA_KV_MMA_STAGES:
+ * two; rows padded by 16 bytes so that ldmatrix reads without bank conflicts), keeps its own online
+ * softmax (rows g and g + 8 of the mma layout per thread), and the four warps merge in shared
+ * memory at the end. */
 #ifndef FA_GPU_DECODE_MMA_KERNELS_CUH
 #define FA_GPU_DECODE_MMA_KERNELS_CUH
 

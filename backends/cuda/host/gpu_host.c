@@ -94,7 +94,6 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->stream = s->own;
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
-    s->kv_deep = fa_kernels_switch("kv-deep", NULL, 0);
     s->sm90_fwd_wide = fa_kernels_switch("sm90-fwd-wide", NULL, 0);
     s->sm90_bwd_wide = fa_kernels_switch("sm90-bwd-wide", NULL, 0);
     ctx->priv = s;

@@ -32,7 +32,6 @@ typedef struct fa_gpu_state {
     fa_rt_prop prop;
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
-    int kv_deep;              /* FLASHATTN_KERNELS=kv-deep: its ring of FA_KV_MMA_STAGES_DEEP stages */
     int sm90_fwd_wide;        /* FLASHATTN_KERNELS=sm90-fwd-wide: the Hopper forward's wide instances */
     int sm90_bwd_wide;        /* FLASHATTN_KERNELS=sm90-bwd-wide: the Hopper backward's wide instances */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
@@ -81,8 +80,8 @@ typedef struct fa_gpu_kv_entries {
                    void *stream);
     int (*blocks_per_processor)(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
     /* the tensor-core kernel (NULL where the backend has none) */
-    int (*forward_mma)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int ring_stages, void *stream);
-    int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int ring_stages, int *blocks);
+    int (*forward_mma)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream);
+    int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int *blocks);
 } fa_gpu_kv_entries;
 
 /* fa_backend slots, shared by both tables */

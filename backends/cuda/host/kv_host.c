@@ -2,7 +2,6 @@
  * parameter block from the core's validated fa_kv_problem, the head-dim bucket and row tile, the
  * number of key splits, and the fp32 partials the splits merge through. The kernels are decode/.
  * Compiled once per runtime, as gpu_host.c. */
-#include "common/kv_geometry.h"
 #include "host/gpu_host.h"
 
 #include <stdint.h>
@@ -21,25 +20,6 @@ static int gpu_kv_view_aligned(const fa_view *v, size_t elem)
 {
     const int64_t e = 16 / (int64_t)elem; /* elements per 16 bytes */
     return (uintptr_t)v->data % 16 == 0 && v->sb % e == 0 && v->ss % e == 0 && v->sh % e == 0;
-}
-
-/* The tensor-core kernel's static shared memory, bounded: the query tile, the rows' maxima, sums,
- * key ranges and score-modifier states (5.5 KB at d 128 by ptxas). */
-#define FA_KV_MMA_STATIC_BOUND 8192
-
-/* The tensor-core kernel's ring: FA_KV_MMA_STAGES_DEEP stages with FLASHATTN_KERNELS=kv-deep where
- * the device gives a block their shared memory beside the static, else FA_KV_MMA_STAGES (HIP has
- * no tensor-core decode kernel). */
-static int gpu_kv_mma_stages(const fa_gpu_state *s, int bucket)
-{
-#if defined(FA_RUNTIME_HIP)
-    (void)s;
-    (void)bucket;
-    return FA_KV_MMA_STAGES;
-#else
-    const size_t deep = (size_t)FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES_DEEP) + FA_KV_MMA_STATIC_BOUND;
-    return s->kv_deep && deep <= (size_t)s->prop.sharedMemPerBlockOptin ? FA_KV_MMA_STAGES_DEEP : FA_KV_MMA_STAGES;
-#endif
 }
 
 /* Splits of each sequence's keys: the caller's (at most one per chunk of FA_KV_KEY_CHUNK keys),
@@ -159,7 +139,6 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
      * off), else the SIMT one with the cp.async ring (fp16 / bf16, aligned rows) or register loads */
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
                     bucket <= 128 && !p->sink && p->d_v == p->d && !s->kv_simt;
-    const int stages = mma ? gpu_kv_mma_stages(s, bucket) : FA_KV_MMA_STAGES;
     kv.l2_prefetch = FA_KV_L2_PREFETCH;
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
@@ -177,7 +156,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.keys_per_split = FA_KV_KEY_CHUNK;
     if (p->seqlen_q > 0) {
         int resident = 0;
-        fa_rt_error e = (fa_rt_error)(mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, stages, &resident)
+        fa_rt_error e = (fa_rt_error)(mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, &resident)
                                           : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
                                                                         &resident));
         if (e != FA_RT(Success))
@@ -197,7 +176,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         kv.partial = partial;
     }
     s->fault_armed |= kp->device_check;
-    fa_rt_error e = (fa_rt_error)(mma ? entry->forward_mma(&kv, (int)p->dtype, bucket, stages, s->stream)
+    fa_rt_error e = (fa_rt_error)(mma ? entry->forward_mma(&kv, (int)p->dtype, bucket, s->stream)
                                       : entry->forward(&kv, (int)p->dtype, bucket, row_tile, async_copy, s->stream));
     if (e != FA_RT(Success))
         return fa_gpu_fail(ctx, e, "fa_forward_kvcache kernels");

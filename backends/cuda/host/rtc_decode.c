@@ -52,17 +52,15 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
 }
 
 /* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128, a ring of
- * FA_KV_MMA_STAGES or FA_KV_MMA_STAGES_DEEP stages). */
-static int mma_name(int dtype, int bucket, int stages, char *name, char *why, size_t why_len)
+ * FA_KV_MMA_STAGES stages). */
+static int mma_name(int dtype, int bucket, char *name, char *why, size_t why_len)
 {
-    if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128) ||
-        (stages != FA_KV_MMA_STAGES && stages != FA_KV_MMA_STAGES_DEEP)) {
-        invalid(why, why_len, "no tensor-core decode kernel for dtype %d, head-dim bucket %d, %d stages", dtype,
-                bucket, stages);
+    if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128)) {
+        invalid(why, why_len, "no tensor-core decode kernel for dtype %d, head-dim bucket %d", dtype, bucket);
         return 0;
     }
     snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d>", fa_simt_storage_name(dtype),
-             bucket, stages);
+             bucket, FA_KV_MMA_STAGES);
     return 1;
 }
 
@@ -133,19 +131,20 @@ fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_co
     return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, simt_smem(dtype, bucket, async_copy), blocks, why, why_len);
 }
 
-fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, int stages, void *stream,
-                                   char *why, size_t why_len)
+fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, void *stream, char *why,
+                                   size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, stages, name, why, why_len))
+    if (!mma_name(dtype, bucket, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return launch_call(p, dtype, name, FA_KV_MMA_SMEM(bucket, stages), stream, why, why_len);
+    return launch_call(p, dtype, name, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES), stream, why, why_len);
 }
 
-fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int stages, int *blocks, char *why, size_t why_len)
+fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int *blocks, char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, stages, name, why, why_len))
+    if (!mma_name(dtype, bucket, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, FA_KV_MMA_SMEM(bucket, stages), blocks, why, why_len);
+    return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES), blocks, why,
+                            why_len);
 }

@@ -94,20 +94,12 @@ extern template fa_gpu_error blocks_per_processor<store_bf16, 256, FA_KV_ROW_TIL
 #if !defined(__HIPCC__)
 extern template fa_gpu_error launch_mma<store_f16, 64, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
 extern template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES>(int *);
-extern template fa_gpu_error launch_mma<store_f16, 64, FA_KV_MMA_STAGES_DEEP>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES_DEEP>(int *);
 extern template fa_gpu_error launch_mma<store_f16, 128, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
 extern template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES>(int *);
-extern template fa_gpu_error launch_mma<store_f16, 128, FA_KV_MMA_STAGES_DEEP>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES_DEEP>(int *);
 extern template fa_gpu_error launch_mma<store_bf16, 64, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
 extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 64, FA_KV_MMA_STAGES>(int *);
-extern template fa_gpu_error launch_mma<store_bf16, 64, FA_KV_MMA_STAGES_DEEP>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 64, FA_KV_MMA_STAGES_DEEP>(int *);
 extern template fa_gpu_error launch_mma<store_bf16, 128, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
 extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 128, FA_KV_MMA_STAGES>(int *);
-extern template fa_gpu_error launch_mma<store_bf16, 128, FA_KV_MMA_STAGES_DEEP>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 128, FA_KV_MMA_STAGES_DEEP>(int *);
 #endif
 } // namespace fa_gpu::decode
 
@@ -258,78 +250,38 @@ extern "C" int FA_GPU_ENTRY(kv_blocks_per_processor)(int dtype, int head_dim_buc
 }
 
 #if !defined(__HIPCC__)
-extern "C" int FA_GPU_ENTRY(kv_forward_mma)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int ring_stages, void *stream)
+extern "C" int FA_GPU_ENTRY(kv_forward_mma)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream)
 {
     switch (dtype) {
     case 1:
         switch (head_dim_bucket) {
-        case 64:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES_DEEP>(*p, static_cast<fa_gpu_stream>(stream));
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
-        case 128:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES_DEEP>(*p, static_cast<fa_gpu_stream>(stream));
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
+        case 64: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
+        case 128: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
         default: return (int)FA_GPU_INVALID_VALUE;
         }
     case 2:
         switch (head_dim_bucket) {
-        case 64:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES_DEEP>(*p, static_cast<fa_gpu_stream>(stream));
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
-        case 128:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES_DEEP>(*p, static_cast<fa_gpu_stream>(stream));
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
+        case 64: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
+        case 128: return (int)fa_gpu::decode::launch_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES>(*p, static_cast<fa_gpu_stream>(stream));
         default: return (int)FA_GPU_INVALID_VALUE;
         }
     default: return (int)FA_GPU_INVALID_VALUE;
     }
 }
 
-extern "C" int FA_GPU_ENTRY(kv_blocks_per_processor_mma)(int dtype, int head_dim_bucket, int ring_stages, int *blocks)
+extern "C" int FA_GPU_ENTRY(kv_blocks_per_processor_mma)(int dtype, int head_dim_bucket, int *blocks)
 {
     switch (dtype) {
     case 1:
         switch (head_dim_bucket) {
-        case 64:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES>(blocks);
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES_DEEP>(blocks);
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
-        case 128:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES>(blocks);
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES_DEEP>(blocks);
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
+        case 64: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES>(blocks);
+        case 128: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES>(blocks);
         default: return (int)FA_GPU_INVALID_VALUE;
         }
     case 2:
         switch (head_dim_bucket) {
-        case 64:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES>(blocks);
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES_DEEP>(blocks);
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
-        case 128:
-            switch (ring_stages) {
-            case FA_KV_MMA_STAGES: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES>(blocks);
-            case FA_KV_MMA_STAGES_DEEP: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES_DEEP>(blocks);
-            default: return (int)FA_GPU_INVALID_VALUE;
-            }
+        case 64: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES>(blocks);
+        case 128: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES>(blocks);
         default: return (int)FA_GPU_INVALID_VALUE;
         }
     default: return (int)FA_GPU_INVALID_VALUE;
