@@ -4,7 +4,7 @@
 # seconds in all, default 470), logs under $OUT as it goes. One build, the fast way
 # (-Dcuda-kernels=rtc), then:
 #   - the short grid with the sm90 family and the Hopper opt-ins SW forced (default
-#     sm90-fwd-wide,sm90-bwd-wide), four processes side by side;
+#     sm90-fwd-wide), four processes side by side;
 #   - bench/gpu_ab.py: the build beside itself with SW (--kernels-b), d 64 / 128 / 256, 4k and 16k;
 #   - the decode grid under the chooser and with kv-prefill-dense;
 #   - chunked prefill (decode_bench.py --new 512) without and with kv-prefill-dense;
@@ -26,7 +26,7 @@ meson setup "$B" -Dcuda=enabled -Dcuda-kernels=rtc -Dhip=disabled -Dopencl=disab
   -Dconformance_grid=short > "$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
 ninja -C "$B" > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head; exit 1; }
 echo "$(stamp) built"
-SW=${SW:-sm90-fwd-wide,sm90-bwd-wide}
+SW=${SW:-sm90-fwd-wide}
 shards=("hdim64" "hdim128" "hdim256" "-hdim64,-hdim128,-hdim256")
 pids=()
 for i in 0 1 2 3; do

@@ -9,8 +9,7 @@
  *     arguments to cuTensorMapEncodeTiled, the maps passed as the kernel's second parameter; the
  *     same under FLASHATTN_KERNELS=sm90-fwd-wide on the wide instance;
  *   - its backward: dsum, the dQ accumulator cleared, the warp-specialised backward on the Q and
- *     dO maps, dQ converted, each with its grid, block and shared memory; the same under
- *     FLASHATTN_KERNELS=sm90-bwd-wide on the wide instance;
+ *     dO maps, dQ converted, each with its grid, block and shared memory;
  *   - fp16 d 64, a plain forward; FLASHATTN_KERNELS=sm90 with dropout: the first wgmma kernel;
  *   - with "--no-tensor-maps" (argv[2]; argv[1] then a fake built without cuTensorMapEncodeTiled,
  *     as drivers older than CUDA 12 are): the same plain forward runs on another family.
@@ -226,22 +225,6 @@ int main(int argc, char **argv)
     check_map(fake, 4, p.q, 9, 128, 64, "Q");
     check_map(fake, 5, p.dout, 9, 128, 64, "dO");
 
-    /* FLASHATTN_KERNELS=sm90-bwd-wide: the same backward on the wide instance, 80-row Q and dO
-     * boxes, dS^T [128][80], dQ [80][128] and 2 query-side stages; the other launches as before */
-    fa_context *wide = context_with("sm90-bwd-wide");
-    t0 = now_seconds();
-    st = fa_backward(wide, &p.bwd);
-    CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(wide));
-    printf("the bf16 d 128 wide backward's first call (its compile): %.1f s\n", now_seconds() - t0);
-    const int nw = fake->launch_log_len, mw = fake->tensor_map_log_len;
-    check_launch(fake, nw - 3, "sm90", 'a', "fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 3) / 4, H, B, 128, 0);
-    check_launch(fake, nw - 2, "sm90", 'a', "fa_gpu::sm90::ws_backward_kernel<__nv_bfloat16, 128, 0, false, true, true>",
-                 (S + 127) / 128, H, B, 384, (2 * 128 * 128 + 128 * 80) * 2 + 80 * 128 * 4 + 2 * 2 * 80 * 128 * 2 + 1024);
-    check_launch(fake, nw - 1, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 128, 128, true>", (S * 128 + 255) / 256,
-                 H, B, 256, 0);
-    check_map(fake, mw - 2, p.q, 9, 128, 80, "wide Q");
-    check_map(fake, mw - 1, p.dout, 9, 128, 80, "wide dO");
-    fa_context_destroy(wide);
     free_problem(ctx, &p);
 
     /* fp16 d 64, plain: 4 stages of 128 keys */

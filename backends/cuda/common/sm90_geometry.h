@@ -41,27 +41,24 @@
 #define FA_SM90_WS_SMEM(E, D) FA_SM90_WS_SMEM_N(E, D, FA_SM90_WS_BN(D))
 
 /* The warp-specialised backward: keys per block, three warpgroups (one producer, two consumers);
- * query rows per step, 128 at d 64, 64 at d 128, 32 at d 256 (FA_SM90_BW_BQ), or in the wide
- * instances (FLASHATTN_KERNELS=sm90-bwd-wide: consumers at 240 registers, TMA loads) 80 at d 128,
- * FlashAttention-3's tile (FA_SM90_BW_BQ_OF); output columns per block (d 256: two passes of 128,
- * two blocks per key tile); its fixed shared memory (K, V [128][D], dS^T [128][BQ], the fp32 dQ
- * [BQ][DV]), as many query-side stages [BQ][D] x 2 as fit beside it (less 1 KiB of alignment, the
- * static arrays and the barriers), at most 3, and the total, plus 1 KiB of alignment. */
+ * query rows per step, 128 at d 64, 64 at d 128, 32 at d 256; output columns per block (d 256: two
+ * passes of 128, two blocks per key tile); its fixed shared memory (K, V [128][D], dS^T [128][BQ],
+ * the fp32 dQ [BQ][DV]), as many query-side stages [BQ][D] x 2 as fit beside it (less 1 KiB of
+ * alignment, the static arrays and the barriers), at most 3, and the total, plus 1 KiB of
+ * alignment. */
 #define FA_SM90_BW_BN 128
 #define FA_SM90_BW_CONSUMERS 256
 #define FA_SM90_BW_THREADS 384
 #define FA_SM90_BW_BQ(D) ((D) <= 64 ? 128 : (D) <= 128 ? 64 : 32)
-#define FA_SM90_BW_BQ_OF(D, WIDE) ((WIDE) && (D) > 64 && (D) <= 128 ? 80 : FA_SM90_BW_BQ(D))
 #define FA_SM90_BW_DV(D) ((D) > 128 ? 128 : (D))
-#define FA_SM90_BW_FIXED_BYTES_Q(E, D, BQ) ((2 * FA_SM90_BW_BN * (D) + FA_SM90_BW_BN * (BQ)) * (E) + (BQ) * FA_SM90_BW_DV(D) * 4)
-#define FA_SM90_BW_STAGES_FIT_Q(E, D, BQ)                                                                              \
-    ((FA_SM90_SMEM_OPTIN - 1024 - 3 * 2 * (BQ) * 4 - 256 - FA_SM90_BW_FIXED_BYTES_Q(E, D, BQ)) / (2 * (BQ) * (D) * (E)))
-#define FA_SM90_BW_STAGES_Q(E, D, BQ) (FA_SM90_BW_STAGES_FIT_Q(E, D, BQ) < 3 ? FA_SM90_BW_STAGES_FIT_Q(E, D, BQ) : 3)
-#define FA_SM90_BW_SMEM_Q(E, D, BQ)                                                                                    \
-    (FA_SM90_BW_FIXED_BYTES_Q(E, D, BQ) + 2 * FA_SM90_BW_STAGES_Q(E, D, BQ) * (BQ) * (D) * (E) + 1024)
-#define FA_SM90_BW_FIXED_BYTES(E, D) FA_SM90_BW_FIXED_BYTES_Q(E, D, FA_SM90_BW_BQ(D))
-#define FA_SM90_BW_STAGES(E, D) FA_SM90_BW_STAGES_Q(E, D, FA_SM90_BW_BQ(D))
-#define FA_SM90_BW_SMEM(E, D) FA_SM90_BW_SMEM_Q(E, D, FA_SM90_BW_BQ(D))
+#define FA_SM90_BW_FIXED_BYTES(E, D)                                                                                   \
+    ((2 * FA_SM90_BW_BN * (D) + FA_SM90_BW_BN * FA_SM90_BW_BQ(D)) * (E) + FA_SM90_BW_BQ(D) * FA_SM90_BW_DV(D) * 4)
+#define FA_SM90_BW_STAGES_FIT(E, D)                                                                                    \
+    ((FA_SM90_SMEM_OPTIN - 1024 - 3 * 2 * FA_SM90_BW_BQ(D) * 4 - 256 - FA_SM90_BW_FIXED_BYTES(E, D)) /                \
+     (2 * FA_SM90_BW_BQ(D) * (D) * (E)))
+#define FA_SM90_BW_STAGES(E, D) (FA_SM90_BW_STAGES_FIT(E, D) < 3 ? FA_SM90_BW_STAGES_FIT(E, D) : 3)
+#define FA_SM90_BW_SMEM(E, D)                                                                                          \
+    (FA_SM90_BW_FIXED_BYTES(E, D) + 2 * FA_SM90_BW_STAGES(E, D) * FA_SM90_BW_BQ(D) * (D) * (E) + 1024)
 
 /* The backward's elementwise kernels (common/backward_elementwise.cuh): dsum_kernel, a warp per
  * query row, 4 rows per block of 128 threads (fa_gpu::THREADS); dq_convert_kernel, 256 threads,

@@ -203,21 +203,15 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
             fa_why_set(why, why_len, "the sm90 backward has no block-mask kernel at head dim %d", d);
             return FA_RTC_INVALID_ARG;
         }
-        /* the wide instance (FLASHATTN_KERNELS=sm90-bwd-wide) where it applies: plain calls without
-         * score modifiers whose Q and dO load by TMA */
-        const int wide_asked = p->sm90_bwd_wide && mode == 0 && !mod;
-        const int bq = FA_SM90_BW_BQ_OF(d, wide_asked);
+        const int bq = FA_SM90_BW_BQ(d);
         const int tma = mode == 0 && !p->cu_q &&
                         make_map(cu, &maps.first, &p->q, p, p->seqlen_q, p->heads_q, bq, dtype) &&
                         make_map(cu, &maps.second, &p->dout, p, p->seqlen_q, p->heads_q, bq, dtype);
-        const int wide = wide_asked && tma;
-        snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_kernel<%s, %d, %d, %s, %s%s>", type, d, mode,
-                 mode == 0 && mod ? "true" : "false", tma ? "true" : "false", wide ? ", true" : "");
+        snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_kernel<%s, %d, %d, %s, %s>", type, d, mode,
+                 mode == 0 && mod ? "true" : "false", tma ? "true" : "false");
         const int64_t passes = d / FA_SM90_BW_DV(d);
-        const unsigned smem = wide ? (unsigned)FA_SM90_BW_SMEM_Q(ELEM_BYTES, d, FA_SM90_BW_BQ_OF(d, 1))
-                                   : (unsigned)FA_SM90_BW_SMEM(ELEM_BYTES, d);
         st = launch(name, (p->seqlen_k + FA_SM90_BW_BN - 1) / FA_SM90_BW_BN * passes, p->heads_kv, p->batch,
-                    FA_SM90_BW_THREADS, smem, stream, args, why, why_len);
+                    FA_SM90_BW_THREADS, (unsigned)FA_SM90_BW_SMEM(ELEM_BYTES, d), stream, args, why, why_len);
         if (st != FA_RTC_OK)
             return st;
     }

@@ -16,8 +16,7 @@ namespace fa_gpu::sm90 {
 template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = FA_SM90_BW_SMEM((int)sizeof(T), D);
-    constexpr int SMEM_WIDE = FA_SM90_BW_SMEM_Q((int)sizeof(T), D, (bw_bq<D, true>()));
-    static_assert(bw_stages<T, D>() >= 2 && bw_stages<T, D, true>() >= 2, "two query-side stages at least");
+    static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
     static_assert(fa_gpu::THREADS == FA_SM90_DSUM_THREADS, "dsum_kernel's block, as host/rtc_sm90.c launches it");
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
@@ -34,15 +33,9 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         /* the plain mode of a dense call loads Q and dO by TMA where the views allow it */
         tile_maps maps;
         memset(&maps, 0, sizeof maps);
+        const bool tma = mode == 0 && make_qdo_maps<T>(p, bw_bq<D>(), &maps);
         const bool mod = fa_gpu_has_score_mod(p);
-        /* the wide instance (FLASHATTN_KERNELS=sm90-bwd-wide) where it applies: plain calls without
-         * score modifiers whose Q and dO load by TMA */
-        const bool wide_asked = p.sm90_bwd_wide && mode == 0 && !mod;
-        const bool tma = mode == 0 && make_qdo_maps<T>(p, wide_asked ? bw_bq<D, true>() : bw_bq<D>(), &maps);
-        const bool wide = wide_asked && tma;
-        auto k = wide  ? ws_backward_kernel<T, D, 0, false, true, true>
-                 : tma ? ws_backward_kernel<T, D, 0, false, true>
-                       : ws_backward_kernel<T, D, 0>;
+        auto k = tma ? ws_backward_kernel<T, D, 0, false, true> : ws_backward_kernel<T, D, 0>;
         if constexpr (D != 128) /* d 128: no MOD kernel (launch_backward's comment) */
             if (mod)
                 k = tma ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, true>;
@@ -50,12 +43,11 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
             k = mode == 1 ? ws_backward_kernel<T, D, 1> : k;
         else if (mode != 0)
             return cudaErrorInvalidValue;
-        const int smem = wide ? SMEM_WIDE : SMEM;
-        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
         if (e == cudaSuccess) {
             constexpr int PASSES = D / bw_dv<D>();
             const dim3 g1((unsigned)((p.seqlen_k + BW_BN - 1) / BW_BN * PASSES), (unsigned)p.heads_kv, (unsigned)p.batch);
-            k<<<g1, BW_THREADS, smem, st>>>(p, maps);
+            k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
             e = cudaGetLastError();
         }
     }

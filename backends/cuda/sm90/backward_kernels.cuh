@@ -30,11 +30,7 @@
  * tile's 32 rows are fewer than a wgmma's 64, so it is computed transposed, dQ^T = K^T dS (K as
  * an MN-major A operand, dS written query-major), into an accumulator laid out
  * [2][heads][tokens][128] (common/backward_elementwise.cuh's dq_convert_kernel with DV = 128 reads
- * it back).
- *
- * The wide instances (WIDE; FLASHATTN_KERNELS=sm90-bwd-wide, plain calls with TMA): the consumers
- * at 240 registers and the producer at 24, and at d 128 80 query rows per step, whose dQ (80 rows,
- * not whole wgmma tiles) is computed transposed as at d 256, each consumer 64 of the 128 columns. */
+ * it back). */
 #ifndef FA_SM90_BACKWARD_KERNELS_CUH
 #define FA_SM90_BACKWARD_KERNELS_CUH
 
@@ -70,11 +66,10 @@ __device__ __forceinline__ bool zero_absent_rows_sw128(uint32_t q, uint32_t dout
     return true;
 }
 /* query rows per step: 128 at d 64 (S^T and dP^T take 64 registers each, dK and dV 32), 64 at
- * d 128 (dK and dV take 64 each), or 80 in the wide instance (S^T and dP^T 40 each beside dK and
- * dV's 128, in 240 registers) */
-template <int D, bool WIDE = false> __host__ __device__ constexpr int bw_bq()
+ * d 128 (dK and dV take 64 each) */
+template <int D> __host__ __device__ constexpr int bw_bq()
 {
-    return FA_SM90_BW_BQ_OF(D, WIDE);
+    return FA_SM90_BW_BQ(D);
 }
 /* output columns per block: d 256 splits them in two passes of 128 (two blocks per key tile, each
  * recomputing S^T and dP^T over all 256 columns; dK and dV of 64 keys x 256 would need 256
@@ -87,56 +82,43 @@ template <int D> __host__ __device__ constexpr int bw_dv()
  * (fp32, the rows as the accumulator holds them, for one bulk reduction), then the query-side
  * stages [BQ][D] x 2; as many stages as fit (227 KiB, less 1 KiB for alignment and the static
  * arrays), at most 3 */
-template <typename T, int D, bool WIDE = false> __host__ __device__ constexpr int bw_fixed_bytes()
+template <typename T, int D> __host__ __device__ constexpr int bw_fixed_bytes()
 {
-    return FA_SM90_BW_FIXED_BYTES_Q((int)sizeof(T), D, (bw_bq<D, WIDE>()));
+    return FA_SM90_BW_FIXED_BYTES((int)sizeof(T), D);
 }
-template <typename T, int D, bool WIDE = false> __host__ __device__ constexpr int bw_stages()
+template <typename T, int D> __host__ __device__ constexpr int bw_stages()
 {
-    return FA_SM90_BW_STAGES_Q((int)sizeof(T), D, (bw_bq<D, WIDE>()));
+    return FA_SM90_BW_STAGES((int)sizeof(T), D);
 }
 /* byte offset of k-step kk (16 columns) of rows row0.. in a K-major swizzled tile of ROWS rows */
 __device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)
 {
     return (uint32_t)((kk / 64) * rows * 128 + row0 * 128 + (kk % 64) * 2);
 }
-/* registers per thread of the consumers and the producer: 256 x 224 + 128 x 56 = 384 x 168, or in
- * the wide instances 256 x 240 + 128 x 24 (FlashAttention-3's split; a producer that only issues
- * TMA copies fits 24). The two splits must not exceed the 384 x 168 registers the block holds from
- * its launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to a multiple of 8): setmaxnreg.inc
- * waits until the registers it asks for are free, and a split over that total waits forever. */
-template <bool WIDE> __host__ __device__ constexpr int bw_consumer_regs()
-{
-    return WIDE ? 240 : 224;
-}
-template <bool WIDE> __host__ __device__ constexpr int bw_producer_regs()
-{
-    return WIDE ? 24 : 56;
-}
-static_assert(FA_SM90_BW_CONSUMERS * bw_consumer_regs<true>() + (BW_THREADS - FA_SM90_BW_CONSUMERS) * bw_producer_regs<true>() <=
-                      BW_THREADS * (65536 / BW_THREADS / 8 * 8) &&
-                  FA_SM90_BW_CONSUMERS * bw_consumer_regs<false>() + (BW_THREADS - FA_SM90_BW_CONSUMERS) * bw_producer_regs<false>() <=
-                      BW_THREADS * (65536 / BW_THREADS / 8 * 8),
-              "both splits fit the registers the block holds from its launch");
+/* registers per thread of the consumers and the producer: 256 x 224 + 128 x 56 = 384 x 168. The
+ * split must not exceed the 384 x 168 registers the block holds from its launch
+ * (__launch_bounds__(384, 1): 65536 / 384 rounded down to a multiple of 8): setmaxnreg.inc waits
+ * until the registers it asks for are free, and a split over that total waits forever. */
+constexpr int BW_CONSUMER_REGS = 224, BW_PRODUCER_REGS = 56;
+static_assert(BW_CONSUMERS * BW_CONSUMER_REGS + (BW_THREADS - BW_CONSUMERS) * BW_PRODUCER_REGS <=
+                  BW_THREADS * (65536 / BW_THREADS / 8 * 8),
+              "the split fits the registers the block holds from its launch");
 
 /* MODE as in the forward (fa_gpu::mode_of); MOD: the score modifiers, with dS times the softcap's
  * derivative computed together with P (dP^T is already there), in the plain mode only; TMA: the
- * producer loads Q and dO through maps (first: Q, second: dO; make_qdo_maps), else maps is unused;
- * WIDE: the wide instance (bw_bq, bw_consumer_regs; plain calls with TMA, no score modifiers), dQ
- * computed transposed when its BQ rows are not whole wgmma tiles (80 at d 128). */
-template <typename T, int D, int MODE, bool MOD = false, bool TMA = false, bool WIDE = false>
+ * producer loads Q and dO through maps (first: Q, second: dO; make_qdo_maps), else maps is unused. */
+template <typename T, int D, int MODE, bool MOD = false, bool TMA = false>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu_params p,
                                                                     const __grid_constant__ tile_maps maps)
 {
     static_assert(MODE == 0 || MODE == 1, "no dropout mode: launch_backward says why");
     constexpr bool LISTS = MODE == 1;
-    static_assert(!WIDE || (MODE == 0 && TMA && !MOD), "the wide instances: plain calls with TMA loads");
-    constexpr int BQ = bw_bq<D, WIDE>(), STAGES = bw_stages<T, D, WIDE>();
+    constexpr int BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
     constexpr bool MSPLIT = BQ == 128; /* dQ split between the consumers along rows (else columns) */
     /* d 256: output columns [col0, col0 + DV) in this block, dQ computed transposed (its 32 rows
      * are less than a wgmma's 64) from dS stored query-major */
     constexpr int DV = bw_dv<D>(), PASSES = D / DV;
-    constexpr bool SPLIT = PASSES > 1, DQT = SPLIT || BQ % 64 != 0; /* dQ computed transposed */
+    constexpr bool SPLIT = PASSES > 1;
     static_assert(!SPLIT || MODE == 0, "the d 256 backward has the plain instance only");
     static_assert(!MOD || MODE == 0, "score modifiers in the plain mode only");
     constexpr uint32_t DSB = BW_BN * BQ * sizeof(T);
@@ -205,7 +187,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     __syncthreads();
 
     if (threadIdx.x >= BW_CONSUMERS) { /* the producer */
-        setmaxnreg_dec<bw_producer_regs<WIDE>()>();
+        setmaxnreg_dec<BW_PRODUCER_REGS>();
         const int tid = threadIdx.x - BW_CONSUMERS;
         if (tid >= COPIERS)
             return;
@@ -238,7 +220,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
         return;
     }
 
-    setmaxnreg_inc<bw_consumer_regs<WIDE>()>();
+    setmaxnreg_inc<BW_CONSUMER_REGS>();
     const int warp = threadIdx.x / 32, wg = warp / 4, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int64_t gk0 = k0 + 64 * wg;          /* the warpgroup's first key */
     const int64_t wk0 = gk0 + 16 * (warp & 3); /* the warp's */
@@ -359,7 +341,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             for (int i = 0; i < BQ / 16; ++i)
                 df[i][0] = df[i][1] = df[i][2] = df[i][3] = 0u;
         }
-        if constexpr (DQT) {
+        if constexpr (SPLIT) {
             /* dS [BQ queries][128 keys] (swizzled, K-major for dQ^T = K^T dS): 16-bit stores */
 #pragma unroll
             for (int nt = 0; nt < BQ / 8; ++nt)
@@ -386,7 +368,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             bulk_wait_read<0>(); /* the previous step's dQ tile has been read out of shared memory */
         bar_sync<2, BW_CONSUMERS>();
 
-        if constexpr (DQT) {
+        if constexpr (SPLIT) {
             /* dQ^T part = K^T dS over the 128 keys: the consumer's 64 of the pass's columns x BQ
              * queries; K [keys][D] MN-major, dS [queries][keys] K-major */
             float dq[BQ / 2];

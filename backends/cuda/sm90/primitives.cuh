@@ -158,15 +158,11 @@ template <int ID, int COUNT> __device__ __forceinline__ void bar_sync()
 #define FA_WG_ACC16(d) FA_WG_ACC8(d, 0), FA_WG_ACC8(d, 8)
 #define FA_WG_ACC32(d) FA_WG_ACC8(d, 0), FA_WG_ACC8(d, 8), FA_WG_ACC8(d, 16), FA_WG_ACC8(d, 24)
 #define FA_WG_ACC64(d) FA_WG_ACC32(d), FA_WG_ACC8(d, 32), FA_WG_ACC8(d, 40), FA_WG_ACC8(d, 48), FA_WG_ACC8(d, 56)
-#define FA_WG_ACC40(d) FA_WG_ACC32(d), FA_WG_ACC8(d, 32)
 #define FA_WG_ACC80(d) FA_WG_ACC64(d), FA_WG_ACC8(d, 64), FA_WG_ACC8(d, 72)
 #define FA_WG_R16 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
 #define FA_WG_R32                                                                                                   \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
     "%29,%30,%31}"
-#define FA_WG_R40                                                                                                   \
-    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
-    "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}"
 #define FA_WG_R80                                                                                                   \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,"    \
     "%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,"   \
@@ -208,8 +204,6 @@ FA_WG_SS(ss, __nv_bfloat16, "bf16", 32, FA_WG_R16, FA_WG_ACC16, "%16, %17", "%18
 FA_WG_SS(ss, __half, "f16", 32, FA_WG_R16, FA_WG_ACC16, "%16, %17", "%18", "0, 0")
 FA_WG_SS(ss, __nv_bfloat16, "bf16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "0, 0")
 FA_WG_SS(ss, __half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "0, 0")
-FA_WG_SS(ss, __nv_bfloat16, "bf16", 80, FA_WG_R40, FA_WG_ACC40, "%40, %41", "%42", "0, 0")
-FA_WG_SS(ss, __half, "f16", 80, FA_WG_R40, FA_WG_ACC40, "%40, %41", "%42", "0, 0")
 FA_WG_SS(ss, __nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 0")
 FA_WG_SS(ss, __half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 0")
 FA_WG_SS(ss, __nv_bfloat16, "bf16", 160, FA_WG_R80, FA_WG_ACC80, "%80, %81", "%82", "0, 0")
@@ -226,8 +220,6 @@ FA_WG_SS(ss_tt, __half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "1
 template <typename T, int N> struct ss_tn;
 FA_WG_SS(ss_tn, __nv_bfloat16, "bf16", 32, FA_WG_R16, FA_WG_ACC16, "%16, %17", "%18", "1, 0")
 FA_WG_SS(ss_tn, __half, "f16", 32, FA_WG_R16, FA_WG_ACC16, "%16, %17", "%18", "1, 0")
-FA_WG_SS(ss_tn, __nv_bfloat16, "bf16", 80, FA_WG_R40, FA_WG_ACC40, "%40, %41", "%42", "1, 0")
-FA_WG_SS(ss_tn, __half, "f16", 80, FA_WG_R40, FA_WG_ACC40, "%40, %41", "%42", "1, 0")
 
 /* D(64 x N) += A(64 x 16, registers: the mma.sync A fragment per warp) B(16 x N, shared,
  * MN-major: stored [k][n], transposed by the instruction). */
