@@ -35,7 +35,7 @@ def main():
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--dtype", default="bf16", choices=sorted(gb.DTYPES))
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--kernels-b", default=None, help="FLASHATTN_KERNELS for B's context only, e.g. sm90-fwd-wide")
+    ap.add_argument("--kernels-b", default=None, help="FLASHATTN_KERNELS for B's context only, e.g. sm80")
     args = ap.parse_args()
     if len(args.lib) != 2:
         ap.error("--lib must be given twice (A and B)")

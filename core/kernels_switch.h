@@ -24,7 +24,6 @@ static const struct fa_kernels_token_info {
     {"sm80-backward", 1}, /* CUDA: =rows, the sm80 backward's row kernel where the grid one fits */
     {"kv-simt", 0},       /* CUDA, HIP: fa_forward_kvcache on the SIMT decode kernel */
     {"kv-prefill-dense", 0}, /* every backend: fa_forward_kvcache's attention on the dense forward */
-    {"sm90-fwd-wide", 0}, /* CUDA: the Hopper forward's wide instances (240 registers, 160 keys at d 128) */
     {"opencl-tiles", 1},  /* OpenCL: =gpu or =cpu, the kernels and tiles of that device type */
     {"opencl-matrix", 1}, /* OpenCL: =off, =require (an error without it) or =emulate (any device) */
     {"opencl-log", 0},    /* OpenCL: print each program's build log to stderr */

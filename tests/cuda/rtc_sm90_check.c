@@ -4,10 +4,10 @@
  * capability 9.0 with 227 KiB of shared memory per block; NVRTC really compiles the kernels, the
  * fake runs none. The expected geometry is written out here as numbers (not read from
  * common/sm90_geometry.h), so a launcher that drifts from the nvcc-built one fails:
- *   - bf16 d 128, a plain forward: the warp-specialised kernel with TMA (its lowered name, compiled
- *     for sm_90a), grid, 384 threads (three warpgroups), dynamic shared memory, the K and V maps'
- *     arguments to cuTensorMapEncodeTiled, the maps passed as the kernel's second parameter; the
- *     same under FLASHATTN_KERNELS=sm90-fwd-wide on the wide instance;
+ *   - bf16 d 128, a plain forward: the warp-specialised kernel's wide instance with TMA (its
+ *     lowered name, compiled for sm_90a), grid, 384 threads (three warpgroups), dynamic shared
+ *     memory, the K and V maps' arguments to cuTensorMapEncodeTiled, the maps passed as the
+ *     kernel's second parameter; the same forward causal on the instance of 128-key tiles;
  *   - its backward: dsum, the dQ accumulator cleared, the warp-specialised backward on the Q and
  *     dO maps, dQ converted, each with its grid, block and shared memory;
  *   - fp16 d 64, a plain forward; FLASHATTN_KERNELS=sm90 with dropout: the first wgmma kernel;
@@ -163,8 +163,8 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    /* bf16 d 128, plain: ws_forward_kernel with TMA, one block per 128 query rows, three
-     * warpgroups, Q and 3 stages of K and V tiles of 128 keys plus 1 KiB of alignment */
+    /* bf16 d 128, plain: ws_forward_kernel's wide instance with TMA, one block per 128 query rows,
+     * three warpgroups, Q and 2 stages of K and V tiles of 160 keys plus 1 KiB of alignment */
     problem p = make_problem(ctx, FA_DTYPE_BF16, 128);
     fake->arg_sizes[0] = sizeof(fa_gpu_params);
     fake->arg_sizes[1] = 256; /* the two maps */
@@ -177,10 +177,10 @@ int main(int argc, char **argv)
     CHECK(fake->launch_calls == 1 && fake->tensor_map_calls == 2, "%d launches, %d maps", fake->launch_calls,
           fake->tensor_map_calls);
     check_launch(fake, fake->launch_log_len - 1, "sm90", 'a',
-                 "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true>", 3, H, B, 384,
-                 (128 + 2 * 3 * 128) * 128 * 2 + 1024);
-    check_map(fake, 0, p.k, 9, 128, 128, "K");
-    check_map(fake, 1, p.v, 9, 128, 128, "V");
+                 "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true, true>", 3, H, B, 384,
+                 (128 + 2 * 2 * 160) * 128 * 2 + 1024);
+    check_map(fake, 0, p.k, 9, 128, 160, "K");
+    check_map(fake, 1, p.v, 9, 128, 160, "V");
     uint64_t first, second;
     memcpy(&first, fake->args[1], sizeof first);
     memcpy(&second, fake->args[1] + 128, sizeof second);
@@ -188,21 +188,20 @@ int main(int argc, char **argv)
           (unsigned long long)first, (unsigned long long)second);
     printf("ok: the kernel's second parameter holds the K and V maps\n");
 
-    /* FLASHATTN_KERNELS=sm90-fwd-wide: the same forward on the wide instance, 160-key K and V boxes
-     * and 2 stages of them beside Q */
-    fa_context *fwide = context_with("sm90-fwd-wide");
+    /* the same forward causal: the instance of 128-key tiles, 3 stages of them beside Q */
+    p.fwd.opts.causal = 1;
     t0 = now_seconds();
-    st = fa_forward(fwide, &p.fwd);
-    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(fwide));
-    printf("the bf16 d 128 wide forward's first call (its compile): %.1f s\n", now_seconds() - t0);
+    st = fa_forward(ctx, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
+    printf("the bf16 d 128 causal forward's first call (its compile): %.1f s\n", now_seconds() - t0);
+    p.fwd.opts.causal = 0;
     CHECK(fake->launch_calls == 2 && fake->tensor_map_calls == 4, "%d launches, %d maps", fake->launch_calls,
           fake->tensor_map_calls);
     check_launch(fake, fake->launch_log_len - 1, "sm90", 'a',
-                 "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true, true>", 3, H, B, 384,
-                 (128 + 2 * 2 * 160) * 128 * 2 + 1024);
-    check_map(fake, 2, p.k, 9, 128, 160, "wide K");
-    check_map(fake, 3, p.v, 9, 128, 160, "wide V");
-    fa_context_destroy(fwide);
+                 "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true>", 3, H, B, 384,
+                 (128 + 2 * 3 * 128) * 128 * 2 + 1024);
+    check_map(fake, 2, p.k, 9, 128, 128, "causal K");
+    check_map(fake, 3, p.v, 9, 128, 128, "causal V");
 
     /* its backward: dsum (4 rows per block of 128 threads), the fp32 dQ accumulator cleared, the
      * warp-specialised backward on Q and dO maps of 64-row boxes (128 keys per block, K, V, dS^T,

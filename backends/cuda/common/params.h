@@ -58,9 +58,6 @@ typedef struct fa_gpu_params {
     int64_t d_v;
     const float *sink;
     float *dsink;
-    /* FLASHATTN_KERNELS=sm90-fwd-wide: the Hopper forward's wide instances where they apply
-     * (sm90/forward_kernels.cuh); read by the launchers only */
-    int sm90_fwd_wide;
 } fa_gpu_params;
 
 /* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family

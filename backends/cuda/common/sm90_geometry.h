@@ -25,15 +25,16 @@
 
 /* The warp-specialised forward (mode 0): query rows per block, three warpgroups (one producer,
  * two consumers of 64 rows each); keys per tile 128, or 64 at d 256 (its O accumulator takes 128
- * registers per thread), or in the wide instances (FLASHATTN_KERNELS=sm90-fwd-wide: consumers at
- * 240 registers, TMA loads, non-causal calls) 160 at d 128 (FA_SM90_WS_BN_OF); as many K / V
+ * registers per thread), or in the wide instances (FA_SM90_WS_WIDE: d 128, non-causal calls whose K
+ * and V load by TMA, no score modifiers; consumers at 240 registers) 160 (FA_SM90_WS_BN_OF); as many K / V
  * stages as shared memory holds beside Q (less 1 KiB for aligning the tiles and 256 bytes for the
  * barriers), at most 4; its shared memory: Q and the stages, plus 1 KiB of alignment. */
 #define FA_SM90_WS_BR 128
 #define FA_SM90_WS_CONSUMERS 256
 #define FA_SM90_WS_THREADS 384
 #define FA_SM90_WS_BN(D) ((D) > 128 ? 64 : 128)
-#define FA_SM90_WS_BN_OF(D, WIDE) ((WIDE) && (D) > 64 && (D) <= 128 ? 160 : FA_SM90_WS_BN(D))
+#define FA_SM90_WS_WIDE(D) ((D) > 64 && (D) <= 128)
+#define FA_SM90_WS_BN_OF(D, WIDE) ((WIDE) && FA_SM90_WS_WIDE(D) ? 160 : FA_SM90_WS_BN(D))
 #define FA_SM90_WS_STAGES_FIT_N(E, D, BN) ((FA_SM90_SMEM_OPTIN - 1280 - FA_SM90_WS_BR * (D) * (E)) / (2 * (BN) * (D) * (E)))
 #define FA_SM90_WS_STAGES_N(E, D, BN) (FA_SM90_WS_STAGES_FIT_N(E, D, BN) < 4 ? FA_SM90_WS_STAGES_FIT_N(E, D, BN) : 4)
 #define FA_SM90_WS_SMEM_N(E, D, BN) ((FA_SM90_WS_BR + 2 * FA_SM90_WS_STAGES_N(E, D, BN) * (BN)) * (D) * (E) + 1024)

@@ -121,9 +121,9 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
             return FA_RTC_NO_DRIVER;
         sm90_maps maps;
         memset(&maps, 0, sizeof maps);
-        /* the wide instance (FLASHATTN_KERNELS=sm90-fwd-wide) where it applies: non-causal calls
-         * without score modifiers whose K and V load by TMA */
-        const int wide_asked = p->sm90_fwd_wide && !p->causal && !mod;
+        /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without
+         * score modifiers whose K and V load by TMA */
+        const int wide_asked = FA_SM90_WS_WIDE(d) && !p->causal && !mod;
         const int bn = FA_SM90_WS_BN_OF(d, wide_asked);
         const int tma = !p->cu_k && make_map(cu, &maps.first, &p->k, p, p->seqlen_k, p->heads_kv, bn, dtype) &&
                         make_map(cu, &maps.second, &p->v, p, p->seqlen_k, p->heads_kv, bn, dtype);

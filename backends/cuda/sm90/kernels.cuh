@@ -23,13 +23,14 @@ template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(cons
     static_assert(D % 64 == 0 && ws_bn<D>() <= 256 && ws_bn<D, true>() <= 256, "TMA boxes: 64 columns, at most 256 rows");
     tile_maps maps;
     memset(&maps, 0, sizeof maps);
-    /* the wide instance (FLASHATTN_KERNELS=sm90-fwd-wide) where it applies: non-causal calls
-     * without score modifiers whose K and V load by TMA */
-    const bool wide_asked = !MOD && p.sm90_fwd_wide && !p.causal;
+    /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without score
+     * modifiers whose K and V load by TMA */
+    constexpr bool WIDE_D = !MOD && FA_SM90_WS_WIDE(D);
+    const bool wide_asked = WIDE_D && !p.causal;
     const bool tma = make_kv_maps<T>(p, wide_asked ? ws_bn<D, true>() : ws_bn<D>(), &maps);
     const bool wide = wide_asked && tma;
     auto kernel = tma ? ws_forward_kernel<T, D, MOD, true> : ws_forward_kernel<T, D, MOD, false>;
-    if constexpr (!MOD)
+    if constexpr (WIDE_D)
         if (wide)
             kernel = ws_forward_kernel<T, D, false, true, true>;
     const int smem = wide ? SMEM_WIDE : SMEM;
