@@ -10,10 +10,11 @@
  * Sequence b's query i sees keys leftpad_b .. len_b + seqlen_knew - 1, the dense forward's
  * bottom-right aligned causal mask and windows over them, exactly fa_forward_kvcache's rule.
  *
- * Taken under FLASHATTN_KERNELS=kv-prefill-dense for the calls it can serve: no rotary (the
- * decode kernels rotate q and k_new as they read them), lengths known on the host (not
- * check_on_device) and within int32 (the varlen arrays), head dims the dense forward takes, and a
- * backend with ring_copy when keys are appended. */
+ * The chooser takes it for calls of FA_KV_DENSE_MIN_ROWS new query rows per sequence or more
+ * (FLASHATTN_KERNELS=kv-prefill-dense: for every call) that it can serve: no rotary (the decode
+ * kernels rotate q and k_new as they read them), lengths known on the host (not check_on_device)
+ * and within int32 (the varlen arrays), head dims the dense forward takes, and a backend with
+ * ring_copy when keys are appended. */
 #include "internal.h"
 #include "kernels_switch.h"
 
@@ -23,9 +24,15 @@
 
 #define FA_KV_DENSE_SWITCH "kv-prefill-dense"
 
+/* New query rows per sequence from which the dense forward is taken: the decode kernels read every
+ * key once per 16 query rows, the dense forward once per query tile; below this the decode
+ * kernels' split of the keys among blocks fills the GPU better (docs/benchmarks.md, chunked
+ * prefill, has the crossover). */
+#define FA_KV_DENSE_MIN_ROWS 128
+
 int fa_kv_dense_takes(const fa_context *ctx, const fa_kv_problem *kp)
 {
-    if (!fa_kernels_switch(FA_KV_DENSE_SWITCH, NULL, 0))
+    if (kp->p.seqlen_q < FA_KV_DENSE_MIN_ROWS && !fa_kernels_switch(FA_KV_DENSE_SWITCH, NULL, 0))
         return 0;
     if (kp->rotary || kp->device_check || kp->p.seqlen_q < 1)
         return 0;
