@@ -115,7 +115,10 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
     const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod);
     fa_gpu_params params = *p; /* the kernels' first parameter, by value */
     char name[FA_RTC_NAME_MAX];
-    if (mode == 0) {
+    /* dropout without block lists or score modifiers on the warp-specialised kernel where the call
+     * asks for it (FLASHATTN_KERNELS=sm90-fwd-dropout, d 64 and 128) */
+    const int ws_drop = mode == 2 && !p->bm_bits && !mod && p->sm90_fwd_dropout && d <= 128;
+    if (mode == 0 || ws_drop) {
         const fa_cu_api *cu = fa_cu_driver(why, why_len);
         if (!cu)
             return FA_RTC_NO_DRIVER;
@@ -123,13 +126,13 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
         memset(&maps, 0, sizeof maps);
         /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without
          * score modifiers whose K and V load by TMA */
-        const int wide_asked = FA_SM90_WS_WIDE(d) && !p->causal && !mod;
+        const int wide_asked = FA_SM90_WS_WIDE(d) && !p->causal && !mod && !ws_drop;
         const int bn = FA_SM90_WS_BN_OF(d, wide_asked);
         const int tma = !p->cu_k && make_map(cu, &maps.first, &p->k, p, p->seqlen_k, p->heads_kv, bn, dtype) &&
                         make_map(cu, &maps.second, &p->v, p, p->seqlen_k, p->heads_kv, bn, dtype);
         const int wide = wide_asked && tma;
         snprintf(name, sizeof name, "fa_gpu::sm90::ws_forward_kernel<%s, %d, %s, %s%s>", type, d,
-                 mod ? "true" : "false", tma ? "true" : "false", wide ? ", true" : "");
+                 mod ? "true" : "false", tma ? "true" : "false", ws_drop ? ", false, true" : wide ? ", true" : "");
         void *args[] = {&params, &maps};
         const unsigned smem = wide ? (unsigned)FA_SM90_WS_SMEM_N(ELEM_BYTES, d, FA_SM90_WS_BN_OF(d, 1))
                                    : (unsigned)FA_SM90_WS_SMEM(ELEM_BYTES, d);

@@ -265,11 +265,14 @@ static_assert(WS_CONSUMERS * ws_consumer_regs<true>() + (WS_THREADS - WS_CONSUME
                       WS_THREADS * (65536 / WS_THREADS / 8 * 8),
               "both splits fit the registers the block holds from its launch");
 
-/* WIDE: the wide instance (ws_bn, ws_consumer_regs), for TMA loads without score modifiers. */
-template <typename T, int D, bool MOD = false, bool TMA = false, bool WIDE = false>
+/* WIDE: the wide instance (ws_bn, ws_consumer_regs), for TMA loads without score modifiers.
+ * DROP: dropout (no block lists, no score modifiers, not wide): the consumers apply it to P as the
+ * sm80 kernels do (fa_gpu::softmax_scores, common/dropout.cuh). */
+template <typename T, int D, bool MOD = false, bool TMA = false, bool WIDE = false, bool DROP = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p, const __grid_constant__ tile_maps maps)
 {
     static_assert(!WIDE || (TMA && !MOD), "the wide instances: TMA loads, no score modifiers");
+    static_assert(!DROP || (!MOD && !WIDE), "the dropout instances: no score modifiers, not wide");
     constexpr int WS_STAGES = ws_stages<T, D, WIDE>(), WS_BN = ws_bn<D, WIDE>();
     constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
     constexpr uint32_t TILEB = WS_BN * D * sizeof(T); /* bytes of one K or V tile */
@@ -413,8 +416,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
             for (int i = 0; i < WS_BN / 2; ++i)
                 sflat[i] = -CUDART_INF_F;
         }
-        fa_gpu::softmax_scores<T, 1, WS_BN, 16, false, false, MOD>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m,
-                                                                    row_l, alpha, sm);
+        fa_gpu::softmax_scores<T, 1, WS_BN, 16, false, DROP, MOD>(p, m, s, b, h, wq0, k0, cls, cc, sacc, row_m,
+                                                                   row_l, alpha, sm);
     };
 
     /* Ping-pong: the two consumers take turns at issuing their products (named barriers 4 and 5,

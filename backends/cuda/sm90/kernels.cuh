@@ -11,7 +11,8 @@
 
 namespace fa_gpu::sm90 {
 
-template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream)
+template <typename T, int D, bool MOD, bool DROP = false>
+inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
     /* Q, the K / V stages, 1 KiB of alignment; and the wide instance's */
     constexpr int SMEM = FA_SM90_WS_SMEM((int)sizeof(T), D);
@@ -25,11 +26,11 @@ template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(cons
     memset(&maps, 0, sizeof maps);
     /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without score
      * modifiers whose K and V load by TMA */
-    constexpr bool WIDE_D = !MOD && FA_SM90_WS_WIDE(D);
+    constexpr bool WIDE_D = !MOD && !DROP && FA_SM90_WS_WIDE(D);
     const bool wide_asked = WIDE_D && !p.causal;
     const bool tma = make_kv_maps<T>(p, wide_asked ? ws_bn<D, true>() : ws_bn<D>(), &maps);
     const bool wide = wide_asked && tma;
-    auto kernel = tma ? ws_forward_kernel<T, D, MOD, true> : ws_forward_kernel<T, D, MOD, false>;
+    auto kernel = tma ? ws_forward_kernel<T, D, MOD, true, false, DROP> : ws_forward_kernel<T, D, MOD, false, false, DROP>;
     if constexpr (WIDE_D)
         if (wide)
             kernel = ws_forward_kernel<T, D, false, true, true>;
@@ -41,8 +42,9 @@ template <typename T, int D, bool MOD> inline cudaError_t launch_ws_forward(cons
 }
 
 /* Mode 0 (neither block lists nor dropout) on the warp-specialised kernel, with or without score
- * modifiers, the others on the first one (d 64 and 128 only, and no modifiers: the chooser sends
- * d 256 and modifiers only in mode 0). */
+ * modifiers, and dropout without block lists or modifiers there too where the call asks for it
+ * (FLASHATTN_KERNELS=sm90-fwd-dropout, d 64 and 128); the others on the first one (d 64 and 128
+ * only, and no modifiers: the chooser sends d 256 and modifiers only in mode 0). */
 template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
     const int64_t nq = (p.seqlen_q + BR - 1) / BR;
@@ -56,6 +58,9 @@ template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, 
                                          : launch_ws_forward<T, D, false>(p, stream);
     if (fa_gpu_has_score_mod(p))
         return cudaErrorNotSupported;
+    if constexpr (D <= 128)
+        if (mode == 2 && !p.bm_bits && p.sm90_fwd_dropout)
+            return launch_ws_forward<T, D, false, true>(p, stream);
     if constexpr (D > 128) {
         return cudaErrorInvalidValue;
     } else {
