@@ -149,12 +149,12 @@ static int sm90_head_dim(int dpad)
     return dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
 }
 
-/* Whether a dropout forward runs on the Hopper forward's warp-specialised kernel: asked for by
- * FLASHATTN_KERNELS=sm90-fwd-dropout, without block lists or score modifiers, at d <= 128. */
-static int sm90_ws_dropout(const fa_gpu_state *gs, const fa_problem *p, int mod)
+/* Whether p is a dropout forward that the Hopper forward's warp-specialised kernel takes: no block
+ * lists, no score modifiers, d <= 128. */
+static int sm90_ws_dropout(const fa_problem *p, int mod)
 {
-    return gs->sm90_fwd_dropout && !p->backward && p->dropout_threshold != 0 && p->block_mask == NULL && !mod &&
-           p->d <= 128 && p->d_v == p->d;
+    return !p->backward && p->dropout_threshold != 0 && p->block_mask == NULL && !mod && p->d <= 128 &&
+           p->d_v == p->d;
 }
 
 /* Whether the Hopper family takes p (padded head dim dpad; aligned and mod as the chooser has
@@ -166,7 +166,8 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
      * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
      * for calls with neither dropout nor a block mask (with or without score modifiers), at d
      * 33..64, 97..128 and 225..256 (padded to 64, 128, 256, where it is faster than the sm80
-     * forward; other d would pad further than sm80's 32-column instances); the rest
+     * forward; other d would pad further than sm80's 32-column instances), and for dropout
+     * without block masks or score modifiers at d 33..64 and 97..128; the rest
      * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
      * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
      * score modifiers) and for every head dim it has.
@@ -181,7 +182,7 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
     const int dpad64 = sm90_head_dim(dpad);
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
     const int want = gs->kernels == FA_GPU_KERNELS_SM90 ||
-                     (gs->kernels == FA_GPU_KERNELS_CHOOSER && (plain || sm90_ws_dropout(gs, p, mod)) && dpad == dpad64);
+                     (gs->kernels == FA_GPU_KERNELS_CHOOSER && (plain || sm90_ws_dropout(p, mod)) && dpad == dpad64);
     return want && hopper && aligned &&
            (p->backward ? !p->deterministic && p->dropout_threshold == 0 && dpad == dpad64 &&
                               fa_sm90_has_backward((int)p->dtype, dpad64, plain, mod)
@@ -251,7 +252,7 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     switch (c.family) {
     case FAMILY_SM90:
         snprintf(out->name, sizeof out->name, "sm90-%s-%s-d%d-wgmma%s%s", dir, dt, c.head_dim,
-                 p->backward || plain || sm90_ws_dropout(fa_gpu_of(ctx), p, c.mod) ? "-ws" : "", mod);
+                 p->backward || plain || sm90_ws_dropout(p, c.mod) ? "-ws" : "", mod);
         break;
     case FAMILY_SM80:
         snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s", dir, dt, c.head_dim,

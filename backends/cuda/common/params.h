@@ -58,9 +58,6 @@ typedef struct fa_gpu_params {
     int64_t d_v;
     const float *sink;
     float *dsink;
-    /* FLASHATTN_KERNELS=sm90-fwd-dropout: a dropout forward without block lists or score
-     * modifiers on the Hopper forward's warp-specialised kernel; read by the launchers only */
-    int sm90_fwd_dropout;
 } fa_gpu_params;
 
 /* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family

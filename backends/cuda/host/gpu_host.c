@@ -94,7 +94,6 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->stream = s->own;
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
-    s->sm90_fwd_dropout = fa_kernels_switch("sm90-fwd-dropout", NULL, 0);
     ctx->priv = s;
     return FA_SUCCESS;
 }
@@ -229,7 +228,6 @@ fa_status fa_gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_params
     kp->scale = p->scale;
     kp->scale_log2 = (float)((double)p->scale * 1.4426950408889634);
     kp->causal = p->causal;
-    kp->sm90_fwd_dropout = !p->backward && fa_gpu_of(ctx)->sm90_fwd_dropout;
     kp->out_f32 = p->out_dtype != p->dtype;
     kp->window_left = p->window_left;
     kp->window_right = p->window_right;

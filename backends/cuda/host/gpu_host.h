@@ -32,7 +32,6 @@ typedef struct fa_gpu_state {
     fa_rt_prop prop;
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
-    int sm90_fwd_dropout;     /* FLASHATTN_KERNELS=sm90-fwd-dropout: dropout forwards on the Hopper warp-specialised kernel */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
      * user ran on */
     void *scratch;

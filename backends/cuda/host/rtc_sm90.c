@@ -115,9 +115,9 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
     const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod);
     fa_gpu_params params = *p; /* the kernels' first parameter, by value */
     char name[FA_RTC_NAME_MAX];
-    /* dropout without block lists or score modifiers on the warp-specialised kernel where the call
-     * asks for it (FLASHATTN_KERNELS=sm90-fwd-dropout, d 64 and 128) */
-    const int ws_drop = mode == 2 && !p->bm_bits && !mod && p->sm90_fwd_dropout && d <= 128;
+    /* dropout without block lists or score modifiers on the warp-specialised kernel too (d 64 and
+     * 128) */
+    const int ws_drop = mode == 2 && !p->bm_bits && !mod && d <= 128;
     if (mode == 0 || ws_drop) {
         const fa_cu_api *cu = fa_cu_driver(why, why_len);
         if (!cu)

@@ -42,9 +42,9 @@ inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream
 }
 
 /* Mode 0 (neither block lists nor dropout) on the warp-specialised kernel, with or without score
- * modifiers, and dropout without block lists or modifiers there too where the call asks for it
- * (FLASHATTN_KERNELS=sm90-fwd-dropout, d 64 and 128); the others on the first one (d 64 and 128
- * only, and no modifiers: the chooser sends d 256 and modifiers only in mode 0). */
+ * modifiers, and dropout without block lists there too (no modifiers, d 64 and 128); block lists
+ * on the first one (d 64 and 128 only, and no modifiers: the chooser sends d 256 and modifiers
+ * only in mode 0). */
 template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t stream)
 {
     const int64_t nq = (p.seqlen_q + BR - 1) / BR;
@@ -59,7 +59,7 @@ template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, 
     if (fa_gpu_has_score_mod(p))
         return cudaErrorNotSupported;
     if constexpr (D <= 128)
-        if (mode == 2 && !p.bm_bits && p.sm90_fwd_dropout)
+        if (mode == 2 && !p.bm_bits)
             return launch_ws_forward<T, D, false, true>(p, stream);
     if constexpr (D > 128) {
         return cudaErrorInvalidValue;
