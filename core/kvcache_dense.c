@@ -3,10 +3,11 @@
  * drafts) are what the dense kernels are built for, where a decode kernel reads every key row
  * once per tile of 16 query rows. Here the core appends the new keys and values itself (the
  * backend's ring_copy: one strided copy per sequence and tensor, or per page a sequence's new
- * tokens touch) and then runs one dense fa_forward per sequence: over views of its cache row
- * (contiguous caches: no copy of the cache, no workspace), or as a varlen call of one sequence
- * over the pages (fa_varlen.block_table: the core gathers the sequence's pages, one copy per run
- * of adjacent pages, core/paged_gather.c).
+ * tokens touch) and then runs dense fa_forward calls: over views of the cache rows (contiguous
+ * caches: no copy of the cache, no workspace; one call per run of sequences that read the same
+ * keys of consecutive rows, so a batch of equal lengths is one call), or per sequence a varlen
+ * call of one sequence over the pages (fa_varlen.block_table: the core gathers the sequence's
+ * pages, one copy per run of adjacent pages, core/paged_gather.c).
  * Sequence b's query i sees keys leftpad_b .. len_b + seqlen_knew - 1, the dense forward's
  * bottom-right aligned causal mask and windows over them, exactly fa_forward_kvcache's rule.
  *
@@ -45,17 +46,23 @@ int fa_kv_dense_takes(const fa_context *ctx, const fa_kv_problem *kp)
     return 1;
 }
 
-/* t [rows, n, ...] (ndim >= 2) narrowed to row `row` and positions t0 .. t0 + n - 1 of its second
- * dimension: a view of batch 1. The offsets lie inside spans the validation checked. */
-static fa_tensor narrow(const fa_tensor *t, int64_t row, int64_t t0, int64_t n)
+/* t [rows, n, ...] (ndim >= 2) narrowed to rows row .. row + nrows - 1 and positions t0 .. t0 +
+ * n - 1 of its second dimension. The offsets lie inside spans the validation checked. */
+static fa_tensor narrow_rows(const fa_tensor *t, int64_t row, int64_t nrows, int64_t t0, int64_t n)
 {
     fa_tensor v = *t;
     const int64_t es = (int64_t)fa_dtype_size(t->dtype);
     if (v.data)
         v.data = (char *)v.data + (row * t->stride[0] + t0 * t->stride[1]) * es;
-    v.shape[0] = 1;
+    v.shape[0] = nrows;
     v.shape[1] = n;
     return v;
+}
+
+/* The same for one row: a view of batch 1. */
+static fa_tensor narrow(const fa_tensor *t, int64_t row, int64_t t0, int64_t n)
+{
+    return narrow_rows(t, row, 1, t0, n);
 }
 
 /* t [batch, n, heads, d] (or lse [batch, heads, n]) of sequence b without its batch dimension:
@@ -159,25 +166,37 @@ fa_status fa_kv_dense_forward(fa_context *ctx, const fa_kvcache_args *a, const f
     }
     if (kp->paged)
         return paged_attention(ctx, a, kp);
-    for (int64_t b = 0; b < batch; ++b) {
-        const int64_t row = kp->host_batch_idx ? kp->host_batch_idx[b] : b;
-        const int64_t first = kp->host_leftpad ? kp->host_leftpad[b] : 0;
-        const int64_t keys = fa_kv_seqlen(kp, b) - first;
+    /* contiguous caches: one dense call per run of sequences b0 .. b0 + nb - 1 that read the same
+     * keys (first and count) of consecutive cache rows, batched as views over those rows; a batch
+     * of equal lengths is one call */
+    for (int64_t b0 = 0; b0 < batch;) {
+        const int64_t row = kp->host_batch_idx ? kp->host_batch_idx[b0] : b0;
+        const int64_t first = kp->host_leftpad ? kp->host_leftpad[b0] : 0;
+        const int64_t keys = fa_kv_seqlen(kp, b0) - first;
+        int64_t nb = 1;
+        while (b0 + nb < batch) {
+            const int64_t b = b0 + nb;
+            if ((kp->host_batch_idx ? kp->host_batch_idx[b] : b) != row + nb ||
+                (kp->host_leftpad ? kp->host_leftpad[b] : 0) != first || fa_kv_seqlen(kp, b) - first != keys)
+                break;
+            ++nb;
+        }
         fa_fwd_args f;
         memset(&f, 0, sizeof f);
-        f.q = narrow(&a->q, b, 0, sn);
-        f.k = narrow(&a->k_cache, row, first, keys);
-        f.v = narrow(&a->v_cache, row, first, keys);
-        f.o = narrow(&a->o, b, 0, sn);
+        f.q = narrow_rows(&a->q, b0, nb, 0, sn);
+        f.k = narrow_rows(&a->k_cache, row, nb, first, keys);
+        f.v = narrow_rows(&a->v_cache, row, nb, first, keys);
+        f.o = narrow_rows(&a->o, b0, nb, 0, sn);
         f.lse = a->lse;
         if (f.lse.data) { /* [batch, heads_q, seqlen_new] */
-            f.lse.data = (char *)f.lse.data + b * a->lse.stride[0] * (int64_t)sizeof(float);
-            f.lse.shape[0] = 1;
+            f.lse.data = (char *)f.lse.data + b0 * a->lse.stride[0] * (int64_t)sizeof(float);
+            f.lse.shape[0] = nb;
         }
-        f.opts = options_of(a, b);
+        f.opts = options_of(a, b0); /* per-sequence ALiBi slopes from b0 on, at their batch stride */
         fa_status st = fa_forward(ctx, &f);
         if (st != FA_SUCCESS)
             return st;
+        b0 += nb;
     }
     return FA_SUCCESS;
 }

@@ -82,6 +82,10 @@ static const dcase cases[] = {
      0, 0, 0, 0, 1},
     {"contig-alibi-batch-noncausal-gqa-f32", F32, 2, 2, 8, 2, 40, 0, 100, {70, 9}, 2, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0,
      1, 2},
+    /* chunked prefill: sequences of equal lengths in a run (the dense path batches them: one call
+     * for sequences 0..2, another for 3), per-sequence ALiBi slopes, appended keys */
+    {"contig-chunk-equal-lens-alibi-causal-bf16", B16, 4, 24, 8, 2, 64, 0, 200, {100, 100, 100, 37}, 24, 0, 0, 1, -1,
+     -1, 0, 0, 0, 0, 0, 0, 0, 2},
     /* values wider than keys on the path that widens rows into scratch (16 rows per kv head, d
      * not a multiple of 16) */
     {"contig-dv-d40-dv72-spec4-gqa-causal-f16", F16, 2, 4, 8, 2, 40, 0, 120, {60, 90}, 4, 0, 0, 1, -1, -1, 0, 2, 0, 0,
