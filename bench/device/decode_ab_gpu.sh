@@ -10,8 +10,9 @@
 #   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
 #     beside PyTorch's SDPA flash and cuDNN in the same process.
 # SWITCH (a FLASHATTN_KERNELS value, a decode opt-in): the kernel times and decode_bench.py once more on
-# B with it set, an opt-in measured against B's default in the same call. PREFILL (a value, e.g.
-# kv-prefill-dense): chunked prefill (decode_bench.py --new 512) on B without and with it.
+# B with it set, an opt-in measured against B's default in the same call. PREFILL (a list of new
+# token counts, e.g. 16,128,512): chunked prefill (decode_bench.py --new N, batch 1 and 4 over 8k
+# cached keys) on A and on B under the chooser.
 # Usage: BASE_PATCH=.ab/change.patch [SWITCH=<token>] bash bench/device/decode_ab_gpu.sh  (carry:
 # [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
 # git metadata. An empty patch file makes A the same tree as B.
@@ -57,13 +58,14 @@ for side in $sides; do
   done
 done
 if [ -n "${PREFILL:-}" ]; then
-  # chunked prefill (512 new tokens over 8k cached keys, causal) on B, by default and with the
-  # FLASHATTN_KERNELS value PREFILL (e.g. kv-prefill-dense), each beside SDPA in its process
-  for kernels in default "$PREFILL"; do
-    echo "== B, FLASHATTN_KERNELS=$kernels: decode_bench.py --new 512"
-    env $([ "$kernels" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
-      FLASHATTN_LIBRARY=$(lib_of B) timeout 150 python3 bench/decode_bench.py --new 512 --shapes 1x8192,4x8192 2>&1 |
-      tee -a "$OUT/prefill.md"
+  # chunked prefill (N new tokens over 8k cached keys, causal) on A and on B under the chooser,
+  # each beside SDPA in its process
+  for side in A B; do
+    for n in ${PREFILL//,/ }; do
+      echo "== $side: decode_bench.py --new $n"
+      env -u FLASHATTN_KERNELS FLASHATTN_LIBRARY=$(lib_of $side) timeout 100 python3 bench/decode_bench.py --new "$n" \
+        --shapes 1x8192,4x8192 2>&1 | tee -a "$OUT/prefill-$side.md"
+    done
   done
 fi
 echo "$(stamp) done"
