@@ -239,6 +239,10 @@ typedef struct fa_backend {
     void *(*stream)(const struct fa_context *ctx);
     /* fa_forward_kvcache; optional (NULL: FA_ERR_UNSUPPORTED). Appends, rotates and attends. */
     fa_status (*forward_kvcache)(struct fa_context *ctx, const fa_kv_problem *kp);
+    /* 1 when forward_kvcache takes cache_leftpad itself; else the core runs such calls on the dense
+     * forward (core/kvcache_dense.c) where that path serves them, and forward_kvcache refuses the
+     * rest */
+    int kv_leftpad;
     /* Device copies of block lists the context keeps between calls (core/lists_cache.c); optional
      * (NULL: the kernels read what the call passes them). lists_upload sets l->device to copies of
      * geometry->bits and of l's arrays, or leaves it NULL and returns an error when it cannot keep

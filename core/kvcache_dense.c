@@ -11,8 +11,9 @@
  * Sequence b's query i sees keys leftpad_b .. len_b + seqlen_knew - 1, the dense forward's
  * bottom-right aligned causal mask and windows over them, exactly fa_forward_kvcache's rule.
  *
- * The chooser takes it for calls of FA_KV_DENSE_MIN_ROWS new query rows per sequence or more
- * (FLASHATTN_KERNELS=kv-prefill-dense: for every call) that it can serve: no rotary (the decode
+ * The chooser takes it for calls of FA_KV_DENSE_MIN_ROWS new query rows per sequence or more, and
+ * for cache_leftpad on backends whose decode kernels do not take it (FLASHATTN_KERNELS=
+ * kv-prefill-dense: for every call), that it can serve: no rotary (the decode
  * kernels rotate q and k_new as they read them), lengths known on the host (not check_on_device)
  * and within int32 (the varlen arrays), head dims the dense forward takes, and a backend with
  * ring_copy when keys are appended. */
@@ -33,7 +34,9 @@
 
 int fa_kv_dense_takes(const fa_context *ctx, const fa_kv_problem *kp)
 {
-    if (kp->p.seqlen_q < FA_KV_DENSE_MIN_ROWS && !fa_kernels_switch(FA_KV_DENSE_SWITCH, NULL, 0))
+    /* a backend whose decode kernels start every sequence's keys at 0 runs cache_leftpad here */
+    const int leftpad_here = kp->cache_leftpad != NULL && !ctx->backend->kv_leftpad;
+    if (!leftpad_here && kp->p.seqlen_q < FA_KV_DENSE_MIN_ROWS && !fa_kernels_switch(FA_KV_DENSE_SWITCH, NULL, 0))
         return 0;
     if (kp->rotary || kp->device_check || kp->p.seqlen_q < 1)
         return 0;

@@ -218,4 +218,5 @@ const fa_backend fa_backend_cpu = {
     .ring_merge = fa_host_ring_merge,
     .ring_add = fa_host_ring_add,
     .forward_kvcache = fa_cpu_forward_kvcache,
+    .kv_leftpad = 1,
 };

@@ -28,4 +28,5 @@ const fa_backend fa_backend_opencl = {
     .set_stream = NULL, // optional: one queue per context, owned by the backend
     .num_threads = NULL, // optional
     .forward_kvcache = ocl_forward_kvcache,
+    .kv_leftpad = 1,
 };

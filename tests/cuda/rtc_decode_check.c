@@ -8,6 +8,8 @@
  *     tensor-core decode kernel, under FLASHATTN_KERNELS=kv-simt the SIMT one with its cp.async ring;
  *   - a paged cache with 2 splits asked for;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
+ *   - cache_leftpad: refused with the arrays checked on the device, else the core's appends and
+ *     one dense forward (sm80) instead of the decode kernels;
  *   - a failing occupancy query and a failing launch: FA_ERR_BACKEND naming the call.
  * The expected geometry is spelled out here (not read from common/kv_geometry.h), so a launcher
  * and the header wrong together still fail. Exit 0 when every check holds, 1 on the first that
@@ -174,6 +176,27 @@ int main(int argc, char **argv)
     run(ctx, &f, "fp32 d 64 MQA, 2 query tokens, 1 split");
     const expected f32[] = {{"fa_gpu::decode::decode_kernel<fa_gpu::store_f32, 64, 8, false>", 4, 1, 128, 0}};
     check_launches("fp32", f32, 1);
+
+    /* cache_leftpad, which the decode kernels do not take: with the arrays checked on the device
+     * refused by name; checked on the host, the core's appends and one dense forward for both
+     * sequences (equal lengths and pads) on the sm80 kernels, no decode kernel */
+    const int32_t pads[2] = {100, 100};
+    fa_kvcache_args lp = a;
+    lp.cache_leftpad = device_int32(ctx, pads, 2);
+    fa_status lst = fa_forward_kvcache(ctx, &lp);
+    CHECK(lst == FA_ERR_UNSUPPORTED && strstr(fa_context_last_error(ctx), "check_on_device"),
+          "cache_leftpad with check_on_device: status %d: %s", (int)lst, fa_context_last_error(ctx));
+    printf("ok: cache_leftpad with check_on_device: %s\n", fa_context_last_error(ctx));
+    lp.check_on_device = 0;
+    run(ctx, &lp, "bf16 d 128 GQA decode with cache_leftpad, on the dense forward");
+    int forwards = 0;
+    for (int i = 0; i < fake->launch_log_len; ++i) {
+        const char *name = fake->launches[i].name;
+        CHECK(!strstr(name, "6decode"), "cache_leftpad: launch %d is a decode kernel, %s", i, name);
+        forwards += strstr(name, "4sm8014forward_kernel") != NULL;
+    }
+    CHECK(forwards == 1, "cache_leftpad: %d sm80 forward launches of %d, expected one", forwards, fake->launch_log_len);
+    printf("ok: cache_leftpad ran %d launches, one sm80 forward\n", fake->launch_log_len);
 
     /* failures: the occupancy query, then the decode kernel's launch */
     fake->fail_call = "cuOccupancyMaxActiveBlocksPerMultiprocessor";
