@@ -464,8 +464,8 @@ FA_API fa_status fa_warmup(fa_context *ctx, fa_dtype dtype, int64_t seqlen, int6
  *   new key j at cache_seqlens[b] + j), as in FlashAttention-2. 0 <= cache_leftpad[b] <=
  *   cache_seqlens[b] (seqlen_cache without cache_seqlens), else FA_ERR_INVALID_ARG. Contiguous
  *   caches only (FlashAttention-2 refuses it with a paged one too: FA_ERR_INVALID_ARG). The CUDA
- *   and HIP backends refuse it (FA_ERR_UNSUPPORTED) with rotary embeddings or check_on_device,
- *   HIP also with appended keys; they run the rest on the dense forward. For the exclusivity rule
+ *   and HIP backends refuse it (FA_ERR_UNSUPPORTED) with rotary embeddings, check_on_device or no
+ *   query rows, HIP also with appended keys; they run the rest on the dense forward. For the exclusivity rule
  *   above, a sequence still counts as using its cache row from position 0.
  * - rotary (rotary_cos data NULL and ndim 0: none; an empty table is a table): cos and sin [seqlen_ro, rotary_dim / 2] in q's dtype,
  *   rotary_dim even and <= d, applied to the first rotary_dim channels of q and k_new (never to

@@ -58,13 +58,14 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
 {
     const fa_problem *p = &kp->p;
     /* the decode kernels and their device check start every sequence's keys at position 0: the
-     * core runs cache_leftpad on the dense forward (core/kvcache_dense.c), except with rotary
-     * embeddings, check_on_device, or appended keys where the backend has no device copy */
+     * core runs cache_leftpad on the dense forward (core/kvcache_dense.c) where that path serves
+     * the call (fa_kv_dense_takes): not with rotary embeddings, check_on_device, no query rows, or
+     * appended keys where the backend has no device copy */
     if (kp->cache_leftpad)
         return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
-                        "cache_leftpad is not implemented on %s yet for calls with rotary embeddings or "
-                        "check_on_device%s",
-                        FA_RT_NAME, ctx->backend->ring_copy ? "" : ", or appended keys");
+                        "cache_leftpad is not implemented on %s yet for calls with rotary embeddings, "
+                        "check_on_device or no query rows%s",
+                        FA_RT_NAME, ctx->backend->ring_copy ? "" : ", or with appended keys");
     if (p->batch == 0 || (p->seqlen_q == 0 && (!kp->has_new || kp->seqlen_knew == 0)))
         return FA_SUCCESS;
     /* the decode kernels hold one key row and one value row across the threads of a warp, 8 channels
