@@ -12,7 +12,8 @@
 # SWITCH (a FLASHATTN_KERNELS value, a decode opt-in): the kernel times and decode_bench.py once more on
 # B with it set, an opt-in measured against B's default in the same call. PREFILL (a list of new
 # token counts, e.g. 16,128,512): chunked prefill (decode_bench.py --new N, batch 1 and 4 over 8k
-# cached keys) on A and on B under the chooser.
+# cached keys) on A and on B under the chooser. DECODE_BENCH_ARGS: more arguments for every
+# decode_bench.py --graph run (e.g. --sink).
 # Usage: BASE_PATCH=.ab/change.patch [SWITCH=<token>] bash bench/device/decode_ab_gpu.sh  (carry:
 # [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
 # git metadata. An empty patch file makes A the same tree as B.
@@ -53,7 +54,8 @@ done
 for side in $sides; do
   for args in "--graph" "--graph --page 64"; do
     echo "== $side: decode_bench.py $args"
-    env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 120 python3 bench/decode_bench.py $args 2>&1 |
+    env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 120 python3 bench/decode_bench.py $args \
+      ${DECODE_BENCH_ARGS:-} 2>&1 |
       tee -a "$OUT/bench-$side.md"
   done
 done

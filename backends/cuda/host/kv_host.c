@@ -27,7 +27,8 @@ static int gpu_kv_view_aligned(const fa_view *v, size_t elem)
  * processors' resident slots (`slots` blocks at a time) within 5 % as evenly as the best count
  * does: the kernel's time is its number of waves of blocks, so 1.3 waves cost as much as 2.
  * *keys_per_split is a multiple of FA_KV_KEY_CHUNK. */
-static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t slots, int64_t *keys_per_split)
+static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t slots, int64_t min_splits,
+                             int64_t *keys_per_split)
 {
     const int64_t keys = kp->p.seqlen_k, chunks = (keys + FA_KV_KEY_CHUNK - 1) / FA_KV_KEY_CHUNK;
     int64_t splits = 1;
@@ -45,6 +46,8 @@ static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t sl
         for (splits = 1; splits < most && eff[splits] < 0.95 * best; ++splits)
             ;
     }
+    if (splits < min_splits)
+        splits = min_splits;
     if (splits > chunks)
         splits = chunks;
     if (splits < 1)
@@ -141,10 +144,14 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     const size_t elem = fa_dtype_size(p->dtype);
     kv.aligned = p->d % 8 == 0 && p->d_v % 8 == 0 && gpu_kv_view_aligned(&kp->k_cache, elem) && gpu_kv_view_aligned(&kp->v_cache, elem);
     /* the kernel: the tensor-core one where it exists (cc >= 8.0, fp16 / bf16, aligned rows, d <=
-     * 128, neither a sink nor d_v != d, which it does not read; FLASHATTN_KERNELS=kv-simt turns it
-     * off), else the SIMT one with the cp.async ring (fp16 / bf16, aligned rows) or register loads */
+     * 128, d_v == d; FLASHATTN_KERNELS=kv-simt turns it off), else the SIMT one with the cp.async
+     * ring (fp16 / bf16, aligned rows) or register loads. The tensor-core kernel does not read the
+     * learnable sink: with FLASHATTN_KERNELS=kv-mma-sink it takes a call with a sink whose keys
+     * span two chunks or more, split at least in two so that the combine kernel folds the sink in
+     * (decode_kernels.cuh); else the SIMT kernel takes it. */
+    const int sink_mma = p->sink && s->kv_mma_sink && p->seqlen_k > FA_KV_KEY_CHUNK;
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
-                    bucket <= 128 && !p->sink && p->d_v == p->d && !s->kv_simt;
+                    bucket <= 128 && (!p->sink || sink_mma) && p->d_v == p->d && !s->kv_simt;
     kv.l2_prefetch = FA_KV_L2_PREFETCH;
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
@@ -168,7 +175,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         if (e != FA_RT(Success))
             return fa_gpu_fail(ctx, e, "fa_forward_kvcache: occupancy of the decode kernel");
         kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,
-                                  &kv.keys_per_split);
+                                  mma && p->sink ? 2 : 1, &kv.keys_per_split);
     }
     void *partial = NULL;
     if (kv.splits > 1) {
