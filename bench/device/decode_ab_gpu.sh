@@ -13,7 +13,8 @@
 # B with it set, an opt-in measured against B's default in the same call. PREFILL (a list of new
 # token counts, e.g. 16,128,512): chunked prefill (decode_bench.py --new N, batch 1 and 4 over 8k
 # cached keys) on A and on B under the chooser. DECODE_BENCH_ARGS: more arguments for every
-# decode_bench.py --graph run (e.g. --sink).
+# decode_bench.py --graph run (e.g. --sink). AB_SIDES: which of A, B and B-$SWITCH the kernel times
+# and decode_bench.py run on (default all), e.g. "B B-$SWITCH" when the patch does not touch decode.
 # Usage: BASE_PATCH=.ab/change.patch [SWITCH=<token>] bash bench/device/decode_ab_gpu.sh  (carry:
 # [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
 # git metadata. An empty patch file makes A the same tree as B.
@@ -44,6 +45,7 @@ if [ -n "${SWITCH:-}" ]; then
   done
 fi
 sides="A B"; [ -n "${SWITCH:-}" ] && sides="A B B-$SWITCH"
+sides=${AB_SIDES:-$sides}
 lib_of() { echo "$root/build-decode-${1%%-*}/libflashattn.so"; }
 switch_of() { case $1 in *-*) echo "FLASHATTN_KERNELS=${1#*-}" ;; *) echo "-u FLASHATTN_KERNELS" ;; esac; }
 for side in $sides; do

@@ -7,7 +7,7 @@
 #     sm80, sm80 with its row backward, simt), five processes side by side;
 #   - compute-sanitizer memcheck, racecheck and synccheck on B's dropout cases (sm80 forced);
 #   - bench/gpu_bench.py --dropout (ours without and with p = 0.1 beside PyTorch's FA2) on A and on
-#     B, under the chooser and with --sm80.
+#     B, under the chooser and with --sm80 (AB_SIDES=B: on B only, for an empty patch).
 # Usage: BASE_PATCH=.ab/dropout.patch bash bench/device/dropout_gpu.sh  (carry: [".deps"] for cmocka;
 # pass FLASHATTN_BENCH_COMMIT, the device's copy of the tree may carry stale git metadata)
 set -uo pipefail
@@ -34,7 +34,7 @@ for tool in memcheck racecheck synccheck; do
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) $tool, dropout cases, sm80: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
 done
-for side in A B; do
+for side in ${AB_SIDES:-A B}; do
   for flags in "" "--sm80"; do
     echo "== $side: gpu_bench.py --dropout $flags"
     timeout 100 python3 bench/gpu_bench.py --lib "$root/build-dropout-$side/libflashattn.so" --dropout $flags \
