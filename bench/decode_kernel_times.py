@@ -2,12 +2,14 @@
 """decode_kernel_times.py: the GPU time of each kernel of one fa_forward_kvcache call
 (flash_attn_with_kvcache), from torch.profiler over 20 calls, at the decode shapes of
 decode_bench.py (bf16, 32 query heads over 8 KV heads, d 128, one new token, contiguous cache,
-check_on_device): where a call's time goes (the check, decode and combine kernels).
+check_on_device): where a call's time goes (the check, decode and combine kernels). With --new N
+(chunked prefill: N new query tokens, causal, without check_on_device, which the dense path does
+not take), the kernels of the path the library chooses for that shape.
 
 The output's first line is its provenance (date, commit, device, command; bench/provenance.py).
 
 usage: FLASHATTN_LIBRARY=build/libflashattn.so python3 bench/decode_kernel_times.py
-       [--shapes 1x4096,1x131072,8x32768] [--splits 0] [--calls 20]
+       [--shapes 1x4096,1x131072,8x32768] [--splits 0] [--calls 20] [--new 1]
 """
 import argparse
 import os
@@ -27,6 +29,7 @@ def main():
     ap.add_argument("--shapes", default="1x4096,1x16384,1x131072,8x32768", help="batch x KV length, ...")
     ap.add_argument("--splits", type=int, default=0, help="num_splits (0: the library's choice)")
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--new", type=int, default=1, help="new query tokens per sequence (causal when > 1)")
     args = ap.parse_args()
     print(prov.comment(torch.cuda.get_device_name()), flush=True)
     print("| batch | KV length | kernel | calls | mean µs |")
@@ -34,14 +37,14 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(0)
     for shape in args.shapes.split(","):
         b, s = (int(x) for x in shape.split("x"))
-        q = torch.randn(b, 1, 32, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+        q = torch.randn(b, args.new, 32, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
         k = torch.randn(b, s, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
         v = torch.randn(b, s, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
         lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
 
         def call():
             return flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, num_splits=args.splits,
-                                                     check_on_device=True)
+                                                     causal=args.new > 1, check_on_device=args.new == 1)
         for _ in range(5):
             call()
         flashattn.synchronize(q)
