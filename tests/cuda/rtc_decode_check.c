@@ -8,8 +8,8 @@
  *     tensor-core decode kernel, under FLASHATTN_KERNELS=kv-simt the SIMT one with its cp.async ring;
  *   - a paged cache with 2 splits asked for;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
- *   - a learnable sink: the SIMT kernel, or under FLASHATTN_KERNELS=kv-mma-sink the tensor-core
- *     kernel in splits with the combine;
+ *   - a learnable sink: the tensor-core kernel in at least two splits with the combine, which
+ *     folds the sink in; under FLASHATTN_KERNELS=kv-simt the SIMT kernel;
  *   - cache_leftpad: refused with the arrays checked on the device, else the core's appends and
  *     one dense forward (sm80) instead of the decode kernels;
  *   - a failing occupancy query and a failing launch: FA_ERR_BACKEND naming the call.
@@ -234,24 +234,23 @@ int main(int argc, char **argv)
     check_launches("GQA, SIMT", simt, 4);
     fa_context_destroy(ctx);
 
-    /* a learnable sink, which the tensor-core kernel does not read: the SIMT kernel by default;
-     * with FLASHATTN_KERNELS=kv-mma-sink the tensor-core kernel in splits (4 here, at least 2)
-     * and the combine kernel, which folds the sink in */
+    /* a learnable sink, which the tensor-core kernel does not read: that kernel in splits (4 here,
+     * at least 2) and the combine kernel, which folds the sink in; the SIMT kernel under
+     * FLASHATTN_KERNELS=kv-simt (above) */
+    ctx = open_context();
+    a = gqa_call(ctx);
+    a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
+    run(ctx, &a, "bf16 d 128 GQA decode with a sink, FLASHATTN_KERNELS=kv-simt");
+    check_launches("sink, SIMT", simt, 4);
+    fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
     ctx = open_context();
     a = gqa_call(ctx);
     a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
     run(ctx, &a, "bf16 d 128 GQA decode with a sink");
-    check_launches("sink, SIMT", simt, 4);
-    fa_context_destroy(ctx);
-    setenv("FLASHATTN_KERNELS", "kv-mma-sink", 1);
-    ctx = open_context();
-    a = gqa_call(ctx);
-    a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
-    run(ctx, &a, "bf16 d 128 GQA decode with a sink, FLASHATTN_KERNELS=kv-mma-sink");
     check_launches("sink, tensor cores", mma, 4);
     a.num_splits = 1; /* one split asked for: two, so that the combine kernel folds the sink in */
-    run(ctx, &a, "bf16 d 128 GQA decode with a sink, 1 split asked for, FLASHATTN_KERNELS=kv-mma-sink");
+    run(ctx, &a, "bf16 d 128 GQA decode with a sink, 1 split asked for");
     const expected sink_two[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},

@@ -94,7 +94,6 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->stream = s->own;
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
-    s->kv_mma_sink = fa_kernels_switch("kv-mma-sink", NULL, 0);
     ctx->priv = s;
     return FA_SUCCESS;
 }

@@ -32,7 +32,6 @@ typedef struct fa_gpu_state {
     fa_rt_prop prop;
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
-    int kv_mma_sink;          /* FLASHATTN_KERNELS=kv-mma-sink: the tensor-core decode kernel for calls with a sink */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
      * user ran on */
     void *scratch;

@@ -146,10 +146,10 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     /* the kernel: the tensor-core one where it exists (cc >= 8.0, fp16 / bf16, aligned rows, d <=
      * 128, d_v == d; FLASHATTN_KERNELS=kv-simt turns it off), else the SIMT one with the cp.async
      * ring (fp16 / bf16, aligned rows) or register loads. The tensor-core kernel does not read the
-     * learnable sink: with FLASHATTN_KERNELS=kv-mma-sink it takes a call with a sink whose keys
-     * span two chunks or more, split at least in two so that the combine kernel folds the sink in
-     * (decode_kernels.cuh); else the SIMT kernel takes it. */
-    const int sink_mma = p->sink && s->kv_mma_sink && p->seqlen_k > FA_KV_KEY_CHUNK;
+     * learnable sink: it takes a call with a sink whose keys span two chunks or more, split at
+     * least in two so that the combine kernel folds the sink in (decode_kernels.cuh); the SIMT
+     * kernel takes the shorter ones. */
+    const int sink_mma = p->sink && p->seqlen_k > FA_KV_KEY_CHUNK;
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
                     bucket <= 128 && (!p->sink || sink_mma) && p->d_v == p->d && !s->kv_simt;
     kv.l2_prefetch = FA_KV_L2_PREFETCH;
