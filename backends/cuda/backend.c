@@ -10,6 +10,7 @@
  * alone (forward, backward and the SIMT decode kernel): the chooser gives them every such call.
  * Every CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with
  * the CUDA error's name. */
+#include "common/sm90_geometry.h"
 #include "host/gpu_host.h"
 #include "host/kernels.h"
 #include "ring/ring.h"
@@ -303,6 +304,33 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
     return c->fused ? p->total_q * p->heads_q * c->head_dim : 0;
 }
 
+/* How many blocks share each query tile's keys in the Hopper forward (FLASHATTN_KERNELS=
+ * sm90-fwd-split=auto: sm90_geometry.h's rule, 1 unless the grid leaves SMs idle; =N: N): 1 unless
+ * the warp-specialised kernel runs p without dropout at d <= 128 (its d 256 instance would spill
+ * with the parts' epilogue); at most 65535 blocks along z (sequences x splits). */
+static int64_t sm90_splits(const fa_gpu_state *gs, const fa_problem *p, const cuda_choice *c)
+{
+    if (!gs->sm90_split || c->family != FAMILY_SM90 || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 ||
+        p->block_mask)
+        return 1;
+    if (gs->sm90_split > 0)
+        return p->batch * gs->sm90_split <= 65535 ? gs->sm90_split : 1;
+    const int64_t bn = FA_SM90_WS_BN(c->head_dim);
+    int64_t blocks;
+    if (!fa_mul_ok((p->seqlen_q + FA_SM90_WS_BR - 1) / FA_SM90_WS_BR, p->heads_q, &blocks) ||
+        !fa_mul_ok(blocks, p->batch, &blocks))
+        return 1;
+    const int64_t splits = fa_sm90_ws_splits(blocks, gs->prop.multiProcessorCount, (p->seqlen_k + bn - 1) / bn);
+    return p->batch * splits <= 65535 ? splits : 1;
+}
+
+/* The split parts' fp32 O and LSE (fa_gpu_params.split_o, split_lse) for `splits` splits, in floats. */
+static int split_floats(const fa_problem *p, int64_t splits, int64_t *floats)
+{
+    return fa_mul_ok(p->total_q * p->heads_q, splits, floats) && fa_mul_ok(*floats, p->d + 1, floats) &&
+           (uint64_t)*floats <= SIZE_MAX / sizeof(float);
+}
+
 static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
     const cuda_choice c = cuda_choice_get(v);
@@ -310,6 +338,26 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_var
     fa_status st = fa_gpu_call_begin(ctx, p, 0, &call);
     if (st != FA_SUCCESS || !call.run)
         return st;
+    const int64_t splits = sm90_splits(fa_gpu_of(ctx), p, &c);
+    if (splits > 1) { /* the parts in the context's scratch, kept for the next call */
+        int64_t floats;
+        void *parts = NULL;
+        st = split_floats(p, splits, &floats)
+                 ? fa_gpu_scratch(ctx, sizeof(float) * (size_t)floats, &parts)
+                 : FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_forward: the split keys' parts overflow the address space");
+        if (st != FA_SUCCESS) {
+            fa_gpu_call_end(ctx, &call, (int)FA_RT(Success), v->name);
+            return st;
+        }
+        /* part s: O [total_q][heads_q][d] and LSE [total_q][heads_q], viewed as o and lse are
+         * indexed (sequence, row, head; a varlen call's packed rows) */
+        const int64_t rows = p->total_q * p->heads_q, sq = call.kp.cu_q ? 0 : p->seqlen_q;
+        call.kp.splits = splits;
+        call.kp.split_o = (fa_gpu_tensor){parts, sq * p->heads_q * p->d, p->heads_q * p->d, p->d};
+        call.kp.split_lse = (fa_gpu_tensor){(float *)parts + splits * rows * p->d, sq * p->heads_q, p->heads_q, 1};
+        call.kp.split_stride_o = rows * p->d;
+        call.kp.split_stride_lse = rows;
+    }
     return fa_gpu_call_end(ctx, &call, launch_forward(&call.kp, &c, call.stream), v->name);
 }
 
@@ -342,6 +390,11 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
         bytes += p->total_q * p->heads_q * 8;
         if (cuda_choice_of(ctx, p, &c, why, sizeof why) == FA_SUCCESS)
             bytes += 4 * dq_accum_floats(p, &c);
+    } else if (cuda_choice_of(ctx, p, &c, why, sizeof why) == FA_SUCCESS) { /* the split keys' parts */
+        int64_t floats;
+        const int64_t splits = sm90_splits(fa_gpu_of(ctx), p, &c);
+        if (splits > 1 && split_floats(p, splits, &floats))
+            bytes += 4 * floats;
     }
     return bytes;
 }

@@ -12,6 +12,10 @@
  *     dO maps, dQ converted, each with its grid, block and shared memory;
  *   - fp16 d 64, a plain forward; with dropout, under the chooser and FLASHATTN_KERNELS=sm90: the
  *     warp-specialised kernel's dropout instance;
+ *   - split keys: 128 query rows over 2048 keys (bf16 d 128, causal, one query tile per head) in
+ *     one block per head by default and, under FLASHATTN_KERNELS=sm90-fwd-split=auto, in four per
+ *     head (the rule's count for 132 SMs) followed by split_combine_kernel, the parts counted in
+ *     fa_plan's workspace; =3 splits the first problem's forward in three; =0 is refused;
  *   - with "--no-tensor-maps" (argv[2]; argv[1] then a fake built without cuTensorMapEncodeTiled,
  *     as drivers older than CUDA 12 are): the same plain forward runs on another family.
  * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
@@ -127,6 +131,72 @@ static fa_context *context_with(const char *kernels)
     unsetenv("FLASHATTN_KERNELS");
     CHECK(st == FA_SUCCESS, "fa_context_create(cuda) with FLASHATTN_KERNELS=%s: %s", kernels, fa_last_error());
     return ctx;
+}
+
+/* Split keys (see the top): the long-key problem's forward and plan by default and under
+ * sm90-fwd-split=auto, the short one under =3, and =0 refused. */
+static void check_split(fa_context *ctx, fake_cuda_state *fake)
+{
+    enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
+    const int64_t qshape[4] = {1, SQ, H, D}, kshape[4] = {1, SK, H, D}, lshape[3] = {1, H, SQ};
+    void *q = device_zeros(ctx, (size_t)SQ * H * D * 2), *o = device_zeros(ctx, (size_t)SQ * H * D * 2);
+    void *k = device_zeros(ctx, (size_t)SK * H * D * 2), *v = device_zeros(ctx, (size_t)SK * H * D * 2);
+    void *lse = device_zeros(ctx, (size_t)H * SQ * 4);
+    fa_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = fa_tensor_contiguous(q, FA_DTYPE_BF16, 4, qshape);
+    a.k = fa_tensor_contiguous(k, FA_DTYPE_BF16, 4, kshape);
+    a.v = fa_tensor_contiguous(v, FA_DTYPE_BF16, 4, kshape);
+    a.o = fa_tensor_contiguous(o, FA_DTYPE_BF16, 4, qshape);
+    a.lse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape);
+    a.opts = fa_options_default();
+    a.opts.causal = 1;
+    const char *ws = "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true>";
+    const char *ws_split = "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true, false, false, true>";
+    const unsigned smem = (128 + 2 * 3 * 128) * 128 * 2 + 1024;
+    fa_plan_info plain_plan, split_plan;
+    fa_status st = fa_forward(ctx, &a);
+    CHECK(st == FA_SUCCESS && fa_plan(ctx, &a, &plain_plan) == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', ws, 1, H, 1, 384, smem);
+
+    fa_context *split = context_with("sm90-fwd-split=auto");
+    int launches = fake->launch_calls;
+    st = fa_forward(split, &a);
+    CHECK(st == FA_SUCCESS && fa_plan(split, &a, &split_plan) == FA_SUCCESS, "fa_forward, split: %s",
+          fa_context_last_error(split));
+    CHECK(fake->launch_calls == launches + 2, "split: %d launches", fake->launch_calls - launches);
+    check_launch(fake, fake->launch_log_len - 2, "sm90", 'a', ws_split, 1, H, SPLITS, 384, smem);
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', "fa_gpu::split_combine_kernel<__nv_bfloat16, 128>",
+                 (SQ * H + 3) / 4, 1, 1, 128, 0);
+    const int64_t parts = 4 * (int64_t)SPLITS * SQ * H * (D + 1); /* fp32 O and LSE of each part */
+    CHECK(split_plan.workspace_fwd == plain_plan.workspace_fwd + parts,
+          "the plan's forward workspace: %lld bytes split, %lld not, expected %lld more",
+          (long long)split_plan.workspace_fwd, (long long)plain_plan.workspace_fwd, (long long)parts);
+    printf("ok: the plan counts the split parts' %lld bytes\n", (long long)parts);
+    fa_context_destroy(split);
+
+    /* =3: the [B][S][H][128] problem's causal forward (three query tiles a head) in three splits */
+    problem p = make_problem(ctx, FA_DTYPE_BF16, 128);
+    p.fwd.opts.causal = 1;
+    split = context_with("sm90-fwd-split=3");
+    st = fa_forward(split, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward, 3 splits: %s", fa_context_last_error(split));
+    check_launch(fake, fake->launch_log_len - 2, "sm90", 'a', ws_split, 3, H, B * 3, 384, smem);
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', "fa_gpu::split_combine_kernel<__nv_bfloat16, 128>",
+                 (B * S * H + 3) / 4, 1, 1, 128, 0);
+    fa_context_destroy(split);
+    free_problem(ctx, &p);
+
+    setenv("FLASHATTN_KERNELS", "sm90-fwd-split=0", 1);
+    fa_context *bad = NULL;
+    st = fa_context_create(&bad, "cuda", 0);
+    unsetenv("FLASHATTN_KERNELS");
+    CHECK(st == FA_ERR_INVALID_ARG && bad == NULL && strstr(fa_last_error(), "sm90-fwd-split=0"),
+          "sm90-fwd-split=0: status %d: %s", (int)st, fa_last_error());
+    printf("ok: sm90-fwd-split=0 refused: %s\n", fa_last_error());
+    void *bufs[] = {q, k, v, o, lse};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
+        fa_free(ctx, bufs[i]);
 }
 
 int main(int argc, char **argv)
@@ -258,8 +328,9 @@ int main(int argc, char **argv)
         CHECK(fake->tensor_map_calls == maps + 2, "the dropout forward encoded %d maps", fake->tensor_map_calls - maps);
     }
     fa_context_destroy(forced);
-
     free_problem(ctx, &p);
+
+    check_split(ctx, fake);
     fa_context_destroy(ctx);
     printf("PASS\n");
     return 0;

@@ -58,6 +58,14 @@ typedef struct fa_gpu_params {
     int64_t d_v;
     const float *sink;
     float *dsink;
+    /* the Hopper forward's split keys (sm90/forward_kernels.cuh; 0 or 1: not split): each query
+     * tile's key tiles shared among `splits` blocks, whose O (fp32, normalised) and LSE go to part
+     * 0's views split_o and split_lse (fp32, indexed as o and lse are), part s's at s *
+     * split_stride_o and s * split_stride_lse elements further (the call's scratch on the device);
+     * split_combine_kernel (common/split_combine.cuh) merges them into o and lse. */
+    int64_t splits;
+    fa_gpu_tensor split_o, split_lse;
+    int64_t split_stride_o, split_stride_lse;
 } fa_gpu_params;
 
 /* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family

@@ -1,6 +1,7 @@
 /* gpu_host.c: the host glue of the CUDA and HIP backends (gpu_host.h says what it holds),
  * compiled once per runtime. */
 #include "host/gpu_host.h"
+#include "common/sm90_geometry.h"
 #if defined(FA_CUDA_RTC) || defined(FA_HIP_RTC)
 #include "host/rtc_kernels.h"
 #endif
@@ -79,6 +80,17 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     if (fa_kernels_switch("sm80-backward", value, sizeof value) && strcmp(value, "rows") != 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm80-backward=%s; its value is rows",
                         FA_RT_NAME, value);
+    /* sm90-fwd-split=auto (the rule) or =N (N splits, 1 .. FA_SM90_WS_SPLIT_MAX, a test aid) */
+    int split = 0;
+    if (fa_kernels_switch("sm90-fwd-split", value, sizeof value)) {
+        char *end = NULL;
+        const long n = strcmp(value, "auto") == 0 ? -1 : strtol(value, &end, 10);
+        if (n != -1 && (!end || end == value || *end || n < 1 || n > FA_SM90_WS_SPLIT_MAX))
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                            "%s: " FA_KERNELS_ENV " has sm90-fwd-split=%s; its value is auto or 1..%d", FA_RT_NAME,
+                            value, FA_SM90_WS_SPLIT_MAX);
+        split = (int)n;
+    }
     fa_gpu_state *s = calloc(1, sizeof *s);
     if (!s)
         return FA_ERR_OUT_OF_MEMORY;
@@ -94,6 +106,7 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->stream = s->own;
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
+    s->sm90_split = split;
     ctx->priv = s;
     return FA_SUCCESS;
 }

@@ -124,20 +124,31 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
             return FA_RTC_NO_DRIVER;
         sm90_maps maps;
         memset(&maps, 0, sizeof maps);
+        /* split keys (p->splits > 1; d <= 128, not with dropout): batch x splits blocks along z,
+         * then split_combine_kernel<T, D> */
+        const int split = !ws_drop && d <= 128 && p->splits > 1;
         /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without
          * score modifiers whose K and V load by TMA */
-        const int wide_asked = FA_SM90_WS_WIDE(d) && !p->causal && !mod && !ws_drop;
+        const int wide_asked = FA_SM90_WS_WIDE(d) && !p->causal && !mod && !ws_drop && !split;
         const int bn = FA_SM90_WS_BN_OF(d, wide_asked);
         const int tma = !p->cu_k && make_map(cu, &maps.first, &p->k, p, p->seqlen_k, p->heads_kv, bn, dtype) &&
                         make_map(cu, &maps.second, &p->v, p, p->seqlen_k, p->heads_kv, bn, dtype);
         const int wide = wide_asked && tma;
         snprintf(name, sizeof name, "fa_gpu::sm90::ws_forward_kernel<%s, %d, %s, %s%s>", type, d,
-                 mod ? "true" : "false", tma ? "true" : "false", ws_drop ? ", false, true" : wide ? ", true" : "");
+                 mod ? "true" : "false", tma ? "true" : "false",
+                 ws_drop ? ", false, true" : split ? ", false, false, true" : wide ? ", true" : "");
         void *args[] = {&params, &maps};
         const unsigned smem = wide ? (unsigned)FA_SM90_WS_SMEM_N(ELEM_BYTES, d, FA_SM90_WS_BN_OF(d, 1))
                                    : (unsigned)FA_SM90_WS_SMEM(ELEM_BYTES, d);
-        return launch(name, (p->seqlen_q + FA_SM90_WS_BR - 1) / FA_SM90_WS_BR, p->heads_q, p->batch,
-                      FA_SM90_WS_THREADS, smem, stream, args, why, why_len);
+        fa_rtc_status st = launch(name, (p->seqlen_q + FA_SM90_WS_BR - 1) / FA_SM90_WS_BR, p->heads_q,
+                                  split ? p->batch * p->splits : p->batch, FA_SM90_WS_THREADS, smem, stream, args,
+                                  why, why_len);
+        if (st != FA_RTC_OK || !split)
+            return st;
+        const int64_t rows = FA_SM90_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
+        snprintf(name, sizeof name, "fa_gpu::split_combine_kernel<%s, %d>", type, d);
+        return launch(name, (p->total_q * p->heads_q + rows - 1) / rows, 1, 1, FA_SM90_SPLIT_COMBINE_THREADS, 0,
+                      stream, args, why, why_len);
     }
     if (mod) {
         *not_supported = 1;

@@ -26,6 +26,7 @@
 #include "common/dropout.cuh"
 #include "common/score_mod.cuh"
 #include "common/softmax_step.cuh"
+#include "common/split_combine.cuh"
 #include "sm90/primitives.cuh"
 #include "sm90/tma.cuh"
 #include "common/sm90_geometry.h"
@@ -231,7 +232,10 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
  * MOD: the score modifiers (fa_gpu::softmax_scores applies them). TMA: the producer is one
  * thread issuing tensor-memory-accelerator copies of whole tiles through the maps (dense calls,
  * tensor_map.cuh), which complete on the "full" barriers by their byte count; without it the
- * producer warpgroup copies with cp.async. */
+ * producer warpgroup copies with cp.async. SPLIT: the key tiles of each query tile shared among
+ * p.splits blocks (grid z: sequence x splits), each writing its part's O and LSE for
+ * split_combine_kernel (common/split_combine.cuh), for calls whose query tiles alone leave SMs
+ * idle (d <= 128). */
 constexpr int WS_BR = FA_SM90_WS_BR, WS_CONSUMERS = FA_SM90_WS_CONSUMERS, WS_THREADS = FA_SM90_WS_THREADS;
 /* keys per tile: 128, or 64 at d 256 (its O accumulator takes 128 registers per thread), or 160
  * at d 128 in the wide instance (S 80 registers per thread beside O's 64, in 240) */
@@ -267,12 +271,14 @@ static_assert(WS_CONSUMERS * ws_consumer_regs<true>() + (WS_THREADS - WS_CONSUME
 
 /* WIDE: the wide instance (ws_bn, ws_consumer_regs), for TMA loads without score modifiers.
  * DROP: dropout (no block lists, no score modifiers, not wide): the consumers apply it to P as the
- * sm80 kernels do (fa_gpu::softmax_scores, common/dropout.cuh). */
-template <typename T, int D, bool MOD = false, bool TMA = false, bool WIDE = false, bool DROP = false>
+ * sm80 kernels do (fa_gpu::softmax_scores, common/dropout.cuh). SPLIT: split keys (not wide, no
+ * dropout). */
+template <typename T, int D, bool MOD = false, bool TMA = false, bool WIDE = false, bool DROP = false, bool SPLIT = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_params p, const __grid_constant__ tile_maps maps)
 {
     static_assert(!WIDE || (TMA && !MOD), "the wide instances: TMA loads, no score modifiers");
     static_assert(!DROP || (!MOD && !WIDE), "the dropout instances: no score modifiers, not wide");
+    static_assert(!SPLIT || (!WIDE && !DROP), "the split instances: not wide, no dropout");
     constexpr int WS_STAGES = ws_stages<T, D, WIDE>(), WS_BN = ws_bn<D, WIDE>();
     constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
     constexpr uint32_t TILEB = WS_BN * D * sizeof(T); /* bytes of one K or V tile */
@@ -285,7 +291,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
                    v_addr = k_addr + WS_STAGES * TILEB;
     T *ks = reinterpret_cast<T *>(base + WS_BR * D * sizeof(T));
 
-    const int64_t h = blockIdx.y, b = blockIdx.z;
+    const int64_t h = blockIdx.y, b = SPLIT ? (int64_t)(blockIdx.z / (unsigned)p.splits) : (int64_t)blockIdx.z;
+    /* the split index, read where it is used so that no register holds it through the key loop */
+    auto split_index = [&]() { return (int64_t)blockIdx.z - b * p.splits; };
     const fa_seq s = fa_sequence(p, b);
     const int64_t qt = p.causal ? (int64_t)gridDim.x - 1 - blockIdx.x : (int64_t)blockIdx.x;
     const int64_t q0 = qt * WS_BR;
@@ -300,6 +308,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
             first = lo / WS_BN;
             last = (hi + WS_BN - 1) / WS_BN;
         }
+    }
+    if constexpr (SPLIT) { /* this block's share: tiles [first + split * per, + per) of them */
+        const int64_t per = (int64_t)((unsigned)(last - first + p.splits - 1) / (unsigned)p.splits); /* < 2^31 tiles */
+        const int64_t lo = imin(first + split_index() * per, last);
+        last = imin(lo + per, last);
+        first = lo;
     }
     const uint32_t fullk0 = fa_gpu::smem_addr(&bars[0]), fullv0 = fullk0 + 8u * WS_STAGES,
                    emptyk0 = fullk0 + 16u * WS_STAGES, emptyv0 = fullk0 + 24u * WS_STAGES;
@@ -475,6 +489,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
         release(emptyv0, ntiles - 1);
     }
     bar_sync<3, WS_CONSUMERS>(); /* both consumers are done with every stage before O is staged over them */
+    if constexpr (SPLIT) { /* this part's O (fp32, from the registers) and LSE */
+        fa_gpu::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, fa_gpu::split_part_params(p, split_index()), s, b, h, q0,
+                                         wrow);
+        return;
+    }
     fa_gpu::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
     bar_sync<3, WS_CONSUMERS>();
     if (!p.out_f32)

@@ -20,24 +20,39 @@ inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream
     static_assert(ws_stages<T, D>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D>() * ws_bn<D>() * D &&
                       ws_stages<T, D, true>() >= 2 && WS_BR * (D + 8) <= 2 * ws_stages<T, D, true>() * ws_bn<D, true>() * D,
                   "two stages at least, and the O stage fits in the K and V buffers");
-    const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q, (unsigned)p.batch);
+    /* split keys (p.splits > 1; d <= 128, not with dropout): batch x splits blocks along z, then
+     * the merge */
+    constexpr bool SPLIT_D = !DROP && D <= 128;
+    const bool split = SPLIT_D && p.splits > 1;
+    const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q,
+                    (unsigned)(split ? p.batch * p.splits : p.batch));
     static_assert(D % 64 == 0 && ws_bn<D>() <= 256 && ws_bn<D, true>() <= 256, "TMA boxes: 64 columns, at most 256 rows");
     tile_maps maps;
     memset(&maps, 0, sizeof maps);
     /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without score
      * modifiers whose K and V load by TMA */
     constexpr bool WIDE_D = !MOD && !DROP && FA_SM90_WS_WIDE(D);
-    const bool wide_asked = WIDE_D && !p.causal;
+    const bool wide_asked = WIDE_D && !p.causal && !split;
     const bool tma = make_kv_maps<T>(p, wide_asked ? ws_bn<D, true>() : ws_bn<D>(), &maps);
     const bool wide = wide_asked && tma;
     auto kernel = tma ? ws_forward_kernel<T, D, MOD, true, false, DROP> : ws_forward_kernel<T, D, MOD, false, false, DROP>;
     if constexpr (WIDE_D)
         if (wide)
             kernel = ws_forward_kernel<T, D, false, true, true>;
+    if constexpr (SPLIT_D)
+        if (split)
+            kernel = tma ? ws_forward_kernel<T, D, MOD, true, false, false, true>
+                         : ws_forward_kernel<T, D, MOD, false, false, false, true>;
     const int smem = wide ? SMEM_WIDE : SMEM;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e == cudaSuccess)
         kernel<<<grid, WS_THREADS, smem, stream>>>(p, maps);
+    if constexpr (SPLIT_D)
+        if (e == cudaSuccess && split) {
+            constexpr int ROWS = FA_SM90_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
+            const int64_t blocks = (p.total_q * p.heads_q + ROWS - 1) / ROWS;
+            split_combine_kernel<T, D><<<(unsigned)blocks, FA_SM90_SPLIT_COMBINE_THREADS, 0, stream>>>(p);
+        }
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
