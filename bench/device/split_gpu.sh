@@ -5,7 +5,7 @@
 #   - the short grid with SPLITS splits (default 3) on every call the split kernel takes, and with
 #     the rule (=auto), four shards each, eight processes side by side; masked rows with both;
 #   - the decode grid with =3 and the dense path forced (kv-prefill-dense), so that chunked prefill
-#     runs split;
+#     runs split; the decode grid (its NaN rule included) under the chooser and with kv-simt;
 #   - compute-sanitizer memcheck, racecheck and synccheck on the hdim128 cases with =3;
 #   - chunked prefill, bench/decode_bench.py --new N --shapes 1x8192,4x8192 for N in PREFILL
 #     (default 16,64,128,512), under the chooser and with =auto, and with =auto,kv-prefill-dense;
@@ -41,11 +41,14 @@ for kernels in "$forced" sm90-fwd-split=auto; do
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) masked rows, FLASHATTN_KERNELS=$kernels: exit $rc; $(tail -1 "$OUT/masked-rows-${kernels#*=}.txt")"
 done
-timeout 150 env FLASHATTN_KERNELS=$forced,kv-prefill-dense "$B/tests/conformance/decode" --backend cuda \
-  > "$OUT/decode-dense-split.txt" 2>&1
-rc=$?; [ $rc -ne 0 ] && status=1
-echo "$(stamp) decode grid, FLASHATTN_KERNELS=$forced,kv-prefill-dense: exit $rc; $(tail -1 "$OUT/decode-dense-split.txt")"
-grep -E "FAIL" "$OUT/decode-dense-split.txt" | head -5
+for kernels in "$forced,kv-prefill-dense" default kv-simt; do
+  f="$OUT/decode-${kernels//[=,]/-}.txt"
+  timeout 150 env $([ "$kernels" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
+    "$B/tests/conformance/decode" --backend cuda > "$f" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) decode grid, FLASHATTN_KERNELS=$kernels: exit $rc; $(tail -1 "$f")"
+  grep -E "FAIL|nan rule" "$f" | head -8
+done
 for tool in memcheck racecheck synccheck; do
   timeout 150 env FLASHATTN_KERNELS=$forced compute-sanitizer --tool $tool --error-exitcode 9 \
     "$B/tests/conformance/conformance" --backend cuda --grid short --filter hdim128 > "$OUT/$tool.log" 2>&1

@@ -455,8 +455,8 @@ int main(int argc, char **argv)
         if (!filter || strstr("bad", filter))
             failures += run_bad(ctx, pass && has_device_check);
         if (!filter || strstr("nan", filter)) {
-            if (!strcmp(backend, "cuda") || !strcmp(backend, "hip"))
-                printf("  SKIP nan rule: the CUDA / HIP decode kernels do not follow it yet\n");
+            if (!strcmp(backend, "hip"))
+                printf("  SKIP nan rule: the HIP decode kernels (CUDA's source) have not been run on an AMD GPU yet\n");
             else
                 failures += run_nan_rule(ctx, F32) + run_nan_rule(ctx, B16);
         }

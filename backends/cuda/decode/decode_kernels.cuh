@@ -91,6 +91,13 @@ template <class S> FA_DEVICE void unpack8(const raw8<S> &r, float (&x)[8])
 
 /* 2^x for the softmax weights (x <= 0, or -inf: 0): the hardware approximation on CUDA (relative
  * error about 2^-22), exp2f elsewhere. */
+/* The larger of a and b, NaN if either is (fmaxf drops a NaN): the combine's maximum of the splits'
+ * LSEs, so that a split whose rows saw a NaN score keeps the row NaN (the NaN rule). */
+FA_DEVICE float max_nan(float a, float b)
+{
+    return (a > b || a != a) ? a : b;
+}
+
 FA_DEVICE float fast_exp2(float x)
 {
 #if defined(__CUDA_ARCH__)
@@ -317,8 +324,9 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
             sum += l_s[st][r] * w;
             a += acc_s[(st * RT + r) * D + c] * w;
         }
-        float out = sum > 0.0f ? a / sum : 0.0f;
-        float lse = sum > 0.0f ? (base + log2f(sum)) * 0.69314718055994531f : -INFINITY;
+        /* sum 0: no key seen (O 0, LSE -inf); NaN (a NaN score seen) stays NaN in both */
+        float out = sum == 0.0f ? 0.0f : a / sum;
+        float lse = sum == 0.0f ? -INFINITY : (base + log2f(sum)) * 0.69314718055994531f;
         const int64_t h = hk * p.group + row / sn, i = row % sn;
         if (p.splits > 1) {
             const int64_t at = ((b * hq + h) * sn + i) * p.splits + split;
@@ -554,7 +562,7 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 
 /* ---------------------------------------------------------------- combine */
 
-/* x reduced over the block by max (MAX) or sum through red[FA_KV_ELEMENTWISE_THREADS]; every
+/* x reduced over the block by max (MAX; NaN if any is) or sum through red[FA_KV_ELEMENTWISE_THREADS]; every
  * thread gets the result. Barriers only (no warp shuffles): a warp is 32 or 64 lanes. */
 template <bool MAX> FA_DEVICE float block_reduce(float *red, float x)
 {
@@ -564,7 +572,7 @@ template <bool MAX> FA_DEVICE float block_reduce(float *red, float x)
 #pragma unroll
     for (int k = FA_KV_ELEMENTWISE_THREADS / 2; k > 0; k /= 2) {
         if (tid < k)
-            red[tid] = MAX ? fmaxf(red[tid], red[tid + k]) : red[tid] + red[tid + k];
+            red[tid] = MAX ? max_nan(red[tid], red[tid + k]) : red[tid] + red[tid + k];
         FA_SYNC();
     }
     const float r = red[0];
@@ -594,7 +602,7 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void c
         const float *ls_row = lses + row * splits;
         float mx = -INFINITY;
         for (int64_t s = tid; s < splits; s += T)
-            mx = fmaxf(mx, ls_row[s]);
+            mx = max_nan(mx, ls_row[s]);
         mx = block_reduce<true>(red, mx);
         float sum = 0.0f, a = 0.0f;
         if (mx != -INFINITY) /* the same for the whole block */
@@ -624,7 +632,7 @@ template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void c
             for (int g = 1; g < G; ++g)
                 a += acc_s[g][ci];
             const int64_t i = row % sn, h = row / sn % hq, b = row / (sn * hq);
-            float out = sum > 0.0f ? a / sum : 0.0f, lse = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+            float out = sum == 0.0f ? 0.0f : a / sum, lse = sum == 0.0f ? -INFINITY : mx + logf(sum);
             if (p.sink) { /* the row's final LSE over the keys of every split: the sink joins it here */
                 const float lse0 = lse;
                 lse = fa_sink_lse(lse0, p.sink[h]);
