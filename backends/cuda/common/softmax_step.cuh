@@ -195,8 +195,9 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
                         elem<T>::pack(fa_row_output(o[mt][nt][2 * r], inv), fa_row_output(o[mt][nt][2 * r + 1], inv));
             }
             if (p.lse.data && t4 == 0 && i < s.sq) {
-                const float lse = (l == 0.0f || row_m[mt][r] == -CUDART_INF_F) ? -CUDART_INF_F
-                                                                                : (row_m[mt][r] + log2f(l)) * LN2;
+                /* l 0: no key seen; a NaN score seen leaves l NaN and row_m -inf (fmaxf
+                 * drops NaN), and the LSE NaN */
+                const float lse = l == 0.0f ? -CUDART_INF_F : (row_m[mt][r] + log2f(l)) * LN2;
                 static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
             }
         }

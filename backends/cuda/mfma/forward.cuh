@@ -206,7 +206,7 @@ __global__ void FA_LAUNCH_BOUNDS(WAVE) forward_kernel(const fa_gpu_params p, con
         }
     if (half == 0 && p.lse.data)
         static_cast<float *>(p.lse.data)[pk::offset_of(p.lse, b, sq.q_start + i, h)] =
-            (l_sum == 0.0f || row_max == -INFINITY) ? -INFINITY : row_max * 0.69314718055994531f + logf(l_sum);
+            l_sum == 0.0f ? -INFINITY : row_max * 0.69314718055994531f + logf(l_sum); /* NaN l_sum: NaN */
 }
 
 #if !defined(__HIPCC_RTC__) /* host code: hipRTC compiles the kernel alone */

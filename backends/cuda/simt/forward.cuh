@@ -273,7 +273,7 @@ __global__ void FA_LAUNCH_BOUNDS(THREADS) forward_kernel(const fa_gpu_params p, 
         /* the row's LSE over its keys; with a sink, the LSE over the keys and the sink, and O
          * scaled by exp(LSE0 - LSE) (0 for a row that saw no key) */
         const float lse0 =
-            (l == 0.0f || row_max[r] == -INFINITY) ? -INFINITY : row_max[r] * 0.69314718055994531f + logf(l);
+            l == 0.0f ? -INFINITY : row_max[r] * 0.69314718055994531f + logf(l); /* NaN l: NaN */
         const float lse = p.sink ? fa_sink_lse(lse0, p.sink[h]) : lse0;
         float inv = l == 0.0f ? 0.0f : 1.0f / l;
         if (p.sink)

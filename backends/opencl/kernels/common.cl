@@ -299,7 +299,9 @@ static inline int fa_pair_class(__global const long *prm, __global const long *r
 static inline float fa_row_finish(__global const long *prm, int sink_slot, __global const float *sink, long h,
                                   float mx, float l, float *inv)
 {
-    const float lse0 = (l == 0.0f || mx == -INFINITY) ? -INFINITY : mx + log(l);
+    /* l 0: no key seen; a NaN score seen leaves l NaN (mx may be -inf: fmax drops NaN), and the
+     * LSE NaN */
+    const float lse0 = l == 0.0f ? -INFINITY : mx + log(l);
     const float inv0 = l == 0.0f ? 0.0f : 1.0f / l;
 #if FA_SINK
     const float lse = fa_sink_lse(lse0, sink[prm[sink_slot] + h]);
