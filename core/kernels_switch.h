@@ -23,7 +23,7 @@ static const struct fa_kernels_token_info {
     {"mfma-emulated", 0}, /* CUDA: the HIP backend's MFMA forward, each matrix instruction emulated */
     {"sm80-backward", 1}, /* CUDA: =rows, the sm80 backward's row kernel where the grid one fits */
     {"kv-simt", 0},       /* CUDA, HIP: fa_forward_kvcache on the SIMT decode kernel */
-    {"sm90-fwd-split", 1}, /* CUDA: =auto, the Hopper forward's keys split where its grid is short; =N, N splits */
+    {"sm90-fwd-split", 1}, /* CUDA: =N, the Hopper forward's keys in N splits wherever it can (1: none) */
     {"kv-prefill-dense", 0}, /* every backend: fa_forward_kvcache's attention on the dense forward */
     {"opencl-tiles", 1},  /* OpenCL: =gpu or =cpu, the kernels and tiles of that device type */
     {"opencl-matrix", 1}, /* OpenCL: =off, =require (an error without it) or =emulate (any device) */

@@ -27,10 +27,10 @@
 #define FA_KV_DENSE_SWITCH "kv-prefill-dense"
 
 /* New query rows per sequence from which the dense forward is taken: the decode kernels read every
- * key once per 16 query rows, the dense forward once per query tile; below this the decode
- * kernels' split of the keys among blocks fills the GPU better (docs/benchmarks.md, chunked
- * prefill, has the crossover). */
-#define FA_KV_DENSE_MIN_ROWS 128
+ * key once per 16 query rows, the dense forward once per query tile (whose keys the Hopper forward
+ * splits among blocks where the tiles alone leave SMs idle); below this the decode kernels are as
+ * fast or faster (docs/benchmarks.md, chunked prefill, has the crossover). */
+#define FA_KV_DENSE_MIN_ROWS 64
 
 int fa_kv_dense_takes(const fa_context *ctx, const fa_kv_problem *kp)
 {

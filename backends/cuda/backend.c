@@ -304,14 +304,13 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
     return c->fused ? p->total_q * p->heads_q * c->head_dim : 0;
 }
 
-/* How many blocks share each query tile's keys in the Hopper forward (FLASHATTN_KERNELS=
- * sm90-fwd-split=auto: sm90_geometry.h's rule, 1 unless the grid leaves SMs idle; =N: N): 1 unless
- * the warp-specialised kernel runs p without dropout at d <= 128 (its d 256 instance would spill
- * with the parts' epilogue); at most 65535 blocks along z (sequences x splits). */
+/* How many blocks share each query tile's keys in the Hopper forward: sm90_geometry.h's rule, 1
+ * unless the grid leaves SMs idle (FLASHATTN_KERNELS=sm90-fwd-split=N: N); 1 unless the
+ * warp-specialised kernel runs p without dropout at d <= 128 (its d 256 instance would spill with
+ * the parts' epilogue); at most 65535 blocks along z (sequences x splits). */
 static int64_t sm90_splits(const fa_gpu_state *gs, const fa_problem *p, const cuda_choice *c)
 {
-    if (!gs->sm90_split || c->family != FAMILY_SM90 || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 ||
-        p->block_mask)
+    if (c->family != FAMILY_SM90 || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 || p->block_mask)
         return 1;
     if (gs->sm90_split > 0)
         return p->batch * gs->sm90_split <= 65535 ? gs->sm90_split : 1;

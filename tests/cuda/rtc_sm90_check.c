@@ -13,9 +13,10 @@
  *   - fp16 d 64, a plain forward; with dropout, under the chooser and FLASHATTN_KERNELS=sm90: the
  *     warp-specialised kernel's dropout instance;
  *   - split keys: 128 query rows over 2048 keys (bf16 d 128, causal, one query tile per head) in
- *     one block per head by default and, under FLASHATTN_KERNELS=sm90-fwd-split=auto, in four per
- *     head (the rule's count for 132 SMs) followed by split_combine_kernel, the parts counted in
- *     fa_plan's workspace; =3 splits the first problem's forward in three; =0 is refused;
+ *     four blocks per head (the rule's count for 132 SMs) followed by split_combine_kernel, the
+ *     parts counted in fa_plan's workspace; in one under FLASHATTN_KERNELS=sm90-fwd-split=1; =3
+ *     splits the first problem's forward (24 blocks, which the rule leaves whole) in three; =0
+ *     and =auto are refused;
  *   - with "--no-tensor-maps" (argv[2]; argv[1] then a fake built without cuTensorMapEncodeTiled,
  *     as drivers older than CUDA 12 are): the same plain forward runs on another family.
  * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
@@ -134,7 +135,7 @@ static fa_context *context_with(const char *kernels)
 }
 
 /* Split keys (see the top): the long-key problem's forward and plan by default and under
- * sm90-fwd-split=auto, the short one under =3, and =0 refused. */
+ * sm90-fwd-split=1, the short one by default and under =3, and =0 and =auto refused. */
 static void check_split(fa_context *ctx, fake_cuda_state *fake)
 {
     enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
@@ -155,15 +156,17 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
     const char *ws_split = "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true, false, false, true>";
     const unsigned smem = (128 + 2 * 3 * 128) * 128 * 2 + 1024;
     fa_plan_info plain_plan, split_plan;
-    fa_status st = fa_forward(ctx, &a);
-    CHECK(st == FA_SUCCESS && fa_plan(ctx, &a, &plain_plan) == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
+    fa_context *whole = context_with("sm90-fwd-split=1");
+    fa_status st = fa_forward(whole, &a);
+    CHECK(st == FA_SUCCESS && fa_plan(whole, &a, &plain_plan) == FA_SUCCESS, "fa_forward, one split: %s",
+          fa_context_last_error(whole));
     check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', ws, 1, H, 1, 384, smem);
+    fa_context_destroy(whole);
 
-    fa_context *split = context_with("sm90-fwd-split=auto");
     int launches = fake->launch_calls;
-    st = fa_forward(split, &a);
-    CHECK(st == FA_SUCCESS && fa_plan(split, &a, &split_plan) == FA_SUCCESS, "fa_forward, split: %s",
-          fa_context_last_error(split));
+    st = fa_forward(ctx, &a);
+    CHECK(st == FA_SUCCESS && fa_plan(ctx, &a, &split_plan) == FA_SUCCESS, "fa_forward, split: %s",
+          fa_context_last_error(ctx));
     CHECK(fake->launch_calls == launches + 2, "split: %d launches", fake->launch_calls - launches);
     check_launch(fake, fake->launch_log_len - 2, "sm90", 'a', ws_split, 1, H, SPLITS, 384, smem);
     check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', "fa_gpu::split_combine_kernel<__nv_bfloat16, 128>",
@@ -173,12 +176,17 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
           "the plan's forward workspace: %lld bytes split, %lld not, expected %lld more",
           (long long)split_plan.workspace_fwd, (long long)plain_plan.workspace_fwd, (long long)parts);
     printf("ok: the plan counts the split parts' %lld bytes\n", (long long)parts);
-    fa_context_destroy(split);
 
-    /* =3: the [B][S][H][128] problem's causal forward (three query tiles a head) in three splits */
+    /* the [B][S][H][128] problem's causal forward (three query tiles a head, 24 blocks, 3 key
+     * tiles): whole by the rule, in three splits under =3 */
     problem p = make_problem(ctx, FA_DTYPE_BF16, 128);
     p.fwd.opts.causal = 1;
-    split = context_with("sm90-fwd-split=3");
+    launches = fake->launch_calls;
+    st = fa_forward(ctx, &p.fwd);
+    CHECK(st == FA_SUCCESS && fake->launch_calls == launches + 1, "fa_forward, short keys: %s, %d launches",
+          fa_context_last_error(ctx), fake->launch_calls - launches);
+    check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', ws, 3, H, B, 384, smem);
+    fa_context *split = context_with("sm90-fwd-split=3");
     st = fa_forward(split, &p.fwd);
     CHECK(st == FA_SUCCESS, "fa_forward, 3 splits: %s", fa_context_last_error(split));
     check_launch(fake, fake->launch_log_len - 2, "sm90", 'a', ws_split, 3, H, B * 3, 384, smem);
@@ -187,13 +195,16 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
     fa_context_destroy(split);
     free_problem(ctx, &p);
 
-    setenv("FLASHATTN_KERNELS", "sm90-fwd-split=0", 1);
-    fa_context *bad = NULL;
-    st = fa_context_create(&bad, "cuda", 0);
-    unsetenv("FLASHATTN_KERNELS");
-    CHECK(st == FA_ERR_INVALID_ARG && bad == NULL && strstr(fa_last_error(), "sm90-fwd-split=0"),
-          "sm90-fwd-split=0: status %d: %s", (int)st, fa_last_error());
-    printf("ok: sm90-fwd-split=0 refused: %s\n", fa_last_error());
+    static const char *const refused[] = {"sm90-fwd-split=0", "sm90-fwd-split=auto", "sm90-fwd-split=129"};
+    for (int i = 0; i < 3; ++i) {
+        setenv("FLASHATTN_KERNELS", refused[i], 1);
+        fa_context *bad = NULL;
+        st = fa_context_create(&bad, "cuda", 0);
+        unsetenv("FLASHATTN_KERNELS");
+        CHECK(st == FA_ERR_INVALID_ARG && bad == NULL && strstr(fa_last_error(), refused[i]), "%s: status %d: %s",
+              refused[i], (int)st, fa_last_error());
+        printf("ok: %s refused: %s\n", refused[i], fa_last_error());
+    }
     void *bufs[] = {q, k, v, o, lse};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
         fa_free(ctx, bufs[i]);

@@ -32,8 +32,8 @@ typedef struct fa_gpu_state {
     fa_rt_prop prop;
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
-    int sm90_split;           /* FLASHATTN_KERNELS=sm90-fwd-split=auto (-1): the Hopper forward splits keys where its
-                                 grid is short; =N: in N splits wherever it can; 0: never */
+    int sm90_split;           /* FLASHATTN_KERNELS=sm90-fwd-split=N: the Hopper forward's keys in N splits wherever
+                                 it can (1: none); 0: the rule's count (sm90_geometry.h) */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
      * user ran on */
     void *scratch;
