@@ -2,14 +2,14 @@
 # Runs on a machine with one Hopper GPU: the Hopper forward's split keys (FLASHATTN_KERNELS=
 # sm90-fwd-split, docs/options.md) checked and timed in one build of this tree made the fast way
 # (-Dcuda-kernels=rtc). Prints, logs under $OUT as it goes, each step time-boxed:
-#   - the short grid with SPLITS splits (default 3) on every call the split kernel takes, and with
-#     the rule (=auto), four shards each, eight processes side by side; masked rows with both;
+#   - the short grid with SPLITS splits (default 3) on every call the split kernel takes, and under
+#     the chooser (its rule), four shards each, eight processes side by side; masked rows with both;
 #   - the decode grid with =3 and the dense path forced (kv-prefill-dense), so that chunked prefill
 #     runs split; the decode grid (its NaN rule included) under the chooser and with kv-simt;
 #   - compute-sanitizer memcheck, racecheck and synccheck on the hdim128 cases with =3;
 #   - chunked prefill, bench/decode_bench.py --new N --shapes 1x8192,4x8192 for N in PREFILL
-#     (default 16,64,128,512), under the chooser and with =auto, and with =auto,kv-prefill-dense;
-#     the kernels' times of 128 new tokens (bench/decode_kernel_times.py --new 128) with =auto.
+#     (default 16,64,128,512), under the chooser and without the split (=1); the kernels' times of
+#     128 new tokens (bench/decode_kernel_times.py --new 128) under the chooser.
 # Usage: bash bench/device/split_gpu.sh  (carry: [".deps"] for cmocka; pass FLASHATTN_BENCH_COMMIT,
 # the device's copy of the tree may carry stale git metadata)
 set -uo pipefail
@@ -22,9 +22,10 @@ B=$root/build-split-B
 forced="sm90-fwd-split=${SPLITS:-3}"
 shards=("hdim64" "hdim128" "hdim256" "-hdim64,-hdim128,-hdim256")
 pids=() names=()
-for kernels in "$forced" sm90-fwd-split=auto; do
+kernels_env() { [ "$1" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$1; }
+for kernels in "$forced" default; do
   for i in 0 1 2 3; do
-    timeout 300 env FLASHATTN_KERNELS=$kernels "$B/tests/conformance/conformance" --backend cuda --grid short \
+    timeout 300 env $(kernels_env $kernels) "$B/tests/conformance/conformance" --backend cuda --grid short \
       --filter "${shards[$i]}" > "$OUT/grid-${kernels#*=}-$i.txt" 2>&1 &
     pids+=($!) names+=("$kernels ${shards[$i]}:${kernels#*=}-$i")
   done
@@ -35,16 +36,15 @@ for j in "${!pids[@]}"; do
   echo "$(stamp) short grid, FLASHATTN_KERNELS=${names[$j]%:*}: exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$f" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \] ' "$f" | head -5
 done
-for kernels in "$forced" sm90-fwd-split=auto; do
-  timeout 120 env FLASHATTN_KERNELS=$kernels "$B/tests/conformance/masked_rows" --backend cuda \
+for kernels in "$forced" default; do
+  timeout 120 env $(kernels_env $kernels) "$B/tests/conformance/masked_rows" --backend cuda \
     > "$OUT/masked-rows-${kernels#*=}.txt" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) masked rows, FLASHATTN_KERNELS=$kernels: exit $rc; $(tail -1 "$OUT/masked-rows-${kernels#*=}.txt")"
 done
 for kernels in "$forced,kv-prefill-dense" default kv-simt; do
   f="$OUT/decode-${kernels//[=,]/-}.txt"
-  timeout 150 env $([ "$kernels" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
-    "$B/tests/conformance/decode" --backend cuda > "$f" 2>&1
+  timeout 150 env $(kernels_env $kernels) "$B/tests/conformance/decode" --backend cuda > "$f" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) decode grid, FLASHATTN_KERNELS=$kernels: exit $rc; $(tail -1 "$f")"
   grep -E "FAIL|nan rule" "$f" | head -8
@@ -56,15 +56,14 @@ for tool in memcheck racecheck synccheck; do
   echo "$(stamp) $tool hdim128, FLASHATTN_KERNELS=$forced: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
 done
 lib=$B/libflashattn.so
-for kernels in default sm90-fwd-split=auto sm90-fwd-split=auto,kv-prefill-dense; do
+for kernels in default sm90-fwd-split=1; do
   for n in $(echo "${PREFILL:-16,64,128,512}" | tr ',' ' '); do
     echo "== FLASHATTN_KERNELS=$kernels: decode_bench.py --new $n"
-    env $([ "$kernels" = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
-      FLASHATTN_LIBRARY=$lib timeout 100 python3 bench/decode_bench.py --new "$n" --shapes 1x8192,4x8192 2>&1 |
+    env $(kernels_env $kernels) FLASHATTN_LIBRARY=$lib timeout 100 python3 bench/decode_bench.py --new "$n" --shapes 1x8192,4x8192 2>&1 |
       tee -a "$OUT/prefill-${kernels//[=,]/-}.md"
   done
 done
-env FLASHATTN_KERNELS=sm90-fwd-split=auto FLASHATTN_LIBRARY=$lib timeout 60 python3 bench/decode_kernel_times.py \
+env -u FLASHATTN_KERNELS FLASHATTN_LIBRARY=$lib timeout 60 python3 bench/decode_kernel_times.py \
   --new 128 --shapes 1x8192,4x8192 2>&1 | grep -v -i warn | tee "$OUT/prefill-kernels-split.md"
 echo "$(stamp) done"
 echo "== overall: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
