@@ -337,9 +337,11 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_var
     fa_status st = fa_gpu_call_begin(ctx, p, 0, &call);
     if (st != FA_SUCCESS || !call.run)
         return st;
-    const int64_t splits = sm90_splits(fa_gpu_of(ctx), p, &c);
+    int64_t splits = sm90_splits(fa_gpu_of(ctx), p, &c), floats = 0;
+    /* a stream being captured into a graph cannot grow the scratch: the call then runs whole */
+    if (splits > 1 && split_floats(p, splits, &floats) && !fa_gpu_scratch_usable(ctx, sizeof(float) * (size_t)floats))
+        splits = 1;
     if (splits > 1) { /* the parts in the context's scratch, kept for the next call */
-        int64_t floats;
         void *parts = NULL;
         st = split_floats(p, splits, &floats)
                  ? fa_gpu_scratch(ctx, sizeof(float) * (size_t)floats, &parts)

@@ -16,7 +16,8 @@
  *     four blocks per head (the rule's count for 132 SMs) followed by split_combine_kernel, the
  *     parts counted in fa_plan's workspace; in one under FLASHATTN_KERNELS=sm90-fwd-split=1; =3
  *     splits the first problem's forward (24 blocks, which the rule leaves whole) in three; =0
- *     and =auto are refused;
+ *     and =auto are refused; on a stream being captured, a fresh context (no scratch yet) runs the
+ *     long-key forward whole and, once its scratch has grown outside the capture, split;
  *   - with "--no-tensor-maps" (argv[2]; argv[1] then a fake built without cuTensorMapEncodeTiled,
  *     as drivers older than CUDA 12 are): the same plain forward runs on another family.
  * Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) with the reason
@@ -194,6 +195,25 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
                  (B * S * H + 3) / 4, 1, 1, 128, 0);
     fa_context_destroy(split);
     free_problem(ctx, &p);
+
+    /* a captured stream: no scratch to grow, so the first call runs whole; after one call outside
+     * the capture the scratch holds the parts, and a captured call splits */
+    fa_context *fresh = NULL;
+    CHECK(fa_context_create(&fresh, "cuda", 0) == FA_SUCCESS, "fa_context_create: %s", fa_last_error());
+    const int calls[3][2] = {{1, 1}, {0, 2}, {1, 2}}; /* capture status, launches expected */
+    for (int i = 0; i < 3; ++i) {
+        fake->capture_status = calls[i][0];
+        launches = fake->launch_calls;
+        st = fa_forward(fresh, &a);
+        fake->capture_status = 0;
+        CHECK(st == FA_SUCCESS && fake->launch_calls == launches + calls[i][1],
+              "call %d, %s: %s, %d launches, expected %d", i, calls[i][0] ? "captured" : "not captured",
+              fa_context_last_error(fresh), fake->launch_calls - launches, calls[i][1]);
+        check_launch(fake, fake->launch_log_len - calls[i][1], "sm90", 'a', calls[i][1] == 2 ? ws_split : ws, 1, H,
+                     calls[i][1] == 2 ? SPLITS : 1, 384, smem);
+    }
+    printf("ok: a captured stream splits only once the scratch holds the parts\n");
+    fa_context_destroy(fresh);
 
     static const char *const refused[] = {"sm90-fwd-split=0", "sm90-fwd-split=auto", "sm90-fwd-split=129"};
     for (int i = 0; i < 3; ++i) {

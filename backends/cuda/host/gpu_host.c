@@ -317,6 +317,18 @@ fa_status fa_gpu_call_end(fa_context *ctx, fa_gpu_call *call, int launch_error, 
     return st;
 }
 
+/* Whether fa_gpu_scratch can give this call `bytes` without allocating or waiting for the device,
+ * neither of which a stream being captured into a graph allows: the stream is not being captured,
+ * or the scratch is already that large and was last used on this stream. */
+int fa_gpu_scratch_usable(fa_context *ctx, size_t bytes)
+{
+    const fa_gpu_state *s = fa_gpu_of(ctx);
+    fa_rt_capture_status cs;
+    if (FA_RT(StreamIsCapturing)(s->stream, &cs) != FA_RT(Success))
+        return 0;
+    return cs == FA_RT_CAPTURE_NONE || (s->scratch && bytes <= s->scratch_bytes && s->scratch_stream == s->stream);
+}
+
 /* At least `bytes` of device memory for the kernels of this call on the context's stream, kept
  * for the next call (no allocation per call; a stream-ordered allocation would be returned to
  * the device at every synchronisation, and made again). A call on another stream than the
