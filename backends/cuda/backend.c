@@ -11,6 +11,7 @@
  * Every CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with
  * the CUDA error's name. */
 #include "common/sm90_geometry.h"
+#include "common/split_rule.h"
 #include "host/gpu_host.h"
 #include "host/kernels.h"
 #include "ring/ring.h"
@@ -319,7 +320,7 @@ static int64_t sm90_splits(const fa_gpu_state *gs, const fa_problem *p, const cu
     if (!fa_mul_ok((p->seqlen_q + FA_SM90_WS_BR - 1) / FA_SM90_WS_BR, p->heads_q, &blocks) ||
         !fa_mul_ok(blocks, p->batch, &blocks))
         return 1;
-    const int64_t splits = fa_sm90_ws_splits(blocks, gs->prop.multiProcessorCount, (p->seqlen_k + bn - 1) / bn);
+    const int64_t splits = fa_split_count(blocks, gs->prop.multiProcessorCount, (p->seqlen_k + bn - 1) / bn, bn);
     return p->batch * splits <= 65535 ? splits : 1;
 }
 

@@ -41,39 +41,6 @@
 #define FA_SM90_WS_STAGES(E, D) FA_SM90_WS_STAGES_N(E, D, FA_SM90_WS_BN(D))
 #define FA_SM90_WS_SMEM(E, D) FA_SM90_WS_SMEM_N(E, D, FA_SM90_WS_BN(D))
 
-/* The warp-specialised forward with split keys (fa_gpu_params.splits), for calls whose query tiles
- * leave SMs idle (a chunk of new tokens over a long cache: one tile per head): FlashAttention-2's
- * rule. None where the grid's blocks fill 80 % of the SMs; else, among 1 .. 128 splits of at
- * least FA_SM90_WS_SPLIT_MIN_TILES key tiles each (counts that change the tiles per split only),
- * the fewest whose blocks fill the SMs' waves within 85 % of the best count's efficiency (waves /
- * whole waves). blocks: query tiles x heads x sequences; key_tiles: the longest row's key tiles. */
-#define FA_SM90_WS_SPLIT_MIN_TILES 4
-#define FA_SM90_WS_SPLIT_MAX 128
-#define FA_SM90_SPLIT_COMBINE_THREADS 128 /* split_combine_kernel: a warp per (query row, head) */
-#ifndef __CUDACC_RTC__
-static inline int64_t fa_sm90_ws_splits(int64_t blocks, int64_t sms, int64_t key_tiles)
-{
-    if (blocks <= 0 || sms <= 0 || key_tiles < 2 * FA_SM90_WS_SPLIT_MIN_TILES || 5 * blocks >= 4 * sms)
-        return 1;
-    int64_t most = key_tiles / FA_SM90_WS_SPLIT_MIN_TILES;
-    most = most < FA_SM90_WS_SPLIT_MAX ? most : FA_SM90_WS_SPLIT_MAX;
-    double eff[FA_SM90_WS_SPLIT_MAX + 1], best = 0.0;
-    for (int64_t n = 1; n <= most; ++n) {
-        const int64_t per = (key_tiles + n - 1) / n;
-        eff[n] = 0.0;
-        if (n > 1 && per == (key_tiles + n - 2) / (n - 1))
-            continue; /* the same tiles per split as n - 1 splits: not a count of its own */
-        const double waves = (double)(blocks * n) / (double)sms;
-        eff[n] = waves / (double)((blocks * n + sms - 1) / sms);
-        best = eff[n] > best ? eff[n] : best;
-    }
-    for (int64_t n = 1; n <= most; ++n)
-        if (eff[n] >= 0.85 * best)
-            return n;
-    return 1;
-}
-#endif
-
 /* The warp-specialised backward: keys per block, three warpgroups (one producer, two consumers);
  * query rows per step, 128 at d 64, 64 at d 128, 32 at d 256; output columns per block (d 256: two
  * passes of 128, two blocks per key tile); its fixed shared memory (K, V [128][D], dS^T [128][BQ],

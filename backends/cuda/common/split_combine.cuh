@@ -14,14 +14,14 @@
 
 #include "common/params.h"
 #include "common/primitives.cuh"
-#include "common/sm90_geometry.h"
+#include "common/split_rule.h"
 
 namespace fa_gpu {
 
 template <typename T, int D>
-__global__ void __launch_bounds__(FA_SM90_SPLIT_COMBINE_THREADS) split_combine_kernel(const fa_gpu_params p)
+__global__ void __launch_bounds__(FA_SPLIT_COMBINE_THREADS) split_combine_kernel(const fa_gpu_params p)
 {
-    constexpr int WARPS = FA_SM90_SPLIT_COMBINE_THREADS / 32, CH = D / 32;
+    constexpr int WARPS = FA_SPLIT_COMBINE_THREADS / 32, CH = D / 32;
     static_assert(D % 32 == 0, "whole channel groups of 32");
     const int lane = threadIdx.x & 31;
     const int64_t items = p.total_q * p.heads_q, per_split = items;

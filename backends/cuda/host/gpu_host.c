@@ -1,7 +1,7 @@
 /* gpu_host.c: the host glue of the CUDA and HIP backends (gpu_host.h says what it holds),
  * compiled once per runtime. */
 #include "host/gpu_host.h"
-#include "common/sm90_geometry.h"
+#include "common/split_rule.h"
 #if defined(FA_CUDA_RTC) || defined(FA_HIP_RTC)
 #include "host/rtc_kernels.h"
 #endif
@@ -80,15 +80,15 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     if (fa_kernels_switch("sm80-backward", value, sizeof value) && strcmp(value, "rows") != 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm80-backward=%s; its value is rows",
                         FA_RT_NAME, value);
-    /* sm90-fwd-split=N: N splits (1 .. FA_SM90_WS_SPLIT_MAX; 1 turns the split off) wherever the
+    /* sm90-fwd-split=N: N splits (1 .. FA_SPLIT_MAX; 1 turns the split off) wherever the
      * split kernel takes a call, instead of the rule's count */
     int split = 0;
     if (fa_kernels_switch("sm90-fwd-split", value, sizeof value)) {
         char *end = NULL;
         const long n = strtol(value, &end, 10);
-        if (end == value || *end || n < 1 || n > FA_SM90_WS_SPLIT_MAX)
+        if (end == value || *end || n < 1 || n > FA_SPLIT_MAX)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm90-fwd-split=%s; its value is 1..%d",
-                            FA_RT_NAME, value, FA_SM90_WS_SPLIT_MAX);
+                            FA_RT_NAME, value, FA_SPLIT_MAX);
         split = (int)n;
     }
     fa_gpu_state *s = calloc(1, sizeof *s);

@@ -14,6 +14,7 @@
  * the message in fa_rtc_last_error. Plain C. */
 #include "common/instance_mode.h"
 #include "common/sm90_geometry.h"
+#include "common/split_rule.h"
 #include "host/driver_api.h"
 #include "host/kernels.h"
 #include "host/rtc_kernels.h"
@@ -145,9 +146,9 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
                                   why, why_len);
         if (st != FA_RTC_OK || !split)
             return st;
-        const int64_t rows = FA_SM90_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
+        const int64_t rows = FA_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
         snprintf(name, sizeof name, "fa_gpu::split_combine_kernel<%s, %d>", type, d);
-        return launch(name, (p->total_q * p->heads_q + rows - 1) / rows, 1, 1, FA_SM90_SPLIT_COMBINE_THREADS, 0,
+        return launch(name, (p->total_q * p->heads_q + rows - 1) / rows, 1, 1, FA_SPLIT_COMBINE_THREADS, 0,
                       stream, args, why, why_len);
     }
     if (mod) {

@@ -6,6 +6,7 @@
 
 #include "common/instance_mode.h"
 #include "common/sm90_geometry.h"
+#include "common/split_rule.h"
 #include "sm90/forward_kernels.cuh"
 #include "sm90/tensor_map.cuh"
 
@@ -49,9 +50,9 @@ inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream
         kernel<<<grid, WS_THREADS, smem, stream>>>(p, maps);
     if constexpr (SPLIT_D)
         if (e == cudaSuccess && split) {
-            constexpr int ROWS = FA_SM90_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
+            constexpr int ROWS = FA_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
             const int64_t blocks = (p.total_q * p.heads_q + ROWS - 1) / ROWS;
-            split_combine_kernel<T, D><<<(unsigned)blocks, FA_SM90_SPLIT_COMBINE_THREADS, 0, stream>>>(p);
+            split_combine_kernel<T, D><<<(unsigned)blocks, FA_SPLIT_COMBINE_THREADS, 0, stream>>>(p);
         }
     return e != cudaSuccess ? e : cudaGetLastError();
 }
