@@ -10,6 +10,7 @@
  * alone (forward, backward and the SIMT decode kernel): the chooser gives them every such call.
  * Every CUDA call is checked; errors reach the caller as FA_ERR_BACKEND with
  * the CUDA error's name. */
+#include "common/sm80_geometry.h"
 #include "common/sm90_geometry.h"
 #include "common/split_rule.h"
 #include "host/gpu_host.h"
@@ -305,22 +306,29 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
     return c->fused ? p->total_q * p->heads_q * c->head_dim : 0;
 }
 
-/* How many blocks share each query tile's keys in the Hopper forward: sm90_geometry.h's rule, 1
- * unless the grid leaves SMs idle (FLASHATTN_KERNELS=sm90-fwd-split=N: N); 1 unless the
- * warp-specialised kernel runs p without dropout at d <= 128 (its d 256 instance would spill with
- * the parts' epilogue); at most 65535 blocks along z (sequences x splits). */
-static int64_t sm90_splits(const fa_gpu_state *gs, const fa_problem *p, const cuda_choice *c)
+/* How many blocks share each query tile's keys in a forward (split_rule.h's rule, 1 unless the
+ * grid leaves SMs idle; FLASHATTN_KERNELS=fwd-split=N: N): the Hopper forward's warp-specialised
+ * kernel without dropout at d <= 128 (its d 256 instance would spill with the parts' epilogue);
+ * the sm80 forward's plain calls (no dropout, block mask or score modifier) with aligned rows at
+ * d <= 128 under FLASHATTN_KERNELS=sm80-fwd-split or fwd-split=N; 1 for the rest. At most 65535
+ * blocks along z (sequences x splits). */
+static int64_t forward_splits(const fa_gpu_state *gs, const fa_problem *p, const cuda_choice *c)
 {
-    if (c->family != FAMILY_SM90 || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 || p->block_mask)
+    const int sm90 = c->family == FAMILY_SM90, sm80 = c->family == FAMILY_SM80 && c->aligned && !c->mod;
+    if ((!sm90 && !sm80) || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 || p->block_mask)
         return 1;
-    if (gs->sm90_split > 0)
-        return p->batch * gs->sm90_split <= 65535 ? gs->sm90_split : 1;
-    const int64_t bn = FA_SM90_WS_BN(c->head_dim);
+    if (gs->fwd_split > 0)
+        return p->batch * gs->fwd_split <= 65535 ? gs->fwd_split : 1;
+    if (sm80 && !gs->sm80_split)
+        return 1;
+    /* query rows and keys per tile, blocks resident per SM */
+    const int64_t br = sm90 ? FA_SM90_WS_BR : FA_SM80_FWD_ROWS(fa_sm80_tile_of(c->head_dim).fwd_mtiles);
+    const int64_t bn = sm90 ? FA_SM90_WS_BN(c->head_dim) : FA_GPU_BLOCK, per_sm = sm90 ? 1 : 2;
     int64_t blocks;
-    if (!fa_mul_ok((p->seqlen_q + FA_SM90_WS_BR - 1) / FA_SM90_WS_BR, p->heads_q, &blocks) ||
-        !fa_mul_ok(blocks, p->batch, &blocks))
+    if (br <= 0 || !fa_mul_ok((p->seqlen_q + br - 1) / br, p->heads_q, &blocks) || !fa_mul_ok(blocks, p->batch, &blocks))
         return 1;
-    const int64_t splits = fa_split_count(blocks, gs->prop.multiProcessorCount, (p->seqlen_k + bn - 1) / bn, bn);
+    const int64_t splits =
+        fa_split_count(blocks, per_sm * gs->prop.multiProcessorCount, (p->seqlen_k + bn - 1) / bn, bn);
     return p->batch * splits <= 65535 ? splits : 1;
 }
 
@@ -338,7 +346,7 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_var
     fa_status st = fa_gpu_call_begin(ctx, p, 0, &call);
     if (st != FA_SUCCESS || !call.run)
         return st;
-    int64_t splits = sm90_splits(fa_gpu_of(ctx), p, &c), floats = 0;
+    int64_t splits = forward_splits(fa_gpu_of(ctx), p, &c), floats = 0;
     /* a stream being captured into a graph cannot grow the scratch: the call then runs whole */
     if (splits > 1 && split_floats(p, splits, &floats) && !fa_gpu_scratch_usable(ctx, sizeof(float) * (size_t)floats))
         splits = 1;
@@ -394,7 +402,7 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
             bytes += 4 * dq_accum_floats(p, &c);
     } else if (cuda_choice_of(ctx, p, &c, why, sizeof why) == FA_SUCCESS) { /* the split keys' parts */
         int64_t floats;
-        const int64_t splits = sm90_splits(fa_gpu_of(ctx), p, &c);
+        const int64_t splits = forward_splits(fa_gpu_of(ctx), p, &c);
         if (splits > 1 && split_floats(p, splits, &floats))
             bytes += 4 * floats;
     }

@@ -3,7 +3,10 @@
  * (fake_libcuda.c, named by argv[1]): the kernels NVRTC really compiles and the launches' names,
  * grids, blocks and dynamic shared memory, which must be those of the nvcc launchers
  * (sm80/launch.cuh), in order (the fake's launch log). bf16, B = 2, S = 200, H = 4:
- *   - cc 8.0 with an A100's 166912 bytes of opt-in shared memory: the d 128 causal forward; the
+ *   - cc 8.0 with an A100's 166912 bytes of opt-in shared memory: the d 128 causal forward, and
+ *     its split instance with split_combine_kernel under FLASHATTN_KERNELS=fwd-split=3; 128 query
+ *     rows over 2048 keys whole by default and in four splits under sm80-fwd-split (the rule's
+ *     count for 108 SMs of two blocks each), the parts counted in fa_plan's workspace; the
  *     fused backward on bwd_kernel (bwd_grid_kernel does not fit): dsum, the dQ accumulator's
  *     memset, bwd_kernel, dq_convert; the deterministic dkdv / dq pair; an unaligned call (d 100:
  *     the ldg instance); softcap (the MOD instance); d 256's backward left to the SIMT kernels
@@ -135,6 +138,65 @@ static fa_context *open_device(int major, int optin, const char *kernels)
 
 #define N(a) ((int)(sizeof a / sizeof a[0]))
 
+/* Split keys on cc 8.0 (see the top); p: the [B][S][H][128] causal problem. */
+static void check_split(problem *p)
+{
+    fa_context *forced = open_device(8, 166912, "fwd-split=3");
+    fa_context *const own = p->ctx;
+    p->ctx = forced;
+    forward(p, "cc 8.0 bf16 d128 causal forward, fwd-split=3");
+    p->ctx = own;
+    const launch three[] = {
+        {"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false, true>", 2, H, B * 3, 128,
+         2 * (128 + 4 * 64) * 136},
+        {"fa_gpu::split_combine_kernel<__nv_bfloat16, 128>", (B * S * H + 3) / 4, 1, 1, 128, 0},
+    };
+    expect("cc 8.0 forward in three splits", three, N(three), -1);
+    fa_context_destroy(forced);
+
+    enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
+    fa_context *rule = open_device(8, 166912, "sm80-fwd-split"), *plain = open_device(8, 166912, NULL);
+    const int64_t qshape[4] = {1, SQ, H, D}, kshape[4] = {1, SK, H, D}, lshape[3] = {1, H, SQ};
+    void *q = device_zeros(plain, (size_t)SQ * H * D * 2), *o = device_zeros(plain, (size_t)SQ * H * D * 2);
+    void *k = device_zeros(plain, (size_t)SK * H * D * 2), *v = device_zeros(plain, (size_t)SK * H * D * 2);
+    void *lse = device_zeros(plain, (size_t)H * SQ * 4);
+    fa_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = fa_tensor_contiguous(q, FA_DTYPE_BF16, 4, qshape);
+    a.k = fa_tensor_contiguous(k, FA_DTYPE_BF16, 4, kshape);
+    a.v = fa_tensor_contiguous(v, FA_DTYPE_BF16, 4, kshape);
+    a.o = fa_tensor_contiguous(o, FA_DTYPE_BF16, 4, qshape);
+    a.lse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape);
+    a.opts = fa_options_default();
+    a.opts.causal = 1;
+    fa_plan_info whole_plan, split_plan;
+    clear_log();
+    CHECK(fa_forward(plain, &a) == FA_SUCCESS && fa_plan(plain, &a, &whole_plan) == FA_SUCCESS, "long keys: %s",
+          fa_context_last_error(plain));
+    const launch whole[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0>", 1, H, 1, 128,
+                             2 * (128 + 4 * 64) * 136}};
+    expect("cc 8.0 long keys, whole", whole, N(whole), -1);
+    clear_log();
+    CHECK(fa_forward(rule, &a) == FA_SUCCESS && fa_plan(rule, &a, &split_plan) == FA_SUCCESS,
+          "long keys, sm80-fwd-split: %s", fa_context_last_error(rule));
+    const launch split[] = {
+        {"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false, true>", 1, H, SPLITS, 128,
+         2 * (128 + 4 * 64) * 136},
+        {"fa_gpu::split_combine_kernel<__nv_bfloat16, 128>", SQ * H / 4, 1, 1, 128, 0},
+    };
+    expect("cc 8.0 long keys, sm80-fwd-split", split, N(split), -1);
+    const int64_t parts = 4 * (int64_t)SPLITS * SQ * H * (D + 1);
+    CHECK(split_plan.workspace_fwd == whole_plan.workspace_fwd + parts, "the forward workspace: %lld split, %lld whole",
+          (long long)split_plan.workspace_fwd, (long long)whole_plan.workspace_fwd);
+    printf("ok: the plan counts the split parts' %lld bytes\n", (long long)parts);
+    void *bufs[] = {q, k, v, o, lse};
+    for (int i = 0; i < 5; ++i)
+        fa_free(plain, bufs[i]);
+    fa_context_destroy(rule);
+    fa_context_destroy(plain);
+    unsetenv("FLASHATTN_KERNELS");
+}
+
 int main(int argc, char **argv)
 {
     char why[2048];
@@ -160,6 +222,7 @@ int main(int argc, char **argv)
     const launch fwd[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0>", 2, H, B, 128,
                            2 * (128 + 4 * 64) * 136}};
     expect("cc 8.0 forward", fwd, N(fwd), -1);
+    check_split(&p);
 
     /* the fused backward: bwd_grid_kernel's 179200 bytes do not fit, so bwd_kernel */
     backward(&p, "cc 8.0 bf16 d128 backward");

@@ -14,7 +14,7 @@
  *     warp-specialised kernel's dropout instance;
  *   - split keys: 128 query rows over 2048 keys (bf16 d 128, causal, one query tile per head) in
  *     four blocks per head (the rule's count for 132 SMs) followed by split_combine_kernel, the
- *     parts counted in fa_plan's workspace; in one under FLASHATTN_KERNELS=sm90-fwd-split=1; =3
+ *     parts counted in fa_plan's workspace; in one under FLASHATTN_KERNELS=fwd-split=1; =3
  *     splits the first problem's forward (24 blocks, which the rule leaves whole) in three; =0
  *     and =auto are refused; on a stream being captured, a fresh context (no scratch yet) runs the
  *     long-key forward whole and, once its scratch has grown outside the capture, split;
@@ -136,7 +136,7 @@ static fa_context *context_with(const char *kernels)
 }
 
 /* Split keys (see the top): the long-key problem's forward and plan by default and under
- * sm90-fwd-split=1, the short one by default and under =3, and =0 and =auto refused. */
+ * fwd-split=1, the short one by default and under =3, and =0 and =auto refused. */
 static void check_split(fa_context *ctx, fake_cuda_state *fake)
 {
     enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
@@ -157,7 +157,7 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
     const char *ws_split = "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true, false, false, true>";
     const unsigned smem = (128 + 2 * 3 * 128) * 128 * 2 + 1024;
     fa_plan_info plain_plan, split_plan;
-    fa_context *whole = context_with("sm90-fwd-split=1");
+    fa_context *whole = context_with("fwd-split=1");
     fa_status st = fa_forward(whole, &a);
     CHECK(st == FA_SUCCESS && fa_plan(whole, &a, &plain_plan) == FA_SUCCESS, "fa_forward, one split: %s",
           fa_context_last_error(whole));
@@ -187,7 +187,7 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
     CHECK(st == FA_SUCCESS && fake->launch_calls == launches + 1, "fa_forward, short keys: %s, %d launches",
           fa_context_last_error(ctx), fake->launch_calls - launches);
     check_launch(fake, fake->launch_log_len - 1, "sm90", 'a', ws, 3, H, B, 384, smem);
-    fa_context *split = context_with("sm90-fwd-split=3");
+    fa_context *split = context_with("fwd-split=3");
     st = fa_forward(split, &p.fwd);
     CHECK(st == FA_SUCCESS, "fa_forward, 3 splits: %s", fa_context_last_error(split));
     check_launch(fake, fake->launch_log_len - 2, "sm90", 'a', ws_split, 3, H, B * 3, 384, smem);
@@ -215,7 +215,7 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
     printf("ok: a captured stream splits only once the scratch holds the parts\n");
     fa_context_destroy(fresh);
 
-    static const char *const refused[] = {"sm90-fwd-split=0", "sm90-fwd-split=auto", "sm90-fwd-split=129"};
+    static const char *const refused[] = {"fwd-split=0", "fwd-split=auto", "fwd-split=129"};
     for (int i = 0; i < 3; ++i) {
         setenv("FLASHATTN_KERNELS", refused[i], 1);
         fa_context *bad = NULL;

@@ -80,14 +80,14 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     if (fa_kernels_switch("sm80-backward", value, sizeof value) && strcmp(value, "rows") != 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm80-backward=%s; its value is rows",
                         FA_RT_NAME, value);
-    /* sm90-fwd-split=N: N splits (1 .. FA_SPLIT_MAX; 1 turns the split off) wherever the
-     * split kernel takes a call, instead of the rule's count */
+    /* fwd-split=N: N splits (1 .. FA_SPLIT_MAX; 1 turns the split off) wherever a split kernel
+     * takes a call, instead of the rule's count */
     int split = 0;
-    if (fa_kernels_switch("sm90-fwd-split", value, sizeof value)) {
+    if (fa_kernels_switch("fwd-split", value, sizeof value)) {
         char *end = NULL;
         const long n = strtol(value, &end, 10);
         if (end == value || *end || n < 1 || n > FA_SPLIT_MAX)
-            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm90-fwd-split=%s; its value is 1..%d",
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has fwd-split=%s; its value is 1..%d",
                             FA_RT_NAME, value, FA_SPLIT_MAX);
         split = (int)n;
     }
@@ -106,7 +106,8 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->stream = s->own;
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
-    s->sm90_split = split;
+    s->fwd_split = split;
+    s->sm80_split = fa_kernels_switch("sm80-fwd-split", NULL, 0);
     ctx->priv = s;
     return FA_SUCCESS;
 }

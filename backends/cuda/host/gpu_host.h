@@ -32,8 +32,9 @@ typedef struct fa_gpu_state {
     fa_rt_prop prop;
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
-    int sm90_split;           /* FLASHATTN_KERNELS=sm90-fwd-split=N: the Hopper forward's keys in N splits wherever
-                                 it can (1: none); 0: the rule's count (sm90_geometry.h) */
+    int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
+                                 kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
+    int sm80_split;           /* FLASHATTN_KERNELS=sm80-fwd-split: the rule on the sm80 forward too */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
      * user ran on */
     void *scratch;

@@ -12,6 +12,7 @@
  * (fa_rtc_last_error) says which. Plain C. */
 #include "common/instance_mode.h"
 #include "common/sm80_geometry.h"
+#include "common/split_rule.h"
 #include "host/driver_runtime.h"
 #include "host/kernels.h"
 #include "host/rtc_kernels.h"
@@ -103,14 +104,25 @@ int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned
     if (r)
         return r;
     const int rows = FA_SM80_FWD_ROWS(c.tile.fwd_mtiles);
+    /* split keys (p->splits > 1: plain calls, aligned rows, d <= 128): batch x splits blocks along
+     * z, then split_combine_kernel<T, D> */
+    const int split = p->splits > 1 && c.aligned && c.d <= 128 && c.mode == 0 && !c.mod;
     char name[FA_RTC_NAME_MAX];
     if (c.mod)
         snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<%s, %d, true, 2, true>", c.t, c.d);
+    else if (split)
+        snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<%s, %d, true, 0, false, true>", c.t, c.d);
     else
         snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<%s, %d, %s, %d>", c.t, c.d, bool_name(c.aligned),
                  c.mode);
-    return fa_rtc_entry_end(launch(&c, name, (p->seqlen_q + rows - 1) / rows, p->heads_q, p->batch, FA_SM80_THREADS,
-                                   FA_SM80_FWD_SMEM(sizeof(uint16_t), c.d, rows)));
+    fa_rtc_status st = launch(&c, name, (p->seqlen_q + rows - 1) / rows, p->heads_q, split ? p->batch * p->splits : p->batch,
+                              FA_SM80_THREADS, FA_SM80_FWD_SMEM(sizeof(uint16_t), c.d, rows));
+    if (st == FA_RTC_OK && split) {
+        const int64_t items = FA_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
+        snprintf(name, sizeof name, "fa_gpu::split_combine_kernel<%s, %d>", c.t, c.d);
+        st = launch(&c, name, (p->total_q * p->heads_q + items - 1) / items, 1, 1, FA_SPLIT_COMBINE_THREADS, 0);
+    }
+    return fa_rtc_entry_end(st);
 }
 
 /* launch_fused: dq_accum zeroed, kernel over blocks_x key tiles (x kv heads x batch) with shared

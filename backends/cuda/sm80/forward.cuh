@@ -12,6 +12,7 @@
 #include "common/tile_class.cuh"
 #include "common/score_mod.cuh"
 #include "common/softmax_step.cuh"
+#include "common/split_combine.cuh"
 
 #include "mask.h"
 
@@ -38,10 +39,13 @@ template <int D> struct fwd_shape {
 /* MODE (see mode_of): 0 plain, 1 block lists, 2 dropout (and perhaps block lists). Each is its
  * own instance, so registers for Philox state and list cursors do not crowd the accumulators of
  * the cases that need neither. MOD: the score modifiers (in the launchers, with MODE 2, which
- * tests for lists and dropout at run time). */
-template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
+ * tests for lists and dropout at run time). SPLIT (plain calls: MODE 0, no MOD): each query tile's
+ * key tiles shared among p.splits blocks (grid z: sequence x splits), each writing its part's O
+ * and LSE for split_combine_kernel (common/split_combine.cuh). */
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false, bool SPLIT = false>
 __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params p)
 {
+    static_assert(!SPLIT || (MODE == 0 && !MOD), "the split instances: plain calls");
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int LD = D + 8, MT = fwd_shape<D>::MT, BR = fwd_shape<D>::BR, SUB = BR / BLOCK, KN = fwd_shape<D>::KN;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -49,7 +53,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
     T *ks = qs + BR * LD;                    /* [2][BLOCK][LD] */
     T *vs = ks + 2 * BLOCK * LD;             /* [2][BLOCK][LD] */
 
-    const int64_t h = blockIdx.y, b = blockIdx.z;
+    const int64_t h = blockIdx.y, b = SPLIT ? (int64_t)(blockIdx.z / (unsigned)p.splits) : (int64_t)blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
     const int64_t q0 = (int64_t)blockIdx.x * BR;
     if (q0 >= s.sq)
@@ -60,6 +64,13 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
     const int wrow = warp * 16 * MT;        /* the warp's first row in the tile */
     const int64_t wq0 = q0 + wrow;          /* ... in the sequence */
     key_walk<SUB, LISTS> walk = key_walk_of<SUB, LISTS>(p, m, h, q0, BR);
+    if constexpr (SPLIT) { /* this block's share of the range: tiles [next + split * per, + per) */
+        const int64_t split = (int64_t)blockIdx.z - b * p.splits;
+        const int64_t per = (int64_t)((unsigned)(walk.last - walk.next + p.splits - 1) / (unsigned)p.splits);
+        const int64_t lo = imin(walk.next + split * per, walk.last);
+        walk.last = imin(lo + per, walk.last);
+        walk.next = lo;
+    }
     const float cc = p.scale_log2 > 0.0f ? p.scale_log2 : 1.0f; /* see the softmax step */
     const fa_score_mod_state sm = MOD ? fa_gpu_score_mod(p, s, b, h) : fa_score_mod_state{};
     /* fragment base addresses (bytes, shared space); everything else is an immediate offset */
@@ -158,6 +169,11 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
         __syncthreads();
     }
 
+    if constexpr (SPLIT) { /* this part's O (fp32, from the registers) and LSE */
+        stage_output<T, D, MT, 16>(qs, o, row_m, row_l, split_part_params(p, (int64_t)blockIdx.z - b * p.splits), s, b, h,
+                                   q0, wrow);
+        return;
+    }
     /* epilogue: O / l staged through the Q tile (free after the last barrier) for 16-byte row
      * stores */
     stage_output<T, D, MT, 16>(qs, o, row_m, row_l, p, s, b, h, q0, wrow);

@@ -6,6 +6,7 @@
 
 #include "common/params.h"
 #include "common/sm80_geometry.h"
+#include "common/split_rule.h"
 #include "kernels_switch.h"
 #include "common/tile_geometry.cuh"
 #include "common/score_mod.cuh"
@@ -38,12 +39,26 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_g
         else
             return cudaErrorNotSupported;
     }
+    /* split keys (p.splits > 1: plain calls, aligned rows, d <= 128): batch x splits blocks along
+     * z, then the merge */
+    constexpr bool SPLIT_D = ALIGNED && D <= 128;
+    const bool split = SPLIT_D && p.splits > 1 && mode == 0 && !fa_gpu_has_score_mod(p);
+    if constexpr (SPLIT_D)
+        if (split)
+            kernel = forward_kernel<T, D, true, 0, false, true>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    dim3 grid((unsigned)((p.seqlen_q + BR - 1) / BR), (unsigned)p.heads_q, (unsigned)p.batch);
+    dim3 grid((unsigned)((p.seqlen_q + BR - 1) / BR), (unsigned)p.heads_q,
+              (unsigned)(split ? p.batch * p.splits : p.batch));
     kernel<<<grid, THREADS, smem, st>>>(p);
-    return cudaGetLastError();
+    if constexpr (SPLIT_D)
+        if (split && (e = cudaGetLastError()) == cudaSuccess) {
+            constexpr int ROWS = FA_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
+            const int64_t blocks = (p.total_q * p.heads_q + ROWS - 1) / ROWS;
+            split_combine_kernel<T, D><<<(unsigned)blocks, FA_SPLIT_COMBINE_THREADS, 0, st>>>(p);
+        }
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 /* The fused backward's three launches: dq_accum zeroed, KERNEL over blocks_x key tiles (x kv heads
