@@ -347,15 +347,14 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_var
     if (st != FA_SUCCESS || !call.run)
         return st;
     int64_t splits = forward_splits(fa_gpu_of(ctx), p, &c), floats = 0;
-    /* a stream being captured into a graph cannot grow the scratch: the call then runs whole */
-    if (splits > 1 && split_floats(p, splits, &floats) && !fa_gpu_scratch_usable(ctx, sizeof(float) * (size_t)floats))
+    /* whole where the parts' size would overflow, or where a stream being captured into a graph
+     * cannot grow the scratch */
+    if (splits > 1 &&
+        (!split_floats(p, splits, &floats) || !fa_gpu_scratch_usable(ctx, sizeof(float) * (size_t)floats)))
         splits = 1;
     if (splits > 1) { /* the parts in the context's scratch, kept for the next call */
         void *parts = NULL;
-        st = split_floats(p, splits, &floats)
-                 ? fa_gpu_scratch(ctx, sizeof(float) * (size_t)floats, &parts)
-                 : FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_forward: the split keys' parts overflow the address space");
-        if (st != FA_SUCCESS) {
+        if ((st = fa_gpu_scratch(ctx, sizeof(float) * (size_t)floats, &parts)) != FA_SUCCESS) {
             fa_gpu_call_end(ctx, &call, (int)FA_RT(Success), v->name);
             return st;
         }
