@@ -311,11 +311,12 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
  * kernel without dropout at d <= 128 (its d 256 instance would spill with the parts' epilogue);
  * the sm80 forward's plain calls (no dropout, block mask or score modifier) with aligned rows at
  * d <= 128 under FLASHATTN_KERNELS=sm80-fwd-split or fwd-split=N; 1 for the rest. At most 65535
- * blocks along z (sequences x splits). */
+ * blocks along z (sequences x splits), and (rows x heads) / 4 merge blocks within a grid's x. */
 static int64_t forward_splits(const fa_gpu_state *gs, const fa_problem *p, const cuda_choice *c)
 {
     const int sm90 = c->family == FAMILY_SM90, sm80 = c->family == FAMILY_SM80 && c->aligned && !c->mod;
-    if ((!sm90 && !sm80) || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 || p->block_mask)
+    if ((!sm90 && !sm80) || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 || p->block_mask ||
+        p->total_q * p->heads_q > INT32_MAX)
         return 1;
     if (gs->fwd_split > 0)
         return p->batch * gs->fwd_split <= 65535 ? gs->fwd_split : 1;
