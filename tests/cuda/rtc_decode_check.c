@@ -12,7 +12,11 @@
  *     folds the sink in; under FLASHATTN_KERNELS=kv-simt the SIMT kernel;
  *   - cache_leftpad: refused with the arrays checked on the device, else the core's appends and
  *     one dense forward (sm80) instead of the decode kernels;
- *   - a failing occupancy query and a failing launch: FA_ERR_BACKEND naming the call.
+ *   - a failing occupancy query and a failing launch: FA_ERR_BACKEND naming the call;
+ *   - on a stream being captured, a fresh context's first device-checked call (its fault words and
+ *     split partials not yet allocated): FA_ERR_UNSUPPORTED naming the capture, nothing launched;
+ *     after one call outside the capture, the same call captured; a context whose one call outside
+ *     ran whole (one split asked for) refuses a captured call in splits, naming the partials.
  * The expected geometry is spelled out here (not read from common/kv_geometry.h), so a launcher
  * and the header wrong together still fail. Exit 0 when every check holds, 1 on the first that
  * fails, 77 (meson's skip) where libnvrtc cannot be opened. */
@@ -261,6 +265,37 @@ int main(int argc, char **argv)
     fa_context_destroy(ctx);
 
     unsetenv("FLASHATTN_KERNELS");
+
+    ctx = open_context();
+    a = gqa_call(ctx);
+    fake->capture_status = 1;
+    fake->launch_log_len = 0;
+    st = fa_forward_kvcache(ctx, &a);
+    msg = fa_context_last_error(ctx);
+    CHECK(st == FA_ERR_UNSUPPORTED && strstr(msg, "captured") && strstr(msg, "fault words") && fake->launch_log_len == 0,
+          "a first call on a captured stream: status %d, %d launches: %s", (int)st, fake->launch_log_len, msg);
+    printf("ok: a first call on a captured stream: %s\n", msg);
+    fake->capture_status = 0;
+    run(ctx, &a, "bf16 d 128 GQA decode outside the capture");
+    fake->capture_status = 1;
+    run(ctx, &a, "bf16 d 128 GQA decode captured, after one call outside");
+    check_launches("captured", mma, 4);
+    fake->capture_status = 0;
+    fa_context_destroy(ctx);
+    ctx = open_context();
+    a = gqa_call(ctx);
+    a.num_splits = 1;
+    run(ctx, &a, "bf16 d 128 GQA decode in one split, outside the capture");
+    a.num_splits = 0;
+    fake->capture_status = 1;
+    fake->launch_log_len = 0;
+    st = fa_forward_kvcache(ctx, &a);
+    msg = fa_context_last_error(ctx);
+    fake->capture_status = 0;
+    CHECK(st == FA_ERR_UNSUPPORTED && strstr(msg, "split partials") && fake->launch_log_len == 0,
+          "split partials on a captured stream: status %d, %d launches: %s", (int)st, fake->launch_log_len, msg);
+    printf("ok: split partials on a captured stream: %s\n", msg);
+    fa_context_destroy(ctx);
     printf("PASS\n");
     return 0;
 }

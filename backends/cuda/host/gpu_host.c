@@ -324,10 +324,14 @@ fa_status fa_gpu_call_end(fa_context *ctx, fa_gpu_call *call, int launch_error, 
 int fa_gpu_scratch_usable(fa_context *ctx, size_t bytes)
 {
     const fa_gpu_state *s = fa_gpu_of(ctx);
+    return !fa_gpu_capturing(ctx) || (s->scratch && bytes <= s->scratch_bytes && s->scratch_stream == s->stream);
+}
+
+/* Whether the context's stream is being captured into a graph (or its state cannot be read). */
+int fa_gpu_capturing(fa_context *ctx)
+{
     fa_rt_capture_status cs;
-    if (FA_RT(StreamIsCapturing)(s->stream, &cs) != FA_RT(Success))
-        return 0;
-    return cs == FA_RT_CAPTURE_NONE || (s->scratch && bytes <= s->scratch_bytes && s->scratch_stream == s->stream);
+    return FA_RT(StreamIsCapturing)(fa_gpu_of(ctx)->stream, &cs) != FA_RT(Success) || cs != FA_RT_CAPTURE_NONE;
 }
 
 /* At least `bytes` of device memory for the kernels of this call on the context's stream, kept

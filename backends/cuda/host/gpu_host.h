@@ -107,6 +107,7 @@ void fa_gpu_release(fa_context *ctx, fa_gpu_buffers *cb);
 /* At least `bytes` of device memory kept by the context for the kernels of this call. */
 fa_status fa_gpu_scratch(fa_context *ctx, size_t bytes, void **ptr);
 int fa_gpu_scratch_usable(fa_context *ctx, size_t bytes);
+int fa_gpu_capturing(fa_context *ctx);
 
 /* One forward or backward call: fa_gpu_call_begin fills the kernels' parameter block (with the
  * backward's workspace: dq_accum_floats, the fp32 dQ accumulator a non-deterministic kernel adds

@@ -57,6 +57,17 @@ static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t sl
     return per > 0 ? (chunks + per - 1) / per : 1;
 }
 
+/* The refusal of a call whose context memory (the device check's fault words, the split partials'
+ * scratch) would have to be allocated while the stream is being captured into a graph, which
+ * allows neither the allocation nor the device-wide wait after it. */
+static fa_status refuse_in_capture(fa_context *ctx, const char *what)
+{
+    return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                    "fa_forward_kvcache on %s: %s would be allocated while the stream is being captured into a "
+                    "graph; make one call of this shape outside the capture first",
+                    FA_RT_NAME, what);
+}
+
 fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const fa_gpu_kv_entries *entry)
 {
     const fa_problem *p = &kp->p;
@@ -130,6 +141,8 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.mod = fa_score_mod_prepare(p->mod, p->scale);
     kv.alibi_slopes = p->alibi_slopes;
     if (kp->device_check) {
+        if (!s->fault && fa_gpu_capturing(ctx))
+            return refuse_in_capture(ctx, "the device check's fault words");
         if (!s->fault) {
             FA_GPU_TRY(ctx, FA_RT(Malloc)((void **)&s->fault, sizeof(long long) * FA_KV_FAULT_WORDS));
             FA_GPU_TRY(ctx, FA_RT(Memset)(s->fault, 0, sizeof(long long) * FA_KV_FAULT_WORDS));
@@ -183,6 +196,8 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         if (!fa_mul_ok(p->total_q * p->heads_q, kv.splits, &floats) || !fa_mul_ok(floats, p->d_v + 1, &floats) ||
             (uint64_t)floats > SIZE_MAX / sizeof(float))
             return FA_ERROR(ctx, FA_ERR_OVERFLOW, "fa_forward_kvcache: the split partials' size overflows");
+        if (!fa_gpu_scratch_usable(ctx, sizeof(float) * (size_t)floats))
+            return refuse_in_capture(ctx, "the split partials' scratch");
         fa_status st = fa_gpu_scratch(ctx, sizeof(float) * (size_t)floats, &partial);
         if (st != FA_SUCCESS)
             return st;
