@@ -133,6 +133,28 @@ static inline void attention_args(void *const bufs[9], fa_dtype dtype, const int
     fwd->opts = fa_options_default();
     bwd->opts = fwd->opts;
 }
+
+/* A bf16 causal forward of one sequence, sq query rows over sk keys, heads heads of d (a short
+ * grid over long keys: the split forwards' case); its buffers q, k, v, o, lse in bufs[5] */
+static inline fa_fwd_args long_keys_call(fa_context *ctx, int64_t sq, int64_t sk, int64_t heads, int64_t d,
+                                         void *bufs[5])
+{
+    const int64_t qshape[4] = {1, sq, heads, d}, kshape[4] = {1, sk, heads, d}, lshape[3] = {1, heads, sq};
+    const size_t qbytes = (size_t)(sq * heads * d * 2), kbytes = (size_t)(sk * heads * d * 2);
+    const size_t sizes[5] = {qbytes, kbytes, kbytes, qbytes, (size_t)(heads * sq * 4)};
+    for (int i = 0; i < 5; ++i)
+        bufs[i] = device_zeros(ctx, sizes[i]);
+    fa_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = fa_tensor_contiguous(bufs[0], FA_DTYPE_BF16, 4, qshape);
+    a.k = fa_tensor_contiguous(bufs[1], FA_DTYPE_BF16, 4, kshape);
+    a.v = fa_tensor_contiguous(bufs[2], FA_DTYPE_BF16, 4, kshape);
+    a.o = fa_tensor_contiguous(bufs[3], FA_DTYPE_BF16, 4, qshape);
+    a.lse = fa_tensor_contiguous(bufs[4], FA_DTYPE_F32, 3, lshape);
+    a.opts = fa_options_default();
+    a.opts.causal = 1;
+    return a;
+}
 #endif
 
 #endif

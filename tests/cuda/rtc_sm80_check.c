@@ -156,19 +156,8 @@ static void check_split(problem *p)
 
     enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
     fa_context *rule = open_device(8, 166912, "sm80-fwd-split"), *plain = open_device(8, 166912, NULL);
-    const int64_t qshape[4] = {1, SQ, H, D}, kshape[4] = {1, SK, H, D}, lshape[3] = {1, H, SQ};
-    void *q = device_zeros(plain, (size_t)SQ * H * D * 2), *o = device_zeros(plain, (size_t)SQ * H * D * 2);
-    void *k = device_zeros(plain, (size_t)SK * H * D * 2), *v = device_zeros(plain, (size_t)SK * H * D * 2);
-    void *lse = device_zeros(plain, (size_t)H * SQ * 4);
-    fa_fwd_args a;
-    memset(&a, 0, sizeof a);
-    a.q = fa_tensor_contiguous(q, FA_DTYPE_BF16, 4, qshape);
-    a.k = fa_tensor_contiguous(k, FA_DTYPE_BF16, 4, kshape);
-    a.v = fa_tensor_contiguous(v, FA_DTYPE_BF16, 4, kshape);
-    a.o = fa_tensor_contiguous(o, FA_DTYPE_BF16, 4, qshape);
-    a.lse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape);
-    a.opts = fa_options_default();
-    a.opts.causal = 1;
+    void *bufs[5];
+    const fa_fwd_args a = long_keys_call(plain, SQ, SK, H, D, bufs);
     fa_plan_info whole_plan, split_plan;
     clear_log();
     CHECK(fa_forward(plain, &a) == FA_SUCCESS && fa_plan(plain, &a, &whole_plan) == FA_SUCCESS, "long keys: %s",
@@ -189,7 +178,6 @@ static void check_split(problem *p)
     CHECK(split_plan.workspace_fwd == whole_plan.workspace_fwd + parts, "the forward workspace: %lld split, %lld whole",
           (long long)split_plan.workspace_fwd, (long long)whole_plan.workspace_fwd);
     printf("ok: the plan counts the split parts' %lld bytes\n", (long long)parts);
-    void *bufs[] = {q, k, v, o, lse};
     for (int i = 0; i < 5; ++i)
         fa_free(plain, bufs[i]);
     fa_context_destroy(rule);

@@ -140,19 +140,8 @@ static fa_context *context_with(const char *kernels)
 static void check_split(fa_context *ctx, fake_cuda_state *fake)
 {
     enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
-    const int64_t qshape[4] = {1, SQ, H, D}, kshape[4] = {1, SK, H, D}, lshape[3] = {1, H, SQ};
-    void *q = device_zeros(ctx, (size_t)SQ * H * D * 2), *o = device_zeros(ctx, (size_t)SQ * H * D * 2);
-    void *k = device_zeros(ctx, (size_t)SK * H * D * 2), *v = device_zeros(ctx, (size_t)SK * H * D * 2);
-    void *lse = device_zeros(ctx, (size_t)H * SQ * 4);
-    fa_fwd_args a;
-    memset(&a, 0, sizeof a);
-    a.q = fa_tensor_contiguous(q, FA_DTYPE_BF16, 4, qshape);
-    a.k = fa_tensor_contiguous(k, FA_DTYPE_BF16, 4, kshape);
-    a.v = fa_tensor_contiguous(v, FA_DTYPE_BF16, 4, kshape);
-    a.o = fa_tensor_contiguous(o, FA_DTYPE_BF16, 4, qshape);
-    a.lse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape);
-    a.opts = fa_options_default();
-    a.opts.causal = 1;
+    void *bufs[5];
+    const fa_fwd_args a = long_keys_call(ctx, SQ, SK, H, D, bufs);
     const char *ws = "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true>";
     const char *ws_split = "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true, false, false, true>";
     const unsigned smem = (128 + 2 * 3 * 128) * 128 * 2 + 1024;
@@ -225,8 +214,7 @@ static void check_split(fa_context *ctx, fake_cuda_state *fake)
               refused[i], (int)st, fa_last_error());
         printf("ok: %s refused: %s\n", refused[i], fa_last_error());
     }
-    void *bufs[] = {q, k, v, o, lse};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
+    for (int i = 0; i < 5; ++i)
         fa_free(ctx, bufs[i]);
 }
 
