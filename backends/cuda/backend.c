@@ -310,7 +310,7 @@ static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
  * grid leaves SMs idle; FLASHATTN_KERNELS=fwd-split=N: N): the Hopper forward's warp-specialised
  * kernel without dropout at d <= 128 (its d 256 instance would spill with the parts' epilogue);
  * the sm80 forward's plain calls (no dropout, block mask or score modifier) with aligned rows at
- * d <= 128 under FLASHATTN_KERNELS=sm80-fwd-split or fwd-split=N; 1 for the rest. At most 65535
+ * d <= 128 (two blocks per SM); 1 for the rest. At most 65535
  * blocks along z (sequences x splits), and (rows x heads) / 4 merge blocks within a grid's x. */
 static int64_t forward_splits(const fa_gpu_state *gs, const fa_problem *p, const cuda_choice *c)
 {
@@ -320,8 +320,6 @@ static int64_t forward_splits(const fa_gpu_state *gs, const fa_problem *p, const
         return 1;
     if (gs->fwd_split > 0)
         return p->batch * gs->fwd_split <= 65535 ? gs->fwd_split : 1;
-    if (sm80 && !gs->sm80_split)
-        return 1;
     /* query rows and keys per tile, blocks resident per SM */
     const int64_t br = sm90 ? FA_SM90_WS_BR : FA_SM80_FWD_ROWS(fa_sm80_tile_of(c->head_dim).fwd_mtiles);
     const int64_t bn = sm90 ? FA_SM90_WS_BN(c->head_dim) : FA_GPU_BLOCK, per_sm = sm90 ? 1 : 2;

@@ -5,8 +5,8 @@
  * (sm80/launch.cuh), in order (the fake's launch log). bf16, B = 2, S = 200, H = 4:
  *   - cc 8.0 with an A100's 166912 bytes of opt-in shared memory: the d 128 causal forward, and
  *     its split instance with split_combine_kernel under FLASHATTN_KERNELS=fwd-split=3; 128 query
- *     rows over 2048 keys whole by default and in four splits under sm80-fwd-split (the rule's
- *     count for 108 SMs of two blocks each), the parts counted in fa_plan's workspace; the
+ *     rows over 2048 keys in four splits by default (the rule's count for 108 SMs of two blocks
+ *     each) and whole under fwd-split=1, the parts counted in fa_plan's workspace; the
  *     fused backward on bwd_kernel (bwd_grid_kernel does not fit): dsum, the dQ accumulator's
  *     memset, bwd_kernel, dq_convert; the deterministic dkdv / dq pair; an unaligned call (d 100:
  *     the ldg instance); softcap (the MOD instance); d 256's backward left to the SIMT kernels
@@ -155,7 +155,7 @@ static void check_split(problem *p)
     fa_context_destroy(forced);
 
     enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
-    fa_context *rule = open_device(8, 166912, "sm80-fwd-split"), *plain = open_device(8, 166912, NULL);
+    fa_context *rule = open_device(8, 166912, NULL), *plain = open_device(8, 166912, "fwd-split=1");
     void *bufs[5];
     const fa_fwd_args a = long_keys_call(plain, SQ, SK, H, D, bufs);
     fa_plan_info whole_plan, split_plan;
@@ -164,16 +164,16 @@ static void check_split(problem *p)
           fa_context_last_error(plain));
     const launch whole[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0>", 1, H, 1, 128,
                              2 * (128 + 4 * 64) * 136}};
-    expect("cc 8.0 long keys, whole", whole, N(whole), -1);
+    expect("cc 8.0 long keys, fwd-split=1: whole", whole, N(whole), -1);
     clear_log();
     CHECK(fa_forward(rule, &a) == FA_SUCCESS && fa_plan(rule, &a, &split_plan) == FA_SUCCESS,
-          "long keys, sm80-fwd-split: %s", fa_context_last_error(rule));
+          "long keys, by the rule: %s", fa_context_last_error(rule));
     const launch split[] = {
         {"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false, true>", 1, H, SPLITS, 128,
          2 * (128 + 4 * 64) * 136},
         {"fa_gpu::split_combine_kernel<__nv_bfloat16, 128>", SQ * H / 4, 1, 1, 128, 0},
     };
-    expect("cc 8.0 long keys, sm80-fwd-split", split, N(split), -1);
+    expect("cc 8.0 long keys, by the rule", split, N(split), -1);
     const int64_t parts = 4 * (int64_t)SPLITS * SQ * H * (D + 1);
     CHECK(split_plan.workspace_fwd == whole_plan.workspace_fwd + parts, "the forward workspace: %lld split, %lld whole",
           (long long)split_plan.workspace_fwd, (long long)whole_plan.workspace_fwd);

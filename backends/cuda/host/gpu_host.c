@@ -107,7 +107,6 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
     s->fwd_split = split;
-    s->sm80_split = fa_kernels_switch("sm80-fwd-split", NULL, 0);
     ctx->priv = s;
     return FA_SUCCESS;
 }

@@ -34,7 +34,6 @@ typedef struct fa_gpu_state {
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
-    int sm80_split;           /* FLASHATTN_KERNELS=sm80-fwd-split: the rule on the sm80 forward too */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
      * user ran on */
     void *scratch;
