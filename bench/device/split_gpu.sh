@@ -4,15 +4,14 @@
 # (-Dcuda-kernels=rtc). Prints, logs under $OUT as it goes, each step time-boxed:
 #   - the short grid with SPLITS splits (default 3) on every call a split kernel takes, and under
 #     the chooser (its rule), four shards each, eight processes side by side; masked rows with both;
-#     the same with the sm80 family forced, with SPLITS splits and with its opt-in rule
-#     (sm80-fwd-split);
+#     the same with the sm80 family forced, with SPLITS splits and under its rule;
 #   - the decode grid with =3 and the dense path forced (kv-prefill-dense), so that chunked prefill
 #     runs split; the decode grid (its NaN rule included) under the chooser and with kv-simt;
 #   - compute-sanitizer memcheck, racecheck and synccheck on the hdim128 cases with =3;
 #   - chunked prefill, bench/decode_bench.py --new N --shapes 1x8192,4x8192 for N in PREFILL
 #     (default 16,64,128,512), under the chooser and without the split (=1), and with the sm80
-#     family forced without and with sm80-fwd-split; the kernels' times of 128 new tokens
-#     (bench/decode_kernel_times.py --new 128) under the chooser and with sm80,sm80-fwd-split.
+#     family forced with the split turned off (fwd-split=1) and by its rule; the kernels' times of 128 new tokens
+#     (bench/decode_kernel_times.py --new 128) under the chooser and with sm80.
 # STEPS (default checks,bench): checks (grids, masked rows, decode, sanitizers) and bench (the
 # timings), about five minutes each, so that a call of ten minutes can take one of them.
 # Usage: bash bench/device/split_gpu.sh  (carry: [".deps"] for cmocka; pass FLASHATTN_BENCH_COMMIT,
@@ -48,8 +47,8 @@ grids() {
 steps=${STEPS:-checks,bench}
 if [[ $steps == *checks* ]]; then
 grids "$forced" default
-grids "sm80,$forced" sm80,sm80-fwd-split
-for kernels in "$forced" default "sm80,$forced" sm80,sm80-fwd-split; do
+grids "sm80,$forced" sm80
+for kernels in "$forced" default "sm80,$forced" sm80; do
   f="$OUT/masked-rows-$(tag $kernels).txt"
   timeout 120 env $(kernels_env $kernels) "$B/tests/conformance/masked_rows" --backend cuda > "$f" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
@@ -74,14 +73,14 @@ done
 fi
 lib=$B/libflashattn.so
 if [[ $steps == *bench* ]]; then
-for kernels in default fwd-split=1 sm80 sm80,sm80-fwd-split; do
+for kernels in default fwd-split=1 sm80,fwd-split=1 sm80; do
   for n in $(echo "${PREFILL:-16,64,128,512}" | tr ',' ' '); do
     echo "== FLASHATTN_KERNELS=$kernels: decode_bench.py --new $n"
     env $(kernels_env $kernels) FLASHATTN_LIBRARY=$lib timeout 100 python3 bench/decode_bench.py --new "$n" --shapes 1x8192,4x8192 2>&1 |
       tee -a "$OUT/prefill-$(tag $kernels).md"
   done
 done
-for kernels in default sm80,sm80-fwd-split; do
+for kernels in default sm80; do
   env $(kernels_env $kernels) FLASHATTN_LIBRARY=$lib timeout 60 python3 bench/decode_kernel_times.py \
     --new 128 --shapes 1x8192,4x8192 2>&1 | grep -v -i warn | tee -a "$OUT/prefill-kernels-split.md"
 done
