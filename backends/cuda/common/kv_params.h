@@ -37,8 +37,6 @@ typedef struct fa_gpu_kv_params {
     const float *alibi_slopes;
     int aligned;                      /* every cache row 16-byte aligned, d % 8 == 0 and d_v % 8 == 0:
                                          vector loads */
-    int l2_prefetch;                  /* tensor-core kernel: 0, or 128 / 256 bytes that L2 fetches
-                                         around each cache copy (kv_host.c sets it) */
     /* the launch's shape: query rows per kv head (group x seqlen_new) cut into tiles of the
      * kernel's row count; splits of each sequence's keys, keys_per_split a multiple of the
      * kernel's key chunk */

@@ -234,42 +234,57 @@ FA_DEVICE void store_output(const fa_gpu_kv_params &p, int64_t b, int64_t i, int
 
 /* The keys a decode block reads: its split's, inside the union of its rows' ranges (k_begin ..
  * k_end), and the keys every row of it sees (lo_full .. hi_full: steps inside need no
- * per-element mask). */
+ * per-element mask). skip: a device check recorded a fault, and the block must write nothing. */
 struct block_keys {
     int64_t k_begin, k_end, lo_full, hi_full;
+    bool skip;
 };
 
 /* The start every decode kernel shares, for the block of rows tile * RT .. + RT of kv head hk of
  * sequence b and split `split`: each row's query channels, rotated and rounded to the dtype,
  * through put_q(r, c, x) (zero for rows past p.rows and channels past d); each row's visible keys
- * (lo_s, hi_s; empty past p.rows) and score modifiers (mod_s), in shared memory; then a barrier. */
+ * (lo_s, hi_s; empty past p.rows) and score modifiers (mod_s), in shared memory; then a barrier.
+ * The fault record, the sequence's length and (without rotary) the query channels are loaded side
+ * by side before the record is tested (each read is in bounds whatever the checked arrays hold), so
+ * their latencies overlap; a block that finds a fault returns skip before anything else (the
+ * record is written by an earlier kernel: every thread reads the same). Launched with
+ * FA_KV_THREADS threads. */
 template <class S, int RT, int D, class PutQ>
 FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
                                  int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q)
 {
     typedef typename S::T T;
+    constexpr int QN = RT * D / FA_KV_THREADS; /* query channels per thread */
+    static_assert(RT * D % FA_KV_THREADS == 0, "whole rows of channels per pass");
+    __shared__ int64_t qrow_s[RT]; /* each row's offset in q, -1 past p.rows */
     const int tid = threadIdx.x;
+    block_keys k;
+    const long long fault = p.fault ? *(volatile const long long *)p.fault : (long long)FA_KV_FAULT_NONE;
     const int64_t cached = cached_len(p, b), sk = cached + p.seqlen_knew, sn = p.seqlen_new;
     const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
     const T *q = static_cast<const T *>(p.q.data);
-    for (int e = tid; e < RT * D; e += (int)blockDim.x) {
-        const int r = e / D, c = e % D;
-        const int64_t row = tile * RT + r;
-        float x = 0.0f;
-        if (row < p.rows && c < p.d) {
-            const int64_t h = hk * p.group + row / sn, i = row % sn;
-            const int64_t off = b * p.q.sb + i * p.q.ss + h * p.q.sh;
-            x = p.rotary_cos ? round_to<S>(rotated<S>(p, q, off, c, advance ? cached + i : cached)) : S::load(q, off + c);
+    const int64_t row = tile * RT + tid; /* threads below RT: that row's head and position */
+    int64_t h = 0, i = 0;
+    if (tid < RT) {
+        if (row < p.rows) {
+            h = hk * p.group + row / sn;
+            i = row % sn;
         }
-        put_q(r, c, x);
+        qrow_s[tid] = row < p.rows ? b * p.q.sb + i * p.q.ss + h * p.q.sh : -1;
+    }
+    FA_SYNC();
+    float x[QN];
+#pragma unroll
+    for (int n = 0; n < QN; ++n) {
+        const int e = tid + n * FA_KV_THREADS, r = e / D, c = e % D;
+        const int64_t off = qrow_s[r];
+        x[n] = !p.rotary_cos && off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f;
     }
     if (tid < RT) {
         const fa_mask mask = fa_mask_make(sn, sk, p.causal, p.window_left, p.window_right);
-        const int64_t row = tile * RT + tid;
         int64_t lo = 0, hi = 0;
         float slope = 0.0f;
         if (row < p.rows) {
-            const int64_t h = hk * p.group + row / sn, i = row % sn;
             fa_mask_row_range(&mask, i, &lo, &hi);
             if (p.mod.alibi)
                 slope = p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)];
@@ -278,8 +293,21 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
         lo_s[tid] = lo;
         hi_s[tid] = hi;
     }
+    k.skip = fault != FA_KV_FAULT_NONE;
+    if (k.skip)
+        return k;
+    if (!p.rotary_cos) {
+#pragma unroll
+        for (int n = 0; n < QN; ++n)
+            put_q((tid + n * FA_KV_THREADS) / D, (tid + n * FA_KV_THREADS) % D, x[n]);
+    } else { /* rotated to the row's position: the table rows the check holds present */
+        for (int e = tid; e < RT * D; e += FA_KV_THREADS) {
+            const int r = e / D, c = e % D;
+            const int64_t off = qrow_s[r], pos = cached + (advance ? (tile * RT + r) % sn : 0);
+            put_q(r, c, off >= 0 && c < p.d ? round_to<S>(rotated<S>(p, q, off, c, pos)) : 0.0f);
+        }
+    }
     FA_SYNC();
-    block_keys k;
     int64_t lo_all = INT64_MAX, hi_all = 0;
     k.lo_full = 0;
     k.hi_full = INT64_MAX;
@@ -374,8 +402,6 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
     __shared__ int64_t lo_s[RT], hi_s[RT];
     __shared__ fa_score_mod_state mod_s[RT];
 
-    if (skip_on_fault(p))
-        return;
     const int tid = threadIdx.x, stream = tid / LPK, c0 = (tid % LPK) * 8;
     const int64_t tile = blockIdx.x % p.row_tiles, bh = blockIdx.x / p.row_tiles;
     const int64_t hk = bh % p.heads_kv, b = bh / p.heads_kv, split = blockIdx.y;
@@ -387,6 +413,8 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
     const float qmul = has_mod ? 1.0f : p.scale_log2;
     const block_keys keys = begin_block<S, RT, D>(p, b, hk, tile, split, lo_s, hi_s, mod_s,
                                                   [&](int r, int c, float x) { q_s[r][c] = x * qmul; });
+    if (keys.skip)
+        return;
     const int64_t k_begin = keys.k_begin, k_end = keys.k_end, lo_full = keys.lo_full, hi_full = keys.hi_full;
 
     float qr[RT][8], acc[RT][8], m[RT], l[RT];

@@ -56,17 +56,19 @@ __global__ __launch_bounds__(FA_KV_THREADS) void decode_mma_kernel(const fa_gpu_
     __shared__ int64_t lo_s[RT], hi_s[RT];
     __shared__ fa_score_mod_state mod_s[RT];
 
-    if (skip_on_fault(p))
-        return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-    const int64_t tile = blockIdx.x % p.row_tiles, bh = blockIdx.x / p.row_tiles;
-    const int64_t hk = bh % p.heads_kv, b = bh / p.heads_kv, split = blockIdx.y, sn = p.seqlen_new;
+    /* the block's place in 32 bits: row_tiles and heads_kv divide a grid's x, below 2^31 */
+    const uint32_t bx = blockIdx.x, tiles = (uint32_t)p.row_tiles, hkv = (uint32_t)p.heads_kv;
+    const int64_t tile = bx % tiles, bh = bx / tiles;
+    const int64_t hk = (uint32_t)bh % hkv, b = (uint32_t)bh / hkv, split = blockIdx.y, sn = p.seqlen_new;
     const bool has_mod = fa_score_mod_factors_active(p.mod);
     /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
      * the product, in fp32 */
     const block_keys keys = begin_block<S, RT, D>(
         p, b, hk, tile, split, lo_s, hi_s, mod_s,
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); });
+    if (keys.skip)
+        return;
     /* k_begin down to a multiple of KEYS, so that each warp's keys of a step lie in one page (page
      * sizes are multiples of 16) and one address per step serves them all. The keys this adds lie
      * below every row's first visible key (k_begin is the split's first key, a multiple of 64, or
@@ -81,31 +83,34 @@ __global__ __launch_bounds__(FA_KV_THREADS) void decode_mma_kernel(const fa_gpu_
 
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
     E *ring = reinterpret_cast<E *>(smem);
-    /* this warp's 16 keys of the step at t0 into stage `stage`: D / 16 16-byte chunks per lane for
-     * each of K and V, addressed from the first key's row (the 16 share a page); keys past k_end
-     * and channels past d zero-filled (never read) */
+    /* A warp's stage is 16 key rows of D / 8 16-byte chunks for each of K and V; lane copies chunk
+     * ch of rows key0, key0 + KSTEP, ... (D / 16 of them), so its source and destination offsets
+     * are fixed here and step by KSTEP rows: row pitches in elements, 64-bit in global memory. */
+    constexpr int CPR = D / 8, KSTEP = 32 / CPR, COPIES = D / 16;
+    static_assert(32 % CPR == 0 && COPIES * KSTEP == KEYS, "a warp's copies cover its 16 rows");
+    const int key0 = lane / CPR, ch = (lane % CPR) * 8;
+    const bool ch_in = ch < p.d;
+    const int64_t k_lane = key0 * p.k_cache.ss + ch, v_lane = key0 * p.v_cache.ss + ch;
+    const int64_t k_step = KSTEP * p.k_cache.ss, v_step = KSTEP * p.v_cache.ss;
+    /* this warp's 16 keys of the step at t0 into stage `stage`, addressed from the first key's row
+     * (the 16 share a page); rows past k_end and channels past d zero-filled (never read), their
+     * source the cache's start (not read). Each copy asks L2 for the 128 bytes around it: a row's
+     * chunks are copied by neighbouring lanes. */
     auto issue = [&](const int64_t t0, const int stage) {
         E *kt = ring + (stage * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
         const int64_t tw = t0 + warp * KEYS;
+        const int64_t left = k_end - tw - key0; /* this lane's rows below k_end: those with i KSTEP < left */
         const bool any = tw < k_end;
-        const T *kw = kc + (any ? token_offset(p, p.k_cache, b, tw, hk) : 0);
-        const T *vw = vc + (any ? token_offset(p, p.v_cache, b, tw, hk) : 0);
+        const T *ks = kc + (any ? token_offset(p, p.k_cache, b, tw, hk) + k_lane : 0);
+        const T *vs = vc + (any ? token_offset(p, p.v_cache, b, tw, hk) + v_lane : 0);
 #pragma unroll
-        for (int i = 0; i < D / 16; ++i) {
-            const int j = lane + 32 * i, key = j / (D / 8), ch = (j % (D / 8)) * 8;
-            const bool ok = tw + key < k_end && ch < p.d;
-            const T *ks = ok ? kw + key * p.k_cache.ss + ch : kc;
-            const T *vs = ok ? vw + key * p.v_cache.ss + ch : vc;
-            if (p.l2_prefetch == 256) {
-                fa_gpu::cp_async16_prefetch<256>(kt + key * LD + ch, ks, ok);
-                fa_gpu::cp_async16_prefetch<256>(vt + key * LD + ch, vs, ok);
-            } else if (p.l2_prefetch == 128) {
-                fa_gpu::cp_async16_prefetch<128>(kt + key * LD + ch, ks, ok);
-                fa_gpu::cp_async16_prefetch<128>(vt + key * LD + ch, vs, ok);
-            } else {
-                fa_gpu::cp_async16(kt + key * LD + ch, ks, ok);
-                fa_gpu::cp_async16(vt + key * LD + ch, vs, ok);
-            }
+        for (int i = 0; i < COPIES; ++i) {
+            const bool ok = ch_in && i * KSTEP < left;
+            const int at = (key0 + i * KSTEP) * LD + ch;
+            fa_gpu::cp_async16_prefetch<128>(kt + at, ok ? ks : kc, ok);
+            fa_gpu::cp_async16_prefetch<128>(vt + at, ok ? vs : vc, ok);
+            ks += k_step;
+            vs += v_step;
         }
         fa_gpu::cp_async_commit();
     };

@@ -7,10 +7,6 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The tensor-core decode kernel's L2 prefetch around each cache copy, in bytes (the kernel takes
- * 0, 128 or 256). */
-#define FA_KV_L2_PREFETCH 128
-
 static int gpu_kv_bucket(int64_t d)
 {
     return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
@@ -165,7 +161,6 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     const int sink_mma = p->sink && p->seqlen_k > FA_KV_KEY_CHUNK;
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
                     bucket <= 128 && (!p->sink || sink_mma) && p->d_v == p->d && !s->kv_simt;
-    kv.l2_prefetch = FA_KV_L2_PREFETCH;
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
