@@ -26,6 +26,14 @@ static void b_overflow_len(fa_kvcache_args *a, void *s)
     t[1] = (int32_t)(a->block_table_stride * a->k_cache.shape[1]); /* full: no room for the new token */
     a->cache_seqlens = t;
 }
+/* sequence 1's sixth page (keys 80 .. 95 of its 100): in the second split of run_bad's case without
+ * appends (pages of 16, 8 per sequence, two splits of 64 keys) */
+static void b_table_range_late(fa_kvcache_args *a, void *s)
+{
+    int32_t *t = s;
+    t[a->block_table_stride + 5] = 999;
+    a->block_table = t;
+}
 static void b_negative_len(fa_kvcache_args *a, void *s) { int32_t *t = s; t[0] = -1; t[1] = 0; a->cache_seqlens = t; }
 static void b_rotary_short(fa_kvcache_args *a, void *s) { (void)s; a->rotary_cos.shape[0] = a->rotary_sin.shape[0] = 3; }
 static void b_rotary_odd(fa_kvcache_args *a, void *s) { (void)s; a->rotary_cos.shape[1] = a->rotary_sin.shape[1] = a->q.shape[3]; }
@@ -79,6 +87,7 @@ static const struct {
     {"q NULL", b_null_q, FA_ERR_INVALID_ARG},
     {"page size 24", b_page_size, FA_ERR_INVALID_ARG},
     {"block_table entry out of range", b_table_range, FA_ERR_INVALID_ARG},
+    {"block_table entry out of range, second split", b_table_range_late, FA_ERR_INVALID_ARG},
     {"cache full, token appended", b_overflow_len, FA_ERR_INVALID_ARG},
     {"negative cache_seqlens", b_negative_len, FA_ERR_INVALID_ARG},
     {"rotary table too short", b_rotary_short, FA_ERR_INVALID_ARG},
@@ -107,7 +116,7 @@ static const struct {
  * finds, and fa_synchronize reports. */
 static int value_fault(breaker fn)
 {
-    return fn == b_table_range || fn == b_overflow_len || fn == b_negative_len || fn == b_rotary_short ||
+    return fn == b_table_range || fn == b_table_range_late || fn == b_overflow_len || fn == b_negative_len || fn == b_rotary_short ||
            fn == b_rotary_one_short;
 }
 
@@ -185,29 +194,30 @@ static int run_bad_leftpad(fa_context *ctx)
     return failures;
 }
 
-/* Each bad call returns its status and leaves o and the caches as they were. With check_on_device
- * (device_check_pass) only the bad array values are tried: the call returns FA_SUCCESS, a good
- * call made after it writes nothing either, fa_synchronize returns the status, and after that a
- * good call runs again. */
-int run_bad(fa_context *ctx, int device_check_pass)
+/* The bad calls on case c, one new token appended (knew 1), or none and two splits asked for
+ * (no_append: the bad array values only, the late page among them), each checked as run_bad
+ * describes. */
+static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, int no_append)
 {
-    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     host_case h;
-    make_host(&c, &h, 99);
-    if (c.batch * h.pages_per_seq > 64) {
+    make_host(c, &h, 99);
+    if (c->batch * h.pages_per_seq > 64) {
         printf("  bad: the block table does not fit the scratch array\n");
         free_host(&h);
         return 1;
     }
     int failures = 0;
-    const size_t es = esz(c.dtype);
+    const size_t es = esz(c->dtype);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-        if (device_check_pass && !value_fault(bad[i].fn))
+        if (((device_check_pass || no_append) && !value_fault(bad[i].fn)) || (no_append && bad[i].fn == b_overflow_len) ||
+            (!no_append && bad[i].fn == b_table_range_late))
             continue;
         dev_case x;
         int32_t scratch[64];
-        memcpy(scratch, h.table, sizeof(int32_t) * (size_t)(c.batch * h.pages_per_seq));
-        int made = make_dev(ctx, &c, &h, &x);
+        memcpy(scratch, h.table, sizeof(int32_t) * (size_t)(c->batch * h.pages_per_seq));
+        int made = make_dev(ctx, c, &h, &x);
+        if (no_append)
+            x.a.num_splits = 2;
         fa_kvcache_args a = x.a;
         bad[i].fn(&a, scratch);
         if (!made || !upload_scratch(ctx, &a, scratch, 64, &x)) {
@@ -231,8 +241,11 @@ int run_bad(fa_context *ctx, int device_check_pass)
                         memcmp(k1, h.kc, es * (size_t)h.cn) == 0 && memcmp(v1, h.vc, es * (size_t)h.cn) == 0;
         const char *msg = fa_context_last_error(ctx);
         int ok = st == bad[i].want && untouched && msg && msg[0];
-        printf("  bad argument%s, %s: %s%s (%s)\n", device_check_pass ? " (checked on the device)" : "", bad[i].name,
-               fa_status_string(st), untouched ? "" : ", OUTPUTS CHANGED", msg);
+        printf("  bad argument%s, %s: %s%s (%s)\n",
+               !device_check_pass ? ""
+               : no_append        ? " (checked on the device, nothing appended, 2 splits)"
+                                  : " (checked on the device)",
+               bad[i].name, fa_status_string(st), untouched ? "" : ", OUTPUTS CHANGED", msg);
         if (device_check_pass) {
             /* reported once: the same context then runs the good call */
             st_after = fa_forward_kvcache(ctx, &x.a);
@@ -251,12 +264,28 @@ int run_bad(fa_context *ctx, int device_check_pass)
         free(o0), free(o1), free(k1), free(v1);
         free_dev(ctx, &x);
     }
+    free_host(&h);
+    return failures;
+}
+
+/* Each bad call returns its status and leaves o and the caches as they were. With check_on_device
+ * (device_check_pass) only the bad array values are tried: the call returns FA_SUCCESS, a good
+ * call made after it writes nothing either, fa_synchronize returns the status, and after that a
+ * good call runs again. The bad array values are tried a second time with no token appended, in
+ * two splits (pages of 16, 8 per sequence, lengths 5 and 100: where a GPU's decode blocks check
+ * what they read instead of a check kernel), adding a bad page in the second split and leaving
+ * out the full cache, which only an appended token overflows. */
+int run_bad(fa_context *ctx, int device_check_pass)
+{
+    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const dcase late = {"bad-no-append", B16, 2, 1, 4, 2, 64, 16, 128, {5, 100}, 0, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    int failures = run_bad_case(ctx, &c, device_check_pass, 0);
+    failures += run_bad_case(ctx, &late, device_check_pass, 1);
     if (!device_check_pass) /* the devices that check values do not take cache_leftpad */
         failures += run_bad_leftpad(ctx);
     if (fa_forward_kvcache(ctx, NULL) != FA_ERR_INVALID_ARG || fa_forward_kvcache(NULL, NULL) != FA_ERR_INVALID_ARG) {
         printf("  bad argument, NULL args / context: not FA_ERR_INVALID_ARG\n    FAILED\n");
         ++failures;
     }
-    free_host(&h);
     return failures;
 }

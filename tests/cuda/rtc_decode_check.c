@@ -6,7 +6,8 @@
  *   - bf16, d 128, a contiguous cache of 4096 keys, GQA (8 query heads on 2 kv heads), one new
  *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
  *     tensor-core decode kernel, under FLASHATTN_KERNELS=kv-simt the SIMT one with its cp.async ring;
- *   - a paged cache with 2 splits asked for;
+ *   - a paged cache with 2 splits asked for, nothing appended: checked on the host; checked on the
+ *     device, by its decode blocks (no check kernel); in one split, by the check kernel;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
  *   - a learnable sink: the tensor-core kernel in at least two splits with the combine, which
  *     folds the sink in; under FLASHATTN_KERNELS=kv-simt the SIMT kernel;
@@ -167,6 +168,18 @@ int main(int argc, char **argv)
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("paged", paged_launches, 2);
+    /* the same checked on the device: nothing appended and the keys split, so its decode blocks
+     * check what they read and no check kernel runs; in one split, the check kernel first */
+    paged.check_on_device = 1;
+    run(ctx, &paged, "the paged call checked on the device, 2 splits: in its decode blocks");
+    check_launches("paged, checked in the decode blocks", paged_launches, 2);
+    paged.num_splits = 1;
+    run(ctx, &paged, "the paged call checked on the device, 1 split: by the check kernel");
+    const expected paged_whole[] = {
+        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 1, 128, 69632},
+    };
+    check_launches("paged, one split, checked by the check kernel", paged_whole, 2);
 
     /* fp32, d 64, MQA (8 query heads on 1), 2 new query tokens: 16 rows in tiles of 8, 2 x 1 x 2
      * blocks, the register-loading SIMT kernel (no dynamic shared memory), one split */

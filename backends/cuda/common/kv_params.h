@@ -55,6 +55,22 @@ typedef struct fa_gpu_kv_params {
     const float *sink;
 } fa_gpu_kv_params;
 
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define FA_KV_FN static __host__ __device__ __forceinline__
+#else
+#define FA_KV_FN static inline
+#endif
+
+/* Whether a call's decode blocks check the int32 arrays they read themselves (decode/check.cuh's
+ * check_block), in place of a check kernel before them: a device-checked call that appends nothing
+ * and splits its keys. Its decode blocks then write only the split partials, the library's
+ * scratch, and the combine kernel, the one writer of o and lse, finds any block's fault before it
+ * writes; a block whose own arrays are bad reads no key. */
+FA_KV_FN int fa_kv_checks_in_blocks(const fa_gpu_kv_params *p)
+{
+    return p->fault && !(p->k_new.data && p->seqlen_knew != 0) && p->splits > 1;
+}
+
 /* The fault record a device check leaves in the context's memory: the first bad value found, as
  * long long [FA_KV_FAULT_WORDS] = {code, sequence, index, value}. While it holds a code, every
  * device-checked call's kernels return at once (they write nothing); fa_synchronize reports it

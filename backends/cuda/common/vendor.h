@@ -68,6 +68,7 @@ typedef cudaStream_t fa_gpu_stream;
 #define FA_DEVICE __device__ __forceinline__
 #define FA_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
 #define FA_SYNC() __syncthreads()
+#define FA_SYNC_OR(x) __syncthreads_or(x) /* a barrier that returns whether any thread's x is nonzero */
 
 /* fp16 storage as 16-bit words: the toolkit's conversions (exact widening, round to nearest even
  * when narrowing: core/half.h's rule). */

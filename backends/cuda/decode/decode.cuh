@@ -10,10 +10,11 @@
 namespace fa_gpu {
 namespace decode {
 
-/* check_kernel over the call's sequences, where the call checks on the device. */
+/* check_kernel over the call's sequences, where the call checks on the device and its decode
+ * blocks do not (fa_kv_checks_in_blocks). */
 template <class S> fa_gpu_error launch_check(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    if (!p.fault || p.batch == 0)
+    if (!p.fault || p.batch == 0 || fa_kv_checks_in_blocks(&p))
         return FA_GPU_SUCCESS;
     check_kernel<S><<<fa_kv_check_blocks(p.batch), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     return fa_gpu_last_error();

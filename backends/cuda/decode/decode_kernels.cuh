@@ -247,8 +247,9 @@ struct block_keys {
  * The fault record, the sequence's length and (without rotary) the query channels are loaded side
  * by side before the record is tested (each read is in bounds whatever the checked arrays hold), so
  * their latencies overlap; a block that finds a fault returns skip before anything else (the
- * record is written by an earlier kernel: every thread reads the same). Launched with
- * FA_KV_THREADS threads. */
+ * record is written by an earlier kernel: every thread reads the same). Where the call checks in
+ * its blocks (fa_kv_checks_in_blocks), the block checks the arrays it reads first (check_block),
+ * and skips where any of its threads found a bad value. Launched with FA_KV_THREADS threads. */
 template <class S, int RT, int D, class PutQ>
 FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
                                  int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q)
@@ -294,6 +295,8 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
         hi_s[tid] = hi;
     }
     k.skip = fault != FA_KV_FAULT_NONE;
+    if (fa_kv_checks_in_blocks(&p)) /* this call has no check kernel: the block checks what it reads */
+        k.skip = FA_SYNC_OR(k.skip || check_block(p, b, split, cached)) != 0;
     if (k.skip)
         return k;
     if (!p.rotary_cos) {

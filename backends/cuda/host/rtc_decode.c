@@ -5,8 +5,9 @@
  * first use and launched by fa_rtc_launch, vendor-neutral, in the sequence, on the grids and with
  * the shared memory of the compiled launchers (decode/decode.cuh's launch_call,
  * decode/decode_mma.cuh's launch_mma), which common/kv_geometry.h gives both:
- *   check_kernel<S>       where the call checks its arrays on the device (p->fault), one block of
- *                         256 threads per sequence;
+ *   check_kernel<S>       where the call checks its arrays on the device (p->fault) and its decode
+ *                         blocks do not (fa_kv_checks_in_blocks), one block of 256 threads per
+ *                         sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> or decode_mma_kernel<S, D, ST>, one block of
  *                         FA_KV_THREADS per (sequence, kv head, row tile) by split;
@@ -80,7 +81,7 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
     const char *storage = fa_simt_storage_name(dtype);
     char name[FA_RTC_NAME_MAX];
     fa_rtc_status st;
-    if (p->fault && p->batch != 0) {
+    if (p->fault && p->batch != 0 && !fa_kv_checks_in_blocks(p)) {
         snprintf(name, sizeof name, "fa_gpu::decode::check_kernel<%s>", storage);
         if ((st = launch_kv(name, fa_kv_check_blocks(p->batch), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why,
                             why_len)) != FA_RTC_OK)
