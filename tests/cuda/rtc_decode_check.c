@@ -5,7 +5,8 @@
  * check, append, decode, combine), on their grids, blocks and dynamic shared memory:
  *   - bf16, d 128, a contiguous cache of 4096 keys, GQA (8 query heads on 2 kv heads), one new
  *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
- *     tensor-core decode kernel, under FLASHATTN_KERNELS=kv-simt the SIMT one with its cp.async ring;
+ *     tensor-core decode kernel in eight warps, on cc 8.6 (99 KB a block) and under
+ *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-simt the SIMT one with its cp.async ring;
  *   - a paged cache with 2 splits asked for, nothing appended: checked on the host; checked on the
  *     device, by its decode blocks (no check kernel); in one split, by the check kernel;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
@@ -136,18 +137,44 @@ int main(int argc, char **argv)
 
     /* GQA, cc 8.0: the tensor-core kernel, one row tile of 16 per kv head (4 query rows), 2 x 2
      * blocks; 4 splits fill the 16 slots; check (one block per sequence), append (2 x 2 x 128
-     * elements), decode with 2 stages x 4 warps x (K and V of 16 keys x (128 + 8)) x 2 bytes, combine
-     * (one block per query row and 32 channels: 2 x 8 rows x 4) */
+     * elements), decode with 2 stages x 8 warps x (K and V of 16 keys x (128 + 8)) x 2 bytes (an
+     * A100's blocks may use 163 KB), combine (one block per query row and 32 channels: 2 x 8 rows x 4) */
     fa_context *ctx = open_context();
     fa_kvcache_args a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
     const expected mma[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 4, 128, 69632},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 4, 256, 139264},
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("GQA, tensor cores", mma, 4);
+    /* the same on cc 8.6, whose blocks may use 99 KB: four warps, half the ring */
+    fa_context_destroy(ctx);
+    fake->cc_minor = 6;
+    fake->shared_optin = 101376;
+    ctx = open_context();
+    a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.6");
+    const expected mma_four[] = {
+        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 4, 128, 69632},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
+    };
+    check_launches("GQA, tensor cores, cc 8.6: four warps", mma_four, 4);
+    fa_context_destroy(ctx);
+    fake->cc_minor = 0;
+    fake->shared_optin = 166912;
+    setenv("FLASHATTN_KERNELS", "kv-mma-4-warps", 1); /* four warps where eight fit */
+    ctx = open_context();
+    a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-mma-4-warps");
+    check_launches("GQA, tensor cores, kv-mma-4-warps", mma_four, 4);
+    fa_context_destroy(ctx);
+    unsetenv("FLASHATTN_KERNELS");
+    ctx = open_context();
+    a = gqa_call(ctx);
 
     /* a paged cache (16 pages of 256 keys, 8 per sequence, 2000 keys each), 2 splits asked for,
      * nothing appended, the arrays checked on the host */
@@ -164,7 +191,7 @@ int main(int argc, char **argv)
     paged.num_splits = 2;
     run(ctx, &paged, "bf16 d 128 GQA decode over a paged cache, 2 splits");
     const expected paged_launches[] = {
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 2, 128, 69632},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 2, 256, 139264},
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("paged", paged_launches, 2);
@@ -177,7 +204,7 @@ int main(int argc, char **argv)
     run(ctx, &paged, "the paged call checked on the device, 1 split: by the check kernel");
     const expected paged_whole[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 1, 128, 69632},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 1, 256, 139264},
     };
     check_launches("paged, one split, checked by the check kernel", paged_whole, 2);
 
@@ -271,7 +298,7 @@ int main(int argc, char **argv)
     const expected sink_two[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 2, 128, 69632},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 2, 256, 139264},
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("sink, tensor cores, two splits", sink_two, 4);

@@ -35,19 +35,24 @@
 #define FA_KV_HAVE_ASYNC 1
 #endif
 
-/* The tensor-core decode kernel at bucket D (64 or 128) with a ring of ST stages: FA_KV_THREADS / 32
- * warps of 16 keys per step, each with its own ring of K and V rows padded to D + 8 elements (2
- * bytes each); the warps' fp32 merge of 16 x D outputs reuses the ring, so the dynamic shared
- * memory is the larger. The instances have FA_KV_MMA_STAGES = 2 (three blocks of 68 KB per H100
- * multiprocessor at d 128, two on an A100, one on sm_86 / sm_89). */
-#define FA_KV_MMA_WARPS (FA_KV_THREADS / 32)
+/* The tensor-core decode kernel at bucket D (64 or 128) with a ring of ST stages and W warps a
+ * block (fa_gpu_kv_params.mma_warps, chosen per call): each warp takes 16 keys of every step from
+ * its own ring of K and V rows padded to D + 8 elements (2 bytes each); the warps' fp32 merge of
+ * 16 x D outputs reuses the ring, so the dynamic shared memory is the larger. The instances have
+ * FA_KV_MMA_STAGES = 2. Eight warps where a block's shared memory holds them (every bucket on
+ * sm_80 and sm_90: 136 KB at d 128), four where it does not (d 128 on sm_86 / sm_89: 68 KB); the
+ * kernel's static shared memory stays below FA_KV_MMA_STATIC_BYTES. */
 #define FA_KV_MMA_KEYS 16
 #define FA_KV_MMA_STAGES 2
+#define FA_KV_MMA_MAX_WARPS 8
+#define FA_KV_MMA_MIN_WARPS 4
+#define FA_KV_MMA_STATIC_BYTES 8192
 #define FA_KV_MMA_LD(D) ((D) + 8)
-#define FA_KV_MMA_RING_BYTES(D, ST) ((ST) * FA_KV_MMA_WARPS * 2 * FA_KV_MMA_KEYS * FA_KV_MMA_LD(D) * 2)
-#define FA_KV_MMA_MERGE_BYTES(D) (FA_KV_MMA_WARPS * 16 * (D) * 4)
-#define FA_KV_MMA_SMEM(D, ST)                                                                                        \
-    (FA_KV_MMA_RING_BYTES(D, ST) > FA_KV_MMA_MERGE_BYTES(D) ? FA_KV_MMA_RING_BYTES(D, ST) : FA_KV_MMA_MERGE_BYTES(D))
+#define FA_KV_MMA_RING_BYTES(D, ST, W) ((ST) * (W) * 2 * FA_KV_MMA_KEYS * FA_KV_MMA_LD(D) * 2)
+#define FA_KV_MMA_MERGE_BYTES(D, W) ((W) * 16 * (D) * 4)
+#define FA_KV_MMA_SMEM(D, ST, W)                                                                                     \
+    (FA_KV_MMA_RING_BYTES(D, ST, W) > FA_KV_MMA_MERGE_BYTES(D, W) ? FA_KV_MMA_RING_BYTES(D, ST, W)                 \
+                                                                   : FA_KV_MMA_MERGE_BYTES(D, W))
 
 #if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__)
 
@@ -99,6 +104,15 @@ static inline int fa_kv_decode_grid(const fa_gpu_kv_params *p, unsigned *x, unsi
     *x = (unsigned)blocks;
     *y = (unsigned)p->splits;
     return 1;
+}
+
+/* The tensor-core decode kernel's warps at bucket D on a device whose blocks may use optin bytes of
+ * shared memory: the most that fit (FA_KV_MMA_MAX_WARPS or FA_KV_MMA_MIN_WARPS). */
+static inline int fa_kv_mma_warps(int head_dim_bucket, long long optin)
+{
+    return FA_KV_MMA_SMEM(head_dim_bucket, FA_KV_MMA_STAGES, FA_KV_MMA_MAX_WARPS) + FA_KV_MMA_STATIC_BYTES <= optin
+               ? FA_KV_MMA_MAX_WARPS
+               : FA_KV_MMA_MIN_WARPS;
 }
 
 /* The SIMT decode kernel's dynamic shared memory at bucket D: the ring's with cp.async, else none. */

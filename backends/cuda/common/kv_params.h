@@ -37,6 +37,7 @@ typedef struct fa_gpu_kv_params {
     const float *alibi_slopes;
     int aligned;                      /* every cache row 16-byte aligned, d % 8 == 0 and d_v % 8 == 0:
                                          vector loads */
+    int mma_warps;                    /* the tensor-core decode kernel's warps a block (kv_geometry.h) */
     /* the launch's shape: query rows per kv head (group x seqlen_new) cut into tiles of the
      * kernel's row count; splits of each sequence's keys, keys_per_split a multiple of the
      * kernel's key chunk */

@@ -32,6 +32,7 @@ typedef struct fa_gpu_state {
     fa_rt_prop prop;
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
+    int kv_mma_four;          /* FLASHATTN_KERNELS=kv-mma-4-warps: that kernel with four warps a block */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
@@ -81,7 +82,7 @@ typedef struct fa_gpu_kv_entries {
     int (*blocks_per_processor)(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
     /* the tensor-core kernel (NULL where the backend has none) */
     int (*forward_mma)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream);
-    int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int *blocks);
+    int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int warps, int *blocks);
 } fa_gpu_kv_entries;
 
 /* fa_backend slots, shared by both tables */

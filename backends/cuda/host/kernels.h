@@ -61,9 +61,10 @@ int fa_kv_forward(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int
 /* Decode blocks of that instance resident on one processor (occupancy), into *blocks. */
 int fa_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
 /* The same for the tensor-core decode kernel (decode/decode_mma.cuh: cc >= 8.0, dtype 1 fp16 or 2 bf16,
- * buckets 64 and 128, aligned rows, row tile FA_KV_ROW_TILE_MMA, a ring of FA_KV_MMA_STAGES stages). */
+ * buckets 64 and 128, aligned rows, row tile FA_KV_ROW_TILE_MMA, a ring of FA_KV_MMA_STAGES stages;
+ * p->mma_warps warps a block, the occupancy's `warps`). */
 int fa_kv_forward_mma(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream);
-int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int *blocks);
+int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int warps, int *blocks);
 
 /* The HIP backend's MFMA forward (mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA

@@ -2,6 +2,7 @@
  * parameter block from the core's validated fa_kv_problem, the head-dim bucket and row tile, the
  * number of key splits, and the fp32 partials the splits merge through. The kernels are decode/.
  * Compiled once per runtime, as gpu_host.c. */
+#include "common/kv_geometry.h"
 #include "host/gpu_host.h"
 
 #include <stdint.h>
@@ -162,6 +163,12 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
                     bucket <= 128 && (!p->sink || sink_mma) && p->d_v == p->d && !s->kv_simt;
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
+#if defined(FA_RUNTIME_HIP) /* no tensor-core decode kernel */
+    kv.mma_warps = FA_KV_MMA_MIN_WARPS;
+#else
+    kv.mma_warps = s->kv_mma_four ? FA_KV_MMA_MIN_WARPS
+                                  : fa_kv_mma_warps(bucket, (long long)s->prop.sharedMemPerBlockOptin);
+#endif
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
     const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA
@@ -177,7 +184,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.keys_per_split = FA_KV_KEY_CHUNK;
     if (p->seqlen_q > 0) {
         int resident = 0;
-        fa_rt_error e = (fa_rt_error)(mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, &resident)
+        fa_rt_error e = (fa_rt_error)(mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, kv.mma_warps, &resident)
                                           : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
                                                                         &resident));
         if (e != FA_RT(Success))

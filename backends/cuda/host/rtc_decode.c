@@ -9,8 +9,9 @@
  *                         blocks do not (fa_kv_checks_in_blocks), one block of 256 threads per
  *                         sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
- *   the decode kernel     decode_kernel<S, D, RT, ASYNC> or decode_mma_kernel<S, D, ST>, one block of
- *                         FA_KV_THREADS per (sequence, kv head, row tile) by split;
+ *   the decode kernel     decode_kernel<S, D, RT, ASYNC> (FA_KV_THREADS a block) or
+ *                         decode_mma_kernel<S, D, ST> (p->mma_warps warps), one block per
+ *                         (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
  * Plain C. */
 #include "common/kv_geometry.h"
@@ -75,8 +76,8 @@ static fa_rtc_status launch_kv(const char *name, int64_t x, int64_t y, unsigned 
 }
 
 /* decode.cuh's launch_call: check and append, the decode kernel `decode`, then combine. */
-static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const char *decode, unsigned decode_smem,
-                                 void *stream, char *why, size_t why_len)
+static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const char *decode, unsigned decode_threads,
+                                 unsigned decode_smem, void *stream, char *why, size_t why_len)
 {
     const char *storage = fa_simt_storage_name(dtype);
     char name[FA_RTC_NAME_MAX];
@@ -99,7 +100,7 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
     if (!fa_kv_decode_grid(p, &blocks, &splits))
         return invalid(why, why_len, "%s: %lld blocks by %lld splits exceed CUDA's grid", decode,
                        (long long)(p->batch * p->heads_kv * p->row_tiles), (long long)p->splits);
-    if ((st = launch_kv(decode, blocks, splits, FA_KV_THREADS, decode_smem, p, stream, why, why_len)) != FA_RTC_OK)
+    if ((st = launch_kv(decode, blocks, splits, decode_threads, decode_smem, p, stream, why, why_len)) != FA_RTC_OK)
         return st;
     if (p->splits == 1)
         return FA_RTC_OK;
@@ -120,7 +121,7 @@ fa_rtc_status fa_rtc_launch_kv(const fa_gpu_kv_params *p, int dtype, int bucket,
     char name[FA_RTC_NAME_MAX];
     if (!simt_name(dtype, bucket, row_tile, async_copy, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return launch_call(p, dtype, name, simt_smem(dtype, bucket, async_copy), stream, why, why_len);
+    return launch_call(p, dtype, name, FA_KV_THREADS, simt_smem(dtype, bucket, async_copy), stream, why, why_len);
 }
 
 fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_copy, int *blocks, char *why,
@@ -138,14 +139,17 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
     char name[FA_RTC_NAME_MAX];
     if (!mma_name(dtype, bucket, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return launch_call(p, dtype, name, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES), stream, why, why_len);
+    if (p->mma_warps != FA_KV_MMA_MIN_WARPS && p->mma_warps != FA_KV_MMA_MAX_WARPS)
+        return invalid(why, why_len, "%s: %d warps", name, p->mma_warps);
+    return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps,
+                       FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, p->mma_warps), stream, why, why_len);
 }
 
-fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int *blocks, char *why, size_t why_len)
+fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
     if (!mma_name(dtype, bucket, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES), blocks, why,
-                            why_len);
+    return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, warps), blocks,
+                            why, why_len);
 }
