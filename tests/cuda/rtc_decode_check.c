@@ -145,7 +145,7 @@ int main(int argc, char **argv)
     const expected mma[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 4, 256, 139264},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 4, 256, 139264},
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("GQA, tensor cores", mma, 4);
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
     const expected mma_four[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 4, 128, 69632},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>", 4, 4, 128, 69632},
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("GQA, tensor cores, cc 8.6: four warps", mma_four, 4);
@@ -191,7 +191,7 @@ int main(int argc, char **argv)
     paged.num_splits = 2;
     run(ctx, &paged, "bf16 d 128 GQA decode over a paged cache, 2 splits");
     const expected paged_launches[] = {
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 2, 256, 139264},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264},
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("paged", paged_launches, 2);
@@ -204,7 +204,7 @@ int main(int argc, char **argv)
     run(ctx, &paged, "the paged call checked on the device, 1 split: by the check kernel");
     const expected paged_whole[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 1, 256, 139264},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 1, 256, 139264},
     };
     check_launches("paged, one split, checked by the check kernel", paged_whole, 2);
 
@@ -298,7 +298,7 @@ int main(int argc, char **argv)
     const expected sink_two[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2>", 4, 2, 256, 139264},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264},
         {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("sink, tensor cores, two splits", sink_two, 4);

@@ -73,7 +73,7 @@ FAMILY_SAMPLE = {  # each: a forward or decode kernel with shared memory, a smal
     "sm80": ["fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false>",
              "fa_gpu::sm80::bwd_kernel<__half, 64, true, 1, false>", "fa_gpu::dsum_kernel<__nv_bfloat16>"],
     "decode": ["fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>",
-               "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_f16, 64, 2>",
+               "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_f16, 64, 2, 8>",
                "fa_gpu::decode::check_kernel<fa_gpu::store_bf16>"],
     "sm90": ["fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, false, true>", "fa_gpu::dsum_kernel<__half>"],
     "ring": ["fa_gpu::ring::copy_kernel", "fa_gpu::ring::add_kernel", "fa_gpu::ring::merge_kernel"],

@@ -249,16 +249,14 @@ struct block_keys {
  * their latencies overlap; a block that finds a fault returns skip before anything else (the
  * record is written by an earlier kernel: every thread reads the same). Where the call checks in
  * its blocks (fa_kv_checks_in_blocks), the block checks the arrays it reads first (check_block),
- * and skips where any of its threads found a bad value. Launched with FA_KV_THREADS threads or a
- * multiple of them. */
-template <class S, int RT, int D, class PutQ>
+ * and skips where any of its threads found a bad value. Launched with THREADS threads. */
+template <class S, int RT, int D, int THREADS = FA_KV_THREADS, class PutQ>
 FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
                                  int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q)
 {
     typedef typename S::T T;
-    constexpr int QN = RT * D / FA_KV_THREADS; /* query channels per thread, at most */
-    static_assert(RT * D % FA_KV_THREADS == 0, "whole rows of channels per pass");
-    const int threads = (int)blockDim.x;
+    constexpr int QN = RT * D / THREADS; /* query channels per thread */
+    static_assert(RT * D % THREADS == 0, "whole rows of channels per pass");
     __shared__ int64_t qrow_s[RT]; /* each row's offset in q, -1 past p.rows */
     const int tid = threadIdx.x;
     block_keys k;
@@ -279,8 +277,8 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     float x[QN];
 #pragma unroll
     for (int n = 0; n < QN; ++n) {
-        const int e = tid + n * threads, r = e / D, c = e % D;
-        const int64_t off = e < RT * D ? qrow_s[r] : -1;
+        const int e = tid + n * THREADS, r = e / D, c = e % D;
+        const int64_t off = qrow_s[r];
         x[n] = !p.rotary_cos && off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f;
     }
     if (tid < RT) {
@@ -304,10 +302,9 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     if (!p.rotary_cos) {
 #pragma unroll
         for (int n = 0; n < QN; ++n)
-            if (tid + n * threads < RT * D)
-                put_q((tid + n * threads) / D, (tid + n * threads) % D, x[n]);
+            put_q((tid + n * THREADS) / D, (tid + n * THREADS) % D, x[n]);
     } else { /* rotated to the row's position: the table rows the check holds present */
-        for (int e = tid; e < RT * D; e += threads) {
+        for (int e = tid; e < RT * D; e += THREADS) {
             const int r = e / D, c = e % D;
             const int64_t off = qrow_s[r], pos = cached + (advance ? (tile * RT + r) % sn : 0);
             put_q(r, c, off >= 0 && c < p.d ? round_to<S>(rotated<S>(p, q, off, c, pos)) : 0.0f);
@@ -330,17 +327,15 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     return k;
 }
 
-/* The end every decode kernel shares: `streams` (at most STREAMS) partial results of each of the
- * block's RT rows (acc_s [streams][RT][D] outputs scaled by 2^-m, m_s the maxima in log2 units,
- * l_s the sums; shared memory, after a barrier) merged, and written as O and LSE, or as the split's
- * partials.
+/* The end every decode kernel shares: STREAMS partial results of each of the block's RT rows
+ * (acc_s [STREAMS][RT][D] outputs scaled by 2^-m, m_s the maxima in log2 units, l_s the sums;
+ * shared memory, after a barrier) merged, and written as O and LSE, or as the split's partials.
  * SINK_DV: the SIMT kernel's end, which writes p.d_v output channels and folds the sink in when the
  * keys are not split; without it (the tensor-core kernel, which runs neither) p.d channels and no
  * sink. */
 template <class S, int D, int RT, int STREAMS, bool SINK_DV = false>
 FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const float (*m_s)[RT],
-                           const float (*l_s)[RT], int64_t b, int64_t hk, int64_t tile, int64_t split,
-                           int streams = STREAMS)
+                           const float (*l_s)[RT], int64_t b, int64_t hk, int64_t tile, int64_t split)
 {
     const int64_t hq = p.heads_q, sn = p.seqlen_new;
     for (int e = threadIdx.x; e < RT * D; e += (int)blockDim.x) {
@@ -351,14 +346,11 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
         float mx = -INFINITY;
 #pragma unroll
         for (int st = 0; st < STREAMS; ++st)
-            if (st < streams)
-                mx = fmaxf(mx, m_s[st][r]);
+            mx = fmaxf(mx, m_s[st][r]);
         const float base = mx == -INFINITY ? 0.0f : mx;
         float sum = 0.0f, a = 0.0f;
 #pragma unroll
         for (int st = 0; st < STREAMS; ++st) {
-            if (st >= streams)
-                break;
             const float w = exp2f(m_s[st][r] - base);
             sum += l_s[st][r] * w;
             a += acc_s[(st * RT + r) * D + c] * w;

@@ -9,33 +9,53 @@
 namespace fa_gpu {
 namespace decode {
 
-/* The kernel's shared-memory limit on the current device for `warps` warps (set at every launch:
+/* The shared-memory limit of the instance of W warps on the current device (set at every launch:
  * it is per device). */
-template <class S, int D, int ST> fa_gpu_error prepare_mma(int warps)
+template <class S, int D, int ST, int W> fa_gpu_error prepare_mma()
 {
-    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                FA_KV_MMA_SMEM(D, ST, warps));
+    static_assert(mma_shape<D, ST, W>::SMEM == FA_KV_MMA_SMEM(D, ST, W), "one shared-memory size");
+    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                FA_KV_MMA_SMEM(D, ST, W));
 }
 
+template <class S, int D, int ST, int W> fa_gpu_error launch_mma_warps(const fa_gpu_kv_params &p, dim3 grid,
+                                                                        fa_gpu_stream stream)
+{
+    fa_gpu_error e = prepare_mma<S, D, ST, W>();
+    if (e != FA_GPU_SUCCESS)
+        return e;
+    decode_mma_kernel<S, D, ST, W><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
+    return fa_gpu_last_error();
+}
+
+/* The call's kernels with the instance of p.mma_warps warps. */
 template <class S, int D, int ST> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
+    if (p.mma_warps != FA_KV_MMA_MIN_WARPS && p.mma_warps != FA_KV_MMA_MAX_WARPS)
+        return FA_GPU_INVALID_VALUE;
     return launch_call<S>(p, stream, [&](dim3 grid) {
-        fa_gpu_error e = prepare_mma<S, D, ST>(p.mma_warps);
-        if (e != FA_GPU_SUCCESS)
-            return e;
-        decode_mma_kernel<S, D, ST><<<grid, 32 * p.mma_warps, FA_KV_MMA_SMEM(D, ST, p.mma_warps), stream>>>(p);
-        return fa_gpu_last_error();
+        return p.mma_warps == FA_KV_MMA_MAX_WARPS ? launch_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(p, grid, stream)
+                                                  : launch_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(p, grid, stream);
     });
 }
 
-/* Decode blocks of an instance of `warps` warps resident on one multiprocessor at a time. */
+/* Decode blocks of the instance of `warps` warps resident on one multiprocessor at a time. */
+template <class S, int D, int ST, int W> fa_gpu_error blocks_per_processor_mma_warps(int *n)
+{
+    fa_gpu_error e = prepare_mma<S, D, ST, W>();
+    if (e == FA_GPU_SUCCESS)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, decode_mma_kernel<S, D, ST, W>, 32 * W,
+                                                          FA_KV_MMA_SMEM(D, ST, W));
+    return e;
+}
+
 template <class S, int D, int ST> fa_gpu_error blocks_per_processor_mma(int warps, int *n)
 {
-    fa_gpu_error e = prepare_mma<S, D, ST>(warps);
-    if (e == FA_GPU_SUCCESS)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, decode_mma_kernel<S, D, ST>, 32 * warps,
-                                                          FA_KV_MMA_SMEM(D, ST, warps));
-    return e;
+    if (warps == FA_KV_MMA_MAX_WARPS)
+        return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(n);
+    if (warps == FA_KV_MMA_MIN_WARPS)
+        return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(n);
+    return FA_GPU_INVALID_VALUE;
 }
 
 } // namespace decode

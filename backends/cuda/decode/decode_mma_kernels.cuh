@@ -3,15 +3,16 @@
  * decode kernel of decode.cuh, whose start (begin_block), end (merge_store), check, append and
  * combine kernels it shares.
  *
- * One block of p.mma_warps warps (eight, or four where a block's shared memory cannot hold eight
- * rings: common/kv_geometry.h) per (sequence, kv head, tile of 16 of that head's query rows, split).
+ * One block of W warps per (sequence, kv head, tile of 16 of that head's query rows, split): eight,
+ * or four where a block's shared memory cannot hold eight rings (common/kv_geometry.h's
+ * fa_kv_mma_warps; the host's p.mma_warps picks the instance).
  * The tile's rows are the A operand of mma.sync m16n8k16 (rows past the head's are zeros), so the
  * scores of a GQA group's rows against 16 keys are 2 x D/16 mma and P V another D/8: a handful of
  * instructions per key row where the SIMT kernel spends about 85. Each warp takes 16 keys of every
- * step (16 keys a warp) through its own cp.async ring of ST stages (common/kv_geometry.h's
+ * step of 16 W keys through its own cp.async ring of ST stages (common/kv_geometry.h's
  * FA_KV_MMA_STAGES: two; rows padded by 16 bytes so that ldmatrix reads without bank conflicts),
- * keeps its own online softmax (rows g and g + 8 of the mma layout per thread), and the warps merge
- * in shared memory at the end. */
+ * keeps its own online softmax (rows g and g + 8 of the mma layout per thread), and the W warps
+ * merge in shared memory at the end. */
 #ifndef FA_GPU_DECODE_MMA_KERNELS_CUH
 #define FA_GPU_DECODE_MMA_KERNELS_CUH
 
@@ -30,33 +31,35 @@ template <> struct mma_elem<true> {
     typedef __nv_bfloat16 type;
 };
 
-template <int D, int ST> struct mma_shape { /* common/kv_geometry.h's FA_KV_MMA_* */
-    static constexpr int MAX_WARPS = FA_KV_MMA_MAX_WARPS, KEYS = FA_KV_MMA_KEYS, LD = FA_KV_MMA_LD(D);
+template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_KV_MMA_* */
+    static constexpr int WARPS = W, KEYS = FA_KV_MMA_KEYS, LD = FA_KV_MMA_LD(D);
     static constexpr int STAGES = ST;
+    static constexpr int STEP = WARPS * KEYS;          /* keys per step of the block */
     static constexpr int WARP_TILE = 2 * KEYS * LD;    /* K and V elements of one warp's stage */
-    static_assert(FA_KV_MMA_RING_BYTES(D, ST, 1) == STAGES * WARP_TILE * 2, "the ring holds every warp's stages");
-    static_assert(FA_KV_MMA_MAX_WARPS % FA_KV_MMA_MIN_WARPS == 0 && FA_KV_MMA_MIN_WARPS * 32 == FA_KV_THREADS,
-                  "blocks of FA_KV_THREADS or a multiple (begin_block)");
-    static_assert(FA_KV_KEY_CHUNK % KEYS == 0, "a split is a whole number of warps' keys");
+    static constexpr int RING_BYTES = FA_KV_MMA_RING_BYTES(D, ST, W);
+    static constexpr int MERGE_BYTES = FA_KV_MMA_MERGE_BYTES(D, W);
+    static constexpr int SMEM = FA_KV_MMA_SMEM(D, ST, W);
+    static_assert(RING_BYTES == STAGES * WARPS * WARP_TILE * 2, "the ring holds every warp's stages");
+    static_assert(W == FA_KV_MMA_MIN_WARPS || W == FA_KV_MMA_MAX_WARPS, "the two instances");
+    static_assert(FA_KV_KEY_CHUNK % KEYS == 0, "a split is a whole number of warps' keys (a step may pass its end)");
     static_assert(D % 16 == 0 && D <= 128, "mma decode: buckets 64 and 128");
     static_assert(ST >= 2, "a stage copied while one is read");
 };
 
-template <class S, int D, int ST>
-__global__ __launch_bounds__(FA_KV_MMA_MAX_WARPS * 32) void decode_mma_kernel(const fa_gpu_kv_params p)
+template <class S, int D, int ST, int W>
+__global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
     typedef typename mma_elem<S::bf16>::type E;
-    typedef mma_shape<D, ST> shape;
-    constexpr int RT = 16, LD = shape::LD, KEYS = shape::KEYS, MAX_WARPS = shape::MAX_WARPS;
+    typedef mma_shape<D, ST, W> shape;
+    constexpr int RT = 16, LD = shape::LD, KEYS = shape::KEYS, WARPS = shape::WARPS, STEP = shape::STEP;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ __align__(16) E q_s[RT * LD];
-    __shared__ float m_s[MAX_WARPS][RT], l_s[MAX_WARPS][RT];
+    __shared__ float m_s[WARPS][RT], l_s[WARPS][RT];
     __shared__ int64_t lo_s[RT], hi_s[RT];
     __shared__ fa_score_mod_state mod_s[RT];
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-    const int warps = (int)blockDim.x / 32, STEP = warps * KEYS; /* keys per step of the block */
     /* the block's place in 32 bits: row_tiles and heads_kv divide a grid's x, below 2^31 */
     const uint32_t bx = blockIdx.x, tiles = (uint32_t)p.row_tiles, hkv = (uint32_t)p.heads_kv;
     const int64_t tile = bx % tiles, bh = bx / tiles;
@@ -64,7 +67,7 @@ __global__ __launch_bounds__(FA_KV_MMA_MAX_WARPS * 32) void decode_mma_kernel(co
     const bool has_mod = fa_score_mod_factors_active(p.mod);
     /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
      * the product, in fp32 */
-    const block_keys keys = begin_block<S, RT, D>(
+    const block_keys keys = begin_block<S, RT, D, 32 * W>(
         p, b, hk, tile, split, lo_s, hi_s, mod_s,
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); });
     if (keys.skip)
@@ -97,7 +100,7 @@ __global__ __launch_bounds__(FA_KV_MMA_MAX_WARPS * 32) void decode_mma_kernel(co
      * source the cache's start (not read). Each copy asks L2 for the 128 bytes around it: a row's
      * chunks are copied by neighbouring lanes. */
     auto issue = [&](const int64_t t0, const int stage) {
-        E *kt = ring + (stage * warps + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
+        E *kt = ring + (stage * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
         const int64_t tw = t0 + warp * KEYS;
         const int64_t left = k_end - tw - key0; /* this lane's rows below k_end: those with i KSTEP < left */
         const bool any = tw < k_end;
@@ -144,7 +147,7 @@ __global__ __launch_bounds__(FA_KV_MMA_MAX_WARPS * 32) void decode_mma_kernel(co
             fa_gpu::cp_async_commit();
         fa_gpu::cp_async_wait<ST - 1>();
         __syncwarp();
-        const E *kt = ring + ((n % ST) * warps + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
+        const E *kt = ring + ((n % ST) * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
 
         /* S (16 rows x 16 keys) = Q K^T */
         float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -217,7 +220,7 @@ __global__ __launch_bounds__(FA_KV_MMA_MAX_WARPS * 32) void decode_mma_kernel(co
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
     FA_SYNC(); /* the ring is free */
-    float *acc_s = reinterpret_cast<float *>(smem); /* [warps][RT][D] */
+    float *acc_s = reinterpret_cast<float *>(smem); /* [WARPS][RT][D] */
 #pragma unroll
     for (int nn = 0; nn < D / 8; ++nn)
 #pragma unroll
@@ -230,7 +233,7 @@ __global__ __launch_bounds__(FA_KV_MMA_MAX_WARPS * 32) void decode_mma_kernel(co
         l_s[warp][g + 8] = l[1];
     }
     FA_SYNC();
-    merge_store<S, D, RT, MAX_WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split, warps);
+    merge_store<S, D, RT, WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split);
 }
 
 } // namespace decode
