@@ -58,6 +58,10 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
     __shared__ float m_s[WARPS][RT], l_s[WARPS][RT];
     __shared__ int64_t lo_s[RT], hi_s[RT];
     __shared__ fa_score_mod_state mod_s[RT];
+    /* with begin_block's row offsets: what fa_kv_mma_warps leaves beside the ring */
+    static_assert(sizeof q_s + sizeof m_s + sizeof l_s + sizeof lo_s + sizeof hi_s + sizeof mod_s + RT * sizeof(int64_t) <=
+                      FA_KV_MMA_STATIC_BYTES,
+                  "static shared memory within FA_KV_MMA_STATIC_BYTES");
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
     /* the block's place in 32 bits: row_tiles and heads_kv divide a grid's x, below 2^31 */
