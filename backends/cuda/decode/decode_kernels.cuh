@@ -98,6 +98,25 @@ FA_DEVICE float max_nan(float a, float b)
     return (a > b || a != a) ? a : b;
 }
 
+/* Programmatic dependent launch (PTX griddepcontrol, sm_90 and later; nothing elsewhere): a
+ * kernel launched with programmatic stream serialization may start before the kernel ahead of it
+ * ends; grid_dependency_wait returns once that kernel has finished and its writes are visible,
+ * and grid_launch_dependents lets the kernel after this one start (each block's call counts; an
+ * exit counts as one). */
+FA_DEVICE void grid_dependency_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+FA_DEVICE void grid_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 FA_DEVICE float fast_exp2(float x)
 {
 #if defined(__CUDA_ARCH__)
@@ -616,12 +635,16 @@ template <bool MAX> FA_DEVICE float block_reduce(float *red, float x)
  * reduced in shared memory; then the threads are G groups of C, group g summing splits g, g + G,
  * ... of the C channels (each group's loads coalesced, G splits in flight at once), and the groups'
  * sums are added in shared memory. A split whose weight is 0 (no visible key: LSE -inf) is not
- * read. */
-template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const fa_gpu_kv_params p)
+ * read. PDL: launched as the programmatic dependent of the decode kernel (p.pdl), it waits for
+ * that kernel before it reads anything. */
+template <class S, bool PDL = false>
+__global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const fa_gpu_kv_params p)
 {
     constexpr int T = FA_KV_ELEMENTWISE_THREADS, C = FA_KV_COMBINE_CHANNELS, G = T / C;
     static_assert(T % C == 0 && (T & (T - 1)) == 0, "groups of C channels; a power-of-two block");
     __shared__ float red[T], w_s[T], acc_s[G][C];
+    if constexpr (PDL)
+        grid_dependency_wait();
     if (skip_on_fault(p))
         return;
     const int tid = threadIdx.x, ci = tid % C, grp = tid / C;
