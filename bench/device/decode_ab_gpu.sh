@@ -4,8 +4,8 @@
 # this tree with BASE_PATCH reversed (`git diff > .ab/change.patch`). Prints, logs under $OUT:
 #   - the decode grid on B under the chooser and with each FLASHATTN_KERNELS value of FAMILIES
 #     (default kv-simt; SWITCH too);
-#   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases (and memcheck,
-#     racecheck again under SWITCH);
+#   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases (and again under
+#     SWITCH);
 #   - each kernel's time per call on A and on B (bench/decode_kernel_times.py);
 #   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
 #     beside PyTorch's SDPA flash and cuDNN in the same process.
@@ -37,7 +37,7 @@ for tool in memcheck racecheck synccheck; do
   echo "$(stamp) $tool decode bf16: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
 done
 if [ -n "${SWITCH:-}" ]; then
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     timeout 150 env FLASHATTN_KERNELS=$SWITCH compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/decode" \
       --backend cuda --filter bf16 > "$OUT/$tool-$SWITCH.log" 2>&1
     rc=$?; [ $rc -ne 0 ] && status=1
