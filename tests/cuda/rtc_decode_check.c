@@ -197,7 +197,7 @@ int main(int argc, char **argv)
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
         {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 4, 256, 139264},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16, true>", 64, 1, 256, 0},
+        {"fa_gpu::decode::combine_pdl_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
     };
     check_launches("kv-pdl, cc 9.0", pdl, 4);
     check_programmatic("kv-pdl, cc 9.0", 1u << 3);

@@ -74,7 +74,7 @@ template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu
         config.stream = stream;
         config.attrs = &attr;
         config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, combine_kernel<S, true>, p);
+        return cudaLaunchKernelEx(&config, combine_pdl_kernel<S>, p);
     }
 #endif
     combine_kernel<S><<<fa_kv_combine_blocks(&p), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);

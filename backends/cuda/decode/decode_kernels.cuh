@@ -12,7 +12,9 @@
  *                   keep their own online softmax over the keys they read, U keys in flight per
  *                   thread for K and V alike; the streams merge in shared memory at the end. One
  *                   split writes O and LSE, several write fp32 partials.
- *   combine_kernel  one block per (query row, 32 channels): the splits merged by their LSE.
+ *   combine_kernel  one block per (query row, 32 channels): the splits merged by their LSE
+ *                   (combine_pdl_kernel: the same launched as the decode kernel's programmatic
+ *                   dependent).
  * q, k_cache and k_new have head dim d, v_cache, v_new and o d_v (both at most the instance's D).
  * The learnable sink joins each row once its final LSE is known (core/sink.h): in the decode
  * kernel's epilogue when the keys are not split, else in the combine kernel, never per split.
@@ -637,8 +639,7 @@ template <bool MAX> FA_DEVICE float block_reduce(float *red, float x)
  * sums are added in shared memory. A split whose weight is 0 (no visible key: LSE -inf) is not
  * read. PDL: launched as the programmatic dependent of the decode kernel (p.pdl), it waits for
  * that kernel before it reads anything. */
-template <class S, bool PDL = false>
-__global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const fa_gpu_kv_params p)
+template <class S, bool PDL> FA_DEVICE void combine(const fa_gpu_kv_params &p)
 {
     constexpr int T = FA_KV_ELEMENTWISE_THREADS, C = FA_KV_COMBINE_CHANNELS, G = T / C;
     static_assert(T % C == 0 && (T & (T - 1)) == 0, "groups of C channels; a power-of-two block");
@@ -696,6 +697,17 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const
         }
         FA_SYNC(); /* acc_s is free again */
     }
+}
+
+template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const fa_gpu_kv_params p)
+{
+    combine<S, false>(p);
+}
+
+/* combine_kernel as the programmatic dependent of the decode kernel (p.pdl; CUDA, sm_90 and later) */
+template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_pdl_kernel(const fa_gpu_kv_params p)
+{
+    combine<S, true>(p);
 }
 
 } // namespace decode

@@ -109,7 +109,7 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
         return st;
     if (p->splits == 1)
         return FA_RTC_OK;
-    snprintf(name, sizeof name, "fa_gpu::decode::combine_kernel<%s%s>", storage, p->pdl ? ", true" : "");
+    snprintf(name, sizeof name, "fa_gpu::decode::%s<%s>", p->pdl ? "combine_pdl_kernel" : "combine_kernel", storage);
     return launch_kv(name, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, p->pdl, stream, why, why_len);
 }
 
