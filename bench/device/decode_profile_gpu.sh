@@ -8,7 +8,7 @@
 #     library's count and at 32 / 64 splits;
 #   - ncu-ours-<kv>.txt: Nsight Compute (clock control off) on the check, decode and combine kernels
 #     of `flashattn run --decode` at batch 1, with the decode kernel's stall reasons by instruction
-#     (stalls-<kv>.txt);
+#     (stalls-<kv>.txt, bench/device/ncu_stalls.py);
 #   - ncu-sdpa-<kv>.txt: the same sections on every kernel of SDPA's cuDNN and flash backends on
 #     that shape: their grids, blocks, registers and durations.
 # Usage: bash bench/device/decode_profile_gpu.sh   (pass FLASHATTN_BENCH_COMMIT)
@@ -52,30 +52,7 @@ for kv in 4096 131072; do
   grep -E "^  [a-zA-Z_]|Duration|Grid Size|Block Size|Registers Per|Achieved Occupancy|Memory Throughput|DRAM Throughput|Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued" \
     "$OUT/ncu-ours-$kv.txt" | sed -E 's/ +/ /g' | head -45
   ncu --import "$OUT/ours-$kv.ncu-rep" --kernel-name regex:decode --page source --csv --print-source sass > "$OUT/source-$kv.csv" 2>&1
-  python3 - "$OUT/source-$kv.csv" > "$OUT/stalls-$kv.txt" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-head = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All Samples)" in c for c in r)), None)
-if head is None:
-    print("no stall sampling columns; first lines:"); print("\n".join(",".join(r)[:200] for r in rows[:5])); sys.exit(0)
-cols = rows[head]
-src = next(i for i, c in enumerate(cols) if c.strip() in ("Source", "# Source") or c.endswith("Source"))
-allc = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All Samples)" in c)
-reasons = [i for i, c in enumerate(cols) if c.startswith("stall_") and "Not Issued" not in c]
-def num(x):
-    try: return float(x.replace(",", ""))
-    except ValueError: return 0.0
-body = [r for r in rows[head + 1:] if len(r) == len(cols)]
-total = sum(num(r[allc]) for r in body) or 1.0
-print(f"{len(body)} instructions, {total:.0f} stall samples; by reason:")
-for v, n in sorted(((sum(num(r[i]) for r in body), cols[i]) for i in reasons), reverse=True)[:10]:
-    print(f"  {n:28s} {100 * v / total:5.1f}%")
-print("in program order, instructions with 1 % of the samples or more:")
-for k, r in enumerate(body):
-    if num(r[allc]) >= 0.01 * total:
-        top = sorted(((num(r[i]), cols[i]) for i in reasons), reverse=True)[:2]
-        print(f"{k:5d} {100 * num(r[allc]) / total:5.1f}%  {r[src].strip()[:64]:64s} " + " ".join(f"{n}={v:.0f}" for v, n in top if v > 0))
-PY
+  python3 bench/device/ncu_stalls.py "$OUT/source-$kv.csv" 40 > "$OUT/stalls-$kv.txt"
   head -40 "$OUT/stalls-$kv.txt"
   rm -f "$OUT/ours-$kv.ncu-rep" "$OUT/source-$kv.csv"
   cat > "$OUT/sdpa_call.py" <<PY

@@ -32,35 +32,7 @@ ncu --import "$OUT/ours.ncu-rep" --print-units base > "$OUT/ncu-ours.txt" 2>&1
 echo "== ours (${KERNEL:-ws_backward_kernel})"
 grep -E "Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Eligible Warps|No Eligible|Warp Cycles Per Issued|Stall|L2 Hit" "$OUT/ncu-ours.txt" | sed -E 's/ +/ /g' | head -24
 ncu --import "$OUT/ours.ncu-rep" --page source --csv --print-source sass > "$OUT/source-ours.csv" 2>&1
-python3 - "$OUT/source-ours.csv" "${TOP:-40}" "$OUT/sass-stalls-ours.txt" > "$OUT/stalls-ours.txt" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-head = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All Samples)" in c for c in r)), None)
-if head is None:
-    print("no stall sampling columns; first lines:"); print("\n".join(",".join(r)[:200] for r in rows[:5])); sys.exit(0)
-cols = rows[head]
-src = next(i for i, c in enumerate(cols) if c.strip() in ("Source", "# Source") or c.endswith("Source"))
-addr = next((i for i, c in enumerate(cols) if "Address" in c), None)
-allc = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All Samples)" in c)
-reasons = [i for i, c in enumerate(cols) if c.startswith("stall_") and "Not Issued" not in c]
-def num(x):
-    try: return float(x.replace(",", ""))
-    except ValueError: return 0.0
-body = [r for r in rows[head + 1:] if len(r) == len(cols)]
-total = sum(num(r[allc]) for r in body) or 1.0
-print(f"{len(body)} instructions, {total:.0f} stall samples; by reason:")
-for v, n in sorted(((sum(num(r[i]) for r in body), cols[i]) for i in reasons), reverse=True)[:12]:
-    print(f"  {n:28s} {100 * v / total:5.1f}%")
-def why(r):
-    top = sorted(((num(r[i]), cols[i]) for i in reasons), reverse=True)[:2]
-    return " ".join(f"{n}={v:.0f}" for v, n in top if v > 0)
-print("top instructions:")
-for r in sorted(body, key=lambda r: -num(r[allc]))[:int(sys.argv[2])]:
-    print(f"{r[addr] if addr is not None else '':>8} {num(r[allc]):8.0f} {100 * num(r[allc]) / total:5.1f}%  {r[src].strip()[:60]:60s}  {why(r)}")
-with open(sys.argv[3], "w") as f:  # the whole kernel in program order, with each instruction's samples
-    for r in body:
-        f.write(f"{r[addr] if addr is not None else '':>8} {num(r[allc]):7.0f}  {r[src].strip()[:80]:80s} {why(r)}\n")
-PY
+python3 bench/device/ncu_stalls.py "$OUT/source-ours.csv" "${TOP:-40}" "$OUT/sass-stalls-ours.txt" > "$OUT/stalls-ours.txt"
 head -60 "$OUT/stalls-ours.txt"
 rm -f "$OUT/ours.ncu-rep" "$OUT/build.log" "$OUT/setup.log" "$OUT/ncu-ours.log"
 echo "== cuDNN (${CUDNN_KERNEL:-bprop})"
