@@ -93,6 +93,21 @@ static fa_kvcache_args gqa_call(fa_context *ctx)
     return a;
 }
 
+/* The GQA call's launches (gqa_call): check, append (one block each per sequence and per 2 x 2 x
+ * 128 elements), the decode kernel `decode` on 4 x `splits` blocks of `threads` with `shared`
+ * bytes, then `combine` (one block per query row and 32 channels: 2 x 8 rows x 4). */
+static void check_gqa_launches(const char *what, const char *decode, unsigned splits, unsigned threads, unsigned shared,
+                               const char *combine)
+{
+    const expected want[] = {
+        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        {decode, 4, splits, threads, shared},
+        {combine, 64, 1, 256, 0},
+    };
+    check_launches(what, want, 4);
+}
+
 /* which of the launches since the log was cleared were programmatic dependents (bit i: launch i) */
 static void check_programmatic(const char *what, unsigned want)
 {
@@ -154,13 +169,8 @@ int main(int argc, char **argv)
     fa_context *ctx = open_context();
     fa_kvcache_args a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
-    const expected mma[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 4, 256, 139264},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("GQA, tensor cores", mma, 4);
+    check_gqa_launches("GQA, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     check_programmatic("GQA, tensor cores", 0);
     /* the same on cc 8.6, whose blocks may use 99 KB: four warps, half the ring */
     fa_context_destroy(ctx);
@@ -169,13 +179,9 @@ int main(int argc, char **argv)
     ctx = open_context();
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.6");
-    const expected mma_four[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>", 4, 4, 128, 69632},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("GQA, tensor cores, cc 8.6: four warps", mma_four, 4);
+    check_gqa_launches("GQA, tensor cores, cc 8.6: four warps",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
+                       4, 128, 69632, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
     fake->cc_minor = 0;
     fake->shared_optin = 166912;
@@ -183,7 +189,9 @@ int main(int argc, char **argv)
     ctx = open_context();
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-mma-4-warps");
-    check_launches("GQA, tensor cores, kv-mma-4-warps", mma_four, 4);
+    check_gqa_launches("GQA, tensor cores, kv-mma-4-warps",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
+                       4, 128, 69632, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
     /* kv-pdl on cc 9.0: the decode kernel's instance that lets the combine start early, and the
      * combine launched as its programmatic dependent; on cc 8.0 (no griddepcontrol) no change */
@@ -193,13 +201,8 @@ int main(int argc, char **argv)
     ctx = open_context();
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 9.0, kv-pdl");
-    const expected pdl[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 4, 256, 139264},
-        {"fa_gpu::decode::combine_pdl_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("kv-pdl, cc 9.0", pdl, 4);
+    check_gqa_launches("kv-pdl, cc 9.0", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>",
+                       4, 256, 139264, "fa_gpu::decode::combine_pdl_kernel<fa_gpu::store_bf16>");
     check_programmatic("kv-pdl, cc 9.0", 1u << 3);
     fa_context_destroy(ctx);
     fake->cc_major = 8;
@@ -207,7 +210,8 @@ int main(int argc, char **argv)
     ctx = open_context();
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-pdl");
-    check_launches("kv-pdl, cc 8.0", mma, 4);
+    check_gqa_launches("kv-pdl, cc 8.0", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     check_programmatic("kv-pdl, cc 8.0", 0);
     fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
@@ -307,13 +311,8 @@ int main(int argc, char **argv)
     ctx = open_context();
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, FLASHATTN_KERNELS=kv-simt");
-    const expected simt[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>", 4, 4, 128, 49152},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("GQA, SIMT", simt, 4);
+    check_gqa_launches("GQA, SIMT", "fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>",
+                       4, 128, 49152, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
 
     /* a learnable sink, which the tensor-core kernel does not read: that kernel in splits (4 here,
@@ -323,23 +322,21 @@ int main(int argc, char **argv)
     a = gqa_call(ctx);
     a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
     run(ctx, &a, "bf16 d 128 GQA decode with a sink, FLASHATTN_KERNELS=kv-simt");
-    check_launches("sink, SIMT", simt, 4);
+    check_gqa_launches("sink, SIMT", "fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>",
+                       4, 128, 49152, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
     ctx = open_context();
     a = gqa_call(ctx);
     a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
     run(ctx, &a, "bf16 d 128 GQA decode with a sink");
-    check_launches("sink, tensor cores", mma, 4);
+    check_gqa_launches("sink, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     a.num_splits = 1; /* one split asked for: two, so that the combine kernel folds the sink in */
     run(ctx, &a, "bf16 d 128 GQA decode with a sink, 1 split asked for");
-    const expected sink_two[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("sink, tensor cores, two splits", sink_two, 4);
+    check_gqa_launches("sink, tensor cores, two splits",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+                       2, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
 
     unsetenv("FLASHATTN_KERNELS");
@@ -357,7 +354,8 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode outside the capture");
     fake->capture_status = 1;
     run(ctx, &a, "bf16 d 128 GQA decode captured, after one call outside");
-    check_launches("captured", mma, 4);
+    check_gqa_launches("captured", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fake->capture_status = 0;
     fa_context_destroy(ctx);
     ctx = open_context();
