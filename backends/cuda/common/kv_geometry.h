@@ -16,6 +16,7 @@
 #define FA_KV_CHECK_MAX_BLOCKS 65535
 #define FA_KV_STRIDE_MAX_BLOCKS 65536
 #define FA_KV_COMBINE_CHANNELS 32 /* output channels per combine block (a divisor of the threads) */
+#define FA_KV_COMBINE_AHEAD 4     /* splits per thread whose partials the combine reads beside the LSEs */
 
 /* The SIMT decode kernel at head-dim bucket D (FA_KV_THREADS threads): D / 8 threads hold one key
  * row, FA_KV_THREADS / (D / 8) key rows ("streams") read side by side, U keys in flight per thread,

@@ -614,36 +614,44 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
 
 /* ---------------------------------------------------------------- combine */
 
-/* x reduced over the block by max (MAX; NaN if any is) or sum through red[FA_KV_ELEMENTWISE_THREADS]; every
- * thread gets the result. Barriers only (no warp shuffles): a warp is 32 or 64 lanes. */
+/* x reduced over the block by max (MAX; NaN if any is) or sum: within each warp by shuffles, then
+ * the warps' results through red[FA_KV_ELEMENTWISE_THREADS / FA_WARP_SIZE]; every thread gets the
+ * result, in the same order of operations in every thread. */
 template <bool MAX> FA_DEVICE float block_reduce(float *red, float x)
 {
+    constexpr int WARPS = FA_KV_ELEMENTWISE_THREADS / FA_WARP_SIZE;
     const int tid = threadIdx.x;
-    red[tid] = x;
-    FA_SYNC();
 #pragma unroll
-    for (int k = FA_KV_ELEMENTWISE_THREADS / 2; k > 0; k /= 2) {
-        if (tid < k)
-            red[tid] = MAX ? max_nan(red[tid], red[tid + k]) : red[tid] + red[tid + k];
-        FA_SYNC();
+    for (int k = FA_WARP_SIZE / 2; k > 0; k /= 2) {
+        const float y = FA_SHFL_XOR(x, k);
+        x = MAX ? max_nan(x, y) : x + y;
     }
-    const float r = red[0];
+    if (tid % FA_WARP_SIZE == 0)
+        red[tid / FA_WARP_SIZE] = x;
+    FA_SYNC();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w)
+        r = MAX ? max_nan(r, red[w]) : r + red[w];
     FA_SYNC(); /* red is free again */
     return r;
 }
 
 /* The splits of each query row merged by their LSEs: one block per (row, FA_KV_COMBINE_CHANNELS
- * channels of o), grid-stride. The row's split LSEs are read by the threads side by side and
- * reduced in shared memory; then the threads are G groups of C, group g summing splits g, g + G,
- * ... of the C channels (each group's loads coalesced, G splits in flight at once), and the groups'
- * sums are added in shared memory. A split whose weight is 0 (no visible key: LSE -inf) is not
- * read. PDL: launched as the programmatic dependent of the decode kernel (p.pdl), it waits for
- * that kernel before it reads anything. */
+ * channels of o), grid-stride. The threads are G groups of C, group g summing splits g, g + G, ...
+ * of the C channels (each group's loads coalesced). The row's split LSEs are read by the threads
+ * side by side and, in the same round trip to memory, each group's channels of its first
+ * FA_KV_COMBINE_AHEAD splits (a row of at most G * FA_KV_COMBINE_AHEAD splits is read in one
+ * round trip); the weights are shared through shared memory, and the groups' sums added there. A
+ * split whose weight is 0 (no visible key: LSE -inf) adds nothing (its partials, which may never
+ * have been written, are read ahead but not used). PDL: launched as the programmatic dependent of
+ * the decode kernel (p.pdl), it waits for that kernel before it reads anything. */
 template <class S, bool PDL> FA_DEVICE void combine(const fa_gpu_kv_params &p)
 {
-    constexpr int T = FA_KV_ELEMENTWISE_THREADS, C = FA_KV_COMBINE_CHANNELS, G = T / C;
-    static_assert(T % C == 0 && (T & (T - 1)) == 0, "groups of C channels; a power-of-two block");
-    __shared__ float red[T], w_s[T], acc_s[G][C];
+    constexpr int T = FA_KV_ELEMENTWISE_THREADS, C = FA_KV_COMBINE_CHANNELS, G = T / C, A = FA_KV_COMBINE_AHEAD;
+    static_assert(T % C == 0 && (T & (T - 1)) == 0 && T % FA_WARP_SIZE == 0,
+                  "groups of C channels; a power-of-two block of whole warps");
+    __shared__ float red[T / FA_WARP_SIZE], w_s[T], acc_s[G][C];
     if constexpr (PDL)
         grid_dependency_wait();
     if (skip_on_fault(p))
@@ -654,7 +662,13 @@ template <class S, bool PDL> FA_DEVICE void combine(const fa_gpu_kv_params &p)
     const float *lses = p.partial + p.batch * hq * sn * splits * dv;
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
         const int64_t row = it / chunks, c = (it % chunks) * C + ci; /* row = (b * hq + h) * sn + i */
-        const float *ls_row = lses + row * splits;
+        const float *ls_row = lses + row * splits, *part_row = p.partial + row * splits * dv + c;
+        float ahead[A];
+#pragma unroll
+        for (int k = 0; k < A; ++k) {
+            const int64_t j = grp + (int64_t)k * G;
+            ahead[k] = c < dv && j < splits ? part_row[j * dv] : 0.0f;
+        }
         float mx = -INFINITY;
         for (int64_t s = tid; s < splits; s += T)
             mx = max_nan(mx, ls_row[s]);
@@ -669,10 +683,20 @@ template <class S, bool PDL> FA_DEVICE void combine(const fa_gpu_kv_params &p)
                 sum += w;
                 FA_SYNC();
                 const int n = (int)(splits - s0 < T ? splits - s0 : T);
+                int j0 = grp;
+                if (s0 == 0) { /* the splits read ahead */
+#pragma unroll
+                    for (int k = 0; k < A; ++k) {
+                        const int j = grp + k * G;
+                        if (j < n && w_s[j] != 0.0f)
+                            a += w_s[j] * ahead[k];
+                    }
+                    j0 = grp + A * G;
+                }
                 if (c < dv) {
-                    const float *part = p.partial + (row * splits + s0) * dv + c;
+                    const float *part = part_row + s0 * dv;
 #pragma unroll 4
-                    for (int j = grp; j < n; j += G) {
+                    for (int j = j0; j < n; j += G) {
                         const float wj = w_s[j];
                         if (wj != 0.0f)
                             a += wj * part[j * dv];
