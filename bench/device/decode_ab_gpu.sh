@@ -6,7 +6,8 @@
 #     (default kv-simt; SWITCH too);
 #   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases (and again under
 #     SWITCH);
-#   - each kernel's time per call on A and on B (bench/decode_kernel_times.py);
+#   - each kernel's time per call on A and on B (bench/decode_kernel_times.py), and in CUDA graph
+#     replays with the GPU's idle time before each kernel, beside SDPA cuDNN's (--graph);
 #   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
 #     beside PyTorch's SDPA flash and cuDNN in the same process.
 # SWITCH (a FLASHATTN_KERNELS value, a decode opt-in): the kernel times and decode_bench.py once more on
@@ -52,6 +53,9 @@ for side in $sides; do
   echo "== $side: kernel times"
   env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 120 python3 bench/decode_kernel_times.py 2>&1 |
     tee "$OUT/kernel-times-$side.md"
+  echo "== $side: kernel times in graph replays"
+  env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 120 python3 bench/decode_kernel_times.py --graph \
+    --shapes 1x4096,1x16384,8x32768 2>&1 | tee "$OUT/timeline-$side.md"
 done
 for side in $sides; do
   for args in "--graph" "--graph --page 64"; do
