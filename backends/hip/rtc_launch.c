@@ -125,13 +125,6 @@ fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_con
                       "hipModuleLaunchKernel", why, why_len);
 }
 
-/* HIP has no programmatic dependent launch: an ordinary one (the host never asks for it there). */
-fa_rtc_status fa_rtc_launch_dependent(const char *name_expression, const fa_rtc_launch_config *c, void *stream,
-                                      void **args, char *why, size_t why_len)
-{
-    return fa_rtc_launch(name_expression, c, stream, args, why, why_len);
-}
-
 fa_rtc_status fa_rtc_occupancy(const char *family, const char *name_expression, unsigned threads,
                                unsigned shared_bytes, int *blocks, char *why, size_t why_len)
 {

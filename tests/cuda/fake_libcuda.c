@@ -390,10 +390,10 @@ EXPORT int cuModuleGetFunction(void **function, void *module, const char *name)
     return result_of("cuModuleGetFunction");
 }
 
-/* the launch both entry points record */
-static int record_launch(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                         unsigned shared_bytes, void *stream, void **params, int programmatic)
+EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shared_bytes, void *stream, void **params, void **extra)
 {
+    (void)extra;
     const int slot = slot_of(function);
     const long limit = slot >= 0 && function_max_dynamic[slot] > 0 ? function_max_dynamic[slot] - 1
                                                                     : 49152L - (long)state.static_shared_bytes;
@@ -413,50 +413,9 @@ static int record_launch(void *function, unsigned gx, unsigned gy, unsigned gz, 
     memcpy(l->grid, state.grid, sizeof l->grid);
     memcpy(l->block, state.block, sizeof l->block);
     l->shared_bytes = shared_bytes;
-    l->programmatic = programmatic;
     for (int i = 0; i < FAKE_CUDA_MAX_ARGS && state.arg_sizes[i]; ++i)
         memcpy(state.args[i], params[i], state.arg_sizes[i] <= sizeof state.args[i] ? state.arg_sizes[i] : 0);
-    return 0;
-}
-
-EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                          unsigned shared_bytes, void *stream, void **params, void **extra)
-{
-    (void)extra;
-    if (record_launch(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, 0))
-        return 1;
     return result_of("cuLaunchKernel");
-}
-
-/* CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out */
-typedef struct fake_launch_attribute {
-    int id;
-    char pad[4];
-    union {
-        char pad[64];
-        int i;
-        void *align;
-    } value;
-} fake_launch_attribute;
-
-typedef struct fake_launch_config {
-    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
-    void *stream;
-    fake_launch_attribute *attrs;
-    unsigned num_attrs;
-} fake_launch_config;
-
-EXPORT int cuLaunchKernelEx(const fake_launch_config *c, void *function, void **params, void **extra)
-{
-    (void)extra;
-    int programmatic = 0;
-    for (unsigned i = 0; i < c->num_attrs; ++i)
-        if (c->attrs[i].id == 6 /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */)
-            programmatic = c->attrs[i].value.i != 0;
-    if (record_launch(function, c->grid_x, c->grid_y, c->grid_z, c->block_x, c->block_y, c->block_z, c->shared_bytes,
-                      c->stream, params, programmatic))
-        return 1;
-    return result_of("cuLaunchKernelEx");
 }
 
 #ifndef FAKE_CUDA_NO_TENSOR_MAP

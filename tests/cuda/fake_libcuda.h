@@ -16,11 +16,10 @@
 #define FAKE_CUDA_TENSOR_MAP_LOG 8
 
 /* one kernel launch: the name given to cuModuleGetFunction for its function, grid, block, dynamic
- * shared memory; programmatic: by cuLaunchKernelEx with programmatic stream serialization */
+ * shared memory */
 typedef struct fake_cuda_launch {
     char name[256];
     unsigned grid[3], block[3], shared_bytes;
-    int programmatic;
 } fake_cuda_launch;
 
 /* one cuTensorMapEncodeTiled call's arguments (rank at most 5) */

@@ -7,8 +7,6 @@
  *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
  *     tensor-core decode kernel in eight warps, on cc 8.6 (99 KB a block) and under
  *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-simt the SIMT one with its cp.async ring;
- *     under kv-pdl on cc 9.0 the instances for a programmatic launch, the combine launched so
- *     (cuLaunchKernelEx), and on cc 8.0 the plain ones;
  *   - a paged cache with 2 splits asked for, nothing appended: checked on the host; checked on the
  *     device, by its decode blocks (no check kernel); in one split, by the check kernel;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
@@ -108,16 +106,6 @@ static void check_gqa_launches(const char *what, const char *decode, unsigned sp
     check_launches(what, want, 4);
 }
 
-/* which of the launches since the log was cleared were programmatic dependents (bit i: launch i) */
-static void check_programmatic(const char *what, unsigned want)
-{
-    unsigned got = 0;
-    for (int i = 0; i < fake->launch_log_len; ++i)
-        got |= (unsigned)(fake->launches[i].programmatic != 0) << i;
-    CHECK(got == want, "%s: programmatic launches %#x, expected %#x", what, got, want);
-    printf("ok: %s: programmatic launches %#x\n", what, got);
-}
-
 static fa_context *open_context(void)
 {
     fa_context *ctx = NULL;
@@ -171,7 +159,6 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
     check_gqa_launches("GQA, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
                        4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
-    check_programmatic("GQA, tensor cores", 0);
     /* the same on cc 8.6, whose blocks may use 99 KB: four warps, half the ring */
     fa_context_destroy(ctx);
     fake->cc_minor = 6;
@@ -192,27 +179,6 @@ int main(int argc, char **argv)
     check_gqa_launches("GQA, tensor cores, kv-mma-4-warps",
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
                        4, 128, 69632, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
-    fa_context_destroy(ctx);
-    /* kv-pdl on cc 9.0: the decode kernel's instance that lets the combine start early, and the
-     * combine launched as its programmatic dependent; on cc 8.0 (no griddepcontrol) no change */
-    fake->cc_major = 9;
-    fake->shared_optin = 232448;
-    setenv("FLASHATTN_KERNELS", "kv-pdl", 1);
-    ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 9.0, kv-pdl");
-    check_gqa_launches("kv-pdl, cc 9.0", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>",
-                       4, 256, 139264, "fa_gpu::decode::combine_pdl_kernel<fa_gpu::store_bf16>");
-    check_programmatic("kv-pdl, cc 9.0", 1u << 3);
-    fa_context_destroy(ctx);
-    fake->cc_major = 8;
-    fake->shared_optin = 166912;
-    ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-pdl");
-    check_gqa_launches("kv-pdl, cc 8.0", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
-                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
-    check_programmatic("kv-pdl, cc 8.0", 0);
     fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
     ctx = open_context();

@@ -54,8 +54,6 @@ typedef struct fa_gpu_kv_params {
      * host gives calls with either to the SIMT decode kernel. */
     int64_t d_v;
     const float *sink;
-    int pdl; /* FLASHATTN_KERNELS=kv-pdl (cc >= 9.0, the tensor-core kernel): the combine kernel launched
-                as the decode kernel's programmatic dependent */
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

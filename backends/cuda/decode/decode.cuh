@@ -56,27 +56,11 @@ template <class S> fa_gpu_error launch_check_append(const fa_gpu_kv_params &p, f
     return fa_gpu_last_error();
 }
 
-/* The combine kernel, when the keys are split; with p.pdl (CUDA), as the decode kernel's
- * programmatic dependent. */
+/* The combine kernel, when the keys are split. */
 template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
     if (p.splits == 1)
         return FA_GPU_SUCCESS;
-#if !defined(__HIPCC__)
-    if (p.pdl) {
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(fa_kv_combine_blocks(&p));
-        config.blockDim = dim3(FA_KV_ELEMENTWISE_THREADS);
-        config.dynamicSmemBytes = 0;
-        config.stream = stream;
-        config.attrs = &attr;
-        config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, combine_pdl_kernel<S>, p);
-    }
-#endif
     combine_kernel<S><<<fa_kv_combine_blocks(&p), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     return fa_gpu_last_error();
 }

@@ -12,9 +12,7 @@
  *                   keep their own online softmax over the keys they read, U keys in flight per
  *                   thread for K and V alike; the streams merge in shared memory at the end. One
  *                   split writes O and LSE, several write fp32 partials.
- *   combine_kernel  one block per (query row, 32 channels): the splits merged by their LSE
- *                   (combine_pdl_kernel: the same launched as the decode kernel's programmatic
- *                   dependent).
+ *   combine_kernel  one block per (query row, 32 channels): the splits merged by their LSE.
  * q, k_cache and k_new have head dim d, v_cache, v_new and o d_v (both at most the instance's D).
  * The learnable sink joins each row once its final LSE is known (core/sink.h): in the decode
  * kernel's epilogue when the keys are not split, else in the combine kernel, never per split.
@@ -91,8 +89,6 @@ template <class S> FA_DEVICE void unpack8(const raw8<S> &r, float (&x)[8])
     }
 }
 
-/* 2^x for the softmax weights (x <= 0, or -inf: 0): the hardware approximation on CUDA (relative
- * error about 2^-22), exp2f elsewhere. */
 /* The larger of a and b, NaN if either is (fmaxf drops a NaN): the combine's maximum of the splits'
  * LSEs, so that a split whose rows saw a NaN score keeps the row NaN (the NaN rule). */
 FA_DEVICE float max_nan(float a, float b)
@@ -100,25 +96,8 @@ FA_DEVICE float max_nan(float a, float b)
     return (a > b || a != a) ? a : b;
 }
 
-/* Programmatic dependent launch (PTX griddepcontrol, sm_90 and later; nothing elsewhere): a
- * kernel launched with programmatic stream serialization may start before the kernel ahead of it
- * ends; grid_dependency_wait returns once that kernel has finished and its writes are visible,
- * and grid_launch_dependents lets the kernel after this one start (each block's call counts; an
- * exit counts as one). */
-FA_DEVICE void grid_dependency_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-FA_DEVICE void grid_launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
+/* 2^x for the softmax weights (x <= 0, or -inf: 0): the hardware approximation on CUDA (relative
+ * error about 2^-22), exp2f elsewhere. */
 FA_DEVICE float fast_exp2(float x)
 {
 #if defined(__CUDA_ARCH__)
@@ -644,16 +623,13 @@ template <bool MAX> FA_DEVICE float block_reduce(float *red, float x)
  * FA_KV_COMBINE_AHEAD splits (a row of at most G * FA_KV_COMBINE_AHEAD splits is read in one
  * round trip); the weights are shared through shared memory, and the groups' sums added there. A
  * split whose weight is 0 (no visible key: LSE -inf) adds nothing (its partials, which may never
- * have been written, are read ahead but not used). PDL: launched as the programmatic dependent of
- * the decode kernel (p.pdl), it waits for that kernel before it reads anything. */
-template <class S, bool PDL> FA_DEVICE void combine(const fa_gpu_kv_params &p)
+ * have been written, are read ahead but not used). */
+template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const fa_gpu_kv_params p)
 {
     constexpr int T = FA_KV_ELEMENTWISE_THREADS, C = FA_KV_COMBINE_CHANNELS, G = T / C, A = FA_KV_COMBINE_AHEAD;
     static_assert(T % C == 0 && (T & (T - 1)) == 0 && T % FA_WARP_SIZE == 0,
                   "groups of C channels; a power-of-two block of whole warps");
     __shared__ float red[T / FA_WARP_SIZE], w_s[T], acc_s[G][C];
-    if constexpr (PDL)
-        grid_dependency_wait();
     if (skip_on_fault(p))
         return;
     const int tid = threadIdx.x, ci = tid % C, grp = tid / C;
@@ -721,17 +697,6 @@ template <class S, bool PDL> FA_DEVICE void combine(const fa_gpu_kv_params &p)
         }
         FA_SYNC(); /* acc_s is free again */
     }
-}
-
-template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_kernel(const fa_gpu_kv_params p)
-{
-    combine<S, false>(p);
-}
-
-/* combine_kernel as the programmatic dependent of the decode kernel (p.pdl; CUDA, sm_90 and later) */
-template <class S> __global__ FA_LAUNCH_BOUNDS(FA_KV_ELEMENTWISE_THREADS) void combine_pdl_kernel(const fa_gpu_kv_params p)
-{
-    combine<S, true>(p);
 }
 
 } // namespace decode

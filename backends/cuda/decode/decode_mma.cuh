@@ -24,15 +24,7 @@ template <class S, int D, int ST, int W> fa_gpu_error launch_mma_warps(const fa_
     fa_gpu_error e = prepare_mma<S, D, ST, W>();
     if (e != FA_GPU_SUCCESS)
         return e;
-    if (p.pdl) {
-        e = cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 FA_KV_MMA_SMEM(D, ST, W));
-        if (e != FA_GPU_SUCCESS)
-            return e;
-        decode_mma_kernel<S, D, ST, W, true><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
-    } else {
-        decode_mma_kernel<S, D, ST, W><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
-    }
+    decode_mma_kernel<S, D, ST, W><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
     return fa_gpu_last_error();
 }
 

@@ -5,8 +5,7 @@
  *
  * One block of W warps per (sequence, kv head, tile of 16 of that head's query rows, split): eight,
  * or four where a block's shared memory cannot hold eight rings (common/kv_geometry.h's
- * fa_kv_mma_warps; the host's p.mma_warps picks the instance). PDL: the instance whose combine
- * kernel is its programmatic dependent (p.pdl) lets that kernel start at once.
+ * fa_kv_mma_warps; the host's p.mma_warps picks the instance).
  * The tile's rows are the A operand of mma.sync m16n8k16 (rows past the head's are zeros), so the
  * scores of a GQA group's rows against 16 keys are 2 x D/16 mma and P V another D/8: a handful of
  * instructions per key row where the SIMT kernel spends about 85. Each warp takes 16 keys of every
@@ -47,7 +46,7 @@ template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_
     static_assert(ST >= 2, "a stage copied while one is read");
 };
 
-template <class S, int D, int ST, int W, bool PDL = false>
+template <class S, int D, int ST, int W>
 __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
@@ -64,8 +63,6 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
                       FA_KV_MMA_STATIC_BYTES,
                   "static shared memory within FA_KV_MMA_STATIC_BYTES");
 
-    if constexpr (PDL) /* the combine kernel may be scheduled now: it waits for this grid's end */
-        grid_launch_dependents();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
     /* the block's place in 32 bits: row_tiles and heads_kv divide a grid's x, below 2^31 */
     const uint32_t bx = blockIdx.x, tiles = (uint32_t)p.row_tiles, hkv = (uint32_t)p.heads_kv;

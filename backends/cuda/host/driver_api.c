@@ -77,9 +77,8 @@ static int resolve(void *lib, const char *name, char *why, size_t why_len)
         fa_why_set(why, why_len, "%s has no %s: %s", name, missing, err);
         return 0;
     }
-    /* optional: CUDA 12 added them */
+    /* optional: CUDA 12 added it */
     *(void **)&api.TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
-    *(void **)&api.LaunchKernelEx = dlsym(lib, "cuLaunchKernelEx");
     return 1;
 }
 

@@ -46,26 +46,6 @@ typedef struct fa_cu_tensor_map {
 #define FA_CU_ERROR_INVALID_DEVICE 101
 #define FA_CU_ERROR_NO_BINARY_FOR_GPU 209
 
-/* cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute), the attributes this
- * backend sets: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (value.i nonzero) */
-#define FA_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
-typedef struct fa_cu_launch_attribute {
-    int id;
-    char pad[4];
-    union {
-        char pad[64];
-        int i;
-        void *align; /* the driver's union holds pointers */
-    } value;
-} fa_cu_launch_attribute;
-
-typedef struct fa_cu_launch_config {
-    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
-    fa_cu_stream stream;
-    fa_cu_launch_attribute *attrs;
-    unsigned num_attrs;
-} fa_cu_launch_config;
-
 /* The driver's entry points this backend calls, resolved by name from libcuda. */
 typedef struct fa_cu_api {
     fa_cu_result (*Init)(unsigned flags);
@@ -114,8 +94,6 @@ typedef struct fa_cu_api {
     fa_cu_result (*ModuleGetGlobal)(fa_cu_deviceptr *ptr, size_t *bytes, fa_cu_module module,
                                     const char *name); /* cuModuleGetGlobal_v2 */
     /* NULL where the driver has none (drivers older than CUDA 12): the caller says so */
-    fa_cu_result (*LaunchKernelEx)(const fa_cu_launch_config *config, fa_cu_function function, void **params,
-                                   void **extra);
     fa_cu_result (*TensorMapEncodeTiled)(fa_cu_tensor_map *map, int data_type, unsigned rank, void *global_address,
                                          const uint64_t *global_dim, const uint64_t *global_strides,
                                          const unsigned *box_dim, const unsigned *element_strides, int interleave,
@@ -129,7 +107,7 @@ typedef enum fa_cu_status {
 } fa_cu_status;
 
 /* The driver, opened and initialised (cuInit(0)) on first use; NULL with why set when libcuda
- * cannot be opened, lacks one of the functions above (LaunchKernelEx and TensorMapEncodeTiled excepted), or cuInit
+ * cannot be opened, lacks one of the functions above (TensorMapEncodeTiled excepted), or cuInit
  * fails. Thread-safe. */
 const fa_cu_api *fa_cu_driver(char *why, size_t why_len);
 /* fa_cu_driver, with *result: 0 with the driver; cuInit's error where it failed (the real driver

@@ -165,10 +165,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
 #if defined(FA_RUNTIME_HIP) /* no tensor-core decode kernel */
     kv.mma_warps = FA_KV_MMA_MIN_WARPS;
-    kv.pdl = 0;
 #else
-    /* the opt-in programmatic launch of the combine (griddepcontrol: sm_90 and later) */
-    kv.pdl = s->kv_pdl && mma && s->prop.major >= 9;
     kv.mma_warps = s->kv_mma_four ? FA_KV_MMA_MIN_WARPS
                                   : fa_kv_mma_warps(bucket, (long long)s->prop.sharedMemPerBlockOptin);
 #endif

@@ -54,9 +54,8 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
 }
 
 /* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128, a ring of
- * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps; pdl: the instance
- * that lets its combine kernel start early). */
-static int mma_name(int dtype, int bucket, int warps, int pdl, char *name, char *why, size_t why_len)
+ * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps). */
+static int mma_name(int dtype, int bucket, int warps, char *name, char *why, size_t why_len)
 {
     if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128) ||
         (warps != FA_KV_MMA_MIN_WARPS && warps != FA_KV_MMA_MAX_WARPS)) {
@@ -64,20 +63,18 @@ static int mma_name(int dtype, int bucket, int warps, int pdl, char *name, char 
                 warps);
         return 0;
     }
-    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d%s>", fa_simt_storage_name(dtype),
-             bucket, FA_KV_MMA_STAGES, warps, pdl ? ", true" : "");
+    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d>", fa_simt_storage_name(dtype),
+             bucket, FA_KV_MMA_STAGES, warps);
     return 1;
 }
 
-/* One kernel of the call on (x, y) blocks of `threads`, its one argument the parameter block;
- * dependent: as the programmatic dependent of the kernel before it. */
+/* One kernel of the call on (x, y) blocks of `threads`, its one argument the parameter block. */
 static fa_rtc_status launch_kv(const char *name, int64_t x, int64_t y, unsigned threads, unsigned shared_bytes,
-                               const fa_gpu_kv_params *p, int dependent, void *stream, char *why, size_t why_len)
+                               const fa_gpu_kv_params *p, void *stream, char *why, size_t why_len)
 {
     const fa_rtc_launch_config c = {FAMILY, 0, x, y, 1, threads, shared_bytes};
     void *args[] = {(void *)p};
-    return dependent ? fa_rtc_launch_dependent(name, &c, stream, args, why, why_len)
-                     : fa_rtc_launch(name, &c, stream, args, why, why_len);
+    return fa_rtc_launch(name, &c, stream, args, why, why_len);
 }
 
 /* decode.cuh's launch_call: check and append, the decode kernel `decode`, then combine. */
@@ -89,14 +86,14 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
     fa_rtc_status st;
     if (p->fault && p->batch != 0 && !fa_kv_checks_in_blocks(p)) {
         snprintf(name, sizeof name, "fa_gpu::decode::check_kernel<%s>", storage);
-        if ((st = launch_kv(name, fa_kv_check_blocks(p->batch), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, 0, stream, why,
+        if ((st = launch_kv(name, fa_kv_check_blocks(p->batch), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why,
                             why_len)) != FA_RTC_OK)
             return st;
     }
     if (p->k_new.data && p->seqlen_knew != 0) {
         snprintf(name, sizeof name, "fa_gpu::decode::append_kernel<%s>", storage);
         if ((st = launch_kv(name, fa_kv_stride_blocks(fa_kv_append_elements(p)), 1, FA_KV_ELEMENTWISE_THREADS, 0, p,
-                            0, stream, why, why_len)) != FA_RTC_OK)
+                            stream, why, why_len)) != FA_RTC_OK)
             return st;
     }
     if (p->seqlen_new == 0)
@@ -105,12 +102,13 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
     if (!fa_kv_decode_grid(p, &blocks, &splits))
         return invalid(why, why_len, "%s: %lld blocks by %lld splits exceed CUDA's grid", decode,
                        (long long)(p->batch * p->heads_kv * p->row_tiles), (long long)p->splits);
-    if ((st = launch_kv(decode, blocks, splits, decode_threads, decode_smem, p, 0, stream, why, why_len)) != FA_RTC_OK)
+    if ((st = launch_kv(decode, blocks, splits, decode_threads, decode_smem, p, stream, why, why_len)) != FA_RTC_OK)
         return st;
     if (p->splits == 1)
         return FA_RTC_OK;
-    snprintf(name, sizeof name, "fa_gpu::decode::%s<%s>", p->pdl ? "combine_pdl_kernel" : "combine_kernel", storage);
-    return launch_kv(name, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, p->pdl, stream, why, why_len);
+    snprintf(name, sizeof name, "fa_gpu::decode::combine_kernel<%s>", storage);
+    return launch_kv(name, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream,
+                     why, why_len);
 }
 
 /* The SIMT instance's dynamic shared memory: the ring's where the instance has one. */
@@ -141,7 +139,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
                                    size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, p->mma_warps, p->pdl, name, why, why_len))
+    if (!mma_name(dtype, bucket, p->mma_warps, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps,
                        FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, p->mma_warps), stream, why, why_len);
@@ -150,7 +148,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
 fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, warps, 0, name, why, why_len))
+    if (!mma_name(dtype, bucket, warps, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, warps), blocks,
                             why, why_len);

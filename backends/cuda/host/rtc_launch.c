@@ -122,9 +122,8 @@ fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_
     return resolve(family, suffix, name_expression, &cu, &context, function, why, why_len);
 }
 
-/* fa_rtc_launch, or with programmatic stream serialization (cuLaunchKernelEx) */
-static fa_rtc_status launch(const char *name_expression, const fa_rtc_launch_config *c, int programmatic, void *stream,
-                            void **args, char *why, size_t why_len)
+fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
+                            char *why, size_t why_len)
 {
     fa_rtc_status st = fa_rtc_launch_config_check(name_expression, c, args, why, why_len);
     if (st != FA_RTC_OK)
@@ -136,34 +135,10 @@ static fa_rtc_status launch(const char *name_expression, const fa_rtc_launch_con
     if (st != FA_RTC_OK ||
         (st = allow_shared(cu, context, name_expression, function, c->shared_bytes, why, why_len)) != FA_RTC_OK)
         return st;
-    if (!programmatic)
-        return driver_failed(cu,
-                             cu->LaunchKernel(function, (unsigned)c->grid_x, (unsigned)c->grid_y, (unsigned)c->grid_z,
-                                              c->threads, 1, 1, c->shared_bytes, (fa_cu_stream)stream, args, NULL),
-                             "cuLaunchKernel", why, why_len);
-    if (!cu->LaunchKernelEx) {
-        fa_why_set(why, why_len, "%s: the CUDA driver has no cuLaunchKernelEx (CUDA 12 or later)", name_expression);
-        return FA_RTC_DRIVER_ERROR;
-    }
-    fa_cu_launch_attribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = FA_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.i = 1;
-    const fa_cu_launch_config config = {(unsigned)c->grid_x, (unsigned)c->grid_y, (unsigned)c->grid_z, c->threads, 1, 1,
-                                        c->shared_bytes, (fa_cu_stream)stream, &attr, 1};
-    return driver_failed(cu, cu->LaunchKernelEx(&config, function, args, NULL), "cuLaunchKernelEx", why, why_len);
-}
-
-fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
-                            char *why, size_t why_len)
-{
-    return launch(name_expression, c, 0, stream, args, why, why_len);
-}
-
-fa_rtc_status fa_rtc_launch_dependent(const char *name_expression, const fa_rtc_launch_config *c, void *stream,
-                                      void **args, char *why, size_t why_len)
-{
-    return launch(name_expression, c, 1, stream, args, why, why_len);
+    return driver_failed(cu,
+                         cu->LaunchKernel(function, (unsigned)c->grid_x, (unsigned)c->grid_y, (unsigned)c->grid_z,
+                                          c->threads, 1, 1, c->shared_bytes, (fa_cu_stream)stream, args, NULL),
+                         "cuLaunchKernel", why, why_len);
 }
 
 /* Blocks of kernel name (of family) with shared_bytes of dynamic shared memory resident on one

@@ -61,13 +61,6 @@ static inline fa_rtc_status fa_rtc_launch_config_check(const char *name_expressi
 fa_rtc_status fa_rtc_launch(const char *name_expression, const fa_rtc_launch_config *c, void *stream, void **args,
                             char *why, size_t why_len);
 
-/* The same, launched as the programmatic dependent of the kernel ahead of it in the stream
- * (CUDA: cuLaunchKernelEx with programmatic stream serialization, so that it may start before
- * that kernel ends and waits for it with griddepcontrol.wait; a driver without cuLaunchKernelEx
- * is FA_RTC_DRIVER_ERROR). HIP has no such launch: there, fa_rtc_launch. */
-fa_rtc_status fa_rtc_launch_dependent(const char *name_expression, const fa_rtc_launch_config *c, void *stream,
-                                      void **args, char *why, size_t why_len);
-
 /* The function of that kernel in the current context (compiled and loaded as fa_rtc_launch does),
  * for the driver's questions about it. CUDA only. */
 fa_rtc_status fa_rtc_function(const char *family, char suffix, const char *name_expression, fa_cu_function *function,
