@@ -3,7 +3,8 @@
 (`ncu --import REPORT --page source --csv --print-source sass > CSV`): the stall-sampling share
 of each reason, the TOP instructions with the most samples (address, samples, share, SASS, the two
 largest reasons), and, given ORDER, the whole kernel in program order with each instruction's
-samples. Used by profile_gpu.sh and decode_profile_gpu.sh.
+samples (and, where the page has them, the warp-level instructions executed there). Used by
+profile_gpu.sh and decode_profile_gpu.sh.
 
 usage: python3 bench/device/ncu_stalls.py CSV [TOP] [ORDER]
 """
@@ -30,6 +31,7 @@ def main():
     src = next(i for i, c in enumerate(cols) if c.strip() in ("Source", "# Source") or c.endswith("Source"))
     addr = next((i for i, c in enumerate(cols) if "Address" in c), None)
     allc = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All Samples)" in c)
+    execd = next((i for i, c in enumerate(cols) if c.strip() == "Instructions Executed"), None)
     reasons = [i for i, c in enumerate(cols) if c.startswith("stall_") and "Not Issued" not in c]
     body = [r for r in rows[head + 1:] if len(r) == len(cols)]
     total = sum(num(r[allc]) for r in body) or 1.0
@@ -50,7 +52,8 @@ def main():
     if len(sys.argv) > 3:
         with open(sys.argv[3], "w") as f:
             for r in body:
-                f.write(f"{where(r):>8} {num(r[allc]):7.0f}  {r[src].strip()[:80]:80s} {why(r)}\n")
+                ran = f"{num(r[execd]):9.0f} " if execd is not None else ""
+                f.write(f"{where(r):>8} {ran}{num(r[allc]):7.0f}  {r[src].strip()[:80]:80s} {why(r)}\n")
 
 
 if __name__ == "__main__":
