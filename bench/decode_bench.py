@@ -65,13 +65,11 @@ def sdpa(q, k, v, causal):
 GRAPH_STREAM = None
 
 
-def bench(fn, graph):
-    """do_bench median (ms) of fn, or of replaying a CUDA graph of one fn call (graph): the warm-up
-    call runs on the capture stream, so that the library's context has met it (its scratch and
-    fault record allocated, its scratch last used there) before the capture."""
+def graph_of(fn):
+    """A CUDA graph of one fn() call, captured after a warm-up call on the capture stream, so that
+    the library's context has met it (its scratch and fault record allocated, its scratch last
+    used there) before the capture."""
     global GRAPH_STREAM
-    if not graph:
-        return do_bench(fn)
     if GRAPH_STREAM is None:
         GRAPH_STREAM = torch.cuda.Stream()
     GRAPH_STREAM.wait_stream(torch.cuda.current_stream())
@@ -83,7 +81,12 @@ def bench(fn, graph):
     with torch.cuda.graph(g, stream=GRAPH_STREAM):
         fn()
     torch.cuda.synchronize()
-    return do_bench(g.replay)
+    return g
+
+
+def bench(fn, graph):
+    """do_bench median (ms) of fn, or of replaying graph_of(fn) (graph)."""
+    return do_bench(graph_of(fn).replay) if graph else do_bench(fn)
 
 
 def sdpa_time(backend, q, k, v, causal, graph):

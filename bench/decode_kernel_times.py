@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashattn  # noqa: E402
 import provenance as prov  # noqa: E402
+from decode_bench import graph_of  # noqa: E402
 
 
 def main():
@@ -84,16 +85,9 @@ def main():
 
 def graph_timeline(fn, calls):
     """Lines `kernel | calls | mean µs | idle before µs |` for `calls` back-to-back replays of a CUDA
-    graph of one fn() (captured after a warm-up call on the capture stream, as decode_bench.py
-    does), from the profiler's kernel records in start order."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=stream):
-        fn()
+    graph of one fn() (decode_bench.py's graph_of), from the profiler's kernel records in start
+    order."""
+    g = graph_of(fn)
     for _ in range(10):
         g.replay()
     torch.cuda.synchronize()
