@@ -153,8 +153,12 @@ FA_DEVICE int64_t cached_len(const fa_gpu_kv_params &p, int64_t b)
     return p.cache_seqlens ? (int64_t)p.cache_seqlens[b] : p.seqlen_cache;
 }
 
-/* Element offset of token t, kv head h of sequence b in a cache view. */
-FA_DEVICE int64_t token_offset(const fa_gpu_kv_params &p, const fa_gpu_tensor &c, int64_t b, int64_t t, int64_t h)
+/* Element offset of token t, kv head h of sequence b in a cache view. in_pool: the page number
+ * clamped into the pool, for reads issued before the block knows the call's arrays are good (a
+ * bad page of a device-checked call is then read from a page that exists, and the block, which
+ * finds the fault, uses nothing it read). */
+FA_DEVICE int64_t token_offset(const fa_gpu_kv_params &p, const fa_gpu_tensor &c, int64_t b, int64_t t, int64_t h,
+                               bool in_pool = false)
 {
     if (p.block_table) {
         int64_t page, row;
@@ -165,7 +169,10 @@ FA_DEVICE int64_t token_offset(const fa_gpu_kv_params &p, const fa_gpu_tensor &c
             page = (int64_t)((uint32_t)t / (uint32_t)p.page_size);
             row = t - page * p.page_size;
         }
-        return (int64_t)p.block_table[b * p.block_table_stride + page] * c.sb + row * c.ss + h * c.sh;
+        int64_t pg = p.block_table[b * p.block_table_stride + page];
+        if (in_pool)
+            pg = min(max(pg, (int64_t)0), p.num_pages - 1);
+        return pg * c.sb + row * c.ss + h * c.sh;
     }
     const int64_t cache_row = p.batch_idx ? (int64_t)p.batch_idx[b] : b;
     return cache_row * c.sb + t * c.ss + h * c.sh;
@@ -249,10 +256,19 @@ struct block_keys {
  * their latencies overlap; a block that finds a fault returns skip before anything else (the
  * record is written by an earlier kernel: every thread reads the same). Where the call checks in
  * its blocks (fa_kv_checks_in_blocks), the block checks the arrays it reads first (check_block),
- * and skips where any of its threads found a bad value. Launched with THREADS threads. */
-template <class S, int RT, int D, int THREADS = FA_KV_THREADS, class PutQ>
+ * and skips where any of its threads found a bad value. Launched with THREADS threads.
+ * DIRECT_Q: with one new token per sequence and no rotary, each thread finds its rows' query
+ * offsets itself (row r of the tile is query head hk * group + tile * RT + r) and issues its query
+ * loads before anything else, without the barrier that shares the row offsets. early(cached):
+ * called once the block's loads are issued, with the sequence's cached length (not yet checked),
+ * for a kernel that issues its first copies before the loads' results are used. */
+struct no_early {
+    FA_DEVICE void operator()(int64_t) const {}
+};
+template <class S, int RT, int D, int THREADS = FA_KV_THREADS, bool DIRECT_Q = false, class PutQ, class Early = no_early>
 FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
-                                 int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q)
+                                 int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q,
+                                 Early early = Early())
 {
     typedef typename S::T T;
     constexpr int QN = RT * D / THREADS; /* query channels per thread */
@@ -260,10 +276,22 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     __shared__ int64_t qrow_s[RT]; /* each row's offset in q, -1 past p.rows */
     const int tid = threadIdx.x;
     block_keys k;
+    const T *q = static_cast<const T *>(p.q.data);
+    const bool direct = DIRECT_Q && p.seqlen_new == 1 && !p.rotary_cos;
+    float x[QN];
+    if (direct) {
+        const int64_t head0 = b * p.q.sb + hk * p.group * p.q.sh;
+#pragma unroll
+        for (int n = 0; n < QN; ++n) {
+            const int e = tid + n * THREADS, r = e / D, c = e % D;
+            const int64_t rr = tile * RT + r;
+            x[n] = rr < p.rows && c < p.d ? S::load(q, head0 + rr * p.q.sh + c) : 0.0f;
+        }
+    }
     const long long fault = p.fault ? *(volatile const long long *)p.fault : (long long)FA_KV_FAULT_NONE;
     const int64_t cached = cached_len(p, b), sk = cached + p.seqlen_knew, sn = p.seqlen_new;
     const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
-    const T *q = static_cast<const T *>(p.q.data);
+    early(cached);
     const int64_t row = tile * RT + tid; /* threads below RT: that row's head and position */
     int64_t h = 0, i = 0;
     if (tid < RT) {
@@ -273,13 +301,14 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
         }
         qrow_s[tid] = row < p.rows ? b * p.q.sb + i * p.q.ss + h * p.q.sh : -1;
     }
-    FA_SYNC();
-    float x[QN];
+    if (!direct) {
+        FA_SYNC();
 #pragma unroll
-    for (int n = 0; n < QN; ++n) {
-        const int e = tid + n * THREADS, r = e / D, c = e % D;
-        const int64_t off = qrow_s[r];
-        x[n] = !p.rotary_cos && off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f;
+        for (int n = 0; n < QN; ++n) {
+            const int e = tid + n * THREADS, r = e / D, c = e % D;
+            const int64_t off = qrow_s[r];
+            x[n] = !p.rotary_cos && off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f;
+        }
     }
     if (tid < RT) {
         const fa_mask mask = fa_mask_make(sn, sk, p.causal, p.window_left, p.window_right);

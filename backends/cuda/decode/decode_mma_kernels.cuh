@@ -69,25 +69,6 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
     const int64_t tile = bx % tiles, bh = bx / tiles;
     const int64_t hk = (uint32_t)bh % hkv, b = (uint32_t)bh / hkv, split = blockIdx.y, sn = p.seqlen_new;
     const bool has_mod = fa_score_mod_factors_active(p.mod);
-    /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
-     * the product, in fp32 */
-    const block_keys keys = begin_block<S, RT, D, 32 * W>(
-        p, b, hk, tile, split, lo_s, hi_s, mod_s,
-        [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); });
-    if (keys.skip)
-        return;
-    /* k_begin down to a multiple of KEYS, so that each warp's keys of a step lie in one page (page
-     * sizes are multiples of 16) and one address per step serves them all. The keys this adds lie
-     * below every row's first visible key (k_begin is the split's first key, a multiple of 64, or
-     * above it the lowest first key of the rows), so the mask removes them. */
-    const int64_t k_end = keys.k_end;
-    const int64_t k_begin = keys.k_begin < k_end ? keys.k_begin & ~(int64_t)(KEYS - 1) : keys.k_begin;
-
-    uint32_t qf[D / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-        fa_gpu::load_a(qf[kk], q_s, LD, 0, kk * 16);
-
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
     E *ring = reinterpret_cast<E *>(smem);
     /* A warp's stage is 16 key rows of D / 8 16-byte chunks for each of K and V; lane copies chunk
@@ -99,17 +80,28 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
     const bool ch_in = ch < p.d;
     const int64_t k_lane = key0 * p.k_cache.ss + ch, v_lane = key0 * p.v_cache.ss + ch;
     const int64_t k_step = KSTEP * p.k_cache.ss, v_step = KSTEP * p.v_cache.ss;
+    /* The block's keys k_begin .. k_end, k_begin down to a multiple of KEYS, so that each warp's
+     * keys of a step lie in one page (page sizes are multiples of 16) and one address per step
+     * serves them all. The keys this adds lie below every row's first visible key (k_begin is the
+     * split's first key, a multiple of 64, or above it the lowest first key of the rows), so the
+     * mask removes them. */
+    int64_t k_begin = 0, k_end = 0, steps = 0;
+    auto set_keys = [&](int64_t first, int64_t end) {
+        k_end = end;
+        k_begin = first < end ? first & ~(int64_t)(KEYS - 1) : first;
+        steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
+    };
     /* this warp's 16 keys of the step at t0 into stage `stage`, addressed from the first key's row
-     * (the 16 share a page); rows past k_end and channels past d zero-filled (never read), their
-     * source the cache's start (not read). Each copy asks L2 for the 128 bytes around it: a row's
-     * chunks are copied by neighbouring lanes. */
-    auto issue = [&](const int64_t t0, const int stage) {
+     * (the 16 share a page; in_pool: token_offset's); rows past k_end and channels past d
+     * zero-filled, their source the cache's start (not read). Each copy asks L2 for the 128 bytes
+     * around it: a row's chunks are copied by neighbouring lanes. */
+    auto issue = [&](const int64_t t0, const int stage, const bool in_pool) {
         E *kt = ring + (stage * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
         const int64_t tw = t0 + warp * KEYS;
         const int64_t left = k_end - tw - key0; /* this lane's rows below k_end: those with i KSTEP < left */
         const bool any = tw < k_end;
-        const T *ks = kc + (any ? token_offset(p, p.k_cache, b, tw, hk) + k_lane : 0);
-        const T *vs = vc + (any ? token_offset(p, p.v_cache, b, tw, hk) + v_lane : 0);
+        const T *ks = kc + (any ? token_offset(p, p.k_cache, b, tw, hk, in_pool) + k_lane : 0);
+        const T *vs = vc + (any ? token_offset(p, p.v_cache, b, tw, hk, in_pool) + v_lane : 0);
 #pragma unroll
         for (int i = 0; i < COPIES; ++i) {
             const bool ok = ch_in && i * KSTEP < left;
@@ -121,6 +113,57 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         }
         fa_gpu::cp_async_commit();
     };
+    /* the first ST steps, one commit group each (empty past the last step, so that the count of
+     * groups in flight is fixed) */
+    auto issue_first = [&](const bool in_pool) {
+#pragma unroll
+        for (int st = 0; st < ST; ++st) {
+            if (st < steps)
+                issue(k_begin + st * STEP, st, in_pool);
+            else
+                fa_gpu::cp_async_commit();
+        }
+    };
+
+    /* Early copies: with one new token per sequence and no rotary, every row sees the keys of
+     * query position 0 (fa_mask_row_range), so the block's keys follow from the sequence's length
+     * alone, and its first steps go out from begin_block as soon as its own loads are issued. The
+     * arrays of a device-checked call are not known good yet: a length or batch row out of range
+     * issues nothing early, and pages are clamped into the pool (in_pool); begin_block then finds
+     * the fault and the block uses nothing. Without a fault, begin_block finds the same keys. */
+    bool issued = false;
+    auto early = [&](const int64_t cached) {
+        if (sn != 1 || p.rotary_cos)
+            return;
+        const int64_t sk = cached + p.seqlen_knew;
+        const int64_t row = p.batch_idx ? (int64_t)p.batch_idx[b] : b;
+        if (p.fault && !(cached >= 0 && sk <= p.capacity && row >= 0 && row < (p.batch_idx ? p.batch_cache : p.batch)))
+            return;
+        const fa_mask mask = fa_mask_make(1, sk, p.causal, p.window_left, p.window_right);
+        int64_t lo, hi;
+        fa_mask_row_range(&mask, 0, &lo, &hi);
+        set_keys(max(lo, split * p.keys_per_split), min(hi, min(sk, (split + 1) * p.keys_per_split)));
+        issue_first(p.fault != nullptr);
+        issued = true;
+    };
+
+    /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
+     * the product, in fp32 */
+    const block_keys keys = begin_block<S, RT, D, 32 * W, true>(
+        p, b, hk, tile, split, lo_s, hi_s, mod_s,
+        [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); }, early);
+    if (keys.skip) { /* no copy may land after the block is gone */
+        fa_gpu::cp_async_wait<0>();
+        return;
+    }
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        fa_gpu::load_a(qf[kk], q_s, LD, 0, kk * 16);
+    if (!issued) {
+        set_keys(keys.k_begin, keys.k_end);
+        issue_first(false);
+    }
 
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -129,26 +172,10 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         for (int e = 0; e < 4; ++e)
             o[n][e] = 0.0f;
 
-    /* ST - 1 steps ahead: the copies of step n + ST - 1 go out before step n is read (each a
-     * commit group, empty past the last step, so that the count of groups in flight is fixed
-     * once there is a step) */
-    const int64_t steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
-    if (steps > 0)
-        issue(k_begin, 0);
-#pragma unroll
-    for (int st = 1; st < ST - 1; ++st) {
-        if (st < steps)
-            issue(k_begin + st * STEP, st);
-        else
-            fa_gpu::cp_async_commit();
-    }
+    /* ST steps in flight: step n is read once its group is in (ST + n groups committed before
+     * it), and its stage takes step n + ST's copies once every lane has read it */
     for (int64_t n = 0; n < steps; ++n) {
         const int64_t t0 = k_begin + n * STEP;
-        __syncwarp(); /* every lane is done with the stage the next copies overwrite (step n - 1's) */
-        if (n + ST - 1 < steps)
-            issue(t0 + (ST - 1) * STEP, (int)((n + ST - 1) % ST));
-        else
-            fa_gpu::cp_async_commit();
         fa_gpu::cp_async_wait<ST - 1>();
         __syncwarp();
         const E *kt = ring + ((n % ST) * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
@@ -214,6 +241,11 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
             fa_gpu::elem<E>::mma(o[2 * nn], pf, bf[0], bf[1]);
             fa_gpu::elem<E>::mma(o[2 * nn + 1], pf, bf[2], bf[3]);
         }
+        __syncwarp();
+        if (n + ST < steps)
+            issue(t0 + ST * STEP, (int)(n % ST), false);
+        else
+            fa_gpu::cp_async_commit();
     }
     fa_gpu::cp_async_wait<0>();
 
