@@ -15,7 +15,9 @@
 # token counts, e.g. 16,128,512): chunked prefill (decode_bench.py --new N, batch 1 and 4 over 8k
 # cached keys) on A and on B under the chooser. DECODE_BENCH_ARGS: more arguments for every
 # decode_bench.py --graph run (e.g. --sink). AB_SIDES: which of A, B and B-$SWITCH the kernel times
-# and decode_bench.py run on (default all), e.g. "B B-$SWITCH" when the patch does not touch decode.
+# and decode_bench.py run on (default all), e.g. "B B-$SWITCH" when the patch does not touch decode;
+# any B-<tokens> side runs B with FLASHATTN_KERNELS=<tokens>. REPEAT=N (REPEAT_SHAPES): the sides'
+# decode_bench.py N rounds more, interleaved, into repeat-<side>.md.
 # Usage: BASE_PATCH=.ab/change.patch [SWITCH=<token>] bash bench/device/decode_ab_gpu.sh  (carry:
 # [".deps"] for cmocka). Pass FLASHATTN_BENCH_COMMIT: the device's copy of the tree may carry stale
 # git metadata. An empty patch file makes A the same tree as B.
@@ -63,6 +65,17 @@ for side in $sides; do
     env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 120 python3 bench/decode_bench.py $args \
       ${DECODE_BENCH_ARGS:-} 2>&1 |
       tee -a "$OUT/bench-$side.md"
+  done
+done
+# REPEAT=N: the sides' decode_bench.py runs N times more, interleaved (side after side, round after
+# round), at REPEAT_SHAPES, so that a difference can be told from the run-to-run spread
+for r in $(seq 1 "${REPEAT:-0}"); do
+  for side in $sides; do
+    for args in "--graph" "--graph --page 64"; do
+      echo "== round $r, $side: decode_bench.py $args" | tee -a "$OUT/repeat-$side.md"
+      env $(switch_of $side) FLASHATTN_LIBRARY=$(lib_of $side) timeout 60 python3 bench/decode_bench.py $args \
+        --shapes "${REPEAT_SHAPES:-1x4096,1x16384,1x131072}" ${DECODE_BENCH_ARGS:-} 2>&1 | tee -a "$OUT/repeat-$side.md"
+    done
   done
 done
 if [ -n "${PREFILL:-}" ]; then
