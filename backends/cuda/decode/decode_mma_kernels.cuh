@@ -12,7 +12,8 @@
  * step of 16 W keys through its own cp.async ring of ST stages (common/kv_geometry.h's
  * FA_KV_MMA_STAGES: two; rows padded by 16 bytes so that ldmatrix reads without bank conflicts),
  * keeps its own online softmax (rows g and g + 8 of the mma layout per thread), and the W warps
- * merge in shared memory at the end. */
+ * merge in shared memory at the end. With one new token per sequence the first ST steps are
+ * issued from inside begin_block, as soon as the block's own loads are (early, below). */
 #ifndef FA_GPU_DECODE_MMA_KERNELS_CUH
 #define FA_GPU_DECODE_MMA_KERNELS_CUH
 
