@@ -5,7 +5,7 @@
 #   - the decode grid on B under the chooser and with each FLASHATTN_KERNELS value of FAMILIES
 #     (default kv-simt; SWITCH too);
 #   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases (and again under
-#     SWITCH);
+#     SWITCH), and memcheck on its bad calls;
 #   - each kernel's time per call on A and on B (bench/decode_kernel_times.py), and in CUDA graph
 #     replays with the GPU's idle time before each kernel, beside SDPA cuDNN's (--graph);
 #   - bench/decode_bench.py --graph (contiguous, and paged with --page 64) on A and on B, each
@@ -39,6 +39,12 @@ for tool in memcheck racecheck synccheck; do
   rc=$?; [ $rc -ne 0 ] && status=1
   echo "$(stamp) $tool decode bf16: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
 done
+# the bad calls (pages and lengths out of range, checked on the device too): a block must read
+# nothing outside the caches before it has seen the fault
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/conformance/decode" --backend cuda \
+  --filter bad > "$OUT/memcheck-bad.log" 2>&1
+rc=$?; [ $rc -ne 0 ] && status=1
+echo "$(stamp) memcheck decode bad calls: exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-bad.log" | tail -1)"
 if [ -n "${SWITCH:-}" ]; then
   for tool in memcheck racecheck synccheck; do
     timeout 150 env FLASHATTN_KERNELS=$SWITCH compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/decode" \
