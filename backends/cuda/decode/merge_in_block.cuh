@@ -20,15 +20,19 @@ namespace decode {
 FA_DEVICE bool arrive_last(const fa_gpu_kv_params &p)
 {
     __shared__ int last_s;
-    FA_SYNC(); /* the block's partials are stored ... */
+    FA_SYNC(); /* the block's partials are stored */
     if (threadIdx.x == 0) {
-        unsigned int *count = p.arrivals + blockIdx.x;
-        __threadfence(); /* ... and visible to the device before the count */
-        const bool last = atomicAdd(count, 1u) == (unsigned int)(p.splits - 1);
-        if (last) {
-            *count = 0u; /* every split has counted itself: nothing else touches it in this call */
-            __threadfence(); /* the other blocks' partials are read after their counts */
-        }
+        /* acq_rel at gpu scope: releases the stores the barrier ordered before it, and in the
+         * last block acquires the other blocks' (the bar.sync then orders them before every
+         * thread's reads) */
+        unsigned int before;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n"
+                     : "=r"(before)
+                     : "l"(p.arrivals + blockIdx.x)
+                     : "memory");
+        const bool last = before == (unsigned int)(p.splits - 1);
+        if (last) /* every split has counted itself: nothing else touches it in this call */
+            p.arrivals[blockIdx.x] = 0u;
         last_s = last && !skip_on_fault(p);
     }
     FA_SYNC();
@@ -38,7 +42,9 @@ FA_DEVICE bool arrive_last(const fa_gpu_kv_params &p)
 /* The splits of the query rows of row tile `tile` (RT rows; kv head hk, sequence b) merged into o
  * and lse by the block's THREADS threads; w_s: RT * p.splits floats of shared memory. The partials
  * are read past L1 (ld.global.cg): other blocks wrote them in this kernel. The tensor-core
- * kernel's partials have p.d channels (it runs with d_v == d). */
+ * kernel's partials have p.d channels (it runs with d_v == d). Where each thread's (row, channel)
+ * items are at most IT and the splits at most NS, the items' partials are loaded into registers
+ * beside the LSEs, so the merge waits for one round trip to memory; else in rounds of AHEAD. */
 template <class S, int RT, int THREADS>
 FA_DEVICE void merge_splits(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, float *w_s)
 {
@@ -46,6 +52,7 @@ FA_DEVICE void merge_splits(const fa_gpu_kv_params &p, int64_t b, int64_t hk, in
         int64_t at, h, i; /* the partials' row: ((b * heads_q + h) * seqlen_new + i) */
         float mx, sum;
     };
+    constexpr int IT = 2, NS = 16, AHEAD = 8;
     __shared__ merge_row row_s[RT];
     const int tid = threadIdx.x, splits = (int)p.splits, dv = (int)p.d;
     const int rows = (int)min((int64_t)RT, p.rows - tile * RT);
@@ -57,6 +64,18 @@ FA_DEVICE void merge_splits(const fa_gpu_kv_params &p, int64_t b, int64_t hk, in
         row_s[tid].i = i;
     }
     FA_SYNC();
+    const bool held = splits <= NS && rows * dv <= IT * THREADS;
+    float x[IT][NS];
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < IT; ++k) {
+            const int e = tid + k * THREADS, r = e / dv;
+            const float *part = p.partial + row_s[r < rows ? r : 0].at * splits * dv + e % dv;
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+                x[k][s] = e < rows * dv && s < splits ? __ldcg(part + s * dv) : 0.0f;
+        }
+    }
 #pragma unroll 1
     for (int e = tid; e < rows * splits; e += THREADS)
         w_s[e] = __ldcg(lses + row_s[e / splits].at * splits + e % splits);
@@ -68,32 +87,18 @@ FA_DEVICE void merge_splits(const fa_gpu_kv_params &p, int64_t b, int64_t hk, in
             mx = max_nan(mx, w[s]);
 #pragma unroll 1
         for (int s = 0; s < splits; ++s) {
-            const float x = mx == -INFINITY || w[s] == -INFINITY ? 0.0f : expf(w[s] - mx);
-            w[s] = x;
-            sum += x;
+            const float y = mx == -INFINITY || w[s] == -INFINITY ? 0.0f : expf(w[s] - mx);
+            w[s] = y;
+            sum += y;
         }
         row_s[tid].mx = mx;
         row_s[tid].sum = sum;
     }
     FA_SYNC();
-    constexpr int AHEAD = 8; /* loads in flight per thread */
-#pragma unroll 1
-    for (int e = tid; e < rows * dv; e += THREADS) {
+    /* item e: row e / dv, channel e % dv; a split of weight 0 adds nothing */
+    auto finish = [&](int e, float a) {
         const int r = e / dv, c = e % dv;
         const merge_row &row = row_s[r];
-        const float *part = p.partial + row.at * splits * dv + c, *w = w_s + r * splits;
-        float a = 0.0f;
-#pragma unroll 1
-        for (int s0 = 0; s0 < splits; s0 += AHEAD) {
-            float x[AHEAD];
-#pragma unroll
-            for (int k = 0; k < AHEAD; ++k)
-                x[k] = s0 + k < splits ? __ldcg(part + (s0 + k) * dv) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < AHEAD; ++k)
-                if (s0 + k < splits && w[s0 + k] != 0.0f)
-                    a += w[s0 + k] * x[k];
-        }
         float out = row.sum == 0.0f ? 0.0f : a / row.sum, lse = row.sum == 0.0f ? -INFINITY : row.mx + logf(row.sum);
         if (p.sink) { /* the row's final LSE: the sink joins it here */
             const float lse0 = lse;
@@ -101,6 +106,39 @@ FA_DEVICE void merge_splits(const fa_gpu_kv_params &p, int64_t b, int64_t hk, in
             out *= fa_sink_factor(lse0, lse);
         }
         store_output<S>(p, b, row.i, row.h, c, out, lse);
+    };
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < IT; ++k) {
+            const int e = tid + k * THREADS;
+            if (e >= rows * dv)
+                break;
+            const float *w = w_s + (e / dv) * splits;
+            float a = 0.0f;
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+                if (s < splits && w[s] != 0.0f)
+                    a += w[s] * x[k][s];
+            finish(e, a);
+        }
+        return;
+    }
+#pragma unroll 1
+    for (int e = tid; e < rows * dv; e += THREADS) {
+        const float *part = p.partial + row_s[e / dv].at * splits * dv + e % dv, *w = w_s + (e / dv) * splits;
+        float a = 0.0f;
+#pragma unroll 1
+        for (int s0 = 0; s0 < splits; s0 += AHEAD) {
+            float y[AHEAD];
+#pragma unroll
+            for (int k = 0; k < AHEAD; ++k)
+                y[k] = s0 + k < splits ? __ldcg(part + (s0 + k) * dv) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < AHEAD; ++k)
+                if (s0 + k < splits && w[s0 + k] != 0.0f)
+                    a += w[s0 + k] * y[k];
+        }
+        finish(e, a);
     }
 }
 
