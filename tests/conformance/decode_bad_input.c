@@ -227,10 +227,10 @@ static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, 
             continue;
         }
         /* without appends, the good call's output first, and that of the same call with the second
-         * sequence cut to 50 keys (all in the first split): after the fault both must give theirs
-         * again. A fault must leave no state behind, such as a split merge's arrival counters: a
-         * counter left one short would let that call's keyless second split merge before the
-         * first split's partials are written. */
+         * sequence cut to 50 keys (all in the first split, the second split keyless): after the
+         * fault both must give theirs again, so a fault leaves nothing behind that a later call
+         * reads (the device-checked calls in splits share the context's scratch and fault record;
+         * a keyless split finishes first, so state that let it finish the call early shows) */
         void *o_good = NULL, *o_short = NULL, *lens_short = NULL;
         fa_kvcache_args shortened = x.a;
         if (device_check_pass && no_append) {
@@ -306,11 +306,11 @@ static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, 
 /* Each bad call returns its status and leaves o and the caches as they were. With check_on_device
  * (device_check_pass) only the bad array values are tried: the call returns FA_SUCCESS, a good
  * call made after it writes nothing either, fa_synchronize returns the status, and after that a
- * good call runs again (without appends, giving the output it gave before the bad call). The bad
- * array values are tried a second time with no token appended, in
- * two splits (pages of 16, 8 per sequence, lengths 5 and 100: where a GPU's decode blocks check
- * what they read instead of a check kernel), adding a bad page in the second split and leaving
- * out the full cache, which only an appended token overflows. */
+ * good call runs again (without appends, giving the outputs good calls gave before the bad one).
+ * The bad array values are tried a second time with no token appended, in two splits (pages of
+ * 16, 8 per sequence, lengths 5 and 100: where a GPU's decode blocks check what they read instead
+ * of a check kernel), adding a bad page in the second split and leaving out the full cache, which
+ * only an appended token overflows. */
 int run_bad(fa_context *ctx, int device_check_pass)
 {
     const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};

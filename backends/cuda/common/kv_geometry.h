@@ -48,14 +48,6 @@
 #define FA_KV_MMA_MAX_WARPS 8
 #define FA_KV_MMA_MIN_WARPS 4
 #define FA_KV_MMA_STATIC_BYTES 8192
-/* The tensor-core kernel merges a call's splits in its last block of each row tile
- * (decode/merge_in_block.cuh) where there are at most FA_KV_MMA_MERGE_MAX_SPLITS (each row's
- * split weights then fit the ring's shared memory) and at most FA_KV_ARRIVALS_MAX row tiles (one
- * arrival counter each, fa_kv_mma_merges_in_blocks); else the combine kernel merges. The counters
- * are allocated FA_KV_ARRIVALS_MIN at least, so that a graph captured later rarely needs more. */
-#define FA_KV_MMA_MERGE_MAX_SPLITS 128
-#define FA_KV_ARRIVALS_MIN 4096
-#define FA_KV_ARRIVALS_MAX (1 << 20)
 #define FA_KV_MMA_LD(D) ((D) + 8)
 #define FA_KV_MMA_RING_BYTES(D, ST, W) ((ST) * (W) * 2 * FA_KV_MMA_KEYS * FA_KV_MMA_LD(D) * 2)
 #define FA_KV_MMA_MERGE_BYTES(D, W) ((W) * 16 * (D) * 4)
@@ -113,13 +105,6 @@ static inline int fa_kv_decode_grid(const fa_gpu_kv_params *p, unsigned *x, unsi
     *x = (unsigned)blocks;
     *y = (unsigned)p->splits;
     return 1;
-}
-
-/* Whether the tensor-core kernel's blocks merge the splits of a call of `tiles` (sequence, kv
- * head, row tile) blocks by `splits` (fa_gpu_kv_params.arrivals). */
-static inline int fa_kv_mma_merges_in_blocks(int64_t tiles, int64_t splits)
-{
-    return splits > 1 && splits <= FA_KV_MMA_MERGE_MAX_SPLITS && tiles <= FA_KV_ARRIVALS_MAX;
 }
 
 /* The tensor-core decode kernel's warps at bucket D on a device whose blocks may use optin bytes of

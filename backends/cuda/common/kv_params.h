@@ -54,12 +54,6 @@ typedef struct fa_gpu_kv_params {
      * host gives calls with either to the SIMT decode kernel. */
     int64_t d_v;
     const float *sink;
-    /* NULL: the combine kernel merges the splits. Else (FLASHATTN_KERNELS=kv-merge-in-blocks: the
-     * tensor-core kernel with 2 to FA_KV_MMA_MERGE_MAX_SPLITS splits) one counter per (sequence, kv head, row tile), zero
-     * between calls: each split block of the tile counts itself in once its partials are written,
-     * and the last one merges the tile's splits and sets the counter back to zero (no combine
-     * kernel runs). */
-    unsigned int *arrivals;
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

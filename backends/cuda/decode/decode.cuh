@@ -56,11 +56,10 @@ template <class S> fa_gpu_error launch_check_append(const fa_gpu_kv_params &p, f
     return fa_gpu_last_error();
 }
 
-/* The combine kernel, when the keys are split and the decode blocks do not merge them
- * (p.arrivals). */
+/* The combine kernel, when the keys are split. */
 template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    if (p.splits == 1 || p.arrivals)
+    if (p.splits == 1)
         return FA_GPU_SUCCESS;
     combine_kernel<S><<<fa_kv_combine_blocks(&p), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     return fa_gpu_last_error();

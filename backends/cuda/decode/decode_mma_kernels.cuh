@@ -13,15 +13,11 @@
  * FA_KV_MMA_STAGES: two; rows padded by 16 bytes so that ldmatrix reads without bank conflicts),
  * keeps its own online softmax (rows g and g + 8 of the mma layout per thread), and the W warps
  * merge in shared memory at the end. With one new token per sequence the first ST steps are
- * issued from inside begin_block, as soon as the block's own loads are (early, below). Where the
- * keys are split (at most FA_KV_MMA_MERGE_MAX_SPLITS ways) and FLASHATTN_KERNELS=kv-merge-in-blocks
- * is set, the MERGE instance's last block of each row tile to finish merges the tile's splits
- * (merge_in_block.cuh), and no combine kernel runs. */
+ * issued from inside begin_block, as soon as the block's own loads are (early, below). */
 #ifndef FA_GPU_DECODE_MMA_KERNELS_CUH
 #define FA_GPU_DECODE_MMA_KERNELS_CUH
 
 #include "decode/decode_kernels.cuh"
-#include "decode/merge_in_block.cuh"
 #include "common/primitives.cuh"
 
 namespace fa_gpu {
@@ -49,12 +45,9 @@ template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_
     static_assert(FA_KV_KEY_CHUNK % KEYS == 0, "a split is a whole number of warps' keys (a step may pass its end)");
     static_assert(D % 16 == 0 && D <= 128, "mma decode: buckets 64 and 128");
     static_assert(ST >= 2, "a stage copied while one is read");
-    static_assert(16 * FA_KV_MMA_MERGE_MAX_SPLITS * 4 <= SMEM, "merge_in_block's weights fit");
 };
 
-/* MERGE: the instance for calls whose blocks merge their splits (p.arrivals; otherwise the
- * combine kernel does) */
-template <class S, int D, int ST, int W, bool MERGE = false>
+template <class S, int D, int ST, int W>
 __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
@@ -162,8 +155,6 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); }, early);
     if (keys.skip) { /* no copy may land after the block is gone */
         fa_gpu::cp_async_wait<0>();
-        if constexpr (MERGE) /* counted in all the same, writing nothing */
-            merge_if_last<S, RT, 32 * W>(p, b, hk, tile, reinterpret_cast<float *>(smem));
         return;
     }
     uint32_t qf[D / 16][4];
@@ -280,8 +271,6 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
     }
     FA_SYNC();
     merge_store<S, D, RT, WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split);
-    if constexpr (MERGE)
-        merge_if_last<S, RT, 32 * W>(p, b, hk, tile, acc_s);
 }
 
 } // namespace decode

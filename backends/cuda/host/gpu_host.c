@@ -107,7 +107,6 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
     s->kv_mma_four = fa_kernels_switch("kv-mma-4-warps", NULL, 0);
-    s->kv_merge_in_blocks = fa_kernels_switch("kv-merge-in-blocks", NULL, 0);
     s->fwd_split = split;
     ctx->priv = s;
     return FA_SUCCESS;
@@ -124,8 +123,6 @@ void fa_gpu_close(fa_context *ctx)
         FA_RT(Free)(s->scratch); /* waits for the kernels still using it */
     if (s->fault)
         FA_RT(Free)(s->fault);
-    if (s->arrivals)
-        FA_RT(Free)(s->arrivals);
     FA_RT(StreamDestroy)(s->own);
     free(s);
     ctx->priv = NULL;

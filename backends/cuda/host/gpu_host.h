@@ -33,8 +33,6 @@ typedef struct fa_gpu_state {
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
     int kv_mma_four;          /* FLASHATTN_KERNELS=kv-mma-4-warps: that kernel with four warps a block */
-    int kv_merge_in_blocks;   /* FLASHATTN_KERNELS=kv-merge-in-blocks: that kernel merges its splits
-                                 (kv_params.h's arrivals) instead of the combine kernel */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
@@ -46,10 +44,6 @@ typedef struct fa_gpu_state {
      * by the first of them; fault_armed: such a call ran since fa_synchronize last read it */
     long long *fault;
     int fault_armed;
-    /* the tensor-core decode kernel's arrival counters (kv_params.h's arrivals), zero between
-     * calls, allocated by the first call that merges its splits in its blocks */
-    unsigned int *arrivals;
-    int64_t arrivals_count;
 } fa_gpu_state;
 
 static inline fa_gpu_state *fa_gpu_of(const fa_context *ctx)

@@ -55,7 +55,7 @@ static int64_t gpu_kv_splits(const fa_kv_problem *kp, int64_t blocks, int64_t sl
 }
 
 /* The refusal of a call whose context memory (the device check's fault words, the split partials'
- * scratch, the arrival counters) would have to be allocated while the stream is being captured into a graph, which
+ * scratch) would have to be allocated while the stream is being captured into a graph, which
  * allows neither the allocation nor the device-wide wait after it. */
 static fa_status refuse_in_capture(fa_context *ctx, const char *what)
 {
@@ -63,29 +63,6 @@ static fa_status refuse_in_capture(fa_context *ctx, const char *what)
                     "fa_forward_kvcache on %s: %s would be allocated while the stream is being captured into a "
                     "graph; make one call of this shape outside the capture first",
                     FA_RT_NAME, what);
-}
-
-/* The context's arrival counters, at least `tiles` of them and all zero (kv_params.h's arrivals):
- * allocated, or reallocated larger, and zeroed before the call's kernels; the kernels leave them
- * zero. */
-static fa_status gpu_kv_arrivals(fa_context *ctx, fa_gpu_state *s, int64_t tiles)
-{
-    if (s->arrivals && s->arrivals_count >= tiles)
-        return FA_SUCCESS;
-    if (fa_gpu_capturing(ctx))
-        return refuse_in_capture(ctx, "the decode blocks' arrival counters");
-    const int64_t n = tiles > FA_KV_ARRIVALS_MIN ? tiles : FA_KV_ARRIVALS_MIN;
-    if (s->arrivals) { /* the kernels still using them are on this stream (fa_gpu_scratch's rule) */
-        FA_GPU_TRY(ctx, FA_RT(StreamSynchronize)(s->stream));
-        FA_GPU_TRY(ctx, FA_RT(Free)(s->arrivals));
-        s->arrivals = NULL;
-        s->arrivals_count = 0;
-    }
-    FA_GPU_TRY(ctx, FA_RT(Malloc)((void **)&s->arrivals, sizeof(unsigned int) * (size_t)n));
-    FA_GPU_TRY(ctx, FA_RT(Memset)(s->arrivals, 0, sizeof(unsigned int) * (size_t)n));
-    FA_GPU_TRY(ctx, FA_RT(DeviceSynchronize)());
-    s->arrivals_count = n;
-    return FA_SUCCESS;
 }
 
 fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const fa_gpu_kv_entries *entry)
@@ -227,11 +204,6 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         if (st != FA_SUCCESS)
             return st;
         kv.partial = partial;
-        if (mma && s->kv_merge_in_blocks && fa_kv_mma_merges_in_blocks(blocks, kv.splits)) {
-            if ((st = gpu_kv_arrivals(ctx, s, blocks)) != FA_SUCCESS)
-                return st;
-            kv.arrivals = s->arrivals;
-        }
     }
     s->fault_armed |= kp->device_check;
     fa_rt_error e = (fa_rt_error)(mma ? entry->forward_mma(&kv, (int)p->dtype, bucket, s->stream)
