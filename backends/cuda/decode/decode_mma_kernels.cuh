@@ -96,9 +96,9 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
     };
     /* this warp's 16 keys of the step at t0 into stage `stage`, addressed from the first key's row
-     * (the 16 share a page; in_pool: token_offset's; page: its number, read already); rows past k_end and channels past d
-     * zero-filled, their source the cache's start (not read). Each copy asks L2 for the 128 bytes
-     * around it: a row's chunks are copied by neighbouring lanes. */
+     * (the 16 share a page; in_pool: token_offset's; page: that page's number, read already); rows
+     * past k_end and channels past d zero-filled, their source the cache's start (not read). Each
+     * copy asks L2 for the 128 bytes around it: a row's chunks are copied by neighbouring lanes. */
     auto issue = [&](const int64_t t0, const int stage, const bool in_pool, const int64_t *page = nullptr) {
         E *kt = ring + (stage * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
         const int64_t tw = t0 + warp * KEYS;
