@@ -8,9 +8,7 @@
  *     tensor-core decode kernel in eight warps, on cc 8.6 (99 KB a block) and under
  *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-simt the SIMT one with its cp.async ring;
  *   - a paged cache with 2 splits asked for, nothing appended: checked on the host; checked on the
- *     device, by its decode blocks (no check kernel); in one split, by the check kernel; under
- *     FLASHATTN_KERNELS=kv-page-ahead on the instance that reads page numbers ahead (a contiguous
- *     call there on the usual one);
+ *     device, by its decode blocks (no check kernel); in one split, by the check kernel;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
  *   - a learnable sink: the tensor-core kernel in at least two splits with the combine, which
  *     folds the sink in; under FLASHATTN_KERNELS=kv-simt the SIMT kernel;
@@ -217,32 +215,6 @@ int main(int argc, char **argv)
         {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 1, 256, 139264},
     };
     check_launches("paged, one split, checked by the check kernel", paged_whole, 2);
-    /* FLASHATTN_KERNELS=kv-page-ahead: the paged call on the instance that reads page numbers
-     * ahead; a contiguous call on the usual one */
-    setenv("FLASHATTN_KERNELS", "kv-page-ahead", 1);
-    fa_context *ahead_ctx = open_context();
-    fa_kvcache_args ahead = paged;
-    ahead.check_on_device = 0;
-    ahead.num_splits = 2;
-    run(ahead_ctx, &ahead, "the paged call in 2 splits, kv-page-ahead");
-    const expected paged_ahead[] = {
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 2, 256, 139264},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("paged, kv-page-ahead", paged_ahead, 2);
-    fa_kvcache_args contiguous = a;
-    contiguous.num_splits = 2;
-    memset(&contiguous.k_new, 0, sizeof contiguous.k_new);
-    memset(&contiguous.v_new, 0, sizeof contiguous.v_new);
-    contiguous.check_on_device = 0;
-    run(ahead_ctx, &contiguous, "a contiguous call in 2 splits, kv-page-ahead");
-    const expected contiguous_ahead[] = {
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
-    };
-    check_launches("contiguous, kv-page-ahead", contiguous_ahead, 2);
-    fa_context_destroy(ahead_ctx);
-    unsetenv("FLASHATTN_KERNELS");
 
     /* fp32, d 64, MQA (8 query heads on 1), 2 new query tokens: 16 rows in tiles of 8, 2 x 1 x 2
      * blocks, the register-loading SIMT kernel (no dynamic shared memory), one split */

@@ -54,9 +54,6 @@ typedef struct fa_gpu_kv_params {
      * host gives calls with either to the SIMT decode kernel. */
     int64_t d_v;
     const float *sink;
-    /* a paged call on the tensor-core kernel under FLASHATTN_KERNELS=kv-page-ahead: its instance
-     * that reads each refill's page number a step ahead (decode_mma_kernels.cuh's AHEAD) */
-    int page_ahead;
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

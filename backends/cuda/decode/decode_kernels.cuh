@@ -178,18 +178,6 @@ FA_DEVICE int64_t token_offset(const fa_gpu_kv_params &p, const fa_gpu_tensor &c
     return cache_row * c.sb + t * c.ss + h * c.sh;
 }
 
-/* The block-table column of key t of a paged cache, and the element offset of key t, kv head h
- * in page pg: token_offset's two halves, for a kernel that reads the table ahead of its copies. */
-FA_DEVICE int64_t page_of(const fa_gpu_kv_params &p, int64_t t)
-{
-    return p.page_shift >= 0 ? t >> p.page_shift : (int64_t)((uint32_t)t / (uint32_t)p.page_size);
-}
-FA_DEVICE int64_t paged_offset(const fa_gpu_kv_params &p, const fa_gpu_tensor &c, int64_t pg, int64_t t, int64_t h)
-{
-    const int64_t row = p.page_shift >= 0 ? t & (p.page_size - 1) : t - page_of(p, t) * p.page_size;
-    return pg * c.sb + row * c.ss + h * c.sh;
-}
-
 /* Channel c (< d) of the row at x + off rotated to position pos, in fp32. */
 template <class S>
 FA_DEVICE float rotated(const fa_gpu_kv_params &p, const typename S::T *x, int64_t off, int c, int64_t pos)

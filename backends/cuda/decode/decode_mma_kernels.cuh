@@ -47,10 +47,7 @@ template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_
     static_assert(ST >= 2, "a stage copied while one is read");
 };
 
-/* AHEAD (paged caches, FLASHATTN_KERNELS=kv-page-ahead): each warp reads the page number of its
- * next refill's keys from the block table at the top of a step, so that the refill's copies do not
- * wait for it */
-template <class S, int D, int ST, int W, bool AHEAD = false>
+template <class S, int D, int ST, int W>
 __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
@@ -96,20 +93,16 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         steps = k_end > k_begin ? (k_end - k_begin + STEP - 1) / STEP : 0;
     };
     /* this warp's 16 keys of the step at t0 into stage `stage`, addressed from the first key's row
-     * (the 16 share a page; in_pool: token_offset's; page: that page's number, read already); rows
-     * past k_end and channels past d zero-filled, their source the cache's start (not read). Each
-     * copy asks L2 for the 128 bytes around it: a row's chunks are copied by neighbouring lanes. */
-    auto issue = [&](const int64_t t0, const int stage, const bool in_pool, const int64_t *page = nullptr) {
+     * (the 16 share a page; in_pool: token_offset's); rows past k_end and channels past d
+     * zero-filled, their source the cache's start (not read). Each copy asks L2 for the 128 bytes
+     * around it: a row's chunks are copied by neighbouring lanes. */
+    auto issue = [&](const int64_t t0, const int stage, const bool in_pool) {
         E *kt = ring + (stage * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
         const int64_t tw = t0 + warp * KEYS;
         const int64_t left = k_end - tw - key0; /* this lane's rows below k_end: those with i KSTEP < left */
         const bool any = tw < k_end;
-        /* the first row's offset: through the block table, or in the page read ahead (AHEAD) */
-        auto at = [&](const fa_gpu_tensor &c) {
-            return page ? paged_offset(p, c, *page, tw, hk) : token_offset(p, c, b, tw, hk, in_pool);
-        };
-        const T *ks = kc + (any ? at(p.k_cache) + k_lane : 0);
-        const T *vs = vc + (any ? at(p.v_cache) + v_lane : 0);
+        const T *ks = kc + (any ? token_offset(p, p.k_cache, b, tw, hk, in_pool) + k_lane : 0);
+        const T *vs = vc + (any ? token_offset(p, p.v_cache, b, tw, hk, in_pool) + v_lane : 0);
 #pragma unroll
         for (int i = 0; i < COPIES; ++i) {
             const bool ok = ch_in && i * KSTEP < left;
@@ -184,13 +177,6 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
      * it), and its stage takes step n + ST's copies once every lane has read it */
     for (int64_t n = 0; n < steps; ++n) {
         const int64_t t0 = k_begin + n * STEP;
-        /* AHEAD: the page of this warp's keys of the refill below (step n + ST), read now */
-        int64_t page_next = 0;
-        if constexpr (AHEAD) {
-            const int64_t tn = t0 + ST * STEP + warp * KEYS;
-            if (n + ST < steps && tn < k_end)
-                page_next = p.block_table[b * p.block_table_stride + page_of(p, tn)];
-        }
         fa_gpu::cp_async_wait<ST - 1>();
         __syncwarp();
         const E *kt = ring + ((n % ST) * WARPS + warp) * shape::WARP_TILE, *vt = kt + KEYS * LD;
@@ -257,14 +243,10 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
             fa_gpu::elem<E>::mma(o[2 * nn + 1], pf, bf[2], bf[3]);
         }
         __syncwarp();
-        if (n + ST < steps) {
-            if constexpr (AHEAD)
-                issue(t0 + ST * STEP, (int)(n % ST), false, &page_next);
-            else
-                issue(t0 + ST * STEP, (int)(n % ST), false);
-        } else {
+        if (n + ST < steps)
+            issue(t0 + ST * STEP, (int)(n % ST), false);
+        else
             fa_gpu::cp_async_commit();
-        }
     }
     fa_gpu::cp_async_wait<0>();
 

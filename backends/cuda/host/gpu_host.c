@@ -107,7 +107,6 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
     s->kv_mma_four = fa_kernels_switch("kv-mma-4-warps", NULL, 0);
-    s->kv_page_ahead = fa_kernels_switch("kv-page-ahead", NULL, 0);
     s->fwd_split = split;
     ctx->priv = s;
     return FA_SUCCESS;

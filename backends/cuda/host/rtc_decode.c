@@ -10,8 +10,7 @@
  *                         sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> (FA_KV_THREADS a block) or
- *                         decode_mma_kernel<S, D, ST, W[, true]> (W = p->mma_warps; true: the
- *                         instance reading page numbers ahead, p->page_ahead), one block per
+ *                         decode_mma_kernel<S, D, ST, W> (W = p->mma_warps), one block per
  *                         (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
  * Plain C. */
@@ -55,9 +54,8 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
 }
 
 /* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128, a ring of
- * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps; ahead: the instance
- * that reads page numbers a step ahead, decode_mma_kernels.cuh's AHEAD). */
-static int mma_name(int dtype, int bucket, int warps, int ahead, char *name, char *why, size_t why_len)
+ * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps). */
+static int mma_name(int dtype, int bucket, int warps, char *name, char *why, size_t why_len)
 {
     if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128) ||
         (warps != FA_KV_MMA_MIN_WARPS && warps != FA_KV_MMA_MAX_WARPS)) {
@@ -65,8 +63,8 @@ static int mma_name(int dtype, int bucket, int warps, int ahead, char *name, cha
                 warps);
         return 0;
     }
-    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d%s>", fa_simt_storage_name(dtype),
-             bucket, FA_KV_MMA_STAGES, warps, ahead ? ", true" : "");
+    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d>", fa_simt_storage_name(dtype),
+             bucket, FA_KV_MMA_STAGES, warps);
     return 1;
 }
 
@@ -141,7 +139,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
                                    size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, p->mma_warps, p->page_ahead, name, why, why_len))
+    if (!mma_name(dtype, bucket, p->mma_warps, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps,
                        FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, p->mma_warps), stream, why, why_len);
@@ -150,7 +148,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
 fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, warps, 0, name, why, why_len))
+    if (!mma_name(dtype, bucket, warps, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, warps), blocks,
                             why, why_len);
