@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on a machine with one CUDA GPU: a change to fa_forward_kvcache's kernels checked and timed
 # against the code before it, both built the fast way (-Dcuda-kernels=rtc). B is this tree; A is
-# this tree with BASE_PATCH reversed (`git diff > .ab/change.patch`). Prints, logs under $OUT:
+# this tree with BASE_PATCH reversed (`git diff > .ab/change.patch`). Prints, logs under $OUT (packed at
+# the end into $OUT/all.tgz):
 #   - the decode grid on B under the chooser and with each FLASHATTN_KERNELS value of FAMILIES
 #     (default kv-simt; SWITCH too);
 #   - compute-sanitizer memcheck, racecheck and synccheck on B's bf16 decode cases (and again under
@@ -97,4 +98,5 @@ if [ -n "${PREFILL:-}" ]; then
 fi
 echo "$(stamp) done"
 echo "== overall: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+pack_out
 exit $status

@@ -2,7 +2,8 @@
 # Runs on a machine with one CUDA GPU: a kernel change checked and timed against the code before it,
 # both built the fast way (-Dcuda-kernels=rtc: host code only, kernels compiled on first use), so
 # that one device call holds both builds, the checks and the A/B. B is this tree; A is this tree
-# with BASE_PATCH reversed (git diff of the change: `git diff > .ab/change.patch`). Logs under $OUT:
+# with BASE_PATCH reversed (git diff of the change: `git diff > .ab/change.patch`). Logs under $OUT,
+# packed at the end into $OUT/all.tgz:
 #   - the short conformance grid on B under the chooser and with FLASHATTN_KERNELS (FORCE, default
 #     sm90) forced, four processes side by side each (the kernels compile on first use), and masked rows;
 #   - compute-sanitizer memcheck, racecheck and synccheck on B's SAN_FILTER cases (default hdim128),
@@ -63,4 +64,5 @@ if [ "${BENCH:-1}" = 1 ]; then
   echo "$(stamp) bench done"
 fi
 echo "== overall: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+pack_out
 exit $status
