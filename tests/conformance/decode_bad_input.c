@@ -197,6 +197,15 @@ static int run_bad_leftpad(fa_context *ctx)
 /* The bad calls on case c, one new token appended (knew 1), or none and two splits asked for
  * (no_append: the bad array values only, the late page among them), each checked as run_bad
  * describes. */
+/* whether the n bytes of device output o are `want` (NULL: never) */
+static int output_is(fa_context *ctx, const void *o, const void *want, size_t n)
+{
+    void *got = back(ctx, o, n);
+    const int same = want && got && memcmp(want, got, n) == 0;
+    free(got);
+    return same;
+}
+
 static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, int no_append)
 {
     host_case h;
@@ -269,19 +278,14 @@ static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, 
                 st_after = fa_forward_kvcache(ctx, &shortened);
                 if (st_after == FA_SUCCESS)
                     st_after = fa_synchronize(ctx);
-                void *o2 = st_after == FA_SUCCESS ? back(ctx, x.a.o.data, es * (size_t)h.qn) : NULL;
-                same = o_short && o2 && memcmp(o_short, o2, es * (size_t)h.qn) == 0;
-                free(o2);
+                same = st_after == FA_SUCCESS && output_is(ctx, x.a.o.data, o_short, es * (size_t)h.qn);
             }
             if (st_after == FA_SUCCESS)
                 st_after = fa_forward_kvcache(ctx, &x.a);
             if (st_after == FA_SUCCESS)
                 st_after = fa_synchronize(ctx);
-            if (no_append) {
-                void *o2 = st_after == FA_SUCCESS ? back(ctx, x.a.o.data, es * (size_t)h.qn) : NULL;
-                same = same && o_good && o2 && memcmp(o_good, o2, es * (size_t)h.qn) == 0;
-                free(o2);
-            }
+            if (no_append)
+                same = same && st_after == FA_SUCCESS && output_is(ctx, x.a.o.data, o_good, es * (size_t)h.qn);
             ok = ok && deferred && st_good == FA_SUCCESS && st_after == FA_SUCCESS && same;
             if (!deferred || st_good != FA_SUCCESS || st_after != FA_SUCCESS || !same)
                 printf("    the call %s, the good call after it %s, the good call after fa_synchronize %s%s\n",
