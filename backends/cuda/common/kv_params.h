@@ -54,6 +54,9 @@ typedef struct fa_gpu_kv_params {
      * host gives calls with either to the SIMT decode kernel. */
     int64_t d_v;
     const float *sink;
+    /* FLASHATTN_KERNELS=kv-lean-start: the tensor-core kernel's instance with the lean start
+     * (decode_mma_kernels.cuh's LEAN) */
+    int lean_start;
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

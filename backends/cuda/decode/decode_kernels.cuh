@@ -261,11 +261,16 @@ struct block_keys {
  * offsets itself (row r of the tile is query head hk * group + tile * RT + r) and issues its query
  * loads before anything else, without the barrier that shares the row offsets. early(cached):
  * called once the block's loads are issued, with the sequence's cached length (not yet checked),
- * for a kernel that issues its first copies before the loads' results are used. */
+ * for a kernel that issues its first copies before the loads' results are used.
+ * LEAN (FLASHATTN_KERNELS=kv-lean-start): the fault record and the length are loaded before the
+ * query, so that early() has the length sooner; each thread's query channels are consecutive
+ * ones of one row, loaded as 16-byte words where q's rows allow (8-byte for four channels); with
+ * one new token every row sees the same keys, and the block's range is row 0's. */
 struct no_early {
     FA_DEVICE void operator()(int64_t) const {}
 };
-template <class S, int RT, int D, int THREADS = FA_KV_THREADS, bool DIRECT_Q = false, class PutQ, class Early = no_early>
+template <class S, int RT, int D, int THREADS = FA_KV_THREADS, bool DIRECT_Q = false, bool LEAN = false, class PutQ,
+          class Early = no_early>
 FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
                                  int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q,
                                  Early early = Early())
@@ -278,18 +283,56 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     block_keys k;
     const T *q = static_cast<const T *>(p.q.data);
     const bool direct = DIRECT_Q && p.seqlen_new == 1 && !p.rotary_cos;
+    /* the tile element of the thread's query channel n: strided, or (LEAN) consecutive */
+    auto elem = [&](int n) { return LEAN ? tid * QN + n : tid + n * THREADS; };
+    long long fault = FA_KV_FAULT_NONE;
+    int64_t cached = 0;
+    auto load_state = [&] {
+        fault = p.fault ? *(volatile const long long *)p.fault : (long long)FA_KV_FAULT_NONE;
+        cached = cached_len(p, b);
+    };
+    if constexpr (LEAN)
+        load_state();
     float x[QN];
     if (direct) {
         const int64_t head0 = b * p.q.sb + hk * p.group * p.q.sh;
+        bool done = false;
+        if constexpr (LEAN && sizeof(T) == 2 && (QN == 4 || QN % 8 == 0)) {
+            static_assert(D % QN == 0, "a thread's channels lie in one row");
+            const int r = elem(0) / D, c = elem(0) % D;
+            const int64_t rr = tile * RT + r, off = head0 + rr * p.q.sh + c;
+            if (p.d % 8 == 0 && p.q.sh % 8 == 0 && reinterpret_cast<unsigned long long>(q + off - c) % 16 == 0) {
+                const bool in = rr < p.rows && c < p.d; /* c < d: all QN of them (d % 8 == 0) */
 #pragma unroll
-        for (int n = 0; n < QN; ++n) {
-            const int e = tid + n * THREADS, r = e / D, c = e % D;
-            const int64_t rr = tile * RT + r;
-            x[n] = rr < p.rows && c < p.d ? S::load(q, head0 + rr * p.q.sh + c) : 0.0f;
+                for (int w = 0; w < (QN + 7) / 8; ++w) {
+                    raw8<S> v;
+                    if constexpr (QN == 4) {
+                        const uint2 h2 = in ? *reinterpret_cast<const uint2 *>(q + off) : make_uint2(0, 0);
+                        v.w[0] = make_uint4(h2.x, h2.y, 0, 0);
+                    } else {
+                        v.w[0] = in ? *reinterpret_cast<const uint4 *>(q + off + 8 * w) : make_uint4(0, 0, 0, 0);
+                    }
+                    float f[8];
+                    unpack8<S>(v, f);
+#pragma unroll
+                    for (int j = 0; j < 8 && 8 * w + j < QN; ++j)
+                        x[8 * w + j] = f[j];
+                }
+                done = true;
+            }
+        }
+        if (!done) {
+#pragma unroll
+            for (int n = 0; n < QN; ++n) {
+                const int e = elem(n), r = e / D, c = e % D;
+                const int64_t rr = tile * RT + r;
+                x[n] = rr < p.rows && c < p.d ? S::load(q, head0 + rr * p.q.sh + c) : 0.0f;
+            }
         }
     }
-    const long long fault = p.fault ? *(volatile const long long *)p.fault : (long long)FA_KV_FAULT_NONE;
-    const int64_t cached = cached_len(p, b), sk = cached + p.seqlen_knew, sn = p.seqlen_new;
+    if constexpr (!LEAN)
+        load_state();
+    const int64_t sk = cached + p.seqlen_knew, sn = p.seqlen_new;
     const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
     early(cached);
     const int64_t row = tile * RT + tid; /* threads below RT: that row's head and position */
@@ -305,7 +348,7 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
         FA_SYNC();
 #pragma unroll
         for (int n = 0; n < QN; ++n) {
-            const int e = tid + n * THREADS, r = e / D, c = e % D;
+            const int e = elem(n), r = e / D, c = e % D;
             const int64_t off = qrow_s[r];
             x[n] = !p.rotary_cos && off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f;
         }
@@ -331,7 +374,7 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     if (!p.rotary_cos) {
 #pragma unroll
         for (int n = 0; n < QN; ++n)
-            put_q((tid + n * THREADS) / D, (tid + n * THREADS) % D, x[n]);
+            put_q(elem(n) / D, elem(n) % D, x[n]);
     } else { /* rotated to the row's position: the table rows the check holds present */
         for (int e = tid; e < RT * D; e += THREADS) {
             const int r = e / D, c = e % D;
@@ -343,14 +386,19 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     int64_t lo_all = INT64_MAX, hi_all = 0;
     k.lo_full = 0;
     k.hi_full = INT64_MAX;
+    if (LEAN && sn == 1) { /* every row is position 0: row 0's keys (row 0 is below p.rows) */
+        lo_all = k.lo_full = lo_s[0];
+        hi_all = k.hi_full = hi_s[0];
+    } else {
 #pragma unroll
-    for (int r = 0; r < RT; ++r)
-        if (tile * RT + r < p.rows) {
-            lo_all = min(lo_all, lo_s[r]);
-            hi_all = max(hi_all, hi_s[r]);
-            k.lo_full = max(k.lo_full, lo_s[r]);
-            k.hi_full = min(k.hi_full, hi_s[r]);
-        }
+        for (int r = 0; r < RT; ++r)
+            if (tile * RT + r < p.rows) {
+                lo_all = min(lo_all, lo_s[r]);
+                hi_all = max(hi_all, hi_s[r]);
+                k.lo_full = max(k.lo_full, lo_s[r]);
+                k.hi_full = min(k.hi_full, hi_s[r]);
+            }
+    }
     k.k_begin = max(lo_all, split * p.keys_per_split);
     k.k_end = min(hi_all, min(sk, (split + 1) * p.keys_per_split));
     return k;

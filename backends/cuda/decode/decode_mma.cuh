@@ -11,21 +11,29 @@ namespace decode {
 
 /* The shared-memory limit of the instance of W warps on the current device (set at every launch:
  * it is per device). */
-template <class S, int D, int ST, int W> fa_gpu_error prepare_mma()
+template <class S, int D, int ST, int W, bool LEAN = false> fa_gpu_error prepare_mma()
 {
     static_assert(mma_shape<D, ST, W>::SMEM == FA_KV_MMA_SMEM(D, ST, W), "one shared-memory size");
-    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W, LEAN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 FA_KV_MMA_SMEM(D, ST, W));
 }
 
+template <class S, int D, int ST, int W, bool LEAN>
+fa_gpu_error launch_mma_instance(const fa_gpu_kv_params &p, dim3 grid, fa_gpu_stream stream)
+{
+    fa_gpu_error e = prepare_mma<S, D, ST, W, LEAN>();
+    if (e != FA_GPU_SUCCESS)
+        return e;
+    decode_mma_kernel<S, D, ST, W, LEAN><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
+    return fa_gpu_last_error();
+}
+
+/* The instance of W warps, with the lean start where the call asks (p.lean_start). */
 template <class S, int D, int ST, int W> fa_gpu_error launch_mma_warps(const fa_gpu_kv_params &p, dim3 grid,
                                                                         fa_gpu_stream stream)
 {
-    fa_gpu_error e = prepare_mma<S, D, ST, W>();
-    if (e != FA_GPU_SUCCESS)
-        return e;
-    decode_mma_kernel<S, D, ST, W><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
-    return fa_gpu_last_error();
+    return p.lean_start ? launch_mma_instance<S, D, ST, W, true>(p, grid, stream)
+                        : launch_mma_instance<S, D, ST, W, false>(p, grid, stream);
 }
 
 /* The call's kernels with the instance of p.mma_warps warps. */

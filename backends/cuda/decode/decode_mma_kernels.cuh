@@ -47,7 +47,9 @@ template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_
     static_assert(ST >= 2, "a stage copied while one is read");
 };
 
-template <class S, int D, int ST, int W>
+/* LEAN: begin_block's lean start (FLASHATTN_KERNELS=kv-lean-start; decode_kernels.cuh says what it
+ * changes) */
+template <class S, int D, int ST, int W, bool LEAN = false>
 __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
@@ -150,7 +152,7 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
 
     /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
      * the product, in fp32 */
-    const block_keys keys = begin_block<S, RT, D, 32 * W, true>(
+    const block_keys keys = begin_block<S, RT, D, 32 * W, true, LEAN>(
         p, b, hk, tile, split, lo_s, hi_s, mod_s,
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); }, early);
     if (keys.skip) { /* no copy may land after the block is gone */

@@ -10,7 +10,8 @@
  *                         sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> (FA_KV_THREADS a block) or
- *                         decode_mma_kernel<S, D, ST, W> (W = p->mma_warps), one block per
+ *                         decode_mma_kernel<S, D, ST, W[, true]> (W = p->mma_warps; true: the
+ *                         instance with the lean start, p->lean_start), one block per
  *                         (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
  * Plain C. */
@@ -54,8 +55,9 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
 }
 
 /* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128, a ring of
- * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps). */
-static int mma_name(int dtype, int bucket, int warps, char *name, char *why, size_t why_len)
+ * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps; lean: the instance
+ * with the lean start, decode_mma_kernels.cuh's LEAN). */
+static int mma_name(int dtype, int bucket, int warps, int lean, char *name, char *why, size_t why_len)
 {
     if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128) ||
         (warps != FA_KV_MMA_MIN_WARPS && warps != FA_KV_MMA_MAX_WARPS)) {
@@ -63,8 +65,8 @@ static int mma_name(int dtype, int bucket, int warps, char *name, char *why, siz
                 warps);
         return 0;
     }
-    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d>", fa_simt_storage_name(dtype),
-             bucket, FA_KV_MMA_STAGES, warps);
+    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d%s>", fa_simt_storage_name(dtype),
+             bucket, FA_KV_MMA_STAGES, warps, lean ? ", true" : "");
     return 1;
 }
 
@@ -139,7 +141,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
                                    size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, p->mma_warps, name, why, why_len))
+    if (!mma_name(dtype, bucket, p->mma_warps, p->lean_start, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps,
                        FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, p->mma_warps), stream, why, why_len);
@@ -148,7 +150,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
 fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, warps, name, why, why_len))
+    if (!mma_name(dtype, bucket, warps, 0, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, warps), blocks,
                             why, why_len);
