@@ -302,9 +302,11 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
             const int r = elem(0) / D, c = elem(0) % D;
             const int64_t rr = tile * RT + r, off = head0 + rr * p.q.sh + c;
             if (p.d % 8 == 0 && p.q.sh % 8 == 0 && reinterpret_cast<unsigned long long>(q + off - c) % 16 == 0) {
-                const bool in = rr < p.rows && c < p.d; /* c < d: all QN of them (d % 8 == 0) */
 #pragma unroll
                 for (int w = 0; w < (QN + 7) / 8; ++w) {
+                    /* the word's channels: all below d or none (d and c + 8 w are multiples of 8,
+                     * or of 4 with four channels) */
+                    const bool in = rr < p.rows && c + 8 * w < p.d;
                     raw8<S> v;
                     if constexpr (QN == 4) {
                         const uint2 h2 = in ? *reinterpret_cast<const uint2 *>(q + off) : make_uint2(0, 0);
