@@ -307,12 +307,12 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
                     /* the word's channels: all below d or none (d and c + 8 w are multiples of 8,
                      * or of 4 with four channels) */
                     const bool in = rr < p.rows && c + 8 * w < p.d;
-                    raw8<S> v;
+                    raw8<S> v{};
                     if constexpr (QN == 4) {
                         const uint2 h2 = in ? *reinterpret_cast<const uint2 *>(q + off) : make_uint2(0, 0);
                         v.w[0] = make_uint4(h2.x, h2.y, 0, 0);
-                    } else {
-                        v.w[0] = in ? *reinterpret_cast<const uint4 *>(q + off + 8 * w) : make_uint4(0, 0, 0, 0);
+                    } else if (in) {
+                        v = load8<S>(q, off + 8 * w);
                     }
                     float f[8];
                     unpack8<S>(v, f);
