@@ -53,6 +53,10 @@ if [ -n "${SWITCH:-}" ]; then
     rc=$?; [ $rc -ne 0 ] && status=1
     echo "$(stamp) $tool decode bf16, FLASHATTN_KERNELS=$SWITCH: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-$SWITCH.log" | tail -1)"
   done
+  timeout 150 env FLASHATTN_KERNELS=$SWITCH compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/conformance/decode" \
+    --backend cuda --filter bad > "$OUT/memcheck-bad-$SWITCH.log" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) memcheck decode bad calls, FLASHATTN_KERNELS=$SWITCH: exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-bad-$SWITCH.log" | tail -1)"
 fi
 sides="A B"; [ -n "${SWITCH:-}" ] && sides="A B B-$SWITCH"
 sides=${AB_SIDES:-$sides}

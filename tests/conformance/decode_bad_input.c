@@ -218,8 +218,9 @@ static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, 
     int failures = 0;
     const size_t es = esz(c->dtype);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        const int rotary_breaker = bad[i].fn == b_rotary_short || bad[i].fn == b_rotary_one_short || bad[i].fn == b_rotary_odd;
         if (((device_check_pass || no_append) && !value_fault(bad[i].fn)) || (no_append && bad[i].fn == b_overflow_len) ||
-            (!no_append && bad[i].fn == b_table_range_late))
+            (!no_append && bad[i].fn == b_table_range_late) || (c->rotary_dim == 0 && rotary_breaker))
             continue;
         dev_case x;
         int32_t scratch[64];
@@ -266,11 +267,11 @@ static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, 
                         memcmp(k1, h.kc, es * (size_t)h.cn) == 0 && memcmp(v1, h.vc, es * (size_t)h.cn) == 0;
         const char *msg = fa_context_last_error(ctx);
         int ok = st == bad[i].want && untouched && msg && msg[0];
-        printf("  bad argument%s, %s: %s%s (%s)\n",
+        printf("  bad argument%s%s, %s: %s%s (%s)\n",
                !device_check_pass ? ""
                : no_append        ? " (checked on the device, nothing appended, 2 splits)"
                                   : " (checked on the device)",
-               bad[i].name, fa_status_string(st), untouched ? "" : ", OUTPUTS CHANGED", msg);
+               c->rotary_dim ? "" : " (no rotary)", bad[i].name, fa_status_string(st), untouched ? "" : ", OUTPUTS CHANGED", msg);
         if (device_check_pass) {
             /* reported once: the same context then runs the good call */
             int same = 1;
@@ -314,13 +315,20 @@ static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, 
  * The bad array values are tried a second time with no token appended, in two splits (pages of
  * 16, 8 per sequence, lengths 5 and 100: where a GPU's decode blocks check what they read instead
  * of a check kernel), adding a bad page in the second split and leaving out the full cache, which
- * only an appended token overflows. */
+ * only an appended token overflows. Both are run with rotary and without (then the rotary
+ * breakers are left out). */
 int run_bad(fa_context *ctx, int device_check_pass)
 {
     const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     const dcase late = {"bad-no-append", B16, 2, 1, 4, 2, 64, 16, 128, {5, 100}, 0, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    /* without rotary, one new token: the GPU's tensor-core decode kernel copies keys before it has
+     * checked the block's pages and length (its early copies, clamped into the pool) */
+    const dcase plain = {"bad-no-rotary", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const dcase plain_late = {"bad-no-append-no-rotary", B16, 2, 1, 4, 2, 64, 16, 128, {5, 100}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     int failures = run_bad_case(ctx, &c, device_check_pass, 0);
     failures += run_bad_case(ctx, &late, device_check_pass, 1);
+    failures += run_bad_case(ctx, &plain, device_check_pass, 0);
+    failures += run_bad_case(ctx, &plain_late, device_check_pass, 1);
     if (!device_check_pass) /* the devices that check values do not take cache_leftpad */
         failures += run_bad_leftpad(ctx);
     if (fa_forward_kvcache(ctx, NULL) != FA_ERR_INVALID_ARG || fa_forward_kvcache(NULL, NULL) != FA_ERR_INVALID_ARG) {
