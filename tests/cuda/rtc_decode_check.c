@@ -6,8 +6,9 @@
  *   - bf16, d 128, a contiguous cache of 4096 keys, GQA (8 query heads on 2 kv heads), one new
  *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
  *     tensor-core decode kernel in eight warps, on cc 8.6 (99 KB a block) and under
- *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-lean-start its instance with the lean
- *     start, under kv-simt the SIMT one with its cp.async ring;
+ *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-lean-start, kv-lean-merge and both its
+ *     instances with the lean start, merge and both, under kv-simt the SIMT one with its cp.async
+ *     ring;
  *   - a paged cache with 2 splits asked for, nothing appended: checked on the host; checked on the
  *     device, by its decode blocks (no check kernel); in one split, by the check kernel;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
@@ -186,7 +187,23 @@ int main(int argc, char **argv)
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-lean-start");
     check_gqa_launches("GQA, tensor cores, kv-lean-start",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 256, 139264,
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, 1>", 4, 256, 139264,
+                       "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+    fa_context_destroy(ctx);
+    setenv("FLASHATTN_KERNELS", "kv-lean-merge", 1); /* the instance with the lean merge */
+    ctx = open_context();
+    a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-lean-merge");
+    check_gqa_launches("GQA, tensor cores, kv-lean-merge",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, 2>", 4, 256, 139264,
+                       "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+    fa_context_destroy(ctx);
+    setenv("FLASHATTN_KERNELS", "kv-lean-start,kv-lean-merge", 1); /* both */
+    ctx = open_context();
+    a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-lean-start,kv-lean-merge");
+    check_gqa_launches("GQA, tensor cores, kv-lean-start,kv-lean-merge",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, 3>", 4, 256, 139264,
                        "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");

@@ -47,9 +47,87 @@ template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_
     static_assert(ST >= 2, "a stage copied while one is read");
 };
 
-/* LEAN: begin_block's lean start (FLASHATTN_KERNELS=kv-lean-start; decode_kernels.cuh says what it
- * changes) */
-template <class S, int D, int ST, int W, bool LEAN = false>
+/* The end of the tensor-core kernel with each row's weights found once (FLASHATTN_KERNELS=
+ * kv-lean-merge): thread r < RT turns row r's maxima and sums (m_s, l_s) into the WARPS weights of
+ * its partial outputs, 2^(m - base) / sum, in l_s, and its LSE (log2 units) in m_s[0]; after a
+ * barrier, each of the THREADS threads sums D / (THREADS / RT) consecutive channels of one row,
+ * reading acc_s and writing the split's partials four channels a word. Sums and LSEs as
+ * merge_store's: a row with no key seen gives 0 and -inf, a NaN stays NaN. */
+template <class S, int D, int RT, int WARPS, int THREADS>
+FA_DEVICE void merge_store_rows(const fa_gpu_kv_params &p, const float *acc_s, float (*m_s)[RT], float (*l_s)[RT],
+                                int64_t b, int64_t hk, int64_t tile, int64_t split)
+{
+    constexpr int TPR = THREADS / RT, CPT = D / TPR; /* threads per row, channels per thread */
+    static_assert(THREADS % RT == 0 && D % TPR == 0 && CPT % 4 == 0, "whole words of a row per thread");
+    const int tid = threadIdx.x;
+    if (tid < RT) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w)
+            mx = fmaxf(mx, m_s[w][tid]);
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        float e[WARPS], sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            e[w] = exp2f(m_s[w][tid] - base);
+            sum += l_s[w][tid] * e[w];
+        }
+        const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w)
+            l_s[w][tid] = e[w] * inv;
+        m_s[0][tid] = sum == 0.0f ? -INFINITY : base + log2f(sum);
+    }
+    FA_SYNC();
+    const int r = tid / TPR, c0 = (tid % TPR) * CPT;
+    const int64_t row = tile * RT + r;
+    if (row >= p.rows)
+        return;
+    float out[CPT];
+#pragma unroll
+    for (int c = 0; c < CPT; ++c)
+        out[c] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+        const float wt = l_s[w][r];
+        const float4 *a = reinterpret_cast<const float4 *>(acc_s + (w * RT + r) * D + c0);
+#pragma unroll
+        for (int c = 0; c < CPT / 4; ++c) {
+            const float4 x = a[c];
+            out[4 * c] += x.x * wt;
+            out[4 * c + 1] += x.y * wt;
+            out[4 * c + 2] += x.z * wt;
+            out[4 * c + 3] += x.w * wt;
+        }
+    }
+    const float lse = m_s[0][r] * 0.69314718055994531f;
+    const int64_t sn = p.seqlen_new, h = hk * p.group + row / sn, i = row % sn;
+    if (p.splits > 1) {
+        const int64_t at = ((b * p.heads_q + h) * sn + i) * p.splits + split;
+        float *dst = p.partial + at * p.d + c0;
+        if (c0 + CPT <= p.d && p.d % 4 == 0) {
+#pragma unroll
+            for (int c = 0; c < CPT / 4; ++c)
+                reinterpret_cast<float4 *>(dst)[c] = make_float4(out[4 * c], out[4 * c + 1], out[4 * c + 2], out[4 * c + 3]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < CPT; ++c)
+                if (c0 + c < p.d)
+                    dst[c] = out[c];
+        }
+        if (c0 == 0)
+            p.partial[p.batch * p.heads_q * sn * p.splits * p.d + at] = lse;
+        return;
+    }
+#pragma unroll
+    for (int c = 0; c < CPT; ++c)
+        if (c0 + c < p.d)
+            store_output<S>(p, b, i, h, c0 + c, out[c], lse);
+}
+
+/* LEAN, bits of FLASHATTN_KERNELS values: 1 (kv-lean-start) begin_block's lean start
+ * (decode_kernels.cuh says what it changes), 2 (kv-lean-merge) merge_store_rows for merge_store */
+template <class S, int D, int ST, int W, int LEAN = 0>
 __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
@@ -152,7 +230,7 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
 
     /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
      * the product, in fp32 */
-    const block_keys keys = begin_block<S, RT, D, 32 * W, true, LEAN>(
+    const block_keys keys = begin_block<S, RT, D, 32 * W, true, (LEAN & 1) != 0>(
         p, b, hk, tile, split, lo_s, hi_s, mod_s,
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); }, early);
     if (keys.skip) { /* no copy may land after the block is gone */
@@ -272,7 +350,10 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         l_s[warp][g + 8] = l[1];
     }
     FA_SYNC();
-    merge_store<S, D, RT, WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split);
+    if constexpr ((LEAN & 2) != 0)
+        merge_store_rows<S, D, RT, WARPS, 32 * W>(p, acc_s, m_s, l_s, b, hk, tile, split);
+    else
+        merge_store<S, D, RT, WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split);
 }
 
 } // namespace decode

@@ -169,7 +169,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.mma_warps = s->kv_mma_four ? FA_KV_MMA_MIN_WARPS
                                   : fa_kv_mma_warps(bucket, (long long)s->prop.sharedMemPerBlockOptin);
 #endif
-    kv.lean_start = mma && s->kv_lean_start;
+    kv.lean = mma ? (s->kv_lean_start ? 1 : 0) | (s->kv_lean_merge ? 2 : 0) : 0;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
     const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA

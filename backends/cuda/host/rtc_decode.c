@@ -10,8 +10,8 @@
  *                         sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> (FA_KV_THREADS a block) or
- *                         decode_mma_kernel<S, D, ST, W[, true]> (W = p->mma_warps; true: the
- *                         instance with the lean start, p->lean_start), one block per
+ *                         decode_mma_kernel<S, D, ST, W[, LEAN]> (W = p->mma_warps; LEAN =
+ *                         p->lean, the lean start and merge where nonzero), one block per
  *                         (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
  * Plain C. */
@@ -55,8 +55,8 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
 }
 
 /* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128, a ring of
- * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps; lean: the instance
- * with the lean start, decode_mma_kernels.cuh's LEAN). */
+ * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps; lean: the instance's
+ * lean start and merge, decode_mma_kernels.cuh's LEAN, 0 to 3). */
 static int mma_name(int dtype, int bucket, int warps, int lean, char *name, char *why, size_t why_len)
 {
     if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128) ||
@@ -65,8 +65,12 @@ static int mma_name(int dtype, int bucket, int warps, int lean, char *name, char
                 warps);
         return 0;
     }
-    snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d%s>", fa_simt_storage_name(dtype),
-             bucket, FA_KV_MMA_STAGES, warps, lean ? ", true" : "");
+    if (lean)
+        snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d, %d>", fa_simt_storage_name(dtype),
+                 bucket, FA_KV_MMA_STAGES, warps, lean);
+    else
+        snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d>", fa_simt_storage_name(dtype),
+                 bucket, FA_KV_MMA_STAGES, warps);
     return 1;
 }
 
@@ -141,7 +145,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
                                    size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, p->mma_warps, p->lean_start, name, why, why_len))
+    if (!mma_name(dtype, bucket, p->mma_warps, p->lean, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps,
                        FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, p->mma_warps), stream, why, why_len);
