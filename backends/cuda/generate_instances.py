@@ -64,9 +64,10 @@ MFMA = {"buckets": [64, 128]}
 
 # fa_forward_kvcache's decode kernels (decode/): the SIMT kernel for every dtype, bucket and row
 # tile, with the cp.async ring (async) for fp16 / bf16 on CUDA; the tensor-core kernel (variant
-# mma, CUDA, cc >= 8.0) for fp16 / bf16 at buckets 64 and 128, with a ring of FA_KV_MMA_STAGES
+# mma, CUDA, cc >= 8.0) for fp16 / bf16 at buckets 64 and 128, with a ring of FA_KV_MMA_STAGES;
+# at bucket 576 (FA_KV_MLA_D) the same entry points launch the MLA kernel (d <= 576, d_v <= 512)
 DECODE = {"buckets": [64, 128, 256], "row_tiles": ["FA_KV_ROW_TILE_SMALL", "FA_KV_ROW_TILE_LARGE"],
-          "mma_buckets": [64, 128], "mma_stages": "FA_KV_MMA_STAGES"}
+          "mma_buckets": [64, 128, 576], "mma_stages": "FA_KV_MMA_STAGES"}
 
 
 def switch(indent, key, cases, default):

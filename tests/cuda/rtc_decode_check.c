@@ -108,6 +108,26 @@ static void check_gqa_launches(const char *what, const char *decode, unsigned sp
     check_launches(what, want, 4);
 }
 
+/* The MLA decode call: batch 2, 16 query heads on one kv head, d 576 over d_v 512, bf16; a
+ * contiguous cache of 4096 keys holding 4000 per sequence, one new token appended, checked on the
+ * device. */
+static fa_kvcache_args mla_call(fa_context *ctx)
+{
+    fa_kvcache_args a;
+    memset(&a, 0, sizeof a);
+    const int32_t seqlens[2] = {4000, 4000};
+    a.q = tensor(ctx, FA_DTYPE_BF16, 2, 1, 16, 576);
+    a.o = tensor(ctx, FA_DTYPE_BF16, 2, 1, 16, 512);
+    a.k_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 1, 576);
+    a.v_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 1, 512);
+    a.k_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 1, 576);
+    a.v_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 1, 512);
+    a.cache_seqlens = device_int32(ctx, seqlens, 2);
+    a.opts = fa_options_default();
+    a.check_on_device = 1;
+    return a;
+}
+
 static fa_context *open_context(void)
 {
     fa_context *ctx = NULL;
@@ -189,6 +209,35 @@ int main(int argc, char **argv)
     check_gqa_launches("GQA, tensor cores, kv-lean-start",
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, 1>", 4, 256, 139264,
                        "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+    fa_context_destroy(ctx);
+    /* MLA, cc 8.0: refused without FLASHATTN_KERNELS=kv-mla (naming it), nothing launched; under it
+     * the MLA kernel on one row tile per sequence (16 query rows), 8 warps with 2 stages x 32 keys x
+     * (576 + 8 + 512 + 8) x 2 bytes, the query tile 16 x (576 + 8) x 2 and the scores 16 x 32 x 4,
+     * then the combine (2 x 16 rows x 512 / 32 channels) */
+    ctx = open_context();
+    a = mla_call(ctx);
+    fake->launch_log_len = 0;
+    fa_status mst = fa_forward_kvcache(ctx, &a);
+    CHECK(mst == FA_ERR_UNSUPPORTED && strstr(fa_context_last_error(ctx), "kv-mla") && fake->launch_log_len == 0,
+          "MLA without kv-mla: %s, %d launches (%s)", fa_status_string(mst), fake->launch_log_len,
+          fa_context_last_error(ctx));
+    printf("ok: MLA without kv-mla refused (%s)\n", fa_context_last_error(ctx));
+    fa_context_destroy(ctx);
+    setenv("FLASHATTN_KERNELS", "kv-mla", 1);
+    ctx = open_context();
+    a = mla_call(ctx);
+    run(ctx, &a, "bf16 d 576 / 512 MLA decode, cc 8.0, kv-mla");
+    {
+        const unsigned splits = fake->launch_log_len > 2 ? fake->launches[2].grid[1] : 0;
+        CHECK(splits >= 2, "MLA: %u splits, expected the 16 slots shared among 2 blocks", splits);
+        const expected want[] = {
+            {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+            {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 5, 1, 256, 0},
+            {"fa_gpu::decode::decode_mla_kernel<fa_gpu::store_bf16, 576, 512, 32>", 2, splits, 256, 162048},
+            {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 512, 1, 256, 0},
+        };
+        check_launches("MLA, kv-mla", want, 4);
+    }
     fa_context_destroy(ctx);
     setenv("FLASHATTN_KERNELS", "kv-lean-merge", 1); /* the instance with the lean merge */
     ctx = open_context();

@@ -55,6 +55,22 @@
     (FA_KV_MMA_RING_BYTES(D, ST, W) > FA_KV_MMA_MERGE_BYTES(D, W) ? FA_KV_MMA_RING_BYTES(D, ST, W)                 \
                                                                    : FA_KV_MMA_MERGE_BYTES(D, W))
 
+/* The MLA decode kernel (decode/decode_mla_kernels.cuh; CUDA only): head dims d <= FA_KV_MLA_D and
+ * d_v <= FA_KV_MLA_DV where either is above 256, reached through the tensor-core entry points with
+ * head-dim bucket FA_KV_MLA_D. FA_KV_MLA_WARPS warps, FA_KV_MLA_KEYS keys a step in a ring of two
+ * stages of K rows (D + 8 elements of 2 bytes) and V rows (DV + 8), beside the query tile (16 rows
+ * of D + 8) and the step's scores (16 x KEYS fp32), all dynamic shared memory: 158.25 KB, within
+ * the 163 KB a block may have on sm_80 and 227 KB on sm_90, not sm_86 / sm_89's 99 KB; its static
+ * shared memory (begin_block's rows) stays below FA_KV_MLA_STATIC_BYTES. */
+#define FA_KV_MLA_D 576
+#define FA_KV_MLA_DV 512
+#define FA_KV_MLA_WARPS 8
+#define FA_KV_MLA_KEYS 32
+#define FA_KV_MLA_STATIC_BYTES 1024
+#define FA_KV_MLA_SMEM                                                                                               \
+    (2 * FA_KV_MLA_KEYS * ((FA_KV_MLA_D + 8) + (FA_KV_MLA_DV + 8)) * 2 + 16 * (FA_KV_MLA_D + 8) * 2 +               \
+     16 * FA_KV_MLA_KEYS * 4)
+
 #if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__)
 
 #ifdef __cplusplus

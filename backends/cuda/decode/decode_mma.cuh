@@ -5,6 +5,7 @@
 
 #include "decode/decode.cuh"
 #include "decode/decode_mma_kernels.cuh"
+#include "decode/decode_mla_kernels.cuh"
 
 namespace fa_gpu {
 namespace decode {
@@ -41,15 +42,34 @@ template <class S, int D, int ST, int W> fa_gpu_error launch_mma_warps(const fa_
     }
 }
 
-/* The call's kernels with the instance of p.mma_warps warps. */
+/* The MLA kernel's instance (bucket FA_KV_MLA_D) and its shared-memory limit. */
+template <class S> fa_gpu_error prepare_mla()
+{
+    return cudaFuncSetAttribute(decode_mla_kernel<S, FA_KV_MLA_D, FA_KV_MLA_DV, FA_KV_MLA_KEYS>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, FA_KV_MLA_SMEM);
+}
+
+/* The call's kernels with the instance of p.mma_warps warps; at bucket FA_KV_MLA_D with the MLA
+ * kernel (its FA_KV_MLA_WARPS warps). */
 template <class S, int D, int ST> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
-    if (p.mma_warps != FA_KV_MMA_MIN_WARPS && p.mma_warps != FA_KV_MMA_MAX_WARPS)
-        return FA_GPU_INVALID_VALUE;
-    return launch_call<S>(p, stream, [&](dim3 grid) {
-        return p.mma_warps == FA_KV_MMA_MAX_WARPS ? launch_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(p, grid, stream)
-                                                  : launch_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(p, grid, stream);
-    });
+    if constexpr (D == FA_KV_MLA_D) {
+        return launch_call<S>(p, stream, [&](dim3 grid) {
+            fa_gpu_error e = prepare_mla<S>();
+            if (e != FA_GPU_SUCCESS)
+                return e;
+            decode_mla_kernel<S, FA_KV_MLA_D, FA_KV_MLA_DV, FA_KV_MLA_KEYS>
+                <<<grid, 32 * FA_KV_MLA_WARPS, FA_KV_MLA_SMEM, stream>>>(p);
+            return fa_gpu_last_error();
+        });
+    } else {
+        if (p.mma_warps != FA_KV_MMA_MIN_WARPS && p.mma_warps != FA_KV_MMA_MAX_WARPS)
+            return FA_GPU_INVALID_VALUE;
+        return launch_call<S>(p, stream, [&](dim3 grid) {
+            return p.mma_warps == FA_KV_MMA_MAX_WARPS ? launch_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(p, grid, stream)
+                                                      : launch_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(p, grid, stream);
+        });
+    }
 }
 
 /* Decode blocks of the instance of `warps` warps resident on one multiprocessor at a time. */
@@ -64,11 +84,19 @@ template <class S, int D, int ST, int W> fa_gpu_error blocks_per_processor_mma_w
 
 template <class S, int D, int ST> fa_gpu_error blocks_per_processor_mma(int warps, int *n)
 {
-    if (warps == FA_KV_MMA_MAX_WARPS)
-        return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(n);
-    if (warps == FA_KV_MMA_MIN_WARPS)
-        return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(n);
-    return FA_GPU_INVALID_VALUE;
+    if constexpr (D == FA_KV_MLA_D) {
+        fa_gpu_error e = prepare_mla<S>();
+        if (e == FA_GPU_SUCCESS)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                n, decode_mla_kernel<S, FA_KV_MLA_D, FA_KV_MLA_DV, FA_KV_MLA_KEYS>, 32 * FA_KV_MLA_WARPS, FA_KV_MLA_SMEM);
+        return e;
+    } else {
+        if (warps == FA_KV_MMA_MAX_WARPS)
+            return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(n);
+        if (warps == FA_KV_MMA_MIN_WARPS)
+            return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(n);
+        return FA_GPU_INVALID_VALUE;
+    }
 }
 
 } // namespace decode

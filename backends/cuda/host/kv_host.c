@@ -79,14 +79,17 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
                         FA_RT_NAME, ctx->backend->ring_copy ? "" : ", or with appended keys");
     if (p->batch == 0 || (p->seqlen_q == 0 && (!kp->has_new || kp->seqlen_knew == 0)))
         return FA_SUCCESS;
-    /* the decode kernels hold one key row and one value row across the threads of a warp, 8 channels
-     * each: both head dims at most 256 (a larger one, such as MLA's 576 / 512, is refused) */
-    const int bucket = gpu_kv_bucket(p->d > p->d_v ? p->d : p->d_v);
-    if (bucket == 0)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
-                        "fa_forward_kvcache on %s: head dims d = %lld, d_v = %lld; the decode kernels take 1..256",
-                        FA_RT_NAME, (long long)p->d, (long long)p->d_v);
+    /* the SIMT and tensor-core decode kernels hold one key row and one value row across the threads
+     * of a warp, 8 channels each: both head dims at most 256; above that (MLA's 576 / 512) the MLA
+     * kernel, opt-in (FLASHATTN_KERNELS=kv-mla) until it has run on a GPU */
     fa_gpu_state *s = fa_gpu_of(ctx);
+    const int wide = p->d > 256 || p->d_v > 256;
+    const int bucket = wide ? FA_KV_MLA_D : gpu_kv_bucket(p->d > p->d_v ? p->d : p->d_v);
+    if (wide && !s->kv_mla)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "fa_forward_kvcache on %s: head dims d = %lld, d_v = %lld; the decode kernels take 1..256 "
+                        "(FLASHATTN_KERNELS=kv-mla: the MLA kernel, d <= %d and d_v <= %d, not yet the default)",
+                        FA_RT_NAME, (long long)p->d, (long long)p->d_v, FA_KV_MLA_D, FA_KV_MLA_DV);
     FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
     fa_gpu_kv_params kv;
     memset(&kv, 0, sizeof kv);
@@ -159,9 +162,18 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
      * learnable sink: it takes a call with a sink whose keys span two chunks or more, split at
      * least in two so that the combine kernel folds the sink in (decode_kernels.cuh); the SIMT
      * kernel takes the shorter ones. */
+    if (wide && !(entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
+                  p->d <= FA_KV_MLA_D && p->d_v <= FA_KV_MLA_DV &&
+                  (long long)s->prop.sharedMemPerBlockOptin >= FA_KV_MLA_SMEM + FA_KV_MLA_STATIC_BYTES))
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "fa_forward_kvcache on %s: head dims d = %lld, d_v = %lld need the MLA decode kernel: fp16 or "
+                        "bf16, d <= %d, d_v <= %d, both multiples of 8, 16-byte aligned cache rows, compute capability "
+                        "8.0 or later and %d bytes of shared memory a block (this device: %lld)",
+                        FA_RT_NAME, (long long)p->d, (long long)p->d_v, FA_KV_MLA_D, FA_KV_MLA_DV,
+                        FA_KV_MLA_SMEM + FA_KV_MLA_STATIC_BYTES, (long long)s->prop.sharedMemPerBlockOptin);
     const int sink_mma = p->sink && p->seqlen_k > FA_KV_KEY_CHUNK;
-    const int mma = entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
-                    bucket <= 128 && (!p->sink || sink_mma) && p->d_v == p->d && !s->kv_simt;
+    const int mma = wide || (entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
+                             bucket <= 128 && (!p->sink || sink_mma) && p->d_v == p->d && !s->kv_simt);
     const int async_copy = kv.aligned && p->dtype != FA_DTYPE_F32;
 #if defined(FA_RUNTIME_HIP) /* no tensor-core decode kernel */
     kv.mma_warps = FA_KV_MMA_MIN_WARPS;
@@ -169,7 +181,9 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.mma_warps = s->kv_mma_four ? FA_KV_MMA_MIN_WARPS
                                   : fa_kv_mma_warps(bucket, (long long)s->prop.sharedMemPerBlockOptin);
 #endif
-    kv.lean = mma ? (s->kv_lean_start ? 1 : 0) | (s->kv_lean_merge ? 2 : 0) : 0;
+    if (wide) /* the MLA kernel's warps (its name has none) */
+        kv.mma_warps = FA_KV_MLA_WARPS;
+    kv.lean = mma && !wide ? (s->kv_lean_start ? 1 : 0) | (s->kv_lean_merge ? 2 : 0) : 0;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
     const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA
@@ -191,7 +205,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         if (e != FA_RT(Success))
             return fa_gpu_fail(ctx, e, "fa_forward_kvcache: occupancy of the decode kernel");
         kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,
-                                  mma && p->sink ? 2 : 1, &kv.keys_per_split);
+                                  mma && !wide && p->sink ? 2 : 1, &kv.keys_per_split);
     }
     void *partial = NULL;
     if (kv.splits > 1) {

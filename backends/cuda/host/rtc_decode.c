@@ -11,7 +11,8 @@
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> (FA_KV_THREADS a block) or
  *                         decode_mma_kernel<S, D, ST, W[, LEAN]> (W = p->mma_warps; LEAN =
- *                         p->lean, the lean start and merge where nonzero), one block per
+ *                         p->lean, the lean start and merge where nonzero), at bucket
+ *                         FA_KV_MLA_D decode_mla_kernel<S, D, DV, KEYS>, one block per
  *                         (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
  * Plain C. */
@@ -59,13 +60,16 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
  * lean start and merge, decode_mma_kernels.cuh's LEAN, 0 to 3). */
 static int mma_name(int dtype, int bucket, int warps, int lean, char *name, char *why, size_t why_len)
 {
-    if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128) ||
-        (warps != FA_KV_MMA_MIN_WARPS && warps != FA_KV_MMA_MAX_WARPS)) {
+    if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128 && bucket != FA_KV_MLA_D) ||
+        (bucket == FA_KV_MLA_D ? warps != FA_KV_MLA_WARPS : warps != FA_KV_MMA_MIN_WARPS && warps != FA_KV_MMA_MAX_WARPS)) {
         invalid(why, why_len, "no tensor-core decode kernel for dtype %d, head-dim bucket %d, %d warps", dtype, bucket,
                 warps);
         return 0;
     }
-    if (lean)
+    if (bucket == FA_KV_MLA_D) /* the MLA kernel (decode_mla_kernels.cuh): one instance a dtype */
+        snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mla_kernel<%s, %d, %d, %d>", fa_simt_storage_name(dtype),
+                 FA_KV_MLA_D, FA_KV_MLA_DV, FA_KV_MLA_KEYS);
+    else if (lean)
         snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d, %d>", fa_simt_storage_name(dtype),
                  bucket, FA_KV_MMA_STAGES, warps, lean);
     else
@@ -141,14 +145,20 @@ fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_co
     return fa_rtc_occupancy(FAMILY, name, FA_KV_THREADS, simt_smem(dtype, bucket, async_copy), blocks, why, why_len);
 }
 
+/* The tensor-core (or, at bucket FA_KV_MLA_D, MLA) instance's dynamic shared memory. */
+static unsigned mma_smem(int bucket, int warps)
+{
+    return bucket == FA_KV_MLA_D ? (unsigned)FA_KV_MLA_SMEM : (unsigned)FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, warps);
+}
+
 fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, void *stream, char *why,
                                    size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
     if (!mma_name(dtype, bucket, p->mma_warps, p->lean, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps,
-                       FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, p->mma_warps), stream, why, why_len);
+    return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps, mma_smem(bucket, p->mma_warps), stream, why,
+                       why_len);
 }
 
 fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len)
@@ -156,6 +166,5 @@ fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks
     char name[FA_RTC_NAME_MAX];
     if (!mma_name(dtype, bucket, warps, 0, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, FA_KV_MMA_SMEM(bucket, FA_KV_MMA_STAGES, warps), blocks,
-                            why, why_len);
+    return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, mma_smem(bucket, warps), blocks, why, why_len);
 }
