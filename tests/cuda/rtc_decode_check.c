@@ -6,9 +6,9 @@
  *   - bf16, d 128, a contiguous cache of 4096 keys, GQA (8 query heads on 2 kv heads), one new
  *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
  *     tensor-core decode kernel in eight warps, on cc 8.6 (99 KB a block) and under
- *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-lean-start, kv-lean-merge and both its
- *     instances with the lean start, merge and both, under kv-simt the SIMT one with its cp.async
- *     ring;
+ *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-simt the SIMT one with its cp.async ring;
+ *   - MLA (d 576 over d_v 512, MQA): the MLA kernel in splits with the combine on cc 8.0, refused
+ *     where a block may have 99 KB;
  *   - a paged cache with 2 splits asked for, nothing appended: checked on the host; checked on the
  *     device, by its decode blocks (no check kernel); in one split, by the check kernel;
  *   - fp32, d 64, MQA, two query tokens (the large row tile), one split: the decode kernel alone;
@@ -202,31 +202,15 @@ int main(int argc, char **argv)
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
                        4, 128, 69632, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
-    setenv("FLASHATTN_KERNELS", "kv-lean-start", 1); /* the instance with the lean start */
-    ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-lean-start");
-    check_gqa_launches("GQA, tensor cores, kv-lean-start",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, 1>", 4, 256, 139264,
-                       "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
-    fa_context_destroy(ctx);
-    /* MLA, cc 8.0: refused without FLASHATTN_KERNELS=kv-mla (naming it), nothing launched; under it
-     * the MLA kernel on one row tile per sequence (16 query rows), 8 warps with 2 stages x 32 keys x
-     * (576 + 8 + 512 + 8) x 2 bytes, the query tile 16 x (576 + 8) x 2 and the scores 16 x 32 x 4,
-     * then the combine (2 x 16 rows x 512 / 32 channels) */
+    unsetenv("FLASHATTN_KERNELS");
+    /* MLA, cc 8.0: the MLA kernel on one row tile per sequence (16 query rows), 8 warps with 2
+     * stages x 32 keys x (576 + 8 + 512 + 8) x 2 bytes, the query tile 16 x (576 + 8) x 2 and the
+     * scores 16 x 32 x 4, the 16 slots shared in splits, then the combine (2 x 16 rows x 512 / 32
+     * channels); on a device whose blocks may have 99 KB (cc 8.6), refused naming the memory,
+     * nothing launched */
     ctx = open_context();
     a = mla_call(ctx);
-    fake->launch_log_len = 0;
-    fa_status mst = fa_forward_kvcache(ctx, &a);
-    CHECK(mst == FA_ERR_UNSUPPORTED && strstr(fa_context_last_error(ctx), "kv-mla") && fake->launch_log_len == 0,
-          "MLA without kv-mla: %s, %d launches (%s)", fa_status_string(mst), fake->launch_log_len,
-          fa_context_last_error(ctx));
-    printf("ok: MLA without kv-mla refused (%s)\n", fa_context_last_error(ctx));
-    fa_context_destroy(ctx);
-    setenv("FLASHATTN_KERNELS", "kv-mla", 1);
-    ctx = open_context();
-    a = mla_call(ctx);
-    run(ctx, &a, "bf16 d 576 / 512 MLA decode, cc 8.0, kv-mla");
+    run(ctx, &a, "bf16 d 576 / 512 MLA decode, cc 8.0");
     {
         const unsigned splits = fake->launch_log_len > 2 ? fake->launches[2].grid[1] : 0;
         CHECK(splits >= 2, "MLA: %u splits, expected the 16 slots shared among 2 blocks", splits);
@@ -236,26 +220,22 @@ int main(int argc, char **argv)
             {"fa_gpu::decode::decode_mla_kernel<fa_gpu::store_bf16, 576, 512, 32>", 2, splits, 256, 162048},
             {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 512, 1, 256, 0},
         };
-        check_launches("MLA, kv-mla", want, 4);
+        check_launches("MLA", want, 4);
     }
     fa_context_destroy(ctx);
-    setenv("FLASHATTN_KERNELS", "kv-lean-merge", 1); /* the instance with the lean merge */
+    fake->cc_minor = 6;
+    fake->shared_optin = 101376;
     ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-lean-merge");
-    check_gqa_launches("GQA, tensor cores, kv-lean-merge",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, 2>", 4, 256, 139264,
-                       "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+    a = mla_call(ctx);
+    fake->launch_log_len = 0;
+    fa_status mst = fa_forward_kvcache(ctx, &a);
+    CHECK(mst == FA_ERR_UNSUPPORTED && strstr(fa_context_last_error(ctx), "shared memory") && fake->launch_log_len == 0,
+          "MLA on 99 KB a block: %s, %d launches (%s)", fa_status_string(mst), fake->launch_log_len,
+          fa_context_last_error(ctx));
+    printf("ok: MLA on 99 KB a block refused (%s)\n", fa_context_last_error(ctx));
     fa_context_destroy(ctx);
-    setenv("FLASHATTN_KERNELS", "kv-lean-start,kv-lean-merge", 1); /* both */
-    ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-lean-start,kv-lean-merge");
-    check_gqa_launches("GQA, tensor cores, kv-lean-start,kv-lean-merge",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, 3>", 4, 256, 139264,
-                       "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
-    fa_context_destroy(ctx);
-    unsetenv("FLASHATTN_KERNELS");
+    fake->cc_minor = 0;
+    fake->shared_optin = 166912;
     ctx = open_context();
     a = gqa_call(ctx);
 

@@ -54,9 +54,6 @@ typedef struct fa_gpu_kv_params {
      * host gives calls with either to the SIMT decode kernel. */
     int64_t d_v;
     const float *sink;
-    /* the tensor-core kernel's instance (decode_mma_kernels.cuh's LEAN): bit 1 the lean start
-     * (FLASHATTN_KERNELS=kv-lean-start), bit 2 the lean merge (kv-lean-merge) */
-    int lean;
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

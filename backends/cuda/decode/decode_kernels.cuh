@@ -257,20 +257,18 @@ struct block_keys {
  * record is written by an earlier kernel: every thread reads the same). Where the call checks in
  * its blocks (fa_kv_checks_in_blocks), the block checks the arrays it reads first (check_block),
  * and skips where any of its threads found a bad value. Launched with THREADS threads.
- * DIRECT_Q: with one new token per sequence and no rotary, each thread finds its rows' query
- * offsets itself (row r of the tile is query head hk * group + tile * RT + r) and issues its query
- * loads before anything else, without the barrier that shares the row offsets. early(cached):
- * called once the block's loads are issued, with the sequence's cached length (not yet checked),
- * for a kernel that issues its first copies before the loads' results are used.
- * LEAN (FLASHATTN_KERNELS=kv-lean-start): the fault record and the length are loaded before the
- * query, so that early() has the length sooner; each thread's query channels are consecutive
- * ones of one row, loaded as 16-byte words where q's rows allow (8-byte for four channels); with
- * one new token every row sees the same keys, and the block's range is row 0's. */
+ * DIRECT_Q (the tensor-core kernel's start): the fault record and the length are loaded first, so
+ * that early() has the length soonest; with one new token per sequence and no rotary, each thread
+ * then finds its rows' query offsets itself (row r of the tile is query head hk * group + tile * RT
+ * + r) and loads its query channels, consecutive ones of one row, as 16-byte words where q's rows
+ * allow (8-byte for four channels), without the barrier that shares the row offsets; with one new
+ * token every row sees the same keys, and the block's range is row 0's. early(cached): called once
+ * the block's loads are issued, with the sequence's cached length (not yet checked), for a kernel
+ * that issues its first copies before the loads' results are used. */
 struct no_early {
     FA_DEVICE void operator()(int64_t) const {}
 };
-template <class S, int RT, int D, int THREADS = FA_KV_THREADS, bool DIRECT_Q = false, bool LEAN = false, class PutQ,
-          class Early = no_early>
+template <class S, int RT, int D, int THREADS = FA_KV_THREADS, bool DIRECT_Q = false, class PutQ, class Early = no_early>
 FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
                                  int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q,
                                  Early early = Early())
@@ -283,21 +281,21 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     block_keys k;
     const T *q = static_cast<const T *>(p.q.data);
     const bool direct = DIRECT_Q && p.seqlen_new == 1 && !p.rotary_cos;
-    /* the tile element of the thread's query channel n: strided, or (LEAN) consecutive */
-    auto elem = [&](int n) { return LEAN ? tid * QN + n : tid + n * THREADS; };
+    /* the tile element of the thread's query channel n: strided, or (DIRECT_Q) consecutive */
+    auto elem = [&](int n) { return DIRECT_Q ? tid * QN + n : tid + n * THREADS; };
     long long fault = FA_KV_FAULT_NONE;
     int64_t cached = 0;
     auto load_state = [&] {
         fault = p.fault ? *(volatile const long long *)p.fault : (long long)FA_KV_FAULT_NONE;
         cached = cached_len(p, b);
     };
-    if constexpr (LEAN)
+    if constexpr (DIRECT_Q)
         load_state();
     float x[QN];
     if (direct) {
         const int64_t head0 = b * p.q.sb + hk * p.group * p.q.sh;
         bool done = false;
-        if constexpr (LEAN && sizeof(T) == 2 && (QN == 4 || QN % 8 == 0)) {
+        if constexpr (sizeof(T) == 2 && (QN == 4 || QN % 8 == 0)) {
             static_assert(D % QN == 0, "a thread's channels lie in one row");
             const int r = elem(0) / D, c = elem(0) % D;
             const int64_t rr = tile * RT + r, off = head0 + rr * p.q.sh + c;
@@ -332,7 +330,7 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
             }
         }
     }
-    if constexpr (!LEAN)
+    if constexpr (!DIRECT_Q)
         load_state();
     const int64_t sk = cached + p.seqlen_knew, sn = p.seqlen_new;
     const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
@@ -388,7 +386,7 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     int64_t lo_all = INT64_MAX, hi_all = 0;
     k.lo_full = 0;
     k.hi_full = INT64_MAX;
-    if (LEAN && sn == 1) { /* every row is position 0: row 0's keys (row 0 is below p.rows) */
+    if (DIRECT_Q && sn == 1) { /* every row is position 0: row 0's keys (row 0 is below p.rows) */
         lo_all = k.lo_full = lo_s[0];
         hi_all = k.hi_full = hi_s[0];
     } else {
@@ -406,13 +404,11 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     return k;
 }
 
-/* The end every decode kernel shares: STREAMS partial results of each of the block's RT rows
- * (acc_s [STREAMS][RT][D] outputs scaled by 2^-m, m_s the maxima in log2 units, l_s the sums;
- * shared memory, after a barrier) merged, and written as O and LSE, or as the split's partials.
- * SINK_DV: the SIMT kernel's end, which writes p.d_v output channels and folds the sink in when the
- * keys are not split; without it (the tensor-core kernel, which runs neither) p.d channels and no
- * sink. */
-template <class S, int D, int RT, int STREAMS, bool SINK_DV = false>
+/* The SIMT kernel's end: STREAMS partial results of each of the block's RT rows (acc_s
+ * [STREAMS][RT][D] outputs scaled by 2^-m, m_s the maxima in log2 units, l_s the sums; shared
+ * memory, after a barrier) merged, and written as O and LSE (p.d_v channels, the sink folded in),
+ * or as the split's partials. */
+template <class S, int D, int RT, int STREAMS>
 FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const float (*m_s)[RT],
                            const float (*l_s)[RT], int64_t b, int64_t hk, int64_t tile, int64_t split)
 {
@@ -420,7 +416,7 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
     for (int e = threadIdx.x; e < RT * D; e += (int)blockDim.x) {
         const int r = e / D, c = e % D;
         const int64_t row = tile * RT + r;
-        if (row >= p.rows || c >= (SINK_DV ? p.d_v : p.d))
+        if (row >= p.rows || c >= p.d_v)
             continue;
         float mx = -INFINITY;
 #pragma unroll
@@ -440,12 +436,12 @@ FA_DEVICE void merge_store(const fa_gpu_kv_params &p, const float *acc_s, const 
         const int64_t h = hk * p.group + row / sn, i = row % sn;
         if (p.splits > 1) {
             const int64_t at = ((b * hq + h) * sn + i) * p.splits + split;
-            p.partial[at * (SINK_DV ? p.d_v : p.d) + c] = out;
+            p.partial[at * p.d_v + c] = out;
             if (c == 0)
-                p.partial[p.batch * hq * sn * p.splits * (SINK_DV ? p.d_v : p.d) + at] = lse;
+                p.partial[p.batch * hq * sn * p.splits * p.d_v + at] = lse;
             continue;
         }
-        if (SINK_DV && p.sink) {
+        if (p.sink) {
             const float lse0 = lse;
             lse = fa_sink_lse(lse0, p.sink[h]);
             out *= fa_sink_factor(lse0, lse);
@@ -667,7 +663,7 @@ __global__ FA_LAUNCH_BOUNDS(FA_KV_THREADS) void decode_kernel(const fa_gpu_kv_pa
         }
     }
     FA_SYNC();
-    merge_store<S, D, RT, STREAMS, true>(p, &acc_s[0][0][0], m_s, l_s, b, hk, tile, split);
+    merge_store<S, D, RT, STREAMS>(p, &acc_s[0][0][0], m_s, l_s, b, hk, tile, split);
 }
 
 /* ---------------------------------------------------------------- combine */

@@ -12,34 +12,22 @@ namespace decode {
 
 /* The shared-memory limit of the instance of W warps on the current device (set at every launch:
  * it is per device). */
-template <class S, int D, int ST, int W, int LEAN = 0> fa_gpu_error prepare_mma()
+template <class S, int D, int ST, int W> fa_gpu_error prepare_mma()
 {
     static_assert(mma_shape<D, ST, W>::SMEM == FA_KV_MMA_SMEM(D, ST, W), "one shared-memory size");
-    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W, LEAN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 FA_KV_MMA_SMEM(D, ST, W));
 }
 
-template <class S, int D, int ST, int W, int LEAN>
-fa_gpu_error launch_mma_instance(const fa_gpu_kv_params &p, dim3 grid, fa_gpu_stream stream)
-{
-    fa_gpu_error e = prepare_mma<S, D, ST, W, LEAN>();
-    if (e != FA_GPU_SUCCESS)
-        return e;
-    decode_mma_kernel<S, D, ST, W, LEAN><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
-    return fa_gpu_last_error();
-}
-
-/* The instance of W warps, with the lean start and merge where the call asks (p.lean). */
+/* The instance of W warps. */
 template <class S, int D, int ST, int W> fa_gpu_error launch_mma_warps(const fa_gpu_kv_params &p, dim3 grid,
                                                                         fa_gpu_stream stream)
 {
-    switch (p.lean) {
-    case 0: return launch_mma_instance<S, D, ST, W, 0>(p, grid, stream);
-    case 1: return launch_mma_instance<S, D, ST, W, 1>(p, grid, stream);
-    case 2: return launch_mma_instance<S, D, ST, W, 2>(p, grid, stream);
-    case 3: return launch_mma_instance<S, D, ST, W, 3>(p, grid, stream);
-    default: return FA_GPU_INVALID_VALUE;
-    }
+    fa_gpu_error e = prepare_mma<S, D, ST, W>();
+    if (e != FA_GPU_SUCCESS)
+        return e;
+    decode_mma_kernel<S, D, ST, W><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
+    return fa_gpu_last_error();
 }
 
 /* The MLA kernel's instance (bucket FA_KV_MLA_D) and its shared-memory limit. */

@@ -1,7 +1,7 @@
 /* decode_mma_kernels.cuh: fa_forward_kvcache's decode kernel on the tensor cores (sm_80 and later, fp16 /
  * bf16, 16-byte aligned rows, head-dim buckets 64 and 128; CUDA only), the alternative to the SIMT
- * decode kernel of decode.cuh, whose start (begin_block), end (merge_store), check, append and
- * combine kernels it shares.
+ * decode kernel of decode.cuh, whose start (begin_block), check, append and combine kernels it
+ * shares.
  *
  * One block of W warps per (sequence, kv head, tile of 16 of that head's query rows, split): eight,
  * or four where a block's shared memory cannot hold eight rings (common/kv_geometry.h's
@@ -47,12 +47,11 @@ template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_
     static_assert(ST >= 2, "a stage copied while one is read");
 };
 
-/* The end of the tensor-core kernel with each row's weights found once (FLASHATTN_KERNELS=
- * kv-lean-merge): thread r < RT turns row r's maxima and sums (m_s, l_s) into the WARPS weights of
+/* The end of the tensor-core kernel, each row's weights found once: thread r < RT turns row r's maxima and sums (m_s, l_s) into the WARPS weights of
  * its partial outputs, 2^(m - base) / sum, in l_s, and its LSE (log2 units) in m_s[0]; after a
  * barrier, each of the THREADS threads sums D / (THREADS / RT) consecutive channels of one row,
- * reading acc_s and writing the split's partials four channels a word. Sums and LSEs as
- * merge_store's: a row with no key seen gives 0 and -inf, a NaN stays NaN. */
+ * reading acc_s and writing the split's partials four channels a word. A row with no key seen
+ * gives 0 and LSE -inf; a NaN stays NaN in both. */
 template <class S, int D, int RT, int WARPS, int THREADS>
 FA_DEVICE void merge_store_rows(const fa_gpu_kv_params &p, const float *acc_s, float (*m_s)[RT], float (*l_s)[RT],
                                 int64_t b, int64_t hk, int64_t tile, int64_t split)
@@ -125,9 +124,7 @@ FA_DEVICE void merge_store_rows(const fa_gpu_kv_params &p, const float *acc_s, f
             store_output<S>(p, b, i, h, c0 + c, out[c], lse);
 }
 
-/* LEAN, bits of FLASHATTN_KERNELS values: 1 (kv-lean-start) begin_block's lean start
- * (decode_kernels.cuh says what it changes), 2 (kv-lean-merge) merge_store_rows for merge_store */
-template <class S, int D, int ST, int W, int LEAN = 0>
+template <class S, int D, int ST, int W>
 __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
@@ -230,7 +227,7 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
 
     /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
      * the product, in fp32 */
-    const block_keys keys = begin_block<S, RT, D, 32 * W, true, (LEAN & 1) != 0>(
+    const block_keys keys = begin_block<S, RT, D, 32 * W, true>(
         p, b, hk, tile, split, lo_s, hi_s, mod_s,
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); }, early);
     if (keys.skip) { /* no copy may land after the block is gone */
@@ -350,10 +347,7 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         l_s[warp][g + 8] = l[1];
     }
     FA_SYNC();
-    if constexpr ((LEAN & 2) != 0)
-        merge_store_rows<S, D, RT, WARPS, 32 * W>(p, acc_s, m_s, l_s, b, hk, tile, split);
-    else
-        merge_store<S, D, RT, WARPS>(p, acc_s, m_s, l_s, b, hk, tile, split);
+    merge_store_rows<S, D, RT, WARPS, 32 * W>(p, acc_s, m_s, l_s, b, hk, tile, split);
 }
 
 } // namespace decode

@@ -81,15 +81,10 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         return FA_SUCCESS;
     /* the SIMT and tensor-core decode kernels hold one key row and one value row across the threads
      * of a warp, 8 channels each: both head dims at most 256; above that (MLA's 576 / 512) the MLA
-     * kernel, opt-in (FLASHATTN_KERNELS=kv-mla) until it has run on a GPU */
+     * kernel (bucket FA_KV_MLA_D) */
     fa_gpu_state *s = fa_gpu_of(ctx);
     const int wide = p->d > 256 || p->d_v > 256;
     const int bucket = wide ? FA_KV_MLA_D : gpu_kv_bucket(p->d > p->d_v ? p->d : p->d_v);
-    if (wide && !s->kv_mla)
-        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
-                        "fa_forward_kvcache on %s: head dims d = %lld, d_v = %lld; the decode kernels take 1..256 "
-                        "(FLASHATTN_KERNELS=kv-mla: the MLA kernel, d <= %d and d_v <= %d, not yet the default)",
-                        FA_RT_NAME, (long long)p->d, (long long)p->d_v, FA_KV_MLA_D, FA_KV_MLA_DV);
     FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
     fa_gpu_kv_params kv;
     memset(&kv, 0, sizeof kv);
@@ -162,6 +157,12 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
      * learnable sink: it takes a call with a sink whose keys span two chunks or more, split at
      * least in two so that the combine kernel folds the sink in (decode_kernels.cuh); the SIMT
      * kernel takes the shorter ones. */
+#if defined(FA_RUNTIME_HIP) /* no MLA kernel */
+    if (wide)
+        return FA_ERROR(ctx, FA_ERR_UNSUPPORTED,
+                        "fa_forward_kvcache on %s: head dims d = %lld, d_v = %lld; the decode kernels take 1..256",
+                        FA_RT_NAME, (long long)p->d, (long long)p->d_v);
+#else
     if (wide && !(entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
                   p->d <= FA_KV_MLA_D && p->d_v <= FA_KV_MLA_DV &&
                   (long long)s->prop.sharedMemPerBlockOptin >= FA_KV_MLA_SMEM + FA_KV_MLA_STATIC_BYTES))
@@ -171,6 +172,7 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
                         "8.0 or later and %d bytes of shared memory a block (this device: %lld)",
                         FA_RT_NAME, (long long)p->d, (long long)p->d_v, FA_KV_MLA_D, FA_KV_MLA_DV,
                         FA_KV_MLA_SMEM + FA_KV_MLA_STATIC_BYTES, (long long)s->prop.sharedMemPerBlockOptin);
+#endif
     const int sink_mma = p->sink && p->seqlen_k > FA_KV_KEY_CHUNK;
     const int mma = wide || (entry->forward_mma && s->prop.major >= 8 && kv.aligned && p->dtype != FA_DTYPE_F32 &&
                              bucket <= 128 && (!p->sink || sink_mma) && p->d_v == p->d && !s->kv_simt);
@@ -183,7 +185,6 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
 #endif
     if (wide) /* the MLA kernel's warps (its name has none) */
         kv.mma_warps = FA_KV_MLA_WARPS;
-    kv.lean = mma && !wide ? (s->kv_lean_start ? 1 : 0) | (s->kv_lean_merge ? 2 : 0) : 0;
     /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
     const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA
