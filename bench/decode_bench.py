@@ -3,11 +3,13 @@
 fa_forward_kvcache) beside PyTorch's SDPA flash (FlashAttention-2) and cuDNN backends in one
 process on a CUDA device, at a grouped-query decode shape: 32 query heads over 8 KV heads, d 128, one new
 token (decode), bf16 unless --dtype. Rate = the K and V bytes of the cache read per second (the
-cache each call attends to: batch x KV length x heads_kv x d x 2 tensors x element size); beside
+cache each call attends to: batch x KV length x heads_kv x (d + d_v) x element size); beside
 it the device's copy rate (a large tensor copied; bytes read + written per second), measured in
 the same run. Each time is triton's do_bench median (ms). The library's row names its cache:
 contiguous, or paged (--page, pages in shuffled order). Chunked prefill: --new 512 --shapes 1x8192
-(causal, bottom-right).
+(causal, bottom-right). Multi-head latent attention (MLA) decode: --heads 128/1 --dim 576 --dim-v 512
+--shared-v (v_cache the first 512 channels of k_cache, as in MLA's latent cache; its bytes counted
+once); SDPA's flash and cuDNN backends refuse head dims that large (reported as not run).
 
 SDPA gets the same problem as dense tensors: q [batch, heads, new, d], K and V [batch, heads_kv,
 KV, d] with enable_gqa=True, causal as a bottom-right mask (causal_lower_right; its backends
@@ -24,7 +26,7 @@ The output's first line is its provenance (date, commit, device, command; bench/
 
 usage: FLASHATTN_LIBRARY=build/libflashattn.so python3 bench/decode_bench.py
        [--shapes 1x4096,1x131072,8x32768,64x32768] [--heads 32/8] [--dim 128] [--dtype bf16|fp16]
-       [--page 0|64] [--new 1] [--splits 0] [--check-on-device] [--graph]
+       [--dim-v D_V] [--shared-v] [--page 0|64] [--new 1] [--splits 0] [--check-on-device] [--graph]
 """
 import argparse
 import os
@@ -103,6 +105,9 @@ def main():
     ap.add_argument("--shapes", default="1x4096,1x16384,1x131072,8x32768,64x32768", help="batch x KV length, ...")
     ap.add_argument("--heads", default="32/8")
     ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--dim-v", type=int, default=0, help="v's head dim (0: --dim)")
+    ap.add_argument("--shared-v", action="store_true",
+                    help="v_cache a view of k_cache's first dim-v channels (MLA's latent cache)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--page", type=int, default=0, help="0: contiguous cache; else the page size (shuffled pages)")
     ap.add_argument("--new", type=int, default=1, help="new query tokens per sequence (causal when > 1)")
@@ -117,10 +122,14 @@ def main():
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     hq, hk = (int(x) for x in args.heads.split("/"))
     d, sn, causal = args.dim, args.new, args.new > 1
+    dv = args.dim_v or d
+    if args.shared_v and dv > d:
+        sys.exit("--shared-v: --dim-v must be at most --dim")
     print(prov.comment(torch.cuda.get_device_name()), flush=True)
     rate = copy_rate(dt)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | {args.dtype} | heads {hq}/{hk}, d {d}, "
-          f"{sn} new token(s){' (causal)' if causal else ''} | cache: "
+          f"{'' if dv == d else f'd_v {dv}, '}{sn} new token(s){' (causal)' if causal else ''} | cache: "
+          f"{'v a view of k, ' if args.shared_v else ''}"
           f"{'paged, page ' + str(args.page) + ', shuffled' if args.page else 'contiguous'} | device copy "
           f"{rate / 1e9:,.0f} GB/s (read + write) | times: do_bench medians"
           f"{' of CUDA graph replays' if args.graph else ''} | check_on_device {check}"
@@ -133,19 +142,20 @@ def main():
         b, s = (int(x) for x in shape.split("x"))
         q = torch.randn(b, sn, hq, d, device="cuda", dtype=dt, generator=gen)
         k = torch.randn(b, s, hk, d, device="cuda", dtype=dt, generator=gen)
-        v = torch.randn(b, s, hk, d, device="cuda", dtype=dt, generator=gen)
+        v = k[..., :dv] if args.shared_v else torch.randn(b, s, hk, dv, device="cuda", dtype=dt, generator=gen)
         lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
         if args.page:
             per = (s + args.page - 1) // args.page
             perm = torch.randperm(b * per, device="cuda", generator=gen).to(torch.int32)
             table = perm.reshape(b, per)
             kc = torch.zeros(b * per, args.page, hk, d, device="cuda", dtype=dt)
-            vc = torch.zeros_like(kc)
             pad = per * args.page - s
-            kp = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, pad)).reshape(b * per, args.page, hk, d)
-            vp = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, pad)).reshape(b * per, args.page, hk, d)
-            kc[perm.long()] = kp
-            vc[perm.long()] = vp
+            kc[perm.long()] = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, pad)).reshape(b * per, args.page, hk, d)
+            if args.shared_v:
+                vc = kc[..., :dv]
+            else:
+                vc = torch.zeros(b * per, args.page, hk, dv, device="cuda", dtype=dt)
+                vc[perm.long()] = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, pad)).reshape(b * per, args.page, hk, dv)
         else:
             table, kc, vc = None, k, v
 
@@ -166,7 +176,7 @@ def main():
             o, t_ours = None, f"not run ({e.status})"
         t_fa2 = sdpa_time(SDPBackend.FLASH_ATTENTION, q, k, v, causal, args.graph)
         t_cud = sdpa_time(SDPBackend.CUDNN_ATTENTION, q, k, v, causal, args.graph)
-        kv_bytes = 2 * b * s * hk * d * q.element_size()
+        kv_bytes = b * s * hk * (d + (0 if args.shared_v else dv)) * q.element_size()
 
         def cell(t):
             return t if isinstance(t, str) else f"{t * 1e3:,.1f} ({kv_bytes / (t * 1e-3) / 1e9:,.0f})"
