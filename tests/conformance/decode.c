@@ -72,6 +72,14 @@ static const dcase cases[] = {
      0, 0, 0, 512, 0, 0},
     {"contig-mla-d576-dv512-sink-splits-causal-f16", F16, 2, 2, 8, 1, 576, 0, 128, {100, 0}, 1, 0, 0, 1, -1, -1, 0, 3,
      0, 0, 0, 512, 1, 0},
+    /* MLA-sized heads with the rest of the options: two row tiles of query heads, one split (the
+     * sink folded in without the combine), a window, softcap and ALiBi, a value dim that leaves
+     * output channel groups empty; GQA over pages of 16 with speculative rows, appends and NaN
+     * after each cache head row */
+    {"contig-mla-d512-dv448-sink-1split-window-softcap-alibi-bf16", B16, 2, 1, 32, 1, 512, 0, 300, {257, 33}, 1, 0, 0,
+     0, 100, -1, 0, 1, 30.0f, 0, 0, 448, 1, 1},
+    {"paged16-mla-d576-dv512-gqa-spec4-append-nanpad-f16", F16, 2, 4, 8, 2, 576, 16, 128, {100, 20}, 4, 0, 0, 1, -1,
+     -1, 0, 0, 0, 0, 8, 512, 0, 0},
     {"paged16-dv-d64-dv128-nanpad-sink-f32", F32, 2, 1, 4, 2, 64, 16, 64, {30, 62}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0, 8,
      128, 1, 0},
     /* ALiBi: one slope per sequence and head over speculative rows, appended keys and splits; one
