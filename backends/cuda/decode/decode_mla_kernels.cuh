@@ -152,32 +152,7 @@ __global__ __launch_bounds__(32 * FA_KV_MLA_WARPS, 1) void decode_mla_kernel(con
                 s[nt][2 * h] = x.x;
                 s[nt][2 * h + 1] = x.y;
             }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < KS / 8; ++nt)
-                mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(m[h], mx), base = mnew == -INFINITY ? 0.0f : mnew;
-            const float alpha = fast_exp2(m[h] - base);
-            m[h] = mnew;
-            l[h] *= alpha;
-#pragma unroll
-            for (int nn = 0; nn < NV / 8; ++nn) {
-                o[nn][2 * h] *= alpha;
-                o[nn][2 * h + 1] *= alpha;
-            }
-#pragma unroll
-            for (int nt = 0; nt < KS / 8; ++nt)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const float w = fast_exp2(s[nt][2 * h + c] - base);
-                    s[nt][2 * h + c] = w;
-                    l[h] += w;
-                }
-        }
+        online_softmax_step<KS / 8, NV / 8>(s, m, l, o);
         /* O[:, NV warp .. + NV] += P V: P's k16 chunk kc is the accumulators of n8 tiles 2 kc, 2 kc + 1 */
 #pragma unroll
         for (int kc = 0; kc < KS / 16; ++kc) {

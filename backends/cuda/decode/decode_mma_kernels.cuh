@@ -47,6 +47,40 @@ template <int D, int ST, int W> struct mma_shape { /* common/kv_geometry.h's FA_
     static_assert(ST >= 2, "a stage copied while one is read");
 };
 
+/* One online-softmax step of a warp's rows g (h 0) and g + 8 (h 1) in the mma.sync accumulator
+ * layout: s[NT][4], the scores (log2 units, masked to -inf) of NT n8 key tiles, the row's keys in
+ * the lane's quad, become their weights 2^(s - m); the maxima m, the sums l and the NO n8 tiles of
+ * the output o are rescaled to the new maxima (a row that has seen no key keeps base 0). */
+template <int NT, int NO> FA_DEVICE void online_softmax_step(float (*s)[4], float *m, float *l, float (*o)[4])
+{
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
+#pragma unroll
+        for (int nt = 1; nt < NT; ++nt)
+            mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(m[h], mx), base = mnew == -INFINITY ? 0.0f : mnew;
+        const float alpha = fast_exp2(m[h] - base);
+        m[h] = mnew;
+        l[h] *= alpha;
+#pragma unroll
+        for (int nn = 0; nn < NO; ++nn) {
+            o[nn][2 * h] *= alpha;
+            o[nn][2 * h + 1] *= alpha;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float w = fast_exp2(s[nt][2 * h + c] - base);
+                s[nt][2 * h + c] = w;
+                l[h] += w;
+            }
+    }
+}
+
 /* The end of the tensor-core kernel, each row's weights found once: thread r < RT turns row r's maxima and sums (m_s, l_s) into the WARPS weights of
  * its partial outputs, 2^(m - base) / sum, in l_s, and its LSE (log2 units) in m_s[0]; after a
  * barrier, each of the THREADS threads sums D / (THREADS / RT) consecutive channels of one row,
@@ -285,30 +319,8 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
                     x = -INFINITY;
                 s[nt][e] = x;
             }
-        /* online softmax of rows g (h 0) and g + 8 (h 1): their 16 keys lie in the lane's quad */
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(m[h], mx), base = mnew == -INFINITY ? 0.0f : mnew;
-            const float alpha = fast_exp2(m[h] - base);
-            m[h] = mnew;
-            l[h] *= alpha;
-#pragma unroll
-            for (int nn = 0; nn < D / 8; ++nn) {
-                o[nn][2 * h] *= alpha;
-                o[nn][2 * h + 1] *= alpha;
-            }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const float w = fast_exp2(s[nt][2 * h + c] - base);
-                    s[nt][2 * h + c] = w;
-                    l[h] += w;
-                }
-        }
+        /* online softmax of rows g and g + 8: their 16 keys lie in the lane's quad */
+        online_softmax_step<2, D / 8>(s, m, l, o);
         /* O += P V, P as the A operand (the accumulator layout of two key tiles is A's) */
         const uint32_t pf[4] = {fa_gpu::elem<E>::pack(s[0][0], s[0][1]), fa_gpu::elem<E>::pack(s[0][2], s[0][3]),
                                 fa_gpu::elem<E>::pack(s[1][0], s[1][1]), fa_gpu::elem<E>::pack(s[1][2], s[1][3])};
