@@ -74,23 +74,30 @@ static fa_tensor tensor(fa_context *ctx, fa_dtype dtype, int64_t a, int64_t b, i
     return fa_tensor_contiguous(device_zeros(ctx, (size_t)(a * b * c * d) * fa_dtype_size(dtype)), dtype, 4, shape);
 }
 
-/* The GQA decode call: batch 2, 8 query heads on 2 kv heads, d 128, bf16; a contiguous cache of
- * 4096 keys holding 4000 per sequence, one new token appended, the arrays checked on the device. */
-static fa_kvcache_args gqa_call(fa_context *ctx)
+/* A decode call: batch 2, hq query heads on hkv kv heads, head dims d (q, k) and dv (v, o), bf16;
+ * a contiguous cache of 4096 keys holding 4000 per sequence, one new token appended, the arrays
+ * checked on the device. */
+static fa_kvcache_args decode_call(fa_context *ctx, int64_t hq, int64_t hkv, int64_t d, int64_t dv)
 {
     fa_kvcache_args a;
     memset(&a, 0, sizeof a);
     const int32_t seqlens[2] = {4000, 4000};
-    a.q = tensor(ctx, FA_DTYPE_BF16, 2, 1, 8, 128);
-    a.o = tensor(ctx, FA_DTYPE_BF16, 2, 1, 8, 128);
-    a.k_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 2, 128);
-    a.v_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 2, 128);
-    a.k_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 2, 128);
-    a.v_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 2, 128);
+    a.q = tensor(ctx, FA_DTYPE_BF16, 2, 1, hq, d);
+    a.o = tensor(ctx, FA_DTYPE_BF16, 2, 1, hq, dv);
+    a.k_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, hkv, d);
+    a.v_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, hkv, dv);
+    a.k_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, hkv, d);
+    a.v_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, hkv, dv);
     a.cache_seqlens = device_int32(ctx, seqlens, 2);
     a.opts = fa_options_default();
     a.check_on_device = 1;
     return a;
+}
+
+/* The GQA decode call: 8 query heads on 2 kv heads, d 128. */
+static fa_kvcache_args gqa_call(fa_context *ctx)
+{
+    return decode_call(ctx, 8, 2, 128, 128);
 }
 
 /* The GQA call's launches (gqa_call): check, append (one block each per sequence and per 2 x 2 x
@@ -108,24 +115,10 @@ static void check_gqa_launches(const char *what, const char *decode, unsigned sp
     check_launches(what, want, 4);
 }
 
-/* The MLA decode call: batch 2, 16 query heads on one kv head, d 576 over d_v 512, bf16; a
- * contiguous cache of 4096 keys holding 4000 per sequence, one new token appended, checked on the
- * device. */
+/* The MLA decode call: 16 query heads on one kv head, d 576 over d_v 512. */
 static fa_kvcache_args mla_call(fa_context *ctx)
 {
-    fa_kvcache_args a;
-    memset(&a, 0, sizeof a);
-    const int32_t seqlens[2] = {4000, 4000};
-    a.q = tensor(ctx, FA_DTYPE_BF16, 2, 1, 16, 576);
-    a.o = tensor(ctx, FA_DTYPE_BF16, 2, 1, 16, 512);
-    a.k_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 1, 576);
-    a.v_cache = tensor(ctx, FA_DTYPE_BF16, 2, 4096, 1, 512);
-    a.k_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 1, 576);
-    a.v_new = tensor(ctx, FA_DTYPE_BF16, 2, 1, 1, 512);
-    a.cache_seqlens = device_int32(ctx, seqlens, 2);
-    a.opts = fa_options_default();
-    a.check_on_device = 1;
-    return a;
+    return decode_call(ctx, 16, 1, 576, 512);
 }
 
 static fa_context *open_context(void)
