@@ -3,7 +3,8 @@
  * order), cache lengths 0, 1, odd and full, appended tokens 0, 1 and 7, rotary in both layouts and
  * partial, GQA and MQA, causal and windows, a batch index, one split and many, softcap; and
  * cache_leftpad (contiguous caches, NaN before each pad so that a read of it shows); the learnable
- * sink and a value head dim of its own (up to MLA's 576 / 512); ALiBi, per head and per sequence.
+ * sink and a value head dim of its own (up to MLA's 576 / 512, and its latent cache: v_cache a view of
+ * k_cache); ALiBi, per head and per sequence.
  * Checks:
  *   - O and LSE: max|kernel - ref64| <= 2 max|naive fp32 - ref64| + 1e-5 max(1, max|ref|), the
  *     conformance rule (naive: the same attention in fp32, scores and sums unfused);
@@ -23,81 +24,90 @@
 #include "decode_case.h"
 
 static const dcase cases[] = {
-    {"contig-decode-bf16", B16, 3, 1, 8, 2, 64, 0, 300, {0, 1, 257}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"contig-full-nolens-f16", F16, 2, 1, 4, 4, 40, 0, 129, {0}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 1, 0, 0, 0, 0},
-    {"contig-full-lens-bf16", B16, 2, 3, 4, 1, 64, 0, 200, {-1, -1}, 0, 0, 0, 1, -1, -1, 0, 1, 0, 0, 0, 0, 0, 0},
-    {"contig-batchidx-append7-f16", F16, 3, 7, 6, 2, 64, 0, 90, {10, 0, 83}, 7, 0, 0, 1, -1, -1, 1, 3, 0, 0, 0, 0, 0, 0},
-    {"contig-rotary-half-causal-bf16", B16, 2, 5, 8, 2, 128, 0, 160, {31, 100}, 5, 128, 0, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"contig-rotary-partial-noncausal-f32", F32, 2, 3, 4, 2, 64, 0, 100, {17, 40}, 3, 32, 1, 0, -1, -1, 0, 4, 0, 0, 0, 0, 0, 0},
-    {"paged16-shuffled-decode-bf16", B16, 4, 1, 8, 1, 64, 16, 160, {0, 1, 33, 143}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"paged64-append7-rotary-inter-f16", F16, 3, 7, 4, 2, 128, 64, 256, {63, 1, 200}, 7, 64, 1, 1, -1, -1, 0, 5, 0, 0, 0, 0, 0, 0},
-    {"paged256-window-mqa-bf16", B16, 2, 2, 6, 1, 64, 256, 512, {300, 511}, 1, 0, 0, 0, 40, 3, 0, 2, 0, 0, 0, 0, 0, 0},
+    {"contig-decode-bf16", B16, 3, 1, 8, 2, 64, 0, 300, {0, 1, 257}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"contig-full-nolens-f16", F16, 2, 1, 4, 4, 40, 0, 129, {0}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"contig-full-lens-bf16", B16, 2, 3, 4, 1, 64, 0, 200, {-1, -1}, 0, 0, 0, 1, -1, -1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"contig-batchidx-append7-f16", F16, 3, 7, 6, 2, 64, 0, 90, {10, 0, 83}, 7, 0, 0, 1, -1, -1, 1, 3, 0, 0, 0, 0, 0, 0, 0},
+    {"contig-rotary-half-causal-bf16", B16, 2, 5, 8, 2, 128, 0, 160, {31, 100}, 5, 128, 0, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"contig-rotary-partial-noncausal-f32", F32, 2, 3, 4, 2, 64, 0, 100, {17, 40}, 3, 32, 1, 0, -1, -1, 0, 4, 0, 0, 0, 0, 0, 0, 0},
+    {"paged16-shuffled-decode-bf16", B16, 4, 1, 8, 1, 64, 16, 160, {0, 1, 33, 143}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"paged64-append7-rotary-inter-f16", F16, 3, 7, 4, 2, 128, 64, 256, {63, 1, 200}, 7, 64, 1, 1, -1, -1, 0, 5, 0, 0, 0, 0, 0, 0, 0},
+    {"paged256-window-mqa-bf16", B16, 2, 2, 6, 1, 64, 256, 512, {300, 511}, 1, 0, 0, 0, 40, 3, 0, 2, 0, 0, 0, 0, 0, 0, 0},
     {"paged16-chunked-causal-softcap-bf16", B16, 2, 33, 4, 2, 64, 16, 128, {50, 0}, 33, 16, 0, 1, -1, -1, 0, 0,
-     30.0f, 0, 0, 0, 0, 0},
-    {"paged64-full-nosplit-f32", F32, 2, 1, 2, 2, 40, 64, 128, {-1, 64}, 0, 0, 0, 0, -1, -1, 0, 1, 0, 0, 0, 0, 0, 0},
-    {"contig-manysplits-long-bf16", B16, 1, 1, 32, 8, 128, 0, 2100, {2099}, 1, 128, 0, 0, -1, -1, 0, 16, 0, 0, 0, 0, 0, 0},
+     30.0f, 0, 0, 0, 0, 0, 0},
+    {"paged64-full-nosplit-f32", F32, 2, 1, 2, 2, 40, 64, 128, {-1, 64}, 0, 0, 0, 0, -1, -1, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"contig-manysplits-long-bf16", B16, 1, 1, 32, 8, 128, 0, 2100, {2099}, 1, 128, 0, 0, -1, -1, 0, 16, 0, 0, 0, 0, 0, 0, 0},
     /* speculative decoding: two new tokens per sequence, causal and a window, so some rows see only
      * part of a key block */
-    {"contig-spec2-causal-window-f16", F16, 2, 2, 8, 2, 64, 0, 300, {70, 200}, 2, 0, 0, 1, 40, -1, 0, 3, 0, 0, 0, 0, 0, 0},
+    {"contig-spec2-causal-window-f16", F16, 2, 2, 8, 2, 64, 0, 300, {70, 200}, 2, 0, 0, 1, 40, -1, 0, 3, 0, 0, 0, 0, 0, 0, 0},
     {"paged32-decode-gqa4-rotary-f16", F16, 3, 1, 16, 4, 128, 32, 256, {255, 0, 97}, 1, 64, 1, 0, -1, -1, 0, 0, 0,
-     0, 0, 0, 0, 0},
-    {"contig-decode-softcap-d48-f32", F32, 2, 1, 6, 2, 48, 0, 100, {98, 40}, 1, 0, 0, 0, -1, -1, 0, 0, 20.0f, 0, 0, 0, 0, 0},
-    {"contig-decode-d36-bf16", B16, 2, 1, 8, 2, 36, 0, 90, {50, 88}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0, 0, 0, 0, 0},
+     0, 0, 0, 0, 0, 0},
+    {"contig-decode-softcap-d48-f32", F32, 2, 1, 6, 2, 48, 0, 100, {98, 40}, 1, 0, 0, 0, -1, -1, 0, 0, 20.0f, 0, 0, 0, 0, 0, 0},
+    {"contig-decode-d36-bf16", B16, 2, 1, 8, 2, 36, 0, 90, {50, 88}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0, 0, 0, 0, 0, 0},
     /* more splits asked for than there are keys: each backend uses what it can */
-    {"contig-splits-beyond-keys-f32", F32, 2, 1, 4, 2, 64, 0, 80, {3, 70}, 1, 0, 0, 0, -1, -1, 0, 1 << 20, 0, 0, 0, 0, 0, 0},
+    {"contig-splits-beyond-keys-f32", F32, 2, 1, 4, 2, 64, 0, 80, {3, 70}, 1, 0, 0, 0, -1, -1, 0, 1 << 20, 0, 0, 0, 0, 0, 0, 0},
     /* head rows shorter than a kernel's head-dim bucket, NaN in the cache after each (16-byte
      * aligned strides): reading past d shows */
-    {"contig-nanpad-d40-bf16", B16, 2, 1, 8, 2, 40, 0, 300, {299, 100}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 8, 0, 0, 0},
-    {"paged16-nanpad-d48-append-f16", F16, 2, 2, 4, 1, 48, 16, 64, {30, 0}, 2, 48, 0, 1, -1, -1, 0, 2, 0, 0, 16, 0, 0, 0},
+    {"contig-nanpad-d40-bf16", B16, 2, 1, 8, 2, 40, 0, 300, {299, 100}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 8, 0, 0, 0, 0},
+    {"paged16-nanpad-d48-append-f16", F16, 2, 2, 4, 1, 48, 16, 64, {30, 0}, 2, 48, 0, 1, -1, -1, 0, 2, 0, 0, 16, 0, 0, 0, 0},
     /* a window whose first key is not a multiple of 16 in pages of 16: a kernel that reads 16 keys
      * from one page address must start them on a page's first key */
-    {"paged16-window-unaligned-bf16", B16, 2, 1, 8, 2, 128, 16, 160, {150, 77}, 1, 0, 0, 0, 37, -1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"paged16-window-unaligned-bf16", B16, 2, 1, 8, 2, 128, 16, 160, {150, 77}, 1, 0, 0, 0, 37, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* pages of 48 tokens, not a power of two: a row inside a page is t % 48, not a bit mask */
     {"paged48-append3-causal-gqa-bf16", B16, 3, 3, 8, 2, 64, 48, 192, {47, 100, 0}, 3, 0, 0, 1, -1, -1, 0, 0, 0, 0,
-     0, 0, 0, 0},
+     0, 0, 0, 0, 0},
     /* the learnable sink: sequence 0 of the first case sees no key (empty cache, nothing appended:
      * O = 0, LSE = sink); a dominating sink (+8) over pages with splits and softcap; a window that
      * leaves the speculative rows few keys */
     {"contig-sink-decode-gqa-emptyseq-bf16", B16, 3, 1, 8, 2, 64, 0, 300, {0, 5, 257}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0,
-     0, 0, 1, 0},
+     0, 0, 1, 0, 0},
     {"paged16-sink8-splits-softcap-causal-f16", F16, 2, 2, 4, 2, 64, 16, 128, {50, 100}, 2, 0, 0, 1, -1, -1, 0, 4,
-     30.0f, 0, 0, 0, 2, 0},
-    {"contig-sink-window-spec3-mqa-f32", F32, 2, 3, 4, 1, 40, 0, 100, {60, 0}, 3, 0, 0, 0, 5, 0, 0, 2, 0, 0, 0, 0, 1, 0},
+     30.0f, 0, 0, 0, 2, 0, 0},
+    {"contig-sink-window-spec3-mqa-f32", F32, 2, 3, 4, 1, 40, 0, 100, {60, 0}, 3, 0, 0, 0, 5, 0, 0, 2, 0, 0, 0, 0, 1, 0, 0},
     /* a value head dim of its own: MLA's training dims with rotary keys and appended tokens, its
      * absorbed decode (d 576 over a 512-wide latent value) paged and contiguous with a sink and
      * splits, and values wider than keys with NaN after each cache head row */
     {"contig-dv-d192-dv128-append3-causal-rotary-bf16", B16, 2, 3, 8, 2, 192, 0, 150, {40, 100}, 3, 64, 0, 1, -1, -1,
-     0, 0, 0, 0, 0, 128, 0, 0},
+     0, 0, 0, 0, 0, 128, 0, 0, 0},
     {"paged64-mla-d576-dv512-mqa-decode-bf16", B16, 2, 1, 16, 1, 576, 64, 256, {200, 37}, 1, 0, 0, 0, -1, -1, 0, 0,
-     0, 0, 0, 512, 0, 0},
+     0, 0, 0, 512, 0, 0, 0},
     {"contig-mla-d576-dv512-sink-splits-causal-f16", F16, 2, 2, 8, 1, 576, 0, 128, {100, 0}, 1, 0, 0, 1, -1, -1, 0, 3,
-     0, 0, 0, 512, 1, 0},
+     0, 0, 0, 512, 1, 0, 0},
     /* MLA-sized heads with the rest of the options: two row tiles of query heads, one split (the
      * sink folded in without the combine), a window, softcap and ALiBi, a value dim that leaves
      * output channel groups empty; GQA over pages of 16 with speculative rows, appends and NaN
      * after each cache head row */
     {"contig-mla-d512-dv448-sink-1split-window-softcap-alibi-bf16", B16, 2, 1, 32, 1, 512, 0, 300, {257, 33}, 1, 0, 0,
-     0, 100, -1, 0, 1, 30.0f, 0, 0, 448, 1, 1},
+     0, 100, -1, 0, 1, 30.0f, 0, 0, 448, 1, 1, 0},
     {"paged16-mla-d576-dv512-gqa-spec4-append-nanpad-f16", F16, 2, 4, 8, 2, 576, 16, 128, {100, 20}, 4, 0, 0, 1, -1,
-     -1, 0, 0, 0, 0, 8, 512, 0, 0},
+     -1, 0, 0, 0, 0, 8, 512, 0, 0, 0},
+    /* MLA's latent cache: v_cache a view of k_cache's first dv channels (the MLA kernel then reads V
+     * from the key rows it copied); paged, two row tiles with speculative rows, a sink and splits
+     * over NaN-padded rows, and a batch index with a window, softcap and ALiBi */
+    {"paged64-mla-sharedv-d576-dv512-mqa-decode-bf16", B16, 2, 1, 16, 1, 576, 64, 256, {200, 37}, 0, 0, 0, 0, -1, -1,
+     0, 0, 0, 0, 0, 512, 0, 0, 1},
+    {"contig-mla-sharedv-d576-dv512-spec2-sink-splits-nanpad-f16", F16, 2, 2, 16, 1, 576, 0, 300, {257, 90}, 0, 0, 0,
+     1, -1, -1, 0, 3, 0, 0, 8, 512, 1, 0, 1},
+    {"contig-mla-sharedv-d512-dv448-batchidx-window-softcap-alibi-bf16", B16, 2, 1, 32, 1, 512, 0, 300, {299, 64}, 0,
+     0, 0, 0, 100, -1, 1, 0, 30.0f, 0, 0, 448, 0, 1, 1},
     {"paged16-dv-d64-dv128-nanpad-sink-f32", F32, 2, 1, 4, 2, 64, 16, 64, {30, 62}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0, 8,
-     128, 1, 0},
+     128, 1, 0, 0},
     /* ALiBi: one slope per sequence and head over speculative rows, appended keys and splits; one
      * per head with softcap and a window over pages */
     {"contig-alibi-batch-spec3-append-causal-bf16", B16, 3, 3, 8, 2, 64, 0, 200, {50, 0, 150}, 3, 0, 0, 1, -1, -1, 0, 2,
-     0, 0, 0, 0, 0, 2},
+     0, 0, 0, 0, 0, 2, 0},
     {"paged16-alibi-heads-softcap-window-f16", F16, 2, 1, 4, 4, 128, 16, 128, {100, 30}, 1, 0, 0, 0, 20, 0, 0, 3, 30.0f,
-     0, 0, 0, 0, 1},
+     0, 0, 0, 0, 1, 0},
     {"contig-alibi-batch-noncausal-gqa-f32", F32, 2, 2, 8, 2, 40, 0, 100, {70, 9}, 2, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0,
-     1, 2},
+     1, 2, 0},
     /* chunked prefill: sequences of equal lengths in a run (the dense path batches them: one call
      * for sequences 0..2, another for 3), per-sequence ALiBi slopes, appended keys */
     {"contig-chunk-equal-lens-alibi-causal-bf16", B16, 4, 24, 8, 2, 64, 0, 200, {100, 100, 100, 37}, 24, 0, 0, 1, -1,
-     -1, 0, 0, 0, 0, 0, 0, 0, 2},
+     -1, 0, 0, 0, 0, 0, 0, 0, 2, 0},
     /* values wider than keys on the path that widens rows into scratch (16 rows per kv head, d
      * not a multiple of 16) */
     {"contig-dv-d40-dv72-spec4-gqa-causal-f16", F16, 2, 4, 8, 2, 40, 0, 120, {60, 90}, 4, 0, 0, 1, -1, -1, 0, 2, 0, 0,
-     0, 72, 0, 0},
+     0, 72, 0, 0, 0},
 };
 
 /* cache_leftpad cases: keys from pads[b] on (a pad equal to the length leaves the new keys only,
@@ -107,15 +117,15 @@ static const struct {
     int64_t pads[4];
 } leftpad_cases[] = {
     {{"contig-leftpad-append3-causal-rotary-gqa-bf16", B16, 3, 3, 8, 2, 64, 0, 200, {40, 150, 7}, 3, 64, 0, 1, -1,
-      -1, 0, 0, 0, 0, 0, 0, 0, 0}, {13, 0, 7}},
+      -1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {13, 0, 7}},
     {{"contig-leftpad-window-mqa-batchidx-splits-f16", F16, 2, 2, 4, 1, 128, 0, 300, {250, 90}, 1, 32, 1, 0, 50, 0,
-      1, 4, 0, 0, 0, 0, 0, 0}, {100, 89}},
+      1, 4, 0, 0, 0, 0, 0, 0, 0}, {100, 89}},
     {{"contig-leftpad-noappend-empty-f32", F32, 2, 1, 4, 2, 64, 0, 130, {129, 64}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0,
-      0, 0, 0, 0}, {65, 64}},
+      0, 0, 0, 0, 0}, {65, 64}},
     {{"contig-leftpad-nolens-softcap-bf16", B16, 2, 1, 8, 2, 64, 0, 100, {0}, 0, 0, 0, 0, -1, -1, 0, 2, 30.0f, 1, 0, 0,
-      0, 0}, {30, 99}},
+      0, 0, 0}, {30, 99}},
     {{"contig-leftpad-long-decode-rotary-bf16", B16, 1, 1, 8, 2, 128, 0, 1000, {999}, 1, 128, 1, 0, -1, -1, 0, 0, 0,
-      0, 0, 0, 0, 0}, {300}},
+      0, 0, 0, 0, 0, 0}, {300}},
 };
 
 /* ------------------------------------------------------------------ dtype helpers */

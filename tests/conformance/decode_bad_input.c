@@ -144,7 +144,7 @@ static int upload_scratch(fa_context *ctx, fa_kvcache_args *a, const int32_t *sc
  * token): FA_ERR_INVALID_ARG naming the sequence and the value, o and the caches untouched. */
 static int run_bad_leftpad(fa_context *ctx)
 {
-    const dcase c = {"bad-leftpad", F16, 2, 1, 4, 2, 64, 0, 64, {5, 20}, 1, 32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const dcase c = {"bad-leftpad", F16, 2, 1, 4, 2, 64, 0, 64, {5, 20}, 1, 32, 0, 1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     static const struct {
         const char *name;
         int32_t pads[2];
@@ -319,12 +319,12 @@ static int run_bad_case(fa_context *ctx, const dcase *c, int device_check_pass, 
  * breakers are left out). */
 int run_bad(fa_context *ctx, int device_check_pass)
 {
-    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    const dcase late = {"bad-no-append", B16, 2, 1, 4, 2, 64, 16, 128, {5, 100}, 0, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const dcase c = {"bad", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const dcase late = {"bad-no-append", B16, 2, 1, 4, 2, 64, 16, 128, {5, 100}, 0, 32, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     /* without rotary, one new token: the GPU's tensor-core decode kernel copies keys before it has
      * checked the block's pages and length (its early copies, clamped into the pool) */
-    const dcase plain = {"bad-no-rotary", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    const dcase plain_late = {"bad-no-append-no-rotary", B16, 2, 1, 4, 2, 64, 16, 128, {5, 100}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const dcase plain = {"bad-no-rotary", B16, 2, 1, 4, 2, 64, 16, 64, {5, 20}, 1, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const dcase plain_late = {"bad-no-append-no-rotary", B16, 2, 1, 4, 2, 64, 16, 128, {5, 100}, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     int failures = run_bad_case(ctx, &c, device_check_pass, 0);
     failures += run_bad_case(ctx, &late, device_check_pass, 1);
     failures += run_bad_case(ctx, &plain, device_check_pass, 0);

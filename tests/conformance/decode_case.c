@@ -84,7 +84,7 @@ void make_host(const dcase *c, host_case *h, uint64_t seed)
     h->qn = c->batch * c->sn * c->hq * d;
     h->on = c->batch * c->sn * c->hq * h->dv;
     h->dp = d + c->pad;
-    h->dvp = h->dv + c->pad;
+    h->dvp = c->shared_v ? h->dp : h->dv + c->pad;
     h->cn = h->nb * h->rows * c->hkv * h->dp;
     h->cvn = h->nb * h->rows * c->hkv * h->dvp;
     h->nn = c->batch * c->knew * c->hkv * d;
@@ -95,9 +95,12 @@ void make_host(const dcase *c, host_case *h, uint64_t seed)
     for (int64_t i = 0; i < h->cn; ++i)
         if (i % h->dp >= d)
             put(c->dtype, h->kc, i, NAN);
-    for (int64_t i = 0; i < h->cvn; ++i)
-        if (i % h->dvp >= h->dv)
-            put(c->dtype, h->vc, i, NAN);
+    if (c->shared_v) /* the key rows themselves: channels dv .. d are keys, the pad NaN */
+        memcpy(h->vc, h->kc, esz(c->dtype) * (size_t)h->cn);
+    else
+        for (int64_t i = 0; i < h->cvn; ++i)
+            if (i % h->dvp >= h->dv)
+                put(c->dtype, h->vc, i, NAN);
     h->kn = rand_buf(c->dtype, h->nn, &rng, 1.0);
     h->vn = rand_buf(c->dtype, h->nvn, &rng, 1.0);
     if (c->sink) { /* different across heads, so that a kernel reading another head's shows */
@@ -188,7 +191,8 @@ int make_dev(fa_context *ctx, const dcase *c, const host_case *h, dev_case *x)
     fa_kvcache_args *a = &x->a;
     a->q = t4(track(x, dev(ctx, h->q, es * (size_t)h->qn)), c->dtype, c->batch, c->sn, c->hq, d);
     a->k_cache = t4(track(x, dev(ctx, h->kc, es * (size_t)h->cn)), c->dtype, h->nb, h->rows, c->hkv, d);
-    a->v_cache = t4(track(x, dev(ctx, h->vc, es * (size_t)h->cvn)), c->dtype, h->nb, h->rows, c->hkv, h->dv);
+    a->v_cache = t4(c->shared_v ? a->k_cache.data : track(x, dev(ctx, h->vc, es * (size_t)h->cvn)), c->dtype, h->nb,
+                    h->rows, c->hkv, h->dv);
     for (fa_tensor *t = &a->k_cache; t; t = t == &a->k_cache ? &a->v_cache : NULL) {
         const int64_t row = t == &a->k_cache ? h->dp : h->dvp;
         t->stride[2] = row;

@@ -28,6 +28,7 @@ typedef struct dcase {
     int64_t dv;          /* value head dim of v_cache, v_new and o; 0: d */
     int sink;            /* learnable sink: 0 none, 1 random per head in [-2, 2], 2 about +8 (dominating) */
     int alibi;           /* ALiBi slopes: 0 none, 1 one per query head, 2 one per sequence and query head */
+    int shared_v;        /* v_cache a view of k_cache, its first dv channels (MLA's latent cache); no appends */
 } dcase;
 
 #define B16 FA_DTYPE_BF16

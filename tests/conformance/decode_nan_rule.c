@@ -15,7 +15,7 @@ int run_nan_rule(fa_context *ctx, fa_dtype dt)
     for (int variant = 0; variant < 4; ++variant) {
         const int paged = variant & 1, splits = variant & 2 ? 4 : 1;
         const dcase c = {"nan", dt, 2, 1, 4, 2, 64, paged ? 16 : 0, 128, {40, 70}, 1, 0, 0, 0, -1, -1, 0, splits,
-                         0, 0, 0, 0, 0, 0};
+                         0, 0, 0, 0, 0, 0, 0};
         host_case h;
         make_host(&c, &h, 7 + (uint64_t)variant);
         /* q of sequence 0, head 0 (kv head 0); key 2 of sequence 1, kv head 1 (query heads 2, 3) */
