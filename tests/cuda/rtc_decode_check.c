@@ -195,6 +195,28 @@ int main(int argc, char **argv)
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
                        4, 128, 69632, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
     fa_context_destroy(ctx);
+    /* kv-group-combine: the 4 splits fit the lanes' read-ahead, so the lane groups' combine (32
+     * lanes per query row of 128 channels, 8 rows a block: 2 x 8 rows / 8); 5 splits asked for do
+     * not, and the block combine stays */
+    setenv("FLASHATTN_KERNELS", "kv-group-combine", 1);
+    ctx = open_context();
+    a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-group-combine");
+    {
+        const expected want[] = {
+            {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+            {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+            {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 4, 256, 139264},
+            {"fa_gpu::decode::combine_groups_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+        };
+        check_launches("GQA, kv-group-combine", want, 4);
+    }
+    a = gqa_call(ctx);
+    a.num_splits = 5;
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-group-combine, 5 splits");
+    check_gqa_launches("GQA, kv-group-combine, 5 splits", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+                       5, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+    fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
     /* MLA, cc 8.0: the MLA kernel on one row tile per sequence (16 query rows), 8 warps with 2
      * stages x 32 keys x (576 + 8 + 512 + 8) x 2 bytes, the query tile 16 x (576 + 8) x 2 and the

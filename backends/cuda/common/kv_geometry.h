@@ -17,6 +17,8 @@
 #define FA_KV_STRIDE_MAX_BLOCKS 65536
 #define FA_KV_COMBINE_CHANNELS 32 /* output channels per combine block (a divisor of the threads) */
 #define FA_KV_COMBINE_AHEAD 4     /* splits per thread whose partials the combine reads beside the LSEs */
+#define FA_KV_COMBINE_LANES 32    /* combine_groups_kernel: lanes per (row, channels) item */
+#define FA_KV_COMBINE_GROUP_CHANNELS 128 /* ... and its channels, 4 a lane */
 
 /* The SIMT decode kernel at head-dim bucket D (FA_KV_THREADS threads): D / 8 threads hold one key
  * row, FA_KV_THREADS / (D / 8) key rows ("streams") read side by side, U keys in flight per thread,
@@ -108,6 +110,18 @@ static inline int64_t fa_kv_combine_items(const fa_gpu_kv_params *p)
 static inline unsigned fa_kv_combine_blocks(const fa_gpu_kv_params *p)
 {
     const int64_t n = fa_kv_combine_items(p);
+    return (unsigned)(n < 1 ? 1 : n > FA_KV_STRIDE_MAX_BLOCKS ? FA_KV_STRIDE_MAX_BLOCKS : n);
+}
+
+/* combine_groups_kernel's blocks: FA_KV_ELEMENTWISE_THREADS / FA_KV_COMBINE_LANES items each, one
+ * per (query row, FA_KV_COMBINE_GROUP_CHANNELS output channels), grid-stride beyond
+ * FA_KV_STRIDE_MAX_BLOCKS blocks. */
+static inline unsigned fa_kv_combine_group_blocks(const fa_gpu_kv_params *p)
+{
+    const int64_t per = FA_KV_ELEMENTWISE_THREADS / FA_KV_COMBINE_LANES;
+    const int64_t items = p->batch * p->heads_q * p->seqlen_new *
+                          ((p->d_v + FA_KV_COMBINE_GROUP_CHANNELS - 1) / FA_KV_COMBINE_GROUP_CHANNELS);
+    const int64_t n = (items + per - 1) / per;
     return (unsigned)(n < 1 ? 1 : n > FA_KV_STRIDE_MAX_BLOCKS ? FA_KV_STRIDE_MAX_BLOCKS : n);
 }
 

@@ -54,6 +54,7 @@ typedef struct fa_gpu_kv_params {
      * host gives calls with either to the SIMT decode kernel. */
     int64_t d_v;
     const float *sink;
+    int group_combine; /* the splits merged by combine_groups.cuh's kernel, not combine_kernel */
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

@@ -31,8 +31,11 @@ typedef hipStream_t fa_gpu_stream;
 #else
 #define FA_WARP_SIZE 64
 #endif
-/* HIP's shuffles take no mask: a wavefront executes in lock step */
+/* HIP's shuffles take no mask: a wavefront executes in lock step. The _WIDTH forms work within
+ * segments of width lanes (src a lane of the caller's segment). */
 #define FA_SHFL_XOR(x, lane_mask) __shfl_xor((x), (lane_mask))
+#define FA_SHFL_XOR_WIDTH(x, lane_mask, width) __shfl_xor((x), (lane_mask), (width))
+#define FA_SHFL_WIDTH(x, src, width) __shfl((x), (src), (width))
 /* the C entry points of the kernels both backends compile, named apart from the CUDA build's */
 #define FA_GPU_ENTRY(name) fa_hip_##name
 
@@ -43,6 +46,8 @@ typedef hipStream_t fa_gpu_stream;
 
 #define FA_WARP_SIZE 32
 #define FA_SHFL_XOR(x, lane_mask) __shfl_xor_sync(0xffffffffu, (x), (lane_mask))
+#define FA_SHFL_XOR_WIDTH(x, lane_mask, width) __shfl_xor_sync(0xffffffffu, (x), (lane_mask), (width))
+#define FA_SHFL_WIDTH(x, src, width) __shfl_sync(0xffffffffu, (x), (src), (width))
 #define FA_GPU_ENTRY(name) fa_##name
 
 #elif defined(__CUDACC__)
@@ -56,8 +61,11 @@ typedef cudaStream_t fa_gpu_stream;
 #define fa_gpu_last_error cudaGetLastError
 #define fa_gpu_occupancy cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define FA_WARP_SIZE 32
-/* every lane of the warp must reach it: the kernels call it outside divergent code only */
+/* every lane of the warp must reach them: the kernels call them outside divergent code only; the
+ * _WIDTH forms work within segments of width lanes (src a lane of the caller's segment) */
 #define FA_SHFL_XOR(x, lane_mask) __shfl_xor_sync(0xffffffffu, (x), (lane_mask))
+#define FA_SHFL_XOR_WIDTH(x, lane_mask, width) __shfl_xor_sync(0xffffffffu, (x), (lane_mask), (width))
+#define FA_SHFL_WIDTH(x, src, width) __shfl_sync(0xffffffffu, (x), (src), (width))
 #define FA_GPU_ENTRY(name) fa_##name
 
 #else

@@ -13,7 +13,9 @@
  *                         decode_mma_kernel<S, D, ST, W> (W = p->mma_warps), at bucket
  *                         FA_KV_MLA_D decode_mla_kernel<S, D, DV, KEYS>, one block per
  *                         (sequence, kv head, row tile) by split;
- *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o).
+ *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o);
+ *                         combine_groups_kernel<S> instead where p->group_combine, 32 lanes per
+ *                         (query row, 128 channels), 8 such a block.
  * Plain C. */
 #include "common/kv_geometry.h"
 #include "common/simt_geometry.h"
@@ -112,9 +114,10 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
         return st;
     if (p->splits == 1)
         return FA_RTC_OK;
-    snprintf(name, sizeof name, "fa_gpu::decode::combine_kernel<%s>", storage);
-    return launch_kv(name, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream,
-                     why, why_len);
+    snprintf(name, sizeof name, "fa_gpu::decode::%s<%s>", p->group_combine ? "combine_groups_kernel" : "combine_kernel",
+             storage);
+    return launch_kv(name, p->group_combine ? fa_kv_combine_group_blocks(p) : fa_kv_combine_blocks(p), 1,
+                     FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why, why_len);
 }
 
 /* The SIMT instance's dynamic shared memory: the ring's where the instance has one. */
