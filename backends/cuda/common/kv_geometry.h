@@ -100,27 +100,15 @@ static inline int64_t fa_kv_append_elements(const fa_gpu_kv_params *p)
     return p->batch * p->seqlen_knew * p->heads_kv * (p->d > p->d_v ? p->d : p->d_v);
 }
 
-/* The combine kernel's work items: one per (query row, FA_KV_COMBINE_CHANNELS output channels),
- * one block of FA_KV_ELEMENTWISE_THREADS each, grid-stride beyond FA_KV_STRIDE_MAX_BLOCKS. */
-static inline int64_t fa_kv_combine_items(const fa_gpu_kv_params *p)
-{
-    return p->batch * p->heads_q * p->seqlen_new * ((p->d_v + FA_KV_COMBINE_CHANNELS - 1) / FA_KV_COMBINE_CHANNELS);
-}
-
+/* The combine kernel's blocks, grid-stride beyond FA_KV_STRIDE_MAX_BLOCKS: combine_kernel takes
+ * one per (query row, FA_KV_COMBINE_CHANNELS output channels); combine_groups_kernel
+ * (p->group_combine) FA_KV_ELEMENTWISE_THREADS / FA_KV_COMBINE_LANES such items a block, of
+ * FA_KV_COMBINE_GROUP_CHANNELS channels. */
 static inline unsigned fa_kv_combine_blocks(const fa_gpu_kv_params *p)
 {
-    const int64_t n = fa_kv_combine_items(p);
-    return (unsigned)(n < 1 ? 1 : n > FA_KV_STRIDE_MAX_BLOCKS ? FA_KV_STRIDE_MAX_BLOCKS : n);
-}
-
-/* combine_groups_kernel's blocks: FA_KV_ELEMENTWISE_THREADS / FA_KV_COMBINE_LANES items each, one
- * per (query row, FA_KV_COMBINE_GROUP_CHANNELS output channels), grid-stride beyond
- * FA_KV_STRIDE_MAX_BLOCKS blocks. */
-static inline unsigned fa_kv_combine_group_blocks(const fa_gpu_kv_params *p)
-{
-    const int64_t per = FA_KV_ELEMENTWISE_THREADS / FA_KV_COMBINE_LANES;
-    const int64_t items = p->batch * p->heads_q * p->seqlen_new *
-                          ((p->d_v + FA_KV_COMBINE_GROUP_CHANNELS - 1) / FA_KV_COMBINE_GROUP_CHANNELS);
+    const int64_t channels = p->group_combine ? FA_KV_COMBINE_GROUP_CHANNELS : FA_KV_COMBINE_CHANNELS;
+    const int64_t per = p->group_combine ? FA_KV_ELEMENTWISE_THREADS / FA_KV_COMBINE_LANES : 1;
+    const int64_t items = p->batch * p->heads_q * p->seqlen_new * ((p->d_v + channels - 1) / channels);
     const int64_t n = (items + per - 1) / per;
     return (unsigned)(n < 1 ? 1 : n > FA_KV_STRIDE_MAX_BLOCKS ? FA_KV_STRIDE_MAX_BLOCKS : n);
 }

@@ -63,7 +63,7 @@ template <class S> fa_gpu_error launch_combine(const fa_gpu_kv_params &p, fa_gpu
     if (p.splits == 1)
         return FA_GPU_SUCCESS;
     if (p.group_combine)
-        combine_groups_kernel<S><<<fa_kv_combine_group_blocks(&p), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
+        combine_groups_kernel<S><<<fa_kv_combine_blocks(&p), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     else
         combine_kernel<S><<<fa_kv_combine_blocks(&p), FA_KV_ELEMENTWISE_THREADS, 0, stream>>>(p);
     return fa_gpu_last_error();

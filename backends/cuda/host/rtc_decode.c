@@ -116,8 +116,7 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
         return FA_RTC_OK;
     snprintf(name, sizeof name, "fa_gpu::decode::%s<%s>", p->group_combine ? "combine_groups_kernel" : "combine_kernel",
              storage);
-    return launch_kv(name, p->group_combine ? fa_kv_combine_group_blocks(p) : fa_kv_combine_blocks(p), 1,
-                     FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why, why_len);
+    return launch_kv(name, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why, why_len);
 }
 
 /* The SIMT instance's dynamic shared memory: the ring's where the instance has one. */
