@@ -49,7 +49,8 @@ static void family_names(const char *family, name_list *l)
     static const int buckets[] = {64, 128, 256};
     static const char *const mods[] = {"false", "true"};
     static const char *const simt[] = {"forward_kernel", "dkdv_kernel", "dq_kernel"};
-    static const char *const elementwise[] = {"check_kernel", "append_kernel", "combine_kernel"};
+    static const char *const elementwise[] = {"check_kernel", "append_kernel", "combine_kernel",
+                                              "combine_groups_kernel"};
     const int rows[] = {FA_KV_ROW_TILE_SMALL, FA_KV_ROW_TILE_LARGE};
     l->n = 0;
     for (int dtype = 0; dtype < 3; ++dtype) {
@@ -61,7 +62,7 @@ static void family_names(const char *family, name_list *l)
                     for (int m = 0; m < 2; ++m)
                         snprintf(next(l), NAME_BYTES, "fa_gpu::simt::%s<%s, %d, %s>", simt[k], s, buckets[b], mods[m]);
         } else if (strcmp(family, "decode") == 0) {
-            for (int k = 0; k < 3; ++k)
+            for (int k = 0; k < 4; ++k)
                 snprintf(next(l), NAME_BYTES, "fa_gpu::decode::%s<%s>", elementwise[k], s);
             /* HIP has no cp.async ring (FA_KV_HAVE_ASYNC 0): the instances without it alone */
             for (int b = 0; b < 3; ++b)
