@@ -243,7 +243,10 @@ static fa_status check_arrays(fa_context *ctx, fa_kv_problem *kp)
 {
     fa_problem *p = &kp->p;
     int64_t longest = kp->device_check ? kp->capacity : 0, rot_need = 0;
-    for (int64_t b = 0; b < p->batch && !kp->device_check; ++b) {
+    /* without per-sequence arrays every sequence is the first: one pass, however large the batch */
+    const int per_seq = kp->host_seqlens || kp->host_batch_idx || kp->host_leftpad || kp->paged;
+    const int64_t checked = per_seq ? p->batch : p->batch < 1 ? p->batch : 1;
+    for (int64_t b = 0; b < checked && !kp->device_check; ++b) {
         int64_t cached = kp->host_seqlens ? kp->host_seqlens[b] : kp->seqlen_cache;
         if (cached < 0)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "cache_seqlens[%lld] = %lld is negative", (long long)b,
