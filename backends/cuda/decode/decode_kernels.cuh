@@ -276,11 +276,16 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     typedef typename S::T T;
     constexpr int QN = RT * D / THREADS; /* query channels per thread */
     static_assert(RT * D % THREADS == 0, "whole rows of channels per pass");
+    /* up to 64 channels a thread are loaded before the fault record is tested and held in
+     * registers; a larger tile (the Hopper MLA kernel's 64 rows of 576) is loaded after it, eight
+     * channels a load, each thread's loads in flight together */
+    constexpr bool HOLD_Q = QN <= 64;
+    static_assert(HOLD_Q || (!DIRECT_Q && D % 8 == 0 && RT * D % (8 * THREADS) == 0), "whole 8-channel loads per thread");
     __shared__ int64_t qrow_s[RT]; /* each row's offset in q, -1 past p.rows */
     const int tid = threadIdx.x;
     block_keys k;
     const T *q = static_cast<const T *>(p.q.data);
-    const bool direct = DIRECT_Q && p.seqlen_new == 1 && !p.rotary_cos;
+    const bool direct = HOLD_Q && DIRECT_Q && p.seqlen_new == 1 && !p.rotary_cos;
     /* the tile element of the thread's query channel n: strided, or (DIRECT_Q) consecutive */
     auto elem = [&](int n) { return DIRECT_Q ? tid * QN + n : tid + n * THREADS; };
     long long fault = FA_KV_FAULT_NONE;
@@ -346,11 +351,13 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     }
     if (!direct) {
         FA_SYNC();
+        if constexpr (HOLD_Q) {
 #pragma unroll
-        for (int n = 0; n < QN; ++n) {
-            const int e = elem(n), r = e / D, c = e % D;
-            const int64_t off = qrow_s[r];
-            x[n] = !p.rotary_cos && off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f;
+            for (int n = 0; n < QN; ++n) {
+                const int e = elem(n), r = e / D, c = e % D;
+                const int64_t off = qrow_s[r];
+                x[n] = !p.rotary_cos && off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f;
+            }
         }
     }
     if (tid < RT) {
@@ -372,9 +379,41 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     if (k.skip)
         return k;
     if (!p.rotary_cos) {
+        if constexpr (HOLD_Q) {
 #pragma unroll
-        for (int n = 0; n < QN; ++n)
-            put_q(elem(n) / D, elem(n) % D, x[n]);
+            for (int n = 0; n < QN; ++n)
+                put_q(elem(n) / D, elem(n) % D, x[n]);
+        } else { /* 16-byte loads where every row offset is a multiple of 8 elements from an aligned q */
+            constexpr int LOADS = RT * D / 8 / THREADS;
+            const bool vec = p.d % 8 == 0 && p.q.sb % 8 == 0 && p.q.ss % 8 == 0 && p.q.sh % 8 == 0 &&
+                             reinterpret_cast<unsigned long long>(q) % 16 == 0;
+            if (vec) {
+                raw8<S> v[LOADS];
+#pragma unroll
+                for (int n = 0; n < LOADS; ++n) {
+                    const int e = 8 * (tid + n * THREADS), r = e / D, c = e % D;
+                    const int64_t off = qrow_s[r];
+                    v[n] = raw8<S>{};
+                    if (off >= 0 && c < p.d)
+                        v[n] = load8<S>(q, off + c);
+                }
+#pragma unroll
+                for (int n = 0; n < LOADS; ++n) {
+                    const int e = 8 * (tid + n * THREADS), r = e / D, c = e % D;
+                    float f[8];
+                    unpack8<S>(v[n], f);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        put_q(r, c + j, f[j]);
+                }
+            } else {
+                for (int e = tid; e < RT * D; e += THREADS) {
+                    const int r = e / D, c = e % D;
+                    const int64_t off = qrow_s[r];
+                    put_q(r, c, off >= 0 && c < p.d ? S::load(q, off + c) : 0.0f);
+                }
+            }
+        }
     } else { /* rotated to the row's position: the table rows the check holds present */
         for (int e = tid; e < RT * D; e += THREADS) {
             const int r = e / D, c = e % D;
