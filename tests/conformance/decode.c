@@ -81,15 +81,19 @@ static const dcase cases[] = {
      0, 100, -1, 0, 1, 30.0f, 0, 0, 448, 1, 1, 0},
     {"paged16-mla-d576-dv512-gqa-spec4-append-nanpad-f16", F16, 2, 4, 8, 2, 576, 16, 128, {100, 20}, 4, 0, 0, 1, -1,
      -1, 0, 0, 0, 0, 8, 512, 0, 0, 0},
-    /* MLA's latent cache: v_cache a view of k_cache's first dv channels (the MLA kernel then reads V
-     * from the key rows it copied); paged, two row tiles with speculative rows, a sink and splits
-     * over NaN-padded rows, and a batch index with a window, softcap and ALiBi */
+    /* MLA's latent cache: v_cache a view of k_cache's first dv channels; paged, two row tiles with
+     * speculative rows, a sink and splits over NaN-padded rows, and a batch index with a window,
+     * softcap and ALiBi */
     {"paged64-mla-sharedv-d576-dv512-mqa-decode-bf16", B16, 2, 1, 16, 1, 576, 64, 256, {200, 37}, 0, 0, 0, 0, -1, -1,
      0, 0, 0, 0, 0, 512, 0, 0, 1},
     {"contig-mla-sharedv-d576-dv512-spec2-sink-splits-nanpad-f16", F16, 2, 2, 16, 1, 576, 0, 300, {257, 90}, 0, 0, 0,
      1, -1, -1, 0, 3, 0, 0, 8, 512, 1, 0, 1},
     {"contig-mla-sharedv-d512-dv448-batchidx-window-softcap-alibi-bf16", B16, 2, 1, 32, 1, 512, 0, 300, {299, 64}, 0,
      0, 0, 0, 100, -1, 1, 0, 30.0f, 0, 0, 448, 0, 1, 1},
+    /* 64 query heads of one KV head with two speculative rows each: 128 rows, two full tiles of the
+     * Hopper MLA kernel's 64, causal over splits */
+    {"contig-mla-sharedv-d576-dv512-heads64-spec2-splits-causal-bf16", B16, 2, 2, 64, 1, 576, 0, 200, {150, 77}, 0, 0,
+     0, 1, -1, -1, 0, 3, 0, 0, 0, 512, 0, 0, 1},
     {"paged16-dv-d64-dv128-nanpad-sink-f32", F32, 2, 1, 4, 2, 64, 16, 64, {30, 62}, 1, 0, 0, 0, -1, -1, 0, 2, 0, 0, 8,
      128, 1, 0, 0},
     /* ALiBi: one slope per sequence and head over speculative rows, appended keys and splits; one
