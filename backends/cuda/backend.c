@@ -52,6 +52,16 @@ int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *
 {
     return fa_sm90_forward(p, dtype, head_dim_pad, stream);
 }
+
+int fa_sm90_kv_mla(const fa_gpu_kv_params *p, int dtype, unsigned blocks, unsigned splits, void *stream)
+{
+    (void)p;
+    (void)dtype;
+    (void)blocks;
+    (void)splits;
+    (void)stream;
+    return (int)FA_RT_ERR_NO_KERNEL;
+}
 #endif
 
 static fa_status cuda_device_name(int device, char *buf, size_t len)

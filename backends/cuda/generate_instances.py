@@ -174,6 +174,18 @@ def sm90(f):
                               "return (int)cudaErrorInvalidValue;") + "}\n"
     f.add("sm90_dispatch.cu", s, library="sm90")
 
+    s = "// The Hopper MLA decode kernel's entry point (host/kernels.h's fa_sm90_kv_mla): the kernel alone,\n"
+    s += "// launched between the decode library's check, append and combine kernels. Built only for sm_90a.\n"
+    s += '#include "host/kernels.h"\n#include "decode/decode_mla_sm90.cuh"\n'
+    s += '\nextern "C" int fa_sm90_kv_mla(const fa_gpu_kv_params *p, int dtype, unsigned blocks, unsigned splits, void *stream)\n{\n'
+    s += "    const dim3 grid(blocks, splits);\n"
+    s += "    const cudaStream_t st = static_cast<cudaStream_t>(stream);\n"
+    for tag in HALF:
+        s += f"    if (dtype == {DTYPES[tag][0]})\n"
+        s += f"        return (int)fa_gpu::decode::launch_mla_sm90<fa_gpu::{DTYPES[tag][2]}>(*p, grid, st);\n"
+    s += "    return (int)cudaErrorInvalidValue;\n}\n"
+    f.add("sm90_decode_mla.cu", s, library="sm90")
+
 
 def simt(f):
     sig = "(const fa_gpu_params &, fa_gpu_stream)"

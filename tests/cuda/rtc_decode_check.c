@@ -34,10 +34,12 @@
 
 static fake_cuda_state *fake;
 
-/* One launch the test expects: the name expression, grid (x, y), block, dynamic shared memory. */
+/* One launch the test expects: the name expression, grid (x, y), block, dynamic shared memory;
+ * sm90a: compiled by the backend for sm_90a (else its name is lowered for sm_80). */
 typedef struct expected {
     const char *name;
     unsigned x, y, threads, shared;
+    int sm90a;
 } expected;
 
 /* the launches since the log was cleared are `want`, in that order */
@@ -47,7 +49,10 @@ static void check_launches(const char *what, const expected *want, int count)
     for (int i = 0; i < count; ++i) {
         const fake_cuda_launch *l = &fake->launches[i];
         char lowered[256];
-        lowered_name_of("decode", 80, 0, 0, want[i].name, lowered, sizeof lowered);
+        if (want[i].sm90a)
+            lowered_name_of("decode", 90, 'a', 1, want[i].name, lowered, sizeof lowered);
+        else
+            lowered_name_of("decode", 80, 0, 0, want[i].name, lowered, sizeof lowered);
         CHECK(strcmp(l->name, lowered) == 0, "%s: launch %d is %s, expected %s (%s)", what, i, l->name, lowered,
               want[i].name);
         CHECK(l->grid[0] == want[i].x && l->grid[1] == want[i].y && l->grid[2] == 1 && l->block[0] == want[i].threads &&
@@ -107,10 +112,10 @@ static void check_gqa_launches(const char *what, const char *decode, unsigned sp
                                const char *combine)
 {
     const expected want[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {decode, 4, splits, threads, shared},
-        {combine, 64, 1, 256, 0},
+        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
+        {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
+        {decode, 4, splits, threads, shared, 0},
+        {combine, 64, 1, 256, 0, 0},
     };
     check_launches(what, want, 4);
 }
@@ -119,6 +124,36 @@ static void check_gqa_launches(const char *what, const char *decode, unsigned sp
 static fa_kvcache_args mla_call(fa_context *ctx)
 {
     return decode_call(ctx, 16, 1, 576, 512);
+}
+
+/* MLA over a latent cache: hq query heads on one kv head, d 576, v_cache a view of k_cache's first
+ * 512 channels, nothing appended, the arrays checked on the host. */
+static fa_kvcache_args mla_latent_call(fa_context *ctx, int64_t hq)
+{
+    fa_kvcache_args a = decode_call(ctx, hq, 1, 576, 512);
+    a.v_cache = a.k_cache;
+    a.v_cache.shape[3] = 512;
+    memset(&a.k_new, 0, sizeof a.k_new);
+    memset(&a.v_new, 0, sizeof a.v_new);
+    a.check_on_device = 0;
+    return a;
+}
+
+/* The latent call's launches on the Hopper MLA kernel (`mod`: its softcap / ALiBi instance): one
+ * block per sequence and row tile of 64 (x), its splits, 256 threads with the query tile and two
+ * stages of 64 keys, 576 channels of 2 bytes each, and 1 KB to align them; then the combine (one
+ * block per query row and 32 channels). */
+static void check_mla_sm90_launches(const char *what, unsigned x, unsigned rows, int mod)
+{
+    const unsigned splits = fake->launch_log_len > 0 ? fake->launches[0].grid[1] : 0;
+    CHECK(splits >= 2, "%s: %u splits, expected the 16 slots shared", what, splits);
+    const expected want[] = {
+        {mod ? "fa_gpu::decode::decode_mla_sm90_kernel<fa_gpu::store_bf16, 576, 512, true>"
+             : "fa_gpu::decode::decode_mla_sm90_kernel<fa_gpu::store_bf16, 576, 512, false>",
+         x, splits, 256, (64 + 2 * 64) * 576 * 2 + 1024, 1},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", rows * 512 / 32, 1, 256, 0, 0},
+    };
+    check_launches(what, want, 2);
 }
 
 static fa_context *open_context(void)
@@ -204,10 +239,10 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-group-combine");
     {
         const expected want[] = {
-            {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-            {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-            {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 4, 256, 139264},
-            {"fa_gpu::decode::combine_groups_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
+            {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
+            {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
+            {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 4, 256, 139264, 0},
+            {"fa_gpu::decode::combine_groups_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
         };
         check_launches("GQA, kv-group-combine", want, 4);
     }
@@ -230,10 +265,10 @@ int main(int argc, char **argv)
         const unsigned splits = fake->launch_log_len > 2 ? fake->launches[2].grid[1] : 0;
         CHECK(splits >= 2, "MLA: %u splits, expected the 16 slots shared among 2 blocks", splits);
         const expected want[] = {
-            {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-            {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 5, 1, 256, 0},
-            {"fa_gpu::decode::decode_mla_kernel<fa_gpu::store_bf16, 576, 512, 32>", 2, splits, 256, 162048},
-            {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 512, 1, 256, 0},
+            {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
+            {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 5, 1, 256, 0, 0},
+            {"fa_gpu::decode::decode_mla_kernel<fa_gpu::store_bf16, 576, 512, 32>", 2, splits, 256, 162048, 0},
+            {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 512, 1, 256, 0, 0},
         };
         check_launches("MLA", want, 4);
     }
@@ -251,6 +286,41 @@ int main(int argc, char **argv)
     fa_context_destroy(ctx);
     fake->cc_minor = 0;
     fake->shared_optin = 166912;
+
+    /* FLASHATTN_KERNELS=kv-mla-sm90 on cc 9.0 (227 KB a block): the latent call on the Hopper MLA
+     * kernel, 16 heads in one row tile of 64 per sequence, 128 heads in two; with a softcap its MOD
+     * instance; with a V cache of its own, or on cc 8.0, the MLA kernel */
+    setenv("FLASHATTN_KERNELS", "kv-mla-sm90", 1);
+    fake->cc_major = 9;
+    fake->shared_optin = 232448;
+    ctx = open_context();
+    a = mla_latent_call(ctx, 16);
+    run(ctx, &a, "bf16 MLA decode over a latent cache, 16 heads, cc 9.0, kv-mla-sm90");
+    check_mla_sm90_launches("MLA latent, 16 heads, kv-mla-sm90", 2, 2 * 16, 0);
+    a = mla_latent_call(ctx, 128);
+    run(ctx, &a, "bf16 MLA decode over a latent cache, 128 heads, cc 9.0, kv-mla-sm90");
+    check_mla_sm90_launches("MLA latent, 128 heads, kv-mla-sm90", 4, 2 * 128, 0);
+    a = mla_latent_call(ctx, 16);
+    a.opts.softcap = 30.0f;
+    run(ctx, &a, "bf16 MLA decode over a latent cache, softcap, cc 9.0, kv-mla-sm90");
+    check_mla_sm90_launches("MLA latent, softcap, kv-mla-sm90", 2, 2 * 16, 1);
+    a = mla_call(ctx);
+    a.check_on_device = 0;
+    run(ctx, &a, "bf16 MLA decode with a V cache of its own, cc 9.0, kv-mla-sm90");
+    CHECK(fake->launch_log_len >= 2 && strstr(fake->launches[1].name, "decode_mla_kernel"),
+          "MLA with its own V cache under kv-mla-sm90: launch 1 is %s, expected the MLA kernel",
+          fake->launch_log_len >= 2 ? fake->launches[1].name : "(none)");
+    fa_context_destroy(ctx);
+    fake->cc_major = 8;
+    fake->shared_optin = 166912;
+    ctx = open_context();
+    a = mla_latent_call(ctx, 16);
+    run(ctx, &a, "bf16 MLA decode over a latent cache, cc 8.0, kv-mla-sm90");
+    CHECK(fake->launch_log_len >= 1 && strstr(fake->launches[0].name, "decode_mla_kernel"),
+          "MLA latent on cc 8.0 under kv-mla-sm90: launch 0 is %s, expected the MLA kernel",
+          fake->launch_log_len >= 1 ? fake->launches[0].name : "(none)");
+    fa_context_destroy(ctx);
+    unsetenv("FLASHATTN_KERNELS");
     ctx = open_context();
     a = gqa_call(ctx);
 
@@ -269,8 +339,8 @@ int main(int argc, char **argv)
     paged.num_splits = 2;
     run(ctx, &paged, "bf16 d 128 GQA decode over a paged cache, 2 splits");
     const expected paged_launches[] = {
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264, 0},
+        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0, 0},
     };
     check_launches("paged", paged_launches, 2);
     /* the same checked on the device: nothing appended and the keys split, so its decode blocks
@@ -281,8 +351,8 @@ int main(int argc, char **argv)
     paged.num_splits = 1;
     run(ctx, &paged, "the paged call checked on the device, 1 split: by the check kernel");
     const expected paged_whole[] = {
-        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 1, 256, 139264},
+        {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 1, 256, 139264, 0},
     };
     check_launches("paged, one split, checked by the check kernel", paged_whole, 2);
 
@@ -298,7 +368,7 @@ int main(int argc, char **argv)
     f.check_on_device = 0;
     f.num_splits = 1;
     run(ctx, &f, "fp32 d 64 MQA, 2 query tokens, 1 split");
-    const expected f32[] = {{"fa_gpu::decode::decode_kernel<fa_gpu::store_f32, 64, 8, false>", 4, 1, 128, 0}};
+    const expected f32[] = {{"fa_gpu::decode::decode_kernel<fa_gpu::store_f32, 64, 8, false>", 4, 1, 128, 0, 0}};
     check_launches("fp32", f32, 1);
 
     /* cache_leftpad, which the decode kernels do not take: with the arrays checked on the device

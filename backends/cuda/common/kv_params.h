@@ -55,6 +55,7 @@ typedef struct fa_gpu_kv_params {
     int64_t d_v;
     const float *sink;
     int group_combine; /* the splits merged by combine_groups.cuh's kernel, not combine_kernel */
+    int mla_sm90;      /* bucket FA_KV_MLA_D: decode_mla_sm90_kernels.cuh's kernel, not decode_mla_kernels.cuh's */
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

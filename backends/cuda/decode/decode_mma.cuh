@@ -6,6 +6,7 @@
 #include "decode/decode.cuh"
 #include "decode/decode_mma_kernels.cuh"
 #include "decode/decode_mla_kernels.cuh"
+#include "host/kernels.h" /* fa_sm90_kv_mla */
 
 namespace fa_gpu {
 namespace decode {
@@ -38,10 +39,14 @@ template <class S> fa_gpu_error prepare_mla()
 }
 
 /* The call's kernels with the instance of p.mma_warps warps; at bucket FA_KV_MLA_D with the MLA
- * kernel (its FA_KV_MLA_WARPS warps). */
+ * kernel (its FA_KV_MLA_WARPS warps), or where p.mla_sm90 the Hopper one (the sm90 library's). */
 template <class S, int D, int ST> fa_gpu_error launch_mma(const fa_gpu_kv_params &p, fa_gpu_stream stream)
 {
     if constexpr (D == FA_KV_MLA_D) {
+        if (p.mla_sm90)
+            return launch_call<S>(p, stream, [&](dim3 grid) {
+                return (fa_gpu_error)fa_sm90_kv_mla(&p, S::bf16 ? 2 : 1, grid.x, grid.y, stream);
+            });
         return launch_call<S>(p, stream, [&](dim3 grid) {
             fa_gpu_error e = prepare_mla<S>();
             if (e != FA_GPU_SUCCESS)

@@ -34,6 +34,7 @@ typedef struct fa_gpu_state {
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
     int kv_mma_four;          /* FLASHATTN_KERNELS=kv-mma-4-warps: that kernel with four warps a block */
     int kv_group_combine;     /* FLASHATTN_KERNELS=kv-group-combine: combine_groups_kernel where it fits */
+    int kv_mla_sm90;          /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA decode kernel where it fits */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last

@@ -65,6 +65,10 @@ int fa_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int
  * p->mma_warps warps a block, the occupancy's `warps`). */
 int fa_kv_forward_mma(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int warps, int *blocks);
+/* The Hopper MLA decode kernel alone (decode/decode_mla_sm90.cuh; the sm90 library, sm_90a) on
+ * blocks x splits blocks, for fa_kv_forward_mma's calls at bucket FA_KV_MLA_D with p->mla_sm90;
+ * dtype 1 fp16 or 2 bf16. Returns a cudaError_t value. */
+int fa_sm90_kv_mla(const fa_gpu_kv_params *p, int dtype, unsigned blocks, unsigned splits, void *stream);
 
 /* The HIP backend's MFMA forward (mfma/) compiled as CUDA, each matrix instruction
  * emulated by a 64-thread block through shared memory: a test of that kernel's logic on NVIDIA

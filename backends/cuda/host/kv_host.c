@@ -185,9 +185,19 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
 #endif
     if (wide) /* the MLA kernel's warps (its name has none) */
         kv.mma_warps = FA_KV_MLA_WARPS;
-    /* query rows per kv head, in tiles of 16 (tensor cores), or 4 or 8 */
+#if defined(FA_HAVE_SM90) && !defined(FA_RUNTIME_HIP)
+    /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA kernel (decode_mla_sm90_kernels.cuh) on cc 9.0
+     * where v_cache is a view of k_cache's first d_v channels, so that one copy of each key row
+     * serves as K and V */
+    kv.mla_sm90 = wide && s->kv_mla_sm90 && s->prop.major == 9 && kp->v_cache.data == kp->k_cache.data &&
+                  kp->v_cache.sb == kp->k_cache.sb && kp->v_cache.ss == kp->k_cache.ss &&
+                  kp->v_cache.sh == kp->k_cache.sh && p->d_v <= p->d &&
+                  (long long)s->prop.sharedMemPerBlockOptin >= FA_KV_MLA_SM90_SMEM + FA_KV_MLA_SM90_STATIC_BYTES;
+#endif
+    /* query rows per kv head, in tiles of 16 (tensor cores; 64 for the Hopper MLA kernel), or 4 or 8 */
     kv.rows = p->group * p->seqlen_q;
-    const int row_tile = mma                                  ? FA_KV_ROW_TILE_MMA
+    const int row_tile = kv.mla_sm90                          ? FA_KV_MLA_SM90_ROWS
+                         : mma                                ? FA_KV_ROW_TILE_MMA
                          : kv.rows <= FA_KV_ROW_TILE_SMALL ? FA_KV_ROW_TILE_SMALL
                                                            : FA_KV_ROW_TILE_LARGE;
     kv.row_tiles = (kv.rows + row_tile - 1) / row_tile;
@@ -199,10 +209,11 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.splits = 1;
     kv.keys_per_split = FA_KV_KEY_CHUNK;
     if (p->seqlen_q > 0) {
-        int resident = 0;
-        fa_rt_error e = (fa_rt_error)(mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, kv.mma_warps, &resident)
-                                          : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
-                                                                        &resident));
+        int resident = 1; /* the Hopper MLA kernel: one block a multiprocessor (kv_geometry.h) */
+        fa_rt_error e = (fa_rt_error)(kv.mla_sm90 ? FA_RT(Success)
+                                      : mma       ? entry->blocks_per_processor_mma((int)p->dtype, bucket, kv.mma_warps, &resident)
+                                                  : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
+                                                                                &resident));
         if (e != FA_RT(Success))
             return fa_gpu_fail(ctx, e, "fa_forward_kvcache: occupancy of the decode kernel");
         kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,

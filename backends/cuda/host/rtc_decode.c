@@ -11,8 +11,9 @@
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> (FA_KV_THREADS a block) or
  *                         decode_mma_kernel<S, D, ST, W> (W = p->mma_warps), at bucket
- *                         FA_KV_MLA_D decode_mla_kernel<S, D, DV, KEYS>, one block per
- *                         (sequence, kv head, row tile) by split;
+ *                         FA_KV_MLA_D decode_mla_kernel<S, D, DV, KEYS>, or where
+ *                         p->mla_sm90 decode_mla_sm90_kernel<S, D, DV, MOD> (for sm_90a), one
+ *                         block per (sequence, kv head, row tile) by split;
  *   combine_kernel<S>     where the keys are split, one block per (query row, 32 channels of o);
  *                         combine_groups_kernel<S> instead where p->group_combine, 32 lanes per
  *                         (query row, 128 channels), 8 such a block.
@@ -76,31 +77,35 @@ static int mma_name(int dtype, int bucket, int warps, char *name, char *why, siz
     return 1;
 }
 
-/* One kernel of the call on (x, y) blocks of `threads`, its one argument the parameter block. */
-static fa_rtc_status launch_kv(const char *name, int64_t x, int64_t y, unsigned threads, unsigned shared_bytes,
-                               const fa_gpu_kv_params *p, void *stream, char *why, size_t why_len)
+/* One kernel of the call on (x, y) blocks of `threads`, its one argument the parameter block;
+ * compiled for the device's sm with the architecture letter `suffix` (0: none). */
+static fa_rtc_status launch_kv(const char *name, char suffix, int64_t x, int64_t y, unsigned threads,
+                               unsigned shared_bytes, const fa_gpu_kv_params *p, void *stream, char *why,
+                               size_t why_len)
 {
-    const fa_rtc_launch_config c = {FAMILY, 0, x, y, 1, threads, shared_bytes};
+    const fa_rtc_launch_config c = {FAMILY, suffix, x, y, 1, threads, shared_bytes};
     void *args[] = {(void *)p};
     return fa_rtc_launch(name, &c, stream, args, why, why_len);
 }
 
-/* decode.cuh's launch_call: check and append, the decode kernel `decode`, then combine. */
-static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const char *decode, unsigned decode_threads,
-                                 unsigned decode_smem, void *stream, char *why, size_t why_len)
+/* decode.cuh's launch_call: check and append, the decode kernel `decode` (for the architecture
+ * letter decode_suffix), then combine. */
+static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const char *decode, char decode_suffix,
+                                 unsigned decode_threads, unsigned decode_smem, void *stream, char *why,
+                                 size_t why_len)
 {
     const char *storage = fa_simt_storage_name(dtype);
     char name[FA_RTC_NAME_MAX];
     fa_rtc_status st;
     if (p->fault && p->batch != 0 && !fa_kv_checks_in_blocks(p)) {
         snprintf(name, sizeof name, "fa_gpu::decode::check_kernel<%s>", storage);
-        if ((st = launch_kv(name, fa_kv_check_blocks(p->batch), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why,
+        if ((st = launch_kv(name, 0, fa_kv_check_blocks(p->batch), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why,
                             why_len)) != FA_RTC_OK)
             return st;
     }
     if (p->k_new.data && p->seqlen_knew != 0) {
         snprintf(name, sizeof name, "fa_gpu::decode::append_kernel<%s>", storage);
-        if ((st = launch_kv(name, fa_kv_stride_blocks(fa_kv_append_elements(p)), 1, FA_KV_ELEMENTWISE_THREADS, 0, p,
+        if ((st = launch_kv(name, 0, fa_kv_stride_blocks(fa_kv_append_elements(p)), 1, FA_KV_ELEMENTWISE_THREADS, 0, p,
                             stream, why, why_len)) != FA_RTC_OK)
             return st;
     }
@@ -110,13 +115,14 @@ static fa_rtc_status launch_call(const fa_gpu_kv_params *p, int dtype, const cha
     if (!fa_kv_decode_grid(p, &blocks, &splits))
         return invalid(why, why_len, "%s: %lld blocks by %lld splits exceed CUDA's grid", decode,
                        (long long)(p->batch * p->heads_kv * p->row_tiles), (long long)p->splits);
-    if ((st = launch_kv(decode, blocks, splits, decode_threads, decode_smem, p, stream, why, why_len)) != FA_RTC_OK)
+    if ((st = launch_kv(decode, decode_suffix, blocks, splits, decode_threads, decode_smem, p, stream, why,
+                        why_len)) != FA_RTC_OK)
         return st;
     if (p->splits == 1)
         return FA_RTC_OK;
     snprintf(name, sizeof name, "fa_gpu::decode::%s<%s>", p->group_combine ? "combine_groups_kernel" : "combine_kernel",
              storage);
-    return launch_kv(name, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why, why_len);
+    return launch_kv(name, 0, fa_kv_combine_blocks(p), 1, FA_KV_ELEMENTWISE_THREADS, 0, p, stream, why, why_len);
 }
 
 /* The SIMT instance's dynamic shared memory: the ring's where the instance has one. */
@@ -131,7 +137,7 @@ fa_rtc_status fa_rtc_launch_kv(const fa_gpu_kv_params *p, int dtype, int bucket,
     char name[FA_RTC_NAME_MAX];
     if (!simt_name(dtype, bucket, row_tile, async_copy, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return launch_call(p, dtype, name, FA_KV_THREADS, simt_smem(dtype, bucket, async_copy), stream, why, why_len);
+    return launch_call(p, dtype, name, 0, FA_KV_THREADS, simt_smem(dtype, bucket, async_copy), stream, why, why_len);
 }
 
 fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_copy, int *blocks, char *why,
@@ -153,9 +159,18 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
                                    size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
+    if (p->mla_sm90) { /* the Hopper MLA kernel (decode_mla_sm90_kernels.cuh), its MOD instance for a
+                        * softcap or ALiBi */
+        if ((dtype != 1 && dtype != 2) || bucket != FA_KV_MLA_D)
+            return invalid(why, why_len, "no Hopper MLA decode kernel for dtype %d, head-dim bucket %d", dtype, bucket);
+        snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mla_sm90_kernel<%s, %d, %d, %s>",
+                 fa_simt_storage_name(dtype), FA_KV_MLA_D, FA_KV_MLA_DV,
+                 fa_score_mod_factors_active(p->mod) ? "true" : "false");
+        return launch_call(p, dtype, name, 'a', FA_KV_MLA_SM90_THREADS, FA_KV_MLA_SM90_SMEM, stream, why, why_len);
+    }
     if (!mma_name(dtype, bucket, p->mma_warps, name, why, why_len))
         return FA_RTC_INVALID_ARG;
-    return launch_call(p, dtype, name, 32u * (unsigned)p->mma_warps, mma_smem(bucket, p->mma_warps), stream, why,
+    return launch_call(p, dtype, name, 0, 32u * (unsigned)p->mma_warps, mma_smem(bucket, p->mma_warps), stream, why,
                        why_len);
 }
 
