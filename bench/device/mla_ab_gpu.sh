@@ -3,6 +3,8 @@
 # against the same tree with BASE_PATCH reversed (A), both built the fast way (-Dcuda-kernels=rtc),
 # in one call; logs under $OUT as it goes, packed at the end into $OUT/all.tgz:
 #   - B: the decode grid (decode-default.txt), the MLA cases under memcheck, racecheck and synccheck;
+#     with SWITCH=<tokens> the same again under FLASHATTN_KERNELS=<tokens> (decode-<tokens>.txt,
+#     <tool>-mla-<tokens>.log), which the split counts and the profile below then run under too;
 #   - bench/decode_bench.py --graph on A and B (AB_SIDES; B-<tokens>: B under
 #     FLASHATTN_KERNELS=<tokens>) in turn, REPEAT rounds (bench-mla.md): 16 and 128
 #     query heads over one KV head with v_cache a view of k_cache (--shared-v, MLA's latent cache),
@@ -18,16 +20,21 @@ AB_NAME=mla
 . "$(dirname "$0")/ab_builds.sh"
 export FLASHATTN_CACHE_DIR=$root/build-mla-kernel-cache FLASHATTN_COMPILE_LOG=0
 B=$root/build-mla-B
-timeout 150 "$B/tests/conformance/decode" --backend cuda > "$OUT/decode-default.txt" 2>&1
-rc=$?; [ $rc -ne 0 ] && status=1
-echo "$(stamp) decode grid: exit $rc; $(tail -1 "$OUT/decode-default.txt")"
-grep -E "FAIL" "$OUT/decode-default.txt" | head -5
-for tool in memcheck racecheck synccheck; do
-  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$B/tests/conformance/decode" --backend cuda \
-    --filter mla > "$OUT/$tool-mla.log" 2>&1
+SWITCH=${SWITCH:-}
+for sw in "" ${SWITCH:+"$SWITCH"}; do
+  tag=${sw:-default}
+  env ${sw:+FLASHATTN_KERNELS=$sw} timeout 150 "$B/tests/conformance/decode" --backend cuda > "$OUT/decode-$tag.txt" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
-  echo "$(stamp) $tool, the MLA cases: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-mla.log" | tail -1)"
+  echo "$(stamp) decode grid ($tag): exit $rc; $(tail -1 "$OUT/decode-$tag.txt")"
+  grep -E "FAIL" "$OUT/decode-$tag.txt" | head -5
+  for tool in memcheck racecheck synccheck; do
+    env ${sw:+FLASHATTN_KERNELS=$sw} timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$B/tests/conformance/decode" --backend cuda --filter mla > "$OUT/$tool-mla${sw:+-$sw}.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) $tool, the MLA cases ($tag): exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-mla${sw:+-$sw}.log" | tail -1)"
+  done
 done
+[ -n "$SWITCH" ] && export FLASHATTN_KERNELS=$SWITCH
 SHAPES=${MLA_SHAPES:-1x4096,1x32768,8x8192,64x4096}
 switch_of() { case $1 in *-*) echo "FLASHATTN_KERNELS=${1#*-}" ;; *) echo "-u FLASHATTN_KERNELS" ;; esac; }
 for r in $(seq 1 "${REPEAT:-2}"); do
