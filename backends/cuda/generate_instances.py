@@ -176,7 +176,7 @@ def sm90(f):
 
     s = "// The Hopper MLA decode kernel's entry point (host/kernels.h's fa_sm90_kv_mla): the kernel alone,\n"
     s += "// launched between the decode library's check, append and combine kernels. Built only for sm_90a.\n"
-    s += '#include "host/kernels.h"\n#include "decode/decode_mla_sm90.cuh"\n'
+    s += '#include "host/kernels.h"\n#include "decode/decode_mla_sm90.cuh"\n#include "decode/decode_mma.cuh"\n'
     s += '\nextern "C" int fa_sm90_kv_mla(const fa_gpu_kv_params *p, int dtype, unsigned blocks, unsigned splits, void *stream)\n{\n'
     s += "    const dim3 grid(blocks, splits);\n"
     s += "    const cudaStream_t st = static_cast<cudaStream_t>(stream);\n"

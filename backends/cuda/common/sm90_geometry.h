@@ -70,7 +70,7 @@
 
 /* The tensor maps' constants, as cuda.h numbers them (tensor_map.cuh checks each against its
  * enum): the data types, no interleave, the 128-byte swizzle wgmma reads (sw128 in
- * sm90/primitives.cuh), L2 promotion by 256 bytes, zeros out of bounds; boxes of 64 columns. */
+ * common/wgmma.cuh), L2 promotion by 256 bytes, zeros out of bounds; boxes of 64 columns. */
 #define FA_SM90_TMA_FLOAT16 6
 #define FA_SM90_TMA_BFLOAT16 9
 #define FA_SM90_TMA_INTERLEAVE_NONE 0

@@ -23,7 +23,7 @@
 #define FA_GPU_DECODE_MLA_SM90_KERNELS_CUH
 
 #include "decode/decode_mma_kernels.cuh"
-#include "sm90/primitives.cuh"
+#include "common/wgmma.cuh"
 
 namespace fa_gpu {
 namespace decode {

@@ -6,7 +6,10 @@
 #include "decode/decode.cuh"
 #include "decode/decode_mma_kernels.cuh"
 #include "decode/decode_mla_kernels.cuh"
-#include "host/kernels.h" /* fa_sm90_kv_mla */
+
+/* The Hopper MLA kernel's launch (host/kernels.h declares it too; instances/sm90_decode_mla.cu,
+ * which defines it, sees both declarations) */
+extern "C" int fa_sm90_kv_mla(const fa_gpu_kv_params *p, int dtype, unsigned blocks, unsigned splits, void *stream);
 
 namespace fa_gpu {
 namespace decode {

@@ -3,6 +3,7 @@
 // launched between the decode library's check, append and combine kernels. Built only for sm_90a.
 #include "host/kernels.h"
 #include "decode/decode_mla_sm90.cuh"
+#include "decode/decode_mma.cuh"
 
 extern "C" int fa_sm90_kv_mla(const fa_gpu_kv_params *p, int dtype, unsigned blocks, unsigned splits, void *stream)
 {

@@ -10,7 +10,7 @@
  * tiles through tensor maps (tensor_map.cuh) that complete on the full barrier by their byte
  * count, the warp's 32 threads copying the rows' LSE and D with cp.async; otherwise the whole
  * warpgroup copies everything with cp.async.
- * Every tile is in the 128-byte swizzled layout (primitives.cuh, sw128). Per query tile, each
+ * Every tile is in the 128-byte swizzled layout (common/wgmma.cuh, sw128). Per query tile, each
  * consumer computes, transposed as in the sm80 kernel so that P^T and dS^T come out as A
  * fragments:
  *   S^T = K Q^T and dP^T = V dO^T     wgmma m64n{BQ}k16, both operands K-major in shared memory

@@ -7,7 +7,7 @@
  * for dropout and block lists at d <= 128 (FLASHATTN_KERNELS=sm90; the chooser sends those to
  * sm80, faster there). Two warpgroups (256 threads) per 128-row query tile, 64 rows each, sharing
  * the 64-key K/V tiles. The tiles pass through three shared-memory stages in the core-matrix
- * layout wgmma reads (primitives.cuh, blocked()), filled by cp.async two tiles ahead; each stage
+ * layout wgmma reads (common/wgmma.cuh, blocked()), filled by cp.async two tiles ahead; each stage
  * has a "full" mbarrier (every thread arrives when its copies land) and an "empty" one (every
  * thread arrives when its products on the stage are done), so there is no block-wide barrier in
  * the key loop. S = Q K^T as wgmma m64n64k16 with both operands in shared memory; the
@@ -27,7 +27,7 @@
 #include "common/score_mod.cuh"
 #include "common/softmax_step.cuh"
 #include "common/split_combine.cuh"
-#include "sm90/primitives.cuh"
+#include "common/wgmma.cuh"
 #include "sm90/tma.cuh"
 #include "common/sm90_geometry.h"
 

@@ -4,7 +4,7 @@
  * one view of a dense call (K or V for the forward, Q or dO for the backward) as a 4-D tensor
  * (head dim, rows, heads, batch) with the view's strides, read in boxes of 64 columns x the
  * kernel's tile rows, written to shared memory in the 128-byte swizzled layout that wgmma reads
- * (sw128 in primitives.cuh; every box 1024-byte aligned); rows past the sequence and columns
+ * (sw128 in common/wgmma.cuh; every box 1024-byte aligned); rows past the sequence and columns
  * past d read as zeros. The maps' shapes come from common/sm90_geometry.h, which the run-time
  * compiled build's launcher (host/rtc_sm90.c) encodes as well; the encoder here is the driver's
  * cuTensorMapEncodeTiled, found at run time through the runtime (no link dependency on libcuda).

@@ -1,13 +1,13 @@
-/* primitives.cuh: the Hopper (sm_90a) warpgroup matrix instructions the sm90 kernels use:
- * wgmma.mma_async with fp32 accumulators, A from shared memory (SS) or registers (RS), B from
+/* wgmma.cuh: the Hopper (sm_90a) warpgroup matrix instructions the sm90 kernels and the Hopper MLA
+ * decode kernel use: wgmma.mma_async with fp32 accumulators, A from shared memory (SS) or registers (RS), B from
  * shared memory, and their fences. Shared-memory operands are described by 64-bit matrix
  * descriptors over the canonical no-swizzle layout: 8 x 8 "core matrices" of 16-byte rows stored
  * as 128 contiguous bytes (blocked(), below). Accumulators of m64nNk16: thread t of the
  * warpgroup holds, for each n8 block j, rows 16 (t / 32) + (t % 32) / 4 (+ 8) and columns
  * 8 j + 2 (t % 4) (+ 1): per warp the layout of mma.sync m16n8, so the sm80 softmax step and the
  * accumulator-to-A conversion apply unchanged. Compile for -gencode=arch=compute_90a,code=sm_90a. */
-#ifndef FA_SM90_PRIMITIVES_CUH
-#define FA_SM90_PRIMITIVES_CUH
+#ifndef FA_GPU_WGMMA_CUH
+#define FA_GPU_WGMMA_CUH
 
 #if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
 #include "common/rtc_prelude.cuh"
@@ -233,4 +233,4 @@ FA_WG_RS(__half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "{%64,%65,%66,%67}, %68")
 
 } // namespace fa_gpu::sm90
 
-#endif /* FA_SM90_PRIMITIVES_CUH */
+#endif /* FA_GPU_WGMMA_CUH */
