@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(FA_SPLIT_COMBINE_THREADS) split_combine_kernel
     constexpr int WARPS = FA_SPLIT_COMBINE_THREADS / 32, CH = D / 32;
     static_assert(D % 32 == 0, "whole channel groups of 32");
     const int lane = threadIdx.x & 31;
-    const int64_t items = p.total_q * p.heads_q, per_split = items;
+    const int64_t items = p.total_q * p.heads_q;
     const int64_t item = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; /* (packed row, head) */
     if (item >= items)
         return;
