@@ -8,9 +8,13 @@
 #     group combine (kv-group-combine), one round;
 #   - the split counts at 1 x 4k and 1 x 32k and the kernel's profile at 64 x 4k under the switch.
 # Logs under $OUT (all.tgz). Usage: FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/mla_sm90_gpu.sh
-# (carry: [".deps"]; about 6 minutes)
+# (carry: [".deps"]; about 6 minutes; LEAN=1: the checks under the switch only, no split counts or
+# profile, about 4)
 set -uo pipefail
 : > build-mla-sm90-empty.patch
+if [ "${LEAN:-0}" = 1 ]; then
+  export SWITCH_ONLY=1 SPLITS="" MLA_PROFILE=0
+fi
 BASE_PATCH=build-mla-sm90-empty.patch SWITCH=kv-mla-sm90 \
   AB_SIDES="B B-kv-mla-sm90 B-kv-mla-sm90,kv-group-combine" REPEAT=${REPEAT:-1} bash "$(dirname "$0")/mla_ab_gpu.sh"
 status=$?
