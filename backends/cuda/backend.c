@@ -140,20 +140,30 @@ typedef struct cuda_choice {
 FA_VARIANT_CHOICE(cuda_choice)
 
 /* Whether the sm80 tensor-core family has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
- * an instance for the padded head dim (backward d <= 128, and d 225..256 without the
- * deterministic option where the device has the shared memory), and for a score modifier
- * 16-byte aligned rows (its MOD instances are the cp.async ones). Everything else is the SIMT
- * family's, as is everything under FLASHATTN_KERNELS=simt or =mfma-emulated. */
-static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int aligned, int mod)
+ * an instance for the padded head dim (backward d <= 128 and 225..256), for a score modifier
+ * 16-byte aligned rows (its MOD instances are the cp.async ones), and the shared memory its kernels
+ * ask for within what a block may opt into (an A100 gives 163 KB, sm_86 and sm_89 99 KB: the
+ * forward needs 104 KB at d 128 and 169 KB at d 256, sm80_geometry.h). *fused says which backward
+ * runs: 1 the fused kernel (bwd_kernel, or bwd_grid_kernel where the device has more), 0 the
+ * deterministic pair, asked for or where the fused kernel does not fit (d <= 128 only: d 256 has
+ * the fused kernel alone). Everything else is the SIMT family's, as is everything under
+ * FLASHATTN_KERNELS=simt or =mfma-emulated. */
+static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int aligned, int mod, int *fused)
 {
-    /* d 256 has the fused backward only, and it needs 213.5 KB (more than an A100 offers) */
-    if (p->backward && dpad > 128 &&
-        (p->deterministic || (size_t)s->prop.sharedMemPerBlockOptin < fa_sm80_fused_backward_smem(dpad)))
+    const size_t optin = s->prop.sharedMemPerBlockOptin;
+    *fused = 0;
+    if (!((s->kernels == FA_GPU_KERNELS_CHOOSER || s->kernels == FA_GPU_KERNELS_SM90 ||
+           s->kernels == FA_GPU_KERNELS_SM80) &&
+          s->prop.major >= 8 && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
+          fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod)))
         return 0;
-    return (s->kernels == FA_GPU_KERNELS_CHOOSER || s->kernels == FA_GPU_KERNELS_SM90 ||
-            s->kernels == FA_GPU_KERNELS_SM80) &&
-           s->prop.major >= 8 && (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16) &&
-           fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod);
+    if (!p->backward)
+        return fa_sm80_fwd_smem(dpad) <= optin;
+    /* with no queries the fused launcher runs the deterministic dK = dV = 0 kernel at d <= 128 */
+    const size_t det = fa_sm80_deterministic_smem(dpad);
+    const int det_fits = det != 0 && det <= optin;
+    *fused = !p->deterministic && fa_sm80_fused_backward_smem(dpad) <= optin && (dpad > 128 || det_fits);
+    return *fused || det_fits;
 }
 
 /* The Hopper instance's head dim for sm80's padded one: 64, 128 or 256. */
@@ -215,7 +225,8 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     /* the sink and d_v != d: the SIMT kernels only (the tensor-core families read neither) */
     const int simt_only = p->sink != NULL || p->d_v != p->d;
     const int sm90 = !simt_only && sm90_takes(gs, p, dpad, c->aligned, c->mod);
-    if (simt_only || (!sm90 && !sm80_covers(gs, p, dpad, c->aligned, c->mod))) {
+    int sm80_fused = 0;
+    if (simt_only || (!sm90 && !sm80_covers(gs, p, dpad, c->aligned, c->mod, &sm80_fused))) {
         c->aligned = 0;
         if (p->out_dtype != p->dtype) { /* the SIMT kernels store the input dtype */
             if (simt_only)
@@ -223,9 +234,12 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
                                        "run neither a learnable sink nor d_v != d",
                          fa_dtype_name(p->dtype));
             else
-                snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s%s)",
+                snprintf(why, why_len,
+                         "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s%s, "
+                         "and the shared memory of their tiles within the %zu bytes a block may have here)",
                          fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256",
-                         c->mod ? "; with softcap or ALiBi also 16-byte aligned rows and d % 8 == 0" : "");
+                         c->mod ? "; with softcap or ALiBi also 16-byte aligned rows and d % 8 == 0" : "",
+                         (size_t)gs->prop.sharedMemPerBlockOptin);
             return FA_ERR_UNSUPPORTED;
         }
         c->head_dim = fa_simt_bucket(p->d > p->d_v ? p->d : p->d_v);
@@ -250,14 +264,14 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     }
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
     c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
-    c->fused = p->backward && !p->deterministic;
+    c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
     return FA_SUCCESS;
 }
 
 static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_variant *out)
 {
     cuda_choice c;
-    char why[200];
+    char why[320];
     if (cuda_choice_of(ctx, p, &c, why, sizeof why) != FA_SUCCESS)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "%s", why);
     const char *dir = p->backward ? "bwd" : "fwd", *dt = fa_dtype_name(p->dtype), *mod = c.mod ? "+mod" : "";
@@ -269,7 +283,7 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
         break;
     case FAMILY_SM80:
         snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s", dir, dt, c.head_dim,
-                 c.aligned ? "cpasync" : "ldg", p->backward && p->deterministic ? "-deterministic" : "", mod);
+                 c.aligned ? "cpasync" : "ldg", p->backward && !c.fused ? "-deterministic" : "", mod);
         break;
     case FAMILY_MFMA_EMULATED:
         snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d%s", dt, c.head_dim, mod);
@@ -403,7 +417,7 @@ static int64_t cuda_workspace(const fa_context *ctx, const fa_problem *p)
 {
     int64_t bytes = fa_gpu_mask_workspace(p, FA_GPU_BLOCK);
     cuda_choice c;
-    char why[200];
+    char why[320];
     if (p->backward) { /* D and LSE log2(e), and the fused kernels' fp32 dQ (none where no kernel runs p) */
         bytes += p->total_q * p->heads_q * 8;
         if (cuda_choice_of(ctx, p, &c, why, sizeof why) == FA_SUCCESS)

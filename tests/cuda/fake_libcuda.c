@@ -305,6 +305,9 @@ EXPORT int cuFuncSetAttribute(void *function, int attribute, int value)
 {
     int r = result_of("cuFuncSetAttribute");
     const int slot = slot_of(function);
+    /* the driver refuses more than the device's opt-in limit less the kernel's static bytes */
+    if (!r && attribute == 8 && state.shared_optin > 0 && (long)value > (long)state.shared_optin - (long)state.static_shared_bytes)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
     if (!r && attribute == 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */ && slot >= 0)
         function_max_dynamic[slot] = (long)value + 1;
     return r;

@@ -10,7 +10,11 @@
  *     fused backward on bwd_kernel (bwd_grid_kernel does not fit): dsum, the dQ accumulator's
  *     memset, bwd_kernel, dq_convert; the deterministic dkdv / dq pair; an unaligned call (d 100:
  *     the ldg instance); softcap (the MOD instance); d 256's backward left to the SIMT kernels
- *     (213.5 KB does not fit); a failing memset as FA_ERR_BACKEND naming the driver's error;
+ *     (213.5 KB does not fit), and its forward (169 KB) too, where d 224's fits; a failing memset
+ *     as FA_ERR_BACKEND naming the driver's error;
+ *   - cc 8.6 with 101376 bytes (sm_86 and sm_89): the d 96 forward; d 96's backward on the
+ *     deterministic pair where bwd_kernel does not fit; d 64's on bwd_kernel; d 128's forward and
+ *     backward on the SIMT kernels, none of the sm80 ones fitting;
  *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
  *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes;
  *     FLASHATTN_KERNELS=sm80,sm80-backward=rows back on bwd_kernel.
@@ -120,12 +124,12 @@ static void backward(problem *p, const char *what)
     printf("ok: %s: %.2f s (NVRTC's compiles of the kernels not yet cached)\n", what, now_seconds() - t0);
 }
 
-static fa_context *open_device(int major, int optin, const char *kernels)
+static fa_context *open_device_cc(int major, int minor, int optin, const char *kernels)
 {
     fake->cc_major = major;
-    fake->cc_minor = 0;
+    fake->cc_minor = minor;
     fake->shared_optin = optin;
-    arch = 10 * major;
+    arch = 10 * major + minor;
     if (kernels)
         setenv("FLASHATTN_KERNELS", kernels, 1);
     else
@@ -134,6 +138,22 @@ static fa_context *open_device(int major, int optin, const char *kernels)
     fa_status st = fa_context_create(&ctx, "cuda", 0);
     CHECK(st == FA_SUCCESS, "fa_context_create(cuda): %s", fa_last_error());
     return ctx;
+}
+
+static fa_context *open_device(int major, int optin, const char *kernels)
+{
+    return open_device_cc(major, 0, optin, kernels);
+}
+
+/* Every launch since the log was cleared is a SIMT kernel's (and there was one). */
+static void expect_simt(const char *what)
+{
+    CHECK(fake->launch_log_len > 0, "%s: no launch", what);
+    for (int i = 0; i < fake->launch_log_len; ++i)
+        CHECK(strstr(fake->launches[i].name, "simt") != NULL, "%s: launch %d is %s, not a SIMT kernel", what, i,
+              fake->launches[i].name);
+    printf("ok: %s: %d SIMT launches (%s)\n", what, fake->launch_log_len,
+           fake->launches[fake->launch_log_len - 1].name);
 }
 
 #define N(a) ((int)(sizeof a / sizeof a[0]))
@@ -266,6 +286,52 @@ int main(int argc, char **argv)
           "cc 8.0 d 256 backward: the last of %d launches is %s", fake->launch_log_len,
           fake->launches[fake->launch_log_len - 1].name);
     printf("ok: cc 8.0 d 256 backward on the SIMT kernels (%s)\n", fake->launches[fake->launch_log_len - 1].name);
+    /* and its forward's 168960 bytes (Q [64][264], K and V [2][64][264]) do not fit either */
+    forward(&p, "cc 8.0 bf16 d256 forward (SIMT)");
+    expect_simt("cc 8.0 d 256 forward");
+    free_problem(&p);
+    /* d 224's 148480 bytes fit */
+    p = make_problem(ctx, 224);
+    forward(&p, "cc 8.0 bf16 d224 forward");
+    const launch f224[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 224, true, 0>", 4, H, B, 128,
+                            2 * (64 + 4 * 64) * 232}};
+    expect("cc 8.0 d224 forward", f224, N(f224), -1);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+
+    /* cc 8.6 (RTX 30 series; 8.9 has the same limit): 101376 bytes a block may opt into */
+    ctx = open_device_cc(8, 6, 101376, NULL);
+    p = make_problem(ctx, 96);
+    forward(&p, "cc 8.6 bf16 d96 forward");
+    const launch f96[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 96, true, 0>", 2, H, B, 128,
+                           2 * (128 + 4 * 64) * 104}};
+    expect("cc 8.6 d96 forward", f96, N(f96), -1);
+    /* bwd_kernel's 125952 bytes do not fit; the deterministic pair's do */
+    backward(&p, "cc 8.6 bf16 d96 backward");
+    const launch b96[] = {
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::sm80::dkdv_kernel<__nv_bfloat16, 96, 32, true>", 4, H, B, 128, 2 * 6 * 64 * 104 + 4 * 4 * 32},
+        {"fa_gpu::sm80::dq_kernel<__nv_bfloat16, 96, true>", 4, H, B, 128, 2 * 6 * 64 * 104},
+    };
+    expect("cc 8.6 d96 backward", b96, N(b96), -1);
+    free_problem(&p);
+    p = make_problem(ctx, 64);
+    backward(&p, "cc 8.6 bf16 d64 backward");
+    const launch b64[] = {
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 64, true, 0>", 2, H, B, 256,
+         2 * (2 * 128 * 72 + 4 * 64 * 72 + 128 * 72) + 4 * 4 * 64},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 64>", S * 64 / 256, H, B, 256, 0},
+    };
+    expect("cc 8.6 d64 fused backward", b64, N(b64), 1);
+    free_problem(&p);
+    /* d 128: the forward's 104448 bytes, bwd_kernel's 158720 and the deterministic pair's 104960
+     * bytes do not fit */
+    p = make_problem(ctx, 128);
+    forward(&p, "cc 8.6 bf16 d128 forward (SIMT)");
+    expect_simt("cc 8.6 d 128 forward");
+    backward(&p, "cc 8.6 bf16 d128 backward (SIMT)");
+    expect_simt("cc 8.6 d 128 backward");
     free_problem(&p);
     fa_context_destroy(ctx);
 

@@ -119,6 +119,25 @@ static inline size_t fa_sm80_bwd_smem(int d)
     return t.bwd_rows ? FA_SM80_BWD_SMEM(d, t.bwd_rows) : 0;
 }
 
+/* The forward's dynamic shared memory (16-bit elements) at a padded head dim with an instance; 0
+ * otherwise. The split instances use the same. */
+static inline size_t fa_sm80_fwd_smem(int d)
+{
+    const fa_sm80_tile t = fa_sm80_tile_of(d);
+    return t.d ? (size_t)FA_SM80_FWD_SMEM(2, d, FA_SM80_FWD_ROWS(t.fwd_mtiles)) : 0;
+}
+
+/* The larger of the deterministic pair's (dkdv_kernel, dq_kernel) at a padded head dim <= 128 with
+ * a backward instance; 0 otherwise (no deterministic kernels). */
+static inline size_t fa_sm80_deterministic_smem(int d)
+{
+    const fa_sm80_tile t = fa_sm80_tile_of(d);
+    if (!t.bwd_rows || d > 128)
+        return 0;
+    const size_t a = FA_SM80_DKDV_SMEM(2, d), b = FA_SM80_DQ_SMEM(2, d);
+    return a > b ? a : b;
+}
+
 #ifdef __cplusplus
 }
 #endif
