@@ -134,10 +134,19 @@ typedef struct cuda_choice {
     int fused;    /* backward: the non-deterministic kernel adding dQ into an fp32 accumulator of
                      total_q x heads_q x head_dim floats (sm80, sm90) */
     int mod;      /* softcap or ALiBi: the kernels' MOD instances */
+    int fwd_stages; /* sm80 forward: K / V stages, 1 (aligned rows, FLASHATTN_KERNELS=sm80-fwd-stages=1) or 2 */
 } cuda_choice;
 
 /* The launch callbacks receive the variant, not the context: the choice travels in it. */
 FA_VARIANT_CHOICE(cuda_choice)
+
+/* The sm80 forward's K / V stages for a call: one where the context was opened under
+ * FLASHATTN_KERNELS=sm80-fwd-stages=1 and rows are 16-byte aligned (the one-stage kernels are
+ * cp.async ones; opt-in until they have run on a GPU), else two. */
+static int sm80_fwd_stages(const fa_gpu_state *s, int aligned)
+{
+    return aligned && s->sm80_fwd_stages == 1 ? 1 : 2;
+}
 
 /* Whether the sm80 tensor-core family has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
  * an instance for the padded head dim (backward d <= 128 and 225..256), for a score modifier
@@ -158,7 +167,7 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
           fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod)))
         return 0;
     if (!p->backward)
-        return fa_sm80_fwd_smem(dpad) <= optin;
+        return fa_sm80_fwd_smem(dpad, sm80_fwd_stages(s, aligned)) <= optin;
     /* with no queries the fused launcher runs the deterministic dK = dV = 0 kernel at d <= 128 */
     const size_t det = fa_sm80_deterministic_smem(dpad);
     const int det_fits = det != 0 && det <= optin;
@@ -265,6 +274,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
     c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
+    c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, c->aligned) : 2;
     return FA_SUCCESS;
 }
 
@@ -282,8 +292,9 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
                  p->backward || plain || sm90_ws_dropout(p, c.mod) ? "-ws" : "", mod);
         break;
     case FAMILY_SM80:
-        snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s", dir, dt, c.head_dim,
-                 c.aligned ? "cpasync" : "ldg", p->backward && !c.fused ? "-deterministic" : "", mod);
+        snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s%s", dir, dt, c.head_dim,
+                 c.aligned ? "cpasync" : "ldg", p->backward && !c.fused ? "-deterministic" : "",
+                 c.fwd_stages == 1 ? "-1stage" : "", mod);
         break;
     case FAMILY_MFMA_EMULATED:
         snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d%s", dt, c.head_dim, mod);
@@ -302,7 +313,7 @@ static int launch_forward(const fa_gpu_params *kp, const cuda_choice *c, void *s
 {
     switch (c->family) {
     case FAMILY_SM90: return fa_sm90_forward(kp, (int)c->dtype, c->head_dim, stream);
-    case FAMILY_SM80: return fa_sm80_forward(kp, (int)c->dtype, c->head_dim, c->aligned, stream);
+    case FAMILY_SM80: return fa_sm80_forward(kp, (int)c->dtype, c->head_dim, c->aligned, c->fwd_stages, stream);
 #ifdef FA_HAVE_MFMA_EMULATED
     case FAMILY_MFMA_EMULATED: return fa_mfma_forward(kp, (int)c->dtype, c->head_dim, stream);
 #else

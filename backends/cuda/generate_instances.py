@@ -111,6 +111,12 @@ def sm80(f):
             ctype = DTYPES[tag][1]
             for d in dims:
                 body = inc + "\nnamespace fa_gpu::sm80 {\n"
+                one_stage = f"cudaError_t launch_forward<{ctype}, {d}, true, 1>{sig};\n"
+                if direction == "fwd":  # the one-stage forward: a file of its own (compiled in parallel)
+                    body += "extern template " + one_stage
+                    externs += "extern template " + one_stage
+                    f.add(f"sm80_fwd_{tag}_d{d}_stages1.cu",
+                          inc + "\nnamespace fa_gpu::sm80 {\ntemplate " + one_stage + "} // namespace fa_gpu::sm80\n")
                 for aligned in ("true", "false"):
                     body += f"template cudaError_t {fn}<{ctype}, {d}, {aligned}>{sig};\n"
                     externs += f"extern template cudaError_t {fn}<{ctype}, {d}, {aligned}>{sig};\n"
@@ -122,8 +128,11 @@ def sm80(f):
                             (SM80["backward"], "launch_backward", "fa_sm80_backward")):
         def call(tag, d, fn=fn):
             c = f"fa_gpu::sm80::{fn}<{DTYPES[tag][1]}, {d}, %s>(*p, st)"
+            if fn == "launch_forward":  # aligned calls in one K / V stage or two
+                return f"return !aligned ? {c % 'false'} : stages == 1 ? {c % 'true, 1'} : {c % 'true'};"
             return f"return aligned ? {c % 'true'} : {c % 'false'};"
-        s += f'\nextern "C" int {cname}(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)\n{{\n'
+        stages = ", int stages" if fn == "launch_forward" else ""
+        s += f'\nextern "C" int {cname}(const fa_gpu_params *p, int dtype, int head_dim, int aligned{stages}, void *stream)\n{{\n'
         s += "    const cudaStream_t st = static_cast<cudaStream_t>(stream);\n"
         s += by_dtype_and_dim(HALF, dims, call, "return (int)cudaErrorInvalidValue;") + "}\n"
     s += '\nextern "C" int fa_sm80_has_instance(int dtype, int head_dim, int backward, int aligned, int mod)\n{\n'

@@ -14,7 +14,10 @@
  *     as FA_ERR_BACKEND naming the driver's error;
  *   - cc 8.6 with 101376 bytes (sm_86 and sm_89): the d 96 forward; d 96's backward on the
  *     deterministic pair where bwd_kernel does not fit; d 64's on bwd_kernel; d 128's forward and
- *     backward on the SIMT kernels, none of the sm80 ones fitting;
+ *     backward on the SIMT kernels, none of the sm80 ones fitting; under
+ *     FLASHATTN_KERNELS=sm80-fwd-stages=1 the one-stage forward at d 128 (plain and softcap) and
+ *     d 256, unaligned rows still on the SIMT kernels; its split instance (cc 8.0); the switch's
+ *     bad values refused;
  *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
  *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes;
  *     FLASHATTN_KERNELS=sm80,sm80-backward=rows back on bwd_kernel.
@@ -334,6 +337,55 @@ int main(int argc, char **argv)
     expect_simt("cc 8.6 d 128 backward");
     free_problem(&p);
     fa_context_destroy(ctx);
+
+    /* FLASHATTN_KERNELS=sm80-fwd-stages=1: the one-stage forward (Q and one K, V tile: 69632 bytes
+     * at d 128, 101376 at d 256) fits where two stages do not; unaligned rows have no one-stage
+     * kernel, so d 100 stays on the SIMT ones */
+    ctx = open_device_cc(8, 6, 101376, "sm80-fwd-stages=1");
+    p = make_problem(ctx, 128);
+    forward(&p, "cc 8.6 bf16 d128 forward, one stage");
+    const launch one128[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false, false, 1>", 2, H, B,
+                              128, 2 * (128 + 2 * 64) * 136}};
+    expect("cc 8.6 d128 one-stage forward", one128, N(one128), -1);
+    p.fwd.opts.softcap = 30.0f;
+    forward(&p, "cc 8.6 bf16 d128 softcap forward, one stage");
+    const launch capped1[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 2, true, false, 1>", 2, H, B,
+                               128, 2 * (128 + 2 * 64) * 136}};
+    expect("cc 8.6 d128 one-stage softcap forward", capped1, N(capped1), -1);
+    free_problem(&p);
+    p = make_problem(ctx, 256);
+    forward(&p, "cc 8.6 bf16 d256 forward, one stage");
+    const launch one256[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 256, true, 0, false, false, 1>", 4, H, B,
+                              128, 2 * (64 + 2 * 64) * 264}};
+    expect("cc 8.6 d256 one-stage forward", one256, N(one256), -1);
+    free_problem(&p);
+    p = make_problem(ctx, 100);
+    forward(&p, "cc 8.6 bf16 d100 (unaligned) forward, one stage asked for");
+    expect_simt("cc 8.6 d 100 unaligned forward");
+    free_problem(&p);
+    fa_context_destroy(ctx);
+    /* and the split instance, in three splits */
+    ctx = open_device(8, 166912, "sm80-fwd-stages=1,fwd-split=3");
+    p = make_problem(ctx, 128);
+    forward(&p, "cc 8.0 bf16 d128 forward, one stage, fwd-split=3");
+    const launch split1[] = {
+        {"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false, true, 1>", 2, H, B * 3, 128,
+         2 * (128 + 2 * 64) * 136},
+        {"fa_gpu::split_combine_kernel<__nv_bfloat16, 128>", (B * S * H + 3) / 4, 1, 1, 128, 0},
+    };
+    expect("cc 8.0 one-stage forward in three splits", split1, N(split1), -1);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+    static const char *const refused[] = {"sm80-fwd-stages=3", "sm80-fwd-stages="};
+    for (int i = 0; i < 2; ++i) {
+        setenv("FLASHATTN_KERNELS", refused[i], 1);
+        fa_context *bad = NULL;
+        const fa_status st2 = fa_context_create(&bad, "cuda", 0);
+        unsetenv("FLASHATTN_KERNELS");
+        CHECK(st2 == FA_ERR_INVALID_ARG && bad == NULL && strstr(fa_last_error(), refused[i]), "%s: status %d: %s",
+              refused[i], (int)st2, fa_last_error());
+        printf("ok: %s refused: %s\n", refused[i], fa_last_error());
+    }
 
     /* cc 9.0, an H100's opt-in shared memory, the sm80 family forced */
     ctx = open_device(9, 232448, "sm80");

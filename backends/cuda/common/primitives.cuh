@@ -231,6 +231,30 @@ __device__ __forceinline__ void gemm_nt_s(float (*acc)[4], uint32_t a, uint32_t 
     }
 }
 
+/* gemm_nt_s for MT m16 tiles of A (rows 16 mt.. at a + 2 * 16 mt LDA) at once: each X fragment
+ * read from shared memory feeds MT mma. */
+template <typename T, int MT, int N, int K, int LDA, int LDX>
+__device__ __forceinline__ void gemm_nt_rows_s(float (&acc)[MT][N / 8][4], uint32_t a, uint32_t x)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            ldsm_x4(af[mt], a + 2u * (uint32_t)(mt * 16 * LDA + kk));
+#pragma unroll
+        for (int n = 0; n < N; n += 16) {
+            uint32_t bf[4];
+            ldsm_x4(bf, x + 2u * (uint32_t)(n * LDX + kk));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                elem<T>::mma(acc[mt][n / 8], af[mt], bf[0], bf[1]);
+                elem<T>::mma(acc[mt][n / 8 + 1], af[mt], bf[2], bf[3]);
+            }
+        }
+    }
+}
+
 /* Two independent products in one k loop, C0 += A0 X0^T and C1 += A1 X1^T (the backward's S^T
  * and dP^T): twice the independent MMAs behind each wait for fragments. */
 template <typename T, int N, int K, int LDA, int LDX>
@@ -280,6 +304,25 @@ __device__ __forceinline__ void gemm_pn_s(float (*acc)[4], const uint32_t (*pf)[
             elem<T>::mma(acc[n / 8 + 1], pf[kk / 16], bf[2], bf[3]);
         }
     }
+}
+
+/* gemm_pn_s for MT m16 tiles of P at once: each X fragment feeds MT mma. */
+template <typename T, int MT, int N, int K, int LDX>
+__device__ __forceinline__ void gemm_pn_rows_s(float (&acc)[MT][N / 8][4], const uint32_t (&pf)[MT][K / 16][4],
+                                               uint32_t x)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16)
+#pragma unroll
+        for (int n = 0; n < N; n += 16) {
+            uint32_t bf[4];
+            ldsm_x4_t(bf, x + 2u * (uint32_t)(kk * LDX + n));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                elem<T>::mma(acc[mt][n / 8], pf[mt][kk / 16], bf[0], bf[1]);
+                elem<T>::mma(acc[mt][n / 8 + 1], pf[mt][kk / 16], bf[2], bf[3]);
+            }
+        }
 }
 
 /* Accumulators (16 x K, fp32) to A fragments for the next product: the C layout of two

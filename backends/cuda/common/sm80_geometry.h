@@ -50,9 +50,11 @@
 #define FA_SM80_CONVERT_THREADS 256
 
 /* The forward's query rows per block at fwd_mtiles MT, and its dynamic shared memory at head dim D
- * with elements of ELEM bytes: Q [ROWS][D + 8] and double-buffered K, V [2][64][D + 8]. */
+ * with elements of ELEM bytes: Q [ROWS][D + 8] and K, V [STAGES][64][D + 8] (forward.cuh's
+ * STAGES; FA_SM80_FWD_SMEM: the default two). */
 #define FA_SM80_FWD_ROWS(MT) (4 * 16 * (MT))
-#define FA_SM80_FWD_SMEM(ELEM, D, ROWS) ((ELEM) * ((ROWS) + 4 * FA_GPU_BLOCK) * ((D) + 8))
+#define FA_SM80_FWD_SMEM_STAGES(ELEM, D, ROWS, STAGES) ((ELEM) * ((ROWS) + 2 * (STAGES) * FA_GPU_BLOCK) * ((D) + 8))
+#define FA_SM80_FWD_SMEM(ELEM, D, ROWS) FA_SM80_FWD_SMEM_STAGES(ELEM, D, ROWS, 2)
 /* bwd_kernel's blocks per 128-key tile: above d 128, two passes of d / 2 output columns. */
 #define FA_SM80_BWD_PASSES(D) ((D) > 128 ? 2 : 1)
 /* bwd_kernel's dynamic shared memory (16-bit elements) at head dim D, BQ query rows per step:
@@ -119,12 +121,12 @@ static inline size_t fa_sm80_bwd_smem(int d)
     return t.bwd_rows ? FA_SM80_BWD_SMEM(d, t.bwd_rows) : 0;
 }
 
-/* The forward's dynamic shared memory (16-bit elements) at a padded head dim with an instance; 0
- * otherwise. The split instances use the same. */
-static inline size_t fa_sm80_fwd_smem(int d)
+/* The forward's dynamic shared memory (16-bit elements) at a padded head dim with an instance and
+ * that many stages; 0 where there is no instance. The split instances use the same. */
+static inline size_t fa_sm80_fwd_smem(int d, int stages)
 {
     const fa_sm80_tile t = fa_sm80_tile_of(d);
-    return t.d ? (size_t)FA_SM80_FWD_SMEM(2, d, FA_SM80_FWD_ROWS(t.fwd_mtiles)) : 0;
+    return t.d ? (size_t)FA_SM80_FWD_SMEM_STAGES(2, d, FA_SM80_FWD_ROWS(t.fwd_mtiles), stages) : 0;
 }
 
 /* The larger of the deterministic pair's (dkdv_kernel, dq_kernel) at a padded head dim <= 128 with

@@ -80,6 +80,13 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     if (fa_kernels_switch("sm80-backward", value, sizeof value) && strcmp(value, "rows") != 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm80-backward=%s; its value is rows",
                         FA_RT_NAME, value);
+    int stages = 2;
+    if (fa_kernels_switch("sm80-fwd-stages", value, sizeof value)) {
+        if (strcmp(value, "1") != 0 && strcmp(value, "2") != 0)
+            return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
+                            "%s: " FA_KERNELS_ENV " has sm80-fwd-stages=%s; its value is 1 or 2", FA_RT_NAME, value);
+        stages = value[0] - '0';
+    }
     /* fwd-split=N: N splits (1 .. FA_SPLIT_MAX; 1 turns the split off) wherever a split kernel
      * takes a call, instead of the rule's count */
     int split = 0;
@@ -110,6 +117,7 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->kv_group_combine = fa_kernels_switch("kv-group-combine", NULL, 0);
     s->kv_mla_sm90 = fa_kernels_switch("kv-mla-sm90", NULL, 0);
     s->fwd_split = split;
+    s->sm80_fwd_stages = stages;
     ctx->priv = s;
     return FA_SUCCESS;
 }

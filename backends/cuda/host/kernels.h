@@ -18,8 +18,9 @@ extern "C" {
 /* Launchers, one per (kernel, dtype, padded head dim); return a cudaError_t value. dtype: 1 fp16,
  * 2 bf16 (fa_dtype). aligned: every row start is 16-byte aligned, so tiles move with cp.async.
  * A call with a score modifier (softcap.out != 0 or alibi_slopes) runs the MOD instances, which
- * exist for aligned rows only. */
-int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream);
+ * exist for aligned rows only. stages: the forward's K / V stages, 1 (aligned calls) or 2
+ * (sm80/forward.cuh). */
+int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int stages, void *stream);
 int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream);
 /* Whether an instance exists for (dtype, padded head dim), direction, alignment and score
  * modifier (mod: softcap or ALiBi). */

@@ -96,7 +96,7 @@ size_t fa_sm80_fused_backward_smem(int head_dim)
 
 /* launch_forward: forward_kernel<T, D, ALIGNED, MODE>, or <T, D, true, 2, true> with a score
  * modifier, over (ceil(seqlen_q / B_r), heads_q, batch) */
-int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
+int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int stages, void *stream)
 {
     fa_rtc_entry_begin();
     sm80_call c;
@@ -107,8 +107,12 @@ int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned
     /* split keys (p->splits > 1: plain calls, aligned rows, d <= 128): batch x splits blocks along
      * z, then split_combine_kernel<T, D> */
     const int split = p->splits > 1 && c.aligned && c.d <= 128 && c.mode == 0 && !c.mod;
+    stages = c.aligned && stages == 1 ? 1 : 2; /* one stage: aligned rows only */
     char name[FA_RTC_NAME_MAX];
-    if (c.mod)
+    if (stages == 1)
+        snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<%s, %d, true, %d, %s, %s, 1>", c.t, c.d,
+                 c.mod ? 2 : c.mode, bool_name(c.mod), bool_name(split));
+    else if (c.mod)
         snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<%s, %d, true, 2, true>", c.t, c.d);
     else if (split)
         snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<%s, %d, true, 0, false, true>", c.t, c.d);
@@ -116,7 +120,7 @@ int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned
         snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<%s, %d, %s, %d>", c.t, c.d, bool_name(c.aligned),
                  c.mode);
     fa_rtc_status st = launch(&c, name, (p->seqlen_q + rows - 1) / rows, p->heads_q, split ? p->batch * p->splits : p->batch,
-                              FA_SM80_THREADS, FA_SM80_FWD_SMEM(sizeof(uint16_t), c.d, rows));
+                              FA_SM80_THREADS, FA_SM80_FWD_SMEM_STAGES(sizeof(uint16_t), c.d, rows, stages));
     if (st == FA_RTC_OK && split) {
         const int64_t items = FA_SPLIT_COMBINE_THREADS / 32; /* (row, head) items per block */
         snprintf(name, sizeof name, "fa_gpu::split_combine_kernel<%s, %d>", c.t, c.d);

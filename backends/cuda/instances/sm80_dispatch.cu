@@ -4,36 +4,52 @@
 #include "sm80/kernels.cuh"
 
 namespace fa_gpu::sm80 {
+extern template cudaError_t launch_forward<__half, 32, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 32, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 32, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 64, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 64, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 64, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 96, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 96, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 96, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 128, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 128, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 128, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 160, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 160, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 160, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 192, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 192, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 192, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 224, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 224, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 224, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 256, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 256, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 256, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 32, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 32, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 32, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 64, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 64, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 64, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 96, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 96, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 96, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 128, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 128, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 128, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 160, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 160, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 160, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 192, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 192, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 192, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 224, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 224, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 224, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 256, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 256, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 256, false>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__half, 32, true>(const fa_gpu_params &, cudaStream_t);
@@ -58,32 +74,32 @@ extern template cudaError_t launch_backward<__nv_bfloat16, 256, true>(const fa_g
 extern template cudaError_t launch_backward<__nv_bfloat16, 256, false>(const fa_gpu_params &, cudaStream_t);
 } // namespace fa_gpu::sm80
 
-extern "C" int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
+extern "C" int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int stages, void *stream)
 {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (dtype) {
     case 1:
         switch (head_dim) {
-        case 32: return aligned ? fa_gpu::sm80::launch_forward<__half, 32, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 32, false>(*p, st);
-        case 64: return aligned ? fa_gpu::sm80::launch_forward<__half, 64, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 64, false>(*p, st);
-        case 96: return aligned ? fa_gpu::sm80::launch_forward<__half, 96, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 96, false>(*p, st);
-        case 128: return aligned ? fa_gpu::sm80::launch_forward<__half, 128, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 128, false>(*p, st);
-        case 160: return aligned ? fa_gpu::sm80::launch_forward<__half, 160, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 160, false>(*p, st);
-        case 192: return aligned ? fa_gpu::sm80::launch_forward<__half, 192, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 192, false>(*p, st);
-        case 224: return aligned ? fa_gpu::sm80::launch_forward<__half, 224, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 224, false>(*p, st);
-        case 256: return aligned ? fa_gpu::sm80::launch_forward<__half, 256, true>(*p, st) : fa_gpu::sm80::launch_forward<__half, 256, false>(*p, st);
+        case 32: return !aligned ? fa_gpu::sm80::launch_forward<__half, 32, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 32, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 32, true>(*p, st);
+        case 64: return !aligned ? fa_gpu::sm80::launch_forward<__half, 64, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 64, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 64, true>(*p, st);
+        case 96: return !aligned ? fa_gpu::sm80::launch_forward<__half, 96, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 96, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 96, true>(*p, st);
+        case 128: return !aligned ? fa_gpu::sm80::launch_forward<__half, 128, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 128, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 128, true>(*p, st);
+        case 160: return !aligned ? fa_gpu::sm80::launch_forward<__half, 160, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 160, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 160, true>(*p, st);
+        case 192: return !aligned ? fa_gpu::sm80::launch_forward<__half, 192, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 192, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 192, true>(*p, st);
+        case 224: return !aligned ? fa_gpu::sm80::launch_forward<__half, 224, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 224, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 224, true>(*p, st);
+        case 256: return !aligned ? fa_gpu::sm80::launch_forward<__half, 256, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__half, 256, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__half, 256, true>(*p, st);
         default: return (int)cudaErrorInvalidValue;
         }
     case 2:
         switch (head_dim) {
-        case 32: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 32, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 32, false>(*p, st);
-        case 64: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 64, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 64, false>(*p, st);
-        case 96: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 96, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 96, false>(*p, st);
-        case 128: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 128, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 128, false>(*p, st);
-        case 160: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 160, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 160, false>(*p, st);
-        case 192: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 192, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 192, false>(*p, st);
-        case 224: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 224, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 224, false>(*p, st);
-        case 256: return aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 256, true>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 256, false>(*p, st);
+        case 32: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 32, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 32, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 32, true>(*p, st);
+        case 64: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 64, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 64, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 64, true>(*p, st);
+        case 96: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 96, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 96, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 96, true>(*p, st);
+        case 128: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 128, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 128, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 128, true>(*p, st);
+        case 160: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 160, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 160, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 160, true>(*p, st);
+        case 192: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 192, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 192, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 192, true>(*p, st);
+        case 224: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 224, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 224, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 224, true>(*p, st);
+        case 256: return !aligned ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 256, false>(*p, st) : stages == 1 ? fa_gpu::sm80::launch_forward<__nv_bfloat16, 256, true, 1>(*p, st) : fa_gpu::sm80::launch_forward<__nv_bfloat16, 256, true>(*p, st);
         default: return (int)cudaErrorInvalidValue;
         }
     default: return (int)cudaErrorInvalidValue;

@@ -2,6 +2,7 @@
 #include "sm80/kernels.cuh"
 
 namespace fa_gpu::sm80 {
+extern template cudaError_t launch_forward<__half, 224, true, 1>(const fa_gpu_params &, cudaStream_t);
 template cudaError_t launch_forward<__half, 224, true>(const fa_gpu_params &, cudaStream_t);
 template cudaError_t launch_forward<__half, 224, false>(const fa_gpu_params &, cudaStream_t);
 } // namespace fa_gpu::sm80

@@ -41,17 +41,22 @@ template <int D> struct fwd_shape {
  * the cases that need neither. MOD: the score modifiers (in the launchers, with MODE 2, which
  * tests for lists and dropout at run time). SPLIT (plain calls: MODE 0, no MOD): each query tile's
  * key tiles shared among p.splits blocks (grid z: sequence x splits), each writing its part's O
- * and LSE for split_combine_kernel (common/split_combine.cuh). */
-template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false, bool SPLIT = false>
+ * and LSE for split_combine_kernel (common/split_combine.cuh).
+ * STAGES: the K / V tile buffers. 2: the next tile's K and V are copied while this one is
+ * computed. 1 (aligned rows; FlashAttention-2's schedule in a third less shared memory, for
+ * devices where two stages do not fit or leave one block per SM): V is copied while the first
+ * step's Q K^T runs, the next tile's K once the last step's Q K^T is done. */
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false, bool SPLIT = false, int STAGES = 2>
 __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params p)
 {
     static_assert(!SPLIT || (MODE == 0 && !MOD), "the split instances: plain calls");
+    static_assert(STAGES == 2 || (STAGES == 1 && ALIGNED), "one stage: the cp.async instances");
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
     constexpr int LD = D + 8, MT = fwd_shape<D>::MT, BR = fwd_shape<D>::BR, SUB = BR / BLOCK, KN = fwd_shape<D>::KN;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *qs = reinterpret_cast<T *>(smem_raw); /* [BR][LD], reused to stage O */
-    T *ks = qs + BR * LD;                    /* [2][BLOCK][LD] */
-    T *vs = ks + 2 * BLOCK * LD;             /* [2][BLOCK][LD] */
+    T *ks = qs + BR * LD;                    /* [STAGES][BLOCK][LD] */
+    T *vs = ks + STAGES * BLOCK * LD;        /* [STAGES][BLOCK][LD] */
 
     const int64_t h = blockIdx.y, b = SPLIT ? (int64_t)(blockIdx.z / (unsigned)p.splits) : (int64_t)blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
@@ -84,7 +89,8 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
     if (kt >= 0) {
         load_tile<T, D, ALIGNED, BR>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
         load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
-        load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
+        if constexpr (STAGES == 2)
+            load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
     }
     cp_async_commit();
 
@@ -99,7 +105,62 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
     for (int mt = 0; mt < MT; ++mt)
         row_m[mt][0] = row_m[mt][1] = -CUDART_INF_F, row_l[mt][0] = row_l[mt][1] = 0.0f;
 
-    for (int buf = 0; kt >= 0; buf ^= 1) {
+    if constexpr (STAGES == 1) {
+        /* every barrier below is reached by the whole block: the tile sequence is the block's, and
+         * the steps' tests guard the work between barriers only */
+        while (kt >= 0) {
+            const int64_t k0 = kt * BLOCK;
+            walk.pop(kt);
+            const int64_t kn = walk.peek();
+            cp_async_wait<0>();
+            __syncthreads(); /* K of this tile is in; every warp is done with the last tile's V */
+            load_tile<T, D, true>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+            cp_async_commit();
+            const fa_tile_class cls = LISTS ? rows_class(p, m, h, wq0, wq0 + 16 * MT, kt)
+                                            : fa_mask_classify_tile(&m, wq0, wq0 + 16 * MT, k0, k0 + BLOCK);
+#pragma unroll
+            for (int kx = 0; kx < BLOCK; kx += KN) {
+                const bool first = kx == 0, last = kx + KN == BLOCK;
+                const bool live = cls != FA_TILE_EMPTY && k0 + kx < s.sk;
+                float sacc[MT][KN / 8][4];
+                if (live) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int i = 0; i < KN / 8; ++i)
+                            sacc[mt][i][0] = sacc[mt][i][1] = sacc[mt][i][2] = sacc[mt][i][3] = 0.0f;
+                    gemm_nt_rows_s<T, MT, KN, D, LD, LD>(sacc, q_frag, k_frag + 2u * (uint32_t)(kx * LD));
+                }
+                if (last) { /* the next tile's K into the freed buffer */
+                    if (first)
+                        cp_async_wait<0>(); /* V, copied while Q K^T ran */
+                    __syncthreads();        /* (V is in;) every warp is done with K */
+                    if (kn >= 0) {
+                        load_tile<T, D, true>(ks, p.k, b, s.k_start + kn * BLOCK, s.sk - kn * BLOCK, hk, (int)p.d);
+                        cp_async_commit();
+                    }
+                }
+                if (live)
+                    softmax_step<T, MT, KN, D / 8, 16, LISTS, DROP, MOD>(p, m, s, b, h, wq0, k0 + kx, cls, cc, sacc,
+                                                                         row_m, row_l, o, sm);
+                if (first && !last) {
+                    cp_async_wait<0>();
+                    __syncthreads(); /* V is in */
+                }
+                if (live) {
+                    uint32_t pf[MT][KN / 16][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+                        acc_to_a<T, KN>(pf[mt], sacc[mt]);
+                    gemm_pn_rows_s<T, MT, D, KN, LD>(o, pf, v_frag + 2u * (uint32_t)(kx * LD));
+                }
+            }
+            kt = kn;
+        }
+        /* the last tile's last barrier came after every warp's last read of Q (and each warp
+         * stages only its own rows), so the epilogue below may stage O in it */
+    }
+    for (int buf = 0; STAGES == 2 && kt >= 0; buf ^= 1) {
         const int64_t k0 = kt * BLOCK;
         walk.pop(kt);
         const int64_t kn = walk.peek();

@@ -26,16 +26,20 @@ namespace fa_gpu::sm80 {
 
 static_assert(THREADS == FA_SM80_THREADS, "common/sm80_geometry.h's block");
 
-template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
+/* The forward with STAGES K / V stages (forward.cuh; 1: aligned rows only, the instance files
+ * sm80_fwd_*_stages1.cu of generate_instances.py). */
+template <typename T, int D, bool ALIGNED, int STAGES = 2>
+cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int BR = fwd_shape<D>::BR;
-    const size_t smem = FA_SM80_FWD_SMEM(sizeof(T), D, BR);
+    const size_t smem = FA_SM80_FWD_SMEM_STAGES(sizeof(T), D, BR, STAGES);
     const int mode = mode_of(p);
-    auto kernel = mode == 2 ? forward_kernel<T, D, ALIGNED, 2>
-                            : mode == 1 ? forward_kernel<T, D, ALIGNED, 1> : forward_kernel<T, D, ALIGNED, 0>;
+    auto kernel = mode == 2   ? forward_kernel<T, D, ALIGNED, 2, false, false, STAGES>
+                  : mode == 1 ? forward_kernel<T, D, ALIGNED, 1, false, false, STAGES>
+                              : forward_kernel<T, D, ALIGNED, 0, false, false, STAGES>;
     if (fa_gpu_has_score_mod(p)) {
         if constexpr (ALIGNED)
-            kernel = forward_kernel<T, D, true, 2, true>;
+            kernel = forward_kernel<T, D, true, 2, true, false, STAGES>;
         else
             return cudaErrorNotSupported;
     }
@@ -45,7 +49,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_forward(const fa_g
     const bool split = SPLIT_D && p.splits > 1 && mode == 0 && !fa_gpu_has_score_mod(p);
     if constexpr (SPLIT_D)
         if (split)
-            kernel = forward_kernel<T, D, true, 0, false, true>;
+            kernel = forward_kernel<T, D, true, 0, false, true, STAGES>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
