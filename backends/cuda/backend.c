@@ -228,8 +228,9 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     memset(c, 0, sizeof *c);
     c->dtype = p->dtype;
     c->mod = fa_score_mod_active(p->mod);
+    /* the forward's aligned instances also store O in 16-byte words (store_tile) */
     c->aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
-                 (!p->backward || view_aligned(&p->dout));
+                 (p->backward ? view_aligned(&p->dout) : view_aligned(&p->o));
     const int dpad = (int)((p->d + 31) / 32 * 32);
     /* the sink and d_v != d: the SIMT kernels only (the tensor-core families read neither) */
     const int simt_only = p->sink != NULL || p->d_v != p->d;

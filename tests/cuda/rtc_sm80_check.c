@@ -3,8 +3,8 @@
  * (fake_libcuda.c, named by argv[1]): the kernels NVRTC really compiles and the launches' names,
  * grids, blocks and dynamic shared memory, which must be those of the nvcc launchers
  * (sm80/launch.cuh), in order (the fake's launch log). bf16, B = 2, S = 200, H = 4:
- *   - cc 8.0 with an A100's 166912 bytes of opt-in shared memory: the d 128 causal forward, and
- *     its split instance with split_combine_kernel under FLASHATTN_KERNELS=fwd-split=3; 128 query
+ *   - cc 8.0 with an A100's 166912 bytes of opt-in shared memory: the d 128 causal forward, with an
+ *     output whose rows are not 16-byte aligned on the ldg instance, and its split instance with split_combine_kernel under FLASHATTN_KERNELS=fwd-split=3; 128 query
  *     rows over 2048 keys in four splits by default (the rule's count for 108 SMs of two blocks
  *     each) and whole under fwd-split=1, the parts counted in fa_plan's workspace; the
  *     fused backward on bwd_kernel (bwd_grid_kernel does not fit): dsum, the dQ accumulator's
@@ -233,6 +233,20 @@ int main(int argc, char **argv)
     const launch fwd[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0>", 2, H, B, 128,
                            2 * (128 + 4 * 64) * 136}};
     expect("cc 8.0 forward", fwd, N(fwd), -1);
+    /* an output one element into its buffer, so that its rows are not 16-byte aligned: the ldg
+     * instance, which stores O element by element (the cp.async one's 16-byte stores would fault) */
+    {
+        const size_t o_bytes = (size_t)B * S * H * 128 * 2;
+        void *o_buf = device_zeros(ctx, o_bytes + 16);
+        const fa_tensor o = p.fwd.o;
+        p.fwd.o.data = (char *)o_buf + 2;
+        forward(&p, "cc 8.0 bf16 d128 causal forward, O not 16-byte aligned");
+        const launch odd[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, false, 0>", 2, H, B, 128,
+                               2 * (128 + 4 * 64) * 136}};
+        expect("cc 8.0 forward, O not aligned", odd, N(odd), -1);
+        p.fwd.o = o;
+        fa_free(ctx, o_buf);
+    }
     check_split(&p);
 
     /* the fused backward: bwd_grid_kernel's 179200 bytes do not fit, so bwd_kernel */
