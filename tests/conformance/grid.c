@@ -317,6 +317,25 @@ int conf_grid(conf_case *cases, int max, int full)
             c.backward = 1;
             ADD(c);
         }
+    /* aligned inputs (d 64) beside outputs whose rows are not 16-byte aligned: the GPU kernels that
+     * copy the inputs in 16-byte words must still store O, dQ, dK and dV element by element */
+    for (int t = 0; t < 3; ++t) {
+        if (!full && t != 2)
+            continue;
+        snprintf(name, sizeof name, "strides-padded-outputs-%s", dtype_tag[t]);
+        conf_case c = conf_case_default(name);
+        c.dtype = dtypes[t];
+        c.layout = LAYOUT_PADDED_OUTPUTS;
+        c.batch = 2;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.seqlen_q = 70;
+        c.seqlen_k = 90;
+        c.d = 64;
+        c.causal = 1;
+        c.backward = 1;
+        ADD(c);
+    }
 
     /* fully masked rows: causal with seqlen_q > seqlen_k, a window that misses, an empty block row */
     {

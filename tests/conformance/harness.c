@@ -318,9 +318,12 @@ int conf_run(fa_context *ctx, const conf_case *c, conf_result *r)
     cb.dk.t = cb.k.t;
     cb.dv.t = cb.v.t;
     tbuf *qlike[] = {&cb.q, &cb.o, &cb.dout, &cb.dq}, *klike[] = {&cb.k, &cb.v, &cb.dk, &cb.dv};
+    const int q_output[] = {0, 1, 0, 1}, k_output[] = {0, 0, 1, 1};
     for (int i = 0; i < 4; ++i) {
-        make_strides(&qlike[i]->t, c->layout);
-        make_strides(&klike[i]->t, c->layout);
+        const layout_kind out = c->layout == LAYOUT_PADDED_OUTPUTS ? LAYOUT_PADDED : c->layout,
+                          in = c->layout == LAYOUT_PADDED_OUTPUTS ? LAYOUT_CONTIGUOUS : c->layout;
+        make_strides(&qlike[i]->t, q_output[i] ? out : in);
+        make_strides(&klike[i]->t, k_output[i] ? out : in);
     }
     make_lse_strides(&cb.lse.t, c->layout);
     (void)nd;

@@ -17,7 +17,9 @@
 typedef enum layout_kind {
     LAYOUT_CONTIGUOUS = 0,
     LAYOUT_PADDED,   /* gaps after d, after each row and each batch */
-    LAYOUT_BHSD      /* [batch, heads, seqlen, d] in memory, addressed through strides */
+    LAYOUT_BHSD,     /* [batch, heads, seqlen, d] in memory, addressed through strides */
+    LAYOUT_PADDED_OUTPUTS /* inputs contiguous, the outputs (O, dQ, dK, dV) padded: rows that are not
+                             16-byte aligned beside inputs that are */
 } layout_kind;
 
 typedef struct conf_case {
