@@ -134,18 +134,35 @@ typedef struct cuda_choice {
     int fused;    /* backward: the non-deterministic kernel adding dQ into an fp32 accumulator of
                      total_q x heads_q x head_dim floats (sm80, sm90) */
     int mod;      /* softcap or ALiBi: the kernels' MOD instances */
-    int fwd_stages; /* sm80 forward: K / V stages, 1 (aligned rows, FLASHATTN_KERNELS=sm80-fwd-stages=1) or 2 */
+    int fwd_stages; /* sm80 forward: K / V stages, 1 (aligned rows, FLASHATTN_KERNELS=sm80-fwd-stages) or 2 */
 } cuda_choice;
 
 /* The launch callbacks receive the variant, not the context: the choice travels in it. */
 FA_VARIANT_CHOICE(cuda_choice)
 
-/* The sm80 forward's K / V stages for a call: one where the context was opened under
- * FLASHATTN_KERNELS=sm80-fwd-stages=1 and rows are 16-byte aligned (the one-stage kernels are
- * cp.async ones; opt-in until they have run on a GPU), else two. */
-static int sm80_fwd_stages(const fa_gpu_state *s, int aligned)
+/* Blocks of the sm80 forward an SM holds at smem bytes of shared memory each: at most two (its
+ * registers, __launch_bounds__(128, 2)), each also taking the 1 KB the driver reserves per block on
+ * cc >= 8.0; 0 where one does not fit what a block may opt into. */
+static int sm80_fwd_blocks_per_sm(const fa_gpu_state *s, size_t smem)
 {
-    return aligned && s->sm80_fwd_stages == 1 ? 1 : 2;
+    if (smem > s->prop.sharedMemPerBlockOptin)
+        return 0;
+    const size_t per_sm = s->prop.sharedMemPerMultiprocessor, n = per_sm / (smem + 1024);
+    return per_sm == 0 || n >= 2 ? 2 : 1; /* an SM whose size is not known: as if two fit */
+}
+
+/* The sm80 forward's K / V stages for a call at padded head dim d: one where rows are 16-byte
+ * aligned (the one-stage kernels are cp.async ones) and the context was opened under
+ * FLASHATTN_KERNELS=sm80-fwd-stages=1, or =auto and two stages do not fit a block or let an SM hold
+ * fewer blocks than one (an A100 at d 128, 160 and 192: one block of two stages, two of one; sm_86
+ * / sm_89 at d 64); else two. Opt-in until the one-stage kernels have run on a GPU. */
+static int sm80_fwd_stages(const fa_gpu_state *s, int aligned, int d)
+{
+    if (!aligned || s->sm80_fwd_stages == 2)
+        return 2;
+    if (s->sm80_fwd_stages == 1)
+        return 1;
+    return sm80_fwd_blocks_per_sm(s, fa_sm80_fwd_smem(d, 2)) < sm80_fwd_blocks_per_sm(s, fa_sm80_fwd_smem(d, 1)) ? 1 : 2;
 }
 
 /* Whether the sm80 tensor-core family has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
@@ -167,7 +184,7 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
           fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod)))
         return 0;
     if (!p->backward)
-        return fa_sm80_fwd_smem(dpad, sm80_fwd_stages(s, aligned)) <= optin;
+        return fa_sm80_fwd_smem(dpad, sm80_fwd_stages(s, aligned, dpad)) <= optin;
     /* with no queries the fused launcher runs the deterministic dK = dV = 0 kernel at d <= 128 */
     const size_t det = fa_sm80_deterministic_smem(dpad);
     const int det_fits = det != 0 && det <= optin;
@@ -275,7 +292,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
     c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
-    c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, c->aligned) : 2;
+    c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, c->aligned, dpad) : 2;
     return FA_SUCCESS;
 }
 

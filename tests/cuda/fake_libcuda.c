@@ -18,6 +18,7 @@ static fake_cuda_state state = {.cc_major = 8,
                                 .device_count = 1,
                                 .multiprocessors = 108,
                                 .shared_optin = 166912,
+                                .shared_per_sm = 167936,
                                 .total_mem = (size_t)40 << 30,
                                 .current_device = -1};
 static char context_objects[FAKE_CUDA_MAX_DEVICES], function_object;
@@ -81,6 +82,7 @@ EXPORT int cuDeviceGetAttribute(int *value, int attribute, int device)
              : attribute == 76 ? state.cc_minor
              : attribute == 16 ? state.multiprocessors
              : attribute == 97 ? state.shared_optin
+             : attribute == 81 ? state.shared_per_sm
                                : 0;
     return result_of("cuDeviceGetAttribute");
 }

@@ -52,6 +52,7 @@ typedef struct fake_cuda_state {
      * and these */
     int device_count;
     int multiprocessors, shared_optin; /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ..._SHARED_MEMORY_PER_BLOCK_OPTIN */
+    int shared_per_sm;                 /* CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR */
     size_t total_mem;
     int capture_status;                /* what cuStreamIsCapturing answers */
     unsigned static_shared_bytes;      /* every kernel's static shared memory: a launch whose dynamic

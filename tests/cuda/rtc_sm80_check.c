@@ -16,8 +16,9 @@
  *     deterministic pair where bwd_kernel does not fit; d 64's on bwd_kernel; d 128's forward and
  *     backward on the SIMT kernels, none of the sm80 ones fitting; under
  *     FLASHATTN_KERNELS=sm80-fwd-stages=1 the one-stage forward at d 128 (plain and softcap) and
- *     d 256, unaligned rows still on the SIMT kernels; its split instance (cc 8.0); the switch's
- *     bad values refused;
+ *     d 256, unaligned rows still on the SIMT kernels; its split instance (cc 8.0); under
+ *     sm80-fwd-stages=auto one stage on cc 8.0 at d 128 and 256, two at d 64, two on cc 9.0 at
+ *     d 128; the switch's bad values refused;
  *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
  *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes;
  *     FLASHATTN_KERNELS=sm80,sm80-backward=rows back on bwd_kernel.
@@ -132,6 +133,7 @@ static fa_context *open_device_cc(int major, int minor, int optin, const char *k
     fake->cc_major = major;
     fake->cc_minor = minor;
     fake->shared_optin = optin;
+    fake->shared_per_sm = optin + 1024; /* an SM's shared memory: a block's limit and the 1 KB reserved */
     arch = 10 * major + minor;
     if (kernels)
         setenv("FLASHATTN_KERNELS", kernels, 1);
@@ -388,6 +390,31 @@ int main(int argc, char **argv)
         {"fa_gpu::split_combine_kernel<__nv_bfloat16, 128>", (B * S * H + 3) / 4, 1, 1, 128, 0},
     };
     expect("cc 8.0 one-stage forward in three splits", split1, N(split1), -1);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+    /* =auto: one stage where two do not fit or hold fewer blocks an SM: on an A100 d 128 (one block
+     * of two stages, two of one) and d 256, not d 64 (two blocks either way); on an H100 not d 128 */
+    ctx = open_device(8, 166912, "sm80-fwd-stages=auto");
+    const int auto_d[3] = {64, 128, 256}, auto_rows[3] = {128, 128, 64};
+    for (int i = 0; i < 3; ++i) {
+        const int d = auto_d[i], stages = d == 64 ? 2 : 1, rows = auto_rows[i];
+        char name[128];
+        snprintf(name, sizeof name, "fa_gpu::sm80::forward_kernel<__nv_bfloat16, %d, true, 0, false, false, %d>", d,
+                 stages);
+        p = make_problem(ctx, d);
+        forward(&p, "cc 8.0 bf16 forward, sm80-fwd-stages=auto");
+        const launch one[] = {{name, (S + rows - 1) / rows, H, B, 128,
+                               2 * (rows + 2 * stages * 64) * (d + 8)}};
+        expect("cc 8.0 forward, sm80-fwd-stages=auto", one, 1, -1);
+        free_problem(&p);
+    }
+    fa_context_destroy(ctx);
+    ctx = open_device(9, 232448, "sm80,sm80-fwd-stages=auto");
+    p = make_problem(ctx, 128);
+    forward(&p, "cc 9.0 bf16 d128 forward, sm80-fwd-stages=auto");
+    const launch two128[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false, false, 2>", 2, H, B,
+                              128, 2 * (128 + 4 * 64) * 136}};
+    expect("cc 9.0 d128 forward, sm80-fwd-stages=auto: two stages", two128, N(two128), -1);
     free_problem(&p);
     fa_context_destroy(ctx);
     static const char *const refused[] = {"sm80-fwd-stages=3", "sm80-fwd-stages="};

@@ -126,7 +126,7 @@ fa_cu_result fa_drv_GetDeviceProperties(fa_drv_prop *prop, int device)
 {
     fa_cu_result r;
     fa_cu_device dev;
-    int optin = 0;
+    int optin = 0, per_sm = 0;
     const fa_cu_api *api = driver(&r);
     if (!api)
         return r;
@@ -139,10 +139,13 @@ fa_cu_result fa_drv_GetDeviceProperties(fa_drv_prop *prop, int device)
         (r = api->DeviceGetAttribute(&prop->minor, FA_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) ==
             FA_CU_SUCCESS &&
         (r = api->DeviceGetAttribute(&prop->multiProcessorCount, FA_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) ==
+            FA_CU_SUCCESS &&
+        (r = api->DeviceGetAttribute(&optin, FA_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev)) ==
             FA_CU_SUCCESS)
-        r = api->DeviceGetAttribute(&optin, FA_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
+        r = api->DeviceGetAttribute(&per_sm, FA_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev);
     prop->name[sizeof prop->name - 1] = '\0';
     prop->sharedMemPerBlockOptin = optin > 0 ? (size_t)optin : 0;
+    prop->sharedMemPerMultiprocessor = per_sm > 0 ? (size_t)per_sm : 0;
     return note(r);
 }
 

@@ -59,6 +59,7 @@ typedef struct fa_drv_prop {
     int multiProcessorCount;
     size_t totalGlobalMem;
     size_t sharedMemPerBlockOptin; /* bytes one block may opt in to */
+    size_t sharedMemPerMultiprocessor; /* bytes an SM has for all its blocks */
 } fa_drv_prop;
 
 fa_cu_result fa_drv_GetDeviceCount(int *count);

@@ -82,10 +82,11 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
                         FA_RT_NAME, value);
     int stages = 2;
     if (fa_kernels_switch("sm80-fwd-stages", value, sizeof value)) {
-        if (strcmp(value, "1") != 0 && strcmp(value, "2") != 0)
+        if (strcmp(value, "1") != 0 && strcmp(value, "2") != 0 && strcmp(value, "auto") != 0)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG,
-                            "%s: " FA_KERNELS_ENV " has sm80-fwd-stages=%s; its value is 1 or 2", FA_RT_NAME, value);
-        stages = value[0] - '0';
+                            "%s: " FA_KERNELS_ENV " has sm80-fwd-stages=%s; its value is 1, 2 or auto", FA_RT_NAME,
+                            value);
+        stages = value[0] == 'a' ? 0 : value[0] - '0';
     }
     /* fwd-split=N: N splits (1 .. FA_SPLIT_MAX; 1 turns the split off) wherever a split kernel
      * takes a call, instead of the rule's count */

@@ -37,8 +37,9 @@ typedef struct fa_gpu_state {
     int kv_mla_sm90;          /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA decode kernel where it fits */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
-    int sm80_fwd_stages;      /* FLASHATTN_KERNELS=sm80-fwd-stages=1: the sm80 forward with one K / V stage
-                                 where rows are 16-byte aligned; 2 otherwise */
+    int sm80_fwd_stages;      /* FLASHATTN_KERNELS=sm80-fwd-stages=N: the sm80 forward's K / V stages where
+                                 rows are 16-byte aligned, 1 or 2 (the default); 0 (=auto): one where two
+                                 do not fit a block or hold fewer blocks an SM (backend.c) */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
      * user ran on */
     void *scratch;
