@@ -298,12 +298,15 @@ int conf_grid(conf_case *cases, int max, int full)
         ADD(c);
     }
 
-    /* non-contiguous strides */
-    for (int l = 1; l <= 2; ++l)
+    /* non-contiguous strides: padded, head-major, and padded outputs beside contiguous inputs (d 64:
+     * the GPU kernels that copy such inputs in 16-byte words must still store O, dQ, dK and dV, whose
+     * rows are not 16-byte aligned, element by element) */
+    static const char *const layout_tag[] = {"", "padded", "bhsd", "padded-outputs"};
+    for (int l = LAYOUT_PADDED; l <= LAYOUT_PADDED_OUTPUTS; ++l)
         for (int t = 0; t < 3; ++t) {
-            if (!full && t != l)
+            if (!full && t != (l == LAYOUT_PADDED_OUTPUTS ? 2 : l))
                 continue;
-            snprintf(name, sizeof name, "strides-%s-%s", l == 1 ? "padded" : "bhsd", dtype_tag[t]);
+            snprintf(name, sizeof name, "strides-%s-%s", layout_tag[l], dtype_tag[t]);
             conf_case c = conf_case_default(name);
             c.dtype = dtypes[t];
             c.layout = (layout_kind)l;
@@ -312,30 +315,11 @@ int conf_grid(conf_case *cases, int max, int full)
             c.heads_kv = 2;
             c.seqlen_q = 70;
             c.seqlen_k = 90;
-            c.d = 40;
-            c.causal = t == 1;
+            c.d = l == LAYOUT_PADDED_OUTPUTS ? 64 : 40;
+            c.causal = l == LAYOUT_PADDED_OUTPUTS || t == 1;
             c.backward = 1;
             ADD(c);
         }
-    /* aligned inputs (d 64) beside outputs whose rows are not 16-byte aligned: the GPU kernels that
-     * copy the inputs in 16-byte words must still store O, dQ, dK and dV element by element */
-    for (int t = 0; t < 3; ++t) {
-        if (!full && t != 2)
-            continue;
-        snprintf(name, sizeof name, "strides-padded-outputs-%s", dtype_tag[t]);
-        conf_case c = conf_case_default(name);
-        c.dtype = dtypes[t];
-        c.layout = LAYOUT_PADDED_OUTPUTS;
-        c.batch = 2;
-        c.heads_q = 4;
-        c.heads_kv = 2;
-        c.seqlen_q = 70;
-        c.seqlen_k = 90;
-        c.d = 64;
-        c.causal = 1;
-        c.backward = 1;
-        ADD(c);
-    }
 
     /* fully masked rows: causal with seqlen_q > seqlen_k, a window that misses, an empty block row */
     {
