@@ -155,10 +155,11 @@ static int sm80_fwd_blocks_per_sm(const fa_gpu_state *s, size_t smem)
  * aligned (the one-stage kernels are cp.async ones) and the context was opened under
  * FLASHATTN_KERNELS=sm80-fwd-stages=1, or =auto and two stages do not fit a block or let an SM hold
  * fewer blocks than one (an A100 at d 128, 160 and 192: one block of two stages, two of one; sm_86
- * / sm_89 at d 64); else two. Opt-in until the one-stage kernels have run on a GPU. */
-static int sm80_fwd_stages(const fa_gpu_state *s, int aligned, int d)
+ * / sm_89 at d 64); else two, as for dropout and score modifiers below d 128 (no one-stage kernels,
+ * fa_sm80_one_stage_covers). Opt-in until the one-stage kernels have run on a GPU. */
+static int sm80_fwd_stages(const fa_gpu_state *s, const fa_problem *p, int aligned, int mod, int d)
 {
-    if (!aligned || s->sm80_fwd_stages == 2)
+    if (!aligned || s->sm80_fwd_stages == 2 || !fa_sm80_one_stage_covers(d, p->dropout_threshold != 0 || mod))
         return 2;
     if (s->sm80_fwd_stages == 1)
         return 1;
@@ -184,7 +185,7 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
           fa_sm80_has_instance((int)p->dtype, dpad, p->backward, aligned, mod)))
         return 0;
     if (!p->backward)
-        return fa_sm80_fwd_smem(dpad, sm80_fwd_stages(s, aligned, dpad)) <= optin;
+        return fa_sm80_fwd_smem(dpad, sm80_fwd_stages(s, p, aligned, mod, dpad)) <= optin;
     /* with no queries the fused launcher runs the deterministic dK = dV = 0 kernel at d <= 128 */
     const size_t det = fa_sm80_deterministic_smem(dpad);
     const int det_fits = det != 0 && det <= optin;
@@ -292,7 +293,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
     c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
-    c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, c->aligned, dpad) : 2;
+    c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, p, c->aligned, c->mod, dpad) : 2;
     return FA_SUCCESS;
 }
 

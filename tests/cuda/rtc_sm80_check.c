@@ -16,7 +16,8 @@
  *     deterministic pair where bwd_kernel does not fit; d 64's on bwd_kernel; d 128's forward and
  *     backward on the SIMT kernels, none of the sm80 ones fitting; under
  *     FLASHATTN_KERNELS=sm80-fwd-stages=1 the one-stage forward at d 128 (plain and softcap) and
- *     d 256, unaligned rows still on the SIMT kernels; its split instance (cc 8.0); under
+ *     d 256, unaligned rows still on the SIMT kernels; a d 64 softcap call on two stages (no
+ *     one-stage mode 2 kernels below d 128); its split instance (cc 8.0); under
  *     sm80-fwd-stages=auto one stage on cc 8.0 at d 128 and 256, two at d 64, two on cc 9.0 at
  *     d 128; the switch's bad values refused;
  *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
@@ -378,6 +379,16 @@ int main(int argc, char **argv)
     p = make_problem(ctx, 100);
     forward(&p, "cc 8.6 bf16 d100 (unaligned) forward, one stage asked for");
     expect_simt("cc 8.6 d 100 unaligned forward");
+    free_problem(&p);
+    fa_context_destroy(ctx);
+    /* dropout and score modifiers below d 128 have no one-stage kernels: two stages there */
+    ctx = open_device(8, 166912, "sm80-fwd-stages=1");
+    p = make_problem(ctx, 64);
+    p.fwd.opts.softcap = 30.0f;
+    forward(&p, "cc 8.0 bf16 d64 softcap forward, one stage asked for");
+    const launch capped64[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 64, true, 2, true, false, 2>", 2, H, B,
+                                128, 2 * (128 + 4 * 64) * 72}};
+    expect("cc 8.0 d64 softcap forward: two stages", capped64, N(capped64), -1);
     free_problem(&p);
     fa_context_destroy(ctx);
     /* and the split instance, in three splits */

@@ -55,6 +55,8 @@
 #define FA_SM80_FWD_ROWS(MT) (4 * 16 * (MT))
 #define FA_SM80_FWD_SMEM_STAGES(ELEM, D, ROWS, STAGES) ((ELEM) * ((ROWS) + 2 * (STAGES) * FA_GPU_BLOCK) * ((D) + 8))
 #define FA_SM80_FWD_SMEM(ELEM, D, ROWS) FA_SM80_FWD_SMEM_STAGES(ELEM, D, ROWS, 2)
+/* The one-stage forward's mode 2 kernels (dropout, score modifiers): from this head dim only */
+#define FA_SM80_ONE_STAGE_MODE2_MIN_D 128
 /* bwd_kernel's blocks per 128-key tile: above d 128, two passes of d / 2 output columns. */
 #define FA_SM80_BWD_PASSES(D) ((D) > 128 ? 2 : 1)
 /* bwd_kernel's dynamic shared memory (16-bit elements) at head dim D, BQ query rows per step:
@@ -119,6 +121,14 @@ static inline size_t fa_sm80_bwd_smem(int d)
 {
     const fa_sm80_tile t = fa_sm80_tile_of(d);
     return t.bwd_rows ? FA_SM80_BWD_SMEM(d, t.bwd_rows) : 0;
+}
+
+/* Whether the one-stage forward has the instances of a call at padded head dim d: its mode 2
+ * kernels (dropout, score modifiers) exist from d 128 (ptxas for sm_90 cannot allocate them below:
+ * C7600), the others at every d. */
+static inline int fa_sm80_one_stage_covers(int d, int mode2)
+{
+    return !mode2 || d >= FA_SM80_ONE_STAGE_MODE2_MIN_D;
 }
 
 /* The forward's dynamic shared memory (16-bit elements) at a padded head dim with an instance and

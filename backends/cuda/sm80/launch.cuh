@@ -34,14 +34,20 @@ cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
     constexpr int BR = fwd_shape<D>::BR;
     const size_t smem = FA_SM80_FWD_SMEM_STAGES(sizeof(T), D, BR, STAGES);
     const int mode = mode_of(p);
-    auto kernel = mode == 2   ? forward_kernel<T, D, ALIGNED, 2, false, false, STAGES>
-                  : mode == 1 ? forward_kernel<T, D, ALIGNED, 1, false, false, STAGES>
-                              : forward_kernel<T, D, ALIGNED, 0, false, false, STAGES>;
-    if (fa_gpu_has_score_mod(p)) {
-        if constexpr (ALIGNED)
-            kernel = forward_kernel<T, D, true, 2, true, false, STAGES>;
-        else
-            return cudaErrorNotSupported;
+    auto kernel = mode == 1 ? forward_kernel<T, D, ALIGNED, 1, false, false, STAGES>
+                            : forward_kernel<T, D, ALIGNED, 0, false, false, STAGES>;
+    /* one stage: no mode 2 kernels below FA_SM80_ONE_STAGE_MODE2_MIN_D (the chooser keeps two) */
+    if constexpr (STAGES == 2 || D >= FA_SM80_ONE_STAGE_MODE2_MIN_D) {
+        if (mode == 2)
+            kernel = forward_kernel<T, D, ALIGNED, 2, false, false, STAGES>;
+        if (fa_gpu_has_score_mod(p)) {
+            if constexpr (ALIGNED)
+                kernel = forward_kernel<T, D, true, 2, true, false, STAGES>;
+            else
+                return cudaErrorNotSupported;
+        }
+    } else if (mode == 2 || fa_gpu_has_score_mod(p)) {
+        return cudaErrorNotSupported;
     }
     /* split keys (p.splits > 1: plain calls, aligned rows, d <= 128): batch x splits blocks along
      * z, then the merge */
