@@ -167,7 +167,7 @@ static int sm80_fwd_stages(const fa_gpu_state *s, const fa_problem *p, int align
 }
 
 /* Whether the sm80 tensor-core family has a kernel for p on this device: cc >= 8.0, fp16 or bf16,
- * an instance for the padded head dim (backward d <= 128 and 225..256), for a score modifier
+ * an instance for the padded head dim (the backward's: 32, 64, 96, 128 and 256), for a score modifier
  * 16-byte aligned rows (its MOD instances are the cp.async ones), and the shared memory its kernels
  * ask for within what a block may opt into (an A100 gives 163 KB, sm_86 and sm_89 99 KB: the
  * forward needs 104 KB at d 128 and 169 KB at d 256, sm80_geometry.h). *fused says which backward
@@ -222,12 +222,12 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
      * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
      * score modifiers) and for every head dim it has.
      * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
-     * the sm80 two-kernel path), d 33..64, 97..128 and 225..256 (its fp32 dQ accumulator has the
-     * padded head dim of the sm80 kernels), every mask at d <= 128; block masks only under
-     * FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default) and never with a
-     * score modifier; no dropout, and no score modifier at d 128 (at 168 registers their wgmma
-     * would be serialized: no instance, fa_sm90_has_backward says so); at d 256 plain calls only
-     * (the rest: sm80's column-split kernel). */
+     * the sm80 two-kernel path), d 33..64, 97..128 and 129..256 (dpad 256 there; its fp32 dQ
+     * accumulator has the padded head dim of the sm80 kernels), every mask at d <= 128; block
+     * masks only under FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default) and
+     * never with a score modifier; no dropout, and no score modifier at d 128 (at 168 registers
+     * their wgmma would be serialized: no instance, fa_sm90_has_backward says so); at d 256 plain
+     * calls only (the rest: sm80's column-split kernel). */
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = sm90_head_dim(dpad);
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
@@ -249,7 +249,11 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     /* the forward's aligned instances also store O in 16-byte words (store_tile) */
     c->aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
                  (p->backward ? view_aligned(&p->dout) : view_aligned(&p->o));
-    const int dpad = (int)((p->d + 31) / 32 * 32);
+    /* the tensor-core instances' head dim: d rounded up to 32 columns, except the backward's from
+     * d 129, which has one instance, at 256 (its loads zero the columns from d on, its stores stop
+     * at d) */
+    const int d32 = (int)((p->d + 31) / 32 * 32);
+    const int dpad = p->backward && d32 > 128 ? 256 : d32;
     /* the sink and d_v != d: the SIMT kernels only (the tensor-core families read neither) */
     const int simt_only = p->sink != NULL || p->d_v != p->d;
     const int sm90 = !simt_only && sm90_takes(gs, p, dpad, c->aligned, c->mod);
@@ -265,7 +269,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
                 snprintf(why, why_len,
                          "cuda: fp32 outputs from %s inputs need the tensor-core kernels (cc >= 8.0, head dim %s%s, "
                          "and the shared memory of their tiles within the %zu bytes a block may have here)",
-                         fa_dtype_name(p->dtype), p->backward ? "<= 128" : "<= 256",
+                         fa_dtype_name(p->dtype), p->backward && p->deterministic ? "<= 128" : "<= 256",
                          c->mod ? "; with softcap or ALiBi also 16-byte aligned rows and d % 8 == 0" : "",
                          (size_t)gs->prop.sharedMemPerBlockOptin);
             return FA_ERR_UNSUPPORTED;

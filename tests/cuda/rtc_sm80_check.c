@@ -21,7 +21,8 @@
  *     sm80-fwd-stages=auto one stage on cc 8.0 at d 128 and 256, two at d 64, two on cc 9.0 at
  *     d 128; the switch's bad values refused;
  *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
- *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes;
+ *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes, as
+ *     is d 160's (the backward pads every d from 129 to 256);
  *     FLASHATTN_KERNELS=sm80,sm80-backward=rows back on bwd_kernel.
  * Prints each kernel's lowered name and the seconds of the call that compiled it (NVRTC's compile,
  * a cold cache). Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) where
@@ -462,6 +463,11 @@ int main(int argc, char **argv)
         {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", S * 256 / 256, H, B, 256, 0},
     };
     expect("cc 9.0 d256 backward", wide, N(wide), 1);
+    free_problem(&p);
+    /* d 160 (and every d from 129): the backward's one instance above d 128, at 256 */
+    p = make_problem(ctx, 160);
+    backward(&p, "cc 9.0 bf16 d160 backward");
+    expect("cc 9.0 d160 backward on the d 256 instance", wide, N(wide), 1);
     free_problem(&p);
     fa_context_destroy(ctx);
 
