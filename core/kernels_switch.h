@@ -22,7 +22,7 @@ static const struct fa_kernels_token_info {
     {"sm90", 0},          /* CUDA: the Hopper forward for every call it has an instance for */
     {"mfma-emulated", 0}, /* CUDA: the HIP backend's MFMA forward, each matrix instruction emulated */
     {"sm80-backward", 1}, /* CUDA: =rows, the sm80 backward's row kernel where the grid one fits */
-    {"sm80-fwd-stages", 1}, /* CUDA: =1, the sm80 forward with one K / V stage (aligned rows) */
+    {"sm80-fwd-stages", 1}, /* CUDA: =1, =2 or =auto (the default): the sm80 forward's K / V stages */
     {"kv-simt", 0},       /* CUDA, HIP: fa_forward_kvcache on the SIMT decode kernel */
     {"kv-mma-4-warps", 0}, /* CUDA: the tensor-core decode kernel with four warps a block where eight fit */
     {"kv-group-combine", 0}, /* CUDA, HIP: decode splits merged by lane groups where a row's splits fit their read-ahead */

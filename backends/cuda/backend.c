@@ -152,11 +152,12 @@ static int sm80_fwd_blocks_per_sm(const fa_gpu_state *s, size_t smem)
 }
 
 /* The sm80 forward's K / V stages for a call at padded head dim d: one where rows are 16-byte
- * aligned (the one-stage kernels are cp.async ones) and the context was opened under
- * FLASHATTN_KERNELS=sm80-fwd-stages=1, or =auto and two stages do not fit a block or let an SM hold
- * fewer blocks than one (an A100 at d 128, 160 and 192: one block of two stages, two of one; sm_86
- * / sm_89 at d 64); else two, as for dropout and score modifiers below d 128 (no one-stage kernels,
- * fa_sm80_one_stage_covers). Opt-in until the one-stage kernels have run on a GPU. */
+ * aligned (the one-stage kernels are cp.async ones) and either the context was opened under
+ * FLASHATTN_KERNELS=sm80-fwd-stages=1 or, by default (=auto), two stages do not fit a block or let
+ * an SM hold fewer blocks than one (an A100 from d 128, Hopper from d 192: one block of two stages,
+ * two of one; sm_86 / sm_89 at d 64 and from d 128); else two, as for dropout and score modifiers
+ * below d 128 (no one-stage kernels, fa_sm80_one_stage_covers). Where both hold the same blocks,
+ * two stages hide the next tile's copy behind this one's products. */
 static int sm80_fwd_stages(const fa_gpu_state *s, const fa_problem *p, int aligned, int mod, int d)
 {
     if (!aligned || s->sm80_fwd_stages == 2 || !fa_sm80_one_stage_covers(d, p->dropout_threshold != 0 || mod))

@@ -18,8 +18,8 @@
  *     FLASHATTN_KERNELS=sm80-fwd-stages=1 the one-stage forward at d 128 (plain and softcap) and
  *     d 256, unaligned rows still on the SIMT kernels; a d 64 softcap call on two stages (no
  *     one-stage mode 2 kernels below d 128); its split instance (cc 8.0); under
- *     sm80-fwd-stages=auto one stage on cc 8.0 at d 128 and 256, two at d 64, two on cc 9.0 at
- *     d 128; the switch's bad values refused;
+ *     the default (sm80-fwd-stages=auto) one stage on cc 8.0 at d 128 and 256, two at d 64, two
+ *     on cc 9.0 at d 128 and one at d 192; the switch's bad values refused;
  *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
  *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes, as
  *     is d 160's (the backward pads every d from 129 to 256);
@@ -168,7 +168,7 @@ static void expect_simt(const char *what)
 /* Split keys on cc 8.0 (see the top); p: the [B][S][H][128] causal problem. */
 static void check_split(problem *p)
 {
-    fa_context *forced = open_device(8, 166912, "fwd-split=3");
+    fa_context *forced = open_device(8, 166912, "sm80-fwd-stages=2,fwd-split=3");
     fa_context *const own = p->ctx;
     p->ctx = forced;
     forward(p, "cc 8.0 bf16 d128 causal forward, fwd-split=3");
@@ -182,7 +182,7 @@ static void check_split(problem *p)
     fa_context_destroy(forced);
 
     enum { SQ = 128, SK = 2048, D = 128, SPLITS = 4 };
-    fa_context *rule = open_device(8, 166912, NULL), *plain = open_device(8, 166912, "fwd-split=1");
+    fa_context *rule = open_device(8, 166912, "sm80-fwd-stages=2"), *plain = open_device(8, 166912, "sm80-fwd-stages=2,fwd-split=1");
     void *bufs[5];
     const fa_fwd_args a = long_keys_call(plain, SQ, SK, H, D, bufs);
     fa_plan_info whole_plan, split_plan;
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     fake->arg_sizes[0] = 0;
 
     /* cc 8.0, an A100's opt-in shared memory */
-    fa_context *ctx = open_device(8, 166912, NULL);
+    fa_context *ctx = open_device(8, 166912, "sm80-fwd-stages=2");
     problem p = make_problem(ctx, 128);
     /* 128 query rows per block; Q and double-buffered K, V of 136-element rows */
     forward(&p, "cc 8.0 bf16 d128 causal forward");
@@ -321,7 +321,7 @@ int main(int argc, char **argv)
     fa_context_destroy(ctx);
 
     /* cc 8.6 (RTX 30 series; 8.9 has the same limit): 101376 bytes a block may opt into */
-    ctx = open_device_cc(8, 6, 101376, NULL);
+    ctx = open_device_cc(8, 6, 101376, "sm80-fwd-stages=2");
     p = make_problem(ctx, 96);
     forward(&p, "cc 8.6 bf16 d96 forward");
     const launch f96[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 96, true, 0>", 2, H, B, 128,
@@ -406,7 +406,7 @@ int main(int argc, char **argv)
     fa_context_destroy(ctx);
     /* =auto: one stage where two do not fit or hold fewer blocks an SM: on an A100 d 128 (one block
      * of two stages, two of one) and d 256, not d 64 (two blocks either way); on an H100 not d 128 */
-    ctx = open_device(8, 166912, "sm80-fwd-stages=auto");
+    ctx = open_device(8, 166912, NULL); /* auto, the default */
     const int auto_d[3] = {64, 128, 256}, auto_rows[3] = {128, 128, 64};
     for (int i = 0; i < 3; ++i) {
         const int d = auto_d[i], stages = d == 64 ? 2 : 1, rows = auto_rows[i];
@@ -427,6 +427,16 @@ int main(int argc, char **argv)
     const launch two128[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 128, true, 0, false, false, 2>", 2, H, B,
                               128, 2 * (128 + 4 * 64) * 136}};
     expect("cc 9.0 d128 forward, sm80-fwd-stages=auto: two stages", two128, N(two128), -1);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+    /* the chooser on an H100 (no switch): d 192 is the sm80 family's, on one stage (two of 133 KB
+     * hold one block an SM, one of 100 KB two) */
+    ctx = open_device(9, 232448, NULL);
+    p = make_problem(ctx, 192);
+    forward(&p, "cc 9.0 bf16 d192 forward");
+    const launch one192[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 192, true, 0, false, false, 1>",
+                              (S + 63) / 64, H, B, 128, 2 * (64 + 2 * 64) * 200}};
+    expect("cc 9.0 d192 forward: one stage", one192, N(one192), -1);
     free_problem(&p);
     fa_context_destroy(ctx);
     static const char *const refused[] = {"sm80-fwd-stages=3", "sm80-fwd-stages="};

@@ -80,7 +80,7 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     if (fa_kernels_switch("sm80-backward", value, sizeof value) && strcmp(value, "rows") != 0)
         return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s: " FA_KERNELS_ENV " has sm80-backward=%s; its value is rows",
                         FA_RT_NAME, value);
-    int stages = 2;
+    int stages = 0; /* auto */
     if (fa_kernels_switch("sm80-fwd-stages", value, sizeof value)) {
         if (strcmp(value, "1") != 0 && strcmp(value, "2") != 0 && strcmp(value, "auto") != 0)
             return FA_ERROR(ctx, FA_ERR_INVALID_ARG,

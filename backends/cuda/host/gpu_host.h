@@ -38,7 +38,7 @@ typedef struct fa_gpu_state {
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
     int sm80_fwd_stages;      /* FLASHATTN_KERNELS=sm80-fwd-stages=N: the sm80 forward's K / V stages where
-                                 rows are 16-byte aligned, 1 or 2 (the default); 0 (=auto): one where two
+                                 rows are 16-byte aligned, 1 or 2; 0 (auto, the default): one where two
                                  do not fit a block or hold fewer blocks an SM (backend.c) */
     /* scratch the context keeps between calls (fa_gpu_scratch): its size, and the stream its last
      * user ran on */
