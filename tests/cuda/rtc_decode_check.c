@@ -139,6 +139,19 @@ static fa_kvcache_args mla_latent_call(fa_context *ctx, int64_t hq)
     return a;
 }
 
+/* The latent call over caches of `capacity` keys a sequence (every key cached: the chooser counts
+ * batch x capacity keys a call). */
+static fa_kvcache_args mla_latent_call_of(fa_context *ctx, int64_t hq, int64_t capacity)
+{
+    fa_kvcache_args a = mla_latent_call(ctx, hq);
+    const int32_t seqlens[2] = {(int32_t)capacity, (int32_t)capacity};
+    a.k_cache = tensor(ctx, FA_DTYPE_BF16, 2, capacity, 1, 576);
+    a.v_cache = a.k_cache;
+    a.v_cache.shape[3] = 512;
+    a.cache_seqlens = device_int32(ctx, seqlens, 2);
+    return a;
+}
+
 /* The latent call's launches on the Hopper MLA kernel (`mod`: its softcap / ALiBi instance): one
  * block per sequence and row tile of 64 (x), its splits, 256 threads with the query tile and two
  * stages of 64 keys, 576 channels of 2 bytes each, and 1 KB to align them; then the combine (one
@@ -311,6 +324,34 @@ int main(int argc, char **argv)
           "MLA with its own V cache under kv-mla-sm90: launch 1 is %s, expected the MLA kernel",
           fake->launch_log_len >= 2 ? fake->launches[1].name : "(none)");
     fa_context_destroy(ctx);
+    /* the chooser on cc 9.0: the Hopper MLA kernel for 128 heads (two full row tiles) over 2 x 16384
+     * keys, the 16-row kernel over 2 x 4096, for 16 heads, and under kv-mla-16-rows */
+    unsetenv("FLASHATTN_KERNELS");
+    ctx = open_context();
+    a = mla_latent_call_of(ctx, 128, 16384);
+    run(ctx, &a, "bf16 MLA decode over a latent cache, 128 heads, 2 x 16384 keys, cc 9.0");
+    check_mla_sm90_launches("MLA latent, 128 heads, 2 x 16384 keys, the chooser", 4, 2 * 128, 0);
+    const struct {
+        int64_t heads, capacity;
+    } sixteen_rows[] = {{128, 4096}, {16, 16384}};
+    for (size_t i = 0; i < sizeof sixteen_rows / sizeof sixteen_rows[0]; ++i) {
+        a = mla_latent_call_of(ctx, sixteen_rows[i].heads, sixteen_rows[i].capacity);
+        run(ctx, &a, "bf16 MLA decode over a latent cache, cc 9.0, the chooser");
+        CHECK(fake->launch_log_len >= 1 && strstr(fake->launches[0].name, "decode_mla_kernel"),
+              "MLA latent, %lld heads over 2 x %lld keys on cc 9.0: launch 0 is %s, expected the 16-row kernel",
+              (long long)sixteen_rows[i].heads, (long long)sixteen_rows[i].capacity,
+              fake->launch_log_len >= 1 ? fake->launches[0].name : "(none)");
+    }
+    fa_context_destroy(ctx);
+    setenv("FLASHATTN_KERNELS", "kv-mla-16-rows", 1);
+    ctx = open_context();
+    a = mla_latent_call_of(ctx, 128, 16384);
+    run(ctx, &a, "bf16 MLA decode over a latent cache, 128 heads, cc 9.0, kv-mla-16-rows");
+    CHECK(fake->launch_log_len >= 1 && strstr(fake->launches[0].name, "decode_mla_kernel"),
+          "MLA latent under kv-mla-16-rows: launch 0 is %s, expected the 16-row kernel",
+          fake->launch_log_len >= 1 ? fake->launches[0].name : "(none)");
+    fa_context_destroy(ctx);
+    setenv("FLASHATTN_KERNELS", "kv-mla-sm90", 1);
     fake->cc_major = 8;
     fake->shared_optin = 166912;
     ctx = open_context();

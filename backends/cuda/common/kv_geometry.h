@@ -73,15 +73,18 @@
     (2 * FA_KV_MLA_KEYS * ((FA_KV_MLA_D + 8) + (FA_KV_MLA_DV + 8)) * 2 + 16 * (FA_KV_MLA_D + 8) * 2 +               \
      16 * FA_KV_MLA_KEYS * 4)
 
-/* The Hopper MLA decode kernel (decode/decode_mla_sm90_kernels.cuh; sm_90a, FLASHATTN_KERNELS=
- * kv-mla-sm90) for the same head dims where v_cache is a view of k_cache's first d_v channels (MLA's
- * latent cache): tiles of FA_KV_MLA_SM90_ROWS query rows (wgmma's M), steps of FA_KV_MLA_SM90_KEYS
- * keys, FA_KV_MLA_SM90_THREADS threads (two warpgroups). Dynamic shared memory: the query tile and
+/* The Hopper MLA decode kernel (decode/decode_mla_sm90_kernels.cuh; sm_90a) for the same head
+ * dims where v_cache is a view of k_cache's first d_v channels (MLA's latent cache): tiles of
+ * FA_KV_MLA_SM90_ROWS query rows (wgmma's M), steps of FA_KV_MLA_SM90_KEYS keys,
+ * FA_KV_MLA_SM90_THREADS threads (two warpgroups). Dynamic shared memory: the query tile and
  * two stages of key rows, all D channels of 2 bytes in the 128-byte swizzled layout, and 1 KB to
  * align them; more than half of an sm_90 multiprocessor's 228 KB, so one block is resident on each
  * (the host's occupancy); its static shared memory (begin_block's rows) stays below
  * FA_KV_MLA_SM90_STATIC_BYTES. */
 #define FA_KV_MLA_SM90_ROWS 64
+/* The keys a call (batch x the longest cache) from which the chooser takes the Hopper MLA kernel
+ * for calls that fill its 64-row tiles (kv_host.c) */
+#define FA_KV_MLA_SM90_MIN_KEYS 32768
 #define FA_KV_MLA_SM90_KEYS 64
 #define FA_KV_MLA_SM90_THREADS 256
 #define FA_KV_MLA_SM90_STATIC_BYTES 4096

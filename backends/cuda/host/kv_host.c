@@ -186,10 +186,16 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     if (wide) /* the MLA kernel's warps (its name has none) */
         kv.mma_warps = FA_KV_MLA_WARPS;
 #if defined(FA_HAVE_SM90) && !defined(FA_RUNTIME_HIP)
-    /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA kernel (decode_mla_sm90_kernels.cuh) on cc 9.0
-     * where v_cache is a view of k_cache's first d_v channels, so that one copy of each key row
-     * serves as K and V */
-    kv.mla_sm90 = wide && s->kv_mla_sm90 && s->prop.major == 9 && kp->v_cache.data == kp->k_cache.data &&
+    /* The Hopper MLA kernel (decode_mla_sm90_kernels.cuh) on cc 9.0 where v_cache is a view of
+     * k_cache's first d_v channels, so that one copy of each key row serves as K and V: for calls
+     * with a full 64-row tile per kv head and FA_KV_MLA_SM90_MIN_KEYS keys or more (batch x the
+     * longest cache), where its one block an SM outruns the 16-row kernel's; everywhere it fits
+     * under FLASHATTN_KERNELS=kv-mla-sm90, nowhere under kv-mla-16-rows */
+    int64_t mla_keys;
+    const int mla_sm90_pays = p->group * p->seqlen_q >= FA_KV_MLA_SM90_ROWS &&
+                              (!fa_mul_ok(p->batch, p->seqlen_k, &mla_keys) || mla_keys >= FA_KV_MLA_SM90_MIN_KEYS);
+    kv.mla_sm90 = wide && (s->kv_mla_sm90 || (!s->kv_mla_16_rows && mla_sm90_pays)) && s->prop.major == 9 &&
+                  kp->v_cache.data == kp->k_cache.data &&
                   kp->v_cache.sb == kp->k_cache.sb && kp->v_cache.ss == kp->k_cache.ss &&
                   kp->v_cache.sh == kp->k_cache.sh && p->d_v <= p->d &&
                   (long long)s->prop.sharedMemPerBlockOptin >= FA_KV_MLA_SM90_SMEM + FA_KV_MLA_SM90_STATIC_BYTES;
