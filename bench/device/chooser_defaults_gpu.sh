@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs on a machine with one Hopper GPU (cc 9.0): the chooser's defaults checked and timed in one
+# build of this tree made the fast way (-Dcuda-kernels=rtc): the backward at head dims 129..224
+# on the d 256 instances (padded from d 129), the sm80 forward's stages by the occupancy rule
+# (sm80-fwd-stages=auto, one stage from d 192 on Hopper), the Hopper MLA decode kernel for calls
+# with 64 rows a kv head and 32k keys or more. Logs under $OUT as it goes (all.tgz at the end):
+#   checks: the short grid under the default chooser, four shards side by side; the full grid's
+#     hdim160 / 192 / 224 / 256 cases (every dtype) under the chooser and with the sm80 family
+#     forced; memcheck, racecheck and synccheck on them under both; the decode grid;
+#   bench: bench/gpu_bench.py --sm80 --no-math --dims 160,192,224,256, bf16 and fp16, beside
+#     PyTorch's FA2 and cuDNN (the "flashattn" column is the default chooser, "sm80 path" the sm80
+#     family forced);
+#   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
+#     the chooser, kv-mla-16-rows and kv-mla-sm90.
+# STEPS (default checks,bench,mla; about 4, 3 and 2 minutes), DTYPES (default bf16 fp16). Usage:
+# FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
+. "$(dirname "$0")/cmocka_env.sh"
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "commit ${FLASHATTN_BENCH_COMMIT:-unknown}, $(date -u '+%F %T UTC')" | tee "$OUT/provenance.txt"
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s]"; }
+pack_out() { tar -C "$OUT" -czf /tmp/defaults-out.tgz . && rm -rf "${OUT:?}"/* && mv /tmp/defaults-out.tgz "$OUT/all.tgz"; }
+status=0
+B=$PWD/build-stages
+if [ ! -f "$B/build.ninja" ]; then
+  meson setup "$B" -Dcuda=enabled -Dcuda-kernels=rtc -Dhip=disabled -Dopencl=disabled -Dbench=false \
+    -Dconformance_grid=short > "$OUT/setup.log" 2>&1 || { echo "setup failed"; tail -20 "$OUT/setup.log"; pack_out; exit 1; }
+fi
+ninja -C "$B" > "$OUT/build.log" 2>&1 || { echo "build failed"; grep -E "error|FAILED" "$OUT/build.log" | head; pack_out; exit 1; }
+echo "$(stamp) built"
+export FLASHATTN_CACHE_DIR=$B/kernel-cache FLASHATTN_COMPILE_LOG=0
+wide=hdim160,hdim192,hdim224,hdim256
+steps=${STEPS:-checks,bench,mla}
+if [[ $steps == *checks* ]]; then
+  shards=("hdim,gqa,strides" "seqlen" "window,varlen,dropout,blocksparse" "-hdim,-gqa,-strides,-seqlen,-window,-varlen,-dropout,-blocksparse")
+  pids=()
+  for i in "${!shards[@]}"; do
+    timeout 300 env -u FLASHATTN_KERNELS "$B/tests/conformance/conformance" --backend cuda --grid short \
+      --filter "${shards[$i]}" > "$OUT/grid-$i.txt" 2>&1 &
+    pids+=($!)
+  done
+  timeout 300 env FLASHATTN_KERNELS=sm80 "$B/tests/conformance/conformance" --backend cuda --grid full \
+    --filter "$wide" > "$OUT/grid-sm80.txt" 2>&1 &
+  pids+=($!)
+  timeout 300 env -u FLASHATTN_KERNELS "$B/tests/conformance/conformance" --backend cuda --grid full \
+    --filter "$wide" > "$OUT/grid-full-wide.txt" 2>&1 &
+  pids+=($!)
+  names=("${shards[@]}" "full grid $wide, sm80 forced" "full grid $wide")
+  files=("$OUT"/grid-{0,1,2,3}.txt "$OUT/grid-sm80.txt" "$OUT/grid-full-wide.txt")
+  for i in 0 1 2 3 4 5; do
+    wait "${pids[$i]}"; rc=$?; [ $rc -ne 0 ] && status=1
+    f=${files[$i]}
+    echo "$(stamp) ${names[$i]}: exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$f" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] ' "$f" | head -5
+  done
+  for kernels in default sm80; do
+    for tool in memcheck racecheck synccheck; do
+      timeout 150 env $([ $kernels = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
+        compute-sanitizer --tool $tool --error-exitcode 9 \
+        "$B/tests/conformance/conformance" --backend cuda --grid full --filter "$wide" > "$OUT/$tool-$kernels.log" 2>&1
+      rc=$?; [ $rc -ne 0 ] && status=1
+      echo "$(stamp) $tool $wide ($kernels): exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-$kernels.log" | tail -1)"
+    done
+  done
+  timeout 150 env -u FLASHATTN_KERNELS "$B/tests/conformance/decode" --backend cuda > "$OUT/decode.txt" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) decode grid: exit $rc; $(tail -1 "$OUT/decode.txt")"
+fi
+if [[ $steps == *bench* ]]; then
+  for dtype in ${DTYPES:-bf16 fp16}; do
+    echo "== $dtype: flashattn = default chooser, sm80 path = the sm80 family forced"
+    timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --sm80 --no-math \
+      --dtype $dtype --dims 160,192,224,256 --seqlens 1024,4096,16384 2>&1 | tee -a "$OUT/wide-$dtype.md"
+  done
+fi
+if [[ $steps == *mla* ]]; then
+  for kernels in default kv-mla-16-rows kv-mla-sm90; do
+    for heads in 128/1 16/1; do
+      echo "== MLA, $kernels, --heads $heads" | tee -a "$OUT/mla.md"
+      timeout 90 env $([ $kernels = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
+        FLASHATTN_LIBRARY=$B/libflashattn.so python3 bench/decode_bench.py --graph --heads $heads --shared-v \
+        --dim 576 --dim-v 512 --shapes 1x4096,1x16384,1x32768,2x16384,8x8192,64x4096 2>&1 |
+        grep -vE "Warning|return F\." | tee -a "$OUT/mla.md" | grep -E "^\| [0-9]" | cut -d'|' -f2-4
+    done
+  done
+fi
+echo "$(stamp) done"
+echo "== overall: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+pack_out
+exit $status
