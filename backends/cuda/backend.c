@@ -245,6 +245,8 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
 {
     const fa_gpu_state *gs = fa_gpu_of(ctx);
     memset(c, 0, sizeof *c);
+    if (fa_gpu_grid_refuses(p, why, why_len))
+        return FA_ERR_UNSUPPORTED;
     c->dtype = p->dtype;
     c->mod = fa_score_mod_active(p->mod);
     /* the forward's aligned instances also store O in 16-byte words (store_tile) */

@@ -130,6 +130,9 @@ static fa_status hip_choose(const fa_context *ctx, const fa_problem *p, fa_varia
                         "hip: the library's kernels are built for %s, the device is %s (configure with "
                         "-Dhip-archs='%s;...' where the toolchain supports it)",
                         FA_HIP_ARCHS, arch, arch);
+    char why[192];
+    if (fa_gpu_grid_refuses(p, why, sizeof why))
+        return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "%s", why);
     /* the SIMT kernels' bucket covers both head dims; the sink and d_v != d are theirs alone */
     const int simt_only = p->sink != NULL || p->d_v != p->d;
     int bucket = fa_hip_simt_bucket(p->d > p->d_v ? p->d : p->d_v);

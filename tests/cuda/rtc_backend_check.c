@@ -134,6 +134,38 @@ int main(int argc, char **argv)
           "backward: %d launches, the last %s", fake->launch_calls - launches, fake->function_name);
     printf("ok: fa_backward launched dsum, dK / dV and dQ (%s)\n", fake->function_name);
 
+    /* 65536 sequences, one more than a grid's z takes: refused with the reason before anything
+     * launches, O as it was */
+    {
+        const int64_t n = 65536, wide_shape[4] = {n, 1, 1, 8}, wide_lse[3] = {n, 1, 1};
+        const size_t bytes = (size_t)n * 8 * 2;
+        void *bufs[9];
+        for (int i = 0; i < 9; ++i)
+            bufs[i] = device_fill(ctx, i == 8 ? (size_t)n * 4 : bytes, i == 3 ? 0x5a : 0);
+        fa_fwd_args fwd;
+        fa_bwd_args bwd;
+        memset(&fwd, 0, sizeof fwd);
+        memset(&bwd, 0, sizeof bwd);
+        attention_args(bufs, FA_DTYPE_BF16, wide_shape, wide_lse, &fwd, &bwd);
+        launches = fake->launch_calls;
+        for (int backward = 0; backward < 2; ++backward) {
+            st = backward ? fa_backward(ctx, &bwd) : fa_forward(ctx, &fwd);
+            msg = fa_context_last_error(ctx);
+            CHECK(st == FA_ERR_UNSUPPORTED && strstr(msg, "65536 sequences") && strstr(msg, "at most 65535"),
+                  "65536 sequences, %s: status %d: %s", backward ? "backward" : "forward", (int)st, msg);
+            printf("ok: 65536 sequences refused (%s): %s\n", backward ? "backward" : "forward", msg);
+        }
+        CHECK(fake->launch_calls == launches, "65536 sequences: %d launches", fake->launch_calls - launches);
+        unsigned char *o_wide = malloc(bytes);
+        CHECK(o_wide != NULL, "host memory");
+        CHECK(fa_memcpy(ctx, o_wide, bufs[3], bytes, FA_COPY_DEVICE_TO_HOST) == FA_SUCCESS, "read O back");
+        for (size_t i = 0; i < bytes; ++i)
+            CHECK(o_wide[i] == 0x5a, "65536 sequences: O byte %zu changed", i);
+        free(o_wide);
+        for (int i = 0; i < 9; ++i)
+            CHECK(fa_free(ctx, bufs[i]) == FA_SUCCESS, "fa_free: %s", fa_context_last_error(ctx));
+    }
+
     /* fa_warmup compiles and loads a shape's kernels (fp16, d 128, softcap: the MOD instances);
      * the same shape's call afterwards loads nothing */
     fa_options opts = fa_options_default();

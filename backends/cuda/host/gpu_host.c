@@ -223,6 +223,17 @@ void fa_gpu_lists_free(fa_context *ctx, fa_block_lists *l)
     l->device = NULL;
 }
 
+int fa_gpu_grid_refuses(const fa_problem *p, char *why, size_t len)
+{
+    if (p->batch <= 65535 && p->heads_q <= 65535)
+        return 0;
+    snprintf(why, len,
+             "%s: a call of %lld sequences with %lld query heads; the kernels' grids take at most 65535 of each "
+             "(call in parts)",
+             FA_RT_NAME, (long long)p->batch, (long long)p->heads_q);
+    return 1;
+}
+
 fa_status fa_gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_params *kp, fa_gpu_buffers *cb)
 {
     memset(kp, 0, sizeof *kp);

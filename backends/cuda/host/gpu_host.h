@@ -104,6 +104,10 @@ fa_status fa_gpu_copy(fa_context *ctx, void *dst, const void *src, size_t bytes,
 fa_status fa_gpu_sync(fa_context *ctx);
 fa_status fa_gpu_set_stream(fa_context *ctx, void *stream);
 
+/* 1, with the reason in why, where p's grid would not launch: the attention kernels put the
+ * sequences on the grid's z and the heads on its y, 65535 at most each. */
+int fa_gpu_grid_refuses(const fa_problem *p, char *why, size_t len);
+
 /* The tensors, sizes and options of p as the kernels receive them; block lists uploaded into cb
  * where the context keeps none (fa_gpu_release frees them after the kernels). */
 fa_gpu_tensor fa_gpu_tensor_of(const fa_view *v);
