@@ -221,7 +221,8 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
      * without block masks or score modifiers at d 33..64 and 97..128; the rest
      * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
      * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
-     * score modifiers) and for every head dim it has.
+     * score modifiers) and for every head dim it has. FLASHATTN_KERNELS=sm90-fwd-pad also gives
+     * the chooser's plain forwards at d 129..224 to the d 256 instance, as for the backward.
      * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
      * the sm80 two-kernel path), d 33..64, 97..128 and 129..256 (dpad 256 there; its fp32 dQ
      * accumulator has the padded head dim of the sm80 kernels), every mask at d <= 128; block
@@ -232,8 +233,9 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = sm90_head_dim(dpad);
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
+    const int padded = dpad == dpad64 || (gs->sm90_fwd_pad && !p->backward && dpad > 128);
     const int want = gs->kernels == FA_GPU_KERNELS_SM90 ||
-                     (gs->kernels == FA_GPU_KERNELS_CHOOSER && (plain || sm90_ws_dropout(p, mod)) && dpad == dpad64);
+                     (gs->kernels == FA_GPU_KERNELS_CHOOSER && (plain || sm90_ws_dropout(p, mod)) && padded);
     return want && hopper && aligned &&
            (p->backward ? !p->deterministic && p->dropout_threshold == 0 && dpad == dpad64 &&
                               fa_sm90_has_backward((int)p->dtype, dpad64, plain, mod)

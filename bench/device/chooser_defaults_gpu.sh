@@ -10,9 +10,13 @@
 #   bench: bench/gpu_bench.py --sm80 --no-math --dims 160,192,224,256, bf16 and fp16, beside
 #     PyTorch's FA2 and cuDNN (the "flashattn" column is the default chooser, "sm80 path" the sm80
 #     family forced);
+#   pad: FLASHATTN_KERNELS=sm90-fwd-pad (the Hopper forward at d 129..224 on its d 256 instance):
+#     the full grid's d 160-256 cases and memcheck with it, then bench/gpu_ab.py against the
+#     chooser at d 160 / 192 / 224 in one process;
 #   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
 #     the chooser, kv-mla-16-rows and kv-mla-sm90.
-# STEPS (default checks,bench,mla; about 4, 3 and 2 minutes), DTYPES (default bf16 fp16). Usage:
+# STEPS (default checks,bench,pad,mla; about 4, 3, 3 and 2 minutes), DTYPES (default bf16 fp16).
+# Usage:
 # FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -34,7 +38,7 @@ ninja -C "$B" > "$OUT/build.log" 2>&1 || { echo "build failed"; grep -E "error|F
 echo "$(stamp) built"
 export FLASHATTN_CACHE_DIR=$B/kernel-cache FLASHATTN_COMPILE_LOG=0
 wide=hdim160,hdim192,hdim224,hdim256
-steps=${STEPS:-checks,bench,mla}
+steps=${STEPS:-checks,bench,pad,mla}
 if [[ $steps == *checks* ]]; then
   shards=("hdim,gqa,strides" "seqlen" "window,varlen,dropout,blocksparse" "-hdim,-gqa,-strides,-seqlen,-window,-varlen,-dropout,-blocksparse")
   pids=()
@@ -75,6 +79,21 @@ if [[ $steps == *bench* ]]; then
     echo "== $dtype: flashattn = default chooser, sm80 path = the sm80 family forced"
     timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --sm80 --no-math \
       --dtype $dtype --dims 160,192,224,256 --seqlens 1024,4096,16384 2>&1 | tee -a "$OUT/wide-$dtype.md"
+  done
+fi
+if [[ $steps == *pad* ]]; then
+  timeout 200 env FLASHATTN_KERNELS=sm90-fwd-pad "$B/tests/conformance/conformance" --backend cuda --grid full \
+    --filter "$wide" > "$OUT/grid-fwd-pad.txt" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) full grid $wide, sm90-fwd-pad: exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-fwd-pad.txt" | tr '\n' ' ')"
+  timeout 150 env FLASHATTN_KERNELS=sm90-fwd-pad compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$B/tests/conformance/conformance" --backend cuda --grid full --filter "$wide" > "$OUT/memcheck-fwd-pad.log" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) memcheck $wide (sm90-fwd-pad): exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-fwd-pad.log" | tail -1)"
+  for dtype in ${DTYPES:-bf16 fp16}; do
+    timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
+      --names default,fwd-pad --kernels-b sm90-fwd-pad --dtype $dtype --dims 160,192,224 --seqlens 1024,4096,16384 \
+      --repeats 3 2>&1 | tee -a "$OUT/ab-fwd-pad-$dtype.md"
   done
 fi
 if [[ $steps == *mla* ]]; then
