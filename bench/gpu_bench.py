@@ -276,7 +276,7 @@ def side_by_side(lib, args, dtype_name):
           "TFLOP/s fwd / bwd (median of do_bench) | hidden 2048, batch 16384/seqlen")
     # --sm80: a second context under FLASHATTN_KERNELS=sm80 (the sm80 tensor-core path where it has
     # a kernel, else the SIMT one), timed on the same inputs in the same run
-    lib80 = Library(args.lib, kernels="sm80") if args.sm80 else None
+    lib80 = Library(args.lib, kernels=args.sm80_kernels) if args.sm80 else None
     extra = " sm80 path |" if lib80 else ""
     print(f"| d | causal | seqlen | flashattn |{extra} PyTorch flash (FA2) | cuDNN | standard (math) | ours / FA2 | variant |")
     print("|---|---|---|---|---|---|---|---|---|" + ("---|" if lib80 else ""))
@@ -648,6 +648,9 @@ def main():
     ap.add_argument("--sm80", action="store_true",
                     help="default mode: also time the sm80 path (FLASHATTN_KERNELS=sm80) in the same run; "
                     "--dropout, --blocksparse: time the sm80 path instead of the default chooser")
+    ap.add_argument("--sm80-kernels", default="sm80",
+                    help="default mode with --sm80: the FLASHATTN_KERNELS list of that context (e.g. "
+                    "sm80,sm80-bwd-narrow)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--blocksparse", action="store_true", help="block-sparse table (RANDOM masks)")
     mode.add_argument("--memory", action="store_true", help="extra device memory table")

@@ -135,6 +135,7 @@ typedef struct cuda_choice {
                      total_q x heads_q x head_dim floats (sm80, sm90) */
     int mod;      /* softcap or ALiBi: the kernels' MOD instances */
     int fwd_stages; /* sm80 forward: K / V stages, 1 (aligned rows, FLASHATTN_KERNELS=sm80-fwd-stages) or 2 */
+    int narrow;   /* sm80 fused backward at d 256: bwd_kernel's 4-warp instance (FLASHATTN_KERNELS=sm80-bwd-narrow) */
 } cuda_choice;
 
 /* The launch callbacks receive the variant, not the context: the choice travels in it. */
@@ -190,7 +191,11 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
     /* with no queries the fused launcher runs the deterministic dK = dV = 0 kernel at d <= 128 */
     const size_t det = fa_sm80_deterministic_smem(dpad);
     const int det_fits = det != 0 && det <= optin;
-    *fused = !p->deterministic && fa_sm80_fused_backward_smem(dpad) <= optin && (dpad > 128 || det_fits);
+    /* FLASHATTN_KERNELS=sm80-bwd-narrow: the launchers run d 256's narrow instance, which fits an
+     * A100 where the 8-warp one does not */
+    const size_t fused_smem = s->sm80_bwd_narrow && fa_sm80_bwd_narrow_smem(dpad) ? fa_sm80_bwd_narrow_smem(dpad)
+                                                                                 : fa_sm80_fused_backward_smem(dpad);
+    *fused = !p->deterministic && fused_smem <= optin && (dpad > 128 || det_fits);
     return *fused || det_fits;
 }
 
@@ -303,6 +308,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
     c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, p, c->aligned, c->mod, dpad) : 2;
+    c->narrow = !sm90 && c->fused && gs->sm80_bwd_narrow && fa_sm80_bwd_narrow_smem(dpad) != 0;
     return FA_SUCCESS;
 }
 
@@ -320,9 +326,9 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
                  p->backward || plain || sm90_ws_dropout(p, c.mod) ? "-ws" : "", mod);
         break;
     case FAMILY_SM80:
-        snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s%s", dir, dt, c.head_dim,
+        snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s%s%s", dir, dt, c.head_dim,
                  c.aligned ? "cpasync" : "ldg", p->backward && !c.fused ? "-deterministic" : "",
-                 c.fwd_stages == 1 ? "-1stage" : "", mod);
+                 c.fwd_stages == 1 ? "-1stage" : "", c.narrow ? "-narrow" : "", mod);
         break;
     case FAMILY_MFMA_EMULATED:
         snprintf(out->name, sizeof out->name, "mfma-emulated-fwd-%s-d%d%s", dt, c.head_dim, mod);
@@ -356,7 +362,7 @@ static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *
 {
     switch (c->family) {
     case FAMILY_SM90: return fa_sm90_backward(kp, (int)c->dtype, c->head_dim, stream);
-    case FAMILY_SM80: return fa_sm80_backward(kp, (int)c->dtype, c->head_dim, c->aligned, stream);
+    case FAMILY_SM80: return fa_sm80_backward(kp, (int)c->dtype, c->head_dim, c->aligned, c->narrow, stream);
     case FAMILY_SIMT: return fa_simt_backward(kp, (int)c->dtype, c->head_dim, stream);
     case FAMILY_MFMA_EMULATED: break; /* forward only */
     }

@@ -103,10 +103,11 @@ class Files:
 
 
 def sm80(f):
-    sig = "(const fa_gpu_params &, cudaStream_t)"
+    fwd_sig, bwd_sig = "(const fa_gpu_params &, cudaStream_t)", "(const fa_gpu_params &, cudaStream_t, bool)"
     inc = '#include "sm80/kernels.cuh"\n'
     externs = ""
     for direction, dims, fn in (("fwd", SM80["forward"], "launch_forward"), ("bwd", SM80["backward"], "launch_backward")):
+        sig = fwd_sig if direction == "fwd" else bwd_sig
         for tag in HALF:
             ctype = DTYPES[tag][1]
             for d in dims:
@@ -127,12 +128,13 @@ def sm80(f):
     for dims, fn, cname in ((SM80["forward"], "launch_forward", "fa_sm80_forward"),
                             (SM80["backward"], "launch_backward", "fa_sm80_backward")):
         def call(tag, d, fn=fn):
-            c = f"fa_gpu::sm80::{fn}<{DTYPES[tag][1]}, {d}, %s>(*p, st)"
             if fn == "launch_forward":  # aligned calls in one K / V stage or two
+                c = f"fa_gpu::sm80::{fn}<{DTYPES[tag][1]}, {d}, %s>(*p, st)"
                 return f"return !aligned ? {c % 'false'} : stages == 1 ? {c % 'true, 1'} : {c % 'true'};"
+            c = f"fa_gpu::sm80::{fn}<{DTYPES[tag][1]}, {d}, %s>(*p, st, narrow != 0)"
             return f"return aligned ? {c % 'true'} : {c % 'false'};"
-        stages = ", int stages" if fn == "launch_forward" else ""
-        s += f'\nextern "C" int {cname}(const fa_gpu_params *p, int dtype, int head_dim, int aligned{stages}, void *stream)\n{{\n'
+        extra = ", int stages" if fn == "launch_forward" else ", int narrow"
+        s += f'\nextern "C" int {cname}(const fa_gpu_params *p, int dtype, int head_dim, int aligned{extra}, void *stream)\n{{\n'
         s += "    const cudaStream_t st = static_cast<cudaStream_t>(stream);\n"
         s += by_dtype_and_dim(HALF, dims, call, "return (int)cudaErrorInvalidValue;") + "}\n"
     s += '\nextern "C" int fa_sm80_has_instance(int dtype, int head_dim, int backward, int aligned, int mod)\n{\n'

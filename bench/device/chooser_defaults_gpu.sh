@@ -13,9 +13,14 @@
 #   pad: FLASHATTN_KERNELS=sm90-fwd-pad (the Hopper forward at d 129..224 on its d 256 instance):
 #     the full grid's d 160-256 cases and memcheck with it, then bench/gpu_ab.py against the
 #     chooser at d 160 / 192 / 224 in one process;
+#   narrow: FLASHATTN_KERNELS=sm80,sm80-bwd-narrow (the sm80 d 256 backward on 4 warps over 64
+#     keys a block, 141 KB: an A100's; d 129..224 padded to it): the full grid's d 160-256 cases
+#     and the sanitizers with it, then bench/gpu_bench.py --sm80 --sm80-kernels with it (the "sm80
+#     path" column) beside the chooser, FA2 and cuDNN;
 #   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
 #     the chooser, kv-mla-16-rows and kv-mla-sm90.
-# STEPS (default checks,bench,pad,mla; about 4, 3, 3 and 2 minutes), DTYPES (default bf16 fp16).
+# STEPS (default checks,bench,pad,narrow,mla; about 4, 3, 3, 4 and 2 minutes), DTYPES (default bf16
+# fp16).
 # Usage:
 # FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
 set -uo pipefail
@@ -38,7 +43,7 @@ ninja -C "$B" > "$OUT/build.log" 2>&1 || { echo "build failed"; grep -E "error|F
 echo "$(stamp) built"
 export FLASHATTN_CACHE_DIR=$B/kernel-cache FLASHATTN_COMPILE_LOG=0
 wide=hdim160,hdim192,hdim224,hdim256
-steps=${STEPS:-checks,bench,pad,mla}
+steps=${STEPS:-checks,bench,pad,narrow,mla}
 if [[ $steps == *checks* ]]; then
   shards=("hdim,gqa,strides" "seqlen" "window,varlen,dropout,blocksparse" "-hdim,-gqa,-strides,-seqlen,-window,-varlen,-dropout,-blocksparse")
   pids=()
@@ -94,6 +99,25 @@ if [[ $steps == *pad* ]]; then
     timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
       --names default,fwd-pad --kernels-b sm90-fwd-pad --dtype $dtype --dims 160,192,224 --seqlens 1024,4096,16384 \
       --repeats 3 2>&1 | tee -a "$OUT/ab-fwd-pad-$dtype.md"
+  done
+fi
+if [[ $steps == *narrow* ]]; then
+  nar=sm80,sm80-bwd-narrow
+  timeout 200 env FLASHATTN_KERNELS=$nar "$B/tests/conformance/conformance" --backend cuda --grid full \
+    --filter "$wide" > "$OUT/grid-narrow.txt" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) full grid $wide, $nar: exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-narrow.txt" | tr '\n' ' ')"
+  for tool in memcheck racecheck synccheck; do
+    timeout 150 env FLASHATTN_KERNELS=$nar compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$B/tests/conformance/conformance" --backend cuda --grid full --filter "$wide" > "$OUT/$tool-narrow.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) $tool $wide ($nar): exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-narrow.log" | tail -1)"
+  done
+  for dtype in ${DTYPES:-bf16 fp16}; do
+    echo "== $dtype: flashattn = the chooser, sm80 path = the sm80 family with the narrow d 256 backward"
+    timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --sm80 \
+      --sm80-kernels $nar --no-math --dtype $dtype --dims 160,192,224,256 --seqlens 1024,4096,16384 2>&1 |
+      tee -a "$OUT/narrow-$dtype.md"
   done
 fi
 if [[ $steps == *mla* ]]; then

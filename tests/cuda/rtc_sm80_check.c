@@ -10,7 +10,9 @@
  *     fused backward on bwd_kernel (bwd_grid_kernel does not fit): dsum, the dQ accumulator's
  *     memset, bwd_kernel, dq_convert; the deterministic dkdv / dq pair; an unaligned call (d 100:
  *     the ldg instance); softcap (the MOD instance); d 256's backward left to the SIMT kernels
- *     (213.5 KB does not fit), and its forward (169 KB) too, where d 224's fits; a failing memset
+ *     (213.5 KB does not fit) but under FLASHATTN_KERNELS=sm80-bwd-narrow on bwd_kernel's 4-warp
+ *     instance (141 KB; d 160's too), and its forward (169 KB) on the SIMT kernels too, where d 224's
+ *     fits; a failing memset
  *     as FA_ERR_BACKEND naming the driver's error;
  *   - cc 8.6 with 101376 bytes (sm_86 and sm_89): the d 96 forward; d 96's backward on the
  *     deterministic pair where bwd_kernel does not fit; d 64's on bwd_kernel; d 128's forward and
@@ -307,6 +309,27 @@ int main(int argc, char **argv)
           "cc 8.0 d 256 backward: the last of %d launches is %s", fake->launch_log_len,
           fake->launches[fake->launch_log_len - 1].name);
     printf("ok: cc 8.0 d 256 backward on the SIMT kernels (%s)\n", fake->launches[fake->launch_log_len - 1].name);
+    /* FLASHATTN_KERNELS=sm80-bwd-narrow: bwd_kernel's 4-warp instance, 64 keys a block in two
+     * column passes: K, V [64][264], Q, dO [2][32][264], dS^T [64][40], LSE and D: 140800 bytes,
+     * which fit; d 160 is padded to it */
+    {
+        fa_context *narrow = open_device(8, 166912, "sm80-fwd-stages=2,sm80-bwd-narrow");
+        const launch nar[] = {
+            {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+            {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 256, true, 0, false, 4>", (S + 63) / 64 * 2, H, B, 128,
+             2 * (2 * 64 * 264 + 4 * 32 * 264 + 64 * 40) + 4 * 4 * 32},
+            {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", S * 256 / 256, H, B, 256, 0},
+        };
+        const int nar_d[2] = {256, 160};
+        for (int i = 0; i < 2; ++i) {
+            problem q = make_problem(narrow, nar_d[i]);
+            backward(&q, nar_d[i] == 256 ? "cc 8.0 bf16 d256 backward, sm80-bwd-narrow"
+                                         : "cc 8.0 bf16 d160 backward, sm80-bwd-narrow");
+            expect("cc 8.0 backward on the narrow d 256 instance", nar, N(nar), 1);
+            free_problem(&q);
+        }
+        fa_context_destroy(narrow);
+    }
     /* and its forward's 168960 bytes (Q [64][264], K and V [2][64][264]) do not fit either */
     forward(&p, "cc 8.0 bf16 d256 forward (SIMT)");
     expect_simt("cc 8.0 d 256 forward");

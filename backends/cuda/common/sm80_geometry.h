@@ -41,6 +41,11 @@
 /* The fused backward (bwd_kernel, bwd_grid_kernel): 8 warps over 128 keys per block. */
 #define FA_SM80_BWD_THREADS 256
 #define FA_SM80_BWD_KEYS 128
+/* bwd_kernel's narrow d 256 instance (FLASHATTN_KERNELS=sm80-bwd-narrow): 4 warps over 64 keys
+ * per block, so that its tiles fit the 163 KB an A100 gives a block (141 KB against 213 KB). */
+#define FA_SM80_BWD_NARROW_WARPS 4
+#define FA_SM80_BWD_NARROW_THREADS (FA_SM80_BWD_NARROW_WARPS * 32)
+#define FA_SM80_BWD_NARROW_KEYS (FA_SM80_BWD_NARROW_WARPS * 16)
 /* bwd_grid_kernel: 64 query rows per step, and its table of step classes (bytes). */
 #define FA_SM80_GRID_BWD_ROWS 64
 #define FA_SM80_GRID_BWD_CLASSES 4096
@@ -62,9 +67,10 @@
 /* bwd_kernel's dynamic shared memory (16-bit elements) at head dim D, BQ query rows per step:
  * K, V [128][D + 8], Q, dO [2][BQ][D + 8], dS^T [128][BQ + 8], then LSE and D of two query tiles in
  * fp32. */
-#define FA_SM80_BWD_SMEM(D, BQ)                                                                                       \
-    (2 * (2 * FA_SM80_BWD_KEYS * ((D) + 8) + 4 * (BQ) * ((D) + 8) + FA_SM80_BWD_KEYS * ((BQ) + 8)) +                  \
-     sizeof(float) * 4 * (BQ))
+#define FA_SM80_BWD_SMEM(D, BQ) FA_SM80_BWD_SMEM_KEYS(D, BQ, FA_SM80_BWD_KEYS)
+/* the same with KEYS keys per block instead of 128 (the narrow instance's 64) */
+#define FA_SM80_BWD_SMEM_KEYS(D, BQ, KEYS)                                                                            \
+    (2 * (2 * (KEYS) * ((D) + 8) + 4 * (BQ) * ((D) + 8) + (KEYS) * ((BQ) + 8)) + sizeof(float) * 4 * (BQ))
 /* bwd_grid_kernel's: K, V [128][D + 8], Q, dO [2][64][D + 8], P Z and dS [64][128 + 8] (16-bit),
  * then LSE log2(e) and D of two query tiles (fp32), the step classes (bytes): 175 KB at d 128,
  * 110 KB at d 64. */
@@ -121,6 +127,14 @@ static inline size_t fa_sm80_bwd_smem(int d)
 {
     const fa_sm80_tile t = fa_sm80_tile_of(d);
     return t.bwd_rows ? FA_SM80_BWD_SMEM(d, t.bwd_rows) : 0;
+}
+
+/* The narrow bwd_kernel's dynamic shared memory at padded head dim d: d 256 only (its one
+ * instance; the chooser pads d 129..224 to it), 0 otherwise. */
+static inline size_t fa_sm80_bwd_narrow_smem(int d)
+{
+    const fa_sm80_tile t = fa_sm80_tile_of(d);
+    return d == 256 && t.bwd_rows ? FA_SM80_BWD_SMEM_KEYS(d, t.bwd_rows, FA_SM80_BWD_NARROW_KEYS) : 0;
 }
 
 /* Whether the one-stage forward has the instances of a call at padded head dim d: its mode 2

@@ -19,9 +19,10 @@ extern "C" {
  * 2 bf16 (fa_dtype). aligned: every row start is 16-byte aligned, so tiles move with cp.async.
  * A call with a score modifier (softcap.out != 0 or alibi_slopes) runs the MOD instances, which
  * exist for aligned rows only. stages: the forward's K / V stages, 1 (aligned calls) or 2
- * (sm80/forward.cuh). */
+ * (sm80/forward.cuh). narrow: the fused backward at d 256 on bwd_kernel's 4-warp instance
+ * (FLASHATTN_KERNELS=sm80-bwd-narrow). */
 int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int stages, void *stream);
-int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream);
+int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int narrow, void *stream);
 /* Whether an instance exists for (dtype, padded head dim), direction, alignment and score
  * modifier (mod: softcap or ALiBi). */
 int fa_sm80_has_instance(int dtype, int head_dim, int backward, int aligned, int mod);

@@ -33,6 +33,7 @@ typedef struct sm80_call {
     const fa_gpu_params *p;
     const char *t; /* the template argument T: "__half" or "__nv_bfloat16" */
     int d, aligned, mod, mode;
+    int narrow; /* backward at d 256: bwd_kernel's 4-warp instance */
     fa_sm80_tile tile;
     void *stream;
 } sm80_call;
@@ -129,9 +130,9 @@ int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned
     return fa_rtc_entry_end(st);
 }
 
-/* launch_fused: dq_accum zeroed, kernel over blocks_x key tiles (x kv heads x batch) with shared
- * bytes, dQ converted by dq_convert_kernel<T, D>. */
-static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, size_t shared, int64_t blocks_x)
+/* launch_fused: dq_accum zeroed, kernel over blocks_x key tiles (x kv heads x batch) of threads
+ * threads with shared bytes, dQ converted by dq_convert_kernel<T, D>. */
+static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, int threads, size_t shared, int64_t blocks_x)
 {
     const fa_gpu_params *p = c->p;
     size_t len;
@@ -153,7 +154,7 @@ static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, size_t
     }
     fa_rtc_status st;
     if (p->seqlen_k > 0 &&
-        (st = launch(c, kernel, blocks_x, p->heads_kv, p->batch, FA_SM80_BWD_THREADS, shared)) != FA_RTC_OK)
+        (st = launch(c, kernel, blocks_x, p->heads_kv, p->batch, threads, shared)) != FA_RTC_OK)
         return st;
     if (p->seqlen_q == 0)
         return FA_RTC_OK;
@@ -233,7 +234,19 @@ static fa_rtc_status launch_backward(const sm80_call *c, int *unsupported)
     const int64_t key_tiles = (p->seqlen_k + FA_SM80_BWD_KEYS - 1) / FA_SM80_BWD_KEYS;
     if (fused && !c->mod && c->aligned && grid_backward_fits(c->d)) {
         snprintf(name, sizeof name, "fa_gpu::sm80::bwd_grid_kernel<%s, %d, %d>", c->t, c->d, c->mode);
-        return launch_fused(c, name, FA_SM80_GRID_BWD_SMEM(c->d), key_tiles);
+        return launch_fused(c, name, FA_SM80_BWD_THREADS, FA_SM80_GRID_BWD_SMEM(c->d), key_tiles);
+    }
+    if (fused && c->d == 256 && c->narrow) {
+        /* the narrow instance: 4 warps over 64 keys a block */
+        if (c->mod)
+            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, 256, true, 2, true, %d>", c->t,
+                     FA_SM80_BWD_NARROW_WARPS);
+        else
+            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, 256, %s, %d, false, %d>", c->t,
+                     bool_name(c->aligned), c->mode, FA_SM80_BWD_NARROW_WARPS);
+        const int64_t narrow_tiles = (p->seqlen_k + FA_SM80_BWD_NARROW_KEYS - 1) / FA_SM80_BWD_NARROW_KEYS;
+        return launch_fused(c, name, FA_SM80_BWD_NARROW_THREADS, fa_sm80_bwd_narrow_smem(256),
+                            narrow_tiles * FA_SM80_BWD_PASSES(256));
     }
     if (fused) {
         if (c->mod) /* aligned here (call_of refused the others) */
@@ -241,7 +254,7 @@ static fa_rtc_status launch_backward(const sm80_call *c, int *unsupported)
         else
             snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, %d, %s, %d>", c->t, c->d, bool_name(c->aligned),
                      c->mode);
-        return launch_fused(c, name, fa_sm80_bwd_smem(c->d), key_tiles * FA_SM80_BWD_PASSES(c->d));
+        return launch_fused(c, name, FA_SM80_BWD_THREADS, fa_sm80_bwd_smem(c->d), key_tiles * FA_SM80_BWD_PASSES(c->d));
     }
     if (c->d > 128) {
         size_t len;
@@ -255,13 +268,14 @@ static fa_rtc_status launch_backward(const sm80_call *c, int *unsupported)
     return launch_deterministic(c);
 }
 
-int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
+int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int narrow, void *stream)
 {
     fa_rtc_entry_begin();
     sm80_call c;
     int r = call_of(p, dtype, head_dim, aligned, 1, stream, &c);
     if (r)
         return r;
+    c.narrow = narrow != 0;
     int unsupported = 0;
     fa_rtc_status st = launch_backward(&c, &unsupported);
     return unsupported ? CU_ERROR_NOT_SUPPORTED : fa_rtc_entry_end(st);

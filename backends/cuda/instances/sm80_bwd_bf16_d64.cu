@@ -2,6 +2,6 @@
 #include "sm80/kernels.cuh"
 
 namespace fa_gpu::sm80 {
-template cudaError_t launch_backward<__nv_bfloat16, 64, true>(const fa_gpu_params &, cudaStream_t);
-template cudaError_t launch_backward<__nv_bfloat16, 64, false>(const fa_gpu_params &, cudaStream_t);
+template cudaError_t launch_backward<__nv_bfloat16, 64, true>(const fa_gpu_params &, cudaStream_t, bool);
+template cudaError_t launch_backward<__nv_bfloat16, 64, false>(const fa_gpu_params &, cudaStream_t, bool);
 } // namespace fa_gpu::sm80

@@ -52,26 +52,26 @@ extern template cudaError_t launch_forward<__nv_bfloat16, 224, false>(const fa_g
 extern template cudaError_t launch_forward<__nv_bfloat16, 256, true, 1>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 256, true>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 256, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 32, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 32, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 64, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 64, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 96, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 96, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 128, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 128, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 256, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 256, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 32, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 32, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 64, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 64, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 96, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 96, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 128, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 128, false>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 256, true>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__nv_bfloat16, 256, false>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 32, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 32, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 64, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 64, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 96, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 96, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 128, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 128, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 256, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 256, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 32, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 32, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 64, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 64, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 96, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 96, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 128, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 128, false>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 256, true>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__nv_bfloat16, 256, false>(const fa_gpu_params &, cudaStream_t, bool);
 } // namespace fa_gpu::sm80
 
 extern "C" int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int stages, void *stream)
@@ -106,26 +106,26 @@ extern "C" int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, 
     }
 }
 
-extern "C" int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, void *stream)
+extern "C" int fa_sm80_backward(const fa_gpu_params *p, int dtype, int head_dim, int aligned, int narrow, void *stream)
 {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (dtype) {
     case 1:
         switch (head_dim) {
-        case 32: return aligned ? fa_gpu::sm80::launch_backward<__half, 32, true>(*p, st) : fa_gpu::sm80::launch_backward<__half, 32, false>(*p, st);
-        case 64: return aligned ? fa_gpu::sm80::launch_backward<__half, 64, true>(*p, st) : fa_gpu::sm80::launch_backward<__half, 64, false>(*p, st);
-        case 96: return aligned ? fa_gpu::sm80::launch_backward<__half, 96, true>(*p, st) : fa_gpu::sm80::launch_backward<__half, 96, false>(*p, st);
-        case 128: return aligned ? fa_gpu::sm80::launch_backward<__half, 128, true>(*p, st) : fa_gpu::sm80::launch_backward<__half, 128, false>(*p, st);
-        case 256: return aligned ? fa_gpu::sm80::launch_backward<__half, 256, true>(*p, st) : fa_gpu::sm80::launch_backward<__half, 256, false>(*p, st);
+        case 32: return aligned ? fa_gpu::sm80::launch_backward<__half, 32, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__half, 32, false>(*p, st, narrow != 0);
+        case 64: return aligned ? fa_gpu::sm80::launch_backward<__half, 64, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__half, 64, false>(*p, st, narrow != 0);
+        case 96: return aligned ? fa_gpu::sm80::launch_backward<__half, 96, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__half, 96, false>(*p, st, narrow != 0);
+        case 128: return aligned ? fa_gpu::sm80::launch_backward<__half, 128, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__half, 128, false>(*p, st, narrow != 0);
+        case 256: return aligned ? fa_gpu::sm80::launch_backward<__half, 256, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__half, 256, false>(*p, st, narrow != 0);
         default: return (int)cudaErrorInvalidValue;
         }
     case 2:
         switch (head_dim) {
-        case 32: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 32, true>(*p, st) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 32, false>(*p, st);
-        case 64: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 64, true>(*p, st) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 64, false>(*p, st);
-        case 96: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 96, true>(*p, st) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 96, false>(*p, st);
-        case 128: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 128, true>(*p, st) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 128, false>(*p, st);
-        case 256: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 256, true>(*p, st) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 256, false>(*p, st);
+        case 32: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 32, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 32, false>(*p, st, narrow != 0);
+        case 64: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 64, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 64, false>(*p, st, narrow != 0);
+        case 96: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 96, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 96, false>(*p, st, narrow != 0);
+        case 128: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 128, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 128, false>(*p, st, narrow != 0);
+        case 256: return aligned ? fa_gpu::sm80::launch_backward<__nv_bfloat16, 256, true>(*p, st, narrow != 0) : fa_gpu::sm80::launch_backward<__nv_bfloat16, 256, false>(*p, st, narrow != 0);
         default: return (int)cudaErrorInvalidValue;
         }
     default: return (int)cudaErrorInvalidValue;

@@ -28,9 +28,11 @@ namespace fa_gpu::sm80 {
  * additions varies, so dQ is not bitwise reproducible; the deterministic option uses the
  * two-kernel path), and last dK += dS^T Q, whose MMAs overlap the draining reductions. Five
  * products per tile instead of seven. */
-template <int D> struct bwd_shape {
-    static constexpr int NW = 8, NT = NW * 32, BN = NW * 16;
-    static_assert(NT == FA_SM80_BWD_THREADS && BN == FA_SM80_BWD_KEYS, "common/sm80_geometry.h's block");
+template <int D, int WARPS = 8> struct bwd_shape {
+    static constexpr int NW = WARPS, NT = NW * 32, BN = NW * 16;
+    static_assert((NT == FA_SM80_BWD_THREADS && BN == FA_SM80_BWD_KEYS) ||
+                      (D == 256 && NW == FA_SM80_BWD_NARROW_WARPS && BN == FA_SM80_BWD_NARROW_KEYS),
+                  "common/sm80_geometry.h's block (or the narrow d 256 one)");
     /* output columns per pass: d > 128 runs PASSES blocks per key tile, each computing S and dP
      * over all D columns and dK, dV, dQ for its DV of them (tiles.h) */
     static constexpr int DV = D > 128 ? D / 2 : D, PASSES = D / DV;
@@ -44,16 +46,17 @@ template <int D> struct bwd_shape {
     static constexpr int LDS = BQ + 8, LD = D + 8;
     /* dynamic shared memory (16-bit elements): K, V [BN][LD], Q, dO [2][BQ][LD], dS^T [BN][LDS],
      * then LSE and D of two query tiles in fp32 (common/sm80_geometry.h) */
-    static constexpr size_t SMEM = FA_SM80_BWD_SMEM(D, BQ);
+    static constexpr size_t SMEM = FA_SM80_BWD_SMEM_KEYS(D, BQ, BN);
 };
 
 /* MODE as in the forward; MOD: the score modifiers, and dS times the softcap's derivative (then
- * computed with P, since dP^T is already there, so that the derivative needs no registers). */
-template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
-__global__ void __launch_bounds__(bwd_shape<D>::NT, 1) bwd_kernel(const fa_gpu_params p)
+ * computed with P, since dP^T is already there, so that the derivative needs no registers);
+ * WARPS: 8 (128 keys a block), or 4 (64 keys) for the narrow d 256 instance. */
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false, int WARPS = 8>
+__global__ void __launch_bounds__(bwd_shape<D, WARPS>::NT, 1) bwd_kernel(const fa_gpu_params p)
 {
     constexpr bool LISTS = MODE >= 1, DROP = MODE == 2;
-    using S = bwd_shape<D>;
+    using S = bwd_shape<D, WARPS>;
     constexpr int LD = D + 8, BN = S::BN, BQ = S::BQ, NT = S::NT, LDS = S::LDS, DV = S::DV;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *ks = reinterpret_cast<T *>(smem_raw); /* [BN][LD] */

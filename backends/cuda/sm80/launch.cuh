@@ -72,8 +72,8 @@ cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
 }
 
 /* The fused backward's three launches: dq_accum zeroed, KERNEL over blocks_x key tiles (x kv heads
- * x batch) with smem bytes of dynamic shared memory, dQ converted. */
-template <typename T, int D, typename KERNEL>
+ * x batch) of THREADS threads with smem bytes of dynamic shared memory, dQ converted. */
+template <typename T, int D, int THREADS = 256, typename KERNEL>
 cudaError_t launch_fused(KERNEL kernel, size_t smem, int64_t blocks_x, const fa_gpu_params &p, cudaStream_t st)
 {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -84,7 +84,7 @@ cudaError_t launch_fused(KERNEL kernel, size_t smem, int64_t blocks_x, const fa_
         return e;
     if (p.seqlen_k > 0) {
         dim3 g1((unsigned)blocks_x, (unsigned)p.heads_kv, (unsigned)p.batch);
-        kernel<<<g1, 256, smem, st>>>(p);
+        kernel<<<g1, THREADS, smem, st>>>(p);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     }
@@ -96,13 +96,25 @@ cudaError_t launch_fused(KERNEL kernel, size_t smem, int64_t blocks_x, const fa_
     return cudaGetLastError();
 }
 
-template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false, int WARPS = 8>
 cudaError_t launch_fused_backward(const fa_gpu_params &p, cudaStream_t st)
 {
-    using S = bwd_shape<D>;
-    static_assert(sizeof(T) == 2 && S::NT == 256, "bwd_shape::SMEM counts 16-bit elements; launch_fused uses 256 threads");
-    return launch_fused<T, D>(bwd_kernel<T, D, ALIGNED, MODE, MOD>, S::SMEM, (p.seqlen_k + S::BN - 1) / S::BN * S::PASSES,
-                              p, st);
+    using S = bwd_shape<D, WARPS>;
+    static_assert(sizeof(T) == 2, "bwd_shape::SMEM counts 16-bit elements");
+    return launch_fused<T, D, S::NT>(bwd_kernel<T, D, ALIGNED, MODE, MOD, WARPS>, S::SMEM,
+                                     (p.seqlen_k + S::BN - 1) / S::BN * S::PASSES, p, st);
+}
+
+/* The fused bwd_kernel at D in MODE (MOD: the score modifiers' instance, mode 2); narrow (d 256
+ * only): its 4-warp instance, 64 keys a block (the context's FLASHATTN_KERNELS=sm80-bwd-narrow). */
+template <typename T, int D, bool ALIGNED, int MODE, bool MOD = false>
+cudaError_t launch_bwd_kernel(const fa_gpu_params &p, cudaStream_t st, bool narrow)
+{
+    if constexpr (D == 256) {
+        if (narrow)
+            return launch_fused_backward<T, D, ALIGNED, MODE, MOD, FA_SM80_BWD_NARROW_WARPS>(p, st);
+    }
+    return launch_fused_backward<T, D, ALIGNED, MODE, MOD>(p, st);
 }
 
 template <typename T, int D, int MODE> cudaError_t launch_grid_backward(const fa_gpu_params &p, cudaStream_t st)
@@ -171,7 +183,8 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_deterministic_back
     return e;
 }
 
-template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
+template <typename T, int D, bool ALIGNED>
+cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st, bool narrow)
 {
     if (!ALIGNED && fa_gpu_has_score_mod(p)) /* no MOD instance (mode_of) */
         return cudaErrorNotSupported;
@@ -187,7 +200,7 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
      * ones for that option); with no queries it writes dK = dV = 0 */
     const bool fused = D > 128 ? (p.dq_accum || p.seqlen_q == 0) : (p.dq_accum && p.seqlen_q > 0);
     if (fused && fa_gpu_has_score_mod(p)) /* ALIGNED here (refused above otherwise) */
-        return launch_fused_backward<T, D, ALIGNED, 2, ALIGNED>(p, st);
+        return launch_bwd_kernel<T, D, ALIGNED, 2, ALIGNED>(p, st, narrow);
     if constexpr (ALIGNED && (D == 64 || D == 128)) {
         if (fused && grid_backward_fits<D>())
             return mode_of(p) == 2   ? launch_grid_backward<T, D, 2>(p, st)
@@ -195,9 +208,9 @@ template <typename T, int D, bool ALIGNED> cudaError_t launch_backward(const fa_
                                      : launch_grid_backward<T, D, 0>(p, st);
     }
     if (fused)
-        return mode_of(p) == 2   ? launch_fused_backward<T, D, ALIGNED, 2>(p, st)
-               : mode_of(p) == 1 ? launch_fused_backward<T, D, ALIGNED, 1>(p, st)
-                                 : launch_fused_backward<T, D, ALIGNED, 0>(p, st);
+        return mode_of(p) == 2   ? launch_bwd_kernel<T, D, ALIGNED, 2>(p, st, narrow)
+               : mode_of(p) == 1 ? launch_bwd_kernel<T, D, ALIGNED, 1>(p, st, narrow)
+                                 : launch_bwd_kernel<T, D, ALIGNED, 0>(p, st, narrow);
     if constexpr (D > 128)
         return cudaErrorNotSupported;
     else
