@@ -236,25 +236,22 @@ static fa_rtc_status launch_backward(const sm80_call *c, int *unsupported)
         snprintf(name, sizeof name, "fa_gpu::sm80::bwd_grid_kernel<%s, %d, %d>", c->t, c->d, c->mode);
         return launch_fused(c, name, FA_SM80_BWD_THREADS, FA_SM80_GRID_BWD_SMEM(c->d), key_tiles);
     }
-    if (fused && c->d == 256 && c->narrow) {
-        /* the narrow instance: 4 warps over 64 keys a block */
-        if (c->mod)
-            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, 256, true, 2, true, %d>", c->t,
-                     FA_SM80_BWD_NARROW_WARPS);
-        else
-            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, 256, %s, %d, false, %d>", c->t,
-                     bool_name(c->aligned), c->mode, FA_SM80_BWD_NARROW_WARPS);
-        const int64_t narrow_tiles = (p->seqlen_k + FA_SM80_BWD_NARROW_KEYS - 1) / FA_SM80_BWD_NARROW_KEYS;
-        return launch_fused(c, name, FA_SM80_BWD_NARROW_THREADS, fa_sm80_bwd_narrow_smem(256),
-                            narrow_tiles * FA_SM80_BWD_PASSES(256));
-    }
     if (fused) {
-        if (c->mod) /* aligned here (call_of refused the others) */
-            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, %d, true, 2, true>", c->t, c->d);
+        /* bwd_kernel<T, D, ALIGNED, MODE, MOD, WARPS>: 8 warps over 128 keys a block, or the narrow
+         * d 256 instance's 4 over 64; MOD (aligned here: call_of refused the others) in mode 2 */
+        const int narrow = c->d == 256 && c->narrow;
+        const int keys = narrow ? FA_SM80_BWD_NARROW_KEYS : FA_SM80_BWD_KEYS;
+        char warps[16] = "";
+        if (narrow)
+            snprintf(warps, sizeof warps, ", %d", FA_SM80_BWD_NARROW_WARPS);
+        if (c->mod)
+            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, %d, true, 2, true%s>", c->t, c->d, warps);
         else
-            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, %d, %s, %d>", c->t, c->d, bool_name(c->aligned),
-                     c->mode);
-        return launch_fused(c, name, FA_SM80_BWD_THREADS, fa_sm80_bwd_smem(c->d), key_tiles * FA_SM80_BWD_PASSES(c->d));
+            snprintf(name, sizeof name, "fa_gpu::sm80::bwd_kernel<%s, %d, %s, %d%s%s>", c->t, c->d,
+                     bool_name(c->aligned), c->mode, narrow ? ", false" : "", warps);
+        return launch_fused(c, name, narrow ? FA_SM80_BWD_NARROW_THREADS : FA_SM80_BWD_THREADS,
+                            narrow ? fa_sm80_bwd_narrow_smem(c->d) : fa_sm80_bwd_smem(c->d),
+                            (p->seqlen_k + keys - 1) / keys * FA_SM80_BWD_PASSES(c->d));
     }
     if (c->d > 128) {
         size_t len;
