@@ -14,24 +14,7 @@
 # STEPS (default checks,bench): about four minutes each.
 # Usage: FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/sm80_stages_gpu.sh  (carry: [".deps"])
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH
-. "$(dirname "$0")/cmocka_env.sh"
-nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
-echo "commit ${FLASHATTN_BENCH_COMMIT:-unknown}, $(date -u '+%F %T UTC')" | tee "$OUT/provenance.txt"
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s]"; }
-pack_out() { tar -C "$OUT" -czf /tmp/stages-out.tgz . && rm -rf "${OUT:?}"/* && mv /tmp/stages-out.tgz "$OUT/all.tgz"; }
-status=0
-B=$PWD/build-stages
-if [ ! -f "$B/build.ninja" ]; then
-  meson setup "$B" -Dcuda=enabled -Dcuda-kernels=rtc -Dhip=disabled -Dopencl=disabled -Dbench=false \
-    -Dconformance_grid=short > "$OUT/setup.log" 2>&1 || { echo "setup failed"; tail -20 "$OUT/setup.log"; pack_out; exit 1; }
-fi
-ninja -C "$B" > "$OUT/build.log" 2>&1 || { echo "build failed"; grep -E "error|FAILED" "$OUT/build.log" | head; pack_out; exit 1; }
-echo "$(stamp) built"
-export FLASHATTN_CACHE_DIR=$B/kernel-cache FLASHATTN_COMPILE_LOG=0
+. "$(dirname "$0")/rtc_build_env.sh"
 one=sm80,sm80-fwd-stages=1
 steps=${STEPS:-checks,bench}
 if [[ $steps == *checks* ]]; then
