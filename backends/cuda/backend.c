@@ -177,6 +177,16 @@ static int sm80_fwd_stages(const fa_gpu_state *s, const fa_problem *p, int align
  * deterministic pair, asked for or where the fused kernel does not fit (d <= 128 only: d 256 has
  * the fused kernel alone). Everything else is the SIMT family's, as is everything under
  * FLASHATTN_KERNELS=simt or =mfma-emulated. */
+/* Whether the sm80 fused backward at padded head dim dpad runs bwd_kernel's 4-warp instance (64
+ * keys a block, d 256 only): where the 8-warp one does not fit a block's shared memory and the
+ * narrow one does, or under FLASHATTN_KERNELS=sm80-bwd-narrow. */
+static int sm80_bwd_narrow(const fa_gpu_state *s, int dpad)
+{
+    const size_t optin = s->prop.sharedMemPerBlockOptin;
+    const size_t narrow = fa_sm80_bwd_narrow_smem(dpad);
+    return narrow != 0 && (s->sm80_bwd_narrow || (fa_sm80_fused_backward_smem(dpad) > optin && narrow <= optin));
+}
+
 static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int aligned, int mod, int *fused)
 {
     const size_t optin = s->prop.sharedMemPerBlockOptin;
@@ -191,10 +201,10 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
     /* with no queries the fused launcher runs the deterministic dK = dV = 0 kernel at d <= 128 */
     const size_t det = fa_sm80_deterministic_smem(dpad);
     const int det_fits = det != 0 && det <= optin;
-    /* FLASHATTN_KERNELS=sm80-bwd-narrow: the launchers run d 256's narrow instance, which fits an
-     * A100 where the 8-warp one does not */
-    const size_t fused_smem = s->sm80_bwd_narrow && fa_sm80_bwd_narrow_smem(dpad) ? fa_sm80_bwd_narrow_smem(dpad)
-                                                                                 : fa_sm80_fused_backward_smem(dpad);
+    /* d 256's narrow instance where the 8-warp one does not fit (an A100) or
+     * FLASHATTN_KERNELS=sm80-bwd-narrow asks for it */
+    const size_t fused_smem = sm80_bwd_narrow(s, dpad) ? fa_sm80_bwd_narrow_smem(dpad)
+                                                       : fa_sm80_fused_backward_smem(dpad);
     *fused = !p->deterministic && fused_smem <= optin && (dpad > 128 || det_fits);
     return *fused || det_fits;
 }
@@ -221,13 +231,13 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
     /* Hopper (cc 9.0 exactly: sm_90a code runs nowhere else): the wgmma forward where it has an
      * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
      * for calls with neither dropout nor a block mask (with or without score modifiers), at d
-     * 33..64, 97..128 and 225..256 (padded to 64, 128, 256, where it is faster than the sm80
-     * forward; other d would pad further than sm80's 32-column instances), and for dropout
-     * without block masks or score modifiers at d 33..64 and 97..128; the rest
+     * 33..64 and 97..128 (padded to 64 and 128, where it is faster than the sm80 forward; other
+     * d <= 128 would pad further than sm80's 32-column instances) and 129..256 (on the d 256
+     * instance, as the backward: its loads zero the columns from d on, its stores stop at d),
+     * and for dropout without block masks or score modifiers at d 33..64 and 97..128; the rest
      * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
      * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
-     * score modifiers) and for every head dim it has. FLASHATTN_KERNELS=sm90-fwd-pad also gives
-     * the chooser's plain forwards at d 129..224 to the d 256 instance, as for the backward.
+     * score modifiers) and for every head dim it has.
      * The wgmma backward: the fused non-deterministic algorithm (the deterministic option keeps
      * the sm80 two-kernel path), d 33..64, 97..128 and 129..256 (dpad 256 there; its fp32 dQ
      * accumulator has the padded head dim of the sm80 kernels), every mask at d <= 128; block
@@ -238,7 +248,7 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     const int dpad64 = sm90_head_dim(dpad);
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
-    const int padded = dpad == dpad64 || (gs->sm90_fwd_pad && !p->backward && dpad > 128);
+    const int padded = dpad == dpad64 || dpad > 128;
     const int want = gs->kernels == FA_GPU_KERNELS_SM90 ||
                      (gs->kernels == FA_GPU_KERNELS_CHOOSER && (plain || sm90_ws_dropout(p, mod)) && padded);
     return want && hopper && aligned &&
@@ -308,7 +318,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
     c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, p, c->aligned, c->mod, dpad) : 2;
-    c->narrow = !sm90 && c->fused && gs->sm80_bwd_narrow && fa_sm80_bwd_narrow_smem(dpad) != 0;
+    c->narrow = !sm90 && c->fused && sm80_bwd_narrow(gs, dpad);
     return FA_SUCCESS;
 }
 

@@ -9,10 +9,9 @@
  *     each) and whole under fwd-split=1, the parts counted in fa_plan's workspace; the
  *     fused backward on bwd_kernel (bwd_grid_kernel does not fit): dsum, the dQ accumulator's
  *     memset, bwd_kernel, dq_convert; the deterministic dkdv / dq pair; an unaligned call (d 100:
- *     the ldg instance); softcap (the MOD instance); d 256's backward left to the SIMT kernels
- *     (213.5 KB does not fit) but under FLASHATTN_KERNELS=sm80-bwd-narrow on bwd_kernel's 4-warp
- *     instance (141 KB; d 160's too), and its forward (169 KB) on the SIMT kernels too, where d 224's
- *     fits; a failing memset
+ *     the ldg instance); softcap (the MOD instance); d 256's backward on bwd_kernel's 4-warp
+ *     instance (141 KB; the 8-warp one's 213.5 KB do not fit), d 160's too, and its forward
+ *     (169 KB) on the SIMT kernels, where d 224's fits; a failing memset
  *     as FA_ERR_BACKEND naming the driver's error;
  *   - cc 8.6 with 101376 bytes (sm_86 and sm_89): the d 96 forward; d 96's backward on the
  *     deterministic pair where bwd_kernel does not fit; d 64's on bwd_kernel; d 128's forward and
@@ -21,10 +20,11 @@
  *     d 256, unaligned rows still on the SIMT kernels; a d 64 softcap call on two stages (no
  *     one-stage mode 2 kernels below d 128); its split instance (cc 8.0); under
  *     the default (sm80-fwd-stages=auto) one stage on cc 8.0 at d 128 and 256, two at d 64, two
- *     on cc 9.0 at d 128 and one at d 192; the switch's bad values refused;
+ *     on cc 9.0 at d 128 and one at d 192 (the sm80 family forced); the switch's bad values refused;
  *   - cc 9.0 with 232448 bytes under FLASHATTN_KERNELS=sm80 (the sm80 family, not the Hopper
  *     one): the fused backward on bwd_grid_kernel; d 256's on bwd_kernel in two column passes, as
- *     is d 160's (the backward pads every d from 129 to 256);
+ *     is d 160's (the backward pads every d from 129 to 256); with sm80-bwd-narrow on the 4-warp
+ *     instance;
  *     FLASHATTN_KERNELS=sm80,sm80-backward=rows back on bwd_kernel.
  * Prints each kernel's lowered name and the seconds of the call that compiled it (NVRTC's compile,
  * a cold cache). Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) where
@@ -302,18 +302,11 @@ int main(int argc, char **argv)
     expect("cc 8.0 unaligned forward", unaligned, N(unaligned), -1);
     free_problem(&p);
 
-    /* d 256's backward needs 213512 bytes: the SIMT kernels on this device */
+    /* d 256's backward: the 8-warp bwd_kernel's 213512 bytes do not fit, so its 4-warp instance, 64
+     * keys a block in two column passes: K, V [64][264], Q, dO [2][32][264], dS^T [64][40], LSE and
+     * D: 140800 bytes; d 160 is padded to it */
     p = make_problem(ctx, 256);
-    backward(&p, "cc 8.0 bf16 d256 backward (SIMT)");
-    CHECK(fake->launch_log_len > 0 && strstr(fake->launches[fake->launch_log_len - 1].name, "simt"),
-          "cc 8.0 d 256 backward: the last of %d launches is %s", fake->launch_log_len,
-          fake->launches[fake->launch_log_len - 1].name);
-    printf("ok: cc 8.0 d 256 backward on the SIMT kernels (%s)\n", fake->launches[fake->launch_log_len - 1].name);
-    /* FLASHATTN_KERNELS=sm80-bwd-narrow: bwd_kernel's 4-warp instance, 64 keys a block in two
-     * column passes: K, V [64][264], Q, dO [2][32][264], dS^T [64][40], LSE and D: 140800 bytes,
-     * which fit; d 160 is padded to it */
     {
-        fa_context *narrow = open_device(8, 166912, "sm80-fwd-stages=2,sm80-bwd-narrow");
         const launch nar[] = {
             {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
             {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 256, true, 0, false, 4>", (S + 63) / 64 * 2, H, B, 128,
@@ -322,13 +315,11 @@ int main(int argc, char **argv)
         };
         const int nar_d[2] = {256, 160};
         for (int i = 0; i < 2; ++i) {
-            problem q = make_problem(narrow, nar_d[i]);
-            backward(&q, nar_d[i] == 256 ? "cc 8.0 bf16 d256 backward, sm80-bwd-narrow"
-                                         : "cc 8.0 bf16 d160 backward, sm80-bwd-narrow");
+            problem q = make_problem(ctx, nar_d[i]);
+            backward(&q, nar_d[i] == 256 ? "cc 8.0 bf16 d256 backward" : "cc 8.0 bf16 d160 backward");
             expect("cc 8.0 backward on the narrow d 256 instance", nar, N(nar), 1);
             free_problem(&q);
         }
-        fa_context_destroy(narrow);
     }
     /* and its forward's 168960 bytes (Q [64][264], K and V [2][64][264]) do not fit either */
     forward(&p, "cc 8.0 bf16 d256 forward (SIMT)");
@@ -452,9 +443,10 @@ int main(int argc, char **argv)
     expect("cc 9.0 d128 forward, sm80-fwd-stages=auto: two stages", two128, N(two128), -1);
     free_problem(&p);
     fa_context_destroy(ctx);
-    /* the chooser on an H100 (no switch): d 192 is the sm80 family's, on one stage (two of 133 KB
-     * hold one block an SM, one of 100 KB two) */
-    ctx = open_device(9, 232448, NULL);
+    /* the sm80 family on an H100 under the default stages (the chooser gives d 192 to the Hopper
+     * kernel's d 256 instance): d 192 on one stage (two of 133 KB hold one block an SM, one of
+     * 100 KB two) */
+    ctx = open_device(9, 232448, "sm80");
     p = make_problem(ctx, 192);
     forward(&p, "cc 9.0 bf16 d192 forward");
     const launch one192[] = {{"fa_gpu::sm80::forward_kernel<__nv_bfloat16, 192, true, 0, false, false, 1>",
@@ -501,6 +493,20 @@ int main(int argc, char **argv)
     p = make_problem(ctx, 160);
     backward(&p, "cc 9.0 bf16 d160 backward");
     expect("cc 9.0 d160 backward on the d 256 instance", wide, N(wide), 1);
+    free_problem(&p);
+    fa_context_destroy(ctx);
+
+    /* FLASHATTN_KERNELS=sm80-bwd-narrow: the 4-warp d 256 instance where the 8-warp one fits too */
+    ctx = open_device(9, 232448, "sm80,sm80-bwd-narrow");
+    p = make_problem(ctx, 256);
+    backward(&p, "cc 9.0 bf16 d256 backward, sm80-bwd-narrow");
+    const launch nar90[] = {
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 256, true, 0, false, 4>", (S + 63) / 64 * 2, H, B, 128,
+         2 * (2 * 64 * 264 + 4 * 32 * 264 + 64 * 40) + 4 * 4 * 32},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", S * 256 / 256, H, B, 256, 0},
+    };
+    expect("cc 9.0 d256 backward, sm80-bwd-narrow", nar90, N(nar90), 1);
     free_problem(&p);
     fa_context_destroy(ctx);
 

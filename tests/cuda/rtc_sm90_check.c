@@ -12,8 +12,8 @@
  *     dO maps, dQ converted, each with its grid, block and shared memory;
  *   - fp16 d 64, a plain forward; with dropout, under the chooser and FLASHATTN_KERNELS=sm90: the
  *     warp-specialised kernel's dropout instance;
- *   - bf16 d 192, plain: under FLASHATTN_KERNELS=sm90-fwd-pad the forward on the d 256 instance
- *     (another family's under the chooser), the backward on the d 256 one either way;
+ *   - bf16 d 192, plain: the forward and the backward on the d 256 instances (the columns from
+ *     192 on zeros), the forward on the sm80 family under FLASHATTN_KERNELS=sm80;
  *   - split keys: 128 query rows over 2048 keys (bf16 d 128, causal, one query tile per head) in
  *     four blocks per head (the rule's count for 132 SMs) followed by split_combine_kernel, the
  *     parts counted in fa_plan's workspace; in one under FLASHATTN_KERNELS=fwd-split=1; =3
@@ -351,29 +351,28 @@ int main(int argc, char **argv)
     fa_context_destroy(forced);
     free_problem(ctx, &p);
 
-    /* bf16 d 192, plain: the chooser leaves the forward to another family; under
-     * FLASHATTN_KERNELS=sm90-fwd-pad the warp-specialised kernel's d 256 instance takes it (the
-     * columns from 192 on zeros of the maps' bounds) */
+    /* bf16 d 192, plain: the warp-specialised kernel's d 256 instances take the forward and the
+     * backward (the columns from 192 on zeros of the maps' bounds); FLASHATTN_KERNELS=sm80 leaves
+     * the forward to the sm80 family's d 192 instance */
     p = make_problem(ctx, FA_DTYPE_BF16, 192);
     char variant[96];
     st = fa_query_support(ctx, &p.fwd, 0, variant, sizeof variant);
-    CHECK(st == FA_SUCCESS && strncmp(variant, "sm90-", 5) != 0, "d 192 forward, the chooser: %d, %s", (int)st,
+    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-fwd-bf16-d256-wgmma-ws") == 0, "d 192 forward: %d, %s", (int)st,
           variant);
-    printf("ok: the d 192 forward under the chooser: %s\n", variant);
-    fa_context *pad = context_with("sm90-fwd-pad");
-    st = fa_query_support(pad, &p.fwd, 0, variant, sizeof variant);
-    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-fwd-bf16-d256-wgmma-ws") == 0,
-          "d 192 forward, sm90-fwd-pad: %d, %s", (int)st, variant);
-    st = fa_query_support(pad, &p.fwd, 1, variant, sizeof variant);
-    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-bwd-bf16-d256-wgmma-ws") == 0,
-          "d 192 backward, sm90-fwd-pad: %d, %s", (int)st, variant);
-    st = fa_forward(pad, &p.fwd);
-    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(pad));
+    st = fa_query_support(ctx, &p.fwd, 1, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-bwd-bf16-d256-wgmma-ws") == 0, "d 192 backward: %d, %s",
+          (int)st, variant);
+    st = fa_forward(ctx, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(ctx));
     const char *launched = fake->launches[fake->launch_log_len - 1].name;
-    CHECK(strstr(launched, "ws_forward_kernel") && strstr(launched, "Li256E"), "d 192 forward, sm90-fwd-pad: %s",
-          launched);
-    printf("ok: the d 192 forward under sm90-fwd-pad: %s\n", launched);
-    fa_context_destroy(pad);
+    CHECK(strstr(launched, "ws_forward_kernel") && strstr(launched, "Li256E"), "d 192 forward: %s", launched);
+    printf("ok: the d 192 forward on the d 256 instance: %s\n", launched);
+    fa_context *sm80 = context_with("sm80");
+    st = fa_query_support(sm80, &p.fwd, 0, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strncmp(variant, "sm80-fwd-bf16-d192", 18) == 0, "d 192 forward, sm80: %d, %s",
+          (int)st, variant);
+    printf("ok: the d 192 forward under FLASHATTN_KERNELS=sm80: %s\n", variant);
+    fa_context_destroy(sm80);
     free_problem(ctx, &p);
 
     check_split(ctx, fake);
