@@ -1,32 +1,30 @@
 #!/usr/bin/env bash
 # Runs on a machine with one Hopper GPU (cc 9.0): the chooser's defaults checked and timed in one
-# build of this tree made the fast way (-Dcuda-kernels=rtc): the backward at head dims 129..224
-# on the d 256 instances (padded from d 129), the sm80 forward's stages by the occupancy rule
-# (sm80-fwd-stages=auto, one stage from d 192 on Hopper), the Hopper MLA decode kernel for calls
-# with 64 rows a kv head and 32k keys or more. Logs under $OUT as it goes (all.tgz at the end):
+# build of this tree made the fast way (-Dcuda-kernels=rtc): the forward and the backward at head
+# dims 129..224 on the Hopper d 256 instances (padded from d 129), the sm80 forward's stages by the
+# occupancy rule (sm80-fwd-stages=auto, one stage from d 192 on Hopper), the Hopper MLA decode
+# kernel for calls with 64 rows a kv head and 32k keys or more. Logs under $OUT as it goes (all.tgz
+# at the end):
 #   checks: the short grid under the default chooser, four shards side by side; the full grid's
 #     hdim160 / 192 / 224 / 256 cases (every dtype) under the chooser and with the sm80 family
 #     forced; memcheck, racecheck and synccheck on them under both; the decode grid;
 #   bench: bench/gpu_bench.py --sm80 --no-math --dims 160,192,224,256, bf16 and fp16, beside
 #     PyTorch's FA2 and cuDNN (the "flashattn" column is the default chooser, "sm80 path" the sm80
 #     family forced);
-#   pad: FLASHATTN_KERNELS=sm90-fwd-pad (the Hopper forward at d 129..224 on its d 256 instance):
-#     the full grid's d 160-256 cases and memcheck with it, then bench/gpu_ab.py against the
-#     chooser at d 160 / 192 / 224 in one process;
 #   narrow: FLASHATTN_KERNELS=sm80,sm80-bwd-narrow (the sm80 d 256 backward on 4 warps over 64
-#     keys a block, 141 KB: an A100's; d 129..224 padded to it): the full grid's d 160-256 cases
-#     and the sanitizers with it, then bench/gpu_bench.py --sm80 --sm80-kernels with it (the "sm80
-#     path" column) beside the chooser, FA2 and cuDNN;
+#     keys a block, 141 KB, which the chooser takes where the 8-warp one does not fit, as on an
+#     A100; d 129..224 padded to it): the full grid's d 160-256 cases and the sanitizers with it,
+#     then bench/gpu_bench.py --sm80 --sm80-kernels with it (the "sm80 path" column) beside the
+#     chooser, FA2 and cuDNN;
 #   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
 #     the chooser, kv-mla-16-rows and kv-mla-sm90.
-# STEPS (default checks,bench,pad,narrow,mla; about 4, 3, 3, 4 and 2 minutes), DTYPES (default bf16
-# fp16).
+# STEPS (default checks,bench,narrow,mla; about 4, 3, 4 and 2 minutes), DTYPES (default bf16 fp16).
 # Usage:
 # FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
 set -uo pipefail
 . "$(dirname "$0")/rtc_build_env.sh"
 wide=hdim160,hdim192,hdim224,hdim256
-steps=${STEPS:-checks,bench,pad,narrow,mla}
+steps=${STEPS:-checks,bench,narrow,mla}
 if [[ $steps == *checks* ]]; then
   shards=("hdim,gqa,strides" "seqlen" "window,varlen,dropout,blocksparse" "-hdim,-gqa,-strides,-seqlen,-window,-varlen,-dropout,-blocksparse")
   pids=()
@@ -67,21 +65,6 @@ if [[ $steps == *bench* ]]; then
     echo "== $dtype: flashattn = default chooser, sm80 path = the sm80 family forced"
     timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --sm80 --no-math \
       --dtype $dtype --dims 160,192,224,256 --seqlens 1024,4096,16384 2>&1 | tee -a "$OUT/wide-$dtype.md"
-  done
-fi
-if [[ $steps == *pad* ]]; then
-  timeout 200 env FLASHATTN_KERNELS=sm90-fwd-pad "$B/tests/conformance/conformance" --backend cuda --grid full \
-    --filter "$wide" > "$OUT/grid-fwd-pad.txt" 2>&1
-  rc=$?; [ $rc -ne 0 ] && status=1
-  echo "$(stamp) full grid $wide, sm90-fwd-pad: exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-fwd-pad.txt" | tr '\n' ' ')"
-  timeout 150 env FLASHATTN_KERNELS=sm90-fwd-pad compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$B/tests/conformance/conformance" --backend cuda --grid full --filter "$wide" > "$OUT/memcheck-fwd-pad.log" 2>&1
-  rc=$?; [ $rc -ne 0 ] && status=1
-  echo "$(stamp) memcheck $wide (sm90-fwd-pad): exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/memcheck-fwd-pad.log" | tail -1)"
-  for dtype in ${DTYPES:-bf16 fp16}; do
-    timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
-      --names default,fwd-pad --kernels-b sm90-fwd-pad --dtype $dtype --dims 160,192,224 --seqlens 1024,4096,16384 \
-      --repeats 3 2>&1 | tee -a "$OUT/ab-fwd-pad-$dtype.md"
   done
 fi
 if [[ $steps == *narrow* ]]; then
