@@ -7,6 +7,8 @@
  *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
  *     tensor-core decode kernel in eight warps, on cc 8.6 (99 KB a block) and under
  *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-simt the SIMT one with its cp.async ring;
+ *     the splits merged by the lane groups' combine where they are 2 to 4, by the block one where
+ *     5 are asked for;
  *   - MLA (d 576 over d_v 512, MQA): the MLA kernel in splits with the combine on cc 8.0, refused
  *     where a block may have 99 KB;
  *   - a paged cache with 2 splits asked for, nothing appended: checked on the host; checked on the
@@ -105,17 +107,31 @@ static fa_kvcache_args gqa_call(fa_context *ctx)
     return decode_call(ctx, 8, 2, 128, 128);
 }
 
+/* The launch that merges `splits` splits of `rows` query rows of `channels` output channels:
+ * combine_groups_kernel where a row's splits fit its lanes' read-ahead (2 to 4; a group of 32
+ * lanes per row and 128 channels, 8 groups a block), else combine_kernel (a block per row and 32
+ * channels). */
+static expected combine_launch(unsigned splits, unsigned rows, unsigned channels)
+{
+    if (splits <= 4) {
+        const expected groups = {"fa_gpu::decode::combine_groups_kernel<fa_gpu::store_bf16>",
+                                 (rows * ((channels + 127) / 128) + 7) / 8, 1, 256, 0, 0};
+        return groups;
+    }
+    const expected blocks = {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", rows * channels / 32, 1, 256, 0, 0};
+    return blocks;
+}
+
 /* The GQA call's launches (gqa_call): check, append (one block each per sequence and per 2 x 2 x
  * 128 elements), the decode kernel `decode` on 4 x `splits` blocks of `threads` with `shared`
- * bytes, then `combine` (one block per query row and 32 channels: 2 x 8 rows x 4). */
-static void check_gqa_launches(const char *what, const char *decode, unsigned splits, unsigned threads, unsigned shared,
-                               const char *combine)
+ * bytes, then the combine of 2 x 8 rows of 128 channels (combine_launch). */
+static void check_gqa_launches(const char *what, const char *decode, unsigned splits, unsigned threads, unsigned shared)
 {
     const expected want[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
         {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
         {decode, 4, splits, threads, shared, 0},
-        {combine, 64, 1, 256, 0, 0},
+        combine_launch(splits, 16, 128),
     };
     check_launches(what, want, 4);
 }
@@ -154,8 +170,8 @@ static fa_kvcache_args mla_latent_call_of(fa_context *ctx, int64_t hq, int64_t c
 
 /* The latent call's launches on the Hopper MLA kernel (`mod`: its softcap / ALiBi instance): one
  * block per sequence and row tile of 64 (x), its splits, 256 threads with the query tile and two
- * stages of 64 keys, 576 channels of 2 bytes each, and 1 KB to align them; then the combine (one
- * block per query row and 32 channels). */
+ * stages of 64 keys, 576 channels of 2 bytes each, and 1 KB to align them; then the combine
+ * (combine_launch). */
 static void check_mla_sm90_launches(const char *what, unsigned x, unsigned rows, int mod)
 {
     const unsigned splits = fake->launch_log_len > 0 ? fake->launches[0].grid[1] : 0;
@@ -164,7 +180,7 @@ static void check_mla_sm90_launches(const char *what, unsigned x, unsigned rows,
         {mod ? "fa_gpu::decode::decode_mla_sm90_kernel<fa_gpu::store_bf16, 576, 512, true>"
              : "fa_gpu::decode::decode_mla_sm90_kernel<fa_gpu::store_bf16, 576, 512, false>",
          x, splits, 256, (64 + 2 * 64) * 576 * 2 + 1024, 1},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", rows * 512 / 32, 1, 256, 0, 0},
+        combine_launch(splits, rows, 512),
     };
     check_launches(what, want, 2);
 }
@@ -221,7 +237,7 @@ int main(int argc, char **argv)
     fa_kvcache_args a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
     check_gqa_launches("GQA, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
-                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       4, 256, 139264);
     /* the same on cc 8.6, whose blocks may use 99 KB: four warps, half the ring */
     fa_context_destroy(ctx);
     fake->cc_minor = 6;
@@ -231,7 +247,7 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.6");
     check_gqa_launches("GQA, tensor cores, cc 8.6: four warps",
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
-                       4, 128, 69632, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       4, 128, 69632);
     fa_context_destroy(ctx);
     fake->cc_minor = 0;
     fake->shared_optin = 166912;
@@ -241,35 +257,21 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-mma-4-warps");
     check_gqa_launches("GQA, tensor cores, kv-mma-4-warps",
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
-                       4, 128, 69632, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
-    fa_context_destroy(ctx);
-    /* kv-group-combine: the 4 splits fit the lanes' read-ahead, so the lane groups' combine (32
-     * lanes per query row of 128 channels, 8 rows a block: 2 x 8 rows / 8); 5 splits asked for do
-     * not, and the block combine stays */
-    setenv("FLASHATTN_KERNELS", "kv-group-combine", 1);
-    ctx = open_context();
-    a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-group-combine");
-    {
-        const expected want[] = {
-            {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
-            {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
-            {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 4, 256, 139264, 0},
-            {"fa_gpu::decode::combine_groups_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
-        };
-        check_launches("GQA, kv-group-combine", want, 4);
-    }
-    a = gqa_call(ctx);
-    a.num_splits = 5;
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-group-combine, 5 splits");
-    check_gqa_launches("GQA, kv-group-combine, 5 splits", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
-                       5, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       4, 128, 69632);
     fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
+    /* 5 splits asked for do not fit the lane groups' read-ahead: the block combine */
+    ctx = open_context();
+    a = gqa_call(ctx);
+    a.num_splits = 5;
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, 5 splits");
+    check_gqa_launches("GQA, 5 splits", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 5, 256,
+                       139264);
+    fa_context_destroy(ctx);
     /* MLA, cc 8.0: the MLA kernel on one row tile per sequence (16 query rows), 8 warps with 2
      * stages x 32 keys x (576 + 8 + 512 + 8) x 2 bytes, the query tile 16 x (576 + 8) x 2 and the
-     * scores 16 x 32 x 4, the 16 slots shared in splits, then the combine (2 x 16 rows x 512 / 32
-     * channels); on a device whose blocks may have 99 KB (cc 8.6), refused naming the memory,
+     * scores 16 x 32 x 4, the 16 slots shared in splits, then the combine of 2 x 16 rows of 512
+     * channels; on a device whose blocks may have 99 KB (cc 8.6), refused naming the memory,
      * nothing launched */
     ctx = open_context();
     a = mla_call(ctx);
@@ -281,7 +283,7 @@ int main(int argc, char **argv)
             {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
             {"fa_gpu::decode::append_kernel<fa_gpu::store_bf16>", 5, 1, 256, 0, 0},
             {"fa_gpu::decode::decode_mla_kernel<fa_gpu::store_bf16, 576, 512, 32>", 2, splits, 256, 162048, 0},
-            {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 512, 1, 256, 0, 0},
+            combine_launch(splits, 32, 512),
         };
         check_launches("MLA", want, 4);
     }
@@ -381,7 +383,7 @@ int main(int argc, char **argv)
     run(ctx, &paged, "bf16 d 128 GQA decode over a paged cache, 2 splits");
     const expected paged_launches[] = {
         {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264, 0},
-        {"fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>", 64, 1, 256, 0, 0},
+        combine_launch(2, 16, 128),
     };
     check_launches("paged", paged_launches, 2);
     /* the same checked on the device: nothing appended and the keys split, so its decode blocks
@@ -459,7 +461,7 @@ int main(int argc, char **argv)
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, FLASHATTN_KERNELS=kv-simt");
     check_gqa_launches("GQA, SIMT", "fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>",
-                       4, 128, 49152, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       4, 128, 49152);
     fa_context_destroy(ctx);
 
     /* a learnable sink, which the tensor-core kernel does not read: that kernel in splits (4 here,
@@ -470,7 +472,7 @@ int main(int argc, char **argv)
     a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
     run(ctx, &a, "bf16 d 128 GQA decode with a sink, FLASHATTN_KERNELS=kv-simt");
     check_gqa_launches("sink, SIMT", "fa_gpu::decode::decode_kernel<fa_gpu::store_bf16, 128, 4, true>",
-                       4, 128, 49152, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       4, 128, 49152);
     fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
     ctx = open_context();
@@ -478,12 +480,12 @@ int main(int argc, char **argv)
     a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
     run(ctx, &a, "bf16 d 128 GQA decode with a sink");
     check_gqa_launches("sink, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
-                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       4, 256, 139264);
     a.num_splits = 1; /* one split asked for: two, so that the combine kernel folds the sink in */
     run(ctx, &a, "bf16 d 128 GQA decode with a sink, 1 split asked for");
     check_gqa_launches("sink, tensor cores, two splits",
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
-                       2, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       2, 256, 139264);
     fa_context_destroy(ctx);
 
     unsetenv("FLASHATTN_KERNELS");
@@ -502,7 +504,7 @@ int main(int argc, char **argv)
     fake->capture_status = 1;
     run(ctx, &a, "bf16 d 128 GQA decode captured, after one call outside");
     check_gqa_launches("captured", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
-                       4, 256, 139264, "fa_gpu::decode::combine_kernel<fa_gpu::store_bf16>");
+                       4, 256, 139264);
     fake->capture_status = 0;
     fa_context_destroy(ctx);
     ctx = open_context();

@@ -1,6 +1,6 @@
 /* combine_groups.cuh: fa_forward_kvcache's other combine kernel, for calls whose rows have few
- * splits (FLASHATTN_KERNELS=kv-group-combine; kv_host.c chooses it where each row's splits fit the
- * lanes' read-ahead, FA_KV_COMBINE_AHEAD). decode_kernels.cuh's combine_kernel gives a block of
+ * splits (kv_host.c chooses it where each row's splits fit the lanes' read-ahead,
+ * FA_KV_COMBINE_AHEAD). decode_kernels.cuh's combine_kernel gives a block of
  * FA_KV_ELEMENTWISE_THREADS to each (row, 32 channels) and merges through shared memory with
  * barriers; here a group of 32 lanes takes a row's 128 channels, several rows a block, and merges
  * by shuffles: where a call has many rows and few splits (batch >= 8, MLA's 512 channels) it

@@ -225,9 +225,9 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
         kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,
                                   mma && !wide && p->sink ? 2 : 1, &kv.keys_per_split);
     }
-    /* FLASHATTN_KERNELS=kv-group-combine: the lane groups' combine where each row's splits are read
-     * in the same round trip as its LSEs */
-    kv.group_combine = s->kv_group_combine && kv.splits > 1 && kv.splits <= FA_KV_COMBINE_AHEAD;
+    /* the lane groups' combine (combine_groups.cuh) where each row's splits are read in the same
+     * round trip as its LSEs; the block combine for more splits */
+    kv.group_combine = kv.splits > 1 && kv.splits <= FA_KV_COMBINE_AHEAD;
     void *partial = NULL;
     if (kv.splits > 1) {
         int64_t floats;
