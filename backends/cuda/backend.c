@@ -209,10 +209,11 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
     return *fused || det_fits;
 }
 
-/* The Hopper instance's head dim for sm80's padded one: 64, 128 or 256. */
-static int sm90_head_dim(int dpad)
+/* The Hopper instance's head dim for sm80's padded one: 64, 128 or 256, or 192 for a forward
+ * under FLASHATTN_KERNELS=sm90-fwd-d192 (the backward's dpad above 128 is 256). */
+static int sm90_head_dim(const fa_gpu_state *gs, int dpad)
 {
-    return dpad <= 64 ? 64 : dpad <= 128 ? 128 : 256;
+    return dpad <= 64 ? 64 : dpad <= 128 ? 128 : dpad <= 192 && gs->sm90_fwd_d192 ? 192 : 256;
 }
 
 /* Whether p is a dropout forward that the Hopper forward's warp-specialised kernel takes: no block
@@ -246,7 +247,7 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
      * their wgmma would be serialized: no instance, fa_sm90_has_backward says so); at d 256 plain
      * calls only (the rest: sm80's column-split kernel). */
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
-    const int dpad64 = sm90_head_dim(dpad);
+    const int dpad64 = sm90_head_dim(gs, dpad);
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
     const int padded = dpad == dpad64 || dpad > 128;
     const int want = gs->kernels == FA_GPU_KERNELS_SM90 ||
@@ -315,7 +316,7 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
         return FA_SUCCESS;
     }
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
-    c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
+    c->head_dim = sm90 ? sm90_head_dim(gs, dpad) : dpad;
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
     c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, p, c->aligned, c->mod, dpad) : 2;
     c->narrow = !sm90 && c->fused && sm80_bwd_narrow(gs, dpad);

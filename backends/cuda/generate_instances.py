@@ -50,7 +50,7 @@ SM80 = {"forward": [r[0] for r in sm80_table()], "backward": [r[0] for r in sm80
 # block mask). Score modifiers (the MOD kernels inside each instance): plain calls only, and none
 # in the head dims of "no_mod" (the backward's at d 128: ptxas serializes their wgmma for lack of
 # registers, so sm80 takes those calls; sm90/backward.cuh builds no such kernel).
-SM90 = {"forward": {64: "all", 128: "all", 256: "plain"},
+SM90 = {"forward": {64: "all", 128: "all", 192: "plain", 256: "plain"},
         "backward": {64: "all", 128: "all", 256: "plain"},
         "no_mod": {"forward": [], "backward": [128]}}
 

@@ -11,6 +11,10 @@
 #   bench: bench/gpu_bench.py --sm80 --no-math --dims 160,192,224,256, bf16 and fp16, beside
 #     PyTorch's FA2 and cuDNN (the "flashattn" column is the default chooser, "sm80 path" the sm80
 #     family forced);
+#   d192: FLASHATTN_KERNELS=sm90-fwd-d192 (the Hopper forward at d 129..192 on its d 192 instance):
+#     the full grid's d 160-256 and bwd-d* cases under the chooser and with it, memcheck, racecheck
+#     and synccheck on its d 160 / 192 / 176 cases, then bench/gpu_ab.py against the chooser at d
+#     160 / 192 in one process;
 #   narrow: FLASHATTN_KERNELS=sm80,sm80-bwd-narrow (the sm80 d 256 backward on 4 warps over 64
 #     keys a block, 141 KB, which the chooser takes where the 8-warp one does not fit, as on an
 #     A100; d 129..224 padded to it): the full grid's d 160-256 cases and the sanitizers with it,
@@ -18,7 +22,8 @@
 #     chooser, FA2 and cuDNN;
 #   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
 #     the chooser, kv-mla-16-rows and kv-mla-sm90.
-# STEPS (default checks,bench,narrow,mla; about 4, 3, 4 and 2 minutes), DTYPES (default bf16 fp16).
+# STEPS (default checks,bench,narrow,mla; about 4, 3, 4 and 2 minutes; d192 about 3 on request),
+# DTYPES (default bf16 fp16).
 # Usage:
 # FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
 set -uo pipefail
@@ -65,6 +70,27 @@ if [[ $steps == *bench* ]]; then
     echo "== $dtype: flashattn = default chooser, sm80 path = the sm80 family forced"
     timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_bench.py --lib "$B/libflashattn.so" --sm80 --no-math \
       --dtype $dtype --dims 160,192,224,256 --seqlens 1024,4096,16384 2>&1 | tee -a "$OUT/wide-$dtype.md"
+  done
+fi
+if [[ $steps == *d192* ]]; then
+  for kernels in default sm90-fwd-d192; do
+    timeout 200 env $([ $kernels = default ] && echo -u FLASHATTN_KERNELS || echo FLASHATTN_KERNELS=$kernels) \
+      "$B/tests/conformance/conformance" --backend cuda --grid full --filter "$wide,bwd-d" > "$OUT/grid-$kernels.txt" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) full grid $wide,bwd-d ($kernels): exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-$kernels.txt" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] ' "$OUT/grid-$kernels.txt" | head -5
+  done
+  for tool in memcheck racecheck synccheck; do
+    timeout 150 env FLASHATTN_KERNELS=sm90-fwd-d192 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$B/tests/conformance/conformance" --backend cuda --grid full --filter "hdim160,hdim192,bwd-d176" \
+      > "$OUT/$tool-d192.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) $tool hdim160,hdim192,bwd-d176 (sm90-fwd-d192): exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-d192.log" | tail -1)"
+  done
+  for dtype in ${DTYPES:-bf16 fp16}; do
+    timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
+      --names default,fwd-d192 --kernels-b sm90-fwd-d192 --dtype $dtype --dims 160,192 --seqlens 1024,4096,16384 \
+      --repeats 3 2>&1 | tee -a "$OUT/ab-fwd-d192-$dtype.md"
   done
 fi
 if [[ $steps == *narrow* ]]; then

@@ -135,21 +135,23 @@ int conf_grid(conf_case *cases, int max, int full)
         }
 
     /* d 256 backward with dropout (GQA), with a block mask, d 250 causal (unaligned rows): the sm80
-     * column-split kernel's instances; varlen with a window (GQA): the sm90 one's */
-    for (int v = 0; v < 4 && full; ++v) {
+     * column-split kernel's instances; varlen with a window (GQA): the sm90 one's; the same at d
+     * 176 (padded: the backward to 256, the Hopper forward to 192 or 256; varlen copies K and V
+     * without TMA) */
+    for (int v = 0; v < 5 && full; ++v) {
         static const char *const tag[] = {"d256-dropout-bf16", "d256-blocksparse-f16", "d250-causal-f16",
-                                          "d256-varlen-window-bf16"};
+                                          "d256-varlen-window-bf16", "d176-varlen-window-bf16"};
         snprintf(name, sizeof name, "bwd-%s", tag[v]);
         conf_case c = conf_case_default(name);
         c.dtype = v == 1 || v == 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16;
-        c.d = v == 2 ? 250 : 256; /* 250: padded to the d 256 instance, unaligned rows */
+        c.d = v == 2 ? 250 : v == 4 ? 176 : 256; /* 250: padded to the d 256 instance, unaligned rows */
         c.batch = 2;
         c.heads_q = 4;
-        c.heads_kv = v == 3 ? 1 : v ? 4 : 2;
+        c.heads_kv = v >= 3 ? 1 : v ? 4 : 2;
         c.seqlen_q = 197;
         c.seqlen_k = 261;
         c.backward = 1;
-        if (v == 3) {
+        if (v >= 3) {
             static const int64_t lq[4] = {5, 0, 113, 64}, lk[4] = {7, 19, 0, 200};
             c.varlen = 1;
             c.batch = 4;

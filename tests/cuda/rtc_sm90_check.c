@@ -13,7 +13,9 @@
  *   - fp16 d 64, a plain forward; with dropout, under the chooser and FLASHATTN_KERNELS=sm90: the
  *     warp-specialised kernel's dropout instance;
  *   - bf16 d 192, plain: the forward and the backward on the d 256 instances (the columns from
- *     192 on zeros), the forward on the sm80 family under FLASHATTN_KERNELS=sm80;
+ *     192 on zeros), the forward on the sm80 family under FLASHATTN_KERNELS=sm80 under
+ *     FLASHATTN_KERNELS=sm90-fwd-d192 the forward at d 160 and 192 on the d 192 instance (grid,
+ *     block, shared memory), the backward on the d 256 one;
  *   - split keys: 128 query rows over 2048 keys (bf16 d 128, causal, one query tile per head) in
  *     four blocks per head (the rule's count for 132 SMs) followed by split_combine_kernel, the
  *     parts counted in fa_plan's workspace; in one under FLASHATTN_KERNELS=fwd-split=1; =3
@@ -373,6 +375,26 @@ int main(int argc, char **argv)
           (int)st, variant);
     printf("ok: the d 192 forward under FLASHATTN_KERNELS=sm80: %s\n", variant);
     fa_context_destroy(sm80);
+    /* FLASHATTN_KERNELS=sm90-fwd-d192: the forward at d 160 and 192 on the d 192 instance (its
+     * stages of 64 keys: Q [128][192] and three K / V stages [2][64][192], 1 KiB of alignment), the
+     * backward still on the d 256 one */
+    fa_context *d192 = context_with("sm90-fwd-d192");
+    for (int dd = 160; dd <= 192; dd += 32) {
+        problem q = make_problem(d192, FA_DTYPE_BF16, dd);
+        st = fa_query_support(d192, &q.fwd, 0, variant, sizeof variant);
+        CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-fwd-bf16-d192-wgmma-ws") == 0, "d %d forward, sm90-fwd-d192: %d, %s",
+              dd, (int)st, variant);
+        st = fa_query_support(d192, &q.fwd, 1, variant, sizeof variant);
+        CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-bwd-bf16-d256-wgmma-ws") == 0,
+              "d %d backward, sm90-fwd-d192: %d, %s", dd, (int)st, variant);
+        st = fa_forward(d192, &q.fwd);
+        CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(d192));
+        check_launch(fake, fake->launch_log_len - 1, "sm90", 'a',
+                     "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 192, false, true>", (S + 127) / 128, H, B, 384,
+                     (128 + 2 * 3 * 64) * 192 * 2 + 1024);
+        free_problem(d192, &q);
+    }
+    fa_context_destroy(d192);
     free_problem(ctx, &p);
 
     check_split(ctx, fake);

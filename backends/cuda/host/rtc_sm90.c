@@ -49,8 +49,8 @@ static int driver_encodes_maps(void)
 }
 
 /* The instances instances/sm90_dispatch.cu has (generate_instances.py writes it): fp16 / bf16, d
- * 64 and 128, d 256 for plain calls, MOD kernels for plain calls only; the backward has no MOD
- * kernel at d 128. */
+ * 64 and 128, d 256 for plain calls, the forward at d 192 for plain calls, MOD kernels for plain
+ * calls only; the backward has no MOD kernel at d 128. */
 static int instance_exists(int dtype, int head_dim, int plain, int mod, int backward)
 {
     if ((dtype != 1 && dtype != 2) || (mod && !plain))
@@ -58,6 +58,7 @@ static int instance_exists(int dtype, int head_dim, int plain, int mod, int back
     switch (head_dim) {
     case 64: return 1;
     case 128: return !backward || !mod;
+    case 192: return plain && !backward;
     case 256: return plain;
     default: return 0;
     }
@@ -101,7 +102,7 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
                              int *not_supported)
 {
     const char *type = type_name(dtype);
-    if (!type || (d != 64 && d != 128 && d != 256)) {
+    if (!type || (d != 64 && d != 128 && d != 192 && d != 256)) {
         fa_why_set(why, why_len, "the sm90 forward has no kernel for dtype %d, head dim %d", dtype, d);
         return FA_RTC_INVALID_ARG;
     }

@@ -7,9 +7,11 @@
 namespace fa_gpu::sm90 {
 extern template cudaError_t launch_forward<__half, 64>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 128>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__half, 192>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__half, 256>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 64>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 128>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_forward<__nv_bfloat16, 192>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 256>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__half, 64>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_backward<__half, 128>(const fa_gpu_params &, cudaStream_t);
@@ -26,6 +28,7 @@ extern "C" int fa_sm90_has_instance(int dtype, int head_dim, int plain, int mod)
     switch (head_dim) {
     case 64: return 1;
     case 128: return 1;
+    case 192: return plain;
     case 256: return plain;
     default: return 0;
     }
@@ -51,6 +54,7 @@ extern "C" int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim, 
         switch (head_dim) {
         case 64: return (int)fa_gpu::sm90::launch_forward<__half, 64>(*p, st);
         case 128: return (int)fa_gpu::sm90::launch_forward<__half, 128>(*p, st);
+        case 192: return (int)fa_gpu::sm90::launch_forward<__half, 192>(*p, st);
         case 256: return (int)fa_gpu::sm90::launch_forward<__half, 256>(*p, st);
         default: return (int)cudaErrorInvalidValue;
         }
@@ -58,6 +62,7 @@ extern "C" int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim, 
         switch (head_dim) {
         case 64: return (int)fa_gpu::sm90::launch_forward<__nv_bfloat16, 64>(*p, st);
         case 128: return (int)fa_gpu::sm90::launch_forward<__nv_bfloat16, 128>(*p, st);
+        case 192: return (int)fa_gpu::sm90::launch_forward<__nv_bfloat16, 192>(*p, st);
         case 256: return (int)fa_gpu::sm90::launch_forward<__nv_bfloat16, 256>(*p, st);
         default: return (int)cudaErrorInvalidValue;
         }

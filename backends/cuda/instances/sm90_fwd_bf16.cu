@@ -4,5 +4,6 @@
 namespace fa_gpu::sm90 {
 template cudaError_t launch_forward<__nv_bfloat16, 64>(const fa_gpu_params &, cudaStream_t);
 template cudaError_t launch_forward<__nv_bfloat16, 128>(const fa_gpu_params &, cudaStream_t);
+template cudaError_t launch_forward<__nv_bfloat16, 192>(const fa_gpu_params &, cudaStream_t);
 template cudaError_t launch_forward<__nv_bfloat16, 256>(const fa_gpu_params &, cudaStream_t);
 } // namespace fa_gpu::sm90

@@ -62,26 +62,37 @@ __device__ __forceinline__ void load_blocked(T *dst, const fa_gpu_tensor &t, int
  * (NT / (D / 8))-th row: one pointer and one shared address, each advanced by a constant (the
  * swizzle of the chunk is the same in every row it takes), so a copy costs a few instructions;
  * consecutive threads take consecutive chunks of a row (whole 128-byte lines, whole 128-byte
- * shared rows). The caller commits and waits. Needs 16-byte aligned rows and d % 8 == 0. */
+ * shared rows); where NT is not a multiple of the D / 8 chunks (d 192), one chunk per thread and
+ * step. The caller commits and waits. Needs 16-byte aligned rows and d % 8 == 0. */
 template <typename T, int D, int ROWS, int NT>
 __device__ __forceinline__ void load_sw128(uint32_t dst, const fa_gpu_tensor &t, int64_t b, int64_t row0,
                                            int64_t nrows, int64_t h, int d, int tid)
 {
     constexpr int CB = D / 8, RS = NT / CB;
-    static_assert(NT % CB == 0 && (RS % 8 == 0 || 8 % RS == 0) && ROWS % RS == 0, "rows per step");
-    const int c = tid % CB, r0 = tid / CB;
-    const bool cvalid = c * 8 < d;
-    const T *src = fa_gpu::row_ptr<T>(t, b, row0 + r0, h) + c * 8;
-    const int64_t step = RS * t.ss;
-    const uint32_t sdst = dst + sw128<ROWS>(r0, c);
+    if constexpr (NT % CB != 0) { /* d 192: the threads do not divide a row's chunks; one chunk at a time */
+#pragma unroll 4
+        for (int e = tid; e < ROWS * CB; e += NT) {
+            const int r = e / CB, c = e % CB;
+            const bool valid = c * 8 < d && r < nrows;
+            const T *src = fa_gpu::row_ptr<T>(t, b, row0 + r, h) + c * 8;
+            fa_gpu::cp_async16_s(dst + sw128<ROWS>(r, c), valid ? src : static_cast<const T *>(t.data), valid);
+        }
+    } else {
+        static_assert((RS % 8 == 0 || 8 % RS == 0) && ROWS % RS == 0, "rows per step");
+        const int c = tid % CB, r0 = tid / CB;
+        const bool cvalid = c * 8 < d;
+        const T *src = fa_gpu::row_ptr<T>(t, b, row0 + r0, h) + c * 8;
+        const int64_t step = RS * t.ss;
+        const uint32_t sdst = dst + sw128<ROWS>(r0, c);
 #pragma unroll
-    for (int i = 0; i < ROWS / RS; ++i) {
-        const int r = r0 + i * RS;
-        const bool valid = cvalid && r < nrows;
-        /* RS a multiple of 8: every row of the thread has the swizzle of r0; else it cycles */
-        const uint32_t a = RS % 8 == 0 ? sdst + i * RS * 128 : dst + sw128<ROWS>(r, c);
-        fa_gpu::cp_async16_s(a, valid ? src : static_cast<const T *>(t.data), valid);
-        src += step;
+        for (int i = 0; i < ROWS / RS; ++i) {
+            const int r = r0 + i * RS;
+            const bool valid = cvalid && r < nrows;
+            /* RS a multiple of 8: every row of the thread has the swizzle of r0; else it cycles */
+            const uint32_t a = RS % 8 == 0 ? sdst + i * RS * 128 : dst + sw128<ROWS>(r, c);
+            fa_gpu::cp_async16_s(a, valid ? src : static_cast<const T *>(t.data), valid);
+            src += step;
+        }
     }
 }
 
@@ -280,7 +291,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
     static_assert(!DROP || (!MOD && !WIDE), "the dropout instances: no score modifiers, not wide");
     static_assert(!SPLIT || (!WIDE && !DROP), "the split instances: not wide, no dropout");
     constexpr int WS_STAGES = ws_stages<T, D, WIDE>(), WS_BN = ws_bn<D, WIDE>();
-    constexpr int PV_N = D > 128 ? 128 : D; /* P V in column slices of at most 128 (m64n{64,128}k16) */
+    /* P V in column slices of at most 128 (m64n{64,128}k16): d 192 in three of 64 */
+    constexpr int PV_N = D <= 128 ? D : D % 128 == 0 ? 128 : 64;
     constexpr uint32_t TILEB = WS_BN * D * sizeof(T); /* bytes of one K or V tile */
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t bars[4 * WS_STAGES]; /* full K, full V, empty K, empty V */
