@@ -6,13 +6,14 @@ batch = 16384 / seqlen; bf16 unless --dtype. Each (d, causal, seqlen) row gives 
 forward and backward TFLOP/s (median over --repeats rounds of triton's do_bench medians), the
 time ratio B / A, and the spread of that ratio over the rounds (min .. max). --kernels-b gives B's
 context a FLASHATTN_KERNELS list of its own, so that one build with an opt-in can be B beside itself
-without it as A (--lib the same path twice).
+without it as A (--lib the same path twice). --sink gives every call a learnable sink (-1 per head)
+and the backward its dsink.
 
 The output's first line is its provenance (date, commit, device, command; bench/provenance.py).
 
 usage: python3 bench/gpu_ab.py --lib before/libflashattn.so --lib after/libflashattn.so \\
        [--names before,after] [--seqlens 1024,4096,16384] [--dims 64,128] [--causal both|yes|no] \\
-       [--dtype bf16|fp16] [--repeats 3] [--kernels-b TOKENS]
+       [--dtype bf16|fp16] [--repeats 3] [--kernels-b TOKENS] [--sink]
 """
 import argparse
 import os
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=sorted(gb.DTYPES))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kernels-b", default=None, help="FLASHATTN_KERNELS for B's context only, e.g. sm80")
+    ap.add_argument("--sink", action="store_true", help="a learnable sink (-1 per head) in every call, dsink asked")
     args = ap.parse_args()
     if len(args.lib) != 2:
         ap.error("--lib must be given twice (A and B)")
@@ -52,8 +54,9 @@ def main():
     stream = gb.use_own_stream()  # noqa: F841 (kept current for the run)
     dt = gb.DTYPES[args.dtype]
     a, b = names
-    print(f"# {torch.cuda.get_device_name()} | {args.dtype} | TFLOP/s fwd / bwd, median of {args.repeats} rounds of "
-          "do_bench medians | ratio = time B / time A (> 1: B slower), spread = min .. max over the rounds")
+    sink_note = " | a learnable sink" if args.sink else ""
+    print(f"# {torch.cuda.get_device_name()} | {args.dtype}{sink_note} | TFLOP/s fwd / bwd, median of {args.repeats} "
+          "rounds of do_bench medians | ratio = time B / time A (> 1: B slower), spread = min .. max over the rounds")
     print(f"| d | causal | seqlen | {a} | {b} | fwd ratio (spread) | bwd ratio (spread) | variants ({b}) |")
     print("|---|---|---|---|---|---|---|---|")
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
@@ -63,11 +66,16 @@ def main():
                 bsz, h = max(1, 16384 // s), 2048 // d
                 flop = 4 * bsz * h * s * s * d / (2 if causal else 1)
                 q, k, v, do, o, lse, dq, dk, dv = gb.make_inputs(bsz, s, h, d, dt)
+                sink = torch.full((h,), -1.0, device="cuda", dtype=torch.float32)
+                dsink = torch.empty((h,), device="cuda", dtype=torch.float32)
                 calls = []
                 for lib in libs:
                     lib.bind_stream()
                     fa = lib.fwd_args(q, k, v, o, lse, causal)
                     ba = lib.bwd_args(q, k, v, o, lse, do, dq, dk, dv, causal)
+                    if args.sink:
+                        fa.opts.learnable_sink = ba.opts.learnable_sink = sink.data_ptr()
+                        ba.dsink = gb.as_tensor(dsink)
                     calls.append((lib, fa, ba))
                 times = [[[], []], [[], []]]  # [lib][fwd, bwd]
                 for _ in range(args.repeats):
@@ -83,7 +91,7 @@ def main():
                 variants = f"{lib_b.variant(fa_b, False)} / {lib_b.variant(fa_b, True)}"
                 print(f"| {d} | {'yes' if causal else 'no'} | {s} | {cells[0]} | {cells[1]} | {rcells[0]} | "
                       f"{rcells[1]} | {variants} |", flush=True)
-                del q, k, v, do, o, lse, dq, dk, dv, calls
+                del q, k, v, do, o, lse, dq, dk, dv, sink, dsink, calls
                 torch.cuda.empty_cache()
 
 

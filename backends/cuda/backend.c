@@ -266,7 +266,10 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     if (fa_gpu_grid_refuses(p, why, why_len))
         return FA_ERR_UNSUPPORTED;
     c->dtype = p->dtype;
-    c->mod = fa_score_mod_active(p->mod);
+    /* the score modifiers; under FLASHATTN_KERNELS=tc-sink a forward's learnable sink too, which the
+     * tensor-core families' MOD instances fold in (fa_gpu_forward_mod) */
+    const int tc_sink = p->sink != NULL && gs->tc_sink;
+    c->mod = fa_score_mod_active(p->mod) || (tc_sink && !p->backward);
     /* the forward's aligned instances also store O in 16-byte words (store_tile) */
     c->aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
                  (p->backward ? view_aligned(&p->dout) : view_aligned(&p->o));
@@ -275,8 +278,10 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
      * at d) */
     const int d32 = (int)((p->d + 31) / 32 * 32);
     const int dpad = p->backward && d32 > 128 ? 256 : d32;
-    /* the sink and d_v != d: the SIMT kernels only (the tensor-core families read neither) */
-    const int simt_only = p->sink != NULL || p->d_v != p->d;
+    /* d_v != d: the SIMT kernels only (the tensor-core families read one head dim); the sink too,
+     * unless FLASHATTN_KERNELS=tc-sink (the tensor-core forward's MOD instances fold it in, the
+     * backward's dsink is the SIMT family's dsink_kernel after the family's dsum) */
+    const int simt_only = (p->sink != NULL && !tc_sink) || p->d_v != p->d;
     const int sm90 = !simt_only && sm90_takes(gs, p, dpad, c->aligned, c->mod);
     int sm80_fused = 0;
     if (simt_only || (!sm90 && !sm80_covers(gs, p, dpad, c->aligned, c->mod, &sm80_fused))) {
@@ -329,7 +334,7 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     char why[320];
     if (cuda_choice_of(ctx, p, &c, why, sizeof why) != FA_SUCCESS)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "%s", why);
-    const char *dir = p->backward ? "bwd" : "fwd", *dt = fa_dtype_name(p->dtype), *mod = c.mod ? "+mod" : "";
+    const char *dir = p->backward ? "bwd" : "fwd", *dt = fa_dtype_name(p->dtype), *mod = !c.mod ? "" : fa_score_mod_active(p->mod) ? "+mod" : "+sink";
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     switch (c.family) {
     case FAMILY_SM90:
@@ -369,11 +374,21 @@ static int launch_forward(const fa_gpu_params *kp, const cuda_choice *c, void *s
     return (int)FA_RT_ERR_INVALID_VALUE;
 }
 
+/* The tensor-core families' backward with a learnable sink (FLASHATTN_KERNELS=tc-sink): dQ, dK, dV
+ * from the LSE the forward wrote (the sink in it), then dsink from their dsum's D by the SIMT
+ * family's dsink_kernel, in a fixed order. */
+static int tensor_core_dsink(const fa_gpu_params *kp, int e, void *stream)
+{
+    return e == 0 && kp->sink && kp->dsink ? fa_simt_dsink(kp, stream) : e;
+}
+
 static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *stream)
 {
     switch (c->family) {
-    case FAMILY_SM90: return fa_sm90_backward(kp, (int)c->dtype, c->head_dim, stream);
-    case FAMILY_SM80: return fa_sm80_backward(kp, (int)c->dtype, c->head_dim, c->aligned, c->narrow, stream);
+    case FAMILY_SM90: return tensor_core_dsink(kp, fa_sm90_backward(kp, (int)c->dtype, c->head_dim, stream), stream);
+    case FAMILY_SM80:
+        return tensor_core_dsink(kp, fa_sm80_backward(kp, (int)c->dtype, c->head_dim, c->aligned, c->narrow, stream),
+                                 stream);
     case FAMILY_SIMT: return fa_simt_backward(kp, (int)c->dtype, c->head_dim, stream);
     case FAMILY_MFMA_EMULATED: break; /* forward only */
     }
@@ -396,7 +411,7 @@ static int64_t forward_splits(const fa_gpu_state *gs, const fa_problem *p, const
 {
     const int sm90 = c->family == FAMILY_SM90, sm80 = c->family == FAMILY_SM80 && c->aligned && !c->mod;
     if ((!sm90 && !sm80) || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 || p->block_mask ||
-        p->total_q * p->heads_q > INT32_MAX)
+        p->sink || p->total_q * p->heads_q > INT32_MAX)
         return 1;
     if (gs->fwd_split > 0)
         return p->batch * gs->fwd_split <= 65535 ? gs->fwd_split : 1;

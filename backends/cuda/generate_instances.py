@@ -218,6 +218,8 @@ def simt(f):
         s += by_dtype_and_dim(list(DTYPES), SIMT["buckets"],
                               lambda tag, b, fn=fn: f"return (int)fa_gpu::simt::{fn}<fa_gpu::{DTYPES[tag][2]}, {b}>(*p, st);",
                               "return (int)FA_GPU_INVALID_VALUE;", dim_key="head_dim_bucket") + "}\n"
+    s += '\nextern "C" int FA_GPU_ENTRY(simt_dsink)(const fa_gpu_params *p, void *stream)\n{\n'
+    s += "    return (int)fa_gpu::simt::launch_dsink(*p, static_cast<fa_gpu_stream>(stream));\n}\n"
     s += '\nextern "C" int FA_GPU_ENTRY(simt_bucket)(int64_t head_dim)\n{\n'
     s += "    return fa_gpu::bucket_of(head_dim);\n}\n"
     f.add("simt_dispatch.cu", s, compilers="cuda hip")

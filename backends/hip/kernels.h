@@ -14,6 +14,9 @@
 int fa_hip_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_hip_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_hip_simt_bucket(int64_t head_dim);
+/* dsink_kernel alone after a dsum on the same stream (the CUDA backend's tensor-core families use it;
+ * compiled here from the same sources). */
+int fa_hip_simt_dsink(const fa_gpu_params *p, void *stream);
 
 /* fa_forward_kvcache's kernels (decode/): dtype 0 fp32, 1 fp16, 2 bf16; buckets 64,
  * 128, 256; row tiles FA_KV_ROW_TILE_SMALL and _LARGE. */

@@ -15,6 +15,11 @@
 #     the full grid's d 160-256 and bwd-d* cases under the chooser and with it, memcheck, racecheck
 #     and synccheck on its d 160 / 192 / 176 cases, then bench/gpu_ab.py against the chooser at d
 #     160 / 192 in one process;
+#   sink: FLASHATTN_KERNELS=tc-sink (a learnable sink on the tensor-core families: the forward's
+#     MOD instances fold it in, the backward's dsink is dsink_kernel after the family's dsum): the
+#     full grid's sink cases with it and with sm80,tc-sink, the decode grid with it, memcheck,
+#     racecheck and synccheck on the short grid's sink cases, then bench/gpu_ab.py --sink against
+#     the chooser (whose sink calls run the SIMT kernels) at d 64 / 128, 1k and 4k, one round;
 #   narrow: FLASHATTN_KERNELS=sm80,sm80-bwd-narrow (the sm80 d 256 backward on 4 warps over 64
 #     keys a block, 141 KB, which the chooser takes where the 8-warp one does not fit, as on an
 #     A100; d 129..224 padded to it): the full grid's d 160-256 cases and the sanitizers with it,
@@ -22,7 +27,8 @@
 #     chooser, FA2 and cuDNN;
 #   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
 #     the chooser, kv-mla-16-rows and kv-mla-sm90.
-# STEPS (default checks,bench,narrow,mla; about 4, 3, 4 and 2 minutes; d192 about 3 on request),
+# STEPS (default checks,bench,narrow,mla; about 4, 3, 4 and 2 minutes; d192 and sink about 3 each on
+# request),
 # DTYPES (default bf16 fp16).
 # Usage:
 # FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
@@ -91,6 +97,29 @@ if [[ $steps == *d192* ]]; then
     timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
       --names default,fwd-d192 --kernels-b sm90-fwd-d192 --dtype $dtype --dims 160,192 --seqlens 1024,4096,16384 \
       --repeats 3 2>&1 | tee -a "$OUT/ab-fwd-d192-$dtype.md"
+  done
+fi
+if [[ $steps == *sink* ]]; then
+  for kernels in tc-sink sm80,tc-sink; do
+    timeout 200 env FLASHATTN_KERNELS=$kernels "$B/tests/conformance/conformance" --backend cuda --grid full \
+      --filter sink > "$OUT/grid-sink-$kernels.txt" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) full grid sink cases ($kernels): exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-sink-$kernels.txt" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] ' "$OUT/grid-sink-$kernels.txt" | head -5
+  done
+  timeout 150 env FLASHATTN_KERNELS=tc-sink "$B/tests/conformance/decode" --backend cuda > "$OUT/decode-tc-sink.txt" 2>&1
+  rc=$?; [ $rc -ne 0 ] && status=1
+  echo "$(stamp) decode grid (tc-sink): exit $rc; $(tail -1 "$OUT/decode-tc-sink.txt")"
+  for tool in memcheck racecheck synccheck; do
+    timeout 150 env FLASHATTN_KERNELS=tc-sink compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$B/tests/conformance/conformance" --backend cuda --grid short --filter sink > "$OUT/$tool-tc-sink.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) $tool short-grid sink cases (tc-sink): exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-tc-sink.log" | tail -1)"
+  done
+  for dtype in ${DTYPES:-bf16 fp16}; do
+    timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
+      --names default,tc-sink --kernels-b tc-sink --sink --dtype $dtype --dims 64,128 --seqlens 1024,4096 \
+      --repeats 1 2>&1 | tee -a "$OUT/ab-tc-sink-$dtype.md"
   done
 fi
 if [[ $steps == *narrow* ]]; then

@@ -397,6 +397,42 @@ int main(int argc, char **argv)
     fa_context_destroy(d192);
     free_problem(ctx, &p);
 
+    /* a learnable sink, bf16 d 128: the SIMT kernels under the chooser; under
+     * FLASHATTN_KERNELS=tc-sink the forward on the warp-specialised kernel's MOD instance (which
+     * folds it in; one launch, its keys never split), the backward on the Hopper one followed by
+     * the SIMT family's dsink_kernel (one block of 256 threads per query head) */
+    p = make_problem(ctx, FA_DTYPE_BF16, 128);
+    void *sink = device_zeros(ctx, H * sizeof(float)), *dsink = device_zeros(ctx, H * sizeof(float));
+    const int64_t heads = H;
+    p.fwd.opts.learnable_sink = (const float *)sink;
+    p.bwd.opts.learnable_sink = (const float *)sink;
+    p.bwd.dsink = fa_tensor_contiguous(dsink, FA_DTYPE_F32, 1, &heads);
+    st = fa_query_support(ctx, &p.fwd, 0, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strncmp(variant, "simt-", 5) == 0, "sink forward, the chooser: %d, %s", (int)st, variant);
+    fa_context *tc = context_with("tc-sink");
+    st = fa_query_support(tc, &p.fwd, 0, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-fwd-bf16-d128-wgmma-ws+sink") == 0, "sink forward, tc-sink: %d, %s",
+          (int)st, variant);
+    fake->launch_log_len = 0;
+    st = fa_forward(tc, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(tc));
+    CHECK(fake->launch_log_len == 1, "sink forward, tc-sink: %d launches", fake->launch_log_len);
+    check_launch(fake, 0, "sm90", 'a', "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, true, true>",
+                 (S + 127) / 128, H, B, 384, (128 + 2 * 3 * 128) * 128 * 2 + 1024);
+    printf("ok: the sink forward under tc-sink on the MOD instance\n");
+    fake->launch_log_len = 0;
+    st = fa_backward(tc, &p.bwd);
+    CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(tc));
+    CHECK(fake->launch_log_len >= 2 && strstr(fake->launches[fake->launch_log_len - 2].name, "dq_convert_kernel"),
+          "sink backward, tc-sink: %d launches, the one before last %s", fake->launch_log_len,
+          fake->launch_log_len >= 2 ? fake->launches[fake->launch_log_len - 2].name : "none");
+    check_launch(fake, fake->launch_log_len - 1, "simt", 0, "fa_gpu::simt::dsink_kernel<256>", H, 1, 1, 256, 0);
+    printf("ok: the sink backward under tc-sink: the Hopper backward, then dsink_kernel\n");
+    fa_context_destroy(tc);
+    fa_free(ctx, sink);
+    fa_free(ctx, dsink);
+    free_problem(ctx, &p);
+
     check_split(ctx, fake);
     fa_context_destroy(ctx);
     printf("PASS\n");

@@ -54,7 +54,9 @@ typedef struct fa_gpu_params {
     /* appended last, so that the kernels which read neither keep every other field's offset: the
      * value head dim of V, O, dO, dV (d is Q's, K's); the learnable sink, fp32 [heads_q] on the
      * device (NULL: none; core/sink.h), and the backward's dsink output (NULL: not asked). Only the
-     * SIMT kernels read them: the chooser gives every call with a sink or d_v != d to them. */
+     * SIMT kernels read d_v: the chooser gives every call with d_v != d to them, and every call
+     * with a sink too unless FLASHATTN_KERNELS=tc-sink (then the tensor-core forwards' MOD
+     * instances fold the sink in, and dsink is the SIMT family's dsink_kernel). */
     int64_t d_v;
     const float *sink;
     float *dsink;
@@ -105,6 +107,14 @@ __device__ __forceinline__ fa_seq fa_sequence(const fa_gpu_params &p, int64_t b)
 __host__ __device__ __forceinline__ bool fa_gpu_has_score_mod(const fa_gpu_params &p)
 {
     return fa_score_mod_factors_active(p.mod);
+}
+
+/* Whether a forward runs the tensor-core families' MOD instances: a score modifier, or a learnable
+ * sink, which their epilogue folds in (stage_output); such a forward never splits its keys (the
+ * parts' merge does not fold it). */
+__host__ __device__ __forceinline__ bool fa_gpu_forward_mod(const fa_gpu_params &p)
+{
+    return fa_gpu_has_score_mod(p) || p.sink != nullptr;
 }
 
 /* ALiBi's slope of query head h of sequence b as given (0 without ALiBi). */

@@ -15,6 +15,7 @@
 #include "empty_row.h"
 #include "mask.h"
 #include "philox.h"
+#include "sink.h"
 
 #if defined(__CUDACC_RTC__) /* NVRTC: the toolkit's names from common/rtc_prelude.cuh */
 #include "common/rtc_prelude.cuh"
@@ -159,9 +160,10 @@ __device__ __forceinline__ void softmax_step(const fa_gpu_params &p, const fa_ma
  * for an fp32 output, p.out_f32, straight to global, and the caller skips store_tile), and
  * LSE = (m + log2 l) ln 2 to global; a row that saw no key (l = 0) gives O = 0 by selection
  * (fa_row_output: its accumulator may hold 0 * NaN from masked keys) and LSE = -inf, and a NaN l
- * (a NaN score the row sees) stays NaN in both. The caller
- * synchronises before store_tile. Shared by the sm80 and sm90 forwards. */
-template <typename T, int D, int MT, int MSTRIDE>
+ * (a NaN score the row sees) stays NaN in both. SINK (the MOD instances): with p.sink, the
+ * learnable sink folded into O and LSE (core/sink.h). The caller synchronises before store_tile.
+ * Shared by the sm80 and sm90 forwards. */
+template <typename T, int D, int MT, int MSTRIDE, bool SINK = false>
 __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 8][4], const float (&row_m)[MT][2],
                                              const float (&row_l)[MT][2], const fa_gpu_params &p, const fa_seq &s,
                                              int64_t b, int64_t h, int64_t q0, int wrow)
@@ -175,7 +177,14 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
             float l = row_l[mt][r];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+            float inv = l == 0.0f ? 0.0f : 1.0f / l;
+            float sink_lse = 0.0f;
+            if constexpr (SINK)
+                if (p.sink) { /* LSE over the keys and the sink; O scaled by exp(LSE0 - LSE) */
+                    const float lse0 = l == 0.0f ? -CUDART_INF_F : (row_m[mt][r] + log2f(l)) * LN2;
+                    sink_lse = fa_sink_lse(lse0, p.sink[h]);
+                    inv *= fa_sink_factor(lse0, sink_lse);
+                }
             const int rr = wrow + mt * MSTRIDE + g + r * 8;
             const int64_t i = q0 + rr;
             if (p.out_f32) { /* fp32 output: straight from the registers, unrounded */
@@ -197,7 +206,10 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
             if (p.lse.data && t4 == 0 && i < s.sq) {
                 /* l 0: no key seen; a NaN score seen leaves l NaN and row_m -inf (fmaxf
                  * drops NaN), and the LSE NaN */
-                const float lse = l == 0.0f ? -CUDART_INF_F : (row_m[mt][r] + log2f(l)) * LN2;
+                float lse = l == 0.0f ? -CUDART_INF_F : (row_m[mt][r] + log2f(l)) * LN2;
+                if constexpr (SINK)
+                    if (p.sink)
+                        lse = sink_lse;
                 static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;
             }
         }

@@ -36,6 +36,8 @@ typedef struct fa_gpu_state {
     int kv_mla_sm90;          /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA decode kernel where it fits */
     int sm80_bwd_narrow;      /* FLASHATTN_KERNELS=sm80-bwd-narrow: the sm80 d 256 backward on bwd_kernel's
                                  4-warp instance where the 8-warp one fits too (backend.c) */
+    int tc_sink;              /* FLASHATTN_KERNELS=tc-sink: the tensor-core families take a learnable sink
+                                 (backend.c's cuda_choice_of) */
     int sm90_fwd_d192;        /* FLASHATTN_KERNELS=sm90-fwd-d192: the Hopper forward at d 129..192 on its
                                  d 192 instance (backend.c's sm90_head_dim) */
     int kv_mla_16_rows;       /* FLASHATTN_KERNELS=kv-mla-16-rows: MLA decode on the 16-row kernel only */

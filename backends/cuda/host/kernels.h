@@ -33,12 +33,16 @@ size_t fa_sm80_fused_backward_smem(int head_dim);
 /* The SIMT kernels (simt/): any dtype (0 fp32, 1 fp16, 2 bf16), head
  * dims 1..256 exact, grouped into buckets of 64, 128, 256 (fa_simt_bucket: 0 outside 1..256; the
  * bucket of the larger of p->d and p->d_v), any compute capability the build targets; the only
- * family with the learnable sink (p->sink, p->dsink) and d_v != d. The backward is always
+ * family with d_v != d, and with the learnable sink (p->sink, p->dsink) unless
+ * FLASHATTN_KERNELS=tc-sink. The backward is always
  * deterministic and needs p->dsum ([heads_q][total_q] floats); p->dq_accum and p->lse2 are unused.
  * Return a cudaError_t value. */
 int fa_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_simt_bucket(int64_t head_dim);
+/* dsink_kernel alone (p->sink, p->dsink, and p->dsum from a dsum on the same stream): the
+ * tensor-core families' backward with a sink (FLASHATTN_KERNELS=tc-sink). */
+int fa_simt_dsink(const fa_gpu_params *p, void *stream);
 
 /* The Hopper forward (sm90/, wgmma; built when cuda-archs lists 90, for sm_90a):
  * fp16/bf16, padded head dims 64 and 128, and 256 for plain calls (neither dropout nor block

@@ -38,6 +38,14 @@ int FA_RTC_ENTRY(simt_backward)(const fa_gpu_params *p, int dtype, int head_dim_
     return fa_rtc_entry_end(fa_rtc_launch_simt_backward(p, dtype, stream, why, len));
 }
 
+int FA_RTC_ENTRY(simt_dsink)(const fa_gpu_params *p, void *stream)
+{
+    size_t len;
+    char *why = fa_rtc_error_buffer(&len);
+    fa_rtc_entry_begin();
+    return fa_rtc_entry_end(fa_rtc_launch_simt_dsink(p, stream, why, len));
+}
+
 int FA_RTC_ENTRY(kv_forward)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, int row_tile, int async_copy,
                              void *stream)
 {

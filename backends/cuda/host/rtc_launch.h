@@ -83,6 +83,8 @@ fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void
  * p->dsum is the workspace the backend provides. The first failure stops the sequence. */
 fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, void *stream, char *why,
                                           size_t why_len);
+/* dsink_kernel alone for p (after a dsum on the same stream). */
+fa_rtc_status fa_rtc_launch_simt_dsink(const fa_gpu_params *p, void *stream, char *why, size_t why_len);
 
 /* fa_forward_kvcache's kernels (host/rtc_decode.c): the SIMT decode instance (dtype 0 fp32, 1 fp16,
  * 2 bf16; bucket 64, 128 or 256; row tile FA_KV_ROW_TILE_SMALL or _LARGE; the cp.async ring where

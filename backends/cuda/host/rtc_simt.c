@@ -62,6 +62,15 @@ fa_rtc_status fa_rtc_launch_simt_forward(const fa_gpu_params *p, int dtype, void
     return launch_simt(name, nq, p->heads_q, p->batch, stream, args, why, why_len);
 }
 
+fa_rtc_status fa_rtc_launch_simt_dsink(const fa_gpu_params *p, void *stream, char *why, size_t why_len)
+{
+    char name[FA_RTC_NAME_MAX];
+    snprintf(name, sizeof name, "fa_gpu::simt::dsink_kernel<%d>", FA_SIMT_THREADS);
+    fa_gpu_params params = *p;
+    void *args[] = {&params};
+    return launch_simt(name, p->heads_q, 1, 1, stream, args, why, why_len);
+}
+
 fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, void *stream, char *why, size_t why_len)
 {
     if (why && why_len > 0)
@@ -86,11 +95,8 @@ fa_rtc_status fa_rtc_launch_simt_backward(const fa_gpu_params *p, int dtype, voi
             FA_RTC_OK)
             return st;
     }
-    if (p->sink && p->dsink) {
-        snprintf(name, sizeof name, "fa_gpu::simt::dsink_kernel<%d>", FA_SIMT_THREADS);
-        if ((st = launch_simt(name, p->heads_q, 1, 1, stream, args, why, why_len)) != FA_RTC_OK)
-            return st;
-    }
+    if (p->sink && p->dsink && (st = fa_rtc_launch_simt_dsink(p, stream, why, why_len)) != FA_RTC_OK)
+        return st;
     if (nk > 0) {
         snprintf(name, sizeof name, "fa_gpu::simt::dkdv_kernel<%s, %d, %s>", storage, bucket, mod);
         if ((st = launch_simt(name, nk, p->heads_kv, p->batch, stream, args, why, why_len)) !=

@@ -60,12 +60,14 @@ static int call_of(const fa_gpu_params *p, int dtype, int head_dim, int aligned,
     c->t = dtype == 1 ? "__half" : "__nv_bfloat16";
     c->d = head_dim;
     c->aligned = aligned != 0;
-    c->mod = fa_score_mod_factors_active(p->mod); /* fa_gpu_has_score_mod */
+    /* fa_gpu_has_score_mod; a forward's MOD instance also folds a learnable sink in
+     * (fa_gpu_forward_mod) */
+    c->mod = fa_score_mod_factors_active(p->mod) || (!backward && p->sink);
     c->mode = fa_gpu_instance_mode(p);
     c->tile = fa_sm80_tile_of(head_dim);
     c->stream = stream;
     if (c->mod && !c->aligned) {
-        fa_why_set(why, len, "the sm80 %s has no score-modifier instance for rows that are not 16-byte aligned",
+        fa_why_set(why, len, "the sm80 %s has no score-modifier (or sink) instance for rows that are not 16-byte aligned",
             backward ? "backward" : "forward");
         return CU_ERROR_NOT_SUPPORTED;
     }

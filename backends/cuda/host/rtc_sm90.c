@@ -114,7 +114,8 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
             (long long)nq, (long long)p->heads_q, (long long)p->batch);
         return FA_RTC_INVALID_ARG;
     }
-    const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod);
+    /* the MOD instances also fold a learnable sink in (fa_gpu_forward_mod) */
+    const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod) || p->sink;
     fa_gpu_params params = *p; /* the kernels' first parameter, by value */
     char name[FA_RTC_NAME_MAX];
     /* dropout without block lists or score modifiers on the warp-specialised kernel too (d 64 and
@@ -128,7 +129,7 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
         memset(&maps, 0, sizeof maps);
         /* split keys (p->splits > 1; d <= 128, not with dropout): batch x splits blocks along z,
          * then split_combine_kernel<T, D> */
-        const int split = !ws_drop && d <= 128 && p->splits > 1;
+        const int split = !ws_drop && d <= 128 && p->splits > 1 && !p->sink;
         /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without
          * score modifiers whose K and V load by TMA */
         const int wide_asked = FA_SM90_WS_WIDE(d) && !p->causal && !mod && !ws_drop && !split;

@@ -82,6 +82,11 @@ extern "C" int FA_GPU_ENTRY(simt_backward)(const fa_gpu_params *p, int dtype, in
     }
 }
 
+extern "C" int FA_GPU_ENTRY(simt_dsink)(const fa_gpu_params *p, void *stream)
+{
+    return (int)fa_gpu::simt::launch_dsink(*p, static_cast<fa_gpu_stream>(stream));
+}
+
 extern "C" int FA_GPU_ENTRY(simt_bucket)(int64_t head_dim)
 {
     return fa_gpu::bucket_of(head_dim);

@@ -316,6 +316,16 @@ template <class S, int D, bool MOD> __global__ void FA_LAUNCH_BOUNDS(THREADS) dq
 /* p.dsum: [heads_q][total_q] floats of workspace. p.dsink (with p.sink): written by dsink_kernel
  * after dsum_kernel, for every head (0 where the heads have no query row). */
 #if !defined(__CUDACC_RTC__) && !defined(__HIPCC_RTC__) /* host code: NVRTC and hipRTC compile the kernels alone */
+/* dsink_kernel for p (p.sink and p.dsink set) after a dsum on the same stream: the SIMT backward's,
+ * or the tensor-core families' (common/backward_elementwise.cuh, the same D in p.dsum). */
+inline fa_gpu_error launch_dsink(const fa_gpu_params &p, fa_gpu_stream stream)
+{
+    if (!grid_ok(p.heads_q, 1, 1))
+        return FA_GPU_INVALID_VALUE;
+    dsink_kernel<THREADS><<<(unsigned)p.heads_q, THREADS, 0, stream>>>(p);
+    return fa_gpu_last_error();
+}
+
 template <class S, int D> fa_gpu_error launch_backward(const fa_gpu_params &p, fa_gpu_stream stream)
 {
     typedef bwd_shape<D> sh;
@@ -332,13 +342,8 @@ template <class S, int D> fa_gpu_error launch_backward(const fa_gpu_params &p, f
         if ((e = fa_gpu_last_error()) != FA_GPU_SUCCESS)
             return e;
     }
-    if (p.sink && p.dsink) { /* after dsum on the same stream */
-        if (!grid_ok(p.heads_q, 1, 1))
-            return FA_GPU_INVALID_VALUE;
-        dsink_kernel<THREADS><<<(unsigned)p.heads_q, THREADS, 0, stream>>>(p);
-        if ((e = fa_gpu_last_error()) != FA_GPU_SUCCESS)
-            return e;
-    }
+    if (p.sink && p.dsink && (e = launch_dsink(p, stream)) != FA_GPU_SUCCESS) /* after dsum on the same stream */
+        return e;
     if (nk > 0) { /* after dsum on the same stream */
         if (!grid_ok(nk, p.heads_kv, p.batch))
             return FA_GPU_INVALID_VALUE;

@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
     }
     /* epilogue: O / l staged through the Q tile (free after the last barrier) for 16-byte row
      * stores */
-    stage_output<T, D, MT, 16>(qs, o, row_m, row_l, p, s, b, h, q0, wrow);
+    stage_output<T, D, MT, 16, MOD>(qs, o, row_m, row_l, p, s, b, h, q0, wrow);
     __syncthreads();
     if (!p.out_f32)
         store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h, (int)p.d);

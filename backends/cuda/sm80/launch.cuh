@@ -40,19 +40,19 @@ cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
     if constexpr (STAGES == 2 || D >= FA_SM80_ONE_STAGE_MODE2_MIN_D) {
         if (mode == 2)
             kernel = forward_kernel<T, D, ALIGNED, 2, false, false, STAGES>;
-        if (fa_gpu_has_score_mod(p)) {
+        if (fa_gpu_forward_mod(p)) {
             if constexpr (ALIGNED)
                 kernel = forward_kernel<T, D, true, 2, true, false, STAGES>;
             else
                 return cudaErrorNotSupported;
         }
-    } else if (mode == 2 || fa_gpu_has_score_mod(p)) {
+    } else if (mode == 2 || fa_gpu_forward_mod(p)) {
         return cudaErrorNotSupported;
     }
     /* split keys (p.splits > 1: plain calls, aligned rows, d <= 128): batch x splits blocks along
      * z, then the merge */
     constexpr bool SPLIT_D = ALIGNED && D <= 128;
-    const bool split = SPLIT_D && p.splits > 1 && mode == 0 && !fa_gpu_has_score_mod(p);
+    const bool split = SPLIT_D && p.splits > 1 && mode == 0 && !fa_gpu_forward_mod(p);
     if constexpr (SPLIT_D)
         if (split)
             kernel = forward_kernel<T, D, true, 0, false, true, STAGES>;

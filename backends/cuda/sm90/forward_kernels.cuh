@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
                                          wrow);
         return;
     }
-    fa_gpu::stage_output<T, D, 1, 0>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
+    fa_gpu::stage_output<T, D, 1, 0, MOD>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
     bar_sync<3, WS_CONSUMERS>();
     if (!p.out_f32)
         fa_gpu::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);

@@ -24,7 +24,7 @@ inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream
     /* split keys (p.splits > 1; d <= 128, not with dropout): batch x splits blocks along z, then
      * the merge */
     constexpr bool SPLIT_D = !DROP && D <= 128;
-    const bool split = SPLIT_D && p.splits > 1;
+    const bool split = SPLIT_D && p.splits > 1 && !p.sink;
     const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q,
                     (unsigned)(split ? p.batch * p.splits : p.batch));
     static_assert(D % 64 == 0 && ws_bn<D>() <= 256 && ws_bn<D, true>() <= 256, "TMA boxes: 64 columns, at most 256 rows");
@@ -70,9 +70,9 @@ template <typename T, int D> cudaError_t launch_forward(const fa_gpu_params &p, 
         return cudaErrorInvalidValue;
     const int mode = fa_gpu::mode_of(p);
     if (mode == 0)
-        return fa_gpu_has_score_mod(p) ? launch_ws_forward<T, D, true>(p, stream)
-                                         : launch_ws_forward<T, D, false>(p, stream);
-    if (fa_gpu_has_score_mod(p))
+        return fa_gpu_forward_mod(p) ? launch_ws_forward<T, D, true>(p, stream)
+                                       : launch_ws_forward<T, D, false>(p, stream);
+    if (fa_gpu_forward_mod(p))
         return cudaErrorNotSupported;
     if constexpr (D <= 128)
         if (mode == 2 && !p.bm_bits)
