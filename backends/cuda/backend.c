@@ -267,21 +267,24 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
         return FA_ERR_UNSUPPORTED;
     c->dtype = p->dtype;
     /* the score modifiers; under FLASHATTN_KERNELS=tc-sink a forward's learnable sink too, which the
-     * tensor-core families' MOD instances fold in (fa_gpu_forward_mod) */
+     * tensor-core families' MOD instances fold in, and under tc-dv a forward's d_v < d, whose V
+     * loads and O stores they take at p.d_v columns (fa_gpu_forward_mod) */
     const int tc_sink = p->sink != NULL && gs->tc_sink;
-    c->mod = fa_score_mod_active(p->mod) || (tc_sink && !p->backward);
+    const int tc_dv = gs->tc_dv && !p->backward && p->d_v < p->d;
+    c->mod = fa_score_mod_active(p->mod) || (tc_sink && !p->backward) || tc_dv;
     /* the forward's aligned instances also store O in 16-byte words (store_tile) */
-    c->aligned = p->d % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
+    c->aligned = p->d % 8 == 0 && p->d_v % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
                  (p->backward ? view_aligned(&p->dout) : view_aligned(&p->o));
     /* the tensor-core instances' head dim: d rounded up to 32 columns, except the backward's from
      * d 129, which has one instance, at 256 (its loads zero the columns from d on, its stores stop
      * at d) */
     const int d32 = (int)((p->d + 31) / 32 * 32);
     const int dpad = p->backward && d32 > 128 ? 256 : d32;
-    /* d_v != d: the SIMT kernels only (the tensor-core families read one head dim); the sink too,
-     * unless FLASHATTN_KERNELS=tc-sink (the tensor-core forward's MOD instances fold it in, the
+    /* d_v != d: the SIMT kernels only (the tensor-core families read one head dim), unless
+     * FLASHATTN_KERNELS=tc-dv (a forward with d_v < d on the MOD instances); the sink too, unless
+     * FLASHATTN_KERNELS=tc-sink (the tensor-core forward's MOD instances fold it in, the
      * backward's dsink is the SIMT family's dsink_kernel after the family's dsum) */
-    const int simt_only = (p->sink != NULL && !tc_sink) || p->d_v != p->d;
+    const int simt_only = (p->sink != NULL && !tc_sink) || (p->d_v != p->d && !tc_dv);
     const int sm90 = !simt_only && sm90_takes(gs, p, dpad, c->aligned, c->mod);
     int sm80_fused = 0;
     if (simt_only || (!sm90 && !sm80_covers(gs, p, dpad, c->aligned, c->mod, &sm80_fused))) {
@@ -334,7 +337,9 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     char why[320];
     if (cuda_choice_of(ctx, p, &c, why, sizeof why) != FA_SUCCESS)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "%s", why);
-    const char *dir = p->backward ? "bwd" : "fwd", *dt = fa_dtype_name(p->dtype), *mod = !c.mod ? "" : fa_score_mod_active(p->mod) ? "+mod" : "+sink";
+    const char *dir = p->backward ? "bwd" : "fwd", *dt = fa_dtype_name(p->dtype);
+    /* the MOD instances: for a score modifier, else (tc-sink, tc-dv) a sink or d_v < d */
+    const char *mod = !c.mod ? "" : fa_score_mod_active(p->mod) ? "+mod" : p->sink ? "+sink" : "+dv";
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     switch (c.family) {
     case FAMILY_SM90:
@@ -411,7 +416,7 @@ static int64_t forward_splits(const fa_gpu_state *gs, const fa_problem *p, const
 {
     const int sm90 = c->family == FAMILY_SM90, sm80 = c->family == FAMILY_SM80 && c->aligned && !c->mod;
     if ((!sm90 && !sm80) || c->head_dim > 128 || p->backward || p->dropout_threshold != 0 || p->block_mask ||
-        p->sink || p->total_q * p->heads_q > INT32_MAX)
+        p->sink || p->d_v != p->d || p->total_q * p->heads_q > INT32_MAX)
         return 1;
     if (gs->fwd_split > 0)
         return p->batch * gs->fwd_split <= 65535 ? gs->fwd_split : 1;

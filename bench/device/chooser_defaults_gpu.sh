@@ -20,6 +20,9 @@
 #     full grid's sink cases with it and with sm80,tc-sink, the decode grid with it, memcheck,
 #     racecheck and synccheck on the short grid's sink cases, then bench/gpu_ab.py --sink against
 #     the chooser (whose sink calls run the SIMT kernels) at d 64 / 128, 1k and 4k, one round;
+#   dv: FLASHATTN_KERNELS=tc-dv (a forward with d_v < d on the tensor-core families' MOD
+#     instances): the full grid's d_v cases with it and with sm80,tc-dv, memcheck, racecheck and
+#     synccheck on the short grid's d_v cases;
 #   narrow: FLASHATTN_KERNELS=sm80,sm80-bwd-narrow (the sm80 d 256 backward on 4 warps over 64
 #     keys a block, 141 KB, which the chooser takes where the 8-warp one does not fit, as on an
 #     A100; d 129..224 padded to it): the full grid's d 160-256 cases and the sanitizers with it,
@@ -27,8 +30,8 @@
 #     chooser, FA2 and cuDNN;
 #   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
 #     the chooser, kv-mla-16-rows and kv-mla-sm90.
-# STEPS (default checks,bench,narrow,mla; about 4, 3, 4 and 2 minutes; d192 and sink about 3 each on
-# request),
+# STEPS (default checks,bench,narrow,mla; about 4, 3, 4 and 2 minutes; d192, sink and dv about 3 each
+# on request),
 # DTYPES (default bf16 fp16).
 # Usage:
 # FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
@@ -120,6 +123,21 @@ if [[ $steps == *sink* ]]; then
     timeout 200 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
       --names default,tc-sink --kernels-b tc-sink --sink --dtype $dtype --dims 64,128 --seqlens 1024,4096 \
       --repeats 1 2>&1 | tee -a "$OUT/ab-tc-sink-$dtype.md"
+  done
+fi
+if [[ $steps == *dv* ]]; then
+  for kernels in tc-dv sm80,tc-dv; do
+    timeout 200 env FLASHATTN_KERNELS=$kernels "$B/tests/conformance/conformance" --backend cuda --grid full \
+      --filter dv > "$OUT/grid-dv-$kernels.txt" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) full grid d_v cases ($kernels): exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-dv-$kernels.txt" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] ' "$OUT/grid-dv-$kernels.txt" | head -5
+  done
+  for tool in memcheck racecheck synccheck; do
+    timeout 150 env FLASHATTN_KERNELS=tc-dv compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$B/tests/conformance/conformance" --backend cuda --grid short --filter dv > "$OUT/$tool-tc-dv.log" 2>&1
+    rc=$?; [ $rc -ne 0 ] && status=1
+    echo "$(stamp) $tool short-grid d_v cases (tc-dv): exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-tc-dv.log" | tail -1)"
   done
 fi
 if [[ $steps == *narrow* ]]; then

@@ -16,6 +16,9 @@
  *     192 on zeros), the forward on the sm80 family under FLASHATTN_KERNELS=sm80 under
  *     FLASHATTN_KERNELS=sm90-fwd-d192 the forward at d 160 and 192 on the d 192 instance (grid,
  *     block, shared memory), the backward on the d 256 one;
+ *   - a learnable sink (bf16 d 128): SIMT under the chooser; under FLASHATTN_KERNELS=tc-sink the
+ *     forward on the MOD instance, one launch, and the backward followed by dsink_kernel; d 128 over
+ *     d_v 64: SIMT under the chooser, the MOD instance under tc-dv with V's map d_v wide;
  *   - split keys: 128 query rows over 2048 keys (bf16 d 128, causal, one query tile per head) in
  *     four blocks per head (the rule's count for 132 SMs) followed by split_combine_kernel, the
  *     parts counted in fa_plan's workspace; in one under FLASHATTN_KERNELS=fwd-split=1; =3
@@ -431,6 +434,32 @@ int main(int argc, char **argv)
     fa_context_destroy(tc);
     fa_free(ctx, sink);
     fa_free(ctx, dsink);
+    free_problem(ctx, &p);
+
+    /* d_v < d, bf16 d 128 over d_v 64: the SIMT kernels under the chooser; under
+     * FLASHATTN_KERNELS=tc-dv the warp-specialised kernel's MOD instance, V's map 64 columns wide
+     * (its columns from 64 on zeros by the map's bounds) */
+    p = make_problem(ctx, FA_DTYPE_BF16, 128);
+    const int64_t vshape[4] = {B, S, H, 64};
+    p.fwd.v = fa_tensor_contiguous(p.v, FA_DTYPE_BF16, 4, vshape);
+    p.fwd.o = fa_tensor_contiguous(p.o, FA_DTYPE_BF16, 4, vshape);
+    st = fa_query_support(ctx, &p.fwd, 0, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strncmp(variant, "simt-", 5) == 0, "d_v 64 forward, the chooser: %d, %s", (int)st,
+          variant);
+    fa_context *dv = context_with("tc-dv");
+    st = fa_query_support(dv, &p.fwd, 0, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-fwd-bf16-d128-wgmma-ws+dv") == 0, "d_v 64 forward, tc-dv: %d, %s",
+          (int)st, variant);
+    fake->launch_log_len = 0;
+    st = fa_forward(dv, &p.fwd);
+    CHECK(st == FA_SUCCESS, "fa_forward: %s", fa_context_last_error(dv));
+    CHECK(fake->launch_log_len == 1, "d_v 64 forward, tc-dv: %d launches", fake->launch_log_len);
+    check_launch(fake, 0, "sm90", 'a', "fa_gpu::sm90::ws_forward_kernel<__nv_bfloat16, 128, true, true>",
+                 (S + 127) / 128, H, B, 384, (128 + 2 * 3 * 128) * 128 * 2 + 1024);
+    check_map(fake, fake->tensor_map_log_len - 2, p.k, 9, 128, 128, "K (d 128)");
+    check_map(fake, fake->tensor_map_log_len - 1, p.v, 9, 64, 128, "V (d_v 64)");
+    printf("ok: the d_v 64 forward under tc-dv on the MOD instance\n");
+    fa_context_destroy(dv);
     free_problem(ctx, &p);
 
     check_split(ctx, fake);

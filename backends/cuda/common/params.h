@@ -109,12 +109,13 @@ __host__ __device__ __forceinline__ bool fa_gpu_has_score_mod(const fa_gpu_param
     return fa_score_mod_factors_active(p.mod);
 }
 
-/* Whether a forward runs the tensor-core families' MOD instances: a score modifier, or a learnable
- * sink, which their epilogue folds in (stage_output); such a forward never splits its keys (the
- * parts' merge does not fold it). */
+/* Whether a forward runs the tensor-core families' MOD instances: a score modifier, a learnable
+ * sink, which their epilogue folds in (stage_output), or d_v < d (their V loads and O stores take
+ * p.d_v columns); a forward with a sink or d_v != d never splits its keys (the parts' merge reads
+ * neither). */
 __host__ __device__ __forceinline__ bool fa_gpu_forward_mod(const fa_gpu_params &p)
 {
-    return fa_gpu_has_score_mod(p) || p.sink != nullptr;
+    return fa_gpu_has_score_mod(p) || p.sink != nullptr || p.d_v != p.d;
 }
 
 /* ALiBi's slope of query head h of sequence b as given (0 without ALiBi). */

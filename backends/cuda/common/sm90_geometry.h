@@ -110,18 +110,20 @@ static inline int fa_sm90_tma_stride(int64_t elems, int64_t extent, size_t elem_
     return *out % 16 == 0;
 }
 
-/* The map of view t (rows rows per sequence, heads heads, p->batch sequences) in boxes of 64
- * columns x box_rows rows, elements of elem_bytes bytes (2) of data_type; 0 where TMA cannot
- * describe it (the caller keeps cp.async): no data, data not 16-byte aligned, d above 256, a
- * dimension out of the 32-bit signed coordinates, a stride TMA cannot take. */
-static inline int fa_sm90_map_shape_of(const fa_gpu_tensor *t, const fa_gpu_params *p, int64_t rows, int64_t heads,
-                                       int box_rows, size_t elem_bytes, int data_type, fa_sm90_map_shape *out)
+/* The map of view t (cols columns: p->d for Q and K, p->d_v for V and dO; rows rows per sequence,
+ * heads heads, p->batch sequences) in boxes of 64 columns x box_rows rows, elements of elem_bytes
+ * bytes (2) of data_type; 0 where TMA cannot describe it (the caller keeps cp.async): no data,
+ * data not 16-byte aligned, cols above 256, a dimension out of the 32-bit signed coordinates, a
+ * stride TMA cannot take. */
+static inline int fa_sm90_map_shape_of(const fa_gpu_tensor *t, const fa_gpu_params *p, int64_t cols, int64_t rows,
+                                       int64_t heads, int box_rows, size_t elem_bytes, int data_type,
+                                       fa_sm90_map_shape *out)
 {
     const int64_t limit = (int64_t)1 << 31; /* coordinates are 32-bit signed */
-    if (!t->data || (uintptr_t)t->data % 16 != 0 || p->d > 256 || rows < 1 || rows >= limit || heads >= limit ||
-        p->batch >= limit)
+    if (!t->data || (uintptr_t)t->data % 16 != 0 || cols < 1 || cols > 256 || rows < 1 || rows >= limit ||
+        heads >= limit || p->batch >= limit)
         return 0;
-    out->dims[0] = (uint64_t)p->d;
+    out->dims[0] = (uint64_t)cols;
     out->dims[1] = (uint64_t)rows;
     out->dims[2] = (uint64_t)heads;
     out->dims[3] = (uint64_t)p->batch;

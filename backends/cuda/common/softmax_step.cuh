@@ -160,10 +160,11 @@ __device__ __forceinline__ void softmax_step(const fa_gpu_params &p, const fa_ma
  * for an fp32 output, p.out_f32, straight to global, and the caller skips store_tile), and
  * LSE = (m + log2 l) ln 2 to global; a row that saw no key (l = 0) gives O = 0 by selection
  * (fa_row_output: its accumulator may hold 0 * NaN from masked keys) and LSE = -inf, and a NaN l
- * (a NaN score the row sees) stays NaN in both. SINK (the MOD instances): with p.sink, the
- * learnable sink folded into O and LSE (core/sink.h). The caller synchronises before store_tile.
- * Shared by the sm80 and sm90 forwards. */
-template <typename T, int D, int MT, int MSTRIDE, bool SINK = false>
+ * (a NaN score the row sees) stays NaN in both. GENERAL (the MOD instances): with p.sink, the
+ * learnable sink folded into O and LSE (core/sink.h), and O's p.d_v columns (d_v <= d; V's
+ * columns from d_v on loaded as zeros) where the others store p.d. The caller synchronises before
+ * store_tile. Shared by the sm80 and sm90 forwards. */
+template <typename T, int D, int MT, int MSTRIDE, bool GENERAL = false>
 __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 8][4], const float (&row_m)[MT][2],
                                              const float (&row_l)[MT][2], const fa_gpu_params &p, const fa_seq &s,
                                              int64_t b, int64_t h, int64_t q0, int wrow)
@@ -179,7 +180,7 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             float inv = l == 0.0f ? 0.0f : 1.0f / l;
             float sink_lse = 0.0f;
-            if constexpr (SINK)
+            if constexpr (GENERAL)
                 if (p.sink) { /* LSE over the keys and the sink; O scaled by exp(LSE0 - LSE) */
                     const float lse0 = l == 0.0f ? -CUDART_INF_F : (row_m[mt][r] + log2f(l)) * LN2;
                     sink_lse = fa_sink_lse(lse0, p.sink[h]);
@@ -192,6 +193,13 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
 #pragma unroll
                 for (int nt = 0; nt < D / 8; ++nt) {
                     const int c = nt * 8 + 2 * t4;
+                    if constexpr (GENERAL) { /* O's d_v columns */
+                        if (i < s.sq && c < p.d_v)
+                            orow[c] = fa_row_output(o[mt][nt][2 * r], inv);
+                        if (i < s.sq && c + 1 < p.d_v)
+                            orow[c + 1] = fa_row_output(o[mt][nt][2 * r + 1], inv);
+                        continue;
+                    }
                     if (i < s.sq && c < p.d)
                         orow[c] = fa_row_output(o[mt][nt][2 * r], inv);
                     if (i < s.sq && c + 1 < p.d)
@@ -207,7 +215,7 @@ __device__ __forceinline__ void stage_output(T *stage, const float (&o)[MT][D / 
                 /* l 0: no key seen; a NaN score seen leaves l NaN and row_m -inf (fmaxf
                  * drops NaN), and the LSE NaN */
                 float lse = l == 0.0f ? -CUDART_INF_F : (row_m[mt][r] + log2f(l)) * LN2;
-                if constexpr (SINK)
+                if constexpr (GENERAL)
                     if (p.sink)
                         lse = sink_lse;
                 static_cast<float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss] = lse;

@@ -38,6 +38,7 @@ typedef struct fa_gpu_state {
                                  4-warp instance where the 8-warp one fits too (backend.c) */
     int tc_sink;              /* FLASHATTN_KERNELS=tc-sink: the tensor-core families take a learnable sink
                                  (backend.c's cuda_choice_of) */
+    int tc_dv;                /* FLASHATTN_KERNELS=tc-dv: the tensor-core forwards take d_v < d (backend.c) */
     int sm90_fwd_d192;        /* FLASHATTN_KERNELS=sm90-fwd-d192: the Hopper forward at d 129..192 on its
                                  d 192 instance (backend.c's sm90_head_dim) */
     int kv_mla_16_rows;       /* FLASHATTN_KERNELS=kv-mla-16-rows: MLA decode on the 16-row kernel only */

@@ -60,9 +60,9 @@ static int call_of(const fa_gpu_params *p, int dtype, int head_dim, int aligned,
     c->t = dtype == 1 ? "__half" : "__nv_bfloat16";
     c->d = head_dim;
     c->aligned = aligned != 0;
-    /* fa_gpu_has_score_mod; a forward's MOD instance also folds a learnable sink in
-     * (fa_gpu_forward_mod) */
-    c->mod = fa_score_mod_factors_active(p->mod) || (!backward && p->sink);
+    /* fa_gpu_has_score_mod; a forward's MOD instance also folds a learnable sink in and takes d_v
+     * < d (fa_gpu_forward_mod) */
+    c->mod = fa_score_mod_factors_active(p->mod) || (!backward && (p->sink || p->d_v != p->d));
     c->mode = fa_gpu_instance_mode(p);
     c->tile = fa_sm80_tile_of(head_dim);
     c->stream = stream;

@@ -77,11 +77,11 @@ int fa_sm90_has_backward(int dtype, int head_dim, int plain, int mod)
 /* tensor_map.cuh's make_map: view t's map into *map; 0 where TMA cannot describe it or the
  * encoder fails (the caller keeps cp.async). */
 static int make_map(const fa_cu_api *cu, fa_cu_tensor_map *map, const fa_gpu_tensor *t, const fa_gpu_params *p,
-                    int64_t rows, int64_t heads, int box_rows, int dtype)
+                    int64_t cols, int64_t rows, int64_t heads, int box_rows, int dtype)
 {
     fa_sm90_map_shape m;
     if (!cu->TensorMapEncodeTiled ||
-        !fa_sm90_map_shape_of(t, p, rows, heads, box_rows, ELEM_BYTES,
+        !fa_sm90_map_shape_of(t, p, cols, rows, heads, box_rows, ELEM_BYTES,
                               dtype == 1 ? FA_SM90_TMA_FLOAT16 : FA_SM90_TMA_BFLOAT16, &m))
         return 0;
     return cu->TensorMapEncodeTiled(map, m.data_type, 4, t->data, m.dims, m.strides, m.box, m.step,
@@ -114,8 +114,9 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
             (long long)nq, (long long)p->heads_q, (long long)p->batch);
         return FA_RTC_INVALID_ARG;
     }
-    /* the MOD instances also fold a learnable sink in (fa_gpu_forward_mod) */
-    const int mode = fa_gpu_instance_mode(p), mod = fa_score_mod_factors_active(p->mod) || p->sink;
+    /* the MOD instances also fold a learnable sink in and take d_v < d (fa_gpu_forward_mod) */
+    const int mode = fa_gpu_instance_mode(p),
+              mod = fa_score_mod_factors_active(p->mod) || p->sink || p->d_v != p->d;
     fa_gpu_params params = *p; /* the kernels' first parameter, by value */
     char name[FA_RTC_NAME_MAX];
     /* dropout without block lists or score modifiers on the warp-specialised kernel too (d 64 and
@@ -129,13 +130,13 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
         memset(&maps, 0, sizeof maps);
         /* split keys (p->splits > 1; d <= 128, not with dropout): batch x splits blocks along z,
          * then split_combine_kernel<T, D> */
-        const int split = !ws_drop && d <= 128 && p->splits > 1 && !p->sink;
+        const int split = !ws_drop && d <= 128 && p->splits > 1 && !p->sink && p->d_v == p->d;
         /* the wide instance where it applies (FA_SM90_WS_WIDE): non-causal d 128 calls without
          * score modifiers whose K and V load by TMA */
         const int wide_asked = FA_SM90_WS_WIDE(d) && !p->causal && !mod && !ws_drop && !split;
         const int bn = FA_SM90_WS_BN_OF(d, wide_asked);
-        const int tma = !p->cu_k && make_map(cu, &maps.first, &p->k, p, p->seqlen_k, p->heads_kv, bn, dtype) &&
-                        make_map(cu, &maps.second, &p->v, p, p->seqlen_k, p->heads_kv, bn, dtype);
+        const int tma = !p->cu_k && make_map(cu, &maps.first, &p->k, p, p->d, p->seqlen_k, p->heads_kv, bn, dtype) &&
+                        make_map(cu, &maps.second, &p->v, p, p->d_v, p->seqlen_k, p->heads_kv, bn, dtype);
         const int wide = wide_asked && tma;
         snprintf(name, sizeof name, "fa_gpu::sm90::ws_forward_kernel<%s, %d, %s, %s%s>", type, d,
                  mod ? "true" : "false", tma ? "true" : "false",
@@ -222,8 +223,8 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         }
         const int bq = FA_SM90_BW_BQ(d);
         const int tma = mode == 0 && !p->cu_q &&
-                        make_map(cu, &maps.first, &p->q, p, p->seqlen_q, p->heads_q, bq, dtype) &&
-                        make_map(cu, &maps.second, &p->dout, p, p->seqlen_q, p->heads_q, bq, dtype);
+                        make_map(cu, &maps.first, &p->q, p, p->d, p->seqlen_q, p->heads_q, bq, dtype) &&
+                        make_map(cu, &maps.second, &p->dout, p, p->d_v, p->seqlen_q, p->heads_q, bq, dtype);
         snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_kernel<%s, %d, %d, %s, %s>", type, d, mode,
                  mode == 0 && mod ? "true" : "false", tma ? "true" : "false");
         const int64_t passes = d / FA_SM90_BW_DV(d);

@@ -39,7 +39,8 @@ template <int D> struct fwd_shape {
 /* MODE (see mode_of): 0 plain, 1 block lists, 2 dropout (and perhaps block lists). Each is its
  * own instance, so registers for Philox state and list cursors do not crowd the accumulators of
  * the cases that need neither. MOD: the score modifiers (in the launchers, with MODE 2, which
- * tests for lists and dropout at run time). SPLIT (plain calls: MODE 0, no MOD): each query tile's
+ * tests for lists and dropout at run time), a learnable sink (folded in by stage_output) and d_v <
+ * d (V's columns from d_v on loaded as zeros, O's p.d_v stored). SPLIT (plain calls: MODE 0, no MOD): each query tile's
  * key tiles shared among p.splits blocks (grid z: sequence x splits), each writing its part's O
  * and LSE for split_combine_kernel (common/split_combine.cuh).
  * STAGES: the K / V tile buffers. 2: the next tile's K and V are copied while this one is
@@ -90,7 +91,8 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
         load_tile<T, D, ALIGNED, BR>(qs, p.q, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
         load_tile<T, D, ALIGNED>(ks, p.k, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
         if constexpr (STAGES == 2)
-            load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk, (int)p.d);
+            load_tile<T, D, ALIGNED>(vs, p.v, b, s.k_start + kt * BLOCK, s.sk - kt * BLOCK, hk,
+                                     MOD ? (int)p.d_v : (int)p.d);
     }
     cp_async_commit();
 
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
             const int64_t kn = walk.peek();
             cp_async_wait<0>();
             __syncthreads(); /* K of this tile is in; every warp is done with the last tile's V */
-            load_tile<T, D, true>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, (int)p.d);
+            load_tile<T, D, true>(vs, p.v, b, s.k_start + k0, s.sk - k0, hk, MOD ? (int)p.d_v : (int)p.d);
             cp_async_commit();
             const fa_tile_class cls = LISTS ? rows_class(p, m, h, wq0, wq0 + 16 * MT, kt)
                                             : fa_mask_classify_tile(&m, wq0, wq0 + 16 * MT, k0, k0 + BLOCK);
@@ -167,7 +169,8 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
         if (kn >= 0) {
             T *kd = ks + (buf ^ 1) * BLOCK * LD, *vd = vs + (buf ^ 1) * BLOCK * LD;
             load_tile<T, D, ALIGNED>(kd, p.k, b, s.k_start + kn * BLOCK, s.sk - kn * BLOCK, hk, (int)p.d);
-            load_tile<T, D, ALIGNED>(vd, p.v, b, s.k_start + kn * BLOCK, s.sk - kn * BLOCK, hk, (int)p.d);
+            load_tile<T, D, ALIGNED>(vd, p.v, b, s.k_start + kn * BLOCK, s.sk - kn * BLOCK, hk,
+                                     MOD ? (int)p.d_v : (int)p.d);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -240,7 +243,8 @@ __global__ void __launch_bounds__(THREADS, 2) forward_kernel(const fa_gpu_params
     stage_output<T, D, MT, 16, MOD>(qs, o, row_m, row_l, p, s, b, h, q0, wrow);
     __syncthreads();
     if (!p.out_f32)
-        store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+        store_tile<T, D, ALIGNED, BR>(p.o, qs, b, s.q_start + q0, s.sq - q0, h,
+                                      MOD ? (int)p.d_v : (int)p.d);
 }
 
 } // namespace fa_gpu::sm80

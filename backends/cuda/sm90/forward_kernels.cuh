@@ -240,7 +240,8 @@ __global__ void __launch_bounds__(THREADS, 1) forward_kernel(const fa_gpu_params
  * then O += P_{n-1} V_{n-1}, and the softmax of S_n runs while the second product is still on
  * the tensor cores; O is rescaled once that product is waited for. The two consumers take turns
  * at issuing (ping-pong, below). Causal grids start with the query tiles that see the most keys.
- * MOD: the score modifiers (fa_gpu::softmax_scores applies them). TMA: the producer is one
+ * MOD: the score modifiers (fa_gpu::softmax_scores applies them), a learnable sink (folded in by
+ * stage_output) and d_v < d (V's columns from d_v on zeros, O's p.d_v stored). TMA: the producer is one
  * thread issuing tensor-memory-accelerator copies of whole tiles through the maps (dense calls,
  * tensor_map.cuh), which complete on the "full" barriers by their byte count; without it the
  * producer warpgroup copies with cp.async. SPLIT: the key tiles of each query tile shared among
@@ -374,7 +375,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
                 if (n >= WS_STAGES)
                     mbar_wait(emptyv0 + 8u * st, parity);
                 load_sw128<T, D, WS_BN, WS_THREADS - WS_CONSUMERS>(v_addr + st * TILEB, p.v, b, s.k_start + k0, s.sk - k0,
-                                                                   hk, (int)p.d, tid);
+                                                                   hk, MOD ? (int)p.d_v : (int)p.d, tid);
                 mbar_arrive_cp_async(fullv0 + 8u * st);
             }
             fa_gpu::cp_async_wait<0>();
@@ -509,7 +510,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) ws_forward_kernel(const fa_gpu_
     fa_gpu::stage_output<T, D, 1, 0, MOD>(ks, o, row_m, row_l, p, s, b, h, q0, wrow); /* [WS_BR][D + 8] */
     bar_sync<3, WS_CONSUMERS>();
     if (!p.out_f32)
-        fa_gpu::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h, (int)p.d);
+        fa_gpu::store_tile<T, D, true, WS_BR, WS_CONSUMERS>(p.o, ks, b, s.q_start + q0, s.sq - q0, h,
+                                                            MOD ? (int)p.d_v : (int)p.d);
 }
 
 } // namespace fa_gpu::sm90

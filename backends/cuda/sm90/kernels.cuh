@@ -24,7 +24,7 @@ inline cudaError_t launch_ws_forward(const fa_gpu_params &p, cudaStream_t stream
     /* split keys (p.splits > 1; d <= 128, not with dropout): batch x splits blocks along z, then
      * the merge */
     constexpr bool SPLIT_D = !DROP && D <= 128;
-    const bool split = SPLIT_D && p.splits > 1 && !p.sink;
+    const bool split = SPLIT_D && p.splits > 1 && !p.sink && p.d_v == p.d;
     const dim3 grid((unsigned)((p.seqlen_q + WS_BR - 1) / WS_BR), (unsigned)p.heads_q,
                     (unsigned)(split ? p.batch * p.splits : p.batch));
     static_assert(D % 64 == 0 && ws_bn<D>() <= 256 && ws_bn<D, true>() <= 256, "TMA boxes: 64 columns, at most 256 rows");

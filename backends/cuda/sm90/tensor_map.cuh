@@ -55,16 +55,16 @@ static_assert(FA_SM90_TMA_FLOAT16 == CU_TENSOR_MAP_DATA_TYPE_FLOAT16 &&
                   FA_SM90_TMA_OOB_FILL_NONE == CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
               "common/sm90_geometry.h numbers the tensor maps' enums as cuda.h does");
 
-/* The 4-D map of view t (rows rows per sequence, heads heads, p.batch sequences) in boxes of 64
+/* The 4-D map of view t (cols columns, rows rows per sequence, heads heads, p.batch sequences) in boxes of 64
  * columns x box_rows rows (common/sm90_geometry.h's fa_sm90_map_shape_of, which host/rtc_sm90.c
  * encodes too); false where TMA cannot describe it (the caller keeps cp.async). */
 template <typename T>
-inline bool make_map(CUtensorMap *map, const fa_gpu_tensor &t, const fa_gpu_params &p, int64_t rows, int64_t heads,
-                     int box_rows)
+inline bool make_map(CUtensorMap *map, const fa_gpu_tensor &t, const fa_gpu_params &p, int64_t cols, int64_t rows,
+                     int64_t heads, int box_rows)
 {
     const encode_tiled_fn enc = encode_tiled();
     fa_sm90_map_shape m;
-    if (!enc || !fa_sm90_map_shape_of(&t, &p, rows, heads, box_rows, sizeof(T),
+    if (!enc || !fa_sm90_map_shape_of(&t, &p, cols, rows, heads, box_rows, sizeof(T),
                                       std::is_same<T, __half>::value ? FA_SM90_TMA_FLOAT16 : FA_SM90_TMA_BFLOAT16, &m))
         return false;
     return enc(map, (CUtensorMapDataType)m.data_type, 4, t.data, m.dims, m.strides, m.box, m.step,
@@ -77,15 +77,15 @@ inline bool make_map(CUtensorMap *map, const fa_gpu_tensor &t, const fa_gpu_para
  * calls and views TMA cannot describe. */
 template <typename T> inline bool make_kv_maps(const fa_gpu_params &p, int box_rows, tile_maps *out)
 {
-    return !p.cu_k && make_map<T>(&out->first, p.k, p, p.seqlen_k, p.heads_kv, box_rows) &&
-           make_map<T>(&out->second, p.v, p, p.seqlen_k, p.heads_kv, box_rows);
+    return !p.cu_k && make_map<T>(&out->first, p.k, p, p.d, p.seqlen_k, p.heads_kv, box_rows) &&
+           make_map<T>(&out->second, p.v, p, p.d_v, p.seqlen_k, p.heads_kv, box_rows);
 }
 
 /* The backward's maps: Q then dO of a dense call, query tiles of box_rows rows. */
 template <typename T> inline bool make_qdo_maps(const fa_gpu_params &p, int box_rows, tile_maps *out)
 {
-    return !p.cu_q && make_map<T>(&out->first, p.q, p, p.seqlen_q, p.heads_q, box_rows) &&
-           make_map<T>(&out->second, p.dout, p, p.seqlen_q, p.heads_q, box_rows);
+    return !p.cu_q && make_map<T>(&out->first, p.q, p, p.d, p.seqlen_q, p.heads_q, box_rows) &&
+           make_map<T>(&out->second, p.dout, p, p.d_v, p.seqlen_q, p.heads_q, box_rows);
 }
 
 } // namespace fa_gpu::sm90
