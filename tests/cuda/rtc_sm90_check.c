@@ -15,7 +15,8 @@
  *   - bf16 d 192, plain: the forward and the backward on the d 256 instances (the columns from
  *     192 on zeros), the forward on the sm80 family under FLASHATTN_KERNELS=sm80 under
  *     FLASHATTN_KERNELS=sm90-fwd-d192 the forward at d 160 and 192 on the d 192 instance (grid,
- *     block, shared memory), the backward on the d 256 one;
+ *     block, shared memory), the backward on the d 256 one; under FLASHATTN_KERNELS=sm90-bwd-cols
+ *     the d 192 backward on ws_backward_cols_kernel (grid, block, shared memory, 64-row maps);
  *   - a learnable sink (bf16 d 128): SIMT under the chooser; under FLASHATTN_KERNELS=tc-sink the
  *     forward on the MOD instance, one launch, and the backward followed by dsink_kernel; d 128 over
  *     d_v 64: SIMT under the chooser, the MOD instance under tc-dv with V's map d_v wide;
@@ -398,6 +399,28 @@ int main(int argc, char **argv)
         free_problem(d192, &q);
     }
     fa_context_destroy(d192);
+    /* FLASHATTN_KERNELS=sm90-bwd-cols: the d 192 backward (padded to 256) on the kernel whose
+     * consumers split the columns: 64-key blocks, Q and dO maps of 64-row boxes; its shared memory:
+     * K, V [64][256], P^T and dS^T [64][64] twice, two stages of Q and dO [64][256], 1 KiB of
+     * alignment; then dQ converted from the same [2][heads][tokens][128] accumulator */
+    fa_context *cols = context_with("sm90-bwd-cols");
+    st = fa_query_support(cols, &p.fwd, 1, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-bwd-bf16-d256-wgmma-ws-cols") == 0, "d 192 backward, sm90-bwd-cols: %d, %s",
+          (int)st, variant);
+    st = fa_query_support(cols, &p.fwd, 0, variant, sizeof variant);
+    CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-fwd-bf16-d256-wgmma-ws") == 0, "d 192 forward, sm90-bwd-cols: %d, %s",
+          (int)st, variant);
+    fake->launch_log_len = 0;
+    st = fa_backward(cols, &p.bwd);
+    CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(cols));
+    CHECK(fake->launch_log_len == 3, "d 192 backward, sm90-bwd-cols: %d launches", fake->launch_log_len);
+    check_launch(fake, 1, "sm90", 'a', "fa_gpu::sm90::ws_backward_cols_kernel<__nv_bfloat16, false, true>", (S + 63) / 64,
+                 H, B, 384, (2 * 64 * 256 + 4 * 64 * 64 + 2 * 2 * 64 * 256) * 2 + 1024);
+    check_launch(fake, 2, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 256, 128, true>",
+                 (S * 256 + 255) / 256, H, B, 256, 0);
+    check_map(fake, fake->tensor_map_log_len - 2, p.q, 9, 192, 64, "bf16 d 192 Q (sm90-bwd-cols)");
+    check_map(fake, fake->tensor_map_log_len - 1, p.dout, 9, 192, 64, "bf16 d 192 dO (sm90-bwd-cols)");
+    fa_context_destroy(cols);
     free_problem(ctx, &p);
 
     /* a learnable sink, bf16 d 128: the SIMT kernels under the chooser; under

@@ -61,6 +61,18 @@
 #define FA_SM90_BW_SMEM(E, D)                                                                                          \
     (FA_SM90_BW_FIXED_BYTES(E, D) + 2 * FA_SM90_BW_STAGES(E, D) * FA_SM90_BW_BQ(D) * (D) * (E) + 1024)
 
+/* The d 256 backward whose consumers split the output columns (backward_cols_kernels.cuh; the
+ * same three warpgroups): 64 keys per block, 64 query rows per step, 128 of the 256 columns per
+ * consumer; K, V [64][256], P^T and dS^T [64][64] twice (alternate steps), two query-side stages
+ * [64][256] x 2, plus 1 KiB of alignment. */
+#define FA_SM90_BWC_BN 64
+#define FA_SM90_BWC_BQ 64
+#define FA_SM90_BWC_STAGES 2
+#define FA_SM90_BWC_SMEM(E)                                                                                            \
+    ((2 * FA_SM90_BWC_BN * 256 + 4 * FA_SM90_BWC_BN * FA_SM90_BWC_BQ + 2 * FA_SM90_BWC_STAGES * FA_SM90_BWC_BQ * 256) * \
+         (E) +                                                                                                         \
+     1024)
+
 /* The backward's elementwise kernels (common/backward_elementwise.cuh): dsum_kernel, a warp per
  * query row, 4 rows per block of 128 threads (fa_gpu::THREADS); dq_convert_kernel, 256 threads,
  * one element each. */
