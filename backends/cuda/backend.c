@@ -48,9 +48,8 @@ int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod)
     return 0;
 }
 
-int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, int cols, void *stream)
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream)
 {
-    (void)cols;
     return fa_sm90_forward(p, dtype, head_dim_pad, stream);
 }
 
@@ -137,8 +136,6 @@ typedef struct cuda_choice {
     int mod;      /* softcap or ALiBi: the kernels' MOD instances */
     int fwd_stages; /* sm80 forward: K / V stages, 1 (aligned rows, FLASHATTN_KERNELS=sm80-fwd-stages) or 2 */
     int narrow;   /* sm80 fused backward at d 256: bwd_kernel's 4-warp instance (FLASHATTN_KERNELS=sm80-bwd-narrow) */
-    int cols;     /* sm90 backward at d 256: one pass, the consumers splitting the columns
-                     (FLASHATTN_KERNELS=sm90-bwd-cols) */
 } cuda_choice;
 
 /* The launch callbacks receive the variant, not the context: the choice travels in it. */
@@ -212,11 +209,11 @@ static int sm80_covers(const fa_gpu_state *s, const fa_problem *p, int dpad, int
     return *fused || det_fits;
 }
 
-/* The Hopper instance's head dim for sm80's padded one: 64, 128 or 256, or 192 for a forward
- * under FLASHATTN_KERNELS=sm90-fwd-d192 (the backward's dpad above 128 is 256). */
-static int sm90_head_dim(const fa_gpu_state *gs, int dpad)
+/* The Hopper instance's head dim for sm80's padded one: 64, 128, 192 (a forward's d 129..192) or
+ * 256 (the backward's dpad above 128 is 256). */
+static int sm90_head_dim(int dpad)
 {
-    return dpad <= 64 ? 64 : dpad <= 128 ? 128 : dpad <= 192 && gs->sm90_fwd_d192 ? 192 : 256;
+    return dpad <= 64 ? 64 : dpad <= 128 ? 128 : dpad <= 192 ? 192 : 256;
 }
 
 /* Whether p is a dropout forward that the Hopper forward's warp-specialised kernel takes: no block
@@ -236,8 +233,9 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
      * instance and the rows are 16-byte aligned. The chooser takes its warp-specialised kernel
      * for calls with neither dropout nor a block mask (with or without score modifiers), at d
      * 33..64 and 97..128 (padded to 64 and 128, where it is faster than the sm80 forward; other
-     * d <= 128 would pad further than sm80's 32-column instances) and 129..256 (on the d 256
-     * instance, as the backward: its loads zero the columns from d on, its stores stop at d),
+     * d <= 128 would pad further than sm80's 32-column instances) and 129..256 (on the d 192
+     * instance to d 192, the d 256 one above: their loads zero the columns from d on, their stores
+     * stop at d),
      * and for dropout without block masks or score modifiers at d 33..64 and 97..128; the rest
      * stays on sm80, faster than the first wgmma kernel that covers dropout and block masks,
      * unless FLASHATTN_KERNELS=sm90 asks for that kernel (d <= 128, padded to 64 or 128; no
@@ -248,9 +246,10 @@ static int sm90_takes(const fa_gpu_state *gs, const fa_problem *p, int dpad, int
      * masks only under FLASHATTN_KERNELS=sm90 (their instances spill, sm80 stays the default) and
      * never with a score modifier; no dropout, and no score modifier at d 128 (at 168 registers
      * their wgmma would be serialized: no instance, fa_sm90_has_backward says so); at d 256 plain
-     * calls only (the rest: sm80's column-split kernel). */
+     * calls only, on the kernel whose consumers split the columns (the rest: sm80's column-split
+     * kernel). */
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
-    const int dpad64 = sm90_head_dim(gs, dpad);
+    const int dpad64 = sm90_head_dim(dpad);
     const int hopper = gs->prop.major == 9 && gs->prop.minor == 0;
     const int padded = dpad == dpad64 || dpad > 128;
     const int want = gs->kernels == FA_GPU_KERNELS_SM90 ||
@@ -269,12 +268,11 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     if (fa_gpu_grid_refuses(p, why, why_len))
         return FA_ERR_UNSUPPORTED;
     c->dtype = p->dtype;
-    /* the score modifiers; under FLASHATTN_KERNELS=tc-sink a forward's learnable sink too, which the
-     * tensor-core families' MOD instances fold in, and under tc-dv a forward's d_v < d, whose V
-     * loads and O stores they take at p.d_v columns (fa_gpu_forward_mod) */
-    const int tc_sink = p->sink != NULL && gs->tc_sink;
-    const int tc_dv = gs->tc_dv && !p->backward && p->d_v < p->d;
-    c->mod = fa_score_mod_active(p->mod) || (tc_sink && !p->backward) || tc_dv;
+    /* the score modifiers; a forward's learnable sink too, which the tensor-core families' MOD
+     * instances fold in, and a forward's d_v < d, whose V loads and O stores they take at p.d_v
+     * columns (fa_gpu_forward_mod) */
+    const int fwd_dv = !p->backward && p->d_v < p->d;
+    c->mod = fa_score_mod_active(p->mod) || (p->sink != NULL && !p->backward) || fwd_dv;
     /* the forward's aligned instances also store O in 16-byte words (store_tile) */
     c->aligned = p->d % 8 == 0 && p->d_v % 8 == 0 && view_aligned(&p->q) && view_aligned(&p->k) && view_aligned(&p->v) &&
                  (p->backward ? view_aligned(&p->dout) : view_aligned(&p->o));
@@ -283,19 +281,19 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
      * at d) */
     const int d32 = (int)((p->d + 31) / 32 * 32);
     const int dpad = p->backward && d32 > 128 ? 256 : d32;
-    /* d_v != d: the SIMT kernels only (the tensor-core families read one head dim), unless
-     * FLASHATTN_KERNELS=tc-dv (a forward with d_v < d on the MOD instances); the sink too, unless
-     * FLASHATTN_KERNELS=tc-sink (the tensor-core forward's MOD instances fold it in, the
-     * backward's dsink is the SIMT family's dsink_kernel after the family's dsum) */
-    const int simt_only = (p->sink != NULL && !tc_sink) || (p->d_v != p->d && !tc_dv);
+    /* d_v != d: the SIMT kernels only (the tensor-core families' backwards read one head dim),
+     * except a forward with d_v < d (the MOD instances). A learnable sink runs on every family: the
+     * tensor-core forwards' MOD instances fold it in, their backwards need only the LSE, and dsink
+     * is the SIMT family's dsink_kernel after the family's dsum (tensor_core_dsink). */
+    const int simt_only = p->d_v != p->d && !fwd_dv;
     const int sm90 = !simt_only && sm90_takes(gs, p, dpad, c->aligned, c->mod);
     int sm80_fused = 0;
     if (simt_only || (!sm90 && !sm80_covers(gs, p, dpad, c->aligned, c->mod, &sm80_fused))) {
         c->aligned = 0;
         if (p->out_dtype != p->dtype) { /* the SIMT kernels store the input dtype */
             if (simt_only)
-                snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels, which "
-                                       "run neither a learnable sink nor d_v != d",
+                snprintf(why, why_len, "cuda: fp32 outputs from %s inputs need the tensor-core kernels, whose "
+                                       "backwards do not run d_v != d, nor their forwards d_v > d",
                          fa_dtype_name(p->dtype));
             else
                 snprintf(why, why_len,
@@ -320,18 +318,18 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
 #endif
         /* the HIP chooser's rule on gfx90a (its MFMA forward takes the score modifiers too, not the
          * sink nor d_v != d) */
-        c->family = gs->kernels == FA_GPU_KERNELS_MFMA_EMULATED && !simt_only && !p->backward && c->head_dim <= 128 &&
+        c->family = gs->kernels == FA_GPU_KERNELS_MFMA_EMULATED && p->sink == NULL && p->d_v == p->d && !p->backward &&
+                            c->head_dim <= 128 &&
                             (p->dtype == FA_DTYPE_F16 || p->dtype == FA_DTYPE_BF16)
                         ? FAMILY_MFMA_EMULATED
                         : FAMILY_SIMT;
         return FA_SUCCESS;
     }
     c->family = sm90 ? FAMILY_SM90 : FAMILY_SM80;
-    c->head_dim = sm90 ? sm90_head_dim(gs, dpad) : dpad;
+    c->head_dim = sm90 ? sm90_head_dim(dpad) : dpad;
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
     c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, p, c->aligned, c->mod, dpad) : 2;
     c->narrow = !sm90 && c->fused && sm80_bwd_narrow(gs, dpad);
-    c->cols = sm90 && c->fused && c->head_dim == 256 && gs->sm90_bwd_cols;
     return FA_SUCCESS;
 }
 
@@ -342,13 +340,13 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     if (cuda_choice_of(ctx, p, &c, why, sizeof why) != FA_SUCCESS)
         return FA_ERROR((fa_context *)ctx, FA_ERR_UNSUPPORTED, "%s", why);
     const char *dir = p->backward ? "bwd" : "fwd", *dt = fa_dtype_name(p->dtype);
-    /* the MOD instances: for a score modifier, else (tc-sink, tc-dv) a sink or d_v < d */
+    /* the MOD instances: for a score modifier, else a sink or d_v < d */
     const char *mod = !c.mod ? "" : fa_score_mod_active(p->mod) ? "+mod" : p->sink ? "+sink" : "+dv";
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     switch (c.family) {
     case FAMILY_SM90:
-        snprintf(out->name, sizeof out->name, "sm90-%s-%s-d%d-wgmma%s%s%s", dir, dt, c.head_dim,
-                 p->backward || plain || sm90_ws_dropout(p, c.mod) ? "-ws" : "", c.cols ? "-cols" : "", mod);
+        snprintf(out->name, sizeof out->name, "sm90-%s-%s-d%d-wgmma%s%s", dir, dt, c.head_dim,
+                 p->backward || plain || sm90_ws_dropout(p, c.mod) ? "-ws" : "", mod);
         break;
     case FAMILY_SM80:
         snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s%s%s", dir, dt, c.head_dim,
@@ -383,9 +381,9 @@ static int launch_forward(const fa_gpu_params *kp, const cuda_choice *c, void *s
     return (int)FA_RT_ERR_INVALID_VALUE;
 }
 
-/* The tensor-core families' backward with a learnable sink (FLASHATTN_KERNELS=tc-sink): dQ, dK, dV
- * from the LSE the forward wrote (the sink in it), then dsink from their dsum's D by the SIMT
- * family's dsink_kernel, in a fixed order. */
+/* The tensor-core families' backward with a learnable sink: dQ, dK, dV from the LSE the forward
+ * wrote (the sink in it), then dsink from their dsum's D by the SIMT family's dsink_kernel, in a
+ * fixed order. */
 static int tensor_core_dsink(const fa_gpu_params *kp, int e, void *stream)
 {
     return e == 0 && kp->sink && kp->dsink ? fa_simt_dsink(kp, stream) : e;
@@ -395,7 +393,7 @@ static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *
 {
     switch (c->family) {
     case FAMILY_SM90:
-        return tensor_core_dsink(kp, fa_sm90_backward(kp, (int)c->dtype, c->head_dim, c->cols, stream), stream);
+        return tensor_core_dsink(kp, fa_sm90_backward(kp, (int)c->dtype, c->head_dim, stream), stream);
     case FAMILY_SM80:
         return tensor_core_dsink(kp, fa_sm80_backward(kp, (int)c->dtype, c->head_dim, c->aligned, c->narrow, stream),
                                  stream);

@@ -53,10 +53,10 @@ typedef struct fa_gpu_params {
     int64_t bl_heads, bl_nq;
     /* appended last, so that the kernels which read neither keep every other field's offset: the
      * value head dim of V, O, dO, dV (d is Q's, K's); the learnable sink, fp32 [heads_q] on the
-     * device (NULL: none; core/sink.h), and the backward's dsink output (NULL: not asked). Only the
-     * SIMT kernels read d_v: the chooser gives every call with d_v != d to them, and every call
-     * with a sink too unless FLASHATTN_KERNELS=tc-sink (then the tensor-core forwards' MOD
-     * instances fold the sink in, and dsink is the SIMT family's dsink_kernel). */
+     * device (NULL: none; core/sink.h), and the backward's dsink output (NULL: not asked). The
+     * SIMT kernels read d_v, and the tensor-core forwards' MOD instances with d_v < d (the chooser
+     * gives the other calls with d_v != d to the SIMT kernels); those instances also fold the sink
+     * in, and a backward's dsink is the SIMT family's dsink_kernel after any family's dsum. */
     int64_t d_v;
     const float *sink;
     float *dsink;

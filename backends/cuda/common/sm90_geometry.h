@@ -41,37 +41,28 @@
 #define FA_SM90_WS_STAGES(E, D) FA_SM90_WS_STAGES_N(E, D, FA_SM90_WS_BN(D))
 #define FA_SM90_WS_SMEM(E, D) FA_SM90_WS_SMEM_N(E, D, FA_SM90_WS_BN(D))
 
-/* The warp-specialised backward: keys per block, three warpgroups (one producer, two consumers);
- * query rows per step, 128 at d 64, 64 at d 128, 32 at d 256; output columns per block (d 256: two
- * passes of 128, two blocks per key tile); its fixed shared memory (K, V [128][D], dS^T [128][BQ],
- * the fp32 dQ [BQ][DV]), as many query-side stages [BQ][D] x 2 as fit beside it (less 1 KiB of
- * alignment, the static arrays and the barriers), at most 3, and the total, plus 1 KiB of
- * alignment. */
-#define FA_SM90_BW_BN 128
+/* The warp-specialised backward: three warpgroups (one producer, two consumers). At d 64 and 128
+ * (backward_kernels.cuh) 128 keys per block, 64 per consumer; query rows per step, 128 at d 64 and
+ * 64 at d 128; its fixed shared memory: K, V [128][D], dS^T [128][BQ], the fp32 dQ [BQ][D]. At
+ * d 256 (backward_cols_kernels.cuh) 64 keys per block, 64 query rows per step, the consumers
+ * splitting the columns; its fixed shared memory: K, V [64][256], P^T and dS^T [64][64] twice.
+ * As many query-side stages [BQ][D] x 2 as fit beside the fixed part (less 1 KiB of alignment,
+ * the static arrays and the barriers), at most 3, and the total, plus 1 KiB of alignment. The fp32
+ * dQ accumulator's rows are DV wide: [D / DV][heads_q][total_q][DV], DV = 128 at d 256. */
 #define FA_SM90_BW_CONSUMERS 256
 #define FA_SM90_BW_THREADS 384
-#define FA_SM90_BW_BQ(D) ((D) <= 64 ? 128 : (D) <= 128 ? 64 : 32)
+#define FA_SM90_BW_BN(D) ((D) > 128 ? 64 : 128)
+#define FA_SM90_BW_BQ(D) ((D) <= 64 ? 128 : 64)
 #define FA_SM90_BW_DV(D) ((D) > 128 ? 128 : (D))
 #define FA_SM90_BW_FIXED_BYTES(E, D)                                                                                   \
-    ((2 * FA_SM90_BW_BN * (D) + FA_SM90_BW_BN * FA_SM90_BW_BQ(D)) * (E) + FA_SM90_BW_BQ(D) * FA_SM90_BW_DV(D) * 4)
+    ((D) > 128 ? (2 * FA_SM90_BW_BN(D) * (D) + 4 * FA_SM90_BW_BN(D) * FA_SM90_BW_BQ(D)) * (E)                          \
+               : (2 * FA_SM90_BW_BN(D) * (D) + FA_SM90_BW_BN(D) * FA_SM90_BW_BQ(D)) * (E) + FA_SM90_BW_BQ(D) * (D) * 4)
 #define FA_SM90_BW_STAGES_FIT(E, D)                                                                                    \
     ((FA_SM90_SMEM_OPTIN - 1024 - 3 * 2 * FA_SM90_BW_BQ(D) * 4 - 256 - FA_SM90_BW_FIXED_BYTES(E, D)) /                \
      (2 * FA_SM90_BW_BQ(D) * (D) * (E)))
 #define FA_SM90_BW_STAGES(E, D) (FA_SM90_BW_STAGES_FIT(E, D) < 3 ? FA_SM90_BW_STAGES_FIT(E, D) : 3)
 #define FA_SM90_BW_SMEM(E, D)                                                                                          \
     (FA_SM90_BW_FIXED_BYTES(E, D) + 2 * FA_SM90_BW_STAGES(E, D) * FA_SM90_BW_BQ(D) * (D) * (E) + 1024)
-
-/* The d 256 backward whose consumers split the output columns (backward_cols_kernels.cuh; the
- * same three warpgroups): 64 keys per block, 64 query rows per step, 128 of the 256 columns per
- * consumer; K, V [64][256], P^T and dS^T [64][64] twice (alternate steps), two query-side stages
- * [64][256] x 2, plus 1 KiB of alignment. */
-#define FA_SM90_BWC_BN 64
-#define FA_SM90_BWC_BQ 64
-#define FA_SM90_BWC_STAGES 2
-#define FA_SM90_BWC_SMEM(E)                                                                                            \
-    ((2 * FA_SM90_BWC_BN * 256 + 4 * FA_SM90_BWC_BN * FA_SM90_BWC_BQ + 2 * FA_SM90_BWC_STAGES * FA_SM90_BWC_BQ * 256) * \
-         (E) +                                                                                                         \
-     1024)
 
 /* The backward's elementwise kernels (common/backward_elementwise.cuh): dsum_kernel, a warp per
  * query row, 4 rows per block of 128 threads (fa_gpu::THREADS); dq_convert_kernel, 256 threads,

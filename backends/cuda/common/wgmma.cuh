@@ -210,7 +210,7 @@ FA_WG_SS(ss, __nv_bfloat16, "bf16", 160, FA_WG_R80, FA_WG_ACC80, "%80, %81", "%8
 FA_WG_SS(ss, __half, "f16", 160, FA_WG_R80, FA_WG_ACC80, "%80, %81", "%82", "0, 0")
 
 /* The same with both operands MN-major (A stored [k][m], B stored [k][n], both transposed by the
- * instruction): the backwards' dQ = dS K from dS^T and K as they lie in shared memory. */
+ * instruction): the backward's dQ = dS K from dS^T and K as they lie in shared memory. */
 template <typename T, int N> struct ss_tt;
 FA_WG_SS(ss_tt, __nv_bfloat16, "bf16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "1, 1")
 FA_WG_SS(ss_tt, __half, "f16", 64, FA_WG_R32, FA_WG_ACC32, "%32, %33", "%34", "1, 1")
@@ -218,16 +218,10 @@ FA_WG_SS(ss_tt, __nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", 
 FA_WG_SS(ss_tt, __half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "1, 1")
 
 /* A K-major (stored [m][k]), B MN-major (stored [k][n], transposed by the instruction): the
- * column-split d 256 backward's dV += P^T dO and dK += dS^T Q, P^T and dS^T from shared memory. */
+ * d 256 backward's dV += P^T dO and dK += dS^T Q, P^T and dS^T from shared memory. */
 template <typename T, int N> struct ss_nt;
 FA_WG_SS(ss_nt, __nv_bfloat16, "bf16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 1")
 FA_WG_SS(ss_nt, __half, "f16", 128, FA_WG_R64, FA_WG_ACC64, "%64, %65", "%66", "0, 1")
-
-/* A MN-major (stored [k][m], transposed by the instruction), B K-major: the d 256 backward's
- * dQ^T = K^T dS from K [keys][d] and dS [queries][keys] as they lie in shared memory. */
-template <typename T, int N> struct ss_tn;
-FA_WG_SS(ss_tn, __nv_bfloat16, "bf16", 32, FA_WG_R16, FA_WG_ACC16, "%16, %17", "%18", "1, 0")
-FA_WG_SS(ss_tn, __half, "f16", 32, FA_WG_R16, FA_WG_ACC16, "%16, %17", "%18", "1, 0")
 
 /* D(64 x N) += A(64 x 16, registers: the mma.sync A fragment per warp) B(16 x N, shared,
  * MN-major: stored [k][n], transposed by the instruction). */

@@ -36,13 +36,6 @@ typedef struct fa_gpu_state {
     int kv_mla_sm90;          /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA decode kernel where it fits */
     int sm80_bwd_narrow;      /* FLASHATTN_KERNELS=sm80-bwd-narrow: the sm80 d 256 backward on bwd_kernel's
                                  4-warp instance where the 8-warp one fits too (backend.c) */
-    int tc_sink;              /* FLASHATTN_KERNELS=tc-sink: the tensor-core families take a learnable sink
-                                 (backend.c's cuda_choice_of) */
-    int tc_dv;                /* FLASHATTN_KERNELS=tc-dv: the tensor-core forwards take d_v < d (backend.c) */
-    int sm90_fwd_d192;        /* FLASHATTN_KERNELS=sm90-fwd-d192: the Hopper forward at d 129..192 on its
-                                 d 192 instance (backend.c's sm90_head_dim) */
-    int sm90_bwd_cols;        /* FLASHATTN_KERNELS=sm90-bwd-cols: the Hopper backward at d 256 (d 129..256
-                                 padded) on ws_backward_cols_kernel, one pass over 64-key blocks */
     int kv_mla_16_rows;       /* FLASHATTN_KERNELS=kv-mla-16-rows: MLA decode on the 16-row kernel only */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */

@@ -33,15 +33,14 @@ size_t fa_sm80_fused_backward_smem(int head_dim);
 /* The SIMT kernels (simt/): any dtype (0 fp32, 1 fp16, 2 bf16), head
  * dims 1..256 exact, grouped into buckets of 64, 128, 256 (fa_simt_bucket: 0 outside 1..256; the
  * bucket of the larger of p->d and p->d_v), any compute capability the build targets; the only
- * family with d_v != d, and with the learnable sink (p->sink, p->dsink) unless
- * FLASHATTN_KERNELS=tc-sink. The backward is always
+ * family with d_v > d, and with a backward at d_v != d. The backward is always
  * deterministic and needs p->dsum ([heads_q][total_q] floats); p->dq_accum and p->lse2 are unused.
  * Return a cudaError_t value. */
 int fa_simt_forward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_simt_backward(const fa_gpu_params *p, int dtype, int head_dim_bucket, void *stream);
 int fa_simt_bucket(int64_t head_dim);
 /* dsink_kernel alone (p->sink, p->dsink, and p->dsum from a dsum on the same stream): the
- * tensor-core families' backward with a sink (FLASHATTN_KERNELS=tc-sink). */
+ * tensor-core families' backward with a learnable sink. */
 int fa_simt_dsink(const fa_gpu_params *p, void *stream);
 
 /* The Hopper forward (sm90/, wgmma; built when cuda-archs lists 90, for sm_90a):
@@ -53,9 +52,8 @@ int fa_sm90_has_instance(int dtype, int head_dim, int plain, int mod);
 /* The Hopper backward (sm90/backward.cuh): fp16/bf16, padded head dims 64 and 128, and 256 for
  * plain calls, score modifiers on plain calls only, 16-byte aligned rows, the fused
  * non-deterministic algorithm: needs p->dsum, p->lse2 and p->dq_accum (heads_q x total_q x
- * head_dim floats). cols (d 256): the kernel whose consumers split the columns over 64-key blocks
- * (FLASHATTN_KERNELS=sm90-bwd-cols) instead of two passes. */
-int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, int cols, void *stream);
+ * head_dim floats). */
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, void *stream);
 int fa_sm90_has_backward(int dtype, int head_dim, int plain, int mod);
 
 /* fa_forward_kvcache's kernels (decode/, shared with HIP): append, split-KV decode

@@ -171,10 +171,9 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
 
 /* launch_backward<T, D>: dsum_kernel<T>, the fp32 dQ accumulator cleared, ws_backward_kernel<T, D,
  * MODE, MOD, TMA> (TMA: the plain mode of a dense call, where Q and dO have maps) over key tiles,
- * or at d 256 with cols ws_backward_cols_kernel<T, MOD, TMA> over 64-key blocks,
- * dq_convert_kernel<T, D, DV, true> (the accumulator swizzled); the first failure stops the sequence. */
-static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, int cols, void *stream, char *why,
-                              size_t why_len)
+ * at d 256 ws_backward_cols_kernel<T, MOD, TMA>, then dq_convert_kernel<T, D, DV, true> (the
+ * accumulator swizzled); the first failure stops the sequence. */
+static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *stream, char *why, size_t why_len)
 {
     const char *type = type_name(dtype);
     if (!type || (d != 64 && d != 128 && d != 256)) {
@@ -223,23 +222,18 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, int cols
             fa_why_set(why, why_len, "the sm90 backward has no block-mask kernel at head dim %d", d);
             return FA_RTC_INVALID_ARG;
         }
-        const int one_pass = cols && d == 256;
-        const int bq = one_pass ? FA_SM90_BWC_BQ : FA_SM90_BW_BQ(d);
+        const int bq = FA_SM90_BW_BQ(d);
         const int tma = mode == 0 && !p->cu_q &&
                         make_map(cu, &maps.first, &p->q, p, p->d, p->seqlen_q, p->heads_q, bq, dtype) &&
                         make_map(cu, &maps.second, &p->dout, p, p->d_v, p->seqlen_q, p->heads_q, bq, dtype);
-        if (one_pass) {
+        if (d == 256)
             snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_cols_kernel<%s, %s, %s>", type,
                      mod ? "true" : "false", tma ? "true" : "false");
-            st = launch(name, (p->seqlen_k + FA_SM90_BWC_BN - 1) / FA_SM90_BWC_BN, p->heads_kv, p->batch,
-                        FA_SM90_BW_THREADS, (unsigned)FA_SM90_BWC_SMEM(ELEM_BYTES), stream, args, why, why_len);
-        } else {
+        else
             snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_kernel<%s, %d, %d, %s, %s>", type, d, mode,
                      mode == 0 && mod ? "true" : "false", tma ? "true" : "false");
-            const int64_t passes = d / FA_SM90_BW_DV(d);
-            st = launch(name, (p->seqlen_k + FA_SM90_BW_BN - 1) / FA_SM90_BW_BN * passes, p->heads_kv, p->batch,
-                        FA_SM90_BW_THREADS, (unsigned)FA_SM90_BW_SMEM(ELEM_BYTES, d), stream, args, why, why_len);
-        }
+        st = launch(name, (p->seqlen_k + FA_SM90_BW_BN(d) - 1) / FA_SM90_BW_BN(d), p->heads_kv, p->batch,
+                    FA_SM90_BW_THREADS, (unsigned)FA_SM90_BW_SMEM(ELEM_BYTES, d), stream, args, why, why_len);
         if (st != FA_RTC_OK)
             return st;
     }
@@ -264,11 +258,11 @@ int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim, void *strea
     return not_supported ? CU_ERROR_NOT_SUPPORTED : r; /* launch_forward's cudaErrorNotSupported */
 }
 
-int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, int cols, void *stream)
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, void *stream)
 {
     fa_rtc_entry_begin();
     size_t len;
     char *why = fa_rtc_error_buffer(&len);
     why[0] = 0;
-    return fa_rtc_entry_end(backward(p, dtype, head_dim, cols, stream, why, len));
+    return fa_rtc_entry_end(backward(p, dtype, head_dim, stream, why, len));
 }

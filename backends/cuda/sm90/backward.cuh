@@ -1,6 +1,6 @@
-/* backward.cuh: the launcher of the Hopper backward (backward_kernels.cuh and, for d 256 under
- * FLASHATTN_KERNELS=sm90-bwd-cols, backward_cols_kernels.cuh describe them): D and LSE log2(e)
- * first, the backward kernel (on tensor maps where TMA serves), dQ converted last. */
+/* backward.cuh: the launcher of the Hopper backward (backward_kernels.cuh describes it at d 64 and
+ * 128, backward_cols_kernels.cuh at d 256): D and LSE log2(e) first, the backward kernel (on
+ * tensor maps where TMA serves), dQ converted last. */
 #ifndef FA_SM90_BACKWARD_CUH
 #define FA_SM90_BACKWARD_CUH
 
@@ -14,10 +14,10 @@ namespace fa_gpu::sm90 {
  * converted (common's dq_convert_kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and
  * p.lse2. No dropout (mode 2), and no score modifiers at d 128: at 168 registers per consumer
  * thread ptxas serializes those kernels' wgmma, so they have no instance and the chooser keeps
- * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only.
- * cols (d 256): ws_backward_cols_kernel over 64-key blocks instead of two passes of
- * ws_backward_kernel; the same accumulator layout, so the same conversion. */
-template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st, bool cols = false)
+ * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only;
+ * d 256 on ws_backward_cols_kernel, over 64-key blocks, its accumulator [2][heads_q][total_q][128]
+ * (dq_convert_kernel's DV = 128). */
+template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = FA_SM90_BW_SMEM((int)sizeof(T), D);
     static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
@@ -39,39 +39,32 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         memset(&maps, 0, sizeof maps);
         const bool tma = mode == 0 && make_qdo_maps<T>(p, bw_bq<D>(), &maps);
         const bool mod = fa_gpu_has_score_mod(p);
-        auto k = tma ? ws_backward_kernel<T, D, 0, false, true> : ws_backward_kernel<T, D, 0>;
-        if constexpr (D != 128) /* d 128: no MOD kernel (launch_backward's comment) */
+        if constexpr (D == 256) {
+            if (mode != 0)
+                return cudaErrorInvalidValue;
+            auto k = tma ? ws_backward_cols_kernel<T, false, true> : ws_backward_cols_kernel<T, false, false>;
             if (mod)
-                k = tma ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, true>;
-        if constexpr (D <= 128)
-            k = mode == 1 ? ws_backward_kernel<T, D, 1> : k;
-        else if (mode != 0)
-            return cudaErrorInvalidValue;
-        if constexpr (D == 256)
-            if (cols) {
-                constexpr int CSMEM = FA_SM90_BWC_SMEM((int)sizeof(T));
-                tile_maps cmaps;
-                memset(&cmaps, 0, sizeof cmaps);
-                const bool ctma = make_qdo_maps<T>(p, FA_SM90_BWC_BQ, &cmaps);
-                auto kc = ctma ? ws_backward_cols_kernel<T, false, true> : ws_backward_cols_kernel<T, false, false>;
-                if (mod)
-                    kc = ctma ? ws_backward_cols_kernel<T, true, true> : ws_backward_cols_kernel<T, true, false>;
-                e = cudaFuncSetAttribute(kc, cudaFuncAttributeMaxDynamicSharedMemorySize, CSMEM);
-                if (e == cudaSuccess) {
-                    const dim3 gc((unsigned)((p.seqlen_k + FA_SM90_BWC_BN - 1) / FA_SM90_BWC_BN), (unsigned)p.heads_kv,
-                                  (unsigned)p.batch);
-                    kc<<<gc, BW_THREADS, CSMEM, st>>>(p, cmaps);
-                    e = cudaGetLastError();
-                }
-                k = nullptr;
-            }
-        if (k)
+                k = tma ? ws_backward_cols_kernel<T, true, true> : ws_backward_cols_kernel<T, true, false>;
             e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        if (k && e == cudaSuccess) {
-            constexpr int PASSES = D / bw_dv<D>();
-            const dim3 g1((unsigned)((p.seqlen_k + BW_BN - 1) / BW_BN * PASSES), (unsigned)p.heads_kv, (unsigned)p.batch);
-            k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
-            e = cudaGetLastError();
+            if (e == cudaSuccess) {
+                const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv,
+                              (unsigned)p.batch);
+                k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
+                e = cudaGetLastError();
+            }
+        } else {
+            auto k = tma ? ws_backward_kernel<T, D, 0, false, true> : ws_backward_kernel<T, D, 0>;
+            if constexpr (D != 128) /* d 128: no MOD kernel (launch_backward's comment) */
+                if (mod)
+                    k = tma ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, true>;
+            k = mode == 1 ? ws_backward_kernel<T, D, 1> : k;
+            e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+            if (e == cudaSuccess) {
+                const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv,
+                              (unsigned)p.batch);
+                k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
+                e = cudaGetLastError();
+            }
         }
     }
     if (e == cudaSuccess) {

@@ -1,14 +1,14 @@
-/* backward_cols_kernels.cuh: the Hopper backward at d 256 in one pass over the products, its two
- * consumer warpgroups splitting the output columns (backward.cuh launches it under
- * FLASHATTN_KERNELS=sm90-bwd-cols).
+/* backward_cols_kernels.cuh: the Hopper backward at d 256 (d 129..256 padded), its two consumer
+ * warpgroups splitting the output columns (backward.cuh launches it).
  *
- * ws_backward_kernel at d 256 keeps dK and dV of 64 keys x 128 columns per consumer and so runs
- * two blocks per 128-key tile, each recomputing S^T and dP^T over all 256 columns: seven products
- * where the algorithm has five. Here one block of three warpgroups takes 64 keys, and each
+ * ws_backward_kernel's split of 64 keys per consumer would keep dK and dV of 64 keys x 256
+ * columns, 256 registers per thread. Here one block of three warpgroups takes 64 keys, and each
  * consumer keeps dK and dV of all 64 keys for its 128 of the 256 columns (128 registers per
- * thread, as before), so every product is computed once. FlashAttention-3 splits its d 256
- * backward the same way. Per step of 64 query rows (Q and dO staged by the producer warpgroup
- * exactly as in ws_backward_kernel, by TMA where the views allow):
+ * thread), so every product is computed once (two blocks per key tile, each recomputing S^T and
+ * dP^T for its half of the columns, would compute seven products where the algorithm has five).
+ * FlashAttention-3 splits its d 256 backward the same way. Per step of 64 query rows (Q and dO
+ * staged by the producer warpgroup exactly as in ws_backward_kernel, by TMA where the views
+ * allow):
  *   S^T = K Q^T, dP^T = V dO^T    wgmma m64n32k16: consumer w takes the 32 queries 32 w.., all
  *                                  64 keys, over the 256 columns
  *   P^T, dS^T                      the sm80 element step, as in ws_backward_kernel
@@ -19,10 +19,10 @@
  *   dQ = dS K                      wgmma m64n128k16, both MN-major: the 64 queries x consumer w's
  *                                  128 columns
  * and dQ goes straight from the registers into the fp32 accumulator by vector reductions
- * (red.global.add.v2.f32), into the layout ws_backward_kernel's d 256 instance writes
- * ([2][heads][tokens][128], rows swizzled: dq_convert_kernel<T, 256, 128, true> reads it), so no
- * shared tile of 64 KB is needed. Plain calls only (no block mask, no dropout), with or without the
- * score modifiers (MOD). */
+ * (red.global.add.v2.f32), consumer w into half w of an accumulator laid out
+ * [2][heads][tokens][128], rows swizzled (dq_convert_kernel<T, 256, 128, true> reads it back), so
+ * no shared tile of 64 KB is needed and dQ is not bitwise reproducible. Plain calls only (no
+ * block mask, no dropout), with or without the score modifiers (MOD). */
 #ifndef FA_SM90_BACKWARD_COLS_KERNELS_CUH
 #define FA_SM90_BACKWARD_COLS_KERNELS_CUH
 
@@ -34,10 +34,11 @@ template <typename T, bool MOD, bool TMA>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const fa_gpu_params p,
                                                                          const __grid_constant__ tile_maps maps)
 {
-    constexpr int D = 256, BN = FA_SM90_BWC_BN, BQ = FA_SM90_BWC_BQ, STAGES = FA_SM90_BWC_STAGES;
+    constexpr int D = 256, BN = bw_bn<D>(), BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
     constexpr int QW = BQ / 2, CW = D / 2; /* a consumer's queries in S^T, its output columns */
     constexpr uint32_t KVB = BN * D * sizeof(T), PB = BN * BQ * sizeof(T), QB = BQ * D * sizeof(T);
-    static_assert(FA_SM90_BWC_SMEM((int)sizeof(T)) == 2 * KVB + 4 * PB + STAGES * 2 * QB + 1024, "the layout below");
+    static_assert(BN == 64 && BQ == 64 && CW == bw_dv<D>() && STAGES >= 2, "the tiles below");
+    static_assert(bw_fixed_bytes<T, D>() == 2 * KVB + 4 * PB, "the layout below");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t bars[2 * STAGES]; /* full, empty */
     __shared__ float rowv[STAGES][2][BQ];              /* LSE log2(e), D of the stage's rows */

@@ -24,13 +24,8 @@
  * (cp.reduce.async.bulk .add.f32), so dQ is not bitwise reproducible (the deterministic option
  * keeps the sm80 two-kernel path). dK and dV stay in registers until the end.
  *
- * d 256 (plain calls): dK and dV of 64 keys x 256 columns would need 256 registers per thread, so
- * two blocks share each key tile, each recomputing S^T and dP^T over all 256 columns and keeping
- * dK, dV for its 128 (col0..); 32 query rows per step so that K, V and two stages fit; the dQ
- * tile's 32 rows are fewer than a wgmma's 64, so it is computed transposed, dQ^T = K^T dS (K as
- * an MN-major A operand, dS written query-major), into an accumulator laid out
- * [2][heads][tokens][128] (common/backward_elementwise.cuh's dq_convert_kernel with DV = 128 reads
- * it back). */
+ * d 64 and 128; at d 256 dK and dV of 64 keys x 256 columns would need 256 registers per thread,
+ * and backward_cols_kernels.cuh's kernel, whose consumers split the columns, takes the calls. */
 #ifndef FA_SM90_BACKWARD_KERNELS_CUH
 #define FA_SM90_BACKWARD_KERNELS_CUH
 
@@ -41,7 +36,7 @@
 
 namespace fa_gpu::sm90 {
 
-constexpr int BW_BN = FA_SM90_BW_BN, BW_THREADS = FA_SM90_BW_THREADS, BW_CONSUMERS = FA_SM90_BW_CONSUMERS;
+constexpr int BW_THREADS = FA_SM90_BW_THREADS, BW_CONSUMERS = FA_SM90_BW_CONSUMERS;
 
 /* fa_gpu::zero_absent_rows over a stage's Q and dO tiles in the 128-byte swizzled layout (shared
  * addresses q, dout; ROWS rows, D / 8 chunks each): the rows whose lse2 is +inf (rows that saw no
@@ -65,23 +60,27 @@ __device__ __forceinline__ bool zero_absent_rows_sw128(uint32_t q, uint32_t dout
     }
     return true;
 }
+/* keys per block: 128 at d 64 and 128 (64 per consumer), 64 at d 256 (backward_cols_kernels.cuh) */
+template <int D> __host__ __device__ constexpr int bw_bn()
+{
+    return FA_SM90_BW_BN(D);
+}
 /* query rows per step: 128 at d 64 (S^T and dP^T take 64 registers each, dK and dV 32), 64 at
- * d 128 (dK and dV take 64 each) */
+ * d 128 (dK and dV take 64 each) and 256 */
 template <int D> __host__ __device__ constexpr int bw_bq()
 {
     return FA_SM90_BW_BQ(D);
 }
-/* output columns per block: d 256 splits them in two passes of 128 (two blocks per key tile, each
- * recomputing S^T and dP^T over all 256 columns; dK and dV of 64 keys x 256 would need 256
- * registers per thread), 32 query rows per step so that K, V [128][256] and two stages fit */
+/* the fp32 dQ accumulator's row: d 256 splits it in two halves of 128 columns
+ * ([2][heads][tokens][128]: each consumer of backward_cols_kernels.cuh adds its half) */
 template <int D> __host__ __device__ constexpr int bw_dv()
 {
     return FA_SM90_BW_DV(D);
 }
-/* shared memory: K, V [128][D], dS^T [128][BQ] (16-bit; d 256: dS [BQ][128]), dQ [BQ][DV]
- * (fp32, the rows as the accumulator holds them, for one bulk reduction), then the query-side
- * stages [BQ][D] x 2; as many stages as fit (227 KiB, less 1 KiB for alignment and the static
- * arrays), at most 3 */
+/* shared memory: at d 64 and 128 K, V [128][D], dS^T [128][BQ] (16-bit), dQ [BQ][D] (fp32, the
+ * rows as the accumulator holds them, for one bulk reduction), then the query-side stages
+ * [BQ][D] x 2; as many stages as fit (227 KiB, less 1 KiB for alignment and the static arrays),
+ * at most 3 (sm90_geometry.h; d 256 as backward_cols_kernels.cuh lays it out) */
 template <typename T, int D> __host__ __device__ constexpr int bw_fixed_bytes()
 {
     return FA_SM90_BW_FIXED_BYTES((int)sizeof(T), D);
@@ -112,14 +111,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                                                                     const __grid_constant__ tile_maps maps)
 {
     static_assert(MODE == 0 || MODE == 1, "no dropout mode: launch_backward says why");
+    static_assert(D <= 128, "d 256: ws_backward_cols_kernel");
     constexpr bool LISTS = MODE == 1;
-    constexpr int BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
+    constexpr int BW_BN = bw_bn<D>(), BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
     constexpr bool MSPLIT = BQ == 128; /* dQ split between the consumers along rows (else columns) */
-    /* d 256: output columns [col0, col0 + DV) in this block, dQ computed transposed (its 32 rows
-     * are less than a wgmma's 64) from dS stored query-major */
-    constexpr int DV = bw_dv<D>(), PASSES = D / DV;
-    constexpr bool SPLIT = PASSES > 1;
-    static_assert(!SPLIT || MODE == 0, "the d 256 backward has the plain instance only");
     static_assert(!MOD || MODE == 0, "score modifiers in the plain mode only");
     constexpr uint32_t DSB = BW_BN * BQ * sizeof(T);
     constexpr uint32_t KVB = BW_BN * D * sizeof(T), QB = BQ * D * sizeof(T);
@@ -128,14 +123,13 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     __shared__ float rowv[STAGES][2][BQ];              /* LSE log2(e), D of the stage's rows */
     unsigned char *base = smem_raw + ((1024u - (fa_gpu::smem_addr(smem_raw) & 1023u)) & 1023u);
     const uint32_t k_addr = fa_gpu::smem_addr(base), v_addr = k_addr + KVB, ds_addr = v_addr + KVB,
-                   dq_addr = ds_addr + DSB, st_addr = dq_addr + BQ * DV * 4u;
+                   dq_addr = ds_addr + DSB, st_addr = dq_addr + BQ * D * 4u;
     T *dss = reinterpret_cast<T *>(base + 2 * KVB);
     float *dqs = reinterpret_cast<float *>(base + 2 * KVB + BW_BN * BQ * sizeof(T));
 
     const int64_t hk = blockIdx.y, b = blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
-    const int64_t k0 = (int64_t)(blockIdx.x / PASSES) * BW_BN;
-    const int col0 = (int)(blockIdx.x % PASSES) * DV;
+    const int64_t k0 = (int64_t)blockIdx.x * BW_BN;
     if (k0 >= s.sk)
         return;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
@@ -234,9 +228,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     fence_proxy_async();
     bar_sync<1, BW_CONSUMERS>();
 
-    float dk[DV / 2], dv[DV / 2];
+    float dk[D / 2], dv[D / 2];
 #pragma unroll
-    for (int i = 0; i < DV / 2; ++i)
+    for (int i = 0; i < D / 2; ++i)
         dk[i] = dv[i] = 0.0f;
     /* this consumer's part of dQ: rows dq_r0.. (64), columns dq_c0.. (64) */
     const int dq_r0 = MSPLIT ? 64 * wg : 0, dq_c0 = MSPLIT ? 0 : 64 * wg;
@@ -328,99 +322,55 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             fa_gpu::acc_to_a<T, BQ>(df, dpt);
             /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */
             fence();
-            const uint32_t cb = (uint32_t)(col0 / 64) * BQ * 128u; /* the pass's first 64-column block */
 #pragma unroll
             for (int kk = 0; kk < BQ; kk += 16)
-                rs<T, DV>::run(dv, pf[kk / 16], desc_sw128(da + cb + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+                rs<T, D>::run(dv, pf[kk / 16], desc_sw128(da + (uint32_t)kk * 128u, BQ * 128u, 1024u));
 #pragma unroll
             for (int kk = 0; kk < BQ; kk += 16)
-                rs<T, DV>::run(dk, df[kk / 16], desc_sw128(qa + cb + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+                rs<T, D>::run(dk, df[kk / 16], desc_sw128(qa + (uint32_t)kk * 128u, BQ * 128u, 1024u));
             commit();
         } else {
 #pragma unroll
             for (int i = 0; i < BQ / 16; ++i)
                 df[i][0] = df[i][1] = df[i][2] = df[i][3] = 0u;
         }
-        if constexpr (SPLIT) {
-            /* dS [BQ queries][128 keys] (swizzled, K-major for dQ^T = K^T dS): 16-bit stores */
+        /* dS^T [128 keys][BQ] (swizzled) for the dQ product: query pairs in one word */
 #pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
+        for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-                for (int r = 0; r < 2; ++r)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int q = nt * 8 + 2 * t4 + e, kr = krow + 8 * r;
-                        *reinterpret_cast<uint16_t *>(reinterpret_cast<unsigned char *>(dss) + sw128<BQ>(q, kr / 8) +
-                                                      2 * (kr % 8)) =
-                            (uint16_t)(df[nt / 2][(nt & 1) * 2 + r] >> (16 * e));
-                    }
-        } else {
-            /* dS^T [128 keys][BQ] (swizzled) for the dQ product: query pairs in one word */
-#pragma unroll
-            for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dss) + sw128<BW_BN>(krow + 8 * r, nt) +
-                                                  4 * t4) = df[nt / 2][(nt & 1) * 2 + r];
-        }
+            for (int r = 0; r < 2; ++r)
+                *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dss) + sw128<BW_BN>(krow + 8 * r, nt) +
+                                              4 * t4) = df[nt / 2][(nt & 1) * 2 + r];
         fence_proxy_async();
         if (threadIdx.x == 0)
             bulk_wait_read<0>(); /* the previous step's dQ tile has been read out of shared memory */
         bar_sync<2, BW_CONSUMERS>();
 
-        if constexpr (SPLIT) {
-            /* dQ^T part = K^T dS over the 128 keys: the consumer's 64 of the pass's columns x BQ
-             * queries; K [keys][D] MN-major, dS [queries][keys] K-major */
-            float dq[BQ / 2];
-            const uint32_t ka = k_addr + (uint32_t)((col0 + 64 * wg) / 64) * BW_BN * 128u;
-            fence();
+        /* dQ part = dS K over the 128 keys: dS^T [keys][queries] and K [keys][D] both MN-major */
+        float dq[32];
+        fence();
 #pragma unroll
-            for (int kk = 0; kk < BW_BN; kk += 16)
-                ss_tn<T, BQ>::run(dq, desc_sw128(ka + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
-                                  desc_sw128(ds_addr + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
-            commit();
-            wait<0>();                     /* dV, dK and dQ */
-            mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
-            const int c = 64 * wg + 16 * (warp & 3) + g; /* the thread's column (and + 8) of the pass */
-            const int t0 = (int)(((p.cu_q ? s.q_start : b * p.seqlen_q) + q0) & 7); /* the tile's first row in dq_accum, mod 8 */
+        for (int kk = 0; kk < BW_BN; kk += 16)
+            ss_tt<T, 64>::run(dq, desc_sw128(ds_a + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
+                              desc_sw128(k_b + (uint32_t)kk * 128u, BW_BN * 128u, 1024u), kk > 0);
+        commit();
+        wait<0>();                     /* dV, dK and dQ */
+        mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
+        const int r0 = dq_r0 + 16 * (warp & 3) + g;
+        /* rows r0 and r0 + 8 share their swizzle (the tile's first row in dq_accum, plus r0, mod 8) */
+        const int sw = fa_gpu::dq_swizzle(((p.cu_q ? s.q_start : b * p.seqlen_q) + q0 + r0) & 7);
 #pragma unroll
-            for (int j = 0; j < BQ / 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int q = 8 * j + 2 * t4 + e, sw = fa_gpu::dq_swizzle(t0 + q);
-#pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        dqs[q * DV + ((c + 8 * r) ^ sw)] = dq[4 * j + 2 * r + e];
-                }
-        } else {
-            /* dQ part = dS K over the 128 keys: dS^T [keys][queries] and K [keys][D] both MN-major */
-            float dq[32];
-            fence();
-#pragma unroll
-            for (int kk = 0; kk < BW_BN; kk += 16)
-                ss_tt<T, 64>::run(dq, desc_sw128(ds_a + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
-                                  desc_sw128(k_b + (uint32_t)kk * 128u, BW_BN * 128u, 1024u), kk > 0);
-            commit();
-            wait<0>();                     /* dV, dK and dQ */
-            mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
-            const int r0 = dq_r0 + 16 * (warp & 3) + g;
-            /* rows r0 and r0 + 8 share their swizzle (the tile's first row in dq_accum, plus r0, mod 8) */
-            const int sw = fa_gpu::dq_swizzle(((p.cu_q ? s.q_start : b * p.seqlen_q) + q0 + r0) & 7);
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    *reinterpret_cast<float2 *>(dqs + (r0 + 8 * r) * D + ((dq_c0 + 8 * j + 2 * t4) ^ sw)) =
-                        make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-        }
+            for (int r = 0; r < 2; ++r)
+                *reinterpret_cast<float2 *>(dqs + (r0 + 8 * r) * D + ((dq_c0 + 8 * j + 2 * t4) ^ sw)) =
+                    make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
         fence_proxy_async();
         bar_sync<3, BW_CONSUMERS>();
         if (threadIdx.x == 0) { /* the tile into the accumulator: one bulk reduction */
             const int64_t rows = imin(BQ, s.sq - q0);
-            /* d 256: the accumulator is [PASSES][heads_q][total_q][DV] (dq_convert_kernel's DV) */
-            const int64_t hp = (int64_t)(col0 / DV) * p.heads_q + h;
-            bulk_reduce_add_f32(p.dq_accum + (hp * p.total_q + (p.cu_q ? s.q_start + q0 : b * p.seqlen_q + q0)) * DV,
-                                dq_addr, (uint32_t)(rows * DV * 4));
+            bulk_reduce_add_f32(p.dq_accum + (h * p.total_q + (p.cu_q ? s.q_start + q0 : b * p.seqlen_q + q0)) * D,
+                                dq_addr, (uint32_t)(rows * D * 4));
             bulk_commit();
         }
     }
@@ -429,8 +379,8 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
 
     /* dK, dV: thread rows krow and krow + 8 of the tile (the flat accumulators in the mma layout) */
     const int64_t rows[2] = {k0 + krow, k0 + krow + 8};
-    fa_gpu::store_dkdv<T, DV>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
-                               reinterpret_cast<const float(*)[4]>(dv), col0);
+    fa_gpu::store_dkdv<T, D>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
+                              reinterpret_cast<const float(*)[4]>(dv));
 }
 
 } // namespace fa_gpu::sm90
