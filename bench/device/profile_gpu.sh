@@ -8,7 +8,8 @@
 #     its samples, its share, and the stall reason columns ncu gives for it.
 # Environment: KERNEL (regex of our kernel, default ws_backward_kernel), RUN (the flashattn run
 # arguments, default bf16 d 128, batch 4 x 4096 x 16 heads, forward + backward), CUDNN_KERNEL (regex,
-# default the cuDNN backward: bprop), TOP (40), BACKWARD (1: PyTorch's backward, 0: forward).
+# default the cuDNN backward: bprop), TOP (40), BACKWARD (1: PyTorch's backward, 0: forward), SHAPE
+# (the cuDNN call's batch,seqlen,heads,head dim; default 4,4096,16,128, RUN's default shape).
 # Usage: bash bench/device/profile_gpu.sh   (carry: [".deps"] is not needed: no tests are built)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -40,7 +41,7 @@ cat > "$OUT/cudnn_call.py" <<'PY'
 import os, torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-b, s, h, d = 4, 4096, 16, 128
+b, s, h, d = map(int, os.environ.get("SHAPE", "4,4096,16,128").split(","))
 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
     for _ in range(2):
