@@ -291,6 +291,20 @@ __device__ __forceinline__ void red_add2(float *p, float a, float b)
 #endif
 }
 
+/* p[0..3] += a, b, c, d in global memory (p 16-byte aligned), unordered: one vector reduction
+ * (sm_90). */
+__device__ __forceinline__ void red_add4(float *p, float a, float b, float c, float d)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+    atomicAdd(p + 2, c);
+    atomicAdd(p + 3, d);
+#endif
+}
+
 template <typename T, int N, int K, int LDX>
 __device__ __forceinline__ void gemm_pn_s(float (*acc)[4], const uint32_t (*pf)[4], uint32_t x)
 {

@@ -48,7 +48,11 @@
  * splitting the columns; its fixed shared memory: K, V [64][256], P^T and dS^T [64][64] twice.
  * As many query-side stages [BQ][D] x 2 as fit beside the fixed part (less 1 KiB of alignment,
  * the static arrays and the barriers), at most 3, and the total, plus 1 KiB of alignment. The fp32
- * dQ accumulator's rows are DV wide: [D / DV][heads_q][total_q][DV], DV = 128 at d 256. */
+ * dQ accumulator: [D / DV][heads_q][total_q][DV] (DV = 128 at d 256); under
+ * FLASHATTN_KERNELS=sm90-bwd-dq-tiles at d 256 [heads_q][ACC_ROWS][256] in tiles of 64 rows in the
+ * consumers' register order (backward_cols_kernels.cuh), sequence b's first tile at row
+ * FA_SM90_BW_TILE_ROW0, so ACC_ROWS = total_q + 64 x batch rows hold them all (the space is
+ * allocated for both layouts). */
 #define FA_SM90_BW_CONSUMERS 256
 #define FA_SM90_BW_THREADS 384
 #define FA_SM90_BW_BN(D) ((D) > 128 ? 64 : 128)
@@ -63,6 +67,10 @@
 #define FA_SM90_BW_STAGES(E, D) (FA_SM90_BW_STAGES_FIT(E, D) < 3 ? FA_SM90_BW_STAGES_FIT(E, D) : 3)
 #define FA_SM90_BW_SMEM(E, D)                                                                                          \
     (FA_SM90_BW_FIXED_BYTES(E, D) + 2 * FA_SM90_BW_STAGES(E, D) * FA_SM90_BW_BQ(D) * (D) * (E) + 1024)
+#define FA_SM90_BW_ACC_ROWS(D, TOTAL_Q, BATCH) ((D) > 128 ? (TOTAL_Q) + FA_SM90_BW_BQ(D) * (BATCH) : (TOTAL_Q))
+/* sequence b's first accumulator row at d 256, its first packed row (b x seqlen_q when dense)
+ * q_start: a multiple of 64 past the previous sequence's last tile */
+#define FA_SM90_BW_TILE_ROW0(Q_START, B) (((Q_START) + 64 * (B)) / 64 * 64)
 
 /* The backward's elementwise kernels (common/backward_elementwise.cuh): dsum_kernel, a warp per
  * query row, 4 rows per block of 128 threads (fa_gpu::THREADS); dq_convert_kernel, 256 threads,

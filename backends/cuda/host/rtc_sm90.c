@@ -171,8 +171,10 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
 
 /* launch_backward<T, D>: dsum_kernel<T>, the fp32 dQ accumulator cleared, ws_backward_kernel<T, D,
  * MODE, MOD, TMA> (TMA: the plain mode of a dense call, where Q and dO have maps) over key tiles,
- * at d 256 ws_backward_cols_kernel<T, MOD, TMA>, then dq_convert_kernel<T, D, DV, true> (the
- * accumulator swizzled); the first failure stops the sequence. */
+ * at d 256 ws_backward_cols_kernel<T, MOD, TMA> (with p->sm90_dq_tiles <T, MOD, TMA, true>), then
+ * dq_convert_kernel<T, D, DV, true> (the accumulator swizzled; with p->sm90_dq_tiles
+ * dq_convert_cols_kernel<T>, its tiles in the consumers' register order); the first failure stops
+ * the sequence. */
 static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *stream, char *why, size_t why_len)
 {
     const char *type = type_name(dtype);
@@ -203,9 +205,10 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
                               FA_SM90_DSUM_THREADS, 0, stream, args, why, why_len);
     if (st != FA_RTC_OK)
         return st;
-    size_t bytes;
-    if (p->heads_q < 0 || p->total_q < 0 ||
-        __builtin_mul_overflow((size_t)p->heads_q, (size_t)p->total_q, &bytes) ||
+    size_t bytes, rows;
+    if (p->heads_q < 0 || p->total_q < 0 || p->batch > INT64_MAX / 64 ||
+        __builtin_add_overflow((size_t)p->total_q, d > 128 ? (size_t)FA_SM90_BW_BQ(d) * (size_t)p->batch : 0, &rows) ||
+        __builtin_mul_overflow((size_t)p->heads_q, rows, &bytes) ||
         __builtin_mul_overflow(bytes, sizeof(float) * (size_t)d, &bytes)) {
         fa_why_set(why, why_len, "the sm90 backward's dQ accumulator: %lld heads x %lld rows overflow",
             (long long)p->heads_q, (long long)p->total_q);
@@ -226,7 +229,10 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         const int tma = mode == 0 && !p->cu_q &&
                         make_map(cu, &maps.first, &p->q, p, p->d, p->seqlen_q, p->heads_q, bq, dtype) &&
                         make_map(cu, &maps.second, &p->dout, p, p->d_v, p->seqlen_q, p->heads_q, bq, dtype);
-        if (d == 256)
+        if (d == 256 && p->sm90_dq_tiles)
+            snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_cols_kernel<%s, %s, %s, true>", type,
+                     mod ? "true" : "false", tma ? "true" : "false");
+        else if (d == 256)
             snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_cols_kernel<%s, %s, %s>", type,
                      mod ? "true" : "false", tma ? "true" : "false");
         else
@@ -242,7 +248,10 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         fa_why_set(why, why_len, "the sm90 backward's dQ: %lld rows x %d columns overflow", (long long)p->seqlen_q, d);
         return FA_RTC_INVALID_ARG;
     }
-    snprintf(name, sizeof name, "fa_gpu::dq_convert_kernel<%s, %d, %d, true>", type, d, FA_SM90_BW_DV(d));
+    if (d == 256 && p->sm90_dq_tiles)
+        snprintf(name, sizeof name, "fa_gpu::sm90::dq_convert_cols_kernel<%s>", type);
+    else
+        snprintf(name, sizeof name, "fa_gpu::dq_convert_kernel<%s, %d, %d, true>", type, d, FA_SM90_BW_DV(d));
     return launch(name, elements / FA_SM90_DQ_CONVERT_THREADS + (elements % FA_SM90_DQ_CONVERT_THREADS != 0),
                   p->heads_q, p->batch, FA_SM90_DQ_CONVERT_THREADS, 0, stream, args, why, why_len);
 }

@@ -16,7 +16,8 @@ namespace fa_gpu::sm90 {
  * thread ptxas serializes those kernels' wgmma, so they have no instance and the chooser keeps
  * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only;
  * d 256 on ws_backward_cols_kernel, over 64-key blocks, its accumulator [2][heads_q][total_q][128]
- * (dq_convert_kernel's DV = 128). */
+ * (dq_convert_kernel's DV = 128), or with p.sm90_dq_tiles in tiles (FA_SM90_BW_ACC_ROWS rows a
+ * head) read back by dq_convert_cols_kernel. */
 template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = FA_SM90_BW_SMEM((int)sizeof(T), D);
@@ -31,7 +32,8 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     fa_gpu::dsum_kernel<T><<<g0, fa_gpu::THREADS, 0, st>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess)
-        e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st);
+        e = cudaMemsetAsync(p.dq_accum, 0,
+                            sizeof(float) * (size_t)(p.heads_q * FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch) * D), st);
     if (e == cudaSuccess && p.seqlen_k > 0) {
         const int mode = fa_gpu::mode_of(p);
         /* the plain mode of a dense call loads Q and dO by TMA where the views allow it */
@@ -45,6 +47,11 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
             auto k = tma ? ws_backward_cols_kernel<T, false, true> : ws_backward_cols_kernel<T, false, false>;
             if (mod)
                 k = tma ? ws_backward_cols_kernel<T, true, true> : ws_backward_cols_kernel<T, true, false>;
+            if (p.sm90_dq_tiles) {
+                k = tma ? ws_backward_cols_kernel<T, false, true, true> : ws_backward_cols_kernel<T, false, false, true>;
+                if (mod)
+                    k = tma ? ws_backward_cols_kernel<T, true, true, true> : ws_backward_cols_kernel<T, true, false, true>;
+            }
             e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
             if (e == cudaSuccess) {
                 const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv,
@@ -70,7 +77,10 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     if (e == cudaSuccess) {
         const dim3 g2((unsigned)((p.seqlen_q * D + FA_SM90_DQ_CONVERT_THREADS - 1) / FA_SM90_DQ_CONVERT_THREADS),
                       (unsigned)p.heads_q, (unsigned)p.batch);
-        fa_gpu::dq_convert_kernel<T, D, bw_dv<D>(), true><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
+        if (D == 256 && p.sm90_dq_tiles)
+            dq_convert_cols_kernel<T><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
+        else
+            fa_gpu::dq_convert_kernel<T, D, bw_dv<D>(), true><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
         e = cudaGetLastError();
     }
     return e;

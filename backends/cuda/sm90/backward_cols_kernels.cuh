@@ -18,11 +18,16 @@
  *                                  from shared memory: consumer w's columns 128 w..
  *   dQ = dS K                      wgmma m64n128k16, both MN-major: the 64 queries x consumer w's
  *                                  128 columns
- * and dQ goes straight from the registers into the fp32 accumulator by vector reductions
- * (red.global.add.v2.f32), consumer w into half w of an accumulator laid out
- * [2][heads][tokens][128], rows swizzled (dq_convert_kernel<T, 256, 128, true> reads it back), so
- * no shared tile of 64 KB is needed and dQ is not bitwise reproducible. Plain calls only (no
- * block mask, no dropout), with or without the score modifiers (MOD). */
+ * and dQ goes straight from the registers into the fp32 accumulator by vector reductions, so no
+ * shared tile of 64 KB is needed and dQ is not bitwise reproducible. The accumulator is
+ * [2][heads][tokens][128], rows swizzled (dq_convert_kernel<T, 256, 128, true> reads it back):
+ * consumer w adds its two values per row and column pair into half w (8-byte reductions, a warp's
+ * covering 8 rows x 32 bytes). With TILES (FLASHATTN_KERNELS=sm90-bwd-dq-tiles) it keeps each
+ * 64-row tile in the consumers' register order instead (acc_offset: consumer w's thread t adds
+ * its four values of column block j at 16 bytes ((j x 128 + t)), so a warp's reduction covers 512
+ * contiguous bytes), each sequence's tiles from row FA_SM90_BW_TILE_ROW0; dq_convert_cols_kernel
+ * reads it back. Plain calls only (no block mask, no dropout), with or without the score
+ * modifiers (MOD). */
 #ifndef FA_SM90_BACKWARD_COLS_KERNELS_CUH
 #define FA_SM90_BACKWARD_COLS_KERNELS_CUH
 
@@ -30,7 +35,15 @@
 
 namespace fa_gpu::sm90 {
 
-template <typename T, bool MOD, bool TMA>
+/* the fp32 dQ accumulator's offset, in floats, of consumer w's thread t's value k (0..3: rows r, r,
+ * r + 8, r + 8 at columns c, c + 1) of column block j (0..15) in the 64-row tile whose first
+ * accumulator row is row0, query head h; rows are 256 floats, acc_rows of them per head */
+__device__ __forceinline__ int64_t acc_offset(int64_t h, int64_t acc_rows, int64_t row0, int w, int j, int t, int k)
+{
+    return (h * acc_rows + row0) * 256 + w * 8192 + (j * 128 + t) * 4 + k;
+}
+
+template <typename T, bool MOD, bool TMA, bool TILES = false>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const fa_gpu_params p,
                                                                          const __grid_constant__ tile_maps maps)
 {
@@ -235,19 +248,30 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         wait<0>();
         mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
 
-        /* dQ rows 16 (warp % 4) + g (+ 8) of the tile: the accumulator's half wg, rows swizzled */
-        const int64_t tok0 = (p.cu_q ? s.q_start : b * p.seqlen_q) + q0;
-        float *acc = p.dq_accum + ((int64_t)wg * p.heads_q + h) * p.total_q * CW;
+        if constexpr (TILES) {
+            /* the tile's dQ into the accumulator in register order (rows past the sequence land in
+             * its padding, which nothing reads) */
+            float *acc = p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
+                                                 FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0, wg,
+                                                 0, (int)threadIdx.x % 128, 0);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = krow + 8 * r;
-            if (q0 + row < s.sq) {
-                const int64_t t = tok0 + row;
-                const int sw = fa_gpu::dq_swizzle(t);
-                float *dst = acc + t * CW;
+            for (int j = 0; j < CW / 8; ++j)
+                fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+        } else {
+            /* dQ rows 16 (warp % 4) + g (+ 8) of the tile: the accumulator's half wg, rows swizzled */
+            const int64_t tok0 = (p.cu_q ? s.q_start : b * p.seqlen_q) + q0;
+            float *acc = p.dq_accum + ((int64_t)wg * p.heads_q + h) * p.total_q * CW;
 #pragma unroll
-                for (int j = 0; j < CW / 8; ++j)
-                    fa_gpu::red_add2(dst + ((8 * j + 2 * t4) ^ sw), dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+            for (int r = 0; r < 2; ++r) {
+                const int row = krow + 8 * r;
+                if (q0 + row < s.sq) {
+                    const int64_t t = tok0 + row;
+                    const int sw = fa_gpu::dq_swizzle(t);
+                    float *dst = acc + t * CW;
+#pragma unroll
+                    for (int j = 0; j < CW / 8; ++j)
+                        fa_gpu::red_add2(dst + ((8 * j + 2 * t4) ^ sw), dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+                }
             }
         }
     }
@@ -255,6 +279,28 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
     const int64_t rows[2] = {k0 + krow, k0 + krow + 8};
     fa_gpu::store_dkdv<T, CW>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
                               reinterpret_cast<const float(*)[4]>(dv), col0);
+}
+
+/* dQ (T, or fp32 for p.out_f32) from ws_backward_cols_kernel's accumulator of tiles (TILES): one
+ * thread per element of one sequence's rows (256 columns a row), as common/backward_elementwise.cuh's
+ * dq_convert_kernel does for the row-major one. */
+template <typename T> __global__ void dq_convert_cols_kernel(const fa_gpu_params p)
+{
+    const int64_t b = blockIdx.z, h = blockIdx.y;
+    const fa_seq s = fa_sequence(p, b);
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = e / 256;
+    const int c = (int)(e % 256);
+    if (i >= s.sq || c >= p.d)
+        return;
+    /* the tile's row r is thread 32 (r / 16) + 4 (r % 8) + t4's value 2 ((r / 8) % 2) + c % 2 */
+    const int r = (int)(i % 64), cc = c % 128;
+    const int t = 32 * (r / 16) + 4 * (r % 8) + (cc % 8) / 2, k = 2 * ((r / 8) % 2) + cc % 2;
+    const int64_t row0 = FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + i / 64 * 64;
+    const float v = p.dq_accum[acc_offset(h, FA_SM90_BW_ACC_ROWS(256, p.total_q, p.batch), row0, c / 128, cc / 8, t, k)];
+    /* a row that saw no key: dQ = 0 (its dS is 0, but 0 times a NaN in K reached the accumulator) */
+    const float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
+    fa_gpu::store_out<T>(p.dq.data, b * p.dq.sb + (s.q_start + i) * p.dq.ss + h * p.dq.sh + c,
+                         fa_row_output(v, fa_row_absent(l) ? 0.0f : 1.0f), p.out_f32);
 }
 
 } // namespace fa_gpu::sm90
