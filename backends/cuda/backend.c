@@ -404,9 +404,8 @@ static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *
 }
 
 /* The fused kernels' fp32 dQ accumulator, at the instance's head dim (0: none); the Hopper d 256
- * kernel's has 64 rows a sequence more, for its layout of tiles under
- * FLASHATTN_KERNELS=sm90-bwd-dq-tiles (sm90_geometry.h's FA_SM90_BW_ACC_ROWS; batch and heads are
- * at most 65535 there, so the product fits). */
+ * kernel's has 64 rows a sequence more, for its layout of tiles (sm90_geometry.h's
+ * FA_SM90_BW_ACC_ROWS; batch and heads are at most 65535 there, so the product fits). */
 static int64_t dq_accum_floats(const fa_problem *p, const cuda_choice *c)
 {
     if (!c->fused)
@@ -485,7 +484,6 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
     fa_status st = fa_gpu_call_begin(ctx, p, dq_accum_floats(p, &c), &call);
     if (st != FA_SUCCESS)
         return st;
-    call.kp.sm90_dq_tiles = fa_gpu_of(ctx)->sm90_bwd_dq_tiles;
     return fa_gpu_call_end(ctx, &call, call.run ? launch_backward(&call.kp, &c, call.stream) : 0, v->name);
 }
 

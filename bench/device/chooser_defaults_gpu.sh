@@ -20,13 +20,8 @@
 #     then bench/gpu_bench.py --sm80 --sm80-kernels with it (the "sm80 path" column) beside the
 #     chooser, FA2 and cuDNN;
 #   mla: bench/decode_bench.py --graph, d 576 / 512 over a latent cache, 128 and 16 heads, under
-#     the chooser, kv-mla-16-rows and kv-mla-sm90;
-#   dqtiles (on request): FLASHATTN_KERNELS=sm90-bwd-dq-tiles (the d 256 backward's dQ accumulator
-#     in tiles of register order, 16-byte reductions of 512 contiguous bytes a warp): the full
-#     grid's d 160-256 cases with it, memcheck and racecheck on its d 256 / 176 cases, then
-#     bench/gpu_ab.py against the chooser at d 192 and 256 in one process.
-# STEPS (default checks,bench,narrow,mla; about 5, 3, 4 and 2 minutes; dqtiles about 3),
-# DTYPES (default bf16 fp16).
+#     the chooser, kv-mla-16-rows and kv-mla-sm90.
+# STEPS (default checks,bench,narrow,mla; about 5, 3, 4 and 2 minutes), DTYPES (default bf16 fp16).
 # Usage:
 # FLASHATTN_BENCH_COMMIT=<hash> bash bench/device/chooser_defaults_gpu.sh  (carry: [".deps"])
 set -uo pipefail
@@ -93,24 +88,6 @@ if [[ $steps == *narrow* ]]; then
       --sm80-kernels $nar --no-math --dtype $dtype --dims 160,192,224,256 --seqlens 1024,4096,16384 2>&1 |
       tee -a "$OUT/narrow-$dtype.md"
   done
-fi
-if [[ $steps == *dqtiles* ]]; then
-  sw=sm90-bwd-dq-tiles
-  timeout 150 env FLASHATTN_KERNELS=$sw "$B/tests/conformance/conformance" --backend cuda --grid full \
-    --filter "$wide,d256,d250,d176" > "$OUT/grid-dqtiles.txt" 2>&1
-  rc=$?; [ $rc -ne 0 ] && status=1
-  echo "$(stamp) full grid $wide,d256,d250,d176 ($sw): exit $rc; $(grep -E '^\[  (PASSED|FAILED)' "$OUT/grid-dqtiles.txt" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \] ' "$OUT/grid-dqtiles.txt" | head -5
-  for tool in memcheck racecheck; do
-    timeout 90 env FLASHATTN_KERNELS=$sw compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$B/tests/conformance/conformance" --backend cuda --grid full --filter hdim256,longbwd-d256,bwd-d176 \
-      > "$OUT/$tool-dqtiles.log" 2>&1
-    rc=$?; [ $rc -ne 0 ] && status=1
-    echo "$(stamp) $tool ($sw): exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool-dqtiles.log" | tail -1)"
-  done
-  timeout 120 env -u FLASHATTN_KERNELS python3 bench/gpu_ab.py --lib "$B/libflashattn.so" --lib "$B/libflashattn.so" \
-    --names default,dq-tiles --kernels-b $sw --dims 192,256 --seqlens 4096,16384 --repeats 2 2>&1 |
-    tee "$OUT/ab-dqtiles-bf16.md" | grep -E "^\|"
 fi
 if [[ $steps == *mla* ]]; then
   for kernels in default kv-mla-16-rows kv-mla-sm90; do

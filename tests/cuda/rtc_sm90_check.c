@@ -14,8 +14,7 @@
  *     warp-specialised kernel's dropout instance;
  *   - bf16 d 160 and 192, plain: the forward on the d 192 instance (grid, block, shared memory;
  *     the sm80 family's under FLASHATTN_KERNELS=sm80), the backward on the d 256 kernel whose
- *     consumers split the columns (grid, block, shared memory, 64-row maps) and dQ's conversion,
- *     and under FLASHATTN_KERNELS=sm90-bwd-dq-tiles its instance of tiled dQ;
+ *     consumers split the columns (grid, block, shared memory, 64-row maps) and dQ's conversion;
  *   - a learnable sink (bf16 d 128): the forward on the MOD instance, one launch, the backward
  *     followed by dsink_kernel, SIMT under FLASHATTN_KERNELS=simt; d 128 over d_v 64: the forward
  *     on the MOD instance with V's map d_v wide, the backward on SIMT;
@@ -362,8 +361,7 @@ int main(int argc, char **argv)
      * the sm80 family's d 192 instance. The backward on the d 256 kernel whose consumers split the
      * columns: 64-key blocks, Q and dO maps of 64-row boxes; its shared memory: K, V [64][256], P^T
      * and dS^T [64][64] twice, two stages of Q and dO [64][256], 1 KiB of alignment; then dQ
-     * converted from its [2][heads][tokens][128] accumulator; under FLASHATTN_KERNELS=sm90-bwd-dq-tiles
-     * the instance whose accumulator keeps tiles in register order, and their conversion */
+     * converted from its accumulator of tiles in register order */
     char variant[96];
     for (int dd = 160; dd <= 192; dd += 32) {
         p = make_problem(ctx, FA_DTYPE_BF16, dd);
@@ -384,22 +382,10 @@ int main(int argc, char **argv)
         CHECK(fake->launch_log_len == 3, "d %d backward: %d launches", dd, fake->launch_log_len);
         check_launch(fake, 1, "sm90", 'a', "fa_gpu::sm90::ws_backward_cols_kernel<__nv_bfloat16, false, true>",
                      (S + 63) / 64, H, B, 384, (2 * 64 * 256 + 4 * 64 * 64 + 2 * 2 * 64 * 256) * 2 + 1024);
-        check_launch(fake, 2, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 256, 128, true>",
-                     (S * 256 + 255) / 256, H, B, 256, 0);
-        check_map(fake, fake->tensor_map_log_len - 2, p.q, 9, (unsigned long long)dd, 64, "bf16 Q (backward)");
-        check_map(fake, fake->tensor_map_log_len - 1, p.dout, 9, (unsigned long long)dd, 64, "bf16 dO (backward)");
-        /* FLASHATTN_KERNELS=sm90-bwd-dq-tiles: the same kernel's instance whose dQ accumulator keeps
-         * tiles in register order, and their conversion */
-        fa_context *tiles = context_with("sm90-bwd-dq-tiles");
-        fake->launch_log_len = 0;
-        st = fa_backward(tiles, &p.bwd);
-        CHECK(st == FA_SUCCESS, "fa_backward: %s", fa_context_last_error(tiles));
-        CHECK(fake->launch_log_len == 3, "d %d backward, sm90-bwd-dq-tiles: %d launches", dd, fake->launch_log_len);
-        check_launch(fake, 1, "sm90", 'a', "fa_gpu::sm90::ws_backward_cols_kernel<__nv_bfloat16, false, true, true>",
-                     (S + 63) / 64, H, B, 384, (2 * 64 * 256 + 4 * 64 * 64 + 2 * 2 * 64 * 256) * 2 + 1024);
         check_launch(fake, 2, "sm90", 'a', "fa_gpu::sm90::dq_convert_cols_kernel<__nv_bfloat16>", (S * 256 + 255) / 256,
                      H, B, 256, 0);
-        fa_context_destroy(tiles);
+        check_map(fake, fake->tensor_map_log_len - 2, p.q, 9, (unsigned long long)dd, 64, "bf16 Q (backward)");
+        check_map(fake, fake->tensor_map_log_len - 1, p.dout, 9, (unsigned long long)dd, 64, "bf16 dO (backward)");
         if (dd == 192) {
             fa_context *sm80 = context_with("sm80");
             st = fa_query_support(sm80, &p.fwd, 0, variant, sizeof variant);

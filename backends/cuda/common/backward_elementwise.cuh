@@ -59,7 +59,7 @@ __device__ __forceinline__ int dq_swizzle(int64_t token)
 template <typename T, int D, int DV = D, bool SWZ = false> __global__ void dq_convert_kernel(const fa_gpu_params p)
 {
     static_assert(!SWZ || DV >= 64, "the swizzle permutes bits 3..5 of a row's column");
-    /* DV < D: the accumulator is [D / DV][heads_q][total_q][DV] (column blocks of DV, sm90 d 256) */
+    /* DV < D: the accumulator is [D / DV][heads_q][total_q][DV] (column blocks of DV) */
     const int64_t b = blockIdx.z, h = blockIdx.y;
     const fa_seq s = fa_sequence(p, b);
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = e / D;

@@ -68,9 +68,6 @@ typedef struct fa_gpu_params {
     int64_t splits;
     fa_gpu_tensor split_o, split_lse;
     int64_t split_stride_o, split_stride_lse;
-    /* the Hopper d 256 backward's dQ accumulator in tiles of register order (its launcher's choice
-     * of kernel and conversion; FLASHATTN_KERNELS=sm90-bwd-dq-tiles, backward_cols_kernels.cuh) */
-    int sm90_dq_tiles;
 } fa_gpu_params;
 
 /* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family

@@ -48,16 +48,13 @@
  * splitting the columns; its fixed shared memory: K, V [64][256], P^T and dS^T [64][64] twice.
  * As many query-side stages [BQ][D] x 2 as fit beside the fixed part (less 1 KiB of alignment,
  * the static arrays and the barriers), at most 3, and the total, plus 1 KiB of alignment. The fp32
- * dQ accumulator: [D / DV][heads_q][total_q][DV] (DV = 128 at d 256); under
- * FLASHATTN_KERNELS=sm90-bwd-dq-tiles at d 256 [heads_q][ACC_ROWS][256] in tiles of 64 rows in the
- * consumers' register order (backward_cols_kernels.cuh), sequence b's first tile at row
- * FA_SM90_BW_TILE_ROW0, so ACC_ROWS = total_q + 64 x batch rows hold them all (the space is
- * allocated for both layouts). */
+ * dQ accumulator: at d 64 and 128 [heads_q][total_q][D]; at d 256 [heads_q][ACC_ROWS][256] in
+ * tiles of 64 rows in the consumers' register order (backward_cols_kernels.cuh), sequence b's
+ * first tile at row FA_SM90_BW_TILE_ROW0, so ACC_ROWS = total_q + 64 x batch rows hold them all. */
 #define FA_SM90_BW_CONSUMERS 256
 #define FA_SM90_BW_THREADS 384
 #define FA_SM90_BW_BN(D) ((D) > 128 ? 64 : 128)
 #define FA_SM90_BW_BQ(D) ((D) <= 64 ? 128 : 64)
-#define FA_SM90_BW_DV(D) ((D) > 128 ? 128 : (D))
 #define FA_SM90_BW_FIXED_BYTES(E, D)                                                                                   \
     ((D) > 128 ? (2 * FA_SM90_BW_BN(D) * (D) + 4 * FA_SM90_BW_BN(D) * FA_SM90_BW_BQ(D)) * (E)                          \
                : (2 * FA_SM90_BW_BN(D) * (D) + FA_SM90_BW_BN(D) * FA_SM90_BW_BQ(D)) * (E) + FA_SM90_BW_BQ(D) * (D) * 4)

@@ -37,7 +37,6 @@ typedef struct fa_gpu_state {
     int sm80_bwd_narrow;      /* FLASHATTN_KERNELS=sm80-bwd-narrow: the sm80 d 256 backward on bwd_kernel's
                                  4-warp instance where the 8-warp one fits too (backend.c) */
     int kv_mla_16_rows;       /* FLASHATTN_KERNELS=kv-mla-16-rows: MLA decode on the 16-row kernel only */
-    int sm90_bwd_dq_tiles;    /* FLASHATTN_KERNELS=sm90-bwd-dq-tiles: fa_gpu_params.sm90_dq_tiles */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split
                                  kernel takes the call (1: none); 0: the rule's count (split_rule.h) */
     int sm80_fwd_stages;      /* FLASHATTN_KERNELS=sm80-fwd-stages=N: the sm80 forward's K / V stages where

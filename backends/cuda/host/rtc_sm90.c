@@ -171,10 +171,9 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
 
 /* launch_backward<T, D>: dsum_kernel<T>, the fp32 dQ accumulator cleared, ws_backward_kernel<T, D,
  * MODE, MOD, TMA> (TMA: the plain mode of a dense call, where Q and dO have maps) over key tiles,
- * at d 256 ws_backward_cols_kernel<T, MOD, TMA> (with p->sm90_dq_tiles <T, MOD, TMA, true>), then
- * dq_convert_kernel<T, D, DV, true> (the accumulator swizzled; with p->sm90_dq_tiles
- * dq_convert_cols_kernel<T>, its tiles in the consumers' register order); the first failure stops
- * the sequence. */
+ * at d 256 ws_backward_cols_kernel<T, MOD, TMA>, then dq_convert_kernel<T, D, D, true> (the
+ * accumulator swizzled; d 256: dq_convert_cols_kernel<T>, its tiles in the consumers' register
+ * order); the first failure stops the sequence. */
 static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *stream, char *why, size_t why_len)
 {
     const char *type = type_name(dtype);
@@ -229,10 +228,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         const int tma = mode == 0 && !p->cu_q &&
                         make_map(cu, &maps.first, &p->q, p, p->d, p->seqlen_q, p->heads_q, bq, dtype) &&
                         make_map(cu, &maps.second, &p->dout, p, p->d_v, p->seqlen_q, p->heads_q, bq, dtype);
-        if (d == 256 && p->sm90_dq_tiles)
-            snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_cols_kernel<%s, %s, %s, true>", type,
-                     mod ? "true" : "false", tma ? "true" : "false");
-        else if (d == 256)
+        if (d == 256)
             snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_cols_kernel<%s, %s, %s>", type,
                      mod ? "true" : "false", tma ? "true" : "false");
         else
@@ -248,10 +244,10 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         fa_why_set(why, why_len, "the sm90 backward's dQ: %lld rows x %d columns overflow", (long long)p->seqlen_q, d);
         return FA_RTC_INVALID_ARG;
     }
-    if (d == 256 && p->sm90_dq_tiles)
+    if (d == 256)
         snprintf(name, sizeof name, "fa_gpu::sm90::dq_convert_cols_kernel<%s>", type);
     else
-        snprintf(name, sizeof name, "fa_gpu::dq_convert_kernel<%s, %d, %d, true>", type, d, FA_SM90_BW_DV(d));
+        snprintf(name, sizeof name, "fa_gpu::dq_convert_kernel<%s, %d, %d, true>", type, d, d);
     return launch(name, elements / FA_SM90_DQ_CONVERT_THREADS + (elements % FA_SM90_DQ_CONVERT_THREADS != 0),
                   p->heads_q, p->batch, FA_SM90_DQ_CONVERT_THREADS, 0, stream, args, why, why_len);
 }

@@ -15,9 +15,8 @@ namespace fa_gpu::sm90 {
  * p.lse2. No dropout (mode 2), and no score modifiers at d 128: at 168 registers per consumer
  * thread ptxas serializes those kernels' wgmma, so they have no instance and the chooser keeps
  * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only;
- * d 256 on ws_backward_cols_kernel, over 64-key blocks, its accumulator [2][heads_q][total_q][128]
- * (dq_convert_kernel's DV = 128), or with p.sm90_dq_tiles in tiles (FA_SM90_BW_ACC_ROWS rows a
- * head) read back by dq_convert_cols_kernel. */
+ * d 256 on ws_backward_cols_kernel, over 64-key blocks, its accumulator in tiles
+ * (FA_SM90_BW_ACC_ROWS rows a head) read back by dq_convert_cols_kernel. */
 template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = FA_SM90_BW_SMEM((int)sizeof(T), D);
@@ -47,11 +46,6 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
             auto k = tma ? ws_backward_cols_kernel<T, false, true> : ws_backward_cols_kernel<T, false, false>;
             if (mod)
                 k = tma ? ws_backward_cols_kernel<T, true, true> : ws_backward_cols_kernel<T, true, false>;
-            if (p.sm90_dq_tiles) {
-                k = tma ? ws_backward_cols_kernel<T, false, true, true> : ws_backward_cols_kernel<T, false, false, true>;
-                if (mod)
-                    k = tma ? ws_backward_cols_kernel<T, true, true, true> : ws_backward_cols_kernel<T, true, false, true>;
-            }
             e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
             if (e == cudaSuccess) {
                 const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv,
@@ -77,10 +71,10 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     if (e == cudaSuccess) {
         const dim3 g2((unsigned)((p.seqlen_q * D + FA_SM90_DQ_CONVERT_THREADS - 1) / FA_SM90_DQ_CONVERT_THREADS),
                       (unsigned)p.heads_q, (unsigned)p.batch);
-        if (D == 256 && p.sm90_dq_tiles)
+        if constexpr (D == 256)
             dq_convert_cols_kernel<T><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
         else
-            fa_gpu::dq_convert_kernel<T, D, bw_dv<D>(), true><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
+            fa_gpu::dq_convert_kernel<T, D, D, true><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
         e = cudaGetLastError();
     }
     return e;

@@ -19,15 +19,12 @@
  *   dQ = dS K                      wgmma m64n128k16, both MN-major: the 64 queries x consumer w's
  *                                  128 columns
  * and dQ goes straight from the registers into the fp32 accumulator by vector reductions, so no
- * shared tile of 64 KB is needed and dQ is not bitwise reproducible. The accumulator is
- * [2][heads][tokens][128], rows swizzled (dq_convert_kernel<T, 256, 128, true> reads it back):
- * consumer w adds its two values per row and column pair into half w (8-byte reductions, a warp's
- * covering 8 rows x 32 bytes). With TILES (FLASHATTN_KERNELS=sm90-bwd-dq-tiles) it keeps each
- * 64-row tile in the consumers' register order instead (acc_offset: consumer w's thread t adds
- * its four values of column block j at 16 bytes ((j x 128 + t)), so a warp's reduction covers 512
- * contiguous bytes), each sequence's tiles from row FA_SM90_BW_TILE_ROW0; dq_convert_cols_kernel
- * reads it back. Plain calls only (no block mask, no dropout), with or without the score
- * modifiers (MOD). */
+ * shared tile of 64 KB is needed and dQ is not bitwise reproducible. The accumulator keeps each
+ * 64-row tile in the consumers' register order (acc_offset: consumer w's thread t adds its four
+ * values of column block j at 16 bytes ((j x 128 + t)), so a warp's reduction covers 512
+ * contiguous bytes; reductions of 8 bytes into row-major rows, 8 rows a warp, kept L2 saturated),
+ * each sequence's tiles from row FA_SM90_BW_TILE_ROW0; dq_convert_cols_kernel reads it back. Plain
+ * calls only (no block mask, no dropout), with or without the score modifiers (MOD). */
 #ifndef FA_SM90_BACKWARD_COLS_KERNELS_CUH
 #define FA_SM90_BACKWARD_COLS_KERNELS_CUH
 
@@ -43,14 +40,14 @@ __device__ __forceinline__ int64_t acc_offset(int64_t h, int64_t acc_rows, int64
     return (h * acc_rows + row0) * 256 + w * 8192 + (j * 128 + t) * 4 + k;
 }
 
-template <typename T, bool MOD, bool TMA, bool TILES = false>
+template <typename T, bool MOD, bool TMA>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const fa_gpu_params p,
                                                                          const __grid_constant__ tile_maps maps)
 {
     constexpr int D = 256, BN = bw_bn<D>(), BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
     constexpr int QW = BQ / 2, CW = D / 2; /* a consumer's queries in S^T, its output columns */
     constexpr uint32_t KVB = BN * D * sizeof(T), PB = BN * BQ * sizeof(T), QB = BQ * D * sizeof(T);
-    static_assert(BN == 64 && BQ == 64 && CW == bw_dv<D>() && STAGES >= 2, "the tiles below");
+    static_assert(BN == 64 && BQ == 64 && STAGES >= 2, "the tiles below");
     static_assert(bw_fixed_bytes<T, D>() == 2 * KVB + 4 * PB, "the layout below");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t bars[2 * STAGES]; /* full, empty */
@@ -248,32 +245,14 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         wait<0>();
         mbar_arrive(empty0 + 8u * st); /* done with the stage's Q and dO */
 
-        if constexpr (TILES) {
-            /* the tile's dQ into the accumulator in register order (rows past the sequence land in
-             * its padding, which nothing reads) */
-            float *acc = p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
-                                                 FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0, wg,
-                                                 0, (int)threadIdx.x % 128, 0);
+        /* the tile's dQ into the accumulator in register order (rows past the sequence land in its
+         * padding, which nothing reads) */
+        float *acc = p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
+                                             FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0, wg, 0,
+                                             (int)threadIdx.x % 128, 0);
 #pragma unroll
-            for (int j = 0; j < CW / 8; ++j)
-                fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-        } else {
-            /* dQ rows 16 (warp % 4) + g (+ 8) of the tile: the accumulator's half wg, rows swizzled */
-            const int64_t tok0 = (p.cu_q ? s.q_start : b * p.seqlen_q) + q0;
-            float *acc = p.dq_accum + ((int64_t)wg * p.heads_q + h) * p.total_q * CW;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = krow + 8 * r;
-                if (q0 + row < s.sq) {
-                    const int64_t t = tok0 + row;
-                    const int sw = fa_gpu::dq_swizzle(t);
-                    float *dst = acc + t * CW;
-#pragma unroll
-                    for (int j = 0; j < CW / 8; ++j)
-                        fa_gpu::red_add2(dst + ((8 * j + 2 * t4) ^ sw), dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-                }
-            }
-        }
+        for (int j = 0; j < CW / 8; ++j)
+            fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     }
 
     const int64_t rows[2] = {k0 + krow, k0 + krow + 8};
@@ -281,8 +260,8 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
                               reinterpret_cast<const float(*)[4]>(dv), col0);
 }
 
-/* dQ (T, or fp32 for p.out_f32) from ws_backward_cols_kernel's accumulator of tiles (TILES): one
- * thread per element of one sequence's rows (256 columns a row), as common/backward_elementwise.cuh's
+/* dQ (T, or fp32 for p.out_f32) from ws_backward_cols_kernel's accumulator of tiles: one thread per
+ * element of one sequence's rows (256 columns a row), as common/backward_elementwise.cuh's
  * dq_convert_kernel does for the row-major one. */
 template <typename T> __global__ void dq_convert_cols_kernel(const fa_gpu_params p)
 {

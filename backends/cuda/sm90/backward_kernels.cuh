@@ -71,12 +71,6 @@ template <int D> __host__ __device__ constexpr int bw_bq()
 {
     return FA_SM90_BW_BQ(D);
 }
-/* the fp32 dQ accumulator's row: d 256 splits it in two halves of 128 columns
- * ([2][heads][tokens][128]: each consumer of backward_cols_kernels.cuh adds its half) */
-template <int D> __host__ __device__ constexpr int bw_dv()
-{
-    return FA_SM90_BW_DV(D);
-}
 /* shared memory: at d 64 and 128 K, V [128][D], dS^T [128][BQ] (16-bit), dQ [BQ][D] (fp32, the
  * rows as the accumulator holds them, for one bulk reduction), then the query-side stages
  * [BQ][D] x 2; as many stages as fit (227 KiB, less 1 KiB for alignment and the static arrays),
