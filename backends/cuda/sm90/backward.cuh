@@ -40,32 +40,25 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         memset(&maps, 0, sizeof maps);
         const bool tma = mode == 0 && make_qdo_maps<T>(p, bw_bq<D>(), &maps);
         const bool mod = fa_gpu_has_score_mod(p);
+        void (*k)(const fa_gpu_params, const tile_maps);
         if constexpr (D == 256) {
             if (mode != 0)
                 return cudaErrorInvalidValue;
-            auto k = tma ? ws_backward_cols_kernel<T, false, true> : ws_backward_cols_kernel<T, false, false>;
+            k = tma ? ws_backward_cols_kernel<T, false, true> : ws_backward_cols_kernel<T, false, false>;
             if (mod)
                 k = tma ? ws_backward_cols_kernel<T, true, true> : ws_backward_cols_kernel<T, true, false>;
-            e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-            if (e == cudaSuccess) {
-                const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv,
-                              (unsigned)p.batch);
-                k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
-                e = cudaGetLastError();
-            }
         } else {
-            auto k = tma ? ws_backward_kernel<T, D, 0, false, true> : ws_backward_kernel<T, D, 0>;
+            k = tma ? ws_backward_kernel<T, D, 0, false, true> : ws_backward_kernel<T, D, 0>;
             if constexpr (D != 128) /* d 128: no MOD kernel (launch_backward's comment) */
                 if (mod)
                     k = tma ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, true>;
             k = mode == 1 ? ws_backward_kernel<T, D, 1> : k;
-            e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-            if (e == cudaSuccess) {
-                const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv,
-                              (unsigned)p.batch);
-                k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
-                e = cudaGetLastError();
-            }
+        }
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        if (e == cudaSuccess) {
+            const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv, (unsigned)p.batch);
+            k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
+            e = cudaGetLastError();
         }
     }
     if (e == cudaSuccess) {
