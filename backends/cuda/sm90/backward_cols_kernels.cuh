@@ -22,9 +22,9 @@
  * shared tile of 64 KB is needed and dQ is not bitwise reproducible. The accumulator keeps each
  * 64-row tile in the consumers' register order (acc_offset: consumer w's thread t adds its four
  * values of column block j at 16 bytes ((j x 128 + t)), so a warp's reduction covers 512
- * contiguous bytes; reductions of 8 bytes into row-major rows, 8 rows a warp, kept L2 saturated),
- * each sequence's tiles from row FA_SM90_BW_TILE_ROW0; dq_convert_cols_kernel reads it back. Plain
- * calls only (no block mask, no dropout), with or without the score modifiers (MOD). */
+ * contiguous bytes, where into row-major rows it would cover 8 rows), each sequence's tiles from
+ * row FA_SM90_BW_TILE_ROW0; dq_convert_cols_kernel reads it back. Plain calls only (no block mask,
+ * no dropout), with or without the score modifiers (MOD). */
 #ifndef FA_SM90_BACKWARD_COLS_KERNELS_CUH
 #define FA_SM90_BACKWARD_COLS_KERNELS_CUH
 
