@@ -9,8 +9,7 @@
  *     memory, the K and V maps' arguments to cuTensorMapEncodeTiled, the maps passed as the
  *     kernel's second parameter; the same forward causal on the instance of 128-key tiles;
  *   - its backward: dsum, the dQ accumulator cleared, the warp-specialised backward on the Q and
- *     dO maps, dQ converted, each with its grid, block and shared memory; under
- *     FLASHATTN_KERNELS=sm90-bwd-overlap the reordered step's instance and its shared memory;
+ *     dO maps, dQ converted, each with its grid, block and shared memory;
  *   - fp16 d 64, a plain forward; with dropout, under the chooser and FLASHATTN_KERNELS=sm90: the
  *     warp-specialised kernel's dropout instance;
  *   - bf16 d 160 and 192, plain: the forward on the d 192 instance (grid, block, shared memory;
@@ -320,20 +319,6 @@ int main(int argc, char **argv)
                  H, B, 256, 0);
     check_map(fake, 4, p.q, 9, 128, 64, "Q");
     check_map(fake, 5, p.dout, 9, 128, 64, "dO");
-
-    /* FLASHATTN_KERNELS=sm90-bwd-overlap: the reordered step's instance, a second dS^T buffer
-     * [128][64] (3 stages still fit); the chooser's variant names it */
-    fa_context *ovl = context_with("sm90-bwd-overlap");
-    char ovl_variant[96];
-    st = fa_query_support(ovl, &p.fwd, 1, ovl_variant, sizeof ovl_variant);
-    CHECK(st == FA_SUCCESS && strcmp(ovl_variant, "sm90-bwd-bf16-d128-wgmma-ws-overlap") == 0,
-          "sm90-bwd-overlap backward: %d, %s", (int)st, ovl_variant);
-    st = fa_backward(ovl, &p.bwd);
-    CHECK(st == FA_SUCCESS, "fa_backward (sm90-bwd-overlap): %s", fa_context_last_error(ovl));
-    check_launch(fake, fake->launch_log_len - 2, "sm90", 'a',
-                 "fa_gpu::sm90::ws_backward_kernel<__nv_bfloat16, 128, 0, false, true, true>", (S + 127) / 128, H, B,
-                 384, (2 * 128 * 128 + 2 * 128 * 64) * 2 + 64 * 128 * 4 + 2 * 3 * 64 * 128 * 2 + 1024);
-    fa_context_destroy(ovl);
 
     free_problem(ctx, &p);
 

@@ -64,14 +64,6 @@
 #define FA_SM90_BW_STAGES(E, D) (FA_SM90_BW_STAGES_FIT(E, D) < 3 ? FA_SM90_BW_STAGES_FIT(E, D) : 3)
 #define FA_SM90_BW_SMEM(E, D)                                                                                          \
     (FA_SM90_BW_FIXED_BYTES(E, D) + 2 * FA_SM90_BW_STAGES(E, D) * FA_SM90_BW_BQ(D) * (D) * (E) + 1024)
-/* the reordered step (FLASHATTN_KERNELS=sm90-bwd-overlap, d 64 and 128): a second dS^T buffer */
-#define FA_SM90_BW_OVL_FIXED_BYTES(E, D) (FA_SM90_BW_FIXED_BYTES(E, D) + FA_SM90_BW_BN(D) * FA_SM90_BW_BQ(D) * (E))
-#define FA_SM90_BW_OVL_STAGES_FIT(E, D)                                                                                \
-    ((FA_SM90_SMEM_OPTIN - 1024 - 3 * 2 * FA_SM90_BW_BQ(D) * 4 - 256 - FA_SM90_BW_OVL_FIXED_BYTES(E, D)) /            \
-     (2 * FA_SM90_BW_BQ(D) * (D) * (E)))
-#define FA_SM90_BW_OVL_STAGES(E, D) (FA_SM90_BW_OVL_STAGES_FIT(E, D) < 3 ? FA_SM90_BW_OVL_STAGES_FIT(E, D) : 3)
-#define FA_SM90_BW_OVL_SMEM(E, D)                                                                                      \
-    (FA_SM90_BW_OVL_FIXED_BYTES(E, D) + 2 * FA_SM90_BW_OVL_STAGES(E, D) * FA_SM90_BW_BQ(D) * (D) * (E) + 1024)
 #define FA_SM90_BW_ACC_ROWS(D, TOTAL_Q, BATCH) ((D) > 128 ? (TOTAL_Q) + FA_SM90_BW_BQ(D) * (BATCH) : (TOTAL_Q))
 /* sequence b's first accumulator row at d 256, its first packed row (b x seqlen_q when dense)
  * q_start: a multiple of 64 past the previous sequence's last tile */

@@ -16,12 +16,11 @@ namespace fa_gpu::sm90 {
  * thread ptxas serializes those kernels' wgmma, so they have no instance and the chooser keeps
  * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only;
  * d 256 on ws_backward_cols_kernel, over 64-key blocks, its accumulator in tiles
- * (FA_SM90_BW_ACC_ROWS rows a head) read back by dq_convert_cols_kernel. overlap
- * (FLASHATTN_KERNELS=sm90-bwd-overlap): d 64 and 128 calls on TMA without score modifiers take
- * the reordered step (ws_backward_kernel's OVL). */
-template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st, bool overlap)
+ * (FA_SM90_BW_ACC_ROWS rows a head) read back by dq_convert_cols_kernel. */
+template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
-    static_assert(bw_stages<T, D>() >= 2 && (D > 128 || bw_stages<T, D, true>() >= 2), "two query-side stages at least");
+    constexpr int SMEM = FA_SM90_BW_SMEM((int)sizeof(T), D);
+    static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
     static_assert(fa_gpu::THREADS == FA_SM90_DSUM_THREADS, "dsum_kernel's block, as host/rtc_sm90.c launches it");
     if (p.seqlen_q == 0 || p.batch == 0)
         return cudaSuccess;
@@ -42,7 +41,6 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         const bool tma = mode == 0 && make_qdo_maps<T>(p, bw_bq<D>(), &maps);
         const bool mod = fa_gpu_has_score_mod(p);
         void (*k)(const fa_gpu_params, const tile_maps);
-        int smem = FA_SM90_BW_SMEM((int)sizeof(T), D);
         if constexpr (D == 256) {
             if (mode != 0)
                 return cudaErrorInvalidValue;
@@ -55,15 +53,11 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
                 if (mod)
                     k = tma ? ws_backward_kernel<T, D, 0, true, true> : ws_backward_kernel<T, D, 0, true>;
             k = mode == 1 ? ws_backward_kernel<T, D, 1> : k;
-            if (overlap && tma && !mod) {
-                k = ws_backward_kernel<T, D, 0, false, true, true>;
-                smem = FA_SM90_BW_OVL_SMEM((int)sizeof(T), D);
-            }
         }
-        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
         if (e == cudaSuccess) {
             const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv, (unsigned)p.batch);
-            k<<<g1, BW_THREADS, smem, st>>>(p, maps);
+            k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
             e = cudaGetLastError();
         }
     }

@@ -79,9 +79,9 @@ template <typename T, int D> __host__ __device__ constexpr int bw_fixed_bytes()
 {
     return FA_SM90_BW_FIXED_BYTES((int)sizeof(T), D);
 }
-template <typename T, int D, bool OVL = false> __host__ __device__ constexpr int bw_stages()
+template <typename T, int D> __host__ __device__ constexpr int bw_stages()
 {
-    return OVL ? FA_SM90_BW_OVL_STAGES((int)sizeof(T), D) : FA_SM90_BW_STAGES((int)sizeof(T), D);
+    return FA_SM90_BW_STAGES((int)sizeof(T), D);
 }
 /* byte offset of k-step kk (16 columns) of rows row0.. in a K-major swizzled tile of ROWS rows */
 __device__ __forceinline__ uint32_t kmaj(int rows, int row0, int kk)
@@ -99,25 +99,15 @@ static_assert(BW_CONSUMERS * BW_CONSUMER_REGS + (BW_THREADS - BW_CONSUMERS) * BW
 
 /* MODE as in the forward (fa_gpu::mode_of); MOD: the score modifiers, with dS times the softcap's
  * derivative computed together with P (dP^T is already there), in the plain mode only; TMA: the
- * producer loads Q and dO through maps (first: Q, second: dO; make_qdo_maps), else maps is unused.
- * OVL (TMA without score modifiers; FLASHATTN_KERNELS=sm90-bwd-overlap): the step reordered so
- * that each product runs beside element work, FlashAttention-3's order. S^T is waited for alone
- * and P^T computed while dP^T runs (the hidden elements' dP^T zeroed after it lands); dS^T is
- * written to one of two shared buffers (by step parity) before dV's product is issued, so no
- * barrier guards its reuse; dQ's product is issued before dK's and its tile handed to shared memory
- * while dK's runs; and warp 1 of the producer warpgroup writes the tile into the accumulator
- * (named barriers: 5, the tile is in shared memory; 6, the previous one has been read out), so the
- * consumers never wait on the bulk reduction. */
-template <typename T, int D, int MODE, bool MOD = false, bool TMA = false, bool OVL = false>
+ * producer loads Q and dO through maps (first: Q, second: dO; make_qdo_maps), else maps is unused. */
+template <typename T, int D, int MODE, bool MOD = false, bool TMA = false>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu_params p,
                                                                     const __grid_constant__ tile_maps maps)
 {
     static_assert(MODE == 0 || MODE == 1, "no dropout mode: launch_backward says why");
     static_assert(D <= 128, "d 256: ws_backward_cols_kernel");
-    static_assert(!OVL || (TMA && !MOD && MODE == 0), "the reordered step: dense plain calls on TMA");
     constexpr bool LISTS = MODE == 1;
-    constexpr int BW_BN = bw_bn<D>(), BQ = bw_bq<D>(), STAGES = bw_stages<T, D, OVL>();
-    constexpr uint32_t DS_BUFS = OVL ? 2 : 1;
+    constexpr int BW_BN = bw_bn<D>(), BQ = bw_bq<D>(), STAGES = bw_stages<T, D>();
     constexpr bool MSPLIT = BQ == 128; /* dQ split between the consumers along rows (else columns) */
     static_assert(!MOD || MODE == 0, "score modifiers in the plain mode only");
     constexpr uint32_t DSB = BW_BN * BQ * sizeof(T);
@@ -127,8 +117,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     __shared__ float rowv[STAGES][2][BQ];              /* LSE log2(e), D of the stage's rows */
     unsigned char *base = smem_raw + ((1024u - (fa_gpu::smem_addr(smem_raw) & 1023u)) & 1023u);
     const uint32_t k_addr = fa_gpu::smem_addr(base), v_addr = k_addr + KVB, ds_addr = v_addr + KVB,
-                   dq_addr = ds_addr + DS_BUFS * DSB, st_addr = dq_addr + BQ * D * 4u;
-    float *dqs = reinterpret_cast<float *>(base + 2 * KVB + DS_BUFS * DSB);
+                   dq_addr = ds_addr + DSB, st_addr = dq_addr + BQ * D * 4u;
+    T *dss = reinterpret_cast<T *>(base + 2 * KVB);
+    float *dqs = reinterpret_cast<float *>(base + 2 * KVB + BW_BN * BQ * sizeof(T));
 
     const int64_t hk = blockIdx.y, b = blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
@@ -186,27 +177,6 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     if (threadIdx.x >= BW_CONSUMERS) { /* the producer */
         setmaxnreg_dec<BW_PRODUCER_REGS>();
         const int tid = threadIdx.x - BW_CONSUMERS;
-        if constexpr (OVL)
-            if (tid >= 32 && tid < 64) { /* the dQ writer */
-                int64_t n = 0;
-                for (int64_t it = next_iter(0); it < niter; it = next_iter(it + 1), ++n) {
-                    const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
-                    if (tid == 32 && n > 0)
-                        bulk_wait_read<0>(); /* the previous tile is out of shared memory */
-                    __syncwarp();
-                    bar_arrive<6, BW_CONSUMERS + 32>();
-                    bar_sync<5, BW_CONSUMERS + 32>(); /* this step's tile is in */
-                    if (tid == 32) {
-                        const int64_t rows = imin(BQ, s.sq - q0);
-                        const int64_t row0 = p.cu_q ? s.q_start + q0 : b * p.seqlen_q + q0;
-                        bulk_reduce_add_f32(p.dq_accum + (h * p.total_q + row0) * D, dq_addr, (uint32_t)(rows * D * 4));
-                        bulk_commit();
-                    }
-                }
-                if (tid == 32)
-                    bulk_wait<0>();
-                return;
-            }
         if (tid >= COPIERS)
             return;
         int64_t n = 0;
@@ -258,7 +228,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
         dk[i] = dv[i] = 0.0f;
     /* this consumer's part of dQ: rows dq_r0.. (64), columns dq_c0.. (64) */
     const int dq_r0 = MSPLIT ? 64 * wg : 0, dq_c0 = MSPLIT ? 0 : 64 * wg;
-    const uint32_t ds_a0 = ds_addr + (MSPLIT ? (uint32_t)wg * BW_BN * 128u : 0u); /* its 64 queries of dS^T */
+    const uint32_t ds_a = ds_addr + (MSPLIT ? (uint32_t)wg * BW_BN * 128u : 0u); /* its 64 queries of dS^T */
     const uint32_t k_b = k_addr + (MSPLIT ? 0u : (uint32_t)wg * BW_BN * 128u);   /* its 64 columns of K */
 
     int64_t n = 0;
@@ -266,8 +236,6 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
         const int st = (int)(n % STAGES);
         const int64_t h = hk * p.group + it / nqt, q0 = (it % nqt) * BQ;
         const uint32_t qa = st_addr + 2u * QB * (uint32_t)st, da = qa + QB;
-        const uint32_t dsb = OVL ? (uint32_t)(n & 1) * DSB : 0u; /* this step's dS^T buffer */
-        const uint32_t ds_a = ds_a0 + dsb;
         const float *lse2 = rowv[st][0], *dd = rowv[st][1];
         mbar_wait(full0 + 8u * st, (uint32_t)((n / STAGES) & 1));
         fence_proxy_async();
@@ -280,36 +248,21 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
         }
 
         uint32_t df[BQ / 16][4]; /* dS^T as A fragments */
-        uint32_t pf[BQ / 16][4]; /* P^T as A fragments */
         const fa_tile_class gcls = keys_class(h, q0, gk0, gk0 + 64);
         if (gcls != FA_TILE_EMPTY) {
             float pt[BQ / 8][4], dpt[BQ / 8][4];
             float(&ptf)[BQ / 2] = *reinterpret_cast<float(*)[BQ / 2]>(&pt[0][0]);
             float(&dptf)[BQ / 2] = *reinterpret_cast<float(*)[BQ / 2]>(&dpt[0][0]);
             fence();
-            if constexpr (OVL) { /* S^T, then dP^T, waiting for S^T alone */
 #pragma unroll
-                for (int kk = 0; kk < D; kk += 16)
-                    ss<T, BQ>::run(ptf, desc_sw128(k_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
-                                   desc_sw128(qa + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
-                commit();
-#pragma unroll
-                for (int kk = 0; kk < D; kk += 16)
-                    ss<T, BQ>::run(dptf, desc_sw128(v_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
-                                   desc_sw128(da + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
-                commit();
-                wait<1>();
-            } else {
-#pragma unroll
-                for (int kk = 0; kk < D; kk += 16) {
-                    ss<T, BQ>::run(ptf, desc_sw128(k_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
-                                   desc_sw128(qa + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
-                    ss<T, BQ>::run(dptf, desc_sw128(v_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
-                                   desc_sw128(da + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
-                }
-                commit();
-                wait<0>();
+            for (int kk = 0; kk < D; kk += 16) {
+                ss<T, BQ>::run(ptf, desc_sw128(k_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
+                               desc_sw128(qa + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
+                ss<T, BQ>::run(dptf, desc_sw128(v_addr + kmaj(BW_BN, 64 * wg, kk), 16u, 1024u),
+                               desc_sw128(da + kmaj(BQ, 0, kk), 16u, 1024u), kk > 0);
             }
+            commit();
+            wait<0>();
 
             const fa_tile_class cls = keys_class(h, q0, wk0, wk0 + 16);
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || q0 + BQ > s.sq;
@@ -322,8 +275,6 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
              * tests each element, the other has no branch per element (a branch around each
              * element's test costs instruction fetches in the hot loop). With them the registers
              * do not allow two copies: one loop tests edge per element. */
-            /* OVL: the elements hidden, bit nt * 4 + e (dP^T is still being written) */
-            uint64_t hidden = 0;
             auto p_step = [&](const bool masked) {
 #pragma unroll
                 for (int nt = 0; nt < BQ / 8; ++nt)
@@ -338,10 +289,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                             (cls == FA_TILE_EMPTY ||
                              !fa_gpu::visible(p, m, h, q0 + col, wk0 + g + (e >> 1) * 8, check_blocks))) {
                             x = 0.0f;
-                            if constexpr (OVL)
-                                hidden |= 1ull << (nt * 4 + e);
-                            else
-                                dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
+                            dpt[nt][e] = 0.0f; /* dS = 0 (0 - D) = 0 below even where V is NaN */
                             grad = 1.0f;
                         }
                         pt[nt][e] = x;
@@ -353,18 +301,8 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                 p_step(true);
             else
                 p_step(false); /* inlined with a constant: no test, no branch */
+            uint32_t pf[BQ / 16][4];
             fa_gpu::acc_to_a<T, BQ>(pf, pt);
-            if constexpr (OVL) { /* dP^T has landed: the hidden elements' dS^T is 0 even where V is NaN */
-                wait<0>();
-                if (edge) {
-#pragma unroll
-                    for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            if ((hidden >> (nt * 4 + e)) & 1u)
-                                dpt[nt][e] = 0.0f;
-                }
-            }
             /* dS^T = P^T (dP^T - D) scale (MOD: computed above) */
             if constexpr (!MOD) {
 #pragma unroll
@@ -376,68 +314,28 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
                     }
             }
             fa_gpu::acc_to_a<T, BQ>(df, dpt);
-            /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands (OVL: below) */
-            if constexpr (!OVL) {
-                fence();
+            /* dV += P^T dO and dK += dS^T Q: dO and Q [BQ][D] are MN-major B operands */
+            fence();
 #pragma unroll
-                for (int kk = 0; kk < BQ; kk += 16)
-                    rs<T, D>::run(dv, pf[kk / 16], desc_sw128(da + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+            for (int kk = 0; kk < BQ; kk += 16)
+                rs<T, D>::run(dv, pf[kk / 16], desc_sw128(da + (uint32_t)kk * 128u, BQ * 128u, 1024u));
 #pragma unroll
-                for (int kk = 0; kk < BQ; kk += 16)
-                    rs<T, D>::run(dk, df[kk / 16], desc_sw128(qa + (uint32_t)kk * 128u, BQ * 128u, 1024u));
-                commit();
-            }
+            for (int kk = 0; kk < BQ; kk += 16)
+                rs<T, D>::run(dk, df[kk / 16], desc_sw128(qa + (uint32_t)kk * 128u, BQ * 128u, 1024u));
+            commit();
         } else {
 #pragma unroll
-            for (int i = 0; i < BQ / 16; ++i) {
+            for (int i = 0; i < BQ / 16; ++i)
                 df[i][0] = df[i][1] = df[i][2] = df[i][3] = 0u;
-                if constexpr (OVL)
-                    pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0u;
-            }
         }
         /* dS^T [128 keys][BQ] (swizzled) for the dQ product: query pairs in one word */
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                *reinterpret_cast<uint32_t *>(base + 2 * KVB + dsb + sw128<BW_BN>(krow + 8 * r, nt) + 4 * t4) =
-                    df[nt / 2][(nt & 1) * 2 + r];
+                *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(dss) + sw128<BW_BN>(krow + 8 * r, nt) +
+                                              4 * t4) = df[nt / 2][(nt & 1) * 2 + r];
         fence_proxy_async();
-        if constexpr (OVL) { /* the products are issued on every step (zeros where the keys see no query): a
-                              * wgmma under a branch would be serialized */
-            fence();
-#pragma unroll
-            for (int kk = 0; kk < BQ; kk += 16)
-                rs<T, D>::run(dv, pf[kk / 16], desc_sw128(da + (uint32_t)kk * 128u, BQ * 128u, 1024u));
-            commit();
-            bar_sync<2, BW_CONSUMERS>(); /* both halves of dS^T are in */
-            float dq[32];
-            fence();
-#pragma unroll
-            for (int kk = 0; kk < BW_BN; kk += 16)
-                ss_tt<T, 64>::run(dq, desc_sw128(ds_a + (uint32_t)kk * 128u, BW_BN * 128u, 1024u),
-                                  desc_sw128(k_b + (uint32_t)kk * 128u, BW_BN * 128u, 1024u), kk > 0);
-            commit();
-#pragma unroll
-            for (int kk = 0; kk < BQ; kk += 16)
-                rs<T, D>::run(dk, df[kk / 16], desc_sw128(qa + (uint32_t)kk * 128u, BQ * 128u, 1024u));
-            commit();
-            wait<1>(); /* dV and dQ; dK's product runs on */
-            const int r0 = dq_r0 + 16 * (warp & 3) + g; /* as below */
-            const int sw = fa_gpu::dq_swizzle(((p.cu_q ? s.q_start : b * p.seqlen_q) + q0 + r0) & 7);
-            bar_sync<6, BW_CONSUMERS + 32>(); /* the writer has read the previous tile out */
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    *reinterpret_cast<float2 *>(dqs + (r0 + 8 * r) * D + ((dq_c0 + 8 * j + 2 * t4) ^ sw)) =
-                        make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-            fence_proxy_async();
-            bar_arrive<5, BW_CONSUMERS + 32>(); /* to the writer */
-            wait<0>();
-            mbar_arrive(empty0 + 8u * st);
-            continue;
-        }
         if (threadIdx.x == 0)
             bulk_wait_read<0>(); /* the previous step's dQ tile has been read out of shared memory */
         bar_sync<2, BW_CONSUMERS>();
@@ -470,7 +368,7 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
             bulk_commit();
         }
     }
-    if (!OVL && threadIdx.x == 0)
+    if (threadIdx.x == 0)
         bulk_wait<0>();
 
     /* dK, dV: thread rows krow and krow + 8 of the tile (the flat accumulators in the mma layout) */
