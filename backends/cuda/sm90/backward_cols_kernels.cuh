@@ -40,7 +40,11 @@ __device__ __forceinline__ int64_t acc_offset(int64_t h, int64_t acc_rows, int64
     return (h * acc_rows + row0) * 256 + w * 8192 + (j * 128 + t) * 4 + k;
 }
 
-template <typename T, bool MOD, bool TMA>
+/* SPREAD (FLASHATTN_KERNELS=sm90-bwd-dq-spread): each step issues half of its dQ reductions and
+ * keeps the other half in registers until the next step's S^T and dP^T are issued, so the LSU
+ * queue drains while the tensor cores work (the last half after the loop). The first step adds
+ * zeros into its own tile: a branch around the reductions would serialize the wgmma. */
+template <typename T, bool MOD, bool TMA, bool SPREAD = false>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const fa_gpu_params p,
                                                                          const __grid_constant__ tile_maps maps)
 {
@@ -140,6 +144,18 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         dk[i] = dv[i] = 0.0f;
     const uint32_t kc = k_addr + (uint32_t)(col0 / 64) * BN * 128u; /* K's columns col0.. */
     const uint32_t cb = (uint32_t)(col0 / 64) * BQ * 128u;          /* a stage tile's columns col0.. */
+    float dqh[SPREAD ? CW / 4 : 1]; /* SPREAD: the previous step's second half of dQ, for pend */
+    float *pend = nullptr;
+#pragma unroll
+    for (int i = 0; i < (SPREAD ? CW / 4 : 1); ++i)
+        dqh[i] = 0.0f;
+    auto flush = [&]() {
+        if constexpr (SPREAD) {
+#pragma unroll
+            for (int j = 0; j < CW / 16; ++j)
+                fa_gpu::red_add4(pend + (CW / 16 + j) * 512, dqh[4 * j], dqh[4 * j + 1], dqh[4 * j + 2], dqh[4 * j + 3]);
+        }
+    };
 
     int64_t n = 0;
     for (int64_t it = next_iter(0); it < niter; it = next_iter(it + 1), ++n) {
@@ -148,6 +164,11 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         const uint32_t qa = st_addr + 2u * QB * (uint32_t)st, da = qa + QB;
         const uint32_t pt_addr = pd_addr + 2u * PB * (uint32_t)(n & 1), ds_addr = pt_addr + PB;
         const float *lse2 = rowv[st][0] + qc, *dd = rowv[st][1] + qc; /* the consumer's queries' */
+        if constexpr (SPREAD) /* the first step: zeros into its own tile */
+            pend = n == 0 ? p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
+                                                    FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0,
+                                                    wg, 0, (int)threadIdx.x % 128, 0)
+                          : pend;
         mbar_wait(full0 + 8u * st, (uint32_t)((n / STAGES) & 1));
         fence_proxy_async();
         /* rows that saw no key: Q, dO zeroed before either consumer's wgmma reads them */
@@ -159,20 +180,41 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
 
         uint32_t pf[QW / 16][4], df[QW / 16][4]; /* P^T and dS^T, 16-bit pairs of queries */
         const int64_t qw0 = q0 + qc;             /* the consumer's first query */
-        if (fa_mask_classify_tile(&m, qw0, qw0 + QW, k0, k0 + BN) != FA_TILE_EMPTY) {
-            float pt[QW / 8][4], dpt[QW / 8][4];
-            float(&ptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&pt[0][0]);
-            float(&dptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&dpt[0][0]);
+        float spt[QW / 8][4], sdpt[QW / 8][4]; /* SPREAD: S^T and dP^T, issued on every step (a wgmma
+                                                 * under the branch below would be serialized) */
+        if constexpr (SPREAD) {
+            float(&sptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&spt[0][0]);
+            float(&sdptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&sdpt[0][0]);
             fence();
 #pragma unroll
             for (int kk = 0; kk < D; kk += 16) {
-                ss<T, QW>::run(ptf, desc_sw128(k_addr + kmaj(BN, 0, kk), 16u, 1024u),
+                ss<T, QW>::run(sptf, desc_sw128(k_addr + kmaj(BN, 0, kk), 16u, 1024u),
                                desc_sw128(qa + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
-                ss<T, QW>::run(dptf, desc_sw128(v_addr + kmaj(BN, 0, kk), 16u, 1024u),
+                ss<T, QW>::run(sdptf, desc_sw128(v_addr + kmaj(BN, 0, kk), 16u, 1024u),
                                desc_sw128(da + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
             }
             commit();
+            flush();
             wait<0>();
+        }
+        if (fa_mask_classify_tile(&m, qw0, qw0 + QW, k0, k0 + BN) != FA_TILE_EMPTY) {
+            float opt[QW / 8][4], odpt[QW / 8][4];
+            float(&pt)[QW / 8][4] = SPREAD ? spt : opt;
+            float(&dpt)[QW / 8][4] = SPREAD ? sdpt : odpt;
+            float(&ptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&pt[0][0]);
+            float(&dptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&dpt[0][0]);
+            if constexpr (!SPREAD) {
+                fence();
+#pragma unroll
+                for (int kk = 0; kk < D; kk += 16) {
+                    ss<T, QW>::run(ptf, desc_sw128(k_addr + kmaj(BN, 0, kk), 16u, 1024u),
+                                   desc_sw128(qa + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
+                    ss<T, QW>::run(dptf, desc_sw128(v_addr + kmaj(BN, 0, kk), 16u, 1024u),
+                                   desc_sw128(da + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
+                }
+                commit();
+                wait<0>();
+            }
 
             const fa_tile_class cls = fa_mask_classify_tile(&m, qw0, qw0 + QW, wk0, wk0 + 16);
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || qw0 + QW > s.sq;
@@ -250,10 +292,23 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         float *acc = p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
                                              FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0, wg, 0,
                                              (int)threadIdx.x % 128, 0);
+        if constexpr (SPREAD) {
 #pragma unroll
-        for (int j = 0; j < CW / 8; ++j)
-            fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+            for (int j = 0; j < CW / 16; ++j)
+                fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+#pragma unroll
+            for (int i = 0; i < CW / 4; ++i) /* an add, not a move: registers a wgmma defined would make
+                                              * ptxas wait for the next step's S^T before reading them */
+                dqh[i] = __fadd_rn(dq[CW / 4 + i], 0.0f);
+            pend = acc;
+        } else {
+#pragma unroll
+            for (int j = 0; j < CW / 8; ++j)
+                fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+        }
     }
+    if (n > 0)
+        flush();
 
     const int64_t rows[2] = {k0 + krow, k0 + krow + 8};
     fa_gpu::store_dkdv<T, CW>(p, s, b, hk, rows, t4, reinterpret_cast<const float(*)[4]>(dk),
