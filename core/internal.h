@@ -174,7 +174,7 @@ typedef struct fa_variant {
     char name[64];
     int kernel; /* backend-private kernel id */
     union {
-        unsigned char bytes[40];
+        unsigned char bytes[32];
         int64_t align_;
     } choice;
 } fa_variant;

@@ -20,7 +20,6 @@ static const struct fa_kernels_token_info {
     {"simt", 0},          /* CUDA, HIP: every call on the SIMT family */
     {"sm80", 0},          /* CUDA: the chooser without the Hopper kernels */
     {"sm90", 0},          /* CUDA: the Hopper forward for every call it has an instance for */
-    {"sm90-bwd-dq-spread", 0}, /* CUDA: the Hopper d 256 backward's dQ reductions split around the next step's products */
     {"mfma-emulated", 0}, /* CUDA: the HIP backend's MFMA forward, each matrix instruction emulated */
     {"sm80-backward", 1}, /* CUDA: =rows, the sm80 backward's row kernel where the grid one fits */
     {"sm80-bwd-narrow", 0}, /* CUDA: the sm80 d 256 backward on 4 warps over 64 keys a block where 8 fit too */

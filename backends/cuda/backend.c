@@ -48,9 +48,8 @@ int fa_sm90_has_backward(int dtype, int head_dim_pad, int plain, int mod)
     return 0;
 }
 
-int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, int spread, void *stream)
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim_pad, void *stream)
 {
-    (void)spread;
     return fa_sm90_forward(p, dtype, head_dim_pad, stream);
 }
 
@@ -137,8 +136,6 @@ typedef struct cuda_choice {
     int mod;      /* softcap or ALiBi: the kernels' MOD instances */
     int fwd_stages; /* sm80 forward: K / V stages, 1 (aligned rows, FLASHATTN_KERNELS=sm80-fwd-stages) or 2 */
     int narrow;   /* sm80 fused backward at d 256: bwd_kernel's 4-warp instance (FLASHATTN_KERNELS=sm80-bwd-narrow) */
-    int spread;   /* sm90 backward at d 256: each step's dQ reductions split around the next step's first
-                     products (FLASHATTN_KERNELS=sm90-bwd-dq-spread) */
 } cuda_choice;
 
 /* The launch callbacks receive the variant, not the context: the choice travels in it. */
@@ -333,7 +330,6 @@ static fa_status cuda_choice_of(const fa_context *ctx, const fa_problem *p, cuda
     c->fused = p->backward && (sm90 ? !p->deterministic : sm80_fused);
     c->fwd_stages = !sm90 && !p->backward ? sm80_fwd_stages(gs, p, c->aligned, c->mod, dpad) : 2;
     c->narrow = !sm90 && c->fused && sm80_bwd_narrow(gs, dpad);
-    c->spread = sm90 && c->fused && c->head_dim == 256 && gs->sm90_bwd_dq_spread;
     return FA_SUCCESS;
 }
 
@@ -349,8 +345,8 @@ static fa_status cuda_choose(const fa_context *ctx, const fa_problem *p, fa_vari
     const int plain = p->dropout_threshold == 0 && p->block_mask == NULL;
     switch (c.family) {
     case FAMILY_SM90:
-        snprintf(out->name, sizeof out->name, "sm90-%s-%s-d%d-wgmma%s%s%s", dir, dt, c.head_dim,
-                 p->backward || plain || sm90_ws_dropout(p, c.mod) ? "-ws" : "", c.spread ? "-spread" : "", mod);
+        snprintf(out->name, sizeof out->name, "sm90-%s-%s-d%d-wgmma%s%s", dir, dt, c.head_dim,
+                 p->backward || plain || sm90_ws_dropout(p, c.mod) ? "-ws" : "", mod);
         break;
     case FAMILY_SM80:
         snprintf(out->name, sizeof out->name, "sm80-%s-%s-d%d-%s%s%s%s%s", dir, dt, c.head_dim,
@@ -397,7 +393,7 @@ static int launch_backward(const fa_gpu_params *kp, const cuda_choice *c, void *
 {
     switch (c->family) {
     case FAMILY_SM90:
-        return tensor_core_dsink(kp, fa_sm90_backward(kp, (int)c->dtype, c->head_dim, c->spread, stream), stream);
+        return tensor_core_dsink(kp, fa_sm90_backward(kp, (int)c->dtype, c->head_dim, stream), stream);
     case FAMILY_SM80:
         return tensor_core_dsink(kp, fa_sm80_backward(kp, (int)c->dtype, c->head_dim, c->aligned, c->narrow, stream),
                                  stream);

@@ -152,10 +152,10 @@ def sm80(f):
 
 
 def sm90(f):
+    sig = "(const fa_gpu_params &, cudaStream_t)"
     inc = '#include "sm90/backward.cuh"\n'
     externs = ""
     for tag_dir, direction, fn in (("fwd", "forward", "launch_forward"), ("bwd", "backward", "launch_backward")):
-        sig = "(const fa_gpu_params &, cudaStream_t)" if direction == "forward" else "(const fa_gpu_params &, cudaStream_t, bool)"
         for tag in HALF:
             ctype = DTYPES[tag][1]
             body = inc + "\nnamespace fa_gpu::sm90 {\n"
@@ -178,11 +178,10 @@ def sm90(f):
         s += "}\n"
     for cname, direction, fn in (("fa_sm90_forward", "forward", "launch_forward"),
                                  ("fa_sm90_backward", "backward", "launch_backward")):
-        extra, arg = ("", "") if direction == "forward" else (", int spread", ", spread != 0")
-        s += f'\nextern "C" int {cname}(const fa_gpu_params *p, int dtype, int head_dim{extra}, void *stream)\n{{\n'
+        s += f'\nextern "C" int {cname}(const fa_gpu_params *p, int dtype, int head_dim, void *stream)\n{{\n'
         s += "    const cudaStream_t st = static_cast<cudaStream_t>(stream);\n"
         s += by_dtype_and_dim(HALF, list(SM90[direction]),
-                              lambda tag, d, fn=fn, arg=arg: f"return (int)fa_gpu::sm90::{fn}<{DTYPES[tag][1]}, {d}>(*p, st{arg});",
+                              lambda tag, d, fn=fn: f"return (int)fa_gpu::sm90::{fn}<{DTYPES[tag][1]}, {d}>(*p, st);",
                               "return (int)cudaErrorInvalidValue;") + "}\n"
     f.add("sm90_dispatch.cu", s, library="sm90")
 

@@ -386,18 +386,6 @@ int main(int argc, char **argv)
                      H, B, 256, 0);
         check_map(fake, fake->tensor_map_log_len - 2, p.q, 9, (unsigned long long)dd, 64, "bf16 Q (backward)");
         check_map(fake, fake->tensor_map_log_len - 1, p.dout, 9, (unsigned long long)dd, 64, "bf16 dO (backward)");
-        if (dd == 192) { /* FLASHATTN_KERNELS=sm90-bwd-dq-spread: the cols kernel's SPREAD instance */
-            fa_context *spread = context_with("sm90-bwd-dq-spread");
-            st = fa_query_support(spread, &p.fwd, 1, variant, sizeof variant);
-            CHECK(st == FA_SUCCESS && strcmp(variant, "sm90-bwd-bf16-d256-wgmma-ws-spread") == 0,
-                  "d 192 backward, sm90-bwd-dq-spread: %d, %s", (int)st, variant);
-            fake->launch_log_len = 0;
-            st = fa_backward(spread, &p.bwd);
-            CHECK(st == FA_SUCCESS, "fa_backward (sm90-bwd-dq-spread): %s", fa_context_last_error(spread));
-            check_launch(fake, 1, "sm90", 'a', "fa_gpu::sm90::ws_backward_cols_kernel<__nv_bfloat16, false, true, true>",
-                         (S + 63) / 64, H, B, 384, (2 * 64 * 256 + 4 * 64 * 64 + 2 * 2 * 64 * 256) * 2 + 1024);
-            fa_context_destroy(spread);
-        }
         if (dd == 192) {
             fa_context *sm80 = context_with("sm80");
             st = fa_query_support(sm80, &p.fwd, 0, variant, sizeof variant);

@@ -52,9 +52,8 @@ int fa_sm90_has_instance(int dtype, int head_dim, int plain, int mod);
 /* The Hopper backward (sm90/backward.cuh): fp16/bf16, padded head dims 64 and 128, and 256 for
  * plain calls, score modifiers on plain calls only, 16-byte aligned rows, the fused
  * non-deterministic algorithm: needs p->dsum, p->lse2 and p->dq_accum (heads_q x total_q x
- * head_dim floats). spread: at d 256 each step's dQ reductions split around the next step's first
- * products (FLASHATTN_KERNELS=sm90-bwd-dq-spread). */
-int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, int spread, void *stream);
+ * head_dim floats). */
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, void *stream);
 int fa_sm90_has_backward(int dtype, int head_dim, int plain, int mod);
 
 /* fa_forward_kvcache's kernels (decode/, shared with HIP): append, split-KV decode

@@ -173,10 +173,8 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
  * MODE, MOD, TMA> (TMA: the plain mode of a dense call, where Q and dO have maps) over key tiles,
  * at d 256 ws_backward_cols_kernel<T, MOD, TMA>, then dq_convert_kernel<T, D, D, true> (the
  * accumulator swizzled; d 256: dq_convert_cols_kernel<T>, its tiles in the consumers' register
- * order); the first failure stops the sequence. spread (d 256): ws_backward_cols_kernel<T, MOD,
- * TMA, true>, each step's dQ reductions split around the next step's first products. */
-static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, int spread, void *stream, char *why,
-                              size_t why_len)
+ * order); the first failure stops the sequence. */
+static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *stream, char *why, size_t why_len)
 {
     const char *type = type_name(dtype);
     if (!type || (d != 64 && d != 128 && d != 256)) {
@@ -230,10 +228,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, int spre
         const int tma = mode == 0 && !p->cu_q &&
                         make_map(cu, &maps.first, &p->q, p, p->d, p->seqlen_q, p->heads_q, bq, dtype) &&
                         make_map(cu, &maps.second, &p->dout, p, p->d_v, p->seqlen_q, p->heads_q, bq, dtype);
-        if (d == 256 && spread)
-            snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_cols_kernel<%s, %s, %s, true>", type,
-                     mod ? "true" : "false", tma ? "true" : "false");
-        else if (d == 256)
+        if (d == 256)
             snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_cols_kernel<%s, %s, %s>", type,
                      mod ? "true" : "false", tma ? "true" : "false");
         else
@@ -268,11 +263,11 @@ int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim, void *strea
     return not_supported ? CU_ERROR_NOT_SUPPORTED : r; /* launch_forward's cudaErrorNotSupported */
 }
 
-int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, int spread, void *stream)
+int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, void *stream)
 {
     fa_rtc_entry_begin();
     size_t len;
     char *why = fa_rtc_error_buffer(&len);
     why[0] = 0;
-    return fa_rtc_entry_end(backward(p, dtype, head_dim, spread, stream, why, len));
+    return fa_rtc_entry_end(backward(p, dtype, head_dim, stream, why, len));
 }

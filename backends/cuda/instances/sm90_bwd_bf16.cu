@@ -2,7 +2,7 @@
 #include "sm90/backward.cuh"
 
 namespace fa_gpu::sm90 {
-template cudaError_t launch_backward<__nv_bfloat16, 64>(const fa_gpu_params &, cudaStream_t, bool);
-template cudaError_t launch_backward<__nv_bfloat16, 128>(const fa_gpu_params &, cudaStream_t, bool);
-template cudaError_t launch_backward<__nv_bfloat16, 256>(const fa_gpu_params &, cudaStream_t, bool);
+template cudaError_t launch_backward<__nv_bfloat16, 64>(const fa_gpu_params &, cudaStream_t);
+template cudaError_t launch_backward<__nv_bfloat16, 128>(const fa_gpu_params &, cudaStream_t);
+template cudaError_t launch_backward<__nv_bfloat16, 256>(const fa_gpu_params &, cudaStream_t);
 } // namespace fa_gpu::sm90

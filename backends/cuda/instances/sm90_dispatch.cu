@@ -13,12 +13,12 @@ extern template cudaError_t launch_forward<__nv_bfloat16, 64>(const fa_gpu_param
 extern template cudaError_t launch_forward<__nv_bfloat16, 128>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 192>(const fa_gpu_params &, cudaStream_t);
 extern template cudaError_t launch_forward<__nv_bfloat16, 256>(const fa_gpu_params &, cudaStream_t);
-extern template cudaError_t launch_backward<__half, 64>(const fa_gpu_params &, cudaStream_t, bool);
-extern template cudaError_t launch_backward<__half, 128>(const fa_gpu_params &, cudaStream_t, bool);
-extern template cudaError_t launch_backward<__half, 256>(const fa_gpu_params &, cudaStream_t, bool);
-extern template cudaError_t launch_backward<__nv_bfloat16, 64>(const fa_gpu_params &, cudaStream_t, bool);
-extern template cudaError_t launch_backward<__nv_bfloat16, 128>(const fa_gpu_params &, cudaStream_t, bool);
-extern template cudaError_t launch_backward<__nv_bfloat16, 256>(const fa_gpu_params &, cudaStream_t, bool);
+extern template cudaError_t launch_backward<__half, 64>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 128>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__half, 256>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 64>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 128>(const fa_gpu_params &, cudaStream_t);
+extern template cudaError_t launch_backward<__nv_bfloat16, 256>(const fa_gpu_params &, cudaStream_t);
 } // namespace fa_gpu::sm90
 
 extern "C" int fa_sm90_has_instance(int dtype, int head_dim, int plain, int mod)
@@ -70,22 +70,22 @@ extern "C" int fa_sm90_forward(const fa_gpu_params *p, int dtype, int head_dim, 
     }
 }
 
-extern "C" int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, int spread, void *stream)
+extern "C" int fa_sm90_backward(const fa_gpu_params *p, int dtype, int head_dim, void *stream)
 {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     switch (dtype) {
     case 1:
         switch (head_dim) {
-        case 64: return (int)fa_gpu::sm90::launch_backward<__half, 64>(*p, st, spread != 0);
-        case 128: return (int)fa_gpu::sm90::launch_backward<__half, 128>(*p, st, spread != 0);
-        case 256: return (int)fa_gpu::sm90::launch_backward<__half, 256>(*p, st, spread != 0);
+        case 64: return (int)fa_gpu::sm90::launch_backward<__half, 64>(*p, st);
+        case 128: return (int)fa_gpu::sm90::launch_backward<__half, 128>(*p, st);
+        case 256: return (int)fa_gpu::sm90::launch_backward<__half, 256>(*p, st);
         default: return (int)cudaErrorInvalidValue;
         }
     case 2:
         switch (head_dim) {
-        case 64: return (int)fa_gpu::sm90::launch_backward<__nv_bfloat16, 64>(*p, st, spread != 0);
-        case 128: return (int)fa_gpu::sm90::launch_backward<__nv_bfloat16, 128>(*p, st, spread != 0);
-        case 256: return (int)fa_gpu::sm90::launch_backward<__nv_bfloat16, 256>(*p, st, spread != 0);
+        case 64: return (int)fa_gpu::sm90::launch_backward<__nv_bfloat16, 64>(*p, st);
+        case 128: return (int)fa_gpu::sm90::launch_backward<__nv_bfloat16, 128>(*p, st);
+        case 256: return (int)fa_gpu::sm90::launch_backward<__nv_bfloat16, 256>(*p, st);
         default: return (int)cudaErrorInvalidValue;
         }
     default: return (int)cudaErrorInvalidValue;

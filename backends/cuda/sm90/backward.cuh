@@ -16,9 +16,8 @@ namespace fa_gpu::sm90 {
  * thread ptxas serializes those kernels' wgmma, so they have no instance and the chooser keeps
  * such calls on sm80. d 256 and score modifiers: calls with neither dropout nor a block mask only;
  * d 256 on ws_backward_cols_kernel, over 64-key blocks, its accumulator in tiles
- * (FA_SM90_BW_ACC_ROWS rows a head) read back by dq_convert_cols_kernel. spread
- * (FLASHATTN_KERNELS=sm90-bwd-dq-spread, d 256): the cols kernel's SPREAD instance. */
-template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st, bool spread)
+ * (FA_SM90_BW_ACC_ROWS rows a head) read back by dq_convert_cols_kernel. */
+template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st)
 {
     constexpr int SMEM = FA_SM90_BW_SMEM((int)sizeof(T), D);
     static_assert(bw_stages<T, D>() >= 2, "two query-side stages at least");
@@ -48,9 +47,6 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
             k = tma ? ws_backward_cols_kernel<T, false, true> : ws_backward_cols_kernel<T, false, false>;
             if (mod)
                 k = tma ? ws_backward_cols_kernel<T, true, true> : ws_backward_cols_kernel<T, true, false>;
-            if (spread)
-                k = mod ? (tma ? ws_backward_cols_kernel<T, true, true, true> : ws_backward_cols_kernel<T, true, false, true>)
-                        : (tma ? ws_backward_cols_kernel<T, false, true, true> : ws_backward_cols_kernel<T, false, false, true>);
         } else {
             k = tma ? ws_backward_kernel<T, D, 0, false, true> : ws_backward_kernel<T, D, 0>;
             if constexpr (D != 128) /* d 128: no MOD kernel (launch_backward's comment) */

@@ -23,8 +23,11 @@
  * 64-row tile in the consumers' register order (acc_offset: consumer w's thread t adds its four
  * values of column block j at 16 bytes ((j x 128 + t)), so a warp's reduction covers 512
  * contiguous bytes, where into row-major rows it would cover 8 rows), each sequence's tiles from
- * row FA_SM90_BW_TILE_ROW0; dq_convert_cols_kernel reads it back. Plain calls only (no block mask,
- * no dropout), with or without the score modifiers (MOD). */
+ * row FA_SM90_BW_TILE_ROW0; dq_convert_cols_kernel reads it back. Each step issues the first half
+ * of its reductions and keeps the second half in registers until the next step's S^T and dP^T are
+ * issued, so that the reductions drain while the tensor cores work rather than in a burst that
+ * stalls the warps on the memory queue. Plain calls only (no block mask, no dropout), with or
+ * without the score modifiers (MOD). */
 #ifndef FA_SM90_BACKWARD_COLS_KERNELS_CUH
 #define FA_SM90_BACKWARD_COLS_KERNELS_CUH
 
@@ -40,11 +43,7 @@ __device__ __forceinline__ int64_t acc_offset(int64_t h, int64_t acc_rows, int64
     return (h * acc_rows + row0) * 256 + w * 8192 + (j * 128 + t) * 4 + k;
 }
 
-/* SPREAD (FLASHATTN_KERNELS=sm90-bwd-dq-spread): each step issues half of its dQ reductions and
- * keeps the other half in registers until the next step's S^T and dP^T are issued, so the LSU
- * queue drains while the tensor cores work (the last half after the loop). The first step adds
- * zeros into its own tile: a branch around the reductions would serialize the wgmma. */
-template <typename T, bool MOD, bool TMA, bool SPREAD = false>
+template <typename T, bool MOD, bool TMA>
 __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const fa_gpu_params p,
                                                                          const __grid_constant__ tile_maps maps)
 {
@@ -144,17 +143,17 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         dk[i] = dv[i] = 0.0f;
     const uint32_t kc = k_addr + (uint32_t)(col0 / 64) * BN * 128u; /* K's columns col0.. */
     const uint32_t cb = (uint32_t)(col0 / 64) * BQ * 128u;          /* a stage tile's columns col0.. */
-    float dqh[SPREAD ? CW / 4 : 1]; /* SPREAD: the previous step's second half of dQ, for pend */
+    /* the previous step's second half of dQ and where it goes (the first step's: zeros into its own
+     * tile, so that no branch guards the reductions) */
+    float dqh[CW / 4];
     float *pend = nullptr;
 #pragma unroll
-    for (int i = 0; i < (SPREAD ? CW / 4 : 1); ++i)
+    for (int i = 0; i < CW / 4; ++i)
         dqh[i] = 0.0f;
     auto flush = [&]() {
-        if constexpr (SPREAD) {
 #pragma unroll
-            for (int j = 0; j < CW / 16; ++j)
-                fa_gpu::red_add4(pend + (CW / 16 + j) * 512, dqh[4 * j], dqh[4 * j + 1], dqh[4 * j + 2], dqh[4 * j + 3]);
-        }
+        for (int j = 0; j < CW / 16; ++j)
+            fa_gpu::red_add4(pend + (CW / 16 + j) * 512, dqh[4 * j], dqh[4 * j + 1], dqh[4 * j + 2], dqh[4 * j + 3]);
     };
 
     int64_t n = 0;
@@ -164,11 +163,10 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         const uint32_t qa = st_addr + 2u * QB * (uint32_t)st, da = qa + QB;
         const uint32_t pt_addr = pd_addr + 2u * PB * (uint32_t)(n & 1), ds_addr = pt_addr + PB;
         const float *lse2 = rowv[st][0] + qc, *dd = rowv[st][1] + qc; /* the consumer's queries' */
-        if constexpr (SPREAD) /* the first step: zeros into its own tile */
-            pend = n == 0 ? p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
-                                                    FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0,
-                                                    wg, 0, (int)threadIdx.x % 128, 0)
-                          : pend;
+        pend = n == 0 ? p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
+                                                FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0, wg,
+                                                0, (int)threadIdx.x % 128, 0)
+                      : pend;
         mbar_wait(full0 + 8u * st, (uint32_t)((n / STAGES) & 1));
         fence_proxy_async();
         /* rows that saw no key: Q, dO zeroed before either consumer's wgmma reads them */
@@ -180,41 +178,23 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
 
         uint32_t pf[QW / 16][4], df[QW / 16][4]; /* P^T and dS^T, 16-bit pairs of queries */
         const int64_t qw0 = q0 + qc;             /* the consumer's first query */
-        float spt[QW / 8][4], sdpt[QW / 8][4]; /* SPREAD: S^T and dP^T, issued on every step (a wgmma
-                                                 * under the branch below would be serialized) */
-        if constexpr (SPREAD) {
-            float(&sptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&spt[0][0]);
-            float(&sdptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&sdpt[0][0]);
-            fence();
+        /* S^T and dP^T on every step (a wgmma under the branch below would be serialized); the
+         * previous step's second half of dQ goes out while they run */
+        float pt[QW / 8][4], dpt[QW / 8][4];
+        float(&ptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&pt[0][0]);
+        float(&dptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&dpt[0][0]);
+        fence();
 #pragma unroll
-            for (int kk = 0; kk < D; kk += 16) {
-                ss<T, QW>::run(sptf, desc_sw128(k_addr + kmaj(BN, 0, kk), 16u, 1024u),
-                               desc_sw128(qa + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
-                ss<T, QW>::run(sdptf, desc_sw128(v_addr + kmaj(BN, 0, kk), 16u, 1024u),
-                               desc_sw128(da + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
-            }
-            commit();
-            flush();
-            wait<0>();
+        for (int kk = 0; kk < D; kk += 16) {
+            ss<T, QW>::run(ptf, desc_sw128(k_addr + kmaj(BN, 0, kk), 16u, 1024u),
+                           desc_sw128(qa + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
+            ss<T, QW>::run(dptf, desc_sw128(v_addr + kmaj(BN, 0, kk), 16u, 1024u),
+                           desc_sw128(da + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
         }
+        commit();
+        flush();
+        wait<0>();
         if (fa_mask_classify_tile(&m, qw0, qw0 + QW, k0, k0 + BN) != FA_TILE_EMPTY) {
-            float opt[QW / 8][4], odpt[QW / 8][4];
-            float(&pt)[QW / 8][4] = SPREAD ? spt : opt;
-            float(&dpt)[QW / 8][4] = SPREAD ? sdpt : odpt;
-            float(&ptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&pt[0][0]);
-            float(&dptf)[QW / 2] = *reinterpret_cast<float(*)[QW / 2]>(&dpt[0][0]);
-            if constexpr (!SPREAD) {
-                fence();
-#pragma unroll
-                for (int kk = 0; kk < D; kk += 16) {
-                    ss<T, QW>::run(ptf, desc_sw128(k_addr + kmaj(BN, 0, kk), 16u, 1024u),
-                                   desc_sw128(qa + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
-                    ss<T, QW>::run(dptf, desc_sw128(v_addr + kmaj(BN, 0, kk), 16u, 1024u),
-                                   desc_sw128(da + kmaj(BQ, qc, kk), 16u, 1024u), kk > 0);
-                }
-                commit();
-                wait<0>();
-            }
 
             const fa_tile_class cls = fa_mask_classify_tile(&m, qw0, qw0 + QW, wk0, wk0 + 16);
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || qw0 + QW > s.sq;
@@ -292,20 +272,15 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         float *acc = p.dq_accum + acc_offset(h, FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch),
                                              FA_SM90_BW_TILE_ROW0(p.cu_q ? s.q_start : b * p.seqlen_q, b) + q0, wg, 0,
                                              (int)threadIdx.x % 128, 0);
-        if constexpr (SPREAD) {
+        /* its first half now, the second after the next step's S^T and dP^T are issued */
 #pragma unroll
-            for (int j = 0; j < CW / 16; ++j)
-                fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+        for (int j = 0; j < CW / 16; ++j)
+            fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
 #pragma unroll
-            for (int i = 0; i < CW / 4; ++i) /* an add, not a move: registers a wgmma defined would make
-                                              * ptxas wait for the next step's S^T before reading them */
-                dqh[i] = __fadd_rn(dq[CW / 4 + i], 0.0f);
-            pend = acc;
-        } else {
-#pragma unroll
-            for (int j = 0; j < CW / 8; ++j)
-                fa_gpu::red_add4(acc + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-        }
+        for (int i = 0; i < CW / 4; ++i) /* an add, not a move: registers a wgmma defined would make ptxas
+                                          * wait for the next step's S^T before reading them */
+            dqh[i] = __fadd_rn(dq[CW / 4 + i], 0.0f);
+        pend = acc;
     }
     if (n > 0)
         flush();
