@@ -195,7 +195,6 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
         flush();
         wait<0>();
         if (fa_mask_classify_tile(&m, qw0, qw0 + QW, k0, k0 + BN) != FA_TILE_EMPTY) {
-
             const fa_tile_class cls = fa_mask_classify_tile(&m, qw0, qw0 + QW, wk0, wk0 + 16);
             const bool edge = cls != FA_TILE_FULL || wk0 + 16 > s.sk || qw0 + QW > s.sq;
             float alibi_d0 = 0.0f;
