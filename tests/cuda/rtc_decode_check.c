@@ -259,6 +259,19 @@ int main(int argc, char **argv)
                        "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
                        4, 128, 69632);
     fa_context_destroy(ctx);
+    /* the one-token instance for the plain decode step; a softcap keeps the general one */
+    setenv("FLASHATTN_KERNELS", "kv-mma-one-token", 1);
+    ctx = open_context();
+    a = gqa_call(ctx);
+    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-mma-one-token");
+    check_gqa_launches("GQA, tensor cores, kv-mma-one-token",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 256, 139264);
+    a = gqa_call(ctx);
+    a.opts.softcap = 30.0f;
+    run(ctx, &a, "bf16 d 128 GQA decode with a softcap, cc 8.0, kv-mma-one-token");
+    check_gqa_launches("GQA with a softcap, kv-mma-one-token",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 256, 139264);
+    fa_context_destroy(ctx);
     unsetenv("FLASHATTN_KERNELS");
     /* 5 splits asked for do not fit the lane groups' read-ahead: the block combine */
     ctx = open_context();

@@ -56,6 +56,8 @@ typedef struct fa_gpu_kv_params {
     const float *sink;
     int group_combine; /* the splits merged by combine_groups.cuh's kernel, not combine_kernel */
     int mla_sm90;      /* bucket FA_KV_MLA_D: decode_mla_sm90_kernels.cuh's kernel, not decode_mla_kernels.cuh's */
+    int one_token;     /* the tensor-core decode kernel's ONE_TOKEN instance: one new token per sequence, no
+                          rotary, no softcap or ALiBi (decode_mma_kernels.cuh) */
 } fa_gpu_kv_params;
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

@@ -264,11 +264,15 @@ struct block_keys {
  * allow (8-byte for four channels), without the barrier that shares the row offsets; with one new
  * token every row sees the same keys, and the block's range is row 0's. early(cached): called once
  * the block's loads are issued, with the sequence's cached length (not yet checked), for a kernel
- * that issues its first copies before the loads' results are used. */
+ * that issues its first copies before the loads' results are used. ONE_TOKEN (with DIRECT_Q): the
+ * call has one new token per sequence and no rotary, so the paths for more rows a head, for
+ * rotated queries and for ALiBi slopes are compiled out (mod_s keeps no slope: the caller has no
+ * score modifiers). */
 struct no_early {
     FA_DEVICE void operator()(int64_t) const {}
 };
-template <class S, int RT, int D, int THREADS = FA_KV_THREADS, bool DIRECT_Q = false, class PutQ, class Early = no_early>
+template <class S, int RT, int D, int THREADS = FA_KV_THREADS, bool DIRECT_Q = false, bool ONE_TOKEN = false,
+          class PutQ, class Early = no_early>
 FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t hk, int64_t tile, int64_t split,
                                  int64_t *lo_s, int64_t *hi_s, fa_score_mod_state *mod_s, PutQ put_q,
                                  Early early = Early())
@@ -281,11 +285,12 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
      * channels a load, each thread's loads in flight together */
     constexpr bool HOLD_Q = QN <= 64;
     static_assert(HOLD_Q || (!DIRECT_Q && D % 8 == 0 && RT * D % (8 * THREADS) == 0), "whole 8-channel loads per thread");
+    static_assert(!ONE_TOKEN || (DIRECT_Q && HOLD_Q), "the one-token start loads its query directly");
     __shared__ int64_t qrow_s[RT]; /* each row's offset in q, -1 past p.rows */
     const int tid = threadIdx.x;
     block_keys k;
     const T *q = static_cast<const T *>(p.q.data);
-    const bool direct = HOLD_Q && DIRECT_Q && p.seqlen_new == 1 && !p.rotary_cos;
+    const bool direct = ONE_TOKEN || (HOLD_Q && DIRECT_Q && p.seqlen_new == 1 && !p.rotary_cos);
     /* the tile element of the thread's query channel n: strided, or (DIRECT_Q) consecutive */
     auto elem = [&](int n) { return DIRECT_Q ? tid * QN + n : tid + n * THREADS; };
     long long fault = FA_KV_FAULT_NONE;
@@ -337,7 +342,7 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
     }
     if constexpr (!DIRECT_Q)
         load_state();
-    const int64_t sk = cached + p.seqlen_knew, sn = p.seqlen_new;
+    const int64_t sk = cached + p.seqlen_knew, sn = ONE_TOKEN ? 1 : p.seqlen_new;
     const int advance = p.causal || p.window_left >= 0 || p.window_right >= 0;
     early(cached);
     const int64_t row = tile * RT + tid; /* threads below RT: that row's head and position */
@@ -366,7 +371,7 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
         float slope = 0.0f;
         if (row < p.rows) {
             fa_mask_row_range(&mask, i, &lo, &hi);
-            if (p.mod.alibi)
+            if (!ONE_TOKEN && p.mod.alibi)
                 slope = p.alibi_slopes[fa_alibi_slope_index(p.mod, b, h)];
         }
         mod_s[tid] = fa_score_mod_begin(p.mod, slope, sk - sn);
@@ -378,7 +383,7 @@ FA_DEVICE block_keys begin_block(const fa_gpu_kv_params &p, int64_t b, int64_t h
         k.skip = FA_SYNC_OR(k.skip || check_block(p, b, split, cached)) != 0;
     if (k.skip)
         return k;
-    if (!p.rotary_cos) {
+    if (ONE_TOKEN || !p.rotary_cos) {
         if constexpr (HOLD_Q) {
 #pragma unroll
             for (int n = 0; n < QN; ++n)

@@ -16,22 +16,28 @@ namespace decode {
 
 /* The shared-memory limit of the instance of W warps on the current device (set at every launch:
  * it is per device). */
-template <class S, int D, int ST, int W> fa_gpu_error prepare_mma()
+template <class S, int D, int ST, int W, bool ONE_TOKEN = false> fa_gpu_error prepare_mma()
 {
     static_assert(mma_shape<D, ST, W>::SMEM == FA_KV_MMA_SMEM(D, ST, W), "one shared-memory size");
-    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(decode_mma_kernel<S, D, ST, W, ONE_TOKEN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 FA_KV_MMA_SMEM(D, ST, W));
 }
 
-/* The instance of W warps. */
+/* The instance of W warps, its ONE_TOKEN one where p.one_token. */
+template <class S, int D, int ST, int W, bool ONE_TOKEN>
+fa_gpu_error launch_mma_instance(const fa_gpu_kv_params &p, dim3 grid, fa_gpu_stream stream)
+{
+    fa_gpu_error e = prepare_mma<S, D, ST, W, ONE_TOKEN>();
+    if (e != FA_GPU_SUCCESS)
+        return e;
+    decode_mma_kernel<S, D, ST, W, ONE_TOKEN><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
+    return fa_gpu_last_error();
+}
 template <class S, int D, int ST, int W> fa_gpu_error launch_mma_warps(const fa_gpu_kv_params &p, dim3 grid,
                                                                         fa_gpu_stream stream)
 {
-    fa_gpu_error e = prepare_mma<S, D, ST, W>();
-    if (e != FA_GPU_SUCCESS)
-        return e;
-    decode_mma_kernel<S, D, ST, W><<<grid, 32 * W, FA_KV_MMA_SMEM(D, ST, W), stream>>>(p);
-    return fa_gpu_last_error();
+    return p.one_token ? launch_mma_instance<S, D, ST, W, true>(p, grid, stream)
+                       : launch_mma_instance<S, D, ST, W, false>(p, grid, stream);
 }
 
 /* The MLA kernel's instance (bucket FA_KV_MLA_D) and its shared-memory limit. */
@@ -68,7 +74,9 @@ template <class S, int D, int ST> fa_gpu_error launch_mma(const fa_gpu_kv_params
     }
 }
 
-/* Decode blocks of the instance of `warps` warps resident on one multiprocessor at a time. */
+/* Decode blocks of the instance of `warps` warps resident on one multiprocessor at a time (the
+ * general instance's; the ONE_TOKEN one has the same shared memory and launch bounds, and the
+ * count sets only how many splits a call gets). */
 template <class S, int D, int ST, int W> fa_gpu_error blocks_per_processor_mma_warps(int *n)
 {
     fa_gpu_error e = prepare_mma<S, D, ST, W>();

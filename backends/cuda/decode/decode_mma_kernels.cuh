@@ -13,7 +13,12 @@
  * FA_KV_MMA_STAGES: two; rows padded by 16 bytes so that ldmatrix reads without bank conflicts),
  * keeps its own online softmax (rows g and g + 8 of the mma layout per thread), and the W warps
  * merge in shared memory at the end. With one new token per sequence the first ST steps are
- * issued from inside begin_block, as soon as the block's own loads are (early, below). */
+ * issued from inside begin_block, as soon as the block's own loads are (early, below).
+ *
+ * ONE_TOKEN: an instance for the plain decode step (one new token per sequence, no rotary, no
+ * softcap or ALiBi; the host's p.one_token), whose code for the other calls is compiled out. Each
+ * block runs its code once over a few steps, so the instructions it fetches are a large part of
+ * its time. */
 #ifndef FA_GPU_DECODE_MMA_KERNELS_CUH
 #define FA_GPU_DECODE_MMA_KERNELS_CUH
 
@@ -86,7 +91,7 @@ template <int NT, int NO> FA_DEVICE void online_softmax_step(float (*s)[4], floa
  * barrier, each of the THREADS threads sums D / (THREADS / RT) consecutive channels of one row,
  * reading acc_s and writing the split's partials four channels a word. A row with no key seen
  * gives 0 and LSE -inf; a NaN stays NaN in both. */
-template <class S, int D, int RT, int WARPS, int THREADS>
+template <class S, int D, int RT, int WARPS, int THREADS, bool ONE_TOKEN>
 FA_DEVICE void merge_store_rows(const fa_gpu_kv_params &p, const float *acc_s, float (*m_s)[RT], float (*l_s)[RT],
                                 int64_t b, int64_t hk, int64_t tile, int64_t split)
 {
@@ -134,7 +139,7 @@ FA_DEVICE void merge_store_rows(const fa_gpu_kv_params &p, const float *acc_s, f
         }
     }
     const float lse = m_s[0][r] * 0.69314718055994531f;
-    const int64_t sn = p.seqlen_new, h = hk * p.group + row / sn, i = row % sn;
+    const int64_t sn = ONE_TOKEN ? 1 : p.seqlen_new, h = hk * p.group + row / sn, i = row % sn;
     if (p.splits > 1) {
         const int64_t at = ((b * p.heads_q + h) * sn + i) * p.splits + split;
         float *dst = p.partial + at * p.d + c0;
@@ -158,7 +163,7 @@ FA_DEVICE void merge_store_rows(const fa_gpu_kv_params &p, const float *acc_s, f
             store_output<S>(p, b, i, h, c0 + c, out[c], lse);
 }
 
-template <class S, int D, int ST, int W>
+template <class S, int D, int ST, int W, bool ONE_TOKEN = false>
 __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_params p)
 {
     typedef typename S::T T;
@@ -179,8 +184,9 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
     /* the block's place in 32 bits: row_tiles and heads_kv divide a grid's x, below 2^31 */
     const uint32_t bx = blockIdx.x, tiles = (uint32_t)p.row_tiles, hkv = (uint32_t)p.heads_kv;
     const int64_t tile = bx % tiles, bh = bx / tiles;
-    const int64_t hk = (uint32_t)bh % hkv, b = (uint32_t)bh / hkv, split = blockIdx.y, sn = p.seqlen_new;
-    const bool has_mod = fa_score_mod_factors_active(p.mod);
+    const int64_t hk = (uint32_t)bh % hkv, b = (uint32_t)bh / hkv, split = blockIdx.y;
+    const int64_t sn = ONE_TOKEN ? 1 : p.seqlen_new;
+    const bool has_mod = !ONE_TOKEN && fa_score_mod_factors_active(p.mod);
     const T *kc = static_cast<const T *>(p.k_cache.data), *vc = static_cast<const T *>(p.v_cache.data);
     E *ring = reinterpret_cast<E *>(smem);
     /* A warp's stage is 16 key rows of D / 8 16-byte chunks for each of K and V; lane copies chunk
@@ -245,7 +251,7 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
      * the fault and the block uses nothing. Without a fault, begin_block finds the same keys. */
     bool issued = false;
     auto early = [&](const int64_t cached) {
-        if (sn != 1 || p.rotary_cos)
+        if (!ONE_TOKEN && (sn != 1 || p.rotary_cos))
             return;
         const int64_t sk = cached + p.seqlen_knew;
         const int64_t row = p.batch_idx ? (int64_t)p.batch_idx[b] : b;
@@ -261,7 +267,7 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
 
     /* q stays unscaled and in the dtype (what the rounding rule leaves it): the scale comes after
      * the product, in fp32 */
-    const block_keys keys = begin_block<S, RT, D, 32 * W, true>(
+    const block_keys keys = begin_block<S, RT, D, 32 * W, true, ONE_TOKEN>(
         p, b, hk, tile, split, lo_s, hi_s, mod_s,
         [&](int r, int c, float x) { q_s[r * LD + c] = fa_gpu::elem<E>::from_float(x); }, early);
     if (keys.skip) { /* no copy may land after the block is gone */
@@ -272,7 +278,10 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
         fa_gpu::load_a(qf[kk], q_s, LD, 0, kk * 16);
-    if (!issued) {
+    /* One new token without rotary always issues early, unless the length or the batch row of a
+     * device-checked call is bad, which begin_block has found (skip): ONE_TOKEN needs no second
+     * copy of the first steps' issue. */
+    if (!ONE_TOKEN && !issued) {
         set_keys(keys.k_begin, keys.k_end);
         issue_first(false);
     }
@@ -359,7 +368,7 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         l_s[warp][g + 8] = l[1];
     }
     FA_SYNC();
-    merge_store_rows<S, D, RT, WARPS, 32 * W>(p, acc_s, m_s, l_s, b, hk, tile, split);
+    merge_store_rows<S, D, RT, WARPS, 32 * W, ONE_TOKEN>(p, acc_s, m_s, l_s, b, hk, tile, split);
 }
 
 } // namespace decode

@@ -10,7 +10,8 @@
  *                         sequence;
  *   append_kernel<S>      where new keys are given, a grid-stride loop over their elements;
  *   the decode kernel     decode_kernel<S, D, RT, ASYNC> (FA_KV_THREADS a block) or
- *                         decode_mma_kernel<S, D, ST, W> (W = p->mma_warps), at bucket
+ *                         decode_mma_kernel<S, D, ST, W> (W = p->mma_warps; its fifth
+ *                         argument true where p->one_token), at bucket
  *                         FA_KV_MLA_D decode_mla_kernel<S, D, DV, KEYS>, or where
  *                         p->mla_sm90 decode_mla_sm90_kernel<S, D, DV, MOD> (for sm_90a), one
  *                         block per (sequence, kv head, row tile) by split;
@@ -58,9 +59,9 @@ static int simt_name(int dtype, int bucket, int row_tile, int async_copy, char *
 }
 
 /* The tensor-core decode instance's name expression (fp16 / bf16, buckets 64 and 128, a ring of
- * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps; at bucket FA_KV_MLA_D
- * the MLA kernel). */
-static int mma_name(int dtype, int bucket, int warps, char *name, char *why, size_t why_len)
+ * FA_KV_MMA_STAGES stages, FA_KV_MMA_MIN_WARPS or FA_KV_MMA_MAX_WARPS warps, the ONE_TOKEN instance
+ * where one_token; at bucket FA_KV_MLA_D the MLA kernel, which has none). */
+static int mma_name(int dtype, int bucket, int warps, int one_token, char *name, char *why, size_t why_len)
 {
     if ((dtype != 1 && dtype != 2) || (bucket != 64 && bucket != 128 && bucket != FA_KV_MLA_D) ||
         (bucket == FA_KV_MLA_D ? warps != FA_KV_MLA_WARPS : warps != FA_KV_MMA_MIN_WARPS && warps != FA_KV_MMA_MAX_WARPS)) {
@@ -72,8 +73,8 @@ static int mma_name(int dtype, int bucket, int warps, char *name, char *why, siz
         snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mla_kernel<%s, %d, %d, %d>", fa_simt_storage_name(dtype),
                  FA_KV_MLA_D, FA_KV_MLA_DV, FA_KV_MLA_KEYS);
     else
-        snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d>", fa_simt_storage_name(dtype),
-                 bucket, FA_KV_MMA_STAGES, warps);
+        snprintf(name, FA_RTC_NAME_MAX, "fa_gpu::decode::decode_mma_kernel<%s, %d, %d, %d%s>",
+                 fa_simt_storage_name(dtype), bucket, FA_KV_MMA_STAGES, warps, one_token ? ", true" : "");
     return 1;
 }
 
@@ -168,7 +169,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
                  fa_score_mod_factors_active(p->mod) ? "true" : "false");
         return launch_call(p, dtype, name, 'a', FA_KV_MLA_SM90_THREADS, FA_KV_MLA_SM90_SMEM, stream, why, why_len);
     }
-    if (!mma_name(dtype, bucket, p->mma_warps, name, why, why_len))
+    if (!mma_name(dtype, bucket, p->mma_warps, p->one_token, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return launch_call(p, dtype, name, 0, 32u * (unsigned)p->mma_warps, mma_smem(bucket, p->mma_warps), stream, why,
                        why_len);
@@ -177,7 +178,7 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
 fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, warps, name, why, why_len))
+    if (!mma_name(dtype, bucket, warps, 0, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, mma_smem(bucket, warps), blocks, why, why_len);
 }
