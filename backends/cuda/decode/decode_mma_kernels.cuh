@@ -232,14 +232,22 @@ __global__ __launch_bounds__(32 * W) void decode_mma_kernel(const fa_gpu_kv_para
         fa_gpu::cp_async_commit();
     };
     /* the first ST steps, one commit group each (empty past the last step, so that the count of
-     * groups in flight is fixed) */
+     * groups in flight is fixed); ONE_TOKEN keeps one copy of issue's code for them */
+    auto issue_stage = [&](const int st, const bool in_pool) {
+        if (st < steps)
+            issue(k_begin + st * STEP, st, in_pool);
+        else
+            fa_gpu::cp_async_commit();
+    };
     auto issue_first = [&](const bool in_pool) {
+        if constexpr (ONE_TOKEN) {
+#pragma unroll 1
+            for (int st = 0; st < ST; ++st)
+                issue_stage(st, in_pool);
+        } else {
 #pragma unroll
-        for (int st = 0; st < ST; ++st) {
-            if (st < steps)
-                issue(k_begin + st * STEP, st, in_pool);
-            else
-                fa_gpu::cp_async_commit();
+            for (int st = 0; st < ST; ++st)
+                issue_stage(st, in_pool);
         }
     };
 
