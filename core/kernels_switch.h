@@ -26,7 +26,6 @@ static const struct fa_kernels_token_info {
     {"sm80-fwd-stages", 1}, /* CUDA: =1, =2 or =auto (the default): the sm80 forward's K / V stages */
     {"kv-simt", 0},       /* CUDA, HIP: fa_forward_kvcache on the SIMT decode kernel */
     {"kv-mma-4-warps", 0}, /* CUDA: the tensor-core decode kernel with four warps a block where eight fit */
-    {"kv-mma-one-token", 0}, /* CUDA: that kernel's one-token instance for the plain decode step */
     {"kv-mla-sm90", 0},   /* CUDA: MLA decode (a latent cache) on the Hopper kernel of 64-row tiles wherever it fits */
     {"kv-mla-16-rows", 0}, /* CUDA: MLA decode on the 16-row kernel, never the Hopper one */
     {"fwd-split", 1},     /* CUDA: =N, a forward's keys in N splits wherever a split kernel takes it (1: none) */

@@ -5,8 +5,9 @@
  * check, append, decode, combine), on their grids, blocks and dynamic shared memory:
  *   - bf16, d 128, a contiguous cache of 4096 keys, GQA (8 query heads on 2 kv heads), one new
  *     token appended, arrays checked on the device, splits chosen by the backend: on cc 8.0 the
- *     tensor-core decode kernel in eight warps, on cc 8.6 (99 KB a block) and under
- *     FLASHATTN_KERNELS=kv-mma-4-warps in four, under kv-simt the SIMT one with its cp.async ring;
+ *     tensor-core decode kernel's one-token instance in eight warps, on cc 8.6 (99 KB a block)
+ *     and under FLASHATTN_KERNELS=kv-mma-4-warps in four, with a softcap its general instance,
+ *     under kv-simt the SIMT one with its cp.async ring;
  *     the splits merged by the lane groups' combine where they are 2 to 4, by the block one where
  *     5 are asked for;
  *   - MLA (d 576 over d_v 512, MQA): the MLA kernel in splits with the combine on cc 8.0, refused
@@ -236,7 +237,7 @@ int main(int argc, char **argv)
     fa_context *ctx = open_context();
     fa_kvcache_args a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
-    check_gqa_launches("GQA, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+    check_gqa_launches("GQA, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>",
                        4, 256, 139264);
     /* the same on cc 8.6, whose blocks may use 99 KB: four warps, half the ring */
     fa_context_destroy(ctx);
@@ -246,7 +247,7 @@ int main(int argc, char **argv)
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.6");
     check_gqa_launches("GQA, tensor cores, cc 8.6: four warps",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4, true>",
                        4, 128, 69632);
     fa_context_destroy(ctx);
     fake->cc_minor = 0;
@@ -256,30 +257,25 @@ int main(int argc, char **argv)
     a = gqa_call(ctx);
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-mma-4-warps");
     check_gqa_launches("GQA, tensor cores, kv-mma-4-warps",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4>",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 4, true>",
                        4, 128, 69632);
     fa_context_destroy(ctx);
-    /* the one-token instance for the plain decode step; a softcap keeps the general one */
-    setenv("FLASHATTN_KERNELS", "kv-mma-one-token", 1);
+    unsetenv("FLASHATTN_KERNELS");
+    /* a softcap takes the general instance, not the one-token one of the plain decode step */
     ctx = open_context();
     a = gqa_call(ctx);
-    run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, kv-mma-one-token");
-    check_gqa_launches("GQA, tensor cores, kv-mma-one-token",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 256, 139264);
-    a = gqa_call(ctx);
     a.opts.softcap = 30.0f;
-    run(ctx, &a, "bf16 d 128 GQA decode with a softcap, cc 8.0, kv-mma-one-token");
-    check_gqa_launches("GQA with a softcap, kv-mma-one-token",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 256, 139264);
+    run(ctx, &a, "bf16 d 128 GQA decode with a softcap, cc 8.0");
+    check_gqa_launches("GQA with a softcap", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4,
+                       256, 139264);
     fa_context_destroy(ctx);
-    unsetenv("FLASHATTN_KERNELS");
     /* 5 splits asked for do not fit the lane groups' read-ahead: the block combine */
     ctx = open_context();
     a = gqa_call(ctx);
     a.num_splits = 5;
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0, 5 splits");
-    check_gqa_launches("GQA, 5 splits", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 5, 256,
-                       139264);
+    check_gqa_launches("GQA, 5 splits", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 5,
+                       256, 139264);
     fa_context_destroy(ctx);
     /* MLA, cc 8.0: the MLA kernel on one row tile per sequence (16 query rows), 8 warps with 2
      * stages x 32 keys x (576 + 8 + 512 + 8) x 2 bytes, the query tile 16 x (576 + 8) x 2 and the
@@ -395,7 +391,7 @@ int main(int argc, char **argv)
     paged.num_splits = 2;
     run(ctx, &paged, "bf16 d 128 GQA decode over a paged cache, 2 splits");
     const expected paged_launches[] = {
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 2, 256, 139264, 0},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 2, 256, 139264, 0},
         combine_launch(2, 16, 128),
     };
     check_launches("paged", paged_launches, 2);
@@ -408,7 +404,7 @@ int main(int argc, char **argv)
     run(ctx, &paged, "the paged call checked on the device, 1 split: by the check kernel");
     const expected paged_whole[] = {
         {"fa_gpu::decode::check_kernel<fa_gpu::store_bf16>", 2, 1, 256, 0, 0},
-        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4, 1, 256, 139264, 0},
+        {"fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>", 4, 1, 256, 139264, 0},
     };
     check_launches("paged, one split, checked by the check kernel", paged_whole, 2);
 
@@ -492,12 +488,12 @@ int main(int argc, char **argv)
     a = gqa_call(ctx);
     a.opts.learnable_sink = device_zeros(ctx, 8 * sizeof(float));
     run(ctx, &a, "bf16 d 128 GQA decode with a sink");
-    check_gqa_launches("sink, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+    check_gqa_launches("sink, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>",
                        4, 256, 139264);
     a.num_splits = 1; /* one split asked for: two, so that the combine kernel folds the sink in */
     run(ctx, &a, "bf16 d 128 GQA decode with a sink, 1 split asked for");
     check_gqa_launches("sink, tensor cores, two splits",
-                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+                       "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>",
                        2, 256, 139264);
     fa_context_destroy(ctx);
 
@@ -516,7 +512,7 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode outside the capture");
     fake->capture_status = 1;
     run(ctx, &a, "bf16 d 128 GQA decode captured, after one call outside");
-    check_gqa_launches("captured", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>",
+    check_gqa_launches("captured", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>",
                        4, 256, 139264);
     fake->capture_status = 0;
     fa_context_destroy(ctx);

@@ -115,7 +115,6 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->kernels = kernels_forced();
     s->kv_simt = fa_kernels_switch("kv-simt", NULL, 0);
     s->kv_mma_four = fa_kernels_switch("kv-mma-4-warps", NULL, 0);
-    s->kv_mma_one_token = fa_kernels_switch("kv-mma-one-token", NULL, 0);
     s->kv_mla_sm90 = fa_kernels_switch("kv-mla-sm90", NULL, 0);
     s->kv_mla_16_rows = fa_kernels_switch("kv-mla-16-rows", NULL, 0);
     s->sm80_bwd_narrow = fa_kernels_switch("sm80-bwd-narrow", NULL, 0);

@@ -33,8 +33,6 @@ typedef struct fa_gpu_state {
     fa_gpu_kernels kernels;   /* read from FLASHATTN_KERNELS when the context opens */
     int kv_simt;              /* FLASHATTN_KERNELS=kv-simt: no tensor-core decode kernel */
     int kv_mma_four;          /* FLASHATTN_KERNELS=kv-mma-4-warps: that kernel with four warps a block */
-    int kv_mma_one_token;     /* FLASHATTN_KERNELS=kv-mma-one-token: that kernel's ONE_TOKEN instance for the
-                                 calls it serves (kv_host.c) */
     int kv_mla_sm90;          /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA decode kernel where it fits */
     int sm80_bwd_narrow;      /* FLASHATTN_KERNELS=sm80-bwd-narrow: the sm80 d 256 backward on bwd_kernel's
                                  4-warp instance where the 8-warp one fits too (backend.c) */

@@ -185,9 +185,9 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
 #endif
     if (wide) /* the MLA kernel's warps (its name has none) */
         kv.mma_warps = FA_KV_MLA_WARPS;
-    /* the tensor-core kernel's instance for the plain decode step, its other calls' code compiled out */
-    kv.one_token = s->kv_mma_one_token && mma && !wide && p->seqlen_q == 1 && !kv.rotary_cos &&
-                   !fa_score_mod_factors_active(kv.mod);
+    /* the tensor-core kernel's instance for the plain decode step (one new token, no rotary, no
+     * softcap or ALiBi), the code for the other calls compiled out (decode_mma_kernels.cuh) */
+    kv.one_token = mma && !wide && p->seqlen_q == 1 && !kv.rotary_cos && !fa_score_mod_factors_active(kv.mod);
 #if defined(FA_HAVE_SM90) && !defined(FA_RUNTIME_HIP)
     /* The Hopper MLA kernel (decode_mla_sm90_kernels.cuh) on cc 9.0 where v_cache is a view of
      * k_cache's first d_v channels, so that one copy of each key row serves as K and V: for calls
