@@ -268,7 +268,7 @@ def decode(f):
         st = DECODE["mma_stages"]
         for b in DECODE["mma_buckets"]:
             s += f"{prefix}template fa_gpu_error launch_mma<{DTYPES[tag][2]}, {b}, {st}>{sig};\n"
-            s += f"{prefix}template fa_gpu_error blocks_per_processor_mma<{DTYPES[tag][2]}, {b}, {st}>(int, int *);\n"
+            s += f"{prefix}template fa_gpu_error blocks_per_processor_mma<{DTYPES[tag][2]}, {b}, {st}>(int, int, int *);\n"
         return s
 
     for tag in DTYPES:
@@ -307,7 +307,7 @@ def decode(f):
                     "const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream",
                     "*p, static_cast<fa_gpu_stream>(stream)"),
                    ("kv_blocks_per_processor_mma", "blocks_per_processor_mma",
-                    "int dtype, int head_dim_bucket, int warps, int *blocks", "warps, blocks"))
+                    "int dtype, int head_dim_bucket, int warps, int one_token, int *blocks", "warps, one_token, blocks"))
     for i, (entry, what, params, args) in enumerate(mma_entries):
         def call(tag, b, what=what, args=args):
             st = DECODE["mma_stages"]

@@ -318,7 +318,8 @@ EXPORT int cuFuncSetAttribute(void *function, int attribute, int value)
 EXPORT int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *function, int block_size,
                                                        size_t dynamic_shared_bytes)
 {
-    (void)function;
+    const int slot = slot_of(function);
+    snprintf(state.occupancy_name, sizeof state.occupancy_name, "%s", slot >= 0 ? function_names[slot] : "");
     (void)block_size;
     (void)dynamic_shared_bytes;
     *blocks = 1;

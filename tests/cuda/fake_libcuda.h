@@ -80,6 +80,7 @@ typedef struct fake_cuda_state {
      * (1, 2, ...) in its first word */
     fake_cuda_tensor_map tensor_maps[FAKE_CUDA_TENSOR_MAP_LOG];
     int tensor_map_calls, tensor_map_log_len;
+    char occupancy_name[256]; /* the function of the last occupancy query, as given to cuModuleGetFunction */
 } fake_cuda_state;
 
 #endif

@@ -137,6 +137,17 @@ static void check_gqa_launches(const char *what, const char *decode, unsigned sp
     check_launches(what, want, 4);
 }
 
+/* The last occupancy query asked about the decode instance `name` (so an rtc build compiles the
+ * instance it launches, not another one as well). */
+static void check_occupancy(const char *what, const char *name)
+{
+    char lowered[256];
+    lowered_name_of("decode", 80, 0, 0, name, lowered, sizeof lowered);
+    CHECK(strcmp(fake->occupancy_name, lowered) == 0, "%s: occupancy of %s, expected %s (%s)", what,
+          fake->occupancy_name, lowered, name);
+    printf("  occupancy of %s\n", name);
+}
+
 /* The MLA decode call: 16 query heads on one kv head, d 576 over d_v 512. */
 static fa_kvcache_args mla_call(fa_context *ctx)
 {
@@ -239,6 +250,7 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode, cc 8.0");
     check_gqa_launches("GQA, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>",
                        4, 256, 139264);
+    check_occupancy("GQA, tensor cores", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8, true>");
     /* the same on cc 8.6, whose blocks may use 99 KB: four warps, half the ring */
     fa_context_destroy(ctx);
     fake->cc_minor = 6;
@@ -268,6 +280,7 @@ int main(int argc, char **argv)
     run(ctx, &a, "bf16 d 128 GQA decode with a softcap, cc 8.0");
     check_gqa_launches("GQA with a softcap", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>", 4,
                        256, 139264);
+    check_occupancy("GQA with a softcap", "fa_gpu::decode::decode_mma_kernel<fa_gpu::store_bf16, 128, 2, 8>");
     fa_context_destroy(ctx);
     /* 5 splits asked for do not fit the lane groups' read-ahead: the block combine */
     ctx = open_context();

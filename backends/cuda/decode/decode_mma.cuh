@@ -74,19 +74,23 @@ template <class S, int D, int ST> fa_gpu_error launch_mma(const fa_gpu_kv_params
     }
 }
 
-/* Decode blocks of the instance of `warps` warps resident on one multiprocessor at a time (the
- * general instance's; the ONE_TOKEN one has the same shared memory and launch bounds, and the
- * count sets only how many splits a call gets). */
-template <class S, int D, int ST, int W> fa_gpu_error blocks_per_processor_mma_warps(int *n)
+/* Decode blocks of the instance of `warps` warps (its ONE_TOKEN one where one_token) resident on
+ * one multiprocessor at a time. */
+template <class S, int D, int ST, int W, bool ONE_TOKEN> fa_gpu_error blocks_per_processor_mma_instance(int *n)
 {
-    fa_gpu_error e = prepare_mma<S, D, ST, W>();
+    fa_gpu_error e = prepare_mma<S, D, ST, W, ONE_TOKEN>();
     if (e == FA_GPU_SUCCESS)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, decode_mma_kernel<S, D, ST, W>, 32 * W,
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, decode_mma_kernel<S, D, ST, W, ONE_TOKEN>, 32 * W,
                                                           FA_KV_MMA_SMEM(D, ST, W));
     return e;
 }
+template <class S, int D, int ST, int W> fa_gpu_error blocks_per_processor_mma_warps(int one_token, int *n)
+{
+    return one_token ? blocks_per_processor_mma_instance<S, D, ST, W, true>(n)
+                     : blocks_per_processor_mma_instance<S, D, ST, W, false>(n);
+}
 
-template <class S, int D, int ST> fa_gpu_error blocks_per_processor_mma(int warps, int *n)
+template <class S, int D, int ST> fa_gpu_error blocks_per_processor_mma(int warps, int one_token, int *n)
 {
     if constexpr (D == FA_KV_MLA_D) {
         fa_gpu_error e = prepare_mla<S>();
@@ -96,9 +100,9 @@ template <class S, int D, int ST> fa_gpu_error blocks_per_processor_mma(int warp
         return e;
     } else {
         if (warps == FA_KV_MMA_MAX_WARPS)
-            return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(n);
+            return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MAX_WARPS>(one_token, n);
         if (warps == FA_KV_MMA_MIN_WARPS)
-            return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(n);
+            return blocks_per_processor_mma_warps<S, D, ST, FA_KV_MMA_MIN_WARPS>(one_token, n);
         return FA_GPU_INVALID_VALUE;
     }
 }

@@ -89,7 +89,7 @@ typedef struct fa_gpu_kv_entries {
     int (*blocks_per_processor)(int dtype, int head_dim_bucket, int row_tile, int async_copy, int *blocks);
     /* the tensor-core kernel (NULL where the backend has none) */
     int (*forward_mma)(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream);
-    int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int warps, int *blocks);
+    int (*blocks_per_processor_mma)(int dtype, int head_dim_bucket, int warps, int one_token, int *blocks);
 } fa_gpu_kv_entries;
 
 /* fa_backend slots, shared by both tables */

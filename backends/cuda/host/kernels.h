@@ -69,7 +69,7 @@ int fa_kv_blocks_per_processor(int dtype, int head_dim_bucket, int row_tile, int
  * buckets 64 and 128, aligned rows, row tile FA_KV_ROW_TILE_MMA, a ring of FA_KV_MMA_STAGES stages;
  * p->mma_warps warps a block, the occupancy's `warps`). */
 int fa_kv_forward_mma(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket, void *stream);
-int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int warps, int *blocks);
+int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int warps, int one_token, int *blocks);
 /* The Hopper MLA decode kernel alone (decode/decode_mla_sm90.cuh; the sm90 library, sm_90a) on
  * blocks x splits blocks, for fa_kv_forward_mma's calls at bucket FA_KV_MLA_D with p->mla_sm90;
  * dtype 1 fp16 or 2 bf16. Returns a cudaError_t value. */

@@ -219,10 +219,12 @@ fa_status fa_gpu_forward_kvcache(fa_context *ctx, const fa_kv_problem *kp, const
     kv.keys_per_split = FA_KV_KEY_CHUNK;
     if (p->seqlen_q > 0) {
         int resident = 1; /* the Hopper MLA kernel: one block a multiprocessor (kv_geometry.h) */
+        /* the instance the call launches (an rtc build compiles only that one) */
         fa_rt_error e = (fa_rt_error)(kv.mla_sm90 ? FA_RT(Success)
-                                      : mma       ? entry->blocks_per_processor_mma((int)p->dtype, bucket, kv.mma_warps, &resident)
-                                                  : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
-                                                                                &resident));
+                                      : mma ? entry->blocks_per_processor_mma((int)p->dtype, bucket, kv.mma_warps,
+                                                                              kv.one_token, &resident)
+                                            : entry->blocks_per_processor((int)p->dtype, bucket, row_tile, async_copy,
+                                                                          &resident));
         if (e != FA_RT(Success))
             return fa_gpu_fail(ctx, e, "fa_forward_kvcache: occupancy of the decode kernel");
         kv.splits = gpu_kv_splits(kp, blocks > 0 ? blocks : 1, (int64_t)resident * s->prop.multiProcessorCount,

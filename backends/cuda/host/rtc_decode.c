@@ -175,10 +175,11 @@ fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int buc
                        why_len);
 }
 
-fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len)
+fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int one_token, int *blocks, char *why,
+                                   size_t why_len)
 {
     char name[FA_RTC_NAME_MAX];
-    if (!mma_name(dtype, bucket, warps, 0, name, why, why_len))
+    if (!mma_name(dtype, bucket, warps, one_token, name, why, why_len))
         return FA_RTC_INVALID_ARG;
     return fa_rtc_occupancy(FAMILY, name, 32u * (unsigned)warps, mma_smem(bucket, warps), blocks, why, why_len);
 }

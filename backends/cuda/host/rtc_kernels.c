@@ -24,10 +24,10 @@ int fa_kv_forward_mma(const fa_gpu_kv_params *p, int dtype, int head_dim_bucket,
     return fa_rtc_entry_end(fa_rtc_launch_kv_mma(p, dtype, head_dim_bucket, stream, why, len));
 }
 
-int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int warps, int *blocks)
+int fa_kv_blocks_per_processor_mma(int dtype, int head_dim_bucket, int warps, int one_token, int *blocks)
 {
     size_t len;
     char *why = fa_rtc_error_buffer(&len);
     fa_rtc_entry_begin();
-    return fa_rtc_entry_end(fa_rtc_kv_blocks_mma(dtype, head_dim_bucket, warps, blocks, why, len));
+    return fa_rtc_entry_end(fa_rtc_kv_blocks_mma(dtype, head_dim_bucket, warps, one_token, blocks, why, len));
 }

@@ -98,7 +98,8 @@ fa_rtc_status fa_rtc_kv_blocks(int dtype, int bucket, int row_tile, int async_co
  * FA_KV_MMA_STAGES stages; CUDA only). */
 fa_rtc_status fa_rtc_launch_kv_mma(const fa_gpu_kv_params *p, int dtype, int bucket, void *stream, char *why,
                                    size_t why_len);
-fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int *blocks, char *why, size_t why_len);
+fa_rtc_status fa_rtc_kv_blocks_mma(int dtype, int bucket, int warps, int one_token, int *blocks, char *why,
+                                   size_t why_len);
 
 /* Unloads every module the launcher loaded (each in its own context) and forgets them: for a
  * context about to be destroyed, or a test. Not to be called while another thread launches. */

@@ -93,17 +93,17 @@ extern template fa_gpu_error blocks_per_processor<store_bf16, 256, FA_KV_ROW_TIL
 #endif
 #if !defined(__HIPCC__)
 extern template fa_gpu_error launch_mma<store_f16, 64, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES>(int, int *);
+extern template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES>(int, int, int *);
 extern template fa_gpu_error launch_mma<store_f16, 128, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES>(int, int *);
+extern template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES>(int, int, int *);
 extern template fa_gpu_error launch_mma<store_f16, 576, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_f16, 576, FA_KV_MMA_STAGES>(int, int *);
+extern template fa_gpu_error blocks_per_processor_mma<store_f16, 576, FA_KV_MMA_STAGES>(int, int, int *);
 extern template fa_gpu_error launch_mma<store_bf16, 64, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 64, FA_KV_MMA_STAGES>(int, int *);
+extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 64, FA_KV_MMA_STAGES>(int, int, int *);
 extern template fa_gpu_error launch_mma<store_bf16, 128, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 128, FA_KV_MMA_STAGES>(int, int *);
+extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 128, FA_KV_MMA_STAGES>(int, int, int *);
 extern template fa_gpu_error launch_mma<store_bf16, 576, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 576, FA_KV_MMA_STAGES>(int, int *);
+extern template fa_gpu_error blocks_per_processor_mma<store_bf16, 576, FA_KV_MMA_STAGES>(int, int, int *);
 #endif
 } // namespace fa_gpu::decode
 
@@ -275,21 +275,21 @@ extern "C" int FA_GPU_ENTRY(kv_forward_mma)(const fa_gpu_kv_params *p, int dtype
     }
 }
 
-extern "C" int FA_GPU_ENTRY(kv_blocks_per_processor_mma)(int dtype, int head_dim_bucket, int warps, int *blocks)
+extern "C" int FA_GPU_ENTRY(kv_blocks_per_processor_mma)(int dtype, int head_dim_bucket, int warps, int one_token, int *blocks)
 {
     switch (dtype) {
     case 1:
         switch (head_dim_bucket) {
-        case 64: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES>(warps, blocks);
-        case 128: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES>(warps, blocks);
-        case 576: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 576, FA_KV_MMA_STAGES>(warps, blocks);
+        case 64: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 64, FA_KV_MMA_STAGES>(warps, one_token, blocks);
+        case 128: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 128, FA_KV_MMA_STAGES>(warps, one_token, blocks);
+        case 576: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_f16, 576, FA_KV_MMA_STAGES>(warps, one_token, blocks);
         default: return (int)FA_GPU_INVALID_VALUE;
         }
     case 2:
         switch (head_dim_bucket) {
-        case 64: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES>(warps, blocks);
-        case 128: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES>(warps, blocks);
-        case 576: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 576, FA_KV_MMA_STAGES>(warps, blocks);
+        case 64: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 64, FA_KV_MMA_STAGES>(warps, one_token, blocks);
+        case 128: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 128, FA_KV_MMA_STAGES>(warps, one_token, blocks);
+        case 576: return (int)fa_gpu::decode::blocks_per_processor_mma<fa_gpu::store_bf16, 576, FA_KV_MMA_STAGES>(warps, one_token, blocks);
         default: return (int)FA_GPU_INVALID_VALUE;
         }
     default: return (int)FA_GPU_INVALID_VALUE;

@@ -3,9 +3,9 @@
 
 namespace fa_gpu::decode {
 template fa_gpu_error launch_mma<store_f16, 64, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES>(int, int *);
+template fa_gpu_error blocks_per_processor_mma<store_f16, 64, FA_KV_MMA_STAGES>(int, int, int *);
 template fa_gpu_error launch_mma<store_f16, 128, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES>(int, int *);
+template fa_gpu_error blocks_per_processor_mma<store_f16, 128, FA_KV_MMA_STAGES>(int, int, int *);
 template fa_gpu_error launch_mma<store_f16, 576, FA_KV_MMA_STAGES>(const fa_gpu_kv_params &, fa_gpu_stream);
-template fa_gpu_error blocks_per_processor_mma<store_f16, 576, FA_KV_MMA_STAGES>(int, int *);
+template fa_gpu_error blocks_per_processor_mma<store_f16, 576, FA_KV_MMA_STAGES>(int, int, int *);
 } // namespace fa_gpu::decode
