@@ -344,13 +344,21 @@ fa_status fa_validate_kvcache(fa_context *ctx, const fa_kvcache_args *a, fa_kv_p
     const int n_outs = kp->has_new ? 4 : 2;
     fa_span ins[8] = {s_q, s_kn, s_vn, s_cos, s_sin, s_kc, s_vc};
     static const char *const in_names[7] = {"q", "k_new", "v_new", "rotary_cos", "rotary_sin", "k_cache", "v_cache"};
+    /* the caches may be interleaved views of one packed cache: compared element by element */
+    const fa_tensor *caches[2] = {&a->k_cache, &a->v_cache};
     for (int o = 0; o < n_outs; ++o) {
-        for (int i = 0; i < 7; ++i)
-            if (!(o >= 2 && i == o + 3) && fa_spans_overlap(outs[o], ins[i]))
+        for (int i = 0; i < 7; ++i) {
+            if (o >= 2 && i == o + 3)
+                continue;
+            const int both_caches = o >= 2 && i >= 5;
+            if (both_caches ? fa_tensors_overlap(caches[o - 2], outs[o], caches[i - 5], ins[i])
+                            : fa_spans_overlap(outs[o], ins[i]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "output %s overlaps input %s in memory", out_names[o],
                                 in_names[i]);
+        }
         for (int o2 = o + 1; o2 < n_outs; ++o2)
-            if (fa_spans_overlap(outs[o], outs[o2]))
+            if (o >= 2 ? fa_tensors_overlap(caches[o - 2], outs[o], caches[o2 - 2], outs[o2])
+                       : fa_spans_overlap(outs[o], outs[o2]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "%s and %s overlap in memory", out_names[o], out_names[o2]);
     }
     /* options: inference takes no dropout, block mask or deterministic flag */

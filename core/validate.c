@@ -103,6 +103,69 @@ static int spans_overlap(span a, span b)
     return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
 }
 
+/* floor(a / b) for b > 0 */
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    return a / b - (a % b != 0 && a < 0);
+}
+
+/* Whether an offset difference of target elements is sum_k j_k stride_k with |j_k| < shape_k over
+ * the dimensions order[a..n) (extent > 1, strides descending); reach[a]: the largest offset those
+ * dimensions reach. Each stride exceeds the reach of the dimensions inside it (check_tensor's rule
+ * for an output), so j s must lie within reach[a + 1] of target: at most two j per level. */
+static int offset_reachable(const fa_tensor *t, const int *order, const int64_t *reach, int a, int n, int64_t target)
+{
+    if (a >= n || a >= FA_MAX_DIMS)
+        return target == 0;
+    const int64_t s = t->stride[order[a]], ext = t->shape[order[a]] - 1, rest = reach[a + 1];
+    int64_t lo = -floor_div(rest - target, s), hi = floor_div(target + rest, s); /* ceil, floor */
+    lo = lo < -ext ? -ext : lo;
+    hi = hi > ext ? ext : hi;
+    for (int64_t j = lo; j <= hi; ++j)
+        if (offset_reachable(t, order, reach, a + 1, n, target - j * s))
+            return 1;
+    return 0;
+}
+
+/* Whether tensors x and y (spans a and b, each checked by check_tensor as an output) share a byte.
+ * Where the spans meet and both have one layout (dtype, shape, strides), elements are compared:
+ * the gradients of a packed qkv are interleaved views of one tensor, which share no element;
+ * otherwise meeting spans count as an overlap. */
+static int tensors_overlap(const fa_tensor *x, span a, const fa_tensor *y, span b)
+{
+    if (!spans_overlap(a, b))
+        return 0;
+    if (x->ndim != y->ndim || x->dtype != y->dtype)
+        return 1;
+    int order[FA_MAX_DIMS], n = 0;
+    for (int i = 0; i < x->ndim; ++i) {
+        if (x->shape[i] != y->shape[i] || (x->shape[i] > 1 && x->stride[i] != y->stride[i]))
+            return 1;
+        if (x->shape[i] > 1)
+            order[n++] = i;
+    }
+    for (int i = 1; i < n; ++i) /* strides descending */
+        for (int j = i; j > 0 && x->stride[order[j]] > x->stride[order[j - 1]]; --j) {
+            const int tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    int64_t reach[FA_MAX_DIMS + 1];
+    reach[n] = 0;
+    for (int i = n - 1; i >= 0; --i) /* bounded by the span's size, which check_tensor fitted in 64 bits */
+        reach[i] = reach[i + 1] + (x->shape[order[i]] - 1) * x->stride[order[i]];
+    /* elements of size e at a.lo + e u and b.lo + e w meet where |e (w - u) + delta| < e, delta = b.lo
+     * - a.lo: w - u = -delta / e, or either integer beside it when e does not divide delta */
+    const int64_t e = (int64_t)fa_dtype_size(x->dtype);
+    const int64_t delta = b.lo >= a.lo ? (int64_t)(b.lo - a.lo) : -(int64_t)(a.lo - b.lo);
+    const int64_t first = floor_div(-delta, e);
+    const int64_t last = -delta % e == 0 ? first : first + 1;
+    for (int64_t t = first; t <= last; ++t)
+        if (offset_reachable(x, order, reach, 0, n, t))
+            return 1;
+    return 0;
+}
+
 /* The kernels address a tensor by (batch, row, head); the d dimension is last. */
 static fa_view make_view(const fa_tensor *t, int varlen)
 {
@@ -603,10 +666,12 @@ fa_status fa_validate_backward(fa_context *ctx, const fa_bwd_args *a, fa_problem
             if (spans_overlap(in[i], out[j]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "output %s overlaps input %s in memory", out_names[j],
                                 in_names[i]);
-    /* two gradients written into the same memory would race and keep only one of them */
+    /* two gradients written into the same memory would race and keep only one of them (the views
+     * of one packed gradient share no element and pass) */
+    const fa_tensor *out_t[4] = {&a->dq, &a->dk, &a->dv, &a->dsink};
     for (int i = 0; i < n_out; ++i)
         for (int j = i + 1; j < n_out; ++j)
-            if (spans_overlap(out[i], out[j]))
+            if (tensors_overlap(out_t[i], out[i], out_t[j], out[j]))
                 return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "outputs %s and %s overlap in memory", out_names[i],
                                 out_names[j]);
     if ((st = finish_varlen(ctx, a->varlen, p, out, out_names, n_out, cu_host)) || (st = check_work_items(ctx, p)) ||
@@ -636,6 +701,11 @@ fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t,
 int fa_spans_overlap(fa_span a, fa_span b)
 {
     return spans_overlap(a, b);
+}
+
+int fa_tensors_overlap(const fa_tensor *x, fa_span a, const fa_tensor *y, fa_span b)
+{
+    return tensors_overlap(x, a, y, b);
 }
 
 fa_status fa_check_options(fa_context *ctx, const fa_options *o, fa_problem *p)

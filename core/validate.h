@@ -17,6 +17,10 @@ typedef struct fa_span {
 fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int ndim, const int64_t *shape,
                           fa_dtype dtype, int output, fa_span *sp);
 int fa_spans_overlap(fa_span a, fa_span b);
+/* Whether tensors x and y (spans a and b, both checked as outputs) share a byte: exact where they
+ * have one dtype, shape and strides (interleaved views of one packed tensor), else whether the
+ * spans meet. */
+int fa_tensors_overlap(const fa_tensor *x, fa_span a, const fa_tensor *y, fa_span b);
 /* heads_q, heads_kv, d and d_v: at least 1, heads_q a multiple of heads_kv and at most 2^31 - 1,
  * d and d_v at most max_d; sets p->group. */
 fa_status fa_check_heads(fa_context *ctx, fa_problem *p, int64_t max_d);

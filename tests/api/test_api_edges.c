@@ -256,6 +256,40 @@ static void test_contiguous_tensor_of_impossible_shape(void **state)
     assert_no_buffer_touched(fx, "impossible contiguous shapes");
 }
 
+/* Gradients into views of one packed tensor, as FlashAttention-2's packed functions write them:
+ * dK and dV interleaved in [batch, seqlen_k, 2, heads_kv, d] (dQ beside them in its own buffer)
+ * share no element, so the call succeeds with the bits of separate buffers; with dV one element
+ * further on, every dV row but the last shares elements with dK, and the call fails untouched. */
+static void test_packed_gradients_are_accepted(void **state)
+{
+    fixture *fx = *state;
+    enum { ROW = HEADS_KV * HEAD_DIM, KV = BATCH * SEQ_K * ROW };
+    fill_buffers(fx);
+    fill_lse_for_backward(fx);
+    fa_bwd_args b = make_backward(fx, -1, -1, -1);
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+    float want_k[KV], want_v[KV];
+    memcpy(want_k, fx->buf[BUF_DK], sizeof want_k);
+    memcpy(want_v, fx->buf[BUF_DV], sizeof want_v);
+
+    memset(fx->buf[BUF_DK], POISON_BYTE, CAPACITY * sizeof(float));
+    b.dk = tensor4_strided(fx->buf[BUF_DK], BATCH, SEQ_K, HEADS_KV, HEAD_DIM, SEQ_K * 2 * ROW, 2 * ROW, HEAD_DIM);
+    b.dv = b.dk;
+    b.dv.data = fx->buf[BUF_DK] + ROW;
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_SUCCESS);
+    for (int64_t r = 0; r < BATCH * SEQ_K; ++r) {
+        assert_memory_equal(fx->buf[BUF_DK] + r * 2 * ROW, want_k + r * ROW, ROW * sizeof(float));
+        assert_memory_equal(fx->buf[BUF_DK] + r * 2 * ROW + ROW, want_v + r * ROW, ROW * sizeof(float));
+    }
+
+    fill_buffers(fx);
+    fill_lse_for_backward(fx);
+    b.dv.data = fx->buf[BUF_DK] + ROW + 1;
+    assert_int_equal(fa_backward(fx->ctx, &b), FA_ERR_INVALID_ARG);
+    assert_non_null(strstr(fa_context_last_error(fx->ctx), "overlap"));
+    assert_no_buffer_touched(fx, "dv one element past its packed place");
+}
+
 /* An error message belongs to the call that raised it: the next successful call clears it. */
 static void test_success_clears_last_error(void **state)
 {
@@ -713,6 +747,7 @@ int main(void)
         cmocka_unit_test(test_block_mask_and_context_failures_have_reasons),
         cmocka_unit_test(test_dropout_keep_mask_is_the_forwards),
         cmocka_unit_test(test_kernels_switch_is_checked),
+        cmocka_unit_test(test_packed_gradients_are_accepted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

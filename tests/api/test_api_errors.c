@@ -24,7 +24,7 @@ typedef enum case_id {
     Q_BATCH_TIMES_SEQLEN_OVERFLOWS, Q_ELEMENT_COUNT_OVERFLOWS, Q_STRIDE_OFFSET_OVERFLOWS, Q_STRIDE_INT64_MAX,
     Q_SPAN_PAST_ADDRESS_SPACE,
     DQ_SHAPE_MISMATCH, DK_DTYPE_DIFFERS, DV_DATA_NULL, DOUT_NDIM_3, DOUT_SHAPE_MISMATCH, DQ_ALIASES_Q,
-    DK_ALIASES_DV, DQ_ROWS_OVERLAP,
+    DK_ALIASES_DV, DQ_ROWS_OVERLAP, DV_ONE_ELEMENT_INTO_DK, DV_HALF_AN_ELEMENT_INTO_DK,
     SOFTCAP_NAN, SOFTCAP_INF, SOFTCAP_NEGATIVE, SOFTCAP_SCALE_RATIO_OVERFLOWS, ALIBI_STRIDE_WITHOUT_SLOPES,
     ALIBI_STRIDE_BELOW_HEADS, ALIBI_STRIDE_NEGATIVE, ALIBI_SPAN_OVERFLOWS, ALIBI_INVERSE_SCALE_OVERFLOWS,
     ALIBI_INSIDE_O, ALIBI_INSIDE_LSE, ALIBI_INSIDE_DK, SCALE_NEGATIVE, ALIBI_SLOPE_NAN, ALIBI_SLOPE_INF,
@@ -125,6 +125,9 @@ static const invalid_case invalid_cases[] = {
     CASE(DQ_ALIASES_Q, BACKWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
     CASE(DK_ALIASES_DV, BACKWARD, FA_ERR_INVALID_ARG, "overlap", NULL),
     CASE(DQ_ROWS_OVERLAP, BACKWARD, FA_ERR_INVALID_ARG, "dq", "overlap"),
+    /* one layout, so compared element by element (packed gradients pass): these share elements */
+    CASE(DV_ONE_ELEMENT_INTO_DK, BACKWARD, FA_ERR_INVALID_ARG, "dv", "overlap"),
+    CASE(DV_HALF_AN_ELEMENT_INTO_DK, BACKWARD, FA_ERR_INVALID_ARG, "dv", "overlap"),
     /* score modifiers */
     CASE(SOFTCAP_NAN, BOTH, FA_ERR_INVALID_ARG, "softcap", NULL),
     CASE(SOFTCAP_INF, BOTH, FA_ERR_INVALID_ARG, "softcap", NULL),
@@ -372,6 +375,8 @@ static void apply_case(case_id id, fixture *fx, arg_view a)
     case DQ_ALIASES_Q: a.dq->data = a.q->data; break;
     case DK_ALIASES_DV: a.dk->data = a.dv->data; break;
     case DQ_ROWS_OVERLAP: a.dq->stride[2] = 0; break;
+    case DV_ONE_ELEMENT_INTO_DK: a.dv->data = (float *)a.dk->data + 1; break;
+    case DV_HALF_AN_ELEMENT_INTO_DK: a.dv->data = (char *)a.dk->data + 2; break;
     case SINK_NAN: a.opts->learnable_sink = sink_with(2, NAN); break;
     case SINK_INF: a.opts->learnable_sink = sink_with(3, INFINITY); break;
     case SINK_MINUS_INF: a.opts->learnable_sink = sink_with(0, -INFINITY); break;

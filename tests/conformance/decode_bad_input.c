@@ -60,6 +60,13 @@ static void b_sink_nan(fa_kvcache_args *a, void *s)
 }
 static void b_new_shape(fa_kvcache_args *a, void *s) { (void)s; a->v_new.shape[1] = 2; }
 static void b_o_overlaps_cache(fa_kvcache_args *a, void *s) { (void)s; a->o.data = a->k_cache.data; }
+/* v_cache two bytes into k_cache, one layout: appending into k_cache would write v_cache's elements
+ * (caches of one layout are compared element by element, so this must not pass as interleaved) */
+static void b_v_cache_into_k_cache(fa_kvcache_args *a, void *s)
+{
+    (void)s;
+    a->v_cache.data = (char *)a->k_cache.data + 2;
+}
 static void b_nan_scale(fa_kvcache_args *a, void *s) { (void)s; a->opts.softmax_scale = NAN; }
 static void b_page_count_overflow(fa_kvcache_args *a, void *s) { (void)s; a->block_table_stride = INT64_MAX / 8; }
 /* run_bad's case: pages of 16, 4 per sequence, lengths 5 and 20, one new token each, rotary
@@ -105,6 +112,7 @@ static const struct {
     {"learnable_sink with a NaN", b_sink_nan, FA_ERR_INVALID_ARG},
     {"v_new of another length", b_new_shape, FA_ERR_INVALID_ARG},
     {"o inside k_cache", b_o_overlaps_cache, FA_ERR_INVALID_ARG},
+    {"v_cache one element into k_cache", b_v_cache_into_k_cache, FA_ERR_INVALID_ARG},
     {"NaN scale", b_nan_scale, FA_ERR_INVALID_ARG},
     {"block_table_stride x batch overflows", b_page_count_overflow, FA_ERR_OVERFLOW},
     {"rotary table one row short", b_rotary_one_short, FA_ERR_INVALID_ARG},
