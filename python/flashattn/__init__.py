@@ -97,14 +97,29 @@ def _check_arrays(**arrays):
         _core.check_array(a, name)
 
 
-def _attention(q, k, v, return_attn_probs, **options):
+def _unpack(a, dim, name, layout):
+    """The arrays packed along dimension dim of a (qkv: q, k, v; kv: k, v), views of it without a
+    copy (torch: unbind, whose gradient is one stack rather than a zero tensor of a's shape per
+    slice); a's shape must be layout."""
+    n, shape = len(name), _core._shape_of(a)
+    if len(shape) != dim + 3 or shape[dim] != n:
+        raise ValueError(f"{name} must be {layout}, got shape {shape}")
+    if _core._is_torch(a):
+        return a.unbind(dim)
+    return tuple(a[(slice(None),) * dim + (i,)] for i in range(n))
+
+
+def _attention(q, k, v, return_attn_probs, packed=None, **options):
+    """out (with return_attn_probs: out, softmax_lse, S_dmask) of every function but the KV cache's.
+    packed: (the packed array, its packing dimension) when q, k, v or k, v are its _unpack views;
+    with torch autograd their gradients then go into one gradient of the packed tensor."""
     _core.check_options(return_attn_probs=return_attn_probs,
                         **{n: options[n] for n in ("dropout_p", "softmax_scale", "causal", "window_size", "softcap",
                                                    "alibi_slopes", "deterministic", "seed", "offset", "backend")})
     if _torch is not None and _core._is_torch(q):  # the custom operator: autograd and torch.compile
         _core.check_torch_backend(q, options.pop("backend"))
         options["seed"] = _torch_seed(options.get("dropout_p", 0.0), options.get("seed"), q)
-        out, lse = _torch.attention(q, k, v, **options)
+        out, lse = _torch.attention(q, k, v, packed=packed, **options)
     else:  # NumPy and other arrays (or torch tensors under FLASHATTN_NO_TORCH: no autograd)
         out, lse = _core.forward(_core.Call(q, **options), q, k, v)
     if not return_attn_probs:
@@ -145,9 +160,11 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              seed=None, offset=0, backend=None, learnable_sink=None):
     """flash_attn_func with kv [batch, seqlen_k, 2, heads_kv, d] (packing makes d_v = d)."""
     _check_arrays(q=q, kv=kv)
-    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs, seed=seed, offset=offset, backend=backend,
-                           learnable_sink=learnable_sink)
+    k, v = _unpack(kv, 2, "kv", "[batch, seqlen_k, 2, heads_kv, d]")
+    return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend,
+                      learnable_sink=learnable_sink, packed=(kv, 2))
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -155,9 +172,11 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               seed=None, offset=0, backend=None, learnable_sink=None):
     """flash_attn_func with qkv [batch, seqlen, 3, heads, d] (packing makes d_v = d)."""
     _check_arrays(qkv=qkv)
-    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
-                           softcap, alibi_slopes, deterministic, return_attn_probs, seed=seed, offset=offset,
-                           backend=backend, learnable_sink=learnable_sink)
+    q, k, v = _unpack(qkv, 2, "qkv", "[batch, seqlen, 3, heads, d]")
+    return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend,
+                      learnable_sink=learnable_sink, packed=(qkv, 2))
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -190,10 +209,12 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     offset=0, backend=None, learnable_sink=None):
     """flash_attn_varlen_func with kv [total_k, 2, heads_kv, d] (packing makes d_v = d)."""
     _check_arrays(q=q, kv=kv)
-    return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs, seed=seed, offset=offset, backend=backend,
-                                  learnable_sink=learnable_sink)
+    k, v = _unpack(kv, 1, "kv", "[total_k, 2, heads_kv, d]")
+    return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend,
+                      learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, packed=(kv, 1))
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -202,10 +223,12 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      learnable_sink=None):
     """flash_attn_varlen_func with qkv [total, 3, heads, d] and one cu_seqlens (packing makes d_v = d)."""
     _check_arrays(qkv=qkv)
-    return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs, seed=seed, offset=offset, backend=backend,
-                                  learnable_sink=learnable_sink)
+    q, k, v = _unpack(qkv, 1, "qkv", "[total, 3, heads, d]")
+    return _attention(q, k, v, return_attn_probs, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                      window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                      deterministic=deterministic, seed=seed, offset=offset, backend=backend,
+                      learnable_sink=learnable_sink, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
+                      max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen, packed=(qkv, 1))
 
 
 def block_sparse_attn_func(q, k, v, block_mask, block_size, dropout_p=0.0, softmax_scale=None, causal=False,

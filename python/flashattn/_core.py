@@ -653,14 +653,18 @@ def forward(call, q, k, v):
     return out, lse
 
 
-def backward(call, dout, q, k, v, out, lse):
+def backward(call, dout, q, k, v, out, lse, into=None):
     """dQ, dK, dV of attention(q, k, v) for the output gradient dout, and dsink when the call has a
-    learnable sink."""
+    learnable sink. into: (dq, dk, dv) torch tensors to write, shaped as q, k, v (views of one
+    packed gradient; varlen: zero-filled, as _outputs_like's), else new ones."""
     dout, q, k, v = (maybe_contiguous(x) for x in (dout, q, k, v))
     names = (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout))
     ins = [_View(x, n) for n, x in names]
     ctx = _context_for(ins, call.backend)
-    dq, dk, dv = (_outputs_like(call.varlen, x, ctx=ctx, view=xv) for x, xv in zip((q, k, v), ins))
+    if into is None:
+        dq, dk, dv = (_outputs_like(call.varlen, x, ctx=ctx, view=xv) for x, xv in zip((q, k, v), ins))
+    else:
+        dq, dk, dv = into
     views = ins + [_View(x, n) for n, x in (("dq", dq), ("dk", dk), ("dv", dv))]
     dsink = None if call.sink is None else _sink.gradient_buffer(q, call.heads, ctx, ins[0])
 

@@ -38,14 +38,14 @@ def _forward(q, k, v, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dr
 
 def _backward_grads(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p,
                     softmax_scale, causal, window_left, window_right, deterministic, seed, offset, softcap,
-                    alibi_slopes, learnable_sink):
+                    alibi_slopes, learnable_sink, into=None):
     """dq, dk, dv, dsink (empty [0] without a sink): the body of flashattn::bwd and of the eager
-    path's backward."""
+    paths' backward; into: dq, dk, dv to write (views of a packed gradient), else new tensors."""
     call = _call(q, cu_q, cu_k, max_q, max_k, block_mask, block_q, block_k, dropout_p, softmax_scale, causal,
                  window_left, window_right, deterministic, seed, offset, softcap, alibi_slopes,
                  learnable_sink=learnable_sink)
     dout = _core.maybe_contiguous(dout)
-    grads = _core.backward(call, dout, q, k, v, out, lse)
+    grads = _core.backward(call, dout, q, k, v, out, lse, into=into)
     return grads if learnable_sink is not None else grads + (q.new_empty((0,), dtype=torch.float32),)
 
 
@@ -134,6 +134,39 @@ class _EagerAttention(torch.autograd.Function):
         return _input_grads(ctx.options, *_backward_grads(dout, q, k, v, out, lse, *_no_paged_backward(ctx.options)))
 
 
+class _EagerPackedAttention(torch.autograd.Function):
+    """_EagerAttention on qkv or kv packed along one dimension (FlashAttention-2's
+    FlashAttnQKVPackedFunc): the backward writes dQ, dK, dV (or dK, dV) into one gradient of the
+    packed tensor, where autograd through the slices would build a tensor of the packed shape for
+    each and sum them (several full-size writes per call in a training step). q: None when packed
+    holds it (qkv), else the separate query (kv)."""
+
+    @staticmethod
+    def forward(ctx, q, packed, dim, *options):
+        views = packed.unbind(dim)
+        out, lse = _forward(*(views if q is None else (q,) + views), *options)
+        ctx.save_for_backward(q, packed, out, lse)
+        ctx.dim, ctx.options = dim, options
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, packed, out, lse = ctx.saved_tensors
+        options = ctx.options
+        # varlen rows after cu_seqlens[-1] get zero gradients (_core._outputs_like), dense ones are
+        # all written by the library
+        dpacked = torch.zeros_like(packed) if options[0] is not None else torch.empty_like(packed)
+        into = dpacked.unbind(ctx.dim)
+        if q is not None:
+            into = (torch.zeros_like(q) if options[0] is not None else torch.empty_like(q),) + into
+        views = packed.unbind(ctx.dim)
+        inputs = views if q is None else (q,) + views
+        grads = _backward_grads(dout, *inputs, out, lse, *_no_paged_backward(options), into=into)
+        dsink = grads[3] if options[-1] is not None else None
+        return (None if q is None else grads[0], dpacked, None) + (None,) * (len(options) - 1) + (dsink,)
+
+
 def _eager(*tensors):
     """Whether a call may bypass the operator: plain tensors (not fake, functional or other
     subclasses that tracing uses) outside torch.compile."""
@@ -187,8 +220,9 @@ def _from_int64(v):
 def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), deterministic=False,
               seed=None, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
               block_mask=None, block_size=None, softcap=0.0, alibi_slopes=None, block_table=None,
-              learnable_sink=None):
-    """out, lse through the custom operator (the options of _core.Call)."""
+              learnable_sink=None, packed=None):
+    """out, lse through the custom operator (the options of _core.Call). packed: (tensor, dim) when
+    q, k, v (qkv) or k, v (kv) are tensor.unbind(dim): eager calls then take the packed path."""
     # a copy only where the last stride is not 1 (FlashAttention-2's maybe_contiguous), before the
     # operator, so that autograd saves the copies and the backward does not make them again
     q, k, v = (_core.maybe_contiguous(x) for x in (q, k, v))
@@ -212,6 +246,11 @@ def attention(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_s
             _as_tensor(block_table, q, torch.int32), _sink_tensor(learnable_sink, q))
     # a sink that is an nn.Parameter (what a model trains) is a plain tensor for this purpose
     if _eager(q, k, v) and (learnable_sink is None or type(args[-1]) in (Tensor, torch.nn.Parameter)):
+        if packed is not None and _eager(packed[0]) and packed[0].stride(-1) == 1:
+            # the views' last stride is the packed tensor's: maybe_contiguous left them as they are
+            whole, dim = packed
+            q_alone = None if whole.shape[dim] == 3 else q
+            return _EagerPackedAttention.apply(q_alone, whole, dim, *args[3:])
         return _EagerAttention.apply(*args)
     return fwd(*args)
 

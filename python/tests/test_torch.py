@@ -547,6 +547,87 @@ def test_kvcache_eager_arguments():
         np.testing.assert_array_equal(o_.numpy(), w_)
 
 
+def graph_nodes(fn):
+    """the names of every autograd node reachable from fn"""
+    names, todo, seen = set(), [fn], set()
+    while todo:
+        f = todo.pop()
+        if f is None or id(f) in seen:
+            continue
+        seen.add(id(f))
+        names.add(f.name())
+        todo.extend(n for n, _ in f.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("packing", ["qkv", "kv"])
+@pytest.mark.parametrize("with_sink", [False, True])
+def test_packed_gradient_in_one_tensor(device, packing, with_sink):
+    """qkv- and kv-packed calls (FlashAttention-2's FlashAttnQKVPackedFunc): the gradient of the
+    packed tensor is written as one tensor by the backward, not assembled by autograd from its
+    slices (a zero tensor of the packed shape per slice, then their sum); its values (and the
+    sink's gradient) are the unpacked call's, and within the float64 rule without a sink"""
+    dtype = dtypes_of(device)[0]
+    b, s, h, d = 2, 75, 4, 64
+    q, k, v, do = make(b, s, s, h, h, d, dtype, device, seed=21)
+    qkv = torch.stack((q, k, v), dim=2)
+    packed = (qkv if packing == "qkv" else qkv[:, :, 1:].clone()).requires_grad_()
+    q1 = q.clone().requires_grad_()
+    sinks = [torch.nn.Parameter(torch.linspace(-1.0, 1.0, h, device=device)) if with_sink else None for _ in range(2)]
+    out = fa.flash_attn_qkvpacked_func(packed, causal=True, learnable_sink=sinks[0]) if packing == "qkv" else \
+        fa.flash_attn_kvpacked_func(q1, packed, causal=True, learnable_sink=sinks[0])
+    names = graph_nodes(out.grad_fn)
+    assert "_EagerPackedAttentionBackward" in names and not any("Select" in n or "Unbind" in n for n in names), names
+    out.backward(do)
+    grads = (packed.grad[:, :, 0], packed.grad[:, :, 1], packed.grad[:, :, 2]) if packing == "qkv" else \
+        (q1.grad, packed.grad[:, :, 0], packed.grad[:, :, 1])
+    if not with_sink:
+        check(out, None, grads, q, k, v, do, d ** -0.5, ref.visible(s, s, True, (-1, -1)), dtype)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    fa.flash_attn_func(*leaves, causal=True, deterministic=True, learnable_sink=sinks[1]).backward(do)
+    for a, e in zip(grads, (x.grad for x in leaves)):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    if with_sink:
+        assert sinks[0].grad is not None and bool(sinks[0].grad.abs().sum() > 0)
+        torch.testing.assert_close(sinks[0].grad, sinks[1].grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("packing", ["qkv", "kv"])
+def test_packed_varlen_rows_after_the_last_sequence(device, packing, monkeypatch):
+    """the packed varlen gradient: rows after cu_seqlens[-1] are zero (torch.empty_like poisoned
+    with NaN shows a row left unwritten), the sequences' rows the unpacked call's"""
+    real_empty_like = torch.empty_like
+
+    def poisoned_empty_like(*a, **kw):
+        t = real_empty_like(*a, **kw)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    dtype = dtypes_of(device)[0]
+    g = torch.Generator().manual_seed(22)
+    qkv = torch.randn(50, 3, 2, 64, generator=g).to(device=device, dtype=dtype)
+    do = torch.randn(50, 2, 64, generator=g).to(device=device, dtype=dtype)
+    cu = torch.tensor([0, 9, 41], dtype=torch.int32, device=device)
+    packed = (qkv if packing == "qkv" else qkv[:, 1:].clone()).requires_grad_()
+    q1 = qkv[:, 0].detach().clone().requires_grad_()
+    monkeypatch.setattr(torch, "empty_like", poisoned_empty_like)
+    out = fa.flash_attn_varlen_qkvpacked_func(packed, cu, 32, causal=True) if packing == "qkv" else \
+        fa.flash_attn_varlen_kvpacked_func(q1, packed, cu, cu, 32, 32, causal=True)
+    out.backward(do)
+    monkeypatch.undo()
+    assert bool((packed.grad[41:] == 0).all()) and bool(torch.isfinite(packed.grad).all())
+    if packing == "kv":
+        assert bool((q1.grad[41:] == 0).all()) and bool(torch.isfinite(q1.grad).all())
+    leaves = [qkv[:, i].detach().clone().requires_grad_() for i in range(3)]
+    fa.flash_attn_varlen_func(*leaves, cu, cu, 32, 32, causal=True, deterministic=True).backward(do)
+    want = torch.stack([x.grad for x in leaves], dim=1)
+    got = packed.grad if packing == "qkv" else torch.cat((q1.grad[:, None], packed.grad), dim=1)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_eager_path_is_the_operator(device):
     """Eager calls on plain tensors run _EagerAttention (the operator's first call costs seconds of
