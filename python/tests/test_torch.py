@@ -566,31 +566,40 @@ def graph_nodes(fn):
 def test_packed_gradient_in_one_tensor(device, packing, with_sink):
     """qkv- and kv-packed calls (FlashAttention-2's FlashAttnQKVPackedFunc): the gradient of the
     packed tensor is written as one tensor by the backward, not assembled by autograd from its
-    slices (a zero tensor of the packed shape per slice, then their sum); its values (and the
-    sink's gradient) are the unpacked call's, and within the float64 rule without a sink"""
+    slices (a zero tensor of the packed shape per slice, then their sum); within the float64 rule
+    (without a sink), and in the deterministic mode the unpacked call's bits, the sink's gradient
+    included"""
     dtype = dtypes_of(device)[0]
     b, s, h, d = 2, 75, 4, 64
     q, k, v, do = make(b, s, s, h, h, d, dtype, device, seed=21)
     qkv = torch.stack((q, k, v), dim=2)
-    packed = (qkv if packing == "qkv" else qkv[:, :, 1:].clone()).requires_grad_()
-    q1 = q.clone().requires_grad_()
-    sinks = [torch.nn.Parameter(torch.linspace(-1.0, 1.0, h, device=device)) if with_sink else None for _ in range(2)]
-    out = fa.flash_attn_qkvpacked_func(packed, causal=True, learnable_sink=sinks[0]) if packing == "qkv" else \
-        fa.flash_attn_kvpacked_func(q1, packed, causal=True, learnable_sink=sinks[0])
-    names = graph_nodes(out.grad_fn)
-    assert "_EagerPackedAttentionBackward" in names and not any("Select" in n or "Unbind" in n for n in names), names
-    out.backward(do)
-    grads = (packed.grad[:, :, 0], packed.grad[:, :, 1], packed.grad[:, :, 2]) if packing == "qkv" else \
-        (q1.grad, packed.grad[:, :, 0], packed.grad[:, :, 1])
+
+    def packed_call(deterministic):
+        packed = (qkv if packing == "qkv" else qkv[:, :, 1:]).clone().requires_grad_()
+        q1 = q.clone().requires_grad_()
+        sink = torch.nn.Parameter(torch.linspace(-1.0, 1.0, h, device=device)) if with_sink else None
+        opts = dict(causal=True, deterministic=deterministic, learnable_sink=sink)
+        out = fa.flash_attn_qkvpacked_func(packed, **opts) if packing == "qkv" else \
+            fa.flash_attn_kvpacked_func(q1, packed, **opts)
+        names = graph_nodes(out.grad_fn)
+        assert "_EagerPackedAttentionBackward" in names and not any("Select" in n or "Unbind" in n for n in names)
+        out.backward(do)
+        grads = (packed.grad[:, :, 0], packed.grad[:, :, 1], packed.grad[:, :, 2]) if packing == "qkv" else \
+            (q1.grad, packed.grad[:, :, 0], packed.grad[:, :, 1])
+        return out, grads, sink
+
+    out, grads, _ = packed_call(False)
     if not with_sink:
         check(out, None, grads, q, k, v, do, d ** -0.5, ref.visible(s, s, True, (-1, -1)), dtype)
+    _, grads, sink = packed_call(True)
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    fa.flash_attn_func(*leaves, causal=True, deterministic=True, learnable_sink=sinks[1]).backward(do)
+    sink1 = torch.nn.Parameter(sink.detach().clone()) if with_sink else None
+    fa.flash_attn_func(*leaves, causal=True, deterministic=True, learnable_sink=sink1).backward(do)
     for a, e in zip(grads, (x.grad for x in leaves)):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
     if with_sink:
-        assert sinks[0].grad is not None and bool(sinks[0].grad.abs().sum() > 0)
-        torch.testing.assert_close(sinks[0].grad, sinks[1].grad, rtol=0, atol=0)
+        assert sink.grad is not None and bool(sink.grad.abs().sum() > 0)
+        torch.testing.assert_close(sink.grad, sink1.grad, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -614,8 +623,8 @@ def test_packed_varlen_rows_after_the_last_sequence(device, packing, monkeypatch
     packed = (qkv if packing == "qkv" else qkv[:, 1:].clone()).requires_grad_()
     q1 = qkv[:, 0].detach().clone().requires_grad_()
     monkeypatch.setattr(torch, "empty_like", poisoned_empty_like)
-    out = fa.flash_attn_varlen_qkvpacked_func(packed, cu, 32, causal=True) if packing == "qkv" else \
-        fa.flash_attn_varlen_kvpacked_func(q1, packed, cu, cu, 32, 32, causal=True)
+    out = fa.flash_attn_varlen_qkvpacked_func(packed, cu, 32, causal=True, deterministic=True) if packing == "qkv" \
+        else fa.flash_attn_varlen_kvpacked_func(q1, packed, cu, cu, 32, 32, causal=True, deterministic=True)
     out.backward(do)
     monkeypatch.undo()
     assert bool((packed.grad[41:] == 0).all()) and bool(torch.isfinite(packed.grad).all())
