@@ -258,17 +258,17 @@ int main(int argc, char **argv)
     /* the fused backward: bwd_grid_kernel's 179200 bytes do not fit, so bwd_kernel */
     backward(&p, "cc 8.0 bf16 d128 backward");
     const launch fused[] = {
-        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
         {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 128, true, 0>", 2, H, B, 256,
          2 * (2 * 128 * 136 + 4 * 64 * 136 + 128 * 72) + 4 * 4 * 64},
-        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 128>", S * 128 / 256, H, B, 256, 0},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 128>", (S * 16 + 255) / 256, H, B, 256, 0},
     };
     expect("cc 8.0 fused backward", fused, N(fused), 1);
 
     p.bwd.opts.deterministic = 1;
     backward(&p, "cc 8.0 bf16 d128 deterministic backward");
     const launch det[] = {
-        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
         {"fa_gpu::sm80::dkdv_kernel<__nv_bfloat16, 128, 32, true>", 4, H, B, 128, 2 * 6 * 64 * 136 + 4 * 4 * 32},
         {"fa_gpu::sm80::dq_kernel<__nv_bfloat16, 128, true>", 4, H, B, 128, 2 * 6 * 64 * 136},
     };
@@ -308,10 +308,10 @@ int main(int argc, char **argv)
     p = make_problem(ctx, 256);
     {
         const launch nar[] = {
-            {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+            {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
             {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 256, true, 0, false, 4>", (S + 63) / 64 * 2, H, B, 128,
              2 * (2 * 64 * 264 + 4 * 32 * 264 + 64 * 40) + 4 * 4 * 32},
-            {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", S * 256 / 256, H, B, 256, 0},
+            {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", (S * 32 + 255) / 256, H, B, 256, 0},
         };
         const int nar_d[2] = {256, 160};
         for (int i = 0; i < 2; ++i) {
@@ -344,7 +344,7 @@ int main(int argc, char **argv)
     /* bwd_kernel's 125952 bytes do not fit; the deterministic pair's do */
     backward(&p, "cc 8.6 bf16 d96 backward");
     const launch b96[] = {
-        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
         {"fa_gpu::sm80::dkdv_kernel<__nv_bfloat16, 96, 32, true>", 4, H, B, 128, 2 * 6 * 64 * 104 + 4 * 4 * 32},
         {"fa_gpu::sm80::dq_kernel<__nv_bfloat16, 96, true>", 4, H, B, 128, 2 * 6 * 64 * 104},
     };
@@ -353,10 +353,10 @@ int main(int argc, char **argv)
     p = make_problem(ctx, 64);
     backward(&p, "cc 8.6 bf16 d64 backward");
     const launch b64[] = {
-        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
         {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 64, true, 0>", 2, H, B, 256,
          2 * (2 * 128 * 72 + 4 * 64 * 72 + 128 * 72) + 4 * 4 * 64},
-        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 64>", S * 64 / 256, H, B, 256, 0},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 64>", (S * 8 + 255) / 256, H, B, 256, 0},
     };
     expect("cc 8.6 d64 fused backward", b64, N(b64), 1);
     free_problem(&p);
@@ -470,10 +470,10 @@ int main(int argc, char **argv)
     p = make_problem(ctx, 128);
     backward(&p, "cc 9.0 bf16 d128 backward");
     const launch grid[] = {
-        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
         {"fa_gpu::sm80::bwd_grid_kernel<__nv_bfloat16, 128, 0>", 2, H, B, 256,
          2 * (2 * 128 * 136 + 4 * 64 * 136 + 2 * 64 * 136) + 4 * 4 * 64 + 4096},
-        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 128>", S * 128 / 256, H, B, 256, 0},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 128>", (S * 16 + 255) / 256, H, B, 256, 0},
     };
     expect("cc 9.0 fused backward", grid, N(grid), 1);
     free_problem(&p);
@@ -482,10 +482,10 @@ int main(int argc, char **argv)
     p = make_problem(ctx, 256);
     backward(&p, "cc 9.0 bf16 d256 backward");
     const launch wide[] = {
-        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
         {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 256, true, 0>", 2 * 2, H, B, 256,
          2 * (2 * 128 * 264 + 4 * 32 * 264 + 128 * 40) + 4 * 4 * 32},
-        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", S * 256 / 256, H, B, 256, 0},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", (S * 32 + 255) / 256, H, B, 256, 0},
     };
     expect("cc 9.0 d256 backward", wide, N(wide), 1);
     free_problem(&p);
@@ -501,10 +501,10 @@ int main(int argc, char **argv)
     p = make_problem(ctx, 256);
     backward(&p, "cc 9.0 bf16 d256 backward, sm80-bwd-narrow");
     const launch nar90[] = {
-        {"fa_gpu::dsum_kernel<__nv_bfloat16>", S / 4, H, B, 128, 0},
+        {"fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0},
         {"fa_gpu::sm80::bwd_kernel<__nv_bfloat16, 256, true, 0, false, 4>", (S + 63) / 64 * 2, H, B, 128,
          2 * (2 * 64 * 264 + 4 * 32 * 264 + 64 * 40) + 4 * 4 * 32},
-        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", S * 256 / 256, H, B, 256, 0},
+        {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 256>", (S * 32 + 255) / 256, H, B, 256, 0},
     };
     expect("cc 9.0 d256 backward, sm80-bwd-narrow", nar90, N(nar90), 1);
     free_problem(&p);

@@ -311,11 +311,11 @@ int main(int argc, char **argv)
           "backward: %d launches, %d memsets, %d maps", fake->launch_calls - launches, fake->memset_calls - memsets,
           fake->tensor_map_calls);
     const int n = fake->launch_log_len;
-    check_launch(fake, n - 3, "sm90", 'a', "fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 3) / 4, H, B, 128, 0);
+    check_launch(fake, n - 3, "sm90", 'a', "fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0);
     check_launch(fake, n - 2, "sm90", 'a', "fa_gpu::sm90::ws_backward_kernel<__nv_bfloat16, 128, 0, false, true>",
                  (S + 127) / 128, H, B, 384,
                  (2 * 128 * 128 + 128 * 64) * 2 + 64 * 128 * 4 + 2 * 3 * 64 * 128 * 2 + 1024);
-    check_launch(fake, n - 1, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 128, 128, true>", (S * 128 + 255) / 256,
+    check_launch(fake, n - 1, "sm90", 'a', "fa_gpu::dq_convert_kernel<__nv_bfloat16, 128, 128, true>", (S * 16 + 255) / 256,
                  H, B, 256, 0);
     check_map(fake, 4, p.q, 9, 128, 64, "Q");
     check_map(fake, 5, p.dout, 9, 128, 64, "dO");

@@ -49,10 +49,11 @@
 /* bwd_grid_kernel: 64 query rows per step, and its table of step classes (bytes). */
 #define FA_SM80_GRID_BWD_ROWS 64
 #define FA_SM80_GRID_BWD_CLASSES 4096
-/* dsum_kernel's query rows per block of FA_SM80_THREADS (one warp per row). */
-#define FA_SM80_DSUM_ROWS 4
-/* dq_convert_kernel's block. */
+/* dsum_kernel's query rows per block of FA_SM80_THREADS (eight threads a row). */
+#define FA_SM80_DSUM_ROWS 16
+/* dq_convert_kernel's block, and the channels of one row each of its threads converts. */
 #define FA_SM80_CONVERT_THREADS 256
+#define FA_SM80_CONVERT_CHANNELS 8
 
 /* The forward's query rows per block at fwd_mtiles MT, and its dynamic shared memory at head dim D
  * with elements of ELEM bytes: Q [ROWS][D + 8] and K, V [STAGES][64][D + 8] (forward.cuh's

@@ -69,12 +69,13 @@
  * q_start: a multiple of 64 past the previous sequence's last tile */
 #define FA_SM90_BW_TILE_ROW0(Q_START, B) (((Q_START) + 64 * (B)) / 64 * 64)
 
-/* The backward's elementwise kernels (common/backward_elementwise.cuh): dsum_kernel, a warp per
- * query row, 4 rows per block of 128 threads (fa_gpu::THREADS); dq_convert_kernel, 256 threads,
- * one element each. */
+/* The backward's elementwise kernels (common/backward_elementwise.cuh): dsum_kernel, eight threads
+ * a query row, 16 rows per block of 128 threads (fa_gpu::THREADS); dq_convert_kernel, 256 threads,
+ * eight channels each (dq_convert_cols_kernel at d 256: one element each). */
 #define FA_SM90_DSUM_THREADS 128
-#define FA_SM90_DSUM_ROWS 4
+#define FA_SM90_DSUM_ROWS 16
 #define FA_SM90_DQ_CONVERT_THREADS 256
+#define FA_SM90_DQ_CONVERT_CHANNELS 8
 
 /* The tensor maps' constants, as cuda.h numbers them (tensor_map.cuh checks each against its
  * enum): the data types, no interleave, the 128-byte swizzle wgmma reads (sw128 in

@@ -161,7 +161,9 @@ static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, int th
     if (p->seqlen_q == 0)
         return FA_RTC_OK;
     int64_t elems;
-    if (__builtin_mul_overflow(p->seqlen_q, c->d, &elems) || elems > INT64_MAX - FA_SM80_CONVERT_THREADS) {
+    /* the convert kernel's threads, eight channels each */
+    if (__builtin_mul_overflow(p->seqlen_q, c->d / FA_SM80_CONVERT_CHANNELS, &elems) ||
+        elems > INT64_MAX - FA_SM80_CONVERT_THREADS) {
         fa_why_set(why, len, "the sm80 backward's dQ of %lld x %d elements overflows", (long long)p->seqlen_q, c->d);
         return FA_RTC_INVALID_ARG;
     }

@@ -239,8 +239,8 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         if (st != FA_RTC_OK)
             return st;
     }
-    int64_t elements;
-    if (__builtin_mul_overflow(p->seqlen_q, (int64_t)d, &elements)) {
+    int64_t elements; /* the convert kernel's threads: eight channels each, one at d 256 */
+    if (__builtin_mul_overflow(p->seqlen_q, (int64_t)(d == 256 ? d : d / FA_SM90_DQ_CONVERT_CHANNELS), &elements)) {
         fa_why_set(why, why_len, "the sm90 backward's dQ: %lld rows x %d columns overflow", (long long)p->seqlen_q, d);
         return FA_RTC_INVALID_ARG;
     }

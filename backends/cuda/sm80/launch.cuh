@@ -91,7 +91,8 @@ cudaError_t launch_fused(KERNEL kernel, size_t smem, int64_t blocks_x, const fa_
     if (p.seqlen_q == 0)
         return cudaSuccess;
     constexpr int CT = FA_SM80_CONVERT_THREADS;
-    dim3 g2((unsigned)((p.seqlen_q * D + CT - 1) / CT), (unsigned)p.heads_q, (unsigned)p.batch);
+    dim3 g2((unsigned)((p.seqlen_q * (D / FA_SM80_CONVERT_CHANNELS) + CT - 1) / CT), (unsigned)p.heads_q,
+            (unsigned)p.batch);
     dq_convert_kernel<T, D><<<g2, CT, 0, st>>>(p);
     return cudaGetLastError();
 }

@@ -62,7 +62,9 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         }
     }
     if (e == cudaSuccess) {
-        const dim3 g2((unsigned)((p.seqlen_q * D + FA_SM90_DQ_CONVERT_THREADS - 1) / FA_SM90_DQ_CONVERT_THREADS),
+        /* dq_convert_kernel: eight channels a thread; dq_convert_cols_kernel: one */
+        const int64_t threads = p.seqlen_q * (D == 256 ? D : D / FA_SM90_DQ_CONVERT_CHANNELS);
+        const dim3 g2((unsigned)((threads + FA_SM90_DQ_CONVERT_THREADS - 1) / FA_SM90_DQ_CONVERT_THREADS),
                       (unsigned)p.heads_q, (unsigned)p.batch);
         if constexpr (D == 256)
             dq_convert_cols_kernel<T><<<g2, FA_SM90_DQ_CONVERT_THREADS, 0, st>>>(p);
