@@ -6,8 +6,8 @@
 # packed at the end into $OUT/all.tgz:
 #   - the short conformance grid on B under the chooser and with FLASHATTN_KERNELS (FORCE, default
 #     sm90) forced, four processes side by side each (the kernels compile on first use), and masked rows;
-#   - compute-sanitizer memcheck, racecheck and synccheck on B's SAN_FILTER cases (default hdim128),
-#     the FORCE family forced;
+#   - compute-sanitizer memcheck, racecheck and synccheck (SAN_TOOLS) on B's SAN_FILTER cases (default
+#     hdim128), the FORCE family forced;
 #   - bench/gpu_ab.py: A and B interleaved in one process (DIMS, SEQLENS, both causal settings);
 #   - with SWITCH (a FLASHATTN_KERNELS list, an opt-in of B's): bench/gpu_ab.py once more, B beside
 #     itself with the opt-in (--kernels-b), and the short grid with it;
@@ -39,7 +39,7 @@ for kernels in default "${FORCE:-sm90}"; do
 done
 "$B/tests/conformance/masked_rows" --backend cuda > "$OUT/masked-rows.txt" 2>&1; rc=$?; [ $rc -ne 0 ] && status=1
 echo "$(stamp) masked rows: exit $rc; $(tail -1 "$OUT/masked-rows.txt")"
-for tool in memcheck racecheck synccheck; do
+for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
   timeout 200 env FLASHATTN_KERNELS=${FORCE:-sm90} compute-sanitizer --tool $tool --error-exitcode 9 \
     "$B/tests/conformance/conformance" --backend cuda --grid short --filter "${SAN_FILTER:-hdim128}" > "$OUT/$tool.log" 2>&1
   rc=$?; [ $rc -ne 0 ] && status=1
