@@ -117,7 +117,8 @@ def sync(device):
 
 def run(impl, context, data, timed, device, seed=0):
     """Trains from seed's weights on the batches in data (a list of (x, y)); returns (losses,
-    tokens/s, peak device memory (0 off CUDA), median step time in s)."""
+    tokens/s, peak device memory (0 off CUDA), median step time in s, (fastest, slowest) step of the
+    timed window in s)."""
     torch.manual_seed(seed)
     model = GPT(impl, context).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
@@ -145,7 +146,7 @@ def run(impl, context, data, timed, device, seed=0):
     del model, opt
     if device == "cuda":
         torch.cuda.empty_cache()
-    return losses, batch * context / median, peak, median
+    return losses, batch * context / median, peak, median, (window[0], window[-1])
 
 
 def tail_mean(losses, n=20):
@@ -163,7 +164,8 @@ def finite(losses):
 
 
 SUMMARY_HEADER = ["context", "seed", "attention", "steps", "tokens_per_s", "step_ms", "peak_gib", "loss_last20_mean",
-                  "mean_abs_diff_vs_sdpa_flash", "max_abs_diff_vs_sdpa_flash", "loss_finite", "note"]
+                  "mean_abs_diff_vs_sdpa_flash", "max_abs_diff_vs_sdpa_flash", "loss_finite", "note", "step_ms_fastest",
+                  "step_ms_slowest"]
 
 
 def across_seeds(summary, contexts, impls):
@@ -251,28 +253,31 @@ def main():
             del data
             base = res.get("sdpa-flash")
             table = ["", f"## context {context}, seed {seed}, {n} steps", "",
-                     "| context | attention | tokens/s | tokens/s over SDPA flash's / cuDNN's | step (ms) | peak memory (GiB) | "
+                     "| context | attention | tokens/s | tokens/s over SDPA flash's / cuDNN's | step (ms): median "
+                     "(fastest-slowest) | peak memory (GiB) | "
                      "loss, mean of the last 20 steps | mean / max \\|loss - SDPA flash's\\| over the steps |",
                      "|---|---|---|---|---|---|---|---|"]
             for impl in impls:
                 r = res[impl]
                 if r is None:
                     table.append(f"| {context} | {impl} | {notes[impl]} | | | | | |")
-                    summary.append([context, seed, impl, n, None, None, None, None, None, None, False, notes[impl]])
+                    summary.append([context, seed, impl, n, None, None, None, None, None, None, False, notes[impl],
+                                    None, None])
                     continue
-                losses, tps, peak, med = r
+                losses, tps, peak, med, (lo, hi) = r
+                step = f"{med * 1e3:.1f} ({lo * 1e3:.1f}-{hi * 1e3:.1f})"
                 bad = next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
                 if bad is not None:  # a run whose loss is not finite has no valid figures
-                    table.append(f"| {context} | {impl} | (loss not finite from step {bad}) | - | {med * 1e3:.1f} | "
+                    table.append(f"| {context} | {impl} | (loss not finite from step {bad}) | - | {step} | "
                                  f"{peak / 2**30:.2f} | - | - |")
                     summary.append([context, seed, impl, n, tps, med * 1e3, peak / 2**30, None, None, None, False,
-                                    f"loss not finite from step {bad}"])
+                                    f"loss not finite from step {bad}", lo * 1e3, hi * 1e3])
                     continue
                 diffs = [abs(a - b) for a, b in zip(losses, base[0])] if base else [float("nan")]
-                table.append(f"| {context} | {impl} | {tps:,.0f} | {relative(tps, res)} | {med * 1e3:.1f} | {peak / 2**30:.2f} | "
+                table.append(f"| {context} | {impl} | {tps:,.0f} | {relative(tps, res)} | {step} | {peak / 2**30:.2f} | "
                              f"{tail_mean(losses):.3f} | {sum(diffs) / len(diffs):.4f} / {max(diffs):.4f} |")
                 summary.append([context, seed, impl, n, tps, med * 1e3, peak / 2**30, tail_mean(losses),
-                                sum(diffs) / len(diffs), max(diffs), True, ""])
+                                sum(diffs) / len(diffs), max(diffs), True, "", lo * 1e3, hi * 1e3])
             print("\n".join(table), flush=True)
             md += table
             tag = f"ctx{context}" + (f"_seed{seed}" if seed else "")
