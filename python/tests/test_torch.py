@@ -115,20 +115,23 @@ def test_varlen_and_block_sparse_autograd(device):
           ref.visible(128, 128, False, (-1, -1), (bits.numpy(), 32, 32)), dtype)
 
 
+def nan_filled(allocate):
+    """allocate (torch.empty, torch.empty_like) with its floating-point tensors filled with NaN: an
+    output element the package leaves unwritten then shows"""
+    def allocate_nan(*args, **kwargs):
+        t = allocate(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+    return allocate_nan
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_varlen_rows_after_the_last_sequence(device, monkeypatch):
     """cu_seqlens[-1] below the packed rows (padding at the end): those rows get out = 0,
     LSE = -inf and zero gradients. torch.empty is poisoned with NaN, so an output row the package
     leaves unwritten shows."""
-    real_empty = torch.empty
-
-    def poisoned_empty(*size, **kwargs):
-        t = real_empty(*size, **kwargs)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
-
-    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    monkeypatch.setattr(torch, "empty", nan_filled(torch.empty))
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     g = torch.Generator().manual_seed(12)
     mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)
@@ -607,14 +610,6 @@ def test_packed_gradient_in_one_tensor(device, packing, with_sink):
 def test_packed_varlen_rows_after_the_last_sequence(device, packing, monkeypatch):
     """the packed varlen gradient: rows after cu_seqlens[-1] are zero (torch.empty_like poisoned
     with NaN shows a row left unwritten), the sequences' rows the unpacked call's"""
-    real_empty_like = torch.empty_like
-
-    def poisoned_empty_like(*a, **kw):
-        t = real_empty_like(*a, **kw)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
-
     dtype = dtypes_of(device)[0]
     g = torch.Generator().manual_seed(22)
     qkv = torch.randn(50, 3, 2, 64, generator=g).to(device=device, dtype=dtype)
@@ -622,7 +617,7 @@ def test_packed_varlen_rows_after_the_last_sequence(device, packing, monkeypatch
     cu = torch.tensor([0, 9, 41], dtype=torch.int32, device=device)
     packed = (qkv if packing == "qkv" else qkv[:, 1:].clone()).requires_grad_()
     q1 = qkv[:, 0].detach().clone().requires_grad_()
-    monkeypatch.setattr(torch, "empty_like", poisoned_empty_like)
+    monkeypatch.setattr(torch, "empty_like", nan_filled(torch.empty_like))
     out = fa.flash_attn_varlen_qkvpacked_func(packed, cu, 32, causal=True, deterministic=True) if packing == "qkv" \
         else fa.flash_attn_varlen_kvpacked_func(q1, packed, cu, cu, 32, 32, causal=True, deterministic=True)
     out.backward(do)
