@@ -320,6 +320,14 @@ int main(int argc, char **argv)
     check_map(fake, 4, p.q, 9, 128, 64, "Q");
     check_map(fake, 5, p.dout, 9, 128, 64, "dO");
 
+    /* the workspace (D, LSE log2(e), the dQ accumulator) is the context's scratch: a second backward
+     * of the shape allocates and frees nothing */
+    const int allocs = fake->alloc_calls, frees = fake->free_calls;
+    st = fa_backward(ctx, &p.bwd);
+    CHECK(st == FA_SUCCESS && fake->alloc_calls == allocs && fake->free_calls == frees,
+          "second backward: %s; %d allocations, %d frees", fa_context_last_error(ctx), fake->alloc_calls - allocs,
+          fake->free_calls - frees);
+
     free_problem(ctx, &p);
 
     /* fp16 d 64, plain: 4 stages of 128 keys */

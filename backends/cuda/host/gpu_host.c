@@ -306,6 +306,41 @@ fa_status fa_gpu_make_params(fa_context *ctx, const fa_problem *p, fa_gpu_params
     return st;
 }
 
+/* The backward's workspace: D and LSE log2(e), [heads_q][total_q] floats each, then (from a
+ * 256-byte boundary) the fp32 dQ accumulator of the non-deterministic kernels. It is the context's
+ * scratch, kept from call to call, wherever the scratch may be used (fa_gpu_scratch_usable): a
+ * training step's backwards then reuse one buffer instead of taking and returning tens of
+ * megabytes through the stream-ordered pool each call. Otherwise (a graph capture the scratch is
+ * too small for) the call allocates its own, freed after its kernels. */
+static fa_status gpu_backward_workspace(fa_context *ctx, const fa_problem *p, int64_t dq_accum_floats,
+                                        fa_gpu_call *call)
+{
+    int64_t rows_bytes, acc_bytes, bytes;
+    if (!fa_mul_ok(p->total_q, p->heads_q, &rows_bytes) || !fa_mul_ok(rows_bytes, 2 * sizeof(float), &rows_bytes) ||
+        !fa_mul_ok(dq_accum_floats, sizeof(float), &acc_bytes) || !fa_add_ok(rows_bytes, 255, &bytes) ||
+        !fa_add_ok(bytes & ~(int64_t)255, acc_bytes, &bytes) || (uint64_t)bytes > SIZE_MAX)
+        return FA_ERROR(ctx, FA_ERR_INVALID_ARG, "the backward's workspace (%lld rows x %lld heads) overflows",
+                       (long long)p->total_q, (long long)p->heads_q);
+    const size_t acc_offset = (size_t)((rows_bytes + 255) & ~(int64_t)255);
+    fa_status st = FA_SUCCESS;
+    if (fa_gpu_scratch_usable(ctx, (size_t)bytes)) {
+        void *base = NULL;
+        if ((st = fa_gpu_scratch(ctx, (size_t)bytes, &base)) != FA_SUCCESS)
+            return st;
+        call->kp.dsum = base;
+        call->kp.dq_accum = dq_accum_floats > 0 ? (float *)((char *)base + acc_offset) : NULL;
+    } else {
+        if ((st = fa_gpu_upload(ctx, NULL, (size_t)rows_bytes, &call->cb.dsum)) != FA_SUCCESS ||
+            (dq_accum_floats > 0 && (st = fa_gpu_upload(ctx, NULL, (size_t)acc_bytes, &call->cb.dq_accum)) != FA_SUCCESS))
+            return st;
+        call->kp.dsum = call->cb.dsum;
+        call->kp.dq_accum = call->cb.dq_accum;
+    }
+    if (call->kp.dq_accum)
+        call->kp.lse2 = call->kp.dsum + p->total_q * p->heads_q;
+    return FA_SUCCESS;
+}
+
 fa_status fa_gpu_call_begin(fa_context *ctx, const fa_problem *p, int64_t dq_accum_floats, fa_gpu_call *call)
 {
     memset(call, 0, sizeof *call);
@@ -313,21 +348,11 @@ fa_status fa_gpu_call_begin(fa_context *ctx, const fa_problem *p, int64_t dq_acc
         return FA_SUCCESS; /* nothing to launch */
     FA_GPU_TRY(ctx, FA_RT(SetDevice)(ctx->device));
     fa_status st = fa_gpu_make_params(ctx, p, &call->kp, &call->cb);
-    /* the backward's workspace: D and LSE log2(e), [heads_q][total_q] floats each, and the fp32 dQ
-     * accumulator of the non-deterministic kernels */
     if (st == FA_SUCCESS && p->backward)
-        st = fa_gpu_upload(ctx, NULL, sizeof(float) * (size_t)(p->total_q * p->heads_q) * 2, &call->cb.dsum);
-    if (st == FA_SUCCESS && p->backward && dq_accum_floats > 0)
-        st = fa_gpu_upload(ctx, NULL, sizeof(float) * (size_t)dq_accum_floats, &call->cb.dq_accum);
+        st = gpu_backward_workspace(ctx, p, dq_accum_floats, call);
     if (st != FA_SUCCESS) {
         fa_gpu_release(ctx, &call->cb);
         return st;
-    }
-    if (p->backward) {
-        call->kp.dsum = call->cb.dsum;
-        call->kp.dq_accum = call->cb.dq_accum;
-        if (call->kp.dq_accum)
-            call->kp.lse2 = (float *)call->cb.dsum + p->total_q * p->heads_q;
     }
     call->run = p->batch > 0;
     call->stream = fa_gpu_of(ctx)->stream;
