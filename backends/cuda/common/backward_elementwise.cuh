@@ -47,8 +47,8 @@ template <typename T> __device__ __forceinline__ uint4 load_word(const T *p)
 /* D = rowsum(dO * O) and, for the fused kernels, LSE log2(e): DSUM_ROWS rows of one
  * (head, sequence) a block of DSUM_THREADS, eight threads a row, each summing 16-byte words
  * (channels 8 t.. of every 64 at 16-bit) where both tensors' rows are made of them, else single
- * channels t, t + 8, ..; grid (ceil(seqlen_q / DSUM_ROWS), heads_q, batch). A word per
- * thread keeps the bytes in flight that a warp per row of 2-byte loads did not. */
+ * channels t, t + 8, ..; grid (ceil(seqlen_q / DSUM_ROWS), heads_q, batch). Sixteen-byte words
+ * keep enough bytes in flight per thread for the kernel to run at the copy rate. */
 template <typename T> __global__ void dsum_kernel(const fa_gpu_params p)
 {
     constexpr int TPR = DSUM_THREADS / DSUM_ROWS, V = 16 / sizeof(T);
