@@ -7,7 +7,8 @@
 # beside SDPA flash (bench/gpt2_train.py --impls flashattn,sdpa-flash,flashattn#2,flashattn#3):
 # A with the driver's default pool, A with the pool told to keep what it holds
 # (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = UINT64_MAX, set through the driver before torch starts),
-# B with the default pool. Then B's GPT-2 table (contexts 1024 and 4096 beside SDPA flash and
+# B with the default pool, B with FLASHATTN_KERNELS=sm90-bwd-lpt (its opt-in order of the backward's
+# blocks). Then B's GPT-2 table (contexts 1024 and 4096 beside SDPA flash and
 # cuDNN), the short conformance grid on B under the chooser, memcheck on its d 64 cases, and the
 # Python suite's torch cases on CUDA, each cut to end by DEADLINE seconds (default 570). Logs
 # under $OUT, packed into all.tgz. TRAIN_STEPS (default 100).
@@ -23,10 +24,12 @@ left() {
   local r=$(( t0 + ${DEADLINE:-570} - $(date +%s) ))
   if [ "$r" -lt "$1" ]; then echo $(( r > 1 ? r : 1 )); else echo "$1"; fi
 }
-for run in A-default A-keep B-default; do
-  side=${run%%-*} pool=${run#*-}
+for run in A-default A-keep B-default B-lpt; do
+  side=${run%%-*} pool=${run#*-} kernels=
+  [ "$pool" = lpt ] && pool=default kernels=sm90-bwd-lpt
   mkdir -p "$OUT/$run"
-  FLASHATTN_LIBRARY=$root/build-pool-$side/libflashattn.so POOL=$pool timeout "$(left 150)" python3 - \
+  FLASHATTN_KERNELS=$kernels FLASHATTN_LIBRARY=$root/build-pool-$side/libflashattn.so POOL=$pool \
+    timeout "$(left 150)" python3 - \
     --contexts 1024 --steps "$n" --impls flashattn,sdpa-flash,flashattn#2,flashattn#3 --out "$OUT/$run/1024" \
     > "$OUT/train-$run.txt" 2>&1 <<'EOF' || status=1
 import ctypes, os, runpy, sys
