@@ -477,16 +477,6 @@ static fa_status cuda_forward(fa_context *ctx, const fa_problem *p, const fa_var
     return fa_gpu_call_end(ctx, &call, launch_forward(&call.kp, &c, call.stream), v->name);
 }
 
-/* Whether the Hopper backward's grid takes each sequence's first key tile of every kv head first
- * (fa_gpu_params.bw_heads_first), under FLASHATTN_KERNELS=sm90-bwd-lpt for causal calls: there the
- * first key tiles see the most query rows, so the longest blocks start first. Key tiles then go on
- * the grid's y, 65535 at most. */
-static int backward_heads_first(const fa_gpu_state *gs, const fa_problem *p, const cuda_choice *c)
-{
-    const int64_t bn = c->head_dim > 128 ? 64 : 128; /* FA_SM90_BW_BN */
-    return gs->sm90_bwd_lpt && c->family == FAMILY_SM90 && c->fused && p->causal && (p->seqlen_k + bn - 1) / bn <= 65535;
-}
-
 static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_variant *v)
 {
     const cuda_choice c = cuda_choice_get(v);
@@ -494,7 +484,6 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
     fa_status st = fa_gpu_call_begin(ctx, p, dq_accum_floats(p, &c), &call);
     if (st != FA_SUCCESS)
         return st;
-    call.kp.bw_heads_first = backward_heads_first(fa_gpu_of(ctx), p, &c);
     return fa_gpu_call_end(ctx, &call, call.run ? launch_backward(&call.kp, &c, call.stream) : 0, v->name);
 }
 

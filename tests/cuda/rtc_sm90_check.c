@@ -328,31 +328,6 @@ int main(int argc, char **argv)
           "second backward: %s; %d allocations, %d frees", fa_context_last_error(ctx), fake->alloc_calls - allocs,
           fake->free_calls - frees);
 
-    /* the blocks' order: the grid (key tiles, kv heads, sequences) by default and for non-causal
-     * calls under FLASHATTN_KERNELS=sm90-bwd-lpt; causal calls under it (kv heads, key tiles,
-     * sequences), with fa_gpu_params.bw_heads_first telling the kernel (in the params every launch
-     * of the call gets) */
-    fa_context *lpt = context_with("sm90-bwd-lpt");
-    fake->arg_sizes[0] = sizeof(fa_gpu_params);
-    for (int with = 0; with < 2; ++with)
-        for (int causal = 0; causal < 2; ++causal) {
-            p.bwd.opts.causal = causal;
-            fake->launch_log_len = 0;
-            st = fa_backward(with ? lpt : ctx, &p.bwd);
-            fa_gpu_params kp;
-            memcpy(&kp, fake->args[0], sizeof kp);
-            const int heads_first = with && causal;
-            CHECK(st == FA_SUCCESS && fake->launch_log_len == 3 && kp.bw_heads_first == heads_first,
-                  "sm90-bwd-lpt %d, causal %d: %s, %d launches, bw_heads_first %lld", with, causal,
-                  fa_context_last_error(with ? lpt : ctx), fake->launch_log_len, (long long)kp.bw_heads_first);
-            check_launch(fake, 1, "sm90", 'a', "fa_gpu::sm90::ws_backward_kernel<__nv_bfloat16, 128, 0, false, true>",
-                         heads_first ? H : (S + 127) / 128, heads_first ? (S + 127) / 128 : H, B, 384,
-                         (2 * 128 * 128 + 128 * 64) * 2 + 64 * 128 * 4 + 2 * 3 * 64 * 128 * 2 + 1024);
-        }
-    fake->arg_sizes[0] = 0;
-    p.bwd.opts.causal = 0;
-    fa_context_destroy(lpt);
-
     free_problem(ctx, &p);
 
     /* fp16 d 64, plain: 4 stages of 128 keys */

@@ -68,10 +68,6 @@ typedef struct fa_gpu_params {
     int64_t splits;
     fa_gpu_tensor split_o, split_lse;
     int64_t split_stride_o, split_stride_lse;
-    /* the Hopper backward's grid (sm90/backward_kernels.cuh's FA_BW_TILE): 0, (key tiles, kv heads,
-     * sequences); 1, (kv heads, key tiles, sequences), each sequence's key tile 0 of every kv head
-     * launched before its key tile 1 */
-    int64_t bw_heads_first;
 } fa_gpu_params;
 
 /* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family

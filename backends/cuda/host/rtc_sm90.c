@@ -234,8 +234,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
         else
             snprintf(name, sizeof name, "fa_gpu::sm90::ws_backward_kernel<%s, %d, %d, %s, %s>", type, d, mode,
                      mode == 0 && mod ? "true" : "false", tma ? "true" : "false");
-        const int64_t tiles = (p->seqlen_k + FA_SM90_BW_BN(d) - 1) / FA_SM90_BW_BN(d);
-        st = launch(name, p->bw_heads_first ? p->heads_kv : tiles, p->bw_heads_first ? tiles : p->heads_kv, p->batch,
+        st = launch(name, (p->seqlen_k + FA_SM90_BW_BN(d) - 1) / FA_SM90_BW_BN(d), p->heads_kv, p->batch,
                     FA_SM90_BW_THREADS, (unsigned)FA_SM90_BW_SMEM(ELEM_BYTES, d), stream, args, why, why_len);
         if (st != FA_RTC_OK)
             return st;

@@ -56,9 +56,7 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
         }
         e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
         if (e == cudaSuccess) {
-            const unsigned tiles = (unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>());
-            const dim3 g1(p.bw_heads_first ? (unsigned)p.heads_kv : tiles, p.bw_heads_first ? tiles : (unsigned)p.heads_kv,
-                          (unsigned)p.batch);
+            const dim3 g1((unsigned)((p.seqlen_k + bw_bn<D>() - 1) / bw_bn<D>()), (unsigned)p.heads_kv, (unsigned)p.batch);
             k<<<g1, BW_THREADS, SMEM, st>>>(p, maps);
             e = cudaGetLastError();
         }

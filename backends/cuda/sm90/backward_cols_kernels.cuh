@@ -60,9 +60,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_cols_kernel(const f
     const uint32_t k_addr = fa_gpu::smem_addr(base), v_addr = k_addr + KVB, pd_addr = v_addr + KVB,
                    st_addr = pd_addr + 4 * PB;
 
-    const int64_t hk = FA_BW_HEAD, b = blockIdx.z;
+    const int64_t hk = blockIdx.y, b = blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
-    const int64_t k0 = FA_BW_TILE * BN;
+    const int64_t k0 = (int64_t)blockIdx.x * BN;
     if (k0 >= s.sk)
         return;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);

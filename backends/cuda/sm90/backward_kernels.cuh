@@ -60,15 +60,6 @@ __device__ __forceinline__ bool zero_absent_rows_sw128(uint32_t q, uint32_t dout
     }
     return true;
 }
-/* The key tile and kv head of this block: the grid is (key tiles, kv heads, sequences), or with
- * p.bw_heads_first (kv heads, key tiles, sequences), so that the blocks, launched in the grid's
- * order, take each sequence's key tile 0 of every kv head first, then tile 1, and so on. Under a
- * causal mask the first key tiles see the most query rows: the longest blocks start first and the
- * last sequence's shortest fill the tail. Read from the block's indices at each use (a select of
- * two special registers), so neither order holds a register through the kernel. */
-#define FA_BW_TILE ((int64_t)(p.bw_heads_first ? blockIdx.y : blockIdx.x))
-#define FA_BW_HEAD ((int64_t)(p.bw_heads_first ? blockIdx.x : blockIdx.y))
-
 /* keys per block: 128 at d 64 and 128 (64 per consumer), 64 at d 256 (backward_cols_kernels.cuh) */
 template <int D> __host__ __device__ constexpr int bw_bn()
 {
@@ -130,9 +121,9 @@ __global__ void __launch_bounds__(BW_THREADS, 1) ws_backward_kernel(const fa_gpu
     T *dss = reinterpret_cast<T *>(base + 2 * KVB);
     float *dqs = reinterpret_cast<float *>(base + 2 * KVB + BW_BN * BQ * sizeof(T));
 
-    const int64_t hk = FA_BW_HEAD, b = blockIdx.z;
+    const int64_t hk = blockIdx.y, b = blockIdx.z;
     const fa_seq s = fa_sequence(p, b);
-    const int64_t k0 = FA_BW_TILE * BW_BN;
+    const int64_t k0 = (int64_t)blockIdx.x * BW_BN;
     if (k0 >= s.sk)
         return;
     const fa_mask m = fa_mask_make(s.sq, s.sk, p.causal, p.window_left, p.window_right);
