@@ -44,7 +44,8 @@ template <typename T> __device__ __forceinline__ uint4 load_word(const T *p)
     return *reinterpret_cast<const uint4 *>(p);
 }
 
-/* D = rowsum(dO * O) and, for the fused kernels, LSE log2(e): DSUM_ROWS rows of one
+/* D = rowsum(dO * O) and, for the fused kernels, LSE log2(e) (and, with p.dq_zero_cols, the rows'
+ * dQ accumulator cleared): DSUM_ROWS rows of one
  * (head, sequence) a block of DSUM_THREADS, eight threads a row, each summing 16-byte words
  * (channels 8 t.. of every 64 at 16-bit) where both tensors' rows are made of them, else single
  * channels t, t + 8, ..; grid (ceil(seqlen_q / DSUM_ROWS), heads_q, batch). Sixteen-byte words
@@ -72,11 +73,16 @@ template <typename T> __global__ void dsum_kernel(const fa_gpu_params p)
         for (int64_t c = t; c < p.d; c += TPR)
             acc += elem<T>::to_float(o[c]) * elem<T>::to_float(dout[c]);
     }
+    const int64_t canon = p.cu_q ? s.q_start + i : b * p.seqlen_q + i;
+    if (p.dq_zero_cols > 0) { /* the row's dQ accumulator cleared for the backward's reductions */
+        float4 *acc_row = reinterpret_cast<float4 *>(p.dq_accum + (h * p.total_q + canon) * p.dq_zero_cols);
+        for (int64_t c = t; c < p.dq_zero_cols / 4; c += TPR)
+            acc_row[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     const unsigned row_lanes = 0xffu << (threadIdx.x & 24); /* the row's eight lanes of the warp */
     for (int off = TPR / 2; off > 0; off >>= 1)
         acc += __shfl_xor_sync(row_lanes, acc, off, TPR);
     if (t == 0) {
-        int64_t canon = p.cu_q ? s.q_start + i : b * p.seqlen_q + i;
         const float l = static_cast<const float *>(p.lse.data)[b * p.lse.sb + h * p.lse.sh + (s.q_start + i) * p.lse.ss];
         /* a row that saw no key has D = 0 whatever dO holds (core/empty_row.h): the kernels set dP to
          * 0 on masked elements, so dS = P (dP - D) is then 0, not 0 * NaN */

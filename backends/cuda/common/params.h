@@ -68,6 +68,11 @@ typedef struct fa_gpu_params {
     int64_t splits;
     fa_gpu_tensor split_o, split_lse;
     int64_t split_stride_o, split_stride_lse;
+    /* dsum_kernel clears the fp32 dQ accumulator's row of every row it reads (dq_accum as
+     * [heads_q][total_q][dq_zero_cols] floats, 16-byte aligned, dq_zero_cols a multiple of 4) before
+     * the backward adds into them, in place of a memset of the whole accumulator; 0: it does not
+     * (the launcher clears it, or there is none) */
+    int64_t dq_zero_cols;
 } fa_gpu_params;
 
 /* The edge of the core's block-sparse tiles (rows and keys) that every CUDA and HIP kernel family
