@@ -299,10 +299,10 @@ int main(int argc, char **argv)
     check_map(fake, 2, p.k, 9, 128, 128, "causal K");
     check_map(fake, 3, p.v, 9, 128, 128, "causal V");
 
-    /* its backward: dsum (16 rows per block of 128 threads), clearing the fp32 dQ accumulator's rows
-     * of 128 floats (no memset), the warp-specialised backward on Q and dO maps of 64-row boxes (128
-     * keys per block, K, V, dS^T, dQ and 3 query-side stages), dQ converted (256 elements per block);
-     * every launch gets the one params struct, the last one's recorded */
+    /* its backward: dsum (16 rows per block of 128 threads), the fp32 dQ accumulator cleared by a
+     * memset, the warp-specialised backward on Q and dO maps of 64-row boxes (128 keys per block, K,
+     * V, dS^T, dQ and 3 query-side stages), dQ converted (256 elements per block); every launch gets
+     * the one params struct, the last one's recorded */
     const int launches = fake->launch_calls, memsets = fake->memset_calls;
     fake->arg_sizes[0] = sizeof(fa_gpu_params);
     t0 = now_seconds();
@@ -312,8 +312,8 @@ int main(int argc, char **argv)
     fake->arg_sizes[0] = 0;
     fa_gpu_params bwd_params;
     memcpy(&bwd_params, fake->args[0], sizeof bwd_params);
-    CHECK(fake->launch_calls == launches + 3 && fake->memset_calls == memsets && fake->tensor_map_calls == 6 &&
-              bwd_params.dq_zero_cols == 128,
+    CHECK(fake->launch_calls == launches + 3 && fake->memset_calls == memsets + 1 && fake->tensor_map_calls == 6 &&
+              bwd_params.dq_zero_cols == 0,
           "backward: %d launches, %d memsets, %d maps, dq_zero_cols %lld", fake->launch_calls - launches,
           fake->memset_calls - memsets, fake->tensor_map_calls, (long long)bwd_params.dq_zero_cols);
     const int n = fake->launch_log_len;
@@ -325,6 +325,25 @@ int main(int argc, char **argv)
                  H, B, 256, 0);
     check_map(fake, 4, p.q, 9, 128, 64, "Q");
     check_map(fake, 5, p.dout, 9, 128, 64, "dO");
+
+    /* under FLASHATTN_KERNELS=sm90-dsum-zero dsum_kernel clears the accumulator's rows of 128 floats
+     * (fa_gpu_params.dq_zero_cols) and no memset runs; the same three launches */
+    {
+        fa_context *zero = context_with("sm90-dsum-zero");
+        const int zero_memsets = fake->memset_calls;
+        fake->arg_sizes[0] = sizeof(fa_gpu_params);
+        fake->launch_log_len = 0;
+        st = fa_backward(zero, &p.bwd);
+        fake->arg_sizes[0] = 0;
+        memcpy(&bwd_params, fake->args[0], sizeof bwd_params);
+        CHECK(st == FA_SUCCESS && fake->launch_log_len == 3 && fake->memset_calls == zero_memsets &&
+                  bwd_params.dq_zero_cols == 128,
+              "sm90-dsum-zero backward: %s; %d launches, %d memsets, dq_zero_cols %lld", fa_context_last_error(zero),
+              fake->launch_log_len, fake->memset_calls - zero_memsets, (long long)bwd_params.dq_zero_cols);
+        check_launch(fake, 0, "sm90", 'a', "fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0);
+        fa_context_destroy(zero);
+        printf("ok: sm90-dsum-zero: dsum_kernel clears the accumulator's rows, no memset\n");
+    }
 
     /* the workspace (D, LSE log2(e), the dQ accumulator) is the context's scratch: a second backward
      * of the shape allocates and frees nothing */

@@ -169,8 +169,8 @@ static fa_rtc_status forward(const fa_gpu_params *p, int dtype, int d, void *str
                   args, why, why_len);
 }
 
-/* launch_backward<T, D>: dsum_kernel<T> (clearing the fp32 dQ accumulator's rows at d 64 and 128; a
- * memset at d 256), ws_backward_kernel<T, D,
+/* launch_backward<T, D>: dsum_kernel<T> (clearing the fp32 dQ accumulator's rows with
+ * p->dq_zero_cols, else a memset), ws_backward_kernel<T, D,
  * MODE, MOD, TMA> (TMA: the plain mode of a dense call, where Q and dO have maps) over key tiles,
  * at d 256 ws_backward_cols_kernel<T, MOD, TMA>, then dq_convert_kernel<T, D, D, true> (the
  * accumulator swizzled; d 256: dq_convert_cols_kernel<T>, its tiles in the consumers' register
@@ -195,10 +195,13 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
     const fa_cu_api *cu = fa_cu_driver(why, why_len);
     if (!cu)
         return FA_RTC_NO_DRIVER;
+    /* d 256's tiles hold rows of no sequence too (FA_SM90_BW_ACC_ROWS): never cleared by dsum_kernel */
+    if (p->dq_zero_cols != 0 && (d > 128 || p->dq_zero_cols != d)) {
+        fa_why_set(why, why_len, "the sm90 backward at head dim %d cannot have dsum_kernel clear %lld columns", d,
+                   (long long)p->dq_zero_cols);
+        return FA_RTC_INVALID_ARG;
+    }
     fa_gpu_params params = *p;
-    /* at d 64 and 128 dsum_kernel clears the dQ accumulator's rows (the later kernels ignore the
-     * field); d 256's tiles hold rows of no sequence too (FA_SM90_BW_ACC_ROWS), cleared by a memset */
-    params.dq_zero_cols = d <= 128 ? d : 0;
     sm90_maps maps;
     memset(&maps, 0, sizeof maps);
     void *args[] = {&params, &maps}; /* the elementwise kernels take the first only */
@@ -217,7 +220,7 @@ static fa_rtc_status backward(const fa_gpu_params *p, int dtype, int d, void *st
             (long long)p->heads_q, (long long)p->total_q);
         return FA_RTC_INVALID_ARG;
     }
-    st = d <= 128 || fa_cu_check(cu, cu->MemsetD8Async((fa_cu_deviceptr)(uintptr_t)p->dq_accum, 0, bytes,
+    st = p->dq_zero_cols != 0 || fa_cu_check(cu, cu->MemsetD8Async((fa_cu_deviceptr)(uintptr_t)p->dq_accum, 0, bytes,
                                                         (fa_cu_stream)stream),
                                  "cuMemsetD8Async", why, why_len) == FA_CU_OK
              ? FA_RTC_OK

@@ -10,8 +10,8 @@
 
 namespace fa_gpu::sm90 {
 
-/* D and LSE log2(e) (common's dsum_kernel, which at d 64 and 128 clears the fp32 dQ accumulator's
- * rows too; at d 256 a memset does), ws_backward_kernel, dQ
+/* D and LSE log2(e) (common's dsum_kernel, which with p.dq_zero_cols clears the fp32 dQ
+ * accumulator's rows too; else a memset does), ws_backward_kernel, dQ
  * converted (common's dq_convert_kernel). Needs p.dq_accum ([heads_q][total_q][D] floats) and
  * p.lse2. No dropout (mode 2), and no score modifiers at d 128: at 168 registers per consumer
  * thread ptxas serializes those kernels' wgmma, so they have no instance and the chooser keeps
@@ -28,14 +28,13 @@ template <typename T, int D> cudaError_t launch_backward(const fa_gpu_params &p,
     if (!p.dq_accum || !p.lse2 || p.heads_kv > 65535 || p.batch > 65535 || fa_gpu::mode_of(p) == 2 ||
         (fa_gpu_has_score_mod(p) && (fa_gpu::mode_of(p) != 0 || D == 128)))
         return cudaErrorInvalidValue;
-    /* at d 64 and 128 dsum_kernel clears the accumulator's rows; d 256's tiles hold rows of no
-     * sequence too (FA_SM90_BW_ACC_ROWS), cleared by a memset */
-    fa_gpu_params pd = p;
-    pd.dq_zero_cols = D <= 128 ? D : 0;
+    /* d 256's tiles hold rows of no sequence too (FA_SM90_BW_ACC_ROWS): never cleared by dsum_kernel */
+    if (p.dq_zero_cols != 0 && (D > 128 || p.dq_zero_cols != D))
+        return cudaErrorInvalidValue;
     dim3 g0((unsigned)((p.seqlen_q + FA_SM90_DSUM_ROWS - 1) / FA_SM90_DSUM_ROWS), (unsigned)p.heads_q, (unsigned)p.batch);
-    fa_gpu::dsum_kernel<T><<<g0, fa_gpu::THREADS, 0, st>>>(pd);
+    fa_gpu::dsum_kernel<T><<<g0, fa_gpu::THREADS, 0, st>>>(p);
     cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess && D > 128)
+    if (e == cudaSuccess && p.dq_zero_cols == 0)
         e = cudaMemsetAsync(p.dq_accum, 0,
                             sizeof(float) * (size_t)(p.heads_q * FA_SM90_BW_ACC_ROWS(D, p.total_q, p.batch) * D), st);
     if (e == cudaSuccess && p.seqlen_k > 0) {
