@@ -18,7 +18,7 @@
 #ifndef FA_GPU_DECODE_MLA_KERNELS_CUH
 #define FA_GPU_DECODE_MLA_KERNELS_CUH
 
-#include "decode/decode_mma_kernels.cuh"
+#include "decode/decode_mla_epilogue.cuh"
 
 namespace fa_gpu {
 namespace decode {
@@ -170,45 +170,8 @@ __global__ __launch_bounds__(32 * FA_KV_MLA_WARPS, 1) void decode_mla_kernel(con
         }
     }
 
-    /* the rows' sums over their quads (every warp holds the same m and l), then each warp's channels */
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    }
-    const int64_t hq = p.heads_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int64_t row = tile * RT + g + 8 * h;
-        if (row >= p.rows)
-            continue;
-        /* l 0: no key seen (O 0, LSE -inf); NaN (a NaN score seen) stays NaN in both */
-        const float lse = l[h] == 0.0f ? -INFINITY : (m[h] + log2f(l[h])) * 0.69314718055994531f;
-        const float inv = l[h] == 0.0f ? 0.0f : 1.0f / l[h];
-        const int64_t qh = hk * p.group + row / sn, i = row % sn;
-        const int64_t at = ((b * hq + qh) * sn + i) * p.splits + split;
-        float lse_out = lse, factor = 1.0f;
-        if (p.splits == 1 && p.sink) {
-            lse_out = fa_sink_lse(lse, p.sink[qh]);
-            factor = fa_sink_factor(lse, lse_out);
-        }
-#pragma unroll
-        for (int nn = 0; nn < NV / 8; ++nn)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int64_t ch = warp * NV + nn * 8 + 2 * t4 + c;
-                if (ch >= p.d_v)
-                    continue;
-                const float out = l[h] == 0.0f ? 0.0f : o[nn][2 * h + c] * inv;
-                if (p.splits > 1) {
-                    p.partial[at * p.d_v + ch] = out;
-                    if (ch == 0)
-                        p.partial[p.batch * hq * sn * p.splits * p.d_v + at] = lse;
-                } else {
-                    store_output<S>(p, b, i, qh, ch, out * factor, lse_out);
-                }
-            }
-    }
+    /* each thread's two rows (every warp holds the same m and l), its channels */
+    mla_store_rows<S, NV>(p, o, m, l, tile * RT, warp * NV, hk, b, split, g, t4);
 }
 
 } // namespace decode
