@@ -23,7 +23,7 @@ static const struct fa_kernels_token_info {
     {"mfma-emulated", 0}, /* CUDA: the HIP backend's MFMA forward, each matrix instruction emulated */
     {"sm80-backward", 1}, /* CUDA: =rows, the sm80 backward's row kernel where the grid one fits */
     {"sm80-bwd-narrow", 0}, /* CUDA: the sm80 d 256 backward on 4 warps over 64 keys a block where 8 fit too */
-    {"sm90-dsum-zero", 0}, /* CUDA: the Hopper backward's d 64 / 128 dQ accumulator cleared by dsum_kernel */
+    {"dsum-zero", 0},     /* CUDA: the fused backwards' dQ accumulator cleared by dsum_kernel, not a memset */
     {"sm80-fwd-stages", 1}, /* CUDA: =1, =2 or =auto (the default): the sm80 forward's K / V stages */
     {"kv-simt", 0},       /* CUDA, HIP: fa_forward_kvcache on the SIMT decode kernel */
     {"kv-mma-4-warps", 0}, /* CUDA: the tensor-core decode kernel with four warps a block where eight fit */

@@ -484,9 +484,11 @@ static fa_status cuda_backward(fa_context *ctx, const fa_problem *p, const fa_va
     fa_status st = fa_gpu_call_begin(ctx, p, dq_accum_floats(p, &c), &call);
     if (st != FA_SUCCESS)
         return st;
-    /* FLASHATTN_KERNELS=sm90-dsum-zero: the Hopper kernels' accumulator rows (d 64 and 128, one row
-     * per query row) cleared by dsum_kernel instead of a memset */
-    if (fa_gpu_of(ctx)->sm90_dsum_zero && c.family == FAMILY_SM90 && c.fused && c.head_dim <= 128)
+    /* FLASHATTN_KERNELS=dsum-zero: the fused kernels' accumulator rows cleared by dsum_kernel
+     * instead of a memset, where the accumulator has one row per query row (sm80; sm90 at d 64 and
+     * 128) */
+    if (fa_gpu_of(ctx)->dsum_zero && c.fused &&
+        (c.family == FAMILY_SM80 || (c.family == FAMILY_SM90 && c.head_dim <= 128)))
         call.kp.dq_zero_cols = c.head_dim;
     return fa_gpu_call_end(ctx, &call, call.run ? launch_backward(&call.kp, &c, call.stream) : 0, v->name);
 }

@@ -29,6 +29,7 @@
  * Prints each kernel's lowered name and the seconds of the call that compiled it (NVRTC's compile,
  * a cold cache). Exit 0 when every check holds, 1 on the first that fails, 77 (meson's skip) where
  * libnvrtc cannot be opened. The kernel cache is a fresh directory of its own. */
+#include "common/params.h"
 #include "flashattn.h"
 #include "host/rtc_compiler.h"
 #include "rtc_check_common.h"
@@ -264,6 +265,21 @@ int main(int argc, char **argv)
         {"fa_gpu::dq_convert_kernel<__nv_bfloat16, 128>", (S * 16 + 255) / 256, H, B, 256, 0},
     };
     expect("cc 8.0 fused backward", fused, N(fused), 1);
+    {
+        /* under FLASHATTN_KERNELS=dsum-zero the same launches, dsum_kernel clearing the accumulator's
+         * rows of 128 floats (fa_gpu_params.dq_zero_cols, in the params every launch gets) and no memset */
+        fa_context *zero = open_device(8, 166912, "sm80-fwd-stages=2,dsum-zero"), *own = p.ctx;
+        p.ctx = zero;
+        fake->arg_sizes[0] = sizeof(fa_gpu_params);
+        backward(&p, "cc 8.0 bf16 d128 backward, dsum-zero");
+        fake->arg_sizes[0] = 0;
+        fa_gpu_params kp;
+        memcpy(&kp, fake->args[0], sizeof kp);
+        CHECK(kp.dq_zero_cols == 128, "dsum-zero: dq_zero_cols %lld, expected 128", (long long)kp.dq_zero_cols);
+        expect("cc 8.0 fused backward, dsum-zero", fused, N(fused), -1);
+        p.ctx = own;
+        fa_context_destroy(zero);
+    }
 
     p.bwd.opts.deterministic = 1;
     backward(&p, "cc 8.0 bf16 d128 deterministic backward");

@@ -326,10 +326,10 @@ int main(int argc, char **argv)
     check_map(fake, 4, p.q, 9, 128, 64, "Q");
     check_map(fake, 5, p.dout, 9, 128, 64, "dO");
 
-    /* under FLASHATTN_KERNELS=sm90-dsum-zero dsum_kernel clears the accumulator's rows of 128 floats
+    /* under FLASHATTN_KERNELS=dsum-zero dsum_kernel clears the accumulator's rows of 128 floats
      * (fa_gpu_params.dq_zero_cols) and no memset runs; the same three launches */
     {
-        fa_context *zero = context_with("sm90-dsum-zero");
+        fa_context *zero = context_with("dsum-zero");
         const int zero_memsets = fake->memset_calls;
         fake->arg_sizes[0] = sizeof(fa_gpu_params);
         fake->launch_log_len = 0;
@@ -338,11 +338,11 @@ int main(int argc, char **argv)
         memcpy(&bwd_params, fake->args[0], sizeof bwd_params);
         CHECK(st == FA_SUCCESS && fake->launch_log_len == 3 && fake->memset_calls == zero_memsets &&
                   bwd_params.dq_zero_cols == 128,
-              "sm90-dsum-zero backward: %s; %d launches, %d memsets, dq_zero_cols %lld", fa_context_last_error(zero),
+              "dsum-zero backward: %s; %d launches, %d memsets, dq_zero_cols %lld", fa_context_last_error(zero),
               fake->launch_log_len, fake->memset_calls - zero_memsets, (long long)bwd_params.dq_zero_cols);
         check_launch(fake, 0, "sm90", 'a', "fa_gpu::dsum_kernel<__nv_bfloat16>", (S + 15) / 16, H, B, 128, 0);
         fa_context_destroy(zero);
-        printf("ok: sm90-dsum-zero: dsum_kernel clears the accumulator's rows, no memset\n");
+        printf("ok: dsum-zero: dsum_kernel clears the accumulator's rows, no memset\n");
     }
 
     /* the workspace (D, LSE log2(e), the dQ accumulator) is the context's scratch: a second backward

@@ -118,7 +118,7 @@ fa_status fa_gpu_open(fa_context *ctx, int device)
     s->kv_mla_sm90 = fa_kernels_switch("kv-mla-sm90", NULL, 0);
     s->kv_mla_16_rows = fa_kernels_switch("kv-mla-16-rows", NULL, 0);
     s->sm80_bwd_narrow = fa_kernels_switch("sm80-bwd-narrow", NULL, 0);
-    s->sm90_dsum_zero = fa_kernels_switch("sm90-dsum-zero", NULL, 0);
+    s->dsum_zero = fa_kernels_switch("dsum-zero", NULL, 0);
     s->fwd_split = split;
     s->sm80_fwd_stages = stages;
     ctx->priv = s;

@@ -36,8 +36,8 @@ typedef struct fa_gpu_state {
     int kv_mla_sm90;          /* FLASHATTN_KERNELS=kv-mla-sm90: the Hopper MLA decode kernel where it fits */
     int sm80_bwd_narrow;      /* FLASHATTN_KERNELS=sm80-bwd-narrow: the sm80 d 256 backward on bwd_kernel's
                                  4-warp instance where the 8-warp one fits too (backend.c) */
-    int sm90_dsum_zero;       /* FLASHATTN_KERNELS=sm90-dsum-zero: the Hopper backward at d 64 / 128 has
-                                 dsum_kernel clear the dQ accumulator's rows (fa_gpu_params.dq_zero_cols)
+    int dsum_zero;            /* FLASHATTN_KERNELS=dsum-zero: the fused backwards (sm80; sm90 at d 64 / 128)
+                                 have dsum_kernel clear the dQ accumulator's rows (fa_gpu_params.dq_zero_cols)
                                  instead of a memset */
     int kv_mla_16_rows;       /* FLASHATTN_KERNELS=kv-mla-16-rows: MLA decode on the 16-row kernel only */
     int fwd_split;            /* FLASHATTN_KERNELS=fwd-split=N: a forward's keys in N splits wherever a split

@@ -132,14 +132,15 @@ int fa_sm80_forward(const fa_gpu_params *p, int dtype, int head_dim, int aligned
     return fa_rtc_entry_end(st);
 }
 
-/* launch_fused: dq_accum zeroed, kernel over blocks_x key tiles (x kv heads x batch) of threads
- * threads with shared bytes, dQ converted by dq_convert_kernel<T, D>. */
+/* launch_fused: dq_accum zeroed (unless dsum_kernel cleared its rows, p->dq_zero_cols), kernel over
+ * blocks_x key tiles (x kv heads x batch) of threads threads with shared bytes, dQ converted by
+ * dq_convert_kernel<T, D>. */
 static fa_rtc_status launch_fused(const sm80_call *c, const char *kernel, int threads, size_t shared, int64_t blocks_x)
 {
     const fa_gpu_params *p = c->p;
     size_t len;
     char *why = fa_rtc_error_buffer(&len);
-    if (p->dq_accum) {
+    if (p->dq_accum && p->dq_zero_cols == 0) {
         int64_t elems;
         if (__builtin_mul_overflow(p->heads_q, p->total_q, &elems) || __builtin_mul_overflow(elems, c->d, &elems) ||
             elems < 0 || (uint64_t)elems > SIZE_MAX / sizeof(float)) {
@@ -228,6 +229,12 @@ static fa_rtc_status launch_backward(const sm80_call *c, int *unsupported)
     const fa_gpu_params *p = c->p;
     char name[FA_RTC_NAME_MAX];
     fa_rtc_status st;
+    if (p->dq_zero_cols != 0 && p->dq_zero_cols != c->d) { /* dsum_kernel would clear rows of another width */
+        size_t len;
+        fa_why_set(fa_rtc_error_buffer(&len), len, "the sm80 backward at head dim %d cannot have dsum_kernel clear "
+                   "%lld columns", c->d, (long long)p->dq_zero_cols);
+        return FA_RTC_INVALID_ARG;
+    }
     if (p->seqlen_q > 0) {
         snprintf(name, sizeof name, "fa_gpu::dsum_kernel<%s>", c->t);
         if ((st = launch(c, name, (p->seqlen_q + FA_SM80_DSUM_ROWS - 1) / FA_SM80_DSUM_ROWS, p->heads_q, p->batch,

@@ -71,15 +71,16 @@ cudaError_t launch_forward(const fa_gpu_params &p, cudaStream_t st)
     return e != cudaSuccess ? e : cudaGetLastError();
 }
 
-/* The fused backward's three launches: dq_accum zeroed, KERNEL over blocks_x key tiles (x kv heads
- * x batch) of THREADS threads with smem bytes of dynamic shared memory, dQ converted. */
+/* The fused backward's three launches: dq_accum zeroed (unless dsum_kernel cleared its rows,
+ * p.dq_zero_cols), KERNEL over blocks_x key tiles (x kv heads x batch) of THREADS threads with smem
+ * bytes of dynamic shared memory, dQ converted. */
 template <typename T, int D, int THREADS = 256, typename KERNEL>
 cudaError_t launch_fused(KERNEL kernel, size_t smem, int64_t blocks_x, const fa_gpu_params &p, cudaStream_t st)
 {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    if (p.dq_accum &&
+    if (p.dq_accum && p.dq_zero_cols == 0 &&
         (e = cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * (size_t)(p.heads_q * p.total_q * D), st)) != cudaSuccess)
         return e;
     if (p.seqlen_k > 0) {
@@ -189,6 +190,8 @@ cudaError_t launch_backward(const fa_gpu_params &p, cudaStream_t st, bool narrow
 {
     if (!ALIGNED && fa_gpu_has_score_mod(p)) /* no MOD instance (mode_of) */
         return cudaErrorNotSupported;
+    if (p.dq_zero_cols != 0 && p.dq_zero_cols != D) /* dsum_kernel would clear rows of another width */
+        return cudaErrorInvalidValue;
     if (p.seqlen_q > 0) {
         dim3 g0((unsigned)((p.seqlen_q + FA_SM80_DSUM_ROWS - 1) / FA_SM80_DSUM_ROWS), (unsigned)p.heads_q,
                 (unsigned)p.batch);
